@@ -1,0 +1,15 @@
+//! The denotational core of spmd-check (SPEC.md §1-§3): exact scalars and
+//! tensors, meshes, states and types with their dialect names, per-rank values
+//! and what they denote.
+
+pub mod mesh;
+pub mod perrank;
+pub mod q;
+pub mod state;
+pub mod tensor;
+
+pub use mesh::{Axis, Mesh};
+pub use perrank::{denote, equivalent, well_formed, Denot, PerRank};
+pub use q::Q;
+pub use state::{Dialect, State, Type, ALL_STATES};
+pub use tensor::{Shape, Tensor};

@@ -1,0 +1,318 @@
+//! Per-rank values, well-formedness, denotation, equivalence and the pairing
+//! (SPEC.md §2 and §3).
+//!
+//! Conventions (used across the workspace): `m: &Mesh`, `t: &Type`,
+//! `x: &PerRank` for a primal, `g` for a cotangent, `r` for a rank,
+//! `a` for a mesh axis index.
+//!
+//! A denotation is represented as a *full-rank family*: one tensor per rank,
+//! constant along every axis whose state is not Varying. Two values of one
+//! type are equivalent exactly when their families are equal, and the local
+//! function of an op applies rank by rank to families (SPEC.md §2.4).
+
+use crate::mesh::Mesh;
+use crate::q::Q;
+use crate::state::{State, Type};
+use crate::tensor::{numel, Tensor};
+
+/// A local tensor on every rank, indexed by linear rank.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct PerRank {
+    pub tensors: Vec<Tensor>,
+}
+
+/// Why a per-rank value is not well formed (SPEC.md §2.3).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotWellFormed {
+    pub axis: usize,
+    pub rank: usize,
+    pub other: usize,
+}
+
+impl PerRank {
+    pub fn replicate(m: &Mesh, v: &Tensor) -> PerRank {
+        PerRank { tensors: vec![v.clone(); m.num_ranks()] }
+    }
+    pub fn shape(&self) -> &[usize] {
+        &self.tensors[0].shape
+    }
+    pub fn add(&self, o: &PerRank) -> PerRank {
+        PerRank { tensors: self.tensors.iter().zip(&o.tensors).map(|(a, b)| a.add(b)).collect() }
+    }
+    pub fn scale(&self, c: &Q) -> PerRank {
+        PerRank { tensors: self.tensors.iter().map(|a| a.scale(c)).collect() }
+    }
+    /// `self + h * dir`.
+    pub fn axpy(&self, h: &Q, dir: &PerRank) -> PerRank {
+        self.add(&dir.scale(h))
+    }
+    pub fn nonzeros(&self) -> usize {
+        self.tensors.iter().map(Tensor::nonzeros).sum()
+    }
+}
+
+/// SPEC.md §2.3: along every I or R axis, ranks that differ only in that
+/// coordinate hold equal local tensors.
+pub fn well_formed(m: &Mesh, t: &Type, x: &PerRank) -> Result<(), NotWellFormed> {
+    for (a, s) in t.states.iter().enumerate() {
+        if !s.replicated() {
+            continue;
+        }
+        for r in 0..m.num_ranks() {
+            let r0 = m.with_coord(r, a, 0);
+            if r0 != r && x.tensors[r] != x.tensors[r0] {
+                return Err(NotWellFormed { axis: a, rank: r0, other: r });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A denotation as a full-rank family (see the module comment).
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Denot {
+    pub family: Vec<Tensor>,
+}
+
+/// SPEC.md §2.4: sum over Partial axes, coordinate 0 of Invariant and
+/// Reduced axes, Varying axes kept as an index.
+pub fn denote(m: &Mesh, t: &Type, x: &PerRank) -> Denot {
+    let family = (0..m.num_ranks())
+        .map(|r| {
+            // Project r: I/R coordinates to 0; P coordinates to 0 then summed.
+            let mut base = m.coords(r);
+            let mut p_axes = Vec::new();
+            for (a, s) in t.states.iter().enumerate() {
+                match s {
+                    State::Varying => {}
+                    State::Invariant | State::Reduced => base[a] = 0,
+                    State::Partial => {
+                        base[a] = 0;
+                        p_axes.push(a);
+                    }
+                }
+            }
+            let p_sizes: Vec<usize> = p_axes.iter().map(|&a| m.axes[a].size).collect();
+            let mut acc = Tensor::zeros(x.shape());
+            for k in 0..numel(&p_sizes) {
+                let off = crate::tensor::unravel(k, &p_sizes);
+                let mut c = base.clone();
+                for (i, &a) in p_axes.iter().enumerate() {
+                    c[a] = off[i];
+                }
+                acc = acc.add(&x.tensors[m.rank(&c)]);
+            }
+            acc
+        })
+        .collect();
+    Denot { family }
+}
+
+/// SPEC.md §2.5: equal denotations.
+pub fn equivalent(m: &Mesh, t: &Type, x: &PerRank, y: &PerRank) -> bool {
+    denote(m, t, x) == denote(m, t, y)
+}
+
+/// Product of the sizes of the axes that are not Varying: how many times each
+/// denotation entry repeats in a full-rank family.
+pub fn repeat_factor(m: &Mesh, t: &Type) -> usize {
+    t.states.iter().zip(&m.axes).filter(|(s, _)| **s != State::Varying).map(|(_, ax)| ax.size).product()
+}
+
+/// SPEC.md §3.2: ⟨⟦a⟧, ⟦b⟧⟩, the Frobenius product of denotations summed over
+/// Varying indices, for denotations of a type `t` (or its cotangent type; both
+/// have the same Varying axes).
+pub fn pair_denots(m: &Mesh, t: &Type, a: &Denot, b: &Denot) -> Q {
+    let total = a.family.iter().zip(&b.family).fold(Q::zero(), |acc, (x, y)| acc.add(&x.dot(y)));
+    total.div(&Q::int(repeat_factor(m, t) as i64)).expect("repeat factor is positive")
+}
+
+/// SPEC.md §3.2 on per-rank data: Σ_r ⟨t_r, c_r⟩ divided by the product of the
+/// sizes of the Invariant axes of the tangent type `t`.
+pub fn pair_per_rank(m: &Mesh, t: &Type, tangent: &PerRank, cotangent: &PerRank) -> Q {
+    let total =
+        tangent.tensors.iter().zip(&cotangent.tensors).fold(Q::zero(), |acc, (x, y)| acc.add(&x.dot(y)));
+    let inv: usize =
+        t.states.iter().zip(&m.axes).filter(|(s, _)| **s == State::Invariant).map(|(_, ax)| ax.size).product();
+    total.div(&Q::int(inv as i64)).expect("sizes are positive")
+}
+
+/// The representative ranks of a type: those whose coordinate is 0 along every
+/// I and R axis. A well-formed value is fixed by its tensors there.
+pub fn free_ranks(m: &Mesh, t: &Type) -> Vec<usize> {
+    (0..m.num_ranks())
+        .filter(|&r| {
+            let c = m.coords(r);
+            t.states.iter().enumerate().all(|(a, s)| !s.replicated() || c[a] == 0)
+        })
+        .collect()
+}
+
+/// Number of free scalars of a well-formed value of type `t` and `shape`.
+pub fn num_free(m: &Mesh, t: &Type, shape: &[usize]) -> usize {
+    free_ranks(m, t).len() * numel(shape)
+}
+
+/// Build the well-formed value whose free scalars are `vals` (representative
+/// ranks in order, elements row-major), replicating along I and R axes.
+/// Well-formed by construction (SPEC.md §8.2).
+pub fn from_free(m: &Mesh, t: &Type, shape: &[usize], vals: &[Q]) -> PerRank {
+    let n = numel(shape);
+    let reps = free_ranks(m, t);
+    assert_eq!(vals.len(), reps.len() * n, "from_free: wrong number of free scalars (interpreter bug)");
+    let tensors = (0..m.num_ranks())
+        .map(|r| {
+            let mut c = m.coords(r);
+            for (a, s) in t.states.iter().enumerate() {
+                if s.replicated() {
+                    c[a] = 0;
+                }
+            }
+            let i = reps.binary_search(&m.rank(&c)).expect("projection is a representative");
+            Tensor::new(shape.to_vec(), vals[i * n..(i + 1) * n].to_vec())
+        })
+        .collect();
+    PerRank { tensors }
+}
+
+/// The free scalars of a well-formed value (inverse of `from_free`).
+pub fn to_free(m: &Mesh, t: &Type, x: &PerRank) -> Vec<Q> {
+    free_ranks(m, t).into_iter().flat_map(|r| x.tensors[r].data.clone()).collect()
+}
+
+/// A unit direction of the free scalars: the well-formed value with a single
+/// free scalar set to 1.
+pub fn free_unit(m: &Mesh, t: &Type, shape: &[usize], i: usize) -> PerRank {
+    let mut v = vec![Q::zero(); num_free(m, t, shape)];
+    v[i] = Q::one();
+    from_free(m, t, shape, &v)
+}
+
+/// A spanning set of the well-formed values that denote zero (SPEC.md §2.5):
+/// for each Partial axis `a`, each representative rank `r` with coordinate
+/// `k ≥ 1` on `a` and each element, `+1` at `r` and `-1` at `r` with `a := 0`.
+pub fn kernel_basis(m: &Mesh, t: &Type, shape: &[usize]) -> Vec<PerRank> {
+    let n = numel(shape);
+    let reps = free_ranks(m, t);
+    let mut out = Vec::new();
+    for (a, s) in t.states.iter().enumerate() {
+        if *s != State::Partial {
+            continue;
+        }
+        for (i, &r) in reps.iter().enumerate() {
+            if m.coords(r)[a] == 0 {
+                continue;
+            }
+            let j0 = reps.binary_search(&m.with_coord(r, a, 0)).expect("representative");
+            for e in 0..n {
+                let mut v = vec![Q::zero(); reps.len() * n];
+                v[i * n + e] = Q::one();
+                v[j0 * n + e] = Q::int(-1);
+                out.push(from_free(m, t, shape, &v));
+            }
+        }
+    }
+    out
+}
+
+/// One coordinate of the denotation space of a type: a Varying class (named
+/// by its representative rank with every non-Varying coordinate 0) and an
+/// element offset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DenotCoord {
+    pub rank: usize,
+    pub elem: usize,
+}
+
+/// The coordinates of the denotation space, with for each a well-formed
+/// per-rank value denoting the unit vector at it (SPEC.md §5.1).
+pub fn denot_basis(m: &Mesh, t: &Type, shape: &[usize]) -> Vec<(DenotCoord, PerRank)> {
+    let n = numel(shape);
+    let reps = free_ranks(m, t);
+    let mut out = Vec::new();
+    for (i, &r) in reps.iter().enumerate() {
+        let c = m.coords(r);
+        if t.states.iter().enumerate().any(|(a, s)| *s == State::Partial && c[a] != 0) {
+            continue;
+        }
+        for e in 0..n {
+            let mut v = vec![Q::zero(); reps.len() * n];
+            v[i * n + e] = Q::one();
+            out.push((DenotCoord { rank: r, elem: e }, from_free(m, t, shape, &v)));
+        }
+    }
+    out
+}
+
+/// Render per-rank data the way the seeds draw it: one line per rank, with a
+/// leading `+` where a pending sum is outstanding.
+pub fn draw(m: &Mesh, t: &Type, x: &PerRank) -> Vec<String> {
+    let partial = t.states.contains(&State::Partial);
+    (0..m.num_ranks())
+        .map(|r| {
+            let c = m.coords(r);
+            let coords: Vec<String> = c.iter().map(|v| v.to_string()).collect();
+            format!("rank {}: {}{}", coords.join(","), if partial { "+" } else { "" }, x.tensors[r])
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn q(v: &[i64]) -> Vec<Q> {
+        v.iter().map(|&x| Q::int(x)).collect()
+    }
+
+    #[test]
+    fn partial_values_with_equal_sums_are_equivalent() {
+        let m = Mesh::line(2);
+        let t = Type::one(State::Partial);
+        let a = from_free(&m, &t, &[], &q(&[1, 1]));
+        let b = from_free(&m, &t, &[], &q(&[2, 0]));
+        assert!(equivalent(&m, &t, &a, &b));
+        assert_eq!(denote(&m, &t, &a).family[0], Tensor::scalar(Q::int(2)));
+        let c = from_free(&m, &t, &[], &q(&[2, 1]));
+        assert!(!equivalent(&m, &t, &a, &c));
+    }
+
+    #[test]
+    fn well_formedness_is_checked_per_axis() {
+        let m = Mesh::new(&[("dp", 2), ("tp", 2)]);
+        let t = Type::new(vec![State::Varying, State::Reduced]);
+        let x = from_free(&m, &t, &[], &q(&[5, 7]));
+        assert!(well_formed(&m, &t, &x).is_ok());
+        assert_eq!(x.tensors.iter().map(|t| t.data[0].clone()).collect::<Vec<_>>(), q(&[5, 5, 7, 7]));
+        let mut bad = x.clone();
+        bad.tensors[1] = Tensor::scalar(Q::int(6));
+        assert_eq!(well_formed(&m, &t, &bad).unwrap_err().axis, 1);
+    }
+
+    #[test]
+    fn pairing_on_denotations_matches_per_rank_formula() {
+        // Every state on a 3-rank axis: the per-rank formula (divide by |I|)
+        // equals the denotational pairing.
+        let m = Mesh::line(3);
+        for s in crate::state::ALL_STATES {
+            let t = Type::one(s);
+            let c = t.cot();
+            let x = from_free(&m, &t, &[2], &(0..num_free(&m, &t, &[2]) as i64).map(|i| Q::int(i + 1)).collect::<Vec<_>>());
+            let g = from_free(&m, &c, &[2], &(0..num_free(&m, &c, &[2]) as i64).map(|i| Q::int(2 * i - 3)).collect::<Vec<_>>());
+            let d = pair_denots(&m, &t, &denote(&m, &t, &x), &denote(&m, &c, &g));
+            assert_eq!(d, pair_per_rank(&m, &t, &x, &g), "state {s}");
+        }
+    }
+
+    #[test]
+    fn kernel_directions_denote_zero() {
+        let m = Mesh::new(&[("a", 2), ("b", 3)]);
+        let t = Type::new(vec![State::Partial, State::Partial]);
+        let ks = kernel_basis(&m, &t, &[2]);
+        assert_eq!(ks.len(), (3 + 4) * 2); // 3 ranks with a>=1, 4 with b>=1
+        let zero = denote(&m, &t, &PerRank::replicate(&m, &Tensor::zeros(&[2])));
+        for k in ks {
+            assert_eq!(denote(&m, &t, &k), zero);
+        }
+    }
+}

@@ -1,0 +1,229 @@
+//! States, types, cotangent types and the dialect translation table
+//! (SPEC.md §1 "States and dialects", §3 "Cotangents").
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// The state of a tensor along one mesh axis. Only these canonical names are
+/// used inside the core crates; dialects translate at the edge.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum State {
+    Invariant,
+    Varying,
+    Partial,
+    Reduced,
+}
+
+pub const ALL_STATES: [State; 4] = [State::Invariant, State::Varying, State::Partial, State::Reduced];
+
+impl State {
+    /// SPEC.md §3: cot(I)=I, cot(V)=V, cot(P)=R, cot(R)=P.
+    pub fn cot(self) -> State {
+        match self {
+            State::Invariant => State::Invariant,
+            State::Varying => State::Varying,
+            State::Partial => State::Reduced,
+            State::Reduced => State::Partial,
+        }
+    }
+    /// Canonical letter I, V, P or R.
+    pub fn letter(self) -> char {
+        match self {
+            State::Invariant => 'I',
+            State::Varying => 'V',
+            State::Partial => 'P',
+            State::Reduced => 'R',
+        }
+    }
+    /// Every rank along the axis holds the same local tensor (SPEC.md §2.3).
+    pub fn replicated(self) -> bool {
+        match self {
+            State::Invariant | State::Reduced => true,
+            State::Varying | State::Partial => false,
+        }
+    }
+}
+
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.letter())
+    }
+}
+
+/// The systems whose state names are understood (SPEC.md §1.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dialect {
+    /// Invariant, Varying, Partial, Reduced (and the letters I V P R).
+    Canonical,
+    /// PyTorch local/global SPMD types (seed 003): I, V, P, R, S(d). Its R
+    /// ("Replicate") is the canonical Reduced.
+    SpmdTypes,
+    /// JAX sharding in types (seed 000): Invariant, Varying, Unreduced, Reduced.
+    Jax,
+    /// PyTorch DTensor (seed 001): Replicate(), Shard(d), Partial(), Reduced().
+    /// Its Replicate() is the canonical Invariant.
+    Dtensor,
+    /// Nabla (seeds 002, 004): replicated, sharded, partial.
+    Nabla,
+}
+
+pub const ALL_DIALECTS: [Dialect; 5] =
+    [Dialect::Canonical, Dialect::SpmdTypes, Dialect::Jax, Dialect::Dtensor, Dialect::Nabla];
+
+/// One row per canonical state: its name in each dialect, in the order of
+/// `ALL_DIALECTS`. `None`: the dialect has no such state. This is the table of
+/// SPEC.md §1.2 as data; parsing and printing both read it.
+pub const DIALECT_TABLE: [(State, [Option<&str>; 5]); 4] = [
+    (State::Invariant, [Some("Invariant"), Some("I"), Some("Invariant"), Some("Replicate()"), Some("replicated")]),
+    (State::Varying, [Some("Varying"), Some("V"), Some("Varying"), Some("Shard"), Some("sharded")]),
+    (State::Partial, [Some("Partial"), Some("P"), Some("Unreduced"), Some("Partial()"), Some("partial")]),
+    (State::Reduced, [Some("Reduced"), Some("R"), Some("Reduced"), Some("Reduced()"), None]),
+];
+
+impl Dialect {
+    pub fn name(self) -> &'static str {
+        match self {
+            Dialect::Canonical => "canonical",
+            Dialect::SpmdTypes => "spmd_types",
+            Dialect::Jax => "jax",
+            Dialect::Dtensor => "dtensor",
+            Dialect::Nabla => "nabla",
+        }
+    }
+    pub fn parse(s: &str) -> Result<Dialect, String> {
+        ALL_DIALECTS
+            .iter()
+            .copied()
+            .find(|d| d.name() == s)
+            .ok_or_else(|| format!("unknown dialect `{s}` (expected one of: canonical, spmd_types, jax, dtensor, nabla)"))
+    }
+    fn column(self) -> usize {
+        ALL_DIALECTS.iter().position(|&d| d == self).expect("every dialect has a column")
+    }
+    /// The dialect's name for a state, if it has one.
+    pub fn state_name(self, s: State) -> Option<&'static str> {
+        DIALECT_TABLE.iter().find(|(st, _)| *st == s).and_then(|(_, names)| names[self.column()])
+    }
+    /// Parse one state name of this dialect. Returns the state and, for the
+    /// sharded forms `S(d)` / `Shard(d)`, the tensor dim it shards.
+    pub fn parse_state(self, text: &str) -> Result<(State, Option<usize>), String> {
+        let t = text.trim();
+        // Sharded forms with a dim: S(d) in spmd_types, Shard(d) in dtensor.
+        let shard_prefix = match self {
+            Dialect::SpmdTypes => Some("S("),
+            Dialect::Dtensor => Some("Shard("),
+            _ => None,
+        };
+        if let Some(p) = shard_prefix {
+            if let Some(rest) = t.strip_prefix(p).and_then(|r| r.strip_suffix(')')) {
+                let d = rest.trim().parse::<usize>().map_err(|_| format!("bad shard dim in `{t}`"))?;
+                return Ok((State::Varying, Some(d)));
+            }
+        }
+        for (s, names) in DIALECT_TABLE.iter() {
+            if let Some(n) = names[self.column()] {
+                if n == t || (self == Dialect::Canonical && t.len() == 1 && s.letter().to_string() == t) {
+                    return Ok((*s, None));
+                }
+            }
+        }
+        let known: Vec<&str> = DIALECT_TABLE.iter().filter_map(|(_, n)| n[self.column()]).collect();
+        let mut msg = format!("`{t}` is not a state of dialect {} (expected one of: {})", self.name(), known.join(", "));
+        // Point at the famous trap: the same word in another dialect.
+        for d in ALL_DIALECTS {
+            if d != self {
+                if let Ok((s, _)) = d.parse_state_plain(t) {
+                    msg.push_str(&format!("; in dialect {} it means {:?}", d.name(), s));
+                    break;
+                }
+            }
+        }
+        Err(msg)
+    }
+    fn parse_state_plain(self, t: &str) -> Result<(State, Option<usize>), ()> {
+        DIALECT_TABLE
+            .iter()
+            .find(|(_, names)| names[self.column()] == Some(t))
+            .map(|(s, _)| (*s, None))
+            .ok_or(())
+    }
+}
+
+/// A local SPMD type: one state per mesh axis, plus (room for global SPMD)
+/// the tensor dim each Varying axis shards, when known.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Type {
+    pub states: Vec<State>,
+    /// `layout[a] = Some(d)`: axis `a` shards tensor dim `d` (only for Varying
+    /// axes; used by global SPMD, ignored by local SPMD checks).
+    pub layout: Vec<Option<usize>>,
+}
+
+impl Type {
+    pub fn new(states: Vec<State>) -> Type {
+        let n = states.len();
+        Type { states, layout: vec![None; n] }
+    }
+    pub fn one(s: State) -> Type {
+        Type::new(vec![s])
+    }
+    /// SPEC.md §3: the cotangent type, axis by axis.
+    pub fn cot(&self) -> Type {
+        Type { states: self.states.iter().map(|s| s.cot()).collect(), layout: self.layout.clone() }
+    }
+    /// Print with the letters of the canonical dialect: `V` or `{dp: V, tp: P}`.
+    pub fn display(&self, m: &crate::mesh::Mesh) -> String {
+        if self.states.len() == 1 {
+            return self.states[0].letter().to_string();
+        }
+        let parts: Vec<String> =
+            self.states.iter().zip(&m.axes).map(|(s, a)| format!("{}: {}", a.name, s.letter())).collect();
+        format!("{{{}}}", parts.join(", "))
+    }
+}
+
+impl fmt::Display for Type {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for s in &self.states {
+            write!(f, "{}", s.letter())?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cot_is_an_involution() {
+        for s in ALL_STATES {
+            assert_eq!(s.cot().cot(), s);
+        }
+    }
+
+    #[test]
+    fn replicate_means_different_states_in_different_dialects() {
+        assert_eq!(Dialect::Dtensor.parse_state("Replicate()").unwrap().0, State::Invariant);
+        assert_eq!(Dialect::SpmdTypes.parse_state("R").unwrap().0, State::Reduced);
+        assert_eq!(Dialect::Jax.parse_state("Unreduced").unwrap().0, State::Partial);
+        assert_eq!(Dialect::Dtensor.parse_state("Shard(1)").unwrap(), (State::Varying, Some(1)));
+        assert_eq!(Dialect::SpmdTypes.parse_state("S(0)").unwrap(), (State::Varying, Some(0)));
+        let e = Dialect::SpmdTypes.parse_state("Unreduced").unwrap_err();
+        assert!(e.contains("dialect jax"), "{e}");
+        assert!(Dialect::Nabla.parse_state("Reduced").is_err());
+    }
+
+    #[test]
+    fn every_named_state_round_trips() {
+        for d in ALL_DIALECTS {
+            for s in ALL_STATES {
+                if let Some(n) = d.state_name(s) {
+                    let text = if n == "Shard" { "Shard(0)".to_string() } else { n.to_string() };
+                    assert_eq!(d.parse_state(&text).unwrap().0, s, "{} {n}", d.name());
+                }
+            }
+        }
+    }
+}

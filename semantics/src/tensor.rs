@@ -1,0 +1,182 @@
+//! Exact dense tensors (SPEC.md §2 "Values").
+
+use crate::q::Q;
+use std::fmt;
+
+pub type Shape = Vec<usize>;
+
+/// A dense row-major tensor of exact rationals. Rank 0 is a scalar.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Tensor {
+    pub shape: Shape,
+    pub data: Vec<Q>,
+}
+
+pub fn numel(shape: &[usize]) -> usize {
+    shape.iter().product()
+}
+
+/// Row-major strides of a shape.
+pub fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+/// Multi-index of a flat row-major offset.
+pub fn unravel(mut flat: usize, shape: &[usize]) -> Vec<usize> {
+    let mut idx = vec![0; shape.len()];
+    for i in (0..shape.len()).rev() {
+        idx[i] = flat % shape[i];
+        flat /= shape[i];
+    }
+    idx
+}
+
+impl Tensor {
+    pub fn new(shape: Shape, data: Vec<Q>) -> Tensor {
+        assert_eq!(numel(&shape), data.len(), "Tensor::new: shape/data mismatch (interpreter bug)");
+        Tensor { shape, data }
+    }
+    pub fn zeros(shape: &[usize]) -> Tensor {
+        Tensor { shape: shape.to_vec(), data: vec![Q::zero(); numel(shape)] }
+    }
+    pub fn scalar(v: Q) -> Tensor {
+        Tensor { shape: vec![], data: vec![v] }
+    }
+    /// The tensor with a single 1 at flat offset `at`.
+    pub fn unit(shape: &[usize], at: usize) -> Tensor {
+        let mut t = Tensor::zeros(shape);
+        t.data[at] = Q::one();
+        t
+    }
+    pub fn numel(&self) -> usize {
+        self.data.len()
+    }
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+    pub fn map(&self, f: impl Fn(&Q) -> Q) -> Tensor {
+        Tensor { shape: self.shape.clone(), data: self.data.iter().map(f).collect() }
+    }
+    /// Elementwise combination of two tensors of the same shape.
+    pub fn zip(&self, o: &Tensor, f: impl Fn(&Q, &Q) -> Q) -> Tensor {
+        assert_eq!(self.shape, o.shape, "Tensor::zip: shape mismatch (interpreter bug)");
+        Tensor {
+            shape: self.shape.clone(),
+            data: self.data.iter().zip(&o.data).map(|(a, b)| f(a, b)).collect(),
+        }
+    }
+    pub fn add(&self, o: &Tensor) -> Tensor {
+        self.zip(o, Q::add)
+    }
+    pub fn sub(&self, o: &Tensor) -> Tensor {
+        self.zip(o, Q::sub)
+    }
+    pub fn scale(&self, c: &Q) -> Tensor {
+        self.map(|a| a.mul(c))
+    }
+    /// Frobenius inner product.
+    pub fn dot(&self, o: &Tensor) -> Q {
+        assert_eq!(self.shape, o.shape, "Tensor::dot: shape mismatch (interpreter bug)");
+        self.data.iter().zip(&o.data).fold(Q::zero(), |acc, (a, b)| acc.add(&a.mul(b)))
+    }
+    pub fn is_zero(&self) -> bool {
+        self.data.iter().all(Q::is_zero)
+    }
+    pub fn nonzeros(&self) -> usize {
+        self.data.iter().filter(|q| !q.is_zero()).count()
+    }
+    /// Concatenate along an existing dim.
+    pub fn concat(parts: &[Tensor], dim: usize) -> Tensor {
+        let first = &parts[0];
+        let outer: usize = first.shape[..dim].iter().product();
+        let mut shape = first.shape.clone();
+        shape[dim] = parts.iter().map(|p| p.shape[dim]).sum();
+        let mut data = Vec::with_capacity(numel(&shape));
+        for o in 0..outer {
+            for p in parts {
+                let inner: usize = p.shape[dim..].iter().product();
+                data.extend_from_slice(&p.data[o * inner..(o + 1) * inner]);
+            }
+        }
+        Tensor { shape, data }
+    }
+    /// Stack along a new leading-at-`dim` axis.
+    pub fn stack(parts: &[Tensor], dim: usize) -> Tensor {
+        let expanded: Vec<Tensor> = parts
+            .iter()
+            .map(|p| {
+                let mut s = p.shape.clone();
+                s.insert(dim, 1);
+                Tensor { shape: s, data: p.data.clone() }
+            })
+            .collect();
+        Tensor::concat(&expanded, dim)
+    }
+    /// Split into `n` equal chunks along `dim` (the dim must divide evenly).
+    pub fn chunk(&self, n: usize, dim: usize) -> Vec<Tensor> {
+        let len = self.shape[dim] / n;
+        (0..n).map(|k| self.slice(dim, k * len, (k + 1) * len)).collect()
+    }
+    /// Elements `start..end` along `dim`.
+    pub fn slice(&self, dim: usize, start: usize, end: usize) -> Tensor {
+        let outer: usize = self.shape[..dim].iter().product();
+        let inner: usize = self.shape[dim + 1..].iter().product();
+        let mut shape = self.shape.clone();
+        shape[dim] = end - start;
+        let mut data = Vec::with_capacity(numel(&shape));
+        for o in 0..outer {
+            let base = o * self.shape[dim] * inner;
+            data.extend_from_slice(&self.data[base + start * inner..base + end * inner]);
+        }
+        Tensor { shape, data }
+    }
+}
+
+impl fmt::Display for Tensor {
+    /// Nested brackets, rationals as `n/d`: `[[1, 1/2], [0, -2]]`; a scalar prints bare.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fn go(f: &mut fmt::Formatter<'_>, shape: &[usize], data: &[Q]) -> fmt::Result {
+            if shape.is_empty() {
+                return write!(f, "{}", data[0]);
+            }
+            let inner: usize = shape[1..].iter().product();
+            write!(f, "[")?;
+            for i in 0..shape[0] {
+                if i > 0 {
+                    write!(f, ", ")?;
+                }
+                go(f, &shape[1..], &data[i * inner..(i + 1) * inner])?;
+            }
+            write!(f, "]")
+        }
+        go(f, &self.shape, &self.data)
+    }
+}
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    fn t(shape: &[usize], v: &[i64]) -> Tensor {
+        Tensor::new(shape.to_vec(), v.iter().map(|&x| Q::int(x)).collect())
+    }
+    #[test]
+    fn concat_chunk_roundtrip() {
+        let a = t(&[2, 2], &[1, 2, 3, 4]);
+        let b = t(&[2, 1], &[5, 6]);
+        let c = Tensor::concat(&[a.clone(), b], 1);
+        assert_eq!(c, t(&[2, 3], &[1, 2, 5, 3, 4, 6]));
+        let s = Tensor::stack(&[a.clone(), a.clone()], 0);
+        assert_eq!(s.shape, vec![2, 2, 2]);
+        assert_eq!(Tensor::concat(&a.chunk(2, 0), 0), a);
+        assert_eq!(a.to_string(), "[[1, 2], [3, 4]]");
+    }
+}
