@@ -1,1 +1,11 @@
+//! The exact interpreter of spmd-check (SPEC.md §6): local ops as expressions,
+//! their shapes, degrees, values and local VJPs, and per-rank execution of a
+//! typed operation.
 
+pub mod eval;
+pub mod expr;
+pub mod op;
+
+pub use eval::{Degree, EvalError};
+pub use expr::{parse, Expr, LocalFn, ParseError};
+pub use op::{builtin, Backward, Op, TypedOp, BUILTINS};

@@ -1,0 +1,613 @@
+//! Shape and degree inference, exact evaluation and the local VJP of
+//! expressions (SPEC.md §6.1-§6.3). One function per judgement, one arm per op.
+
+use crate::expr::{Einsum, Expr};
+use spmd_semantics::tensor::{numel, strides, unravel};
+use spmd_semantics::{Q, Shape, Tensor};
+
+/// Why an evaluation has no value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EvalError {
+    /// Outside the domain of the function (SPEC.md §5.4): not a pass, not a failure.
+    DivByZero,
+    /// Shapes that inference should have rejected: an interpreter bug or an
+    /// input of the wrong shape.
+    Shape(String),
+}
+
+/// Degree bounds of a local function, per input (SPEC.md §5.2). Along a
+/// direction that moves only input `i`, the function of the step `h` is a
+/// ratio of polynomials of degrees at most `num[i]` and `den[i]`. `piecewise`:
+/// this holds only between kinks (abs, relu, max, floor, cast).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Degree {
+    pub num: Vec<u32>,
+    pub den: Vec<u32>,
+    pub piecewise: bool,
+}
+
+impl Degree {
+    fn constant(n: usize) -> Degree {
+        Degree { num: vec![0; n], den: vec![0; n], piecewise: false }
+    }
+    /// A polynomial (no division by a non-constant) with no kinks: the
+    /// polynomial-grid argument of SPEC.md §8.3 applies.
+    pub fn is_polynomial(&self) -> bool {
+        !self.piecewise && self.den.iter().all(|&d| d == 0)
+    }
+    fn zip(a: &Degree, b: &Degree, f: impl Fn(u32, u32, u32, u32) -> (u32, u32)) -> Degree {
+        let (num, den) = (0..a.num.len()).map(|i| f(a.num[i], a.den[i], b.num[i], b.den[i])).unzip();
+        Degree { num, den, piecewise: a.piecewise || b.piecewise }
+    }
+    /// p1/q1 ± p2/q2 = (p1 q2 ± p2 q1) / (q1 q2).
+    fn plus(a: &Degree, b: &Degree) -> Degree {
+        Degree::zip(a, b, |n1, d1, n2, d2| ((n1 + d2).max(n2 + d1), d1 + d2))
+    }
+    fn times(a: &Degree, b: &Degree) -> Degree {
+        Degree::zip(a, b, |n1, d1, n2, d2| (n1 + n2, d1 + d2))
+    }
+    fn over(a: &Degree, b: &Degree) -> Degree {
+        Degree::zip(a, b, |n1, d1, n2, d2| (n1 + d2, d1 + n2))
+    }
+    /// A sum of `k` terms of this degree.
+    fn summed(&self, k: usize) -> Degree {
+        let k = k.max(1) as u32;
+        let (num, den) = self.num.iter().zip(&self.den).map(|(&n, &d)| if d == 0 { (n, 0) } else { (n + (k - 1) * d, k * d) }).unzip();
+        Degree { num, den, piecewise: self.piecewise }
+    }
+    fn kinked(mut self) -> Degree {
+        self.piecewise = true;
+        self
+    }
+    fn merge(ds: &[Degree]) -> Degree {
+        let mut out = ds[0].clone();
+        for d in &ds[1..] {
+            out = Degree::zip(&out, d, |n1, d1, n2, d2| (n1.max(n2), d1.max(d2)));
+        }
+        out
+    }
+}
+
+fn elementwise_shape(a: &[usize], b: &[usize]) -> Result<Shape, String> {
+    if a == b || b.is_empty() {
+        Ok(a.to_vec())
+    } else if a.is_empty() {
+        Ok(b.to_vec())
+    } else {
+        Err(format!("shapes {a:?} and {b:?} do not match (only equal shapes or a scalar broadcast)"))
+    }
+}
+
+fn check_dim(shape: &[usize], d: usize, what: &str) -> Result<(), String> {
+    if d < shape.len() {
+        Ok(())
+    } else {
+        Err(format!("{what}: dim {d} out of range for shape {shape:?}"))
+    }
+}
+
+/// Label sizes of an einsum, checking operand ranks and agreement.
+fn einsum_sizes(s: &Einsum, shapes: &[Shape]) -> Result<Vec<(char, usize)>, String> {
+    let mut sizes: Vec<(char, usize)> = Vec::new();
+    for (labels, shape) in s.inputs.iter().zip(shapes) {
+        if labels.len() != shape.len() {
+            return Err(format!("einsum `{s}`: operand with labels `{}` has shape {shape:?}", labels.iter().collect::<String>()));
+        }
+        for (c, &n) in labels.iter().zip(shape) {
+            match sizes.iter().find(|(l, _)| l == c) {
+                Some((_, m)) if *m != n => return Err(format!("einsum `{s}`: label `{c}` has sizes {m} and {n}")),
+                Some(_) => {}
+                None => sizes.push((*c, n)),
+            }
+        }
+    }
+    Ok(sizes)
+}
+
+/// Output shape and degree bounds of `e` on inputs of the given shapes.
+/// SPEC.md §6.2.
+pub fn infer(e: &Expr, shapes: &[Shape]) -> Result<(Shape, Degree), String> {
+    let n = shapes.len();
+    Ok(match e {
+        Expr::Var(i) => {
+            let s = shapes.get(*i).ok_or_else(|| format!("input {i} is missing"))?;
+            let mut d = Degree::constant(n);
+            d.num[*i] = 1;
+            (s.clone(), d)
+        }
+        Expr::Const(_) => (vec![], Degree::constant(n)),
+        Expr::Neg(a) => infer(a, shapes)?,
+        Expr::Add(a, b) | Expr::Sub(a, b) | Expr::Mul(a, b) | Expr::Div(a, b) => {
+            let (sa, da) = infer(a, shapes)?;
+            let (sb, db) = infer(b, shapes)?;
+            let s = elementwise_shape(&sa, &sb)?;
+            let d = match e {
+                Expr::Mul(..) => Degree::times(&da, &db),
+                Expr::Div(..) => Degree::over(&da, &db),
+                _ => Degree::plus(&da, &db),
+            };
+            (s, d)
+        }
+        Expr::Pow(a, k) => {
+            let (s, d) = infer(a, shapes)?;
+            let num = d.num.iter().map(|x| x * k).collect();
+            let den = d.den.iter().map(|x| x * k).collect();
+            (s, Degree { num, den, piecewise: d.piecewise })
+        }
+        Expr::Sum(a, dim) | Expr::Mean(a, dim) | Expr::Max(a, dim) => {
+            let (mut s, d) = infer(a, shapes)?;
+            check_dim(&s, *dim, "sum/mean/max")?;
+            let k = s.remove(*dim);
+            let d = if matches!(e, Expr::Max(..)) { d.kinked() } else { d.summed(k) };
+            (s, d)
+        }
+        Expr::Einsum(spec, args) => {
+            let inferred: Vec<(Shape, Degree)> = args.iter().map(|a| infer(a, shapes)).collect::<Result<_, _>>()?;
+            let arg_shapes: Vec<Shape> = inferred.iter().map(|x| x.0.clone()).collect();
+            let sizes = einsum_sizes(spec, &arg_shapes)?;
+            let out: Shape = spec.output.iter().map(|c| sizes.iter().find(|(l, _)| l == c).expect("checked").1).collect();
+            let contracted: usize =
+                sizes.iter().filter(|(l, _)| !spec.output.contains(l)).map(|(_, s)| *s).product();
+            let mut d = inferred[0].1.clone();
+            for (_, di) in &inferred[1..] {
+                d = Degree::times(&d, di);
+            }
+            (out, d.summed(contracted))
+        }
+        Expr::Reshape(a, shape) => {
+            let (s, d) = infer(a, shapes)?;
+            if numel(&s) != numel(shape) {
+                return Err(format!("reshape of {s:?} to {shape:?} changes the number of elements"));
+            }
+            (shape.clone(), d)
+        }
+        Expr::Slice(a, dim, start, end) => {
+            let (mut s, d) = infer(a, shapes)?;
+            check_dim(&s, *dim, "slice")?;
+            if start >= end || *end > s[*dim] {
+                return Err(format!("slice {start}..{end} out of range for dim {dim} of size {}", s[*dim]));
+            }
+            s[*dim] = end - start;
+            (s, d)
+        }
+        Expr::Concat(args, dim) => {
+            let inferred: Vec<(Shape, Degree)> = args.iter().map(|a| infer(a, shapes)).collect::<Result<_, _>>()?;
+            let mut s = inferred[0].0.clone();
+            check_dim(&s, *dim, "concat")?;
+            for (si, _) in &inferred[1..] {
+                let mut a = si.clone();
+                let mut b = s.clone();
+                if a.len() != b.len() {
+                    return Err(format!("concat of ranks {} and {}", b.len(), a.len()));
+                }
+                a[*dim] = 0;
+                b[*dim] = 0;
+                if a != b {
+                    return Err(format!("concat along {dim} of shapes {:?} and {:?}", s, si));
+                }
+                s[*dim] += si[*dim];
+            }
+            let ds: Vec<Degree> = inferred.into_iter().map(|x| x.1).collect();
+            (s, Degree::merge(&ds))
+        }
+        Expr::Take(a, dim, idx) => {
+            let (mut s, d) = infer(a, shapes)?;
+            check_dim(&s, *dim, "take")?;
+            if let Some(bad) = idx.iter().find(|&&i| i >= s[*dim]) {
+                return Err(format!("take index {bad} out of range for dim {dim} of size {}", s[*dim]));
+            }
+            s[*dim] = idx.len();
+            (s, d)
+        }
+        Expr::UpdateSlice(a, u, start) => {
+            let (s, da) = infer(a, shapes)?;
+            let (su, du) = infer(u, shapes)?;
+            if su.len() != s.len() || start.len() != s.len() {
+                return Err(format!("dynamic_update_slice: ranks of {s:?}, {su:?} and start {start:?} differ"));
+            }
+            for k in 0..s.len() {
+                if start[k] + su[k] > s[k] {
+                    return Err(format!("dynamic_update_slice: update {su:?} at {start:?} does not fit in {s:?}"));
+                }
+            }
+            (s, Degree::merge(&[da, du]))
+        }
+        Expr::Abs(a) | Expr::Relu(a) => {
+            let (s, d) = infer(a, shapes)?;
+            (s, d.kinked())
+        }
+        Expr::Floor(a) | Expr::Cast(a, _) => {
+            let (s, _) = infer(a, shapes)?;
+            (s, Degree::constant(n).kinked())
+        }
+    })
+}
+
+/// Evaluation context: records whether any kink was met exactly
+/// (SPEC.md §5.3), where the function has no derivative.
+#[derive(Default, Debug)]
+pub struct Ctx {
+    pub at_kink: bool,
+}
+
+fn broadcast_to(t: &Tensor, shape: &[usize]) -> Tensor {
+    if t.shape == shape {
+        t.clone()
+    } else {
+        Tensor::new(shape.to_vec(), vec![t.data[0].clone(); numel(shape)])
+    }
+}
+
+fn binary(a: &Tensor, b: &Tensor, f: impl Fn(&Q, &Q) -> Result<Q, EvalError>) -> Result<Tensor, EvalError> {
+    let s = elementwise_shape(&a.shape, &b.shape).map_err(EvalError::Shape)?;
+    let (a, b) = (broadcast_to(a, &s), broadcast_to(b, &s));
+    let data = a.data.iter().zip(&b.data).map(|(x, y)| f(x, y)).collect::<Result<_, _>>()?;
+    Ok(Tensor::new(s, data))
+}
+
+/// Sum out the broadcast of a scalar: the adjoint of `broadcast_to`.
+fn unbroadcast(g: &Tensor, shape: &[usize]) -> Tensor {
+    if g.shape == shape {
+        g.clone()
+    } else {
+        Tensor::scalar(g.data.iter().fold(Q::zero(), |a, b| a.add(b)))
+    }
+}
+
+/// Reduce along `dim` with `f`, returning the reduced tensor.
+fn reduce(t: &Tensor, dim: usize, mut f: impl FnMut(&[&Q]) -> Q) -> Tensor {
+    let outer: usize = t.shape[..dim].iter().product();
+    let k = t.shape[dim];
+    let inner: usize = t.shape[dim + 1..].iter().product();
+    let mut shape = t.shape.clone();
+    shape.remove(dim);
+    let mut data = Vec::with_capacity(outer * inner);
+    for o in 0..outer {
+        for i in 0..inner {
+            let col: Vec<&Q> = (0..k).map(|j| &t.data[(o * k + j) * inner + i]).collect();
+            data.push(f(&col));
+        }
+    }
+    Tensor::new(shape, data)
+}
+
+/// Insert `dim` of size `k`, repeating values (the adjoint of a sum).
+fn expand(t: &Tensor, dim: usize, k: usize) -> Tensor {
+    Tensor::stack(&vec![t.clone(); k], dim)
+}
+
+/// General einsum; `sizes` gives every label's size (labels of the output
+/// that occur in no operand broadcast).
+pub fn einsum(spec: &Einsum, ops: &[&Tensor], sizes: &[(char, usize)]) -> Tensor {
+    let labels: Vec<char> = sizes.iter().map(|x| x.0).collect();
+    let dims: Vec<usize> = sizes.iter().map(|x| x.1).collect();
+    let stride_of = |ls: &[char], shape: &[usize]| -> Vec<usize> {
+        let st = strides(shape);
+        labels.iter().map(|c| ls.iter().position(|l| l == c).map(|p| st[p]).unwrap_or(0)).collect()
+    };
+    let out_shape: Shape = spec.output.iter().map(|c| sizes.iter().find(|x| x.0 == *c).expect("label size").1).collect();
+    let out_st = stride_of(&spec.output, &out_shape);
+    let op_st: Vec<Vec<usize>> = spec.inputs.iter().zip(ops).map(|(ls, t)| stride_of(ls, &t.shape)).collect();
+    let mut out = Tensor::zeros(&out_shape);
+    for flat in 0..numel(&dims) {
+        let idx = unravel(flat, &dims);
+        let mut prod = Q::one();
+        for (t, st) in ops.iter().zip(&op_st) {
+            let off: usize = idx.iter().zip(st).map(|(i, s)| i * s).sum();
+            prod = prod.mul(&t.data[off]);
+            if prod.is_zero() {
+                break;
+            }
+        }
+        if !prod.is_zero() {
+            let o: usize = idx.iter().zip(&out_st).map(|(i, s)| i * s).sum();
+            out.data[o] = out.data[o].add(&prod);
+        }
+    }
+    out
+}
+
+fn all_sizes(spec: &Einsum, ops: &[&Tensor]) -> Vec<(char, usize)> {
+    let shapes: Vec<Shape> = ops.iter().map(|t| t.shape.clone()).collect();
+    einsum_sizes(spec, &shapes).expect("einsum shapes were inferred")
+}
+
+/// Exact value of `e` on the inputs `xs`. SPEC.md §6.1.
+pub fn eval(e: &Expr, xs: &[Tensor], ctx: &mut Ctx) -> Result<Tensor, EvalError> {
+    Ok(match e {
+        Expr::Var(i) => xs.get(*i).cloned().ok_or_else(|| EvalError::Shape(format!("input {i} missing")))?,
+        Expr::Const(q) => Tensor::scalar(q.clone()),
+        Expr::Neg(a) => eval(a, xs, ctx)?.map(Q::neg),
+        Expr::Add(a, b) => binary(&eval(a, xs, ctx)?, &eval(b, xs, ctx)?, |x, y| Ok(x.add(y)))?,
+        Expr::Sub(a, b) => binary(&eval(a, xs, ctx)?, &eval(b, xs, ctx)?, |x, y| Ok(x.sub(y)))?,
+        Expr::Mul(a, b) => binary(&eval(a, xs, ctx)?, &eval(b, xs, ctx)?, |x, y| Ok(x.mul(y)))?,
+        Expr::Div(a, b) => {
+            binary(&eval(a, xs, ctx)?, &eval(b, xs, ctx)?, |x, y| x.div(y).map_err(|_| EvalError::DivByZero))?
+        }
+        Expr::Pow(a, k) => eval(a, xs, ctx)?.map(|x| (0..*k).fold(Q::one(), |acc, _| acc.mul(x))),
+        Expr::Sum(a, d) => reduce(&eval(a, xs, ctx)?, *d, |c| c.iter().fold(Q::zero(), |s, v| s.add(v))),
+        Expr::Mean(a, d) => {
+            let t = eval(a, xs, ctx)?;
+            let k = Q::int(t.shape[*d] as i64);
+            reduce(&t, *d, |c| c.iter().fold(Q::zero(), |s, v| s.add(v)).div(&k).expect("dim size is positive"))
+        }
+        Expr::Max(a, d) => {
+            let t = eval(a, xs, ctx)?;
+            let mut tie = false;
+            let r = reduce(&t, *d, |c| {
+                let m = c.iter().max().expect("nonempty dim");
+                tie |= c.iter().filter(|v| v == &m).count() > 1;
+                (*m).clone()
+            });
+            ctx.at_kink |= tie;
+            r
+        }
+        Expr::Einsum(spec, args) => {
+            let vals: Vec<Tensor> = args.iter().map(|a| eval(a, xs, ctx)).collect::<Result<_, _>>()?;
+            let refs: Vec<&Tensor> = vals.iter().collect();
+            einsum(spec, &refs, &all_sizes(spec, &refs))
+        }
+        Expr::Reshape(a, s) => Tensor::new(s.clone(), eval(a, xs, ctx)?.data),
+        Expr::Slice(a, d, s, t) => eval(a, xs, ctx)?.slice(*d, *s, *t),
+        Expr::Concat(args, d) => {
+            let vals: Vec<Tensor> = args.iter().map(|a| eval(a, xs, ctx)).collect::<Result<_, _>>()?;
+            Tensor::concat(&vals, *d)
+        }
+        Expr::Take(a, d, idx) => {
+            let t = eval(a, xs, ctx)?;
+            let parts: Vec<Tensor> = idx.iter().map(|&i| t.slice(*d, i, i + 1)).collect();
+            Tensor::concat(&parts, *d)
+        }
+        Expr::UpdateSlice(a, u, start) => {
+            let mut t = eval(a, xs, ctx)?;
+            let uv = eval(u, xs, ctx)?;
+            let st = strides(&t.shape);
+            for (k, v) in uv.data.iter().enumerate() {
+                let i = unravel(k, &uv.shape);
+                let off: usize = i.iter().zip(start).zip(&st).map(|((a, b), s)| (a + b) * s).sum();
+                t.data[off] = v.clone();
+            }
+            t
+        }
+        Expr::Abs(a) => {
+            let t = eval(a, xs, ctx)?;
+            ctx.at_kink |= t.data.iter().any(Q::is_zero);
+            t.map(Q::abs)
+        }
+        Expr::Relu(a) => {
+            let t = eval(a, xs, ctx)?;
+            ctx.at_kink |= t.data.iter().any(Q::is_zero);
+            t.map(|v| if v.is_negative() { Q::zero() } else { v.clone() })
+        }
+        Expr::Floor(a) => {
+            let t = eval(a, xs, ctx)?;
+            ctx.at_kink |= t.data.iter().any(Q::is_integer);
+            t.map(Q::floor)
+        }
+        Expr::Cast(a, bits) => {
+            let t = eval(a, xs, ctx)?;
+            // The kinks of rounding are the midpoints between grid points.
+            ctx.at_kink |= t.data.iter().any(|v| is_midpoint(v, *bits));
+            t.map(|v| v.round_to_bits(*bits))
+        }
+    })
+}
+
+/// Whether `v` is exactly halfway between two multiples of 2^-bits.
+fn is_midpoint(v: &Q, bits: u32) -> bool {
+    let scaled = v.mul(&Q::int(1i64 << (bits + 1)));
+    scaled.is_integer() && !v.mul(&Q::int(1i64 << bits)).is_integer()
+}
+
+/// The local VJP: the cotangent of every input for output cotangent `g`, by
+/// reverse-mode differentiation of the expression (SPEC.md §6.3). Used as the
+/// default backward of a local op; the oracle never calls it to compute a
+/// derivative.
+pub fn vjp(e: &Expr, xs: &[Tensor], g: &Tensor) -> Result<Vec<Tensor>, EvalError> {
+    let mut grads: Vec<Tensor> = xs.iter().map(|x| Tensor::zeros(&x.shape)).collect();
+    let mut ctx = Ctx::default();
+    backprop(e, xs, g, &mut grads, &mut ctx)?;
+    Ok(grads)
+}
+
+fn backprop(e: &Expr, xs: &[Tensor], g: &Tensor, grads: &mut [Tensor], ctx: &mut Ctx) -> Result<(), EvalError> {
+    match e {
+        Expr::Var(i) => grads[*i] = grads[*i].add(g),
+        Expr::Const(_) => {}
+        Expr::Neg(a) => backprop(a, xs, &g.map(Q::neg), grads, ctx)?,
+        Expr::Add(a, b) | Expr::Sub(a, b) => {
+            let (sa, sb) = (eval(a, xs, ctx)?.shape, eval(b, xs, ctx)?.shape);
+            backprop(a, xs, &unbroadcast(g, &sa), grads, ctx)?;
+            let gb = unbroadcast(g, &sb);
+            let gb = if matches!(e, Expr::Sub(..)) { gb.map(Q::neg) } else { gb };
+            backprop(b, xs, &gb, grads, ctx)?;
+        }
+        Expr::Mul(a, b) => {
+            let (va, vb) = (eval(a, xs, ctx)?, eval(b, xs, ctx)?);
+            let ga = binary(g, &vb, |x, y| Ok(x.mul(y)))?;
+            let gb = binary(g, &va, |x, y| Ok(x.mul(y)))?;
+            backprop(a, xs, &unbroadcast(&ga, &va.shape), grads, ctx)?;
+            backprop(b, xs, &unbroadcast(&gb, &vb.shape), grads, ctx)?;
+        }
+        Expr::Div(a, b) => {
+            let (va, vb) = (eval(a, xs, ctx)?, eval(b, xs, ctx)?);
+            let dz = |_| EvalError::DivByZero;
+            let ga = binary(g, &vb, |x, y| x.div(y).map_err(dz))?;
+            // d(a/b)/db = -a/b^2
+            let q = binary(&va, &vb, |x, y| x.div(&y.mul(y)).map_err(dz))?;
+            let gb = binary(g, &q, |x, y| Ok(x.mul(y).neg()))?;
+            backprop(a, xs, &unbroadcast(&ga, &va.shape), grads, ctx)?;
+            backprop(b, xs, &unbroadcast(&gb, &vb.shape), grads, ctx)?;
+        }
+        Expr::Pow(a, k) => {
+            let va = eval(a, xs, ctx)?;
+            let d = va.map(|x| (1..*k).fold(Q::int(*k as i64), |acc, _| acc.mul(x)));
+            backprop(a, xs, &g.zip(&d, Q::mul), grads, ctx)?;
+        }
+        Expr::Sum(a, d) | Expr::Mean(a, d) => {
+            let va = eval(a, xs, ctx)?;
+            let k = va.shape[*d];
+            let mut ga = expand(g, *d, k);
+            if matches!(e, Expr::Mean(..)) {
+                ga = ga.map(|v| v.div(&Q::int(k as i64)).expect("positive"));
+            }
+            backprop(a, xs, &ga, grads, ctx)?;
+        }
+        Expr::Max(a, d) => {
+            // Route the cotangent to the first maximal entry.
+            let va = eval(a, xs, ctx)?;
+            let outer: usize = va.shape[..*d].iter().product();
+            let k = va.shape[*d];
+            let inner: usize = va.shape[*d + 1..].iter().product();
+            let mut ga = Tensor::zeros(&va.shape);
+            for o in 0..outer {
+                for i in 0..inner {
+                    let at = |j: usize| (o * k + j) * inner + i;
+                    let best = (0..k).fold(0, |b, j| if va.data[at(j)] > va.data[at(b)] { j } else { b });
+                    ga.data[at(best)] = g.data[o * inner + i].clone();
+                }
+            }
+            backprop(a, xs, &ga, grads, ctx)?;
+        }
+        Expr::Einsum(spec, args) => {
+            let vals: Vec<Tensor> = args.iter().map(|a| eval(a, xs, ctx)).collect::<Result<_, _>>()?;
+            let refs: Vec<&Tensor> = vals.iter().collect();
+            let sizes = all_sizes(spec, &refs);
+            for k in 0..args.len() {
+                // d/d(operand k): contract g with the other operands onto k's labels.
+                let mut inputs = vec![spec.output.clone()];
+                let mut ops = vec![g];
+                for (j, v) in vals.iter().enumerate() {
+                    if j != k {
+                        inputs.push(spec.inputs[j].clone());
+                        ops.push(v);
+                    }
+                }
+                let s = Einsum { inputs, output: spec.inputs[k].clone() };
+                let gk = einsum(&s, &ops, &sizes);
+                backprop(&args[k], xs, &gk, grads, ctx)?;
+            }
+        }
+        Expr::Reshape(a, _) => {
+            let sa = eval(a, xs, ctx)?.shape;
+            backprop(a, xs, &Tensor::new(sa, g.data.clone()), grads, ctx)?;
+        }
+        Expr::Slice(a, d, s, t) => {
+            let sa = eval(a, xs, ctx)?.shape;
+            let mut parts = Vec::new();
+            let mut shape = sa.clone();
+            if *s > 0 {
+                shape[*d] = *s;
+                parts.push(Tensor::zeros(&shape));
+            }
+            parts.push(g.clone());
+            if *t < sa[*d] {
+                shape[*d] = sa[*d] - t;
+                parts.push(Tensor::zeros(&shape));
+            }
+            backprop(a, xs, &Tensor::concat(&parts, *d), grads, ctx)?;
+        }
+        Expr::Concat(args, d) => {
+            let mut off = 0;
+            for a in args {
+                let len = eval(a, xs, ctx)?.shape[*d];
+                backprop(a, xs, &g.slice(*d, off, off + len), grads, ctx)?;
+                off += len;
+            }
+        }
+        Expr::Take(a, d, idx) => {
+            let va = eval(a, xs, ctx)?;
+            let mut parts: Vec<Tensor> = (0..va.shape[*d]).map(|_| {
+                let mut s = va.shape.clone();
+                s[*d] = 1;
+                Tensor::zeros(&s)
+            }).collect();
+            for (j, &i) in idx.iter().enumerate() {
+                parts[i] = parts[i].add(&g.slice(*d, j, j + 1));
+            }
+            backprop(a, xs, &Tensor::concat(&parts, *d), grads, ctx)?;
+        }
+        Expr::UpdateSlice(a, u, start) => {
+            let vu = eval(u, xs, ctx)?;
+            let st = strides(&g.shape);
+            let mut ga = g.clone();
+            let mut gu = Tensor::zeros(&vu.shape);
+            for k in 0..vu.numel() {
+                let i = unravel(k, &vu.shape);
+                let off: usize = i.iter().zip(start).zip(&st).map(|((a, b), s)| (a + b) * s).sum();
+                gu.data[k] = g.data[off].clone();
+                ga.data[off] = Q::zero();
+            }
+            backprop(a, xs, &ga, grads, ctx)?;
+            backprop(u, xs, &gu, grads, ctx)?;
+        }
+        Expr::Abs(a) | Expr::Relu(a) => {
+            let va = eval(a, xs, ctx)?;
+            let relu = matches!(e, Expr::Relu(..));
+            let slope = va.map(|v| {
+                if v.is_zero() {
+                    Q::zero()
+                } else if v.is_negative() {
+                    if relu { Q::zero() } else { Q::int(-1) }
+                } else {
+                    Q::one()
+                }
+            });
+            backprop(a, xs, &g.zip(&slope, Q::mul), grads, ctx)?;
+        }
+        // Piecewise constant: the derivative is zero away from the kinks.
+        Expr::Floor(_) | Expr::Cast(..) => {}
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expr::parse;
+
+    fn t(shape: &[usize], v: &[i64]) -> Tensor {
+        Tensor::new(shape.to_vec(), v.iter().map(|&x| Q::int(x)).collect())
+    }
+
+    #[test]
+    fn degrees_propagate() {
+        let f = parse("x * y + 1").unwrap();
+        let (_, d) = infer(&f.expr, &[vec![], vec![]]).unwrap();
+        assert_eq!(d.num, vec![1, 1]);
+        assert!(d.is_polynomial());
+        let f = parse("x / (y + 1)").unwrap();
+        let (_, d) = infer(&f.expr, &[vec![], vec![]]).unwrap();
+        assert_eq!((d.num.clone(), d.den.clone()), (vec![1, 0], vec![0, 1]));
+        assert!(!d.is_polynomial());
+        let f = parse("x / 2").unwrap();
+        assert!(infer(&f.expr, &[vec![]]).unwrap().1.is_polynomial());
+    }
+
+    #[test]
+    fn matmul_and_its_vjp() {
+        let f = parse("matmul(a, b)").unwrap();
+        let a = t(&[1, 2], &[1, 2]);
+        let b = t(&[2, 1], &[3, 4]);
+        let y = eval(&f.expr, &[a.clone(), b.clone()], &mut Ctx::default()).unwrap();
+        assert_eq!(y, t(&[1, 1], &[11]));
+        let gs = vjp(&f.expr, &[a, b], &t(&[1, 1], &[1])).unwrap();
+        assert_eq!(gs[0], t(&[1, 2], &[3, 4]));
+        assert_eq!(gs[1], t(&[2, 1], &[1, 2]));
+    }
+
+    #[test]
+    fn kinks_are_detected() {
+        let f = parse("relu(x)").unwrap();
+        let mut c = Ctx::default();
+        eval(&f.expr, &[t(&[], &[0])], &mut c).unwrap();
+        assert!(c.at_kink);
+        let f = parse("cast(x, 1)").unwrap();
+        let mut c = Ctx::default();
+        eval(&f.expr, &[Tensor::scalar(Q::frac(1, 4))], &mut c).unwrap();
+        assert!(c.at_kink);
+        let mut c = Ctx::default();
+        eval(&f.expr, &[Tensor::scalar(Q::frac(1, 2))], &mut c).unwrap();
+        assert!(!c.at_kink);
+    }
+}

@@ -1,0 +1,503 @@
+//! Local functions as expressions, and their parser (SPEC.md §6.1).
+//!
+//! Every built-in local op is an `Expr` node; a user expression such as
+//! `x * y + 1` parses to the same tree, so evaluation, shape and degree
+//! inference and the local VJP each have exactly one arm per op.
+
+use spmd_semantics::Q;
+use std::fmt;
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Expr {
+    /// Input number `i` (variables are numbered in alphabetical order).
+    Var(usize),
+    Const(Q),
+    Neg(Box<Expr>),
+    Add(Box<Expr>, Box<Expr>),
+    Sub(Box<Expr>, Box<Expr>),
+    Mul(Box<Expr>, Box<Expr>),
+    Div(Box<Expr>, Box<Expr>),
+    Pow(Box<Expr>, u32),
+    Sum(Box<Expr>, usize),
+    Mean(Box<Expr>, usize),
+    Max(Box<Expr>, usize),
+    /// `einsum("ij,jk->ik", a, b)`; matmul and transpose are spelled with it.
+    Einsum(Einsum, Vec<Expr>),
+    Reshape(Box<Expr>, Vec<usize>),
+    /// `slice(x, dim, start, end)`.
+    Slice(Box<Expr>, usize, usize, usize),
+    /// `concat(a, b, ..., dim)`.
+    Concat(Vec<Expr>, usize),
+    /// `take(x, dim, [i, ...])`: gather along `dim` with a constant index tensor.
+    Take(Box<Expr>, usize, Vec<usize>),
+    /// `dynamic_update_slice(x, u, [start, ...])`.
+    UpdateSlice(Box<Expr>, Box<Expr>, Vec<usize>),
+    Abs(Box<Expr>),
+    Relu(Box<Expr>),
+    Floor(Box<Expr>),
+    /// Narrowing cast: round to the nearest multiple of 2^-bits, ties to even.
+    Cast(Box<Expr>, u32),
+}
+
+/// A parsed einsum spec: labels of each operand and of the output.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Einsum {
+    pub inputs: Vec<Vec<char>>,
+    pub output: Vec<char>,
+}
+
+impl Einsum {
+    pub fn parse(s: &str) -> Result<Einsum, String> {
+        let (lhs, rhs) = s.split_once("->").ok_or_else(|| format!("einsum spec `{s}` has no `->`"))?;
+        let inputs: Vec<Vec<char>> = lhs.split(',').map(|p| p.trim().chars().collect()).collect();
+        let output: Vec<char> = rhs.trim().chars().collect();
+        for labels in inputs.iter().chain(std::iter::once(&output)) {
+            for (i, c) in labels.iter().enumerate() {
+                if !c.is_ascii_lowercase() {
+                    return Err(format!("einsum label `{c}` in `{s}` is not a lowercase letter"));
+                }
+                if labels[..i].contains(c) {
+                    return Err(format!("einsum spec `{s}` repeats label `{c}` in one operand"));
+                }
+            }
+        }
+        for c in &output {
+            if !inputs.iter().any(|l| l.contains(c)) {
+                return Err(format!("einsum output label `{c}` in `{s}` appears in no operand"));
+            }
+        }
+        Ok(Einsum { inputs, output })
+    }
+}
+
+impl fmt::Display for Einsum {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ins: Vec<String> = self.inputs.iter().map(|l| l.iter().collect()).collect();
+        write!(f, "{}->{}", ins.join(","), self.output.iter().collect::<String>())
+    }
+}
+
+/// A parse error with the 1-based column where it was found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParseError {
+    pub column: usize,
+    pub message: String,
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "column {}: {}", self.column, self.message)
+    }
+}
+
+/// A parsed local function: its tree and the names of its inputs in order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct LocalFn {
+    pub expr: Expr,
+    pub vars: Vec<String>,
+    pub text: String,
+}
+
+impl LocalFn {
+    pub fn arity(&self) -> usize {
+        self.vars.len()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+enum Tok {
+    Num(Q),
+    Ident(String),
+    Str(String),
+    Sym(char),
+    Arrow,
+}
+
+fn lex(src: &str) -> Result<Vec<(Tok, usize)>, ParseError> {
+    let cs: Vec<char> = src.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < cs.len() {
+        let c = cs[i];
+        let col = i + 1;
+        if c.is_whitespace() {
+            i += 1;
+        } else if c.is_ascii_digit() {
+            let s = i;
+            while i < cs.len() && cs[i].is_ascii_digit() {
+                i += 1;
+            }
+            let text: String = cs[s..i].iter().collect();
+            let q = Q::parse(&text).ok_or(ParseError { column: col, message: format!("bad number `{text}`") })?;
+            out.push((Tok::Num(q), col));
+        } else if c.is_alphabetic() || c == '_' {
+            let s = i;
+            while i < cs.len() && (cs[i].is_alphanumeric() || cs[i] == '_') {
+                i += 1;
+            }
+            out.push((Tok::Ident(cs[s..i].iter().collect()), col));
+        } else if c == '"' {
+            let s = i + 1;
+            i += 1;
+            while i < cs.len() && cs[i] != '"' {
+                i += 1;
+            }
+            if i == cs.len() {
+                return Err(ParseError { column: col, message: "unterminated string".into() });
+            }
+            out.push((Tok::Str(cs[s..i].iter().collect()), col));
+            i += 1;
+        } else if c == '-' && cs.get(i + 1) == Some(&'>') {
+            out.push((Tok::Arrow, col));
+            i += 2;
+        } else if "+-*/^(),[]".contains(c) {
+            out.push((Tok::Sym(c), col));
+            i += 1;
+        } else {
+            return Err(ParseError { column: col, message: format!("unexpected character `{c}`") });
+        }
+    }
+    Ok(out)
+}
+
+struct Parser {
+    toks: Vec<(Tok, usize)>,
+    pos: usize,
+    end_col: usize,
+    vars: Vec<String>,
+}
+
+/// Names that are functions, never variables.
+const FUNCTIONS: &[&str] = &[
+    "sum", "mean", "max", "matmul", "einsum", "transpose", "reshape", "slice", "concat", "take", "gather",
+    "dynamic_update_slice", "abs", "relu", "floor", "cast", "pow", "neg",
+];
+
+impl Parser {
+    fn col(&self) -> usize {
+        self.toks.get(self.pos).map(|t| t.1).unwrap_or(self.end_col)
+    }
+    fn err<T>(&self, msg: impl Into<String>) -> Result<T, ParseError> {
+        Err(ParseError { column: self.col(), message: msg.into() })
+    }
+    fn peek(&self) -> Option<&Tok> {
+        self.toks.get(self.pos).map(|t| &t.0)
+    }
+    fn eat(&mut self, c: char) -> bool {
+        if self.peek() == Some(&Tok::Sym(c)) {
+            self.pos += 1;
+            true
+        } else {
+            false
+        }
+    }
+    fn expect(&mut self, c: char) -> Result<(), ParseError> {
+        if self.eat(c) {
+            Ok(())
+        } else {
+            match self.peek() {
+                Some(t) => self.err(format!("expected `{c}`, found {}", describe(t))),
+                None => self.err(format!("expected `{c}`, found end of input")),
+            }
+        }
+    }
+    // expr := term (('+'|'-') term)*
+    fn expr(&mut self) -> Result<Expr, ParseError> {
+        let mut e = self.term()?;
+        loop {
+            if self.eat('+') {
+                e = Expr::Add(Box::new(e), Box::new(self.term()?));
+            } else if self.eat('-') {
+                e = Expr::Sub(Box::new(e), Box::new(self.term()?));
+            } else {
+                return Ok(e);
+            }
+        }
+    }
+    // term := unary (('*'|'/') unary)*
+    fn term(&mut self) -> Result<Expr, ParseError> {
+        let mut e = self.unary()?;
+        loop {
+            if self.eat('*') {
+                e = Expr::Mul(Box::new(e), Box::new(self.unary()?));
+            } else if self.eat('/') {
+                e = Expr::Div(Box::new(e), Box::new(self.unary()?));
+            } else {
+                return Ok(e);
+            }
+        }
+    }
+    fn unary(&mut self) -> Result<Expr, ParseError> {
+        if self.eat('-') {
+            return Ok(Expr::Neg(Box::new(self.unary()?)));
+        }
+        let base = self.atom()?;
+        if self.eat('^') {
+            let n = self.uint("exponent")?;
+            return Ok(Expr::Pow(Box::new(base), n as u32));
+        }
+        Ok(base)
+    }
+    fn uint(&mut self, what: &str) -> Result<usize, ParseError> {
+        match self.peek().cloned() {
+            Some(Tok::Num(q)) if q.is_integer() && !q.is_negative() => {
+                self.pos += 1;
+                q.to_i64().map(|v| v as usize).ok_or(ParseError { column: self.col(), message: format!("{what} too large") })
+            }
+            Some(t) => self.err(format!("expected a non-negative integer {what}, found {}", describe(&t))),
+            None => self.err(format!("expected a non-negative integer {what}, found end of input")),
+        }
+    }
+    fn uint_list(&mut self, what: &str) -> Result<Vec<usize>, ParseError> {
+        self.expect('[')?;
+        let mut v = Vec::new();
+        if !self.eat(']') {
+            loop {
+                v.push(self.uint(what)?);
+                if self.eat(']') {
+                    break;
+                }
+                self.expect(',')?;
+            }
+        }
+        Ok(v)
+    }
+    fn atom(&mut self) -> Result<Expr, ParseError> {
+        let col = self.col();
+        match self.peek().cloned() {
+            Some(Tok::Num(q)) => {
+                self.pos += 1;
+                Ok(Expr::Const(q))
+            }
+            Some(Tok::Sym('(')) => {
+                self.pos += 1;
+                let e = self.expr()?;
+                self.expect(')')?;
+                Ok(e)
+            }
+            Some(Tok::Ident(name)) => {
+                self.pos += 1;
+                if self.peek() == Some(&Tok::Sym('(')) {
+                    self.pos += 1;
+                    let e = self.call(&name, col)?;
+                    self.expect(')')?;
+                    Ok(e)
+                } else if FUNCTIONS.contains(&name.as_str()) {
+                    self.err(format!("`{name}` is a function: write `{name}(...)`"))
+                } else {
+                    let i = match self.vars.iter().position(|v| *v == name) {
+                        Some(i) => i,
+                        None => {
+                            self.vars.push(name);
+                            self.vars.len() - 1
+                        }
+                    };
+                    Ok(Expr::Var(i))
+                }
+            }
+            Some(t) => self.err(format!("expected an expression, found {}", describe(&t))),
+            None => self.err("expected an expression, found end of input"),
+        }
+    }
+    fn call(&mut self, name: &str, col: usize) -> Result<Expr, ParseError> {
+        let b = |e: Expr| Box::new(e);
+        Ok(match name {
+            "sum" | "mean" | "max" => {
+                let e = self.expr()?;
+                self.expect(',')?;
+                let d = self.uint("dim")?;
+                match name {
+                    "sum" => Expr::Sum(b(e), d),
+                    "mean" => Expr::Mean(b(e), d),
+                    _ => Expr::Max(b(e), d),
+                }
+            }
+            "matmul" => {
+                let a = self.expr()?;
+                self.expect(',')?;
+                let c = self.expr()?;
+                Expr::Einsum(Einsum::parse("ij,jk->ik").expect("valid spec"), vec![a, c])
+            }
+            "transpose" => {
+                let a = self.expr()?;
+                Expr::Einsum(Einsum::parse("ij->ji").expect("valid spec"), vec![a])
+            }
+            "einsum" => {
+                let spec = match self.peek().cloned() {
+                    Some(Tok::Str(s)) => {
+                        self.pos += 1;
+                        s
+                    }
+                    _ => return self.err("einsum takes a quoted spec first, e.g. einsum(\"ij,jk->ik\", x, y)"),
+                };
+                let es = Einsum::parse(&spec).map_err(|m| ParseError { column: col, message: m })?;
+                let mut args = Vec::new();
+                while self.eat(',') {
+                    args.push(self.expr()?);
+                }
+                if args.len() != es.inputs.len() {
+                    return Err(ParseError {
+                        column: col,
+                        message: format!("einsum spec `{spec}` names {} operands, got {}", es.inputs.len(), args.len()),
+                    });
+                }
+                Expr::Einsum(es, args)
+            }
+            "reshape" => {
+                let a = self.expr()?;
+                self.expect(',')?;
+                Expr::Reshape(b(a), self.uint_list("dim size")?)
+            }
+            "slice" => {
+                let a = self.expr()?;
+                self.expect(',')?;
+                let d = self.uint("dim")?;
+                self.expect(',')?;
+                let s = self.uint("start")?;
+                self.expect(',')?;
+                let e = self.uint("end")?;
+                Expr::Slice(b(a), d, s, e)
+            }
+            "concat" => {
+                let mut args = vec![self.expr()?];
+                self.expect(',')?;
+                loop {
+                    // The last argument is the dim: an integer literal not followed by an operator.
+                    if let (Some(Tok::Num(_)), Some(Tok::Sym(')'))) =
+                        (self.peek().cloned(), self.toks.get(self.pos + 1).map(|t| t.0.clone()))
+                    {
+                        let d = self.uint("dim")?;
+                        return Ok(Expr::Concat(args, d));
+                    }
+                    args.push(self.expr()?);
+                    self.expect(',')?;
+                }
+            }
+            "take" | "gather" => {
+                let a = self.expr()?;
+                self.expect(',')?;
+                let d = self.uint("dim")?;
+                self.expect(',')?;
+                Expr::Take(b(a), d, self.uint_list("index")?)
+            }
+            "dynamic_update_slice" => {
+                let a = self.expr()?;
+                self.expect(',')?;
+                let u = self.expr()?;
+                self.expect(',')?;
+                Expr::UpdateSlice(b(a), b(u), self.uint_list("start")?)
+            }
+            "abs" | "relu" | "floor" | "neg" => {
+                let a = b(self.expr()?);
+                match name {
+                    "abs" => Expr::Abs(a),
+                    "relu" => Expr::Relu(a),
+                    "neg" => Expr::Neg(a),
+                    _ => Expr::Floor(a),
+                }
+            }
+            "cast" => {
+                let a = self.expr()?;
+                self.expect(',')?;
+                let bits = self.uint("number of fractional bits")?;
+                if bits > 32 {
+                    return Err(ParseError { column: col, message: "cast keeps at most 32 fractional bits".into() });
+                }
+                Expr::Cast(b(a), bits as u32)
+            }
+            "pow" => {
+                let a = self.expr()?;
+                self.expect(',')?;
+                Expr::Pow(b(a), self.uint("exponent")? as u32)
+            }
+            _ => {
+                return Err(ParseError {
+                    column: col,
+                    message: format!("unknown function `{name}` (known: {})", FUNCTIONS.join(", ")),
+                })
+            }
+        })
+    }
+}
+
+fn describe(t: &Tok) -> String {
+    match t {
+        Tok::Num(q) => format!("number `{q}`"),
+        Tok::Ident(s) => format!("`{s}`"),
+        Tok::Str(s) => format!("string \"{s}\""),
+        Tok::Sym(c) => format!("`{c}`"),
+        Tok::Arrow => "`->`".into(),
+    }
+}
+
+/// Renumber variables so that inputs are in alphabetical order of their names.
+fn renumber(e: &Expr, map: &[usize]) -> Expr {
+    let r = |x: &Expr| Box::new(renumber(x, map));
+    match e {
+        Expr::Var(i) => Expr::Var(map[*i]),
+        Expr::Const(q) => Expr::Const(q.clone()),
+        Expr::Neg(a) => Expr::Neg(r(a)),
+        Expr::Add(a, b) => Expr::Add(r(a), r(b)),
+        Expr::Sub(a, b) => Expr::Sub(r(a), r(b)),
+        Expr::Mul(a, b) => Expr::Mul(r(a), r(b)),
+        Expr::Div(a, b) => Expr::Div(r(a), r(b)),
+        Expr::Pow(a, k) => Expr::Pow(r(a), *k),
+        Expr::Sum(a, d) => Expr::Sum(r(a), *d),
+        Expr::Mean(a, d) => Expr::Mean(r(a), *d),
+        Expr::Max(a, d) => Expr::Max(r(a), *d),
+        Expr::Einsum(s, args) => Expr::Einsum(s.clone(), args.iter().map(|a| renumber(a, map)).collect()),
+        Expr::Reshape(a, s) => Expr::Reshape(r(a), s.clone()),
+        Expr::Slice(a, d, s, t) => Expr::Slice(r(a), *d, *s, *t),
+        Expr::Concat(args, d) => Expr::Concat(args.iter().map(|a| renumber(a, map)).collect(), *d),
+        Expr::Take(a, d, idx) => Expr::Take(r(a), *d, idx.clone()),
+        Expr::UpdateSlice(a, u, s) => Expr::UpdateSlice(r(a), r(u), s.clone()),
+        Expr::Abs(a) => Expr::Abs(r(a)),
+        Expr::Relu(a) => Expr::Relu(r(a)),
+        Expr::Floor(a) => Expr::Floor(r(a)),
+        Expr::Cast(a, k) => Expr::Cast(r(a), *k),
+    }
+}
+
+/// Parse a local function such as `x * y + 1`. Its inputs are its variables
+/// in alphabetical order.
+pub fn parse(src: &str) -> Result<LocalFn, ParseError> {
+    let toks = lex(src)?;
+    let mut p = Parser { toks, pos: 0, end_col: src.chars().count() + 1, vars: Vec::new() };
+    let e = p.expr()?;
+    if p.pos < p.toks.len() {
+        let t = p.toks[p.pos].0.clone();
+        return p.err(format!("unexpected {} after a complete expression", describe(&t)));
+    }
+    if p.vars.is_empty() {
+        return Err(ParseError { column: 1, message: "the expression has no input variable".into() });
+    }
+    let mut sorted = p.vars.clone();
+    sorted.sort();
+    let map: Vec<usize> = p.vars.iter().map(|v| sorted.iter().position(|s| s == v).expect("present")).collect();
+    Ok(LocalFn { expr: renumber(&e, &map), vars: sorted, text: src.trim().to_string() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_examples() {
+        for s in ["x * y + 1", "2 * x", "x / (y + 1)", "sum(x, 0)", "einsum(\"ij,jk->ik\", a, b)", "concat(x, y, 0)"] {
+            parse(s).unwrap_or_else(|e| panic!("{s}: {e}"));
+        }
+        let f = parse("y * x").unwrap();
+        assert_eq!(f.vars, vec!["x", "y"]);
+        assert_eq!(f.expr, Expr::Mul(Box::new(Expr::Var(1)), Box::new(Expr::Var(0))));
+    }
+
+    #[test]
+    fn errors_point_at_the_column() {
+        assert_eq!(parse("x * ").unwrap_err().column, 5);
+        assert_eq!(parse("x + )").unwrap_err().column, 5);
+        assert_eq!(parse("x $ y").unwrap_err().column, 3);
+        let e = parse("foo(x)").unwrap_err();
+        assert!(e.message.contains("unknown function"), "{e}");
+        assert_eq!(parse("1 + 2").unwrap_err().message, "the expression has no input variable");
+    }
+}
