@@ -1,1 +1,10 @@
+//! Instance generators for spmd-check (SPEC.md §8): the exhaustive small
+//! scope, value grids ordered for minimal counterexamples, and proptest /
+//! quickcheck generators for random cases beyond it. Depends on semantics and
+//! interp only, never on the oracle.
 
+pub mod exhaustive;
+pub mod random;
+
+pub use exhaustive::{all_types, for_each_grid_point, grid_size, shape_tuples, Exhaustive, Scope, DEFAULT_VALUES};
+pub use random::{arb_mesh, arb_per_rank, arb_shape, arb_state, arb_tensor, arb_type, ArbMesh, ArbPerRank, ArbState, ArbType};

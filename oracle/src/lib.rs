@@ -1,1 +1,11 @@
+//! The oracle of spmd-check (SPEC.md §4, §5, §7): decides the properties of a
+//! typed operation on one instance, with exact finite differences that never
+//! call the backward being checked. Drivers (exhaustive enumeration, proptest,
+//! the CLI) feed it instances and aggregate its outcomes into verdicts.
 
+pub mod check;
+pub mod fd;
+pub mod verdict;
+
+pub use check::{check, show_denot, Outcome, Pass, Property, Shown, Violation};
+pub use verdict::{Tally, Verdict};

@@ -1,0 +1,159 @@
+//! Random instances beyond the exhaustive scope (SPEC.md §8.4): proptest
+//! strategies (with shrinking) and quickcheck `Arbitrary` newtypes. Values are
+//! well formed by construction: free scalars are drawn and replicated along
+//! Invariant and Reduced axes, never filtered.
+
+use proptest::prelude::*;
+use quickcheck::{Arbitrary, Gen};
+use spmd_semantics::perrank::{from_free, num_free};
+use spmd_semantics::{Mesh, PerRank, Shape, State, Tensor, Type, ALL_STATES, Q};
+
+/// A small rational: numerator in -4..=4, denominator in {1, 2, 3, 4}.
+/// Shrinks toward 0 and toward integers.
+pub fn arb_q() -> impl Strategy<Value = Q> {
+    (-4i64..=4, 1i64..=4).prop_map(|(n, d)| Q::frac(n, d))
+}
+
+pub fn arb_state() -> impl Strategy<Value = State> {
+    prop::sample::select(ALL_STATES.to_vec())
+}
+
+/// A mesh of 1 to 3 axes with sizes 1 to 4 and at most 8 ranks.
+pub fn arb_mesh() -> impl Strategy<Value = Mesh> {
+    prop::collection::vec(1usize..=4, 1..=3)
+        .prop_filter("at most 8 ranks", |v| v.iter().product::<usize>() <= 8)
+        .prop_map(|sizes| {
+            let names = ["x", "y", "z"];
+            let axes: Vec<(&str, usize)> = sizes.iter().enumerate().map(|(i, &s)| (names[i], s)).collect();
+            Mesh::new(&axes)
+        })
+}
+
+pub fn arb_type(ndim: usize) -> impl Strategy<Value = Type> {
+    prop::collection::vec(arb_state(), ndim).prop_map(Type::new)
+}
+
+/// A shape of rank 0 to 3 with dims 1 to 4.
+pub fn arb_shape() -> impl Strategy<Value = Shape> {
+    prop::collection::vec(1usize..=4, 0..=3)
+}
+
+pub fn arb_tensor(shape: Shape) -> impl Strategy<Value = Tensor> {
+    let n = shape.iter().product::<usize>();
+    prop::collection::vec(arb_q(), n).prop_map(move |d| Tensor::new(shape.clone(), d))
+}
+
+/// A well-formed per-rank value of type `t` on `m`.
+pub fn arb_per_rank(m: Mesh, t: Type, shape: Shape) -> impl Strategy<Value = PerRank> {
+    let k = num_free(&m, &t, &shape);
+    prop::collection::vec(arb_q(), k).prop_map(move |v| from_free(&m, &t, &shape, &v))
+}
+
+fn gen_q(g: &mut Gen) -> Q {
+    let n = (i8::arbitrary(g) % 5) as i64;
+    let d = (u8::arbitrary(g) % 4) as i64 + 1;
+    Q::frac(n, d)
+}
+
+/// quickcheck wrapper for `State`.
+#[derive(Clone, Debug)]
+pub struct ArbState(pub State);
+impl Arbitrary for ArbState {
+    fn arbitrary(g: &mut Gen) -> ArbState {
+        ArbState(*g.choose(&ALL_STATES).expect("nonempty"))
+    }
+}
+
+/// quickcheck wrapper for `Mesh` (1 or 2 axes, sizes 1..=3).
+#[derive(Clone, Debug)]
+pub struct ArbMesh(pub Mesh);
+impl Arbitrary for ArbMesh {
+    fn arbitrary(g: &mut Gen) -> ArbMesh {
+        let ndim = if bool::arbitrary(g) { 1 } else { 2 };
+        let names = ["x", "y"];
+        let axes: Vec<(&str, usize)> = (0..ndim).map(|i| (names[i], (u8::arbitrary(g) % 3) as usize + 1)).collect();
+        ArbMesh(Mesh::new(&axes))
+    }
+    fn shrink(&self) -> Box<dyn Iterator<Item = ArbMesh>> {
+        // Shrink to fewer ranks: each axis toward size 1.
+        let m = self.0.clone();
+        let smaller: Vec<ArbMesh> = (0..m.ndim())
+            .filter(|&a| m.axes[a].size > 1)
+            .map(|a| {
+                let mut s = m.clone();
+                s.axes[a].size -= 1;
+                ArbMesh(s)
+            })
+            .collect();
+        Box::new(smaller.into_iter())
+    }
+}
+
+/// quickcheck wrapper for a `Type` with its mesh.
+#[derive(Clone, Debug)]
+pub struct ArbType(pub Mesh, pub Type);
+impl Arbitrary for ArbType {
+    fn arbitrary(g: &mut Gen) -> ArbType {
+        let m = ArbMesh::arbitrary(g).0;
+        let t = Type::new((0..m.ndim()).map(|_| ArbState::arbitrary(g).0).collect());
+        ArbType(m, t)
+    }
+}
+
+/// quickcheck wrapper for a well-formed `PerRank` with its mesh and type.
+#[derive(Clone, Debug)]
+pub struct ArbPerRank(pub Mesh, pub Type, pub PerRank);
+impl Arbitrary for ArbPerRank {
+    fn arbitrary(g: &mut Gen) -> ArbPerRank {
+        let ArbType(m, t) = ArbType::arbitrary(g);
+        let shape: Shape = (0..(u8::arbitrary(g) % 3)).map(|_| (u8::arbitrary(g) % 3) as usize + 1).collect();
+        let vals: Vec<Q> = (0..num_free(&m, &t, &shape)).map(|_| gen_q(g)).collect();
+        let x = from_free(&m, &t, &shape, &vals);
+        ArbPerRank(m, t, x)
+    }
+    fn shrink(&self) -> Box<dyn Iterator<Item = ArbPerRank>> {
+        // Shrink by zeroing one free scalar at a time.
+        let (m, t, x) = (self.0.clone(), self.1.clone(), self.2.clone());
+        let free = spmd_semantics::perrank::to_free(&m, &t, &x);
+        let shape = x.shape().to_vec();
+        let out: Vec<ArbPerRank> = (0..free.len())
+            .filter(|&i| !free[i].is_zero())
+            .map(|i| {
+                let mut v = free.clone();
+                v[i] = Q::zero();
+                ArbPerRank(m.clone(), t.clone(), from_free(&m, &t, &shape, &v))
+            })
+            .collect();
+        Box::new(out.into_iter())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spmd_semantics::perrank::{denote, pair_denots, pair_per_rank, well_formed};
+
+    proptest! {
+        #[test]
+        fn generated_values_are_well_formed(m in arb_mesh(), shape in arb_shape(), seed in any::<u64>()) {
+            let t = Type::new((0..m.ndim()).map(|i| ALL_STATES[((seed >> (2 * i)) & 3) as usize]).collect());
+            let k = num_free(&m, &t, &shape);
+            let vals: Vec<Q> = (0..k).map(|i| Q::int(((seed >> (i % 60)) & 3) as i64 - 1)).collect();
+            let x = from_free(&m, &t, &shape, &vals);
+            prop_assert!(well_formed(&m, &t, &x).is_ok());
+        }
+    }
+
+    quickcheck::quickcheck! {
+        // SPEC.md §3.2: the per-rank pairing formula equals the pairing of
+        // denotations, for every type on every mesh.
+        fn pairing_formula_matches_denotations(x: ArbPerRank, seed: u64) -> bool {
+            let ArbPerRank(m, t, x) = x;
+            let c = t.cot();
+            let shape = x.shape().to_vec();
+            let vals: Vec<Q> = (0..num_free(&m, &c, &shape)).map(|i| Q::int(((seed >> (i % 60)) & 7) as i64 - 3)).collect();
+            let g = from_free(&m, &c, &shape, &vals);
+            pair_per_rank(&m, &t, &x, &g) == pair_denots(&m, &t, &denote(&m, &t, &x), &denote(&m, &c, &g))
+        }
+    }
+}

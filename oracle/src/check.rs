@@ -1,0 +1,445 @@
+//! The properties of one typed operation on one instance (SPEC.md §4).
+//!
+//! `check` takes an instance (mesh and well-formed inputs) and decides pass,
+//! outside the domain, or a violation naming the property. It knows nothing
+//! of how instances are enumerated. Its derivative comes from exact finite
+//! differences of the forward (SPEC.md §5); it never calls the backward to
+//! compute one, only to compare against.
+
+use crate::fd::{derivative, FdFail};
+use serde::Serialize;
+use spmd_interp::{Degree, EvalError, TypedOp};
+use spmd_semantics::perrank::{self, denot_basis, denote, free_unit, kernel_basis, num_free, pair_denots, Denot};
+use spmd_semantics::{Mesh, PerRank, Shape, Tensor, Type, Q};
+use std::fmt;
+
+/// The properties of SPEC.md §4, in the order they are checked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub enum Property {
+    F1,
+    F2,
+    F3,
+    B1,
+    B2,
+    B3,
+}
+
+impl Property {
+    /// Name and SPEC.md section, e.g. `F2 well-defined (SPEC.md §4.3)`.
+    pub fn title(self) -> &'static str {
+        match self {
+            Property::F1 => "F1 closure (SPEC.md §4.2)",
+            Property::F2 => "F2 well-defined (SPEC.md §4.3)",
+            Property::F3 => "F3 spec (SPEC.md §4.4)",
+            Property::B1 => "B1 backward closure (SPEC.md §4.5)",
+            Property::B2 => "B2 backward well-defined (SPEC.md §4.6)",
+            Property::B3 => "B3 gradient (SPEC.md §4.7)",
+        }
+    }
+    pub fn code(self) -> &'static str {
+        match self {
+            Property::F1 => "F1",
+            Property::F2 => "F2",
+            Property::F3 => "F3",
+            Property::B1 => "B1",
+            Property::B2 => "B2",
+            Property::B3 => "B3",
+        }
+    }
+}
+
+impl fmt::Display for Property {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.code())
+    }
+}
+
+/// A typed per-rank value as shown in a counterexample.
+#[derive(Clone, Debug)]
+pub struct Shown {
+    pub label: String,
+    pub ty: Type,
+    pub value: PerRank,
+}
+
+/// A property violated by one instance: the counterexample.
+#[derive(Clone, Debug)]
+pub struct Violation {
+    pub property: Property,
+    pub mesh: Mesh,
+    /// What went wrong, in one sentence.
+    pub what: String,
+    /// The values involved (inputs, an equivalent alternative, cotangent, outputs).
+    pub shown: Vec<Shown>,
+    /// The value the property requires and the one produced, as text.
+    pub expected: String,
+    pub actual: String,
+}
+
+impl Violation {
+    /// The inputs of the instance (the values labelled `x…`).
+    pub fn inputs(&self) -> Vec<&Shown> {
+        self.shown.iter().filter(|s| s.label.starts_with('x')).collect()
+    }
+    /// One line: property, mesh, inputs by rank, expected and actual.
+    pub fn one_line(&self) -> String {
+        let ins: Vec<String> = self
+            .inputs()
+            .iter()
+            .map(|s| {
+                let vals: Vec<String> = s.value.tensors.iter().map(|t| t.to_string()).collect();
+                format!("{}:{}=({})", s.label, s.ty.display(&self.mesh), vals.join(", "))
+            })
+            .collect();
+        format!(
+            "{} on mesh {}: {}; {}; expected {}, got {}",
+            self.property.code(),
+            self.mesh,
+            self.what,
+            ins.join(" "),
+            self.expected,
+            self.actual
+        )
+    }
+    /// Several lines, per-rank data drawn as in the seeds.
+    pub fn report(&self) -> String {
+        let mut s = format!("violates {} on mesh {}\n  {}\n", self.property.title(), self.mesh, self.what);
+        for v in &self.shown {
+            let d = denote(&self.mesh, &v.ty, &v.value);
+            s.push_str(&format!("  {} : {}   denotes {}\n", v.label, v.ty.display(&self.mesh), show_denot(&self.mesh, &v.ty, &d)));
+            for line in perrank::draw(&self.mesh, &v.ty, &v.value) {
+                s.push_str(&format!("      {line}\n"));
+            }
+        }
+        s.push_str(&format!("  expected: {}\n  actual:   {}\n", self.expected, self.actual));
+        s
+    }
+}
+
+/// A denotation as text: the single tensor when the type has no Varying axis,
+/// else the family over the Varying coordinates.
+pub fn show_denot(m: &Mesh, t: &Type, d: &Denot) -> String {
+    let reps: Vec<usize> = (0..m.num_ranks())
+        .filter(|&r| {
+            let c = m.coords(r);
+            t.states.iter().enumerate().all(|(a, s)| *s == spmd_semantics::State::Varying || c[a] == 0)
+        })
+        .collect();
+    if reps.len() == 1 {
+        return d.family[reps[0]].to_string();
+    }
+    let parts: Vec<String> = reps.iter().map(|&r| d.family[r].to_string()).collect();
+    format!("<{}>", parts.join(" | "))
+}
+
+/// A passing instance.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Pass {
+    /// B3 could not be decided here (the point is at a kink of a piecewise op).
+    pub b3_undetermined: bool,
+}
+
+/// The outcome of one instance.
+#[derive(Clone, Debug)]
+pub enum Outcome {
+    Pass(Pass),
+    /// The op is undefined here (division by zero): no premise holds.
+    OutsideDomain,
+    Fail(Box<Violation>),
+}
+
+struct Ctx<'a> {
+    op: &'a TypedOp,
+    m: &'a Mesh,
+    shapes: Vec<Shape>,
+    deg: Degree,
+    step: Q,
+}
+
+enum Stop {
+    Domain,
+    Fail(Box<Violation>),
+}
+
+impl From<EvalError> for Stop {
+    fn from(e: EvalError) -> Stop {
+        match e {
+            EvalError::DivByZero => Stop::Domain,
+            EvalError::Shape(s) => panic!("interpreter bug: shape error on an inferred instance: {s}"),
+        }
+    }
+}
+
+fn shown(label: impl Into<String>, ty: &Type, value: &PerRank) -> Shown {
+    Shown { label: label.into(), ty: ty.clone(), value: value.clone() }
+}
+
+impl<'a> Ctx<'a> {
+    fn inputs_shown(&self, xs: &[PerRank]) -> Vec<Shown> {
+        xs.iter().enumerate().map(|(i, x)| shown(format!("x{i}"), &self.op.inputs[i], x)).collect()
+    }
+    fn fail(&self, p: Property, what: String, shown: Vec<Shown>, expected: String, actual: String) -> Stop {
+        Stop::Fail(Box::new(Violation { property: p, mesh: self.m.clone(), what, shown, expected, actual }))
+    }
+    fn den_out(&self, y: &PerRank) -> Denot {
+        denote(self.m, &self.op.output, y)
+    }
+    /// Steps `t` at which to compare along a kernel line (SPEC.md §4.3): for a
+    /// polynomial of degree d in the step, t = 1..d with t = 0 decides it.
+    fn line_steps(&self, i: usize) -> Vec<Q> {
+        let d = self.deg.num[i] + self.deg.den[i];
+        let n = if self.deg.is_polynomial() { d } else { d.max(1) + 1 };
+        (1..=n as i64).map(Q::int).collect()
+    }
+
+    fn run(&self, xs: &[PerRank]) -> Result<Pass, Stop> {
+        let m = self.m;
+        let op = self.op;
+        let fwd = op.op.forward(m, xs)?;
+        let y = fwd.y;
+        // F1: the output is well formed.
+        if let Err(e) = perrank::well_formed(m, &op.output, &y) {
+            let mut s = self.inputs_shown(xs);
+            s.push(shown("y", &op.output, &y));
+            return Err(self.fail(
+                Property::F1,
+                format!("the output differs between ranks along {} axis `{}`", op.output.states[e.axis], m.axes[e.axis].name),
+                s,
+                format!("rank {} equal to rank {}", m.coords(e.other).iter().map(|c| c.to_string()).collect::<Vec<_>>().join(","), m.coords(e.rank).iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")),
+                format!("{} vs {}", y.tensors[e.other], y.tensors[e.rank]),
+            ));
+        }
+        let dy = self.den_out(&y);
+        // F2: moving an input along a direction that denotes zero keeps the
+        // output's denotation.
+        for (i, ti) in op.inputs.iter().enumerate() {
+            for z in kernel_basis(m, ti, &self.shapes[i]) {
+                for t in self.line_steps(i) {
+                    let mut xs2 = xs.to_vec();
+                    xs2[i] = xs[i].axpy(&t, &z);
+                    let y2 = match op.op.forward(m, &xs2) {
+                        Ok(f) => f.y,
+                        Err(EvalError::DivByZero) => continue,
+                        Err(e) => return Err(e.into()),
+                    };
+                    if perrank::well_formed(m, &op.output, &y2).is_err() {
+                        return self.run(&xs2); // report the F1 failure at xs2
+                    }
+                    let dy2 = self.den_out(&y2);
+                    if dy2 != dy {
+                        let mut s = self.inputs_shown(xs);
+                        s.push(shown(format!("x{i}'"), ti, &xs2[i]));
+                        s.push(shown("y", &op.output, &y));
+                        s.push(shown("y'", &op.output, &y2));
+                        return Err(self.fail(
+                            Property::F2,
+                            format!("x{i} and x{i}' are equivalent (same denotation) but the outputs are not"),
+                            s,
+                            show_denot(m, &op.output, &dy),
+                            show_denot(m, &op.output, &dy2),
+                        ));
+                    }
+                }
+            }
+        }
+        // F3: the output denotes the declared global meaning.
+        let dxs: Vec<Denot> = xs.iter().zip(&op.inputs).map(|(x, t)| denote(m, t, x)).collect();
+        let want = op.op.spec(m, &dxs)?;
+        if want != dy {
+            let mut s = self.inputs_shown(xs);
+            s.push(shown("y", &op.output, &y));
+            return Err(self.fail(
+                Property::F3,
+                format!("the output does not denote `{}` of the inputs' denotations", op.op.describe()),
+                s,
+                show_denot(m, &op.output, &want),
+                show_denot(m, &op.output, &dy),
+            ));
+        }
+        self.backward_props(xs, &dy, fwd.at_kink)
+    }
+
+    fn backward_props(&self, xs: &[PerRank], _dy: &Denot, at_kink: bool) -> Result<Pass, Stop> {
+        let m = self.m;
+        let op = self.op;
+        let tc = op.output.cot();
+        let out_shape = op.op.infer(&self.shapes).expect("inferred").0;
+        let gs: Vec<PerRank> = (0..num_free(m, &tc, &out_shape)).map(|k| free_unit(m, &tc, &out_shape, k)).collect();
+        let cot_in: Vec<Type> = op.inputs.iter().map(Type::cot).collect();
+        // B1 and the primal half of B2, per cotangent basis direction.
+        let mut results: Vec<Vec<PerRank>> = Vec::with_capacity(gs.len());
+        for g in &gs {
+            let bs = op.backward(m, xs, g)?;
+            for (i, b) in bs.iter().enumerate() {
+                let bad = if b.shape() != self.shapes[i].as_slice() {
+                    Some(format!("has shape {:?}, the input has {:?}", b.shape(), self.shapes[i]))
+                } else {
+                    perrank::well_formed(m, &cot_in[i], b).err().map(|e| {
+                        format!("differs between ranks along {} axis `{}`", cot_in[i].states[e.axis], m.axes[e.axis].name)
+                    })
+                };
+                if let Some(why) = bad {
+                    let mut s = self.inputs_shown(xs);
+                    s.push(shown("g", &tc, g));
+                    s.push(shown(format!("dx{i}"), &cot_in[i], b));
+                    return Err(self.fail(
+                        Property::B1,
+                        format!("the backward's cotangent for x{i} {why}"),
+                        s,
+                        format!("a well-formed value of type {}", cot_in[i].display(m)),
+                        b.tensors.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(" | "),
+                    ));
+                }
+            }
+            let dbs: Vec<Denot> = bs.iter().zip(&cot_in).map(|(b, t)| denote(m, t, b)).collect();
+            for (j, tj) in op.inputs.iter().enumerate() {
+                for z in kernel_basis(m, tj, &self.shapes[j]) {
+                    for t in self.line_steps(j) {
+                        let mut xs2 = xs.to_vec();
+                        xs2[j] = xs[j].axpy(&t, &z);
+                        let bs2 = match op.backward(m, &xs2, g) {
+                            Ok(b) => b,
+                            Err(EvalError::DivByZero) => continue,
+                            Err(e) => return Err(e.into()),
+                        };
+                        for (i, b2) in bs2.iter().enumerate() {
+                            if perrank::well_formed(m, &cot_in[i], b2).is_err() || denote(m, &cot_in[i], b2) != dbs[i] {
+                                let mut s = self.inputs_shown(xs);
+                                s.push(shown(format!("x{j}'"), tj, &xs2[j]));
+                                s.push(shown("g", &tc, g));
+                                s.push(shown(format!("dx{i}"), &cot_in[i], &bs[i]));
+                                s.push(shown(format!("dx{i}'"), &cot_in[i], b2));
+                                return Err(self.fail(
+                                    Property::B2,
+                                    format!("x{j} and x{j}' are equivalent but the backward's cotangents for x{i} are not"),
+                                    s,
+                                    show_denot(m, &cot_in[i], &dbs[i]),
+                                    show_denot(m, &cot_in[i], &denote(m, &cot_in[i], b2)),
+                                ));
+                            }
+                        }
+                    }
+                }
+            }
+            results.push(bs);
+        }
+        // The cotangent half of B2: a cotangent that denotes zero gives
+        // results that denote zero (the backward is linear in g).
+        for z in kernel_basis(m, &tc, &out_shape) {
+            let bs = op.backward(m, xs, &z)?;
+            for (i, b) in bs.iter().enumerate() {
+                let d = denote(m, &cot_in[i], b);
+                if d.family.iter().any(|t| !t.is_zero()) {
+                    let mut s = self.inputs_shown(xs);
+                    s.push(shown("g", &tc, &z));
+                    s.push(shown(format!("dx{i}"), &cot_in[i], b));
+                    return Err(self.fail(
+                        Property::B2,
+                        "the cotangent g denotes zero but the backward's result does not".into(),
+                        s,
+                        "0".into(),
+                        show_denot(m, &cot_in[i], &d),
+                    ));
+                }
+            }
+        }
+        if at_kink {
+            return Ok(Pass { b3_undetermined: true });
+        }
+        // B3: ⟦backward(x, g)⟧ = Df̄(⟦x⟧)ᵀ ⟦g⟧, with Df̄ from finite differences.
+        for (i, ti) in op.inputs.iter().enumerate() {
+            let basis = denot_basis(m, ti, &self.shapes[i]);
+            // Column k: the derivative of ⟦f⟧ along the k-th unit of ⟦x_i⟧.
+            let mut cols: Vec<Denot> = Vec::with_capacity(basis.len());
+            for (_, e) in &basis {
+                match self.directional(xs, i, e) {
+                    Ok(d) => cols.push(d),
+                    Err(FdFail::Undetermined(_)) => return Ok(Pass { b3_undetermined: true }),
+                }
+            }
+            for (g, bs) in gs.iter().zip(&results) {
+                let dg = denote(m, &tc, g);
+                let vals: Vec<Q> = cols.iter().map(|c| pair_denots(m, &op.output, c, &dg)).collect();
+                let want = expand_denot(m, ti, &self.shapes[i], &basis, &vals);
+                let got = denote(m, &cot_in[i], &bs[i]);
+                if want != got {
+                    let mut s = self.inputs_shown(xs);
+                    s.push(shown("g", &tc, g));
+                    s.push(shown(format!("dx{i}"), &cot_in[i], &bs[i]));
+                    return Err(self.fail(
+                        Property::B3,
+                        format!("the backward's cotangent for x{i} is not the gradient"),
+                        s,
+                        show_denot(m, &cot_in[i], &want),
+                        show_denot(m, &cot_in[i], &got),
+                    ));
+                }
+            }
+        }
+        Ok(Pass::default())
+    }
+
+    /// d/dh ⟦f(x + h e)⟧ at h = 0, moving input `i` along `e` (SPEC.md §5.1).
+    fn directional(&self, xs: &[PerRank], i: usize, e: &PerRank) -> Result<Denot, FdFail> {
+        let m = self.m;
+        let mut f = |h: &Q| -> Result<Option<Vec<Q>>, FdFail> {
+            let mut xs2 = xs.to_vec();
+            xs2[i] = xs[i].axpy(h, e);
+            match self.op.op.forward(m, &xs2) {
+                Ok(fw) if fw.at_kink => Err(FdFail::Undetermined("a sample meets a kink".into())),
+                Ok(fw) => Ok(Some(self.den_out(&fw.y).family.into_iter().flat_map(|t| t.data).collect())),
+                Err(EvalError::DivByZero) => Ok(None),
+                Err(EvalError::Shape(s)) => panic!("interpreter bug: shape error on an inferred instance: {s}"),
+            }
+        };
+        let flat = derivative(&mut f, self.deg.num[i], self.deg.den[i], &self.step)?;
+        let y0 = self.op.op.forward(m, xs).expect("forward was defined").y;
+        let shape = y0.shape().to_vec();
+        let n = shape.iter().product::<usize>();
+        let family = (0..m.num_ranks()).map(|r| Tensor::new(shape.clone(), flat[r * n..(r + 1) * n].to_vec())).collect();
+        Ok(Denot { family })
+    }
+}
+
+/// The denotation (of type `t`'s cotangent, which has the same Varying axes)
+/// whose coordinates in `basis` order are `vals`.
+fn expand_denot(m: &Mesh, t: &Type, shape: &[usize], basis: &[(perrank::DenotCoord, PerRank)], vals: &[Q]) -> Denot {
+    let family = (0..m.num_ranks())
+        .map(|r| {
+            let mut c = m.coords(r);
+            for (a, s) in t.states.iter().enumerate() {
+                if *s != spmd_semantics::State::Varying {
+                    c[a] = 0;
+                }
+            }
+            let rep = m.rank(&c);
+            let mut out = Tensor::zeros(shape);
+            for ((coord, _), v) in basis.iter().zip(vals) {
+                if coord.rank == rep {
+                    out.data[coord.elem] = v.clone();
+                }
+            }
+            out
+        })
+        .collect();
+    Denot { family }
+}
+
+/// Check every property of SPEC.md §4 on one instance: mesh `m`, inputs `xs`
+/// (well formed for their types, of the given shapes).
+pub fn check(op: &TypedOp, m: &Mesh, xs: &[PerRank]) -> Outcome {
+    let shapes: Vec<Shape> = xs.iter().map(|x| x.shape().to_vec()).collect();
+    let deg = match op.op.infer(&shapes) {
+        Ok((_, d)) => d,
+        Err(e) => panic!("interpreter bug: check called on shapes the op rejects: {e}"),
+    };
+    // Piecewise maps are sampled with a small step so that samples stay
+    // between kinks (SPEC.md §5.3).
+    let step = if deg.piecewise { Q::frac(1, 1 << 16) } else { Q::one() };
+    let ctx = Ctx { op, m, shapes, deg, step };
+    match ctx.run(xs) {
+        Ok(p) => Outcome::Pass(p),
+        Err(Stop::Domain) => Outcome::OutsideDomain,
+        Err(Stop::Fail(v)) => Outcome::Fail(v),
+    }
+}

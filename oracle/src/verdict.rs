@@ -1,0 +1,95 @@
+//! Verdicts: what a run over a scope concludes about a typed op (SPEC.md §7.1).
+
+use crate::check::{Outcome, Violation};
+
+/// Counts of instance outcomes over a run.
+#[derive(Clone, Debug, Default)]
+pub struct Tally {
+    /// Instances where every property held and B3 was decided.
+    pub passed: u64,
+    /// Instances where F1-B2 held but B3 was undetermined (at a kink).
+    pub b3_undetermined: u64,
+    /// Instances outside the op's domain (division by zero).
+    pub outside_domain: u64,
+    /// Mesh × shape cases enumerated completely.
+    pub cases: u64,
+    /// Mesh × shape cases left out for having more free scalars than the cap.
+    pub cases_beyond_cap: u64,
+    /// Whether every enumerated case used a grid that makes it a proof.
+    pub proof_grid: bool,
+}
+
+impl Tally {
+    pub fn new() -> Tally {
+        Tally { proof_grid: true, ..Tally::default() }
+    }
+    pub fn record(&mut self, o: &Outcome) {
+        match o {
+            Outcome::Pass(p) if p.b3_undetermined => self.b3_undetermined += 1,
+            Outcome::Pass(_) => self.passed += 1,
+            Outcome::OutsideDomain => self.outside_domain += 1,
+            Outcome::Fail(_) => {}
+        }
+    }
+    pub fn instances(&self) -> u64 {
+        self.passed + self.b3_undetermined + self.outside_domain
+    }
+}
+
+/// The conclusion of a run.
+#[derive(Clone, Debug)]
+pub enum Verdict {
+    /// No instance violated anything. `proof`: the polynomial-grid argument
+    /// (SPEC.md §8.3) makes this hold for all values on the cases checked.
+    Sound { proof: bool, tally: Tally },
+    /// The first violation in the order of SPEC.md §7.2.
+    Unsound { violation: Box<Violation>, tally: Tally },
+    /// No instance satisfied the premises (every case outside the domain, or
+    /// no shape in scope fits the op).
+    Vacuous { tally: Tally },
+    /// No violation, but B3 was never decided (every point at a kink).
+    Undetermined { tally: Tally },
+}
+
+impl Verdict {
+    /// Conclude from a tally and the first violation, if any.
+    pub fn conclude(tally: Tally, violation: Option<Box<Violation>>) -> Verdict {
+        match violation {
+            Some(v) => Verdict::Unsound { violation: v, tally },
+            None if tally.passed + tally.b3_undetermined == 0 => Verdict::Vacuous { tally },
+            None if tally.passed == 0 => Verdict::Undetermined { tally },
+            None => {
+                let proof = tally.proof_grid && tally.b3_undetermined == 0 && tally.cases > 0;
+                Verdict::Sound { proof, tally }
+            }
+        }
+    }
+    pub fn name(&self) -> &'static str {
+        match self {
+            Verdict::Sound { .. } => "sound",
+            Verdict::Unsound { .. } => "unsound",
+            Verdict::Vacuous { .. } => "vacuous",
+            Verdict::Undetermined { .. } => "undetermined",
+        }
+    }
+    pub fn is_sound(&self) -> bool {
+        matches!(self, Verdict::Sound { .. })
+    }
+    pub fn proof(&self) -> bool {
+        matches!(self, Verdict::Sound { proof: true, .. })
+    }
+    pub fn violation(&self) -> Option<&Violation> {
+        match self {
+            Verdict::Unsound { violation, .. } => Some(violation),
+            _ => None,
+        }
+    }
+    pub fn tally(&self) -> &Tally {
+        match self {
+            Verdict::Sound { tally, .. }
+            | Verdict::Unsound { tally, .. }
+            | Verdict::Vacuous { tally }
+            | Verdict::Undetermined { tally } => tally,
+        }
+    }
+}
