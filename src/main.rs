@@ -1,1 +1,192 @@
-fn main(){}
+//! The `spmd-check` command line. Exit codes: 0 all sound / agreed, 1 a
+//! finding or counterexample, 2 bad input.
+
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use spmd_check::conform::{check_row, rows, RowResult};
+use spmd_check::derive::derive;
+use spmd_check::report;
+use spmd_check::run::UsageError;
+use spmd_generators::Scope;
+use spmd_interp::{builtin, parse};
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(name = "spmd-check", version, about = "Exact, exhaustive checking of SPMD sharding type rules")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Args, Clone)]
+struct ScopeArgs {
+    /// Mesh x shape cases with more free scalars than this go to random testing.
+    #[arg(long, default_value_t = 6)]
+    max_free: usize,
+    /// Refuse runs estimated above this many instances.
+    #[arg(long, default_value_t = 20_000_000)]
+    max_instances: u64,
+}
+
+impl ScopeArgs {
+    fn scope(&self) -> Scope {
+        Scope { max_free: self.max_free, max_instances: self.max_instances, ..Scope::default() }
+    }
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Derive the complete table of typings of a local op on one mesh axis.
+    Derive {
+        /// A built-in op (mul, add, sum, matmul, ...).
+        op: Option<String>,
+        /// A local function instead, e.g. "x * y + 1".
+        #[arg(long)]
+        expr: Option<String>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
+    /// Check every seed system's rule table (the conformance suite).
+    Conform {
+        /// Only one system: spmd_types, jax, dtensor, ltensor, nabla.
+        #[arg(long)]
+        dialect: Option<String>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
+    /// Time the main jobs on this machine.
+    Bench,
+}
+
+fn bar(len: u64, json: bool) -> ProgressBar {
+    if json || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let b = ProgressBar::new(len);
+    b.set_style(
+        ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} ({per_sec})")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    b
+}
+
+fn run() -> Result<ExitCode, UsageError> {
+    let cli = Cli::parse();
+    match cli.cmd {
+        Cmd::Derive { op, expr, json, scope } => {
+            let f = match (op, expr) {
+                (Some(name), None) => builtin(&name).map_err(UsageError)?,
+                (None, Some(e)) => parse(&e).map_err(|err| UsageError(format!("--expr `{e}`: {err}")))?,
+                (Some(_), Some(_)) => return Err(UsageError("give either OP or --expr, not both".into())),
+                (None, None) => return Err(UsageError("give an OP (e.g. `derive mul`) or --expr \"x * y\"".into())),
+            };
+            let b = bar(0, json);
+            b.set_message("instances");
+            let rows = derive(&f, &scope.scope(), &|n| b.inc(n))?;
+            b.finish_and_clear();
+            if json {
+                println!("{}", serde_json::to_string_pretty(&report::derive_json(&rows)).expect("json"));
+            } else {
+                println!("typings of `{}` on one mesh axis (SPEC.md §9.1):", f.text);
+                print!("{}", report::derive_text(&rows));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Conform { dialect, json, scope } => {
+            let scope = scope.scope();
+            let rs = rows(dialect.as_deref())?;
+            let b = bar(rs.len() as u64, json);
+            b.set_message("seed rules");
+            let mut results: Vec<RowResult> = Vec::new();
+            for r in rs {
+                results.push(check_row(r, &scope, &|_| {})?);
+                b.inc(1);
+            }
+            b.finish_and_clear();
+            Ok(conform_output(&results, json))
+        }
+        Cmd::Bench => {
+            bench();
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn conform_output(results: &[RowResult], json: bool) -> ExitCode {
+    let defects = results.iter().filter(|r| r.twin_rejected() == Some(false)).count();
+    if json {
+        let v: Vec<serde_json::Value> = results.iter().map(report::row_json).collect();
+        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+    } else {
+        println!("seed rule tables (SPEC.md §9.2):");
+        for r in results {
+            println!("{}", report::row_line(r));
+        }
+        let sound: Vec<&RowResult> = results.iter().filter(|r| r.verdict.is_sound()).collect();
+        let proofs = sound.iter().filter(|r| r.verdict.proof()).count();
+        let twins = results.iter().filter(|r| r.twin_rejected() == Some(true)).count();
+        println!(
+            "\n{} rules checked: {} sound ({} proof, {} bounded), {} unsound; {} negative twins rejected",
+            results.len(),
+            sound.len(),
+            proofs,
+            sound.len() - proofs,
+            results.len() - sound.len(),
+            twins
+        );
+        println!("\nunsound rules, one counterexample each:");
+        for r in results.iter().filter(|r| !r.verdict.is_sound()) {
+            if let Some(v) = r.verdict.violation() {
+                println!("  {}: {}", r.rule.id, v.one_line());
+            }
+        }
+        let findings: Vec<&RowResult> = results.iter().filter(|r| r.finding().is_some()).collect();
+        println!("\nfindings: the seed's claim and the oracle disagree ({}):", findings.len());
+        for r in &findings {
+            println!("  {} [{}] \"{}\": {}", r.rule.id, r.rule.system, r.rule.rule, r.finding().unwrap_or_default());
+        }
+        if defects > 0 {
+            println!("\n{defects} negative twins were NOT rejected: the checker is defective");
+        }
+    }
+    if defects > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn bench() {
+    let scope = Scope::default();
+    for name in ["mul", "add", "matmul", "div", "relu"] {
+        let f = builtin(name).expect("builtin");
+        let t = Instant::now();
+        let rows = derive(&f, &scope, &|_| {}).expect("derive");
+        let n: u64 = rows.iter().map(|r| r.verdict.tally().instances()).sum();
+        println!("derive {name:<8} {:>8.1} ms  {n} instances", t.elapsed().as_secs_f64() * 1e3);
+    }
+    let t = Instant::now();
+    let rs = rows(None).expect("rows");
+    let n = rs.len();
+    for r in rs {
+        check_row(r, &scope, &|_| {}).expect("row");
+    }
+    println!("conform  {:>8.1} ms  {n} rules", t.elapsed().as_secs_f64() * 1e3);
+}
+
+fn main() -> ExitCode {
+    match run() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

@@ -6,10 +6,10 @@
 //! differences of the forward (SPEC.md §5); it never calls the backward to
 //! compute one, only to compare against.
 
-use crate::fd::{derivative, FdFail};
+use crate::fd::{derivative, poly_derivative, FdFail, PolyWeights};
 use serde::Serialize;
 use spmd_interp::{Degree, EvalError, TypedOp};
-use spmd_semantics::perrank::{self, denot_basis, denote, free_unit, kernel_basis, num_free, pair_denots, Denot};
+use spmd_semantics::perrank::{self, denot_basis, denote, free_unit, kernel_basis, num_free, pair_denots, Denot, Projection};
 use spmd_semantics::{Mesh, PerRank, Shape, Tensor, Type, Q};
 use std::fmt;
 
@@ -125,6 +125,18 @@ pub fn show_denot(m: &Mesh, t: &Type, d: &Denot) -> String {
             t.states.iter().enumerate().all(|(a, s)| *s == spmd_semantics::State::Varying || c[a] == 0)
         })
         .collect();
+    // A family that varies where the type does not (a spec value that the
+    // type cannot represent) is shown rank by rank.
+    let constant = (0..m.num_ranks()).all(|r| {
+        let mut c = m.coords(r);
+        for (a, s) in t.states.iter().enumerate() {
+            if *s != spmd_semantics::State::Varying {
+                c[a] = 0;
+            }
+        }
+        d.family[r] == d.family[m.rank(&c)]
+    });
+    let reps: Vec<usize> = if constant { reps } else { (0..m.num_ranks()).collect() };
     if reps.len() == 1 {
         return d.family[reps[0]].to_string();
     }
@@ -148,12 +160,42 @@ pub enum Outcome {
     Fail(Box<Violation>),
 }
 
-struct Ctx<'a> {
+/// Which properties to check (SPEC.md §7.2: the forward properties are
+/// decided over the whole scope before the backward ones).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// F1, F2, F3 only.
+    Forward,
+    /// B1, B2, B3 only (after a forward pass over the same case).
+    Backward,
+    /// Every property.
+    All,
+}
+
+/// One mesh × shape case of a typed op, with everything that does not depend
+/// on the values computed once.
+pub struct Checker<'a> {
     op: &'a TypedOp,
     m: &'a Mesh,
     shapes: Vec<Shape>,
+    out_shape: Shape,
     deg: Degree,
     step: Q,
+    /// Per input: directions that denote zero (SPEC.md §2.5).
+    kernels: Vec<Vec<PerRank>>,
+    /// Per input: the denotation basis (SPEC.md §5.1).
+    bases: Vec<Vec<(perrank::DenotCoord, PerRank)>>,
+    /// Free-scalar basis of the output cotangent type.
+    gs: Vec<PerRank>,
+    /// Directions of the output cotangent type that denote zero.
+    g_kernel: Vec<PerRank>,
+    /// Per input, for a polynomial op: finite-difference weights.
+    weights: Vec<Option<PolyWeights>>,
+    /// Denotation maps of the input, output and cotangent types.
+    proj_in: Vec<Projection>,
+    proj_out: Projection,
+    proj_cot_in: Vec<Projection>,
+    proj_cot_out: Projection,
 }
 
 enum Stop {
@@ -174,7 +216,38 @@ fn shown(label: impl Into<String>, ty: &Type, value: &PerRank) -> Shown {
     Shown { label: label.into(), ty: ty.clone(), value: value.clone() }
 }
 
-impl<'a> Ctx<'a> {
+impl<'a> Checker<'a> {
+    /// Prepare the case `m`, `shapes`; `Err` when the op does not accept the shapes.
+    pub fn new(op: &'a TypedOp, m: &'a Mesh, shapes: Vec<Shape>) -> Result<Checker<'a>, String> {
+        let (out_shape, deg) = op.op.infer(&shapes)?;
+        // Piecewise maps are sampled with a small step so that samples stay
+        // between kinks (SPEC.md §5.3).
+        let step = if deg.piecewise { Q::frac(1, 1 << 16) } else { Q::one() };
+        let kernels = op.inputs.iter().zip(&shapes).map(|(t, s)| kernel_basis(m, t, s)).collect();
+        let bases = op.inputs.iter().zip(&shapes).map(|(t, s)| denot_basis(m, t, s)).collect();
+        let tc = op.output.cot();
+        let gs = (0..num_free(m, &tc, &out_shape)).map(|k| free_unit(m, &tc, &out_shape, k)).collect();
+        let g_kernel = kernel_basis(m, &tc, &out_shape);
+        let weights = deg.num.iter().map(|&d| deg.is_polynomial().then(|| PolyWeights::new(d, &step))).collect();
+        let proj_in = op.inputs.iter().map(|t| Projection::new(m, t)).collect();
+        let proj_cot_in = op.inputs.iter().map(|t| Projection::new(m, &t.cot())).collect();
+        let proj_out = Projection::new(m, &op.output);
+        let proj_cot_out = Projection::new(m, &tc);
+        Ok(Checker {
+            op, m, shapes, out_shape, deg, step, kernels, bases, gs, g_kernel, weights,
+            proj_in, proj_out, proj_cot_in, proj_cot_out,
+        })
+    }
+
+    /// Check one instance: inputs `xs`, well formed for their types.
+    pub fn check(&self, xs: &[PerRank], phase: Phase) -> Outcome {
+        match self.run(xs, phase) {
+            Ok(p) => Outcome::Pass(p),
+            Err(Stop::Domain) => Outcome::OutsideDomain,
+            Err(Stop::Fail(v)) => Outcome::Fail(v),
+        }
+    }
+
     fn inputs_shown(&self, xs: &[PerRank]) -> Vec<Shown> {
         xs.iter().enumerate().map(|(i, x)| shown(format!("x{i}"), &self.op.inputs[i], x)).collect()
     }
@@ -182,7 +255,7 @@ impl<'a> Ctx<'a> {
         Stop::Fail(Box::new(Violation { property: p, mesh: self.m.clone(), what, shown, expected, actual }))
     }
     fn den_out(&self, y: &PerRank) -> Denot {
-        denote(self.m, &self.op.output, y)
+        self.proj_out.denote(y)
     }
     /// Steps `t` at which to compare along a kernel line (SPEC.md §4.3): for a
     /// polynomial of degree d in the step, t = 1..d with t = 0 decides it.
@@ -192,10 +265,14 @@ impl<'a> Ctx<'a> {
         (1..=n as i64).map(Q::int).collect()
     }
 
-    fn run(&self, xs: &[PerRank]) -> Result<Pass, Stop> {
+    fn run(&self, xs: &[PerRank], phase: Phase) -> Result<Pass, Stop> {
         let m = self.m;
         let op = self.op;
         let fwd = op.op.forward(m, xs)?;
+        if phase == Phase::Backward {
+            let dy = self.den_out(&fwd.y);
+            return self.backward_props(xs, &dy, fwd.at_kink);
+        }
         let y = fwd.y;
         // F1: the output is well formed.
         if let Err(e) = perrank::well_formed(m, &op.output, &y) {
@@ -213,17 +290,17 @@ impl<'a> Ctx<'a> {
         // F2: moving an input along a direction that denotes zero keeps the
         // output's denotation.
         for (i, ti) in op.inputs.iter().enumerate() {
-            for z in kernel_basis(m, ti, &self.shapes[i]) {
+            for z in &self.kernels[i] {
                 for t in self.line_steps(i) {
                     let mut xs2 = xs.to_vec();
-                    xs2[i] = xs[i].axpy(&t, &z);
+                    xs2[i] = xs[i].axpy(&t, z);
                     let y2 = match op.op.forward(m, &xs2) {
                         Ok(f) => f.y,
                         Err(EvalError::DivByZero) => continue,
                         Err(e) => return Err(e.into()),
                     };
                     if perrank::well_formed(m, &op.output, &y2).is_err() {
-                        return self.run(&xs2); // report the F1 failure at xs2
+                        return self.run(&xs2, Phase::Forward); // report the F1 failure at xs2
                     }
                     let dy2 = self.den_out(&y2);
                     if dy2 != dy {
@@ -243,7 +320,7 @@ impl<'a> Ctx<'a> {
             }
         }
         // F3: the output denotes the declared global meaning.
-        let dxs: Vec<Denot> = xs.iter().zip(&op.inputs).map(|(x, t)| denote(m, t, x)).collect();
+        let dxs: Vec<Denot> = xs.iter().zip(&self.proj_in).map(|(x, p)| p.denote(x)).collect();
         let want = op.op.spec(m, &dxs)?;
         if want != dy {
             let mut s = self.inputs_shown(xs);
@@ -256,19 +333,22 @@ impl<'a> Ctx<'a> {
                 show_denot(m, &op.output, &dy),
             ));
         }
-        self.backward_props(xs, &dy, fwd.at_kink)
+        match phase {
+            Phase::Forward => Ok(Pass::default()),
+            Phase::All | Phase::Backward => self.backward_props(xs, &dy, fwd.at_kink),
+        }
     }
 
-    fn backward_props(&self, xs: &[PerRank], _dy: &Denot, at_kink: bool) -> Result<Pass, Stop> {
+    fn backward_props(&self, xs: &[PerRank], dy: &Denot, at_kink: bool) -> Result<Pass, Stop> {
+        let y0: Vec<Q> = dy.family.iter().flat_map(|t| t.data.iter().cloned()).collect();
         let m = self.m;
         let op = self.op;
         let tc = op.output.cot();
-        let out_shape = op.op.infer(&self.shapes).expect("inferred").0;
-        let gs: Vec<PerRank> = (0..num_free(m, &tc, &out_shape)).map(|k| free_unit(m, &tc, &out_shape, k)).collect();
+        let gs = &self.gs;
         let cot_in: Vec<Type> = op.inputs.iter().map(Type::cot).collect();
         // B1 and the primal half of B2, per cotangent basis direction.
         let mut results: Vec<Vec<PerRank>> = Vec::with_capacity(gs.len());
-        for g in &gs {
+        for g in gs {
             let bs = op.backward(m, xs, g)?;
             for (i, b) in bs.iter().enumerate() {
                 let bad = if b.shape() != self.shapes[i].as_slice() {
@@ -291,19 +371,19 @@ impl<'a> Ctx<'a> {
                     ));
                 }
             }
-            let dbs: Vec<Denot> = bs.iter().zip(&cot_in).map(|(b, t)| denote(m, t, b)).collect();
+            let dbs: Vec<Denot> = bs.iter().zip(&self.proj_cot_in).map(|(b, p)| p.denote(b)).collect();
             for (j, tj) in op.inputs.iter().enumerate() {
-                for z in kernel_basis(m, tj, &self.shapes[j]) {
+                for z in &self.kernels[j] {
                     for t in self.line_steps(j) {
                         let mut xs2 = xs.to_vec();
-                        xs2[j] = xs[j].axpy(&t, &z);
+                        xs2[j] = xs[j].axpy(&t, z);
                         let bs2 = match op.backward(m, &xs2, g) {
                             Ok(b) => b,
                             Err(EvalError::DivByZero) => continue,
                             Err(e) => return Err(e.into()),
                         };
                         for (i, b2) in bs2.iter().enumerate() {
-                            if perrank::well_formed(m, &cot_in[i], b2).is_err() || denote(m, &cot_in[i], b2) != dbs[i] {
+                            if perrank::well_formed(m, &cot_in[i], b2).is_err() || self.proj_cot_in[i].denote(b2) != dbs[i] {
                                 let mut s = self.inputs_shown(xs);
                                 s.push(shown(format!("x{j}'"), tj, &xs2[j]));
                                 s.push(shown("g", &tc, g));
@@ -325,13 +405,13 @@ impl<'a> Ctx<'a> {
         }
         // The cotangent half of B2: a cotangent that denotes zero gives
         // results that denote zero (the backward is linear in g).
-        for z in kernel_basis(m, &tc, &out_shape) {
-            let bs = op.backward(m, xs, &z)?;
+        for z in &self.g_kernel {
+            let bs = op.backward(m, xs, z)?;
             for (i, b) in bs.iter().enumerate() {
-                let d = denote(m, &cot_in[i], b);
+                let d = self.proj_cot_in[i].denote(b);
                 if d.family.iter().any(|t| !t.is_zero()) {
                     let mut s = self.inputs_shown(xs);
-                    s.push(shown("g", &tc, &z));
+                    s.push(shown("g", &tc, z));
                     s.push(shown(format!("dx{i}"), &cot_in[i], b));
                     return Err(self.fail(
                         Property::B2,
@@ -348,20 +428,20 @@ impl<'a> Ctx<'a> {
         }
         // B3: ⟦backward(x, g)⟧ = Df̄(⟦x⟧)ᵀ ⟦g⟧, with Df̄ from finite differences.
         for (i, ti) in op.inputs.iter().enumerate() {
-            let basis = denot_basis(m, ti, &self.shapes[i]);
+            let basis = &self.bases[i];
             // Column k: the derivative of ⟦f⟧ along the k-th unit of ⟦x_i⟧.
             let mut cols: Vec<Denot> = Vec::with_capacity(basis.len());
-            for (_, e) in &basis {
-                match self.directional(xs, i, e) {
+            for (_, e) in basis {
+                match self.directional(xs, &y0, i, e) {
                     Ok(d) => cols.push(d),
                     Err(FdFail::Undetermined(_)) => return Ok(Pass { b3_undetermined: true }),
                 }
             }
             for (g, bs) in gs.iter().zip(&results) {
-                let dg = denote(m, &tc, g);
+                let dg = self.proj_cot_out.denote(g);
                 let vals: Vec<Q> = cols.iter().map(|c| pair_denots(m, &op.output, c, &dg)).collect();
-                let want = expand_denot(m, ti, &self.shapes[i], &basis, &vals);
-                let got = denote(m, &cot_in[i], &bs[i]);
+                let want = expand_denot(m, ti, &self.shapes[i], basis, &vals);
+                let got = self.proj_cot_in[i].denote(&bs[i]);
                 if want != got {
                     let mut s = self.inputs_shown(xs);
                     s.push(shown("g", &tc, g));
@@ -380,9 +460,12 @@ impl<'a> Ctx<'a> {
     }
 
     /// d/dh ⟦f(x + h e)⟧ at h = 0, moving input `i` along `e` (SPEC.md §5.1).
-    fn directional(&self, xs: &[PerRank], i: usize, e: &PerRank) -> Result<Denot, FdFail> {
+    fn directional(&self, xs: &[PerRank], y0: &[Q], i: usize, e: &PerRank) -> Result<Denot, FdFail> {
         let m = self.m;
         let mut f = |h: &Q| -> Result<Option<Vec<Q>>, FdFail> {
+            if h.is_zero() {
+                return Ok(Some(y0.to_vec()));
+            }
             let mut xs2 = xs.to_vec();
             xs2[i] = xs[i].axpy(h, e);
             match self.op.op.forward(m, &xs2) {
@@ -392,9 +475,11 @@ impl<'a> Ctx<'a> {
                 Err(EvalError::Shape(s)) => panic!("interpreter bug: shape error on an inferred instance: {s}"),
             }
         };
-        let flat = derivative(&mut f, self.deg.num[i], self.deg.den[i], &self.step)?;
-        let y0 = self.op.op.forward(m, xs).expect("forward was defined").y;
-        let shape = y0.shape().to_vec();
+        let flat = match &self.weights[i] {
+            Some(w) => poly_derivative(&mut f, w, &self.step)?,
+            None => derivative(&mut f, self.deg.num[i], self.deg.den[i], &self.step)?,
+        };
+        let shape = self.out_shape.clone();
         let n = shape.iter().product::<usize>();
         let family = (0..m.num_ranks()).map(|r| Tensor::new(shape.clone(), flat[r * n..(r + 1) * n].to_vec())).collect();
         Ok(Denot { family })
@@ -426,20 +511,12 @@ fn expand_denot(m: &Mesh, t: &Type, shape: &[usize], basis: &[(perrank::DenotCoo
 }
 
 /// Check every property of SPEC.md §4 on one instance: mesh `m`, inputs `xs`
-/// (well formed for their types, of the given shapes).
+/// (well formed for their types). Convenience for one-off checks; drivers
+/// prepare a `Checker` per case.
 pub fn check(op: &TypedOp, m: &Mesh, xs: &[PerRank]) -> Outcome {
     let shapes: Vec<Shape> = xs.iter().map(|x| x.shape().to_vec()).collect();
-    let deg = match op.op.infer(&shapes) {
-        Ok((_, d)) => d,
+    match Checker::new(op, m, shapes) {
+        Ok(c) => c.check(xs, Phase::All),
         Err(e) => panic!("interpreter bug: check called on shapes the op rejects: {e}"),
-    };
-    // Piecewise maps are sampled with a small step so that samples stay
-    // between kinks (SPEC.md §5.3).
-    let step = if deg.piecewise { Q::frac(1, 1 << 16) } else { Q::one() };
-    let ctx = Ctx { op, m, shapes, deg, step };
-    match ctx.run(xs) {
-        Ok(p) => Outcome::Pass(p),
-        Err(Stop::Domain) => Outcome::OutsideDomain,
-        Err(Stop::Fail(v)) => Outcome::Fail(v),
     }
 }

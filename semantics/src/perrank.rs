@@ -77,35 +77,61 @@ pub struct Denot {
 /// SPEC.md §2.4: sum over Partial axes, coordinate 0 of Invariant and
 /// Reduced axes, Varying axes kept as an index.
 pub fn denote(m: &Mesh, t: &Type, x: &PerRank) -> Denot {
-    let family = (0..m.num_ranks())
-        .map(|r| {
-            // Project r: I/R coordinates to 0; P coordinates to 0 then summed.
-            let mut base = m.coords(r);
-            let mut p_axes = Vec::new();
-            for (a, s) in t.states.iter().enumerate() {
-                match s {
-                    State::Varying => {}
-                    State::Invariant | State::Reduced => base[a] = 0,
-                    State::Partial => {
-                        base[a] = 0;
-                        p_axes.push(a);
+    Projection::new(m, t).denote(x)
+}
+
+/// The denotation map of one type on one mesh, precomputed: for every rank,
+/// the ranks whose tensors sum to its family entry.
+#[derive(Clone, Debug)]
+pub struct Projection {
+    sources: Vec<Vec<usize>>,
+}
+
+impl Projection {
+    pub fn new(m: &Mesh, t: &Type) -> Projection {
+        let sources = (0..m.num_ranks())
+            .map(|r| {
+                let mut base = m.coords(r);
+                let mut p_axes = Vec::new();
+                for (a, s) in t.states.iter().enumerate() {
+                    match s {
+                        State::Varying => {}
+                        State::Invariant | State::Reduced => base[a] = 0,
+                        State::Partial => {
+                            base[a] = 0;
+                            p_axes.push(a);
+                        }
                     }
                 }
-            }
-            let p_sizes: Vec<usize> = p_axes.iter().map(|&a| m.axes[a].size).collect();
-            let mut acc = Tensor::zeros(x.shape());
-            for k in 0..numel(&p_sizes) {
-                let off = crate::tensor::unravel(k, &p_sizes);
-                let mut c = base.clone();
-                for (i, &a) in p_axes.iter().enumerate() {
-                    c[a] = off[i];
+                let p_sizes: Vec<usize> = p_axes.iter().map(|&a| m.axes[a].size).collect();
+                (0..numel(&p_sizes))
+                    .map(|k| {
+                        let off = crate::tensor::unravel(k, &p_sizes);
+                        let mut c = base.clone();
+                        for (i, &a) in p_axes.iter().enumerate() {
+                            c[a] = off[i];
+                        }
+                        m.rank(&c)
+                    })
+                    .collect()
+            })
+            .collect();
+        Projection { sources }
+    }
+    pub fn denote(&self, x: &PerRank) -> Denot {
+        let family = self
+            .sources
+            .iter()
+            .map(|src| {
+                let mut acc = x.tensors[src[0]].clone();
+                for &r in &src[1..] {
+                    acc = acc.add(&x.tensors[r]);
                 }
-                acc = acc.add(&x.tensors[m.rank(&c)]);
-            }
-            acc
-        })
-        .collect();
-    Denot { family }
+                acc
+            })
+            .collect();
+        Denot { family }
+    }
 }
 
 /// SPEC.md §2.5: equal denotations.

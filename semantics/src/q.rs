@@ -69,6 +69,18 @@ impl Q {
     }
     pub fn add(&self, o: &Q) -> Q {
         if let (Q::Small(a), Q::Small(b)) = (self, o) {
+            // Integers and zeros need no gcd.
+            if *b.numer() == 0 {
+                return self.clone();
+            }
+            if *a.numer() == 0 {
+                return o.clone();
+            }
+            if *a.denom() == 1 && *b.denom() == 1 {
+                if let Some(n) = i64::checked_add(*a.numer(), *b.numer()) {
+                    return Q::Small(Ratio::new_raw(n, 1));
+                }
+            }
             if let Some(r) = a.checked_add(b) {
                 return Q::Small(r);
             }
@@ -77,6 +89,11 @@ impl Q {
     }
     pub fn sub(&self, o: &Q) -> Q {
         if let (Q::Small(a), Q::Small(b)) = (self, o) {
+            if *a.denom() == 1 && *b.denom() == 1 {
+                if let Some(n) = i64::checked_sub(*a.numer(), *b.numer()) {
+                    return Q::Small(Ratio::new_raw(n, 1));
+                }
+            }
             if let Some(r) = a.checked_sub(b) {
                 return Q::Small(r);
             }
@@ -85,6 +102,14 @@ impl Q {
     }
     pub fn mul(&self, o: &Q) -> Q {
         if let (Q::Small(a), Q::Small(b)) = (self, o) {
+            if *a.numer() == 0 || *b.numer() == 0 {
+                return Q::zero();
+            }
+            if *a.denom() == 1 && *b.denom() == 1 {
+                if let Some(n) = i64::checked_mul(*a.numer(), *b.numer()) {
+                    return Q::Small(Ratio::new_raw(n, 1));
+                }
+            }
             if let Some(r) = a.checked_mul(b) {
                 return Q::Small(r);
             }

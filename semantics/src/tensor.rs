@@ -81,7 +81,11 @@ impl Tensor {
     /// Frobenius inner product.
     pub fn dot(&self, o: &Tensor) -> Q {
         assert_eq!(self.shape, o.shape, "Tensor::dot: shape mismatch (interpreter bug)");
-        self.data.iter().zip(&o.data).fold(Q::zero(), |acc, (a, b)| acc.add(&a.mul(b)))
+        self.data
+            .iter()
+            .zip(&o.data)
+            .filter(|(a, b)| !a.is_zero() && !b.is_zero())
+            .fold(Q::zero(), |acc, (a, b)| acc.add(&a.mul(b)))
     }
     pub fn is_zero(&self) -> bool {
         self.data.iter().all(Q::is_zero)

@@ -1,0 +1,47 @@
+//! Deriving the complete table of typings of a local op on one mesh axis
+//! (SPEC.md §9.1).
+
+use crate::run::{check_op, estimate, guard, UsageError};
+use rayon::prelude::*;
+use spmd_generators::{all_types, Scope};
+use spmd_interp::{LocalFn, TypedOp};
+use spmd_oracle::Verdict;
+use spmd_semantics::Type;
+
+/// One typing of the derived table and its verdict.
+pub struct DerivedRow {
+    pub op: TypedOp,
+    pub verdict: Verdict,
+}
+
+/// Every combination of input states × output state on one axis, each
+/// checked by the oracle on the 1-axis meshes of the scope.
+pub fn derive(f: &LocalFn, scope: &Scope, progress: &(dyn Fn(u64) + Sync)) -> Result<Vec<DerivedRow>, UsageError> {
+    let types = all_types(1);
+    let mut ops = Vec::new();
+    let mut ins: Vec<Vec<Type>> = vec![vec![]];
+    for _ in 0..f.arity() {
+        ins = ins.into_iter().flat_map(|v| types.iter().map(move |t| { let mut w = v.clone(); w.push(t.clone()); w })).collect();
+    }
+    for i in &ins {
+        for o in &types {
+            ops.push(TypedOp::local(f.clone(), i.clone(), o.clone()));
+        }
+    }
+    let meshes = scope.meshes_with(1);
+    if meshes.is_empty() {
+        return Err(UsageError("the scope has no one-axis mesh to derive on".into()));
+    }
+    let total = ops.iter().map(|op| estimate(op, scope)).fold(0u64, u64::saturating_add);
+    guard(total, scope)?;
+    if spmd_generators::shape_tuples(&ops[0].op, scope).is_empty() {
+        return Err(UsageError(format!("no input shapes in scope fit `{}`", f.text)));
+    }
+    Ok(ops
+        .into_par_iter()
+        .map(|op| {
+            let verdict = check_op(&op, scope, &meshes, progress);
+            DerivedRow { op, verdict }
+        })
+        .collect())
+}

@@ -1,0 +1,130 @@
+//! Rendering verdicts for people and for tools.
+
+use crate::conform::{Claim, RowResult};
+use crate::derive::DerivedRow;
+use crate::types::letters;
+use serde_json::{json, Value};
+use spmd_oracle::{Verdict, Violation};
+
+/// `sound (proof)`, `sound (bounded)`, `unsound F2`, `vacuous`, `undetermined`.
+pub fn verdict_word(v: &Verdict) -> String {
+    match v {
+        Verdict::Sound { proof: true, .. } => "sound (proof)".into(),
+        Verdict::Sound { .. } => "sound (bounded)".into(),
+        Verdict::Unsound { violation, .. } => format!("unsound {}", violation.property.code()),
+        Verdict::Vacuous { .. } => "vacuous".into(),
+        Verdict::Undetermined { .. } => "undetermined".into(),
+    }
+}
+
+pub fn violation_json(v: &Violation) -> Value {
+    let shown: Vec<Value> = v
+        .shown
+        .iter()
+        .map(|s| {
+            json!({
+                "label": s.label,
+                "type": s.ty.display(&v.mesh),
+                "per_rank": s.value.tensors.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({
+        "property": v.property.code(),
+        "mesh": v.mesh.to_string(),
+        "what": v.what,
+        "values": shown,
+        "expected": v.expected,
+        "actual": v.actual,
+    })
+}
+
+pub fn verdict_json(v: &Verdict) -> Value {
+    let t = v.tally();
+    json!({
+        "verdict": v.name(),
+        "proof": v.proof(),
+        "property": v.violation().map(|x| x.property.code()),
+        "counterexample": v.violation().map(violation_json),
+        "instances": t.instances(),
+        "cases": t.cases,
+        "cases_beyond_cap": t.cases_beyond_cap,
+        "b3_undetermined": t.b3_undetermined,
+    })
+}
+
+/// The derived table as text: one line per typing.
+pub fn derive_text(rows: &[DerivedRow]) -> String {
+    let mut s = String::new();
+    let (mut sound, mut proof) = (0, 0);
+    for r in rows {
+        let m = spmd_semantics::Mesh::line(1);
+        let sig = r.op.signature(&m);
+        let word = verdict_word(&r.verdict);
+        match r.verdict.violation() {
+            Some(v) => s.push_str(&format!("  {sig:<14} {word:<16} {}\n", v.one_line())),
+            None => s.push_str(&format!("  {sig:<14} {word}\n")),
+        }
+        if r.verdict.is_sound() {
+            sound += 1;
+            proof += r.verdict.proof() as usize;
+        }
+    }
+    s.push_str(&format!("{} typings: {} sound ({} proofs), {} not\n", rows.len(), sound, proof, rows.len() - sound));
+    s
+}
+
+pub fn derive_json(rows: &[DerivedRow]) -> Value {
+    Value::Array(
+        rows.iter()
+            .map(|r| {
+                let mut v = verdict_json(&r.verdict);
+                let ins: Vec<String> = r.op.inputs.iter().map(|t| letters(&t.states)).collect();
+                v["inputs"] = json!(ins);
+                v["output"] = json!(letters(&r.op.output.states));
+                v
+            })
+            .collect(),
+    )
+}
+
+fn claim_word(c: Claim) -> &'static str {
+    match c {
+        Claim::Allowed => "allowed",
+        Claim::Forbidden => "forbidden",
+        Claim::Unlisted => "unlisted",
+    }
+}
+
+pub fn row_json(r: &RowResult) -> Value {
+    let mut v = verdict_json(&r.verdict);
+    v["id"] = json!(r.rule.id);
+    v["system"] = json!(r.rule.system);
+    v["rule"] = json!(r.rule.rule);
+    v["op"] = json!(r.rule.op);
+    v["inputs"] = json!(r.rule.inputs);
+    v["output"] = json!(r.rule.output);
+    v["claim"] = json!(claim_word(r.rule.claim));
+    v["agrees"] = json!(r.agrees());
+    v["finding"] = json!(r.finding());
+    if let (Some(t), Some(tv)) = (r.rule.twin, &r.twin) {
+        v["twin"] = json!({
+            "op": t.op, "inputs": t.inputs, "output": t.output,
+            "must_fail": t.fails.code(),
+            "verdict": tv.name(),
+            "property": tv.violation().map(|x| x.property.code()),
+            "rejected": r.twin_rejected(),
+        });
+    }
+    v
+}
+
+pub fn row_line(r: &RowResult) -> String {
+    let sig = format!("{}: {} -> {}", r.rule.op, r.rule.inputs.join(", "), r.rule.output);
+    let twin = match r.twin_rejected() {
+        Some(true) => format!("  [twin rejected: {}]", r.rule.twin.map(|t| t.fails.code()).unwrap_or("")),
+        Some(false) => "  [TWIN NOT REJECTED: checker defect]".into(),
+        None => String::new(),
+    };
+    format!("  {:<12} {:<28} {:<44} {}{}", r.rule.system, r.rule.id, sig, verdict_word(&r.verdict), twin)
+}

@@ -1,0 +1,131 @@
+//! The exhaustive driver: enumerate the scope, ask the oracle, conclude a
+//! verdict (SPEC.md §7, §8).
+
+use spmd_generators::{for_each_grid_point, grid_size, shape_tuples, Scope};
+use spmd_interp::TypedOp;
+use spmd_oracle::{Checker, Outcome, Phase, Tally, Verdict};
+use spmd_semantics::perrank::{from_free, num_free};
+use spmd_semantics::{Mesh, PerRank, Shape, Q};
+use std::ops::ControlFlow;
+
+/// A user error in what was asked (exit code 2).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
+
+/// One mesh × shape case of a run and its grid.
+struct Case {
+    mesh: Mesh,
+    shapes: Vec<Shape>,
+    /// Per input: free-scalar count and its value list.
+    lists: Vec<(usize, Vec<Q>)>,
+    proof_grid: bool,
+}
+
+impl Case {
+    fn points(&self) -> u64 {
+        let flat: Vec<&[Q]> = self.lists.iter().flat_map(|(k, v)| std::iter::repeat_n(v.as_slice(), *k)).collect();
+        grid_size(&flat)
+    }
+}
+
+/// The cases of a typed op in a scope: meshes with as many axes as the types,
+/// every fitting shape tuple, those over the free-scalar cap set aside.
+fn cases(op: &TypedOp, scope: &Scope, meshes: &[Mesh], tally: &mut Tally) -> Vec<Case> {
+    let mut out = Vec::new();
+    for m in meshes {
+        for shapes in shape_tuples(&op.op, scope) {
+            let frees: Vec<usize> = op.inputs.iter().zip(&shapes).map(|(t, s)| num_free(m, t, s)).collect();
+            if frees.iter().sum::<usize>() > scope.max_free {
+                tally.cases_beyond_cap += 1;
+                continue;
+            }
+            let deg = op.op.infer(&shapes).expect("shape tuples fit").1;
+            let poly = deg.is_polynomial() && deg.num.iter().all(|&d| (d as usize) < scope.values.len());
+            let lists = frees.iter().zip(&deg.num).map(|(&k, &d)| (k, scope.grid_values(poly, d))).collect();
+            out.push(Case { mesh: m.clone(), shapes, lists, proof_grid: poly });
+        }
+    }
+    out
+}
+
+/// The meshes a typed op is checked on: those of the scope with as many axes
+/// as its types.
+pub fn meshes_for(op: &TypedOp, scope: &Scope) -> Vec<Mesh> {
+    scope.meshes_with(op.output.states.len())
+}
+
+/// Estimated instance count of checking `op` in `scope`.
+pub fn estimate(op: &TypedOp, scope: &Scope) -> u64 {
+    let mut t = Tally::new();
+    cases(op, scope, &meshes_for(op, scope), &mut t).iter().map(Case::points).fold(0u64, u64::saturating_add)
+}
+
+/// Refuse a run whose estimate exceeds the scope's limit.
+pub fn guard(total: u64, scope: &Scope) -> Result<(), UsageError> {
+    if total > scope.max_instances {
+        return Err(UsageError(format!(
+            "scope too large: about {total} instances (limit {}); raise it with --max-instances {total} or lower --max-free",
+            scope.max_instances
+        )));
+    }
+    Ok(())
+}
+
+/// Check a typed op over the whole scope; stop at the first violation,
+/// minimal in the order of SPEC.md §7.2: smallest mesh, then shapes, then
+/// the most basic property (all forward properties of a case are decided
+/// before its backward ones), then fewest nonzeros, then values.
+pub fn check_op(op: &TypedOp, scope: &Scope, meshes: &[Mesh], progress: &dyn Fn(u64)) -> Verdict {
+    let mut tally = Tally::new();
+    let cs = cases(op, scope, meshes, &mut tally);
+    for c in &cs {
+        let checker = Checker::new(op, &c.mesh, c.shapes.clone()).expect("shape tuples fit");
+        let flat: Vec<&[Q]> = c.lists.iter().flat_map(|(k, v)| std::iter::repeat_n(v.as_slice(), *k)).collect();
+        for phase in [Phase::Forward, Phase::Backward] {
+            let mut n = 0u64;
+            let r = for_each_grid_point(&flat, &mut |point| {
+                let xs = split_inputs(op, c, point);
+                let o = checker.check(&xs, phase);
+                // Count each instance once: its outcome is final after the backward pass.
+                if phase == Phase::Backward {
+                    tally.record(&o);
+                }
+                n += 1;
+                if n % 4096 == 0 {
+                    progress(4096);
+                }
+                match o {
+                    Outcome::Fail(v) => ControlFlow::Break(v),
+                    _ => ControlFlow::Continue(()),
+                }
+            });
+            progress(n % 4096);
+            if let ControlFlow::Break(v) = r {
+                return Verdict::conclude(tally, Some(v));
+            }
+        }
+        tally.cases += 1;
+        tally.proof_grid &= c.proof_grid;
+    }
+    Verdict::conclude(tally, None)
+}
+
+fn split_inputs(op: &TypedOp, c: &Case, point: &[Q]) -> Vec<PerRank> {
+    let mut at = 0;
+    op.inputs
+        .iter()
+        .zip(&c.shapes)
+        .zip(&c.lists)
+        .map(|((t, s), (k, _))| {
+            let x = from_free(&c.mesh, t, s, &point[at..at + k]);
+            at += k;
+            x
+        })
+        .collect()
+}
