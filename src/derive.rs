@@ -16,12 +16,25 @@ pub struct DerivedRow {
 
 /// Every combination of input states × output state on one axis, each
 /// checked by the oracle on the 1-axis meshes of the scope.
-pub fn derive(f: &LocalFn, scope: &Scope, progress: &(dyn Fn(u64) + Sync)) -> Result<Vec<DerivedRow>, UsageError> {
+pub fn derive(
+    f: &LocalFn,
+    scope: &Scope,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Vec<DerivedRow>, UsageError> {
     let types = all_types(1);
     let mut ops = Vec::new();
     let mut ins: Vec<Vec<Type>> = vec![vec![]];
     for _ in 0..f.arity() {
-        ins = ins.into_iter().flat_map(|v| types.iter().map(move |t| { let mut w = v.clone(); w.push(t.clone()); w })).collect();
+        ins = ins
+            .into_iter()
+            .flat_map(|v| {
+                types.iter().map(move |t| {
+                    let mut w = v.clone();
+                    w.push(t.clone());
+                    w
+                })
+            })
+            .collect();
     }
     for i in &ins {
         for o in &types {
@@ -30,12 +43,20 @@ pub fn derive(f: &LocalFn, scope: &Scope, progress: &(dyn Fn(u64) + Sync)) -> Re
     }
     let meshes = scope.meshes_with(1);
     if meshes.is_empty() {
-        return Err(UsageError("the scope has no one-axis mesh to derive on".into()));
+        return Err(UsageError(
+            "the scope has no one-axis mesh to derive on".into(),
+        ));
     }
-    let total = ops.iter().map(|op| estimate(op, scope)).fold(0u64, u64::saturating_add);
+    let total = ops
+        .iter()
+        .map(|op| estimate(op, scope))
+        .fold(0u64, u64::saturating_add);
     guard(total, scope)?;
     if spmd_generators::shape_tuples(&ops[0].op, scope).is_empty() {
-        return Err(UsageError(format!("no input shapes in scope fit `{}`", f.text)));
+        return Err(UsageError(format!(
+            "no input shapes in scope fit `{}`",
+            f.text
+        )));
     }
     Ok(ops
         .into_par_iter()

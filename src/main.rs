@@ -3,6 +3,7 @@
 
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use rayon::prelude::*;
 use spmd_check::conform::{check_row, rows, RowResult};
 use spmd_check::derive::derive;
 use spmd_check::report;
@@ -14,7 +15,11 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 #[derive(Parser)]
-#[command(name = "spmd-check", version, about = "Exact, exhaustive checking of SPMD sharding type rules")]
+#[command(
+    name = "spmd-check",
+    version,
+    about = "Exact, exhaustive checking of SPMD sharding type rules"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -22,9 +27,12 @@ struct Cli {
 
 #[derive(Args, Clone)]
 struct ScopeArgs {
-    /// Mesh x shape cases with more free scalars than this go to random testing.
-    #[arg(long, default_value_t = 6)]
+    /// Mesh x shape cases with more free scalars than this are not enumerated.
+    #[arg(long, default_value_t = 8)]
     max_free: usize,
+    /// Mesh x shape cases with more grid points than this are not enumerated.
+    #[arg(long, default_value_t = 256)]
+    max_points: u64,
     /// Refuse runs estimated above this many instances.
     #[arg(long, default_value_t = 20_000_000)]
     max_instances: u64,
@@ -32,7 +40,12 @@ struct ScopeArgs {
 
 impl ScopeArgs {
     fn scope(&self) -> Scope {
-        Scope { max_free: self.max_free, max_instances: self.max_instances, ..Scope::default() }
+        Scope {
+            max_free: self.max_free,
+            max_points: self.max_points,
+            max_instances: self.max_instances,
+            ..Scope::default()
+        }
     }
 }
 
@@ -80,35 +93,58 @@ fn bar(len: u64, json: bool) -> ProgressBar {
 fn run() -> Result<ExitCode, UsageError> {
     let cli = Cli::parse();
     match cli.cmd {
-        Cmd::Derive { op, expr, json, scope } => {
+        Cmd::Derive {
+            op,
+            expr,
+            json,
+            scope,
+        } => {
             let f = match (op, expr) {
                 (Some(name), None) => builtin(&name).map_err(UsageError)?,
-                (None, Some(e)) => parse(&e).map_err(|err| UsageError(format!("--expr `{e}`: {err}")))?,
-                (Some(_), Some(_)) => return Err(UsageError("give either OP or --expr, not both".into())),
-                (None, None) => return Err(UsageError("give an OP (e.g. `derive mul`) or --expr \"x * y\"".into())),
+                (None, Some(e)) => {
+                    parse(&e).map_err(|err| UsageError(format!("--expr `{e}`: {err}")))?
+                }
+                (Some(_), Some(_)) => {
+                    return Err(UsageError("give either OP or --expr, not both".into()))
+                }
+                (None, None) => {
+                    return Err(UsageError(
+                        "give an OP (e.g. `derive mul`) or --expr \"x * y\"".into(),
+                    ))
+                }
             };
             let b = bar(0, json);
             b.set_message("instances");
             let rows = derive(&f, &scope.scope(), &|n| b.inc(n))?;
             b.finish_and_clear();
             if json {
-                println!("{}", serde_json::to_string_pretty(&report::derive_json(&rows)).expect("json"));
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report::derive_json(&rows)).expect("json")
+                );
             } else {
                 println!("typings of `{}` on one mesh axis (SPEC.md §9.1):", f.text);
                 print!("{}", report::derive_text(&rows));
             }
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Conform { dialect, json, scope } => {
+        Cmd::Conform {
+            dialect,
+            json,
+            scope,
+        } => {
             let scope = scope.scope();
             let rs = rows(dialect.as_deref())?;
             let b = bar(rs.len() as u64, json);
             b.set_message("seed rules");
-            let mut results: Vec<RowResult> = Vec::new();
-            for r in rs {
-                results.push(check_row(r, &scope, &|_| {})?);
-                b.inc(1);
-            }
+            let results: Vec<RowResult> = rs
+                .par_iter()
+                .map(|r| {
+                    let res = check_row(r, &scope, &|_| {});
+                    b.inc(1);
+                    res
+                })
+                .collect::<Result<_, _>>()?;
             b.finish_and_clear();
             Ok(conform_output(&results, json))
         }
@@ -120,7 +156,10 @@ fn run() -> Result<ExitCode, UsageError> {
 }
 
 fn conform_output(results: &[RowResult], json: bool) -> ExitCode {
-    let defects = results.iter().filter(|r| r.twin_rejected() == Some(false)).count();
+    let defects = results
+        .iter()
+        .filter(|r| r.twin_rejected() == Some(false))
+        .count();
     if json {
         let v: Vec<serde_json::Value> = results.iter().map(report::row_json).collect();
         println!("{}", serde_json::to_string_pretty(&v).expect("json"));
@@ -131,7 +170,10 @@ fn conform_output(results: &[RowResult], json: bool) -> ExitCode {
         }
         let sound: Vec<&RowResult> = results.iter().filter(|r| r.verdict.is_sound()).collect();
         let proofs = sound.iter().filter(|r| r.verdict.proof()).count();
-        let twins = results.iter().filter(|r| r.twin_rejected() == Some(true)).count();
+        let twins = results
+            .iter()
+            .filter(|r| r.twin_rejected() == Some(true))
+            .count();
         println!(
             "\n{} rules checked: {} sound ({} proof, {} bounded), {} unsound; {} negative twins rejected",
             results.len(),
@@ -148,9 +190,18 @@ fn conform_output(results: &[RowResult], json: bool) -> ExitCode {
             }
         }
         let findings: Vec<&RowResult> = results.iter().filter(|r| r.finding().is_some()).collect();
-        println!("\nfindings: the seed's claim and the oracle disagree ({}):", findings.len());
+        println!(
+            "\nfindings: the seed's claim and the oracle disagree ({}):",
+            findings.len()
+        );
         for r in &findings {
-            println!("  {} [{}] \"{}\": {}", r.rule.id, r.rule.system, r.rule.rule, r.finding().unwrap_or_default());
+            println!(
+                "  {} [{}] \"{}\": {}",
+                r.rule.id,
+                r.rule.system,
+                r.rule.rule,
+                r.finding().unwrap_or_default()
+            );
         }
         if defects > 0 {
             println!("\n{defects} negative twins were NOT rejected: the checker is defective");
@@ -170,15 +221,21 @@ fn bench() {
         let t = Instant::now();
         let rows = derive(&f, &scope, &|_| {}).expect("derive");
         let n: u64 = rows.iter().map(|r| r.verdict.tally().instances()).sum();
-        println!("derive {name:<8} {:>8.1} ms  {n} instances", t.elapsed().as_secs_f64() * 1e3);
+        println!(
+            "derive {name:<8} {:>8.1} ms  {n} instances",
+            t.elapsed().as_secs_f64() * 1e3
+        );
     }
     let t = Instant::now();
     let rs = rows(None).expect("rows");
     let n = rs.len();
-    for r in rs {
+    rs.par_iter().for_each(|r| {
         check_row(r, &scope, &|_| {}).expect("row");
-    }
-    println!("conform  {:>8.1} ms  {n} rules", t.elapsed().as_secs_f64() * 1e3);
+    });
+    println!(
+        "conform  {:>8.1} ms  {n} rules",
+        t.elapsed().as_secs_f64() * 1e3
+    );
 }
 
 fn main() -> ExitCode {

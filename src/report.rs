@@ -70,7 +70,13 @@ pub fn derive_text(rows: &[DerivedRow]) -> String {
             proof += r.verdict.proof() as usize;
         }
     }
-    s.push_str(&format!("{} typings: {} sound ({} proofs), {} not\n", rows.len(), sound, proof, rows.len() - sound));
+    s.push_str(&format!(
+        "{} typings: {} sound ({} proofs), {} not\n",
+        rows.len(),
+        sound,
+        proof,
+        rows.len() - sound
+    ));
     s
 }
 
@@ -120,11 +126,26 @@ pub fn row_json(r: &RowResult) -> Value {
 }
 
 pub fn row_line(r: &RowResult) -> String {
-    let sig = format!("{}: {} -> {}", r.rule.op, r.rule.inputs.join(", "), r.rule.output);
+    let sig = format!(
+        "{}: {} -> {}",
+        r.rule.op,
+        r.rule.inputs.join(", "),
+        r.rule.output
+    );
     let twin = match r.twin_rejected() {
-        Some(true) => format!("  [twin rejected: {}]", r.rule.twin.map(|t| t.fails.code()).unwrap_or("")),
+        Some(true) => format!(
+            "  [twin rejected: {}]",
+            r.rule.twin.map(|t| t.fails.code()).unwrap_or("")
+        ),
         Some(false) => "  [TWIN NOT REJECTED: checker defect]".into(),
         None => String::new(),
     };
-    format!("  {:<12} {:<28} {:<44} {}{}", r.rule.system, r.rule.id, sig, verdict_word(&r.verdict), twin)
+    format!(
+        "  {:<12} {:<28} {:<44} {}{}",
+        r.rule.system,
+        r.rule.id,
+        sig,
+        verdict_word(&r.verdict),
+        twin
+    )
 }

@@ -29,7 +29,11 @@ struct Case {
 
 impl Case {
     fn points(&self) -> u64 {
-        let flat: Vec<&[Q]> = self.lists.iter().flat_map(|(k, v)| std::iter::repeat_n(v.as_slice(), *k)).collect();
+        let flat: Vec<&[Q]> = self
+            .lists
+            .iter()
+            .flat_map(|(k, v)| std::iter::repeat_n(v.as_slice(), *k))
+            .collect();
         grid_size(&flat)
     }
 }
@@ -40,15 +44,35 @@ fn cases(op: &TypedOp, scope: &Scope, meshes: &[Mesh], tally: &mut Tally) -> Vec
     let mut out = Vec::new();
     for m in meshes {
         for shapes in shape_tuples(&op.op, scope) {
-            let frees: Vec<usize> = op.inputs.iter().zip(&shapes).map(|(t, s)| num_free(m, t, s)).collect();
+            let frees: Vec<usize> = op
+                .inputs
+                .iter()
+                .zip(&shapes)
+                .map(|(t, s)| num_free(m, t, s))
+                .collect();
             if frees.iter().sum::<usize>() > scope.max_free {
                 tally.cases_beyond_cap += 1;
                 continue;
             }
             let deg = op.op.infer(&shapes).expect("shape tuples fit").1;
-            let poly = deg.is_polynomial() && deg.num.iter().all(|&d| (d as usize) < scope.values.len());
-            let lists = frees.iter().zip(&deg.num).map(|(&k, &d)| (k, scope.grid_values(poly, d))).collect();
-            out.push(Case { mesh: m.clone(), shapes, lists, proof_grid: poly });
+            let poly =
+                deg.is_polynomial() && deg.num.iter().all(|&d| (d as usize) < scope.values.len());
+            let lists = frees
+                .iter()
+                .zip(&deg.num)
+                .map(|(&k, &d)| (k, scope.grid_values(poly, d)))
+                .collect();
+            let case = Case {
+                mesh: m.clone(),
+                shapes,
+                lists,
+                proof_grid: poly,
+            };
+            if case.points() > scope.max_points {
+                tally.cases_beyond_cap += 1;
+                continue;
+            }
+            out.push(case);
         }
     }
     out
@@ -63,7 +87,10 @@ pub fn meshes_for(op: &TypedOp, scope: &Scope) -> Vec<Mesh> {
 /// Estimated instance count of checking `op` in `scope`.
 pub fn estimate(op: &TypedOp, scope: &Scope) -> u64 {
     let mut t = Tally::new();
-    cases(op, scope, &meshes_for(op, scope), &mut t).iter().map(Case::points).fold(0u64, u64::saturating_add)
+    cases(op, scope, &meshes_for(op, scope), &mut t)
+        .iter()
+        .map(Case::points)
+        .fold(0u64, u64::saturating_add)
 }
 
 /// Refuse a run whose estimate exceeds the scope's limit.
@@ -86,7 +113,11 @@ pub fn check_op(op: &TypedOp, scope: &Scope, meshes: &[Mesh], progress: &dyn Fn(
     let cs = cases(op, scope, meshes, &mut tally);
     for c in &cs {
         let checker = Checker::new(op, &c.mesh, c.shapes.clone()).expect("shape tuples fit");
-        let flat: Vec<&[Q]> = c.lists.iter().flat_map(|(k, v)| std::iter::repeat_n(v.as_slice(), *k)).collect();
+        let flat: Vec<&[Q]> = c
+            .lists
+            .iter()
+            .flat_map(|(k, v)| std::iter::repeat_n(v.as_slice(), *k))
+            .collect();
         for phase in [Phase::Forward, Phase::Backward] {
             let mut n = 0u64;
             let r = for_each_grid_point(&flat, &mut |point| {

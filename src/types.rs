@@ -16,8 +16,12 @@ pub fn parse_type(d: Dialect, text: &str) -> Result<(Vec<String>, Type), UsageEr
             let (axis, st) = part
                 .split_once(':')
                 .or_else(|| part.split_once('='))
-                .ok_or_else(|| UsageError(format!("`{part}` in type `{t}` is not `axis: state`")))?;
-            let (s, dim) = d.parse_state(st.trim().trim_matches('"')).map_err(UsageError)?;
+                .ok_or_else(|| {
+                    UsageError(format!("`{part}` in type `{t}` is not `axis: state`"))
+                })?;
+            let (s, dim) = d
+                .parse_state(st.trim().trim_matches('"'))
+                .map_err(UsageError)?;
             names.push(axis.trim().to_string());
             states.push(s);
             layout.push(dim);
@@ -28,7 +32,13 @@ pub fn parse_type(d: Dialect, text: &str) -> Result<(Vec<String>, Type), UsageEr
         return Ok((names, Type { states, layout }));
     }
     let (s, dim) = d.parse_state(t).map_err(UsageError)?;
-    Ok((vec!["x".into()], Type { states: vec![s], layout: vec![dim] }))
+    Ok((
+        vec!["x".into()],
+        Type {
+            states: vec![s],
+            layout: vec![dim],
+        },
+    ))
 }
 
 /// Split at commas not inside parentheses (so `Shard(0)` stays whole).
@@ -63,7 +73,9 @@ pub fn parse_types(d: Dialect, texts: &[&str]) -> Result<(Vec<String>, Vec<Type>
         let (names, ty) = parse_type(d, t)?;
         match &axes {
             Some(a) if *a != names => {
-                return Err(UsageError(format!("type `{t}` names axes {names:?}, another type names {a:?}")))
+                return Err(UsageError(format!(
+                    "type `{t}` names axes {names:?}, another type names {a:?}"
+                )))
             }
             _ => axes = Some(names),
         }
@@ -78,7 +90,8 @@ pub fn meshes_named(meshes: &[Mesh], axes: &[String]) -> Vec<Mesh> {
     meshes
         .iter()
         .filter(|m| {
-            m.ndim() == axes.len() && (axes.len() == 1 || m.axes.iter().zip(axes).all(|(a, n)| a.name == *n))
+            m.ndim() == axes.len()
+                && (axes.len() == 1 || m.axes.iter().zip(axes).all(|(a, n)| a.name == *n))
         })
         .cloned()
         .collect()

@@ -34,7 +34,13 @@ pub fn all_types(ndim: usize) -> Vec<Type> {
     for _ in 0..ndim {
         out = out
             .into_iter()
-            .flat_map(|v| ALL_STATES.iter().map(move |s| { let mut w = v.clone(); w.push(*s); w }))
+            .flat_map(|v| {
+                ALL_STATES.iter().map(move |s| {
+                    let mut w = v.clone();
+                    w.push(*s);
+                    w
+                })
+            })
             .collect();
     }
     out.into_iter().map(Type::new).collect()
@@ -56,8 +62,10 @@ pub struct Scope {
     /// Scalar values, simplest first; must start with 0.
     pub values: Vec<Q>,
     /// A mesh × shape case with more free scalars (over all inputs) than this
-    /// is left to the random part.
+    /// is left to the random part ...
     pub max_free: usize,
+    /// ... and so is one whose grid has more points than this.
+    pub max_points: u64,
     /// Refuse to start a run estimated above this many instances.
     pub max_instances: u64,
 }
@@ -76,7 +84,8 @@ impl Default for Scope {
             max_rank: 2,
             max_dim: 3,
             values: DEFAULT_VALUES.iter().map(|&(n, d)| Q::frac(n, d)).collect(),
-            max_free: 6,
+            max_free: 8,
+            max_points: 256,
             max_instances: 20_000_000,
         }
     }
@@ -90,7 +99,13 @@ impl Scope {
         for _ in 0..self.max_rank {
             layer = layer
                 .into_iter()
-                .flat_map(|s| (1..=self.max_dim).map(move |d| { let mut t = s.clone(); t.push(d); t }))
+                .flat_map(|s| {
+                    (1..=self.max_dim).map(move |d| {
+                        let mut t = s.clone();
+                        t.push(d);
+                        t
+                    })
+                })
                 .collect();
             out.extend(layer.iter().cloned());
         }
@@ -99,13 +114,21 @@ impl Scope {
     }
     /// The meshes of the scope with exactly `ndim` axes.
     pub fn meshes_with(&self, ndim: usize) -> Vec<Mesh> {
-        self.meshes.iter().filter(|m| m.ndim() == ndim).cloned().collect()
+        self.meshes
+            .iter()
+            .filter(|m| m.ndim() == ndim)
+            .cloned()
+            .collect()
     }
     /// The grid for one input: the first `degree + 1` values for a polynomial
     /// (enough for a proof), every value otherwise.
     pub fn grid_values(&self, polynomial: bool, degree: u32) -> Vec<Q> {
         if polynomial {
-            self.values.iter().take(degree as usize + 1).cloned().collect()
+            self.values
+                .iter()
+                .take(degree as usize + 1)
+                .cloned()
+                .collect()
         } else {
             self.values.clone()
         }
@@ -120,23 +143,39 @@ pub fn shape_tuples(op: &Op, scope: &Scope) -> Vec<Vec<Shape>> {
     for _ in 0..op.arity() {
         tuples = tuples
             .into_iter()
-            .flat_map(|t| shapes.iter().map(move |s| { let mut u = t.clone(); u.push(s.clone()); u }))
+            .flat_map(|t| {
+                shapes.iter().map(move |s| {
+                    let mut u = t.clone();
+                    u.push(s.clone());
+                    u
+                })
+            })
             .collect();
     }
     let mut ok: Vec<Vec<Shape>> = tuples.into_iter().filter(|t| op.infer(t).is_ok()).collect();
-    ok.sort_by_key(|t| (t.iter().map(|s| s.iter().product::<usize>()).sum::<usize>(), t.clone()));
+    ok.sort_by_key(|t| {
+        (
+            t.iter().map(|s| s.iter().product::<usize>()).sum::<usize>(),
+            t.clone(),
+        )
+    });
     ok
 }
 
 /// Number of points of a grid with `lists[p]` the values of position p.
 pub fn grid_size(lists: &[&[Q]]) -> u64 {
-    lists.iter().fold(1u64, |acc, l| acc.saturating_mul(l.len() as u64))
+    lists
+        .iter()
+        .fold(1u64, |acc, l| acc.saturating_mul(l.len() as u64))
 }
 
 /// Visit every point of the grid (position p takes the values `lists[p]`,
 /// each starting with 0), fewest nonzeros first, then in value order: the
 /// first counterexample met is the one with fewest nonzeros (SPEC.md §7.2).
-pub fn for_each_grid_point<B>(lists: &[&[Q]], f: &mut dyn FnMut(&[Q]) -> ControlFlow<B>) -> ControlFlow<B> {
+pub fn for_each_grid_point<B>(
+    lists: &[&[Q]],
+    f: &mut dyn FnMut(&[Q]) -> ControlFlow<B>,
+) -> ControlFlow<B> {
     let mut point: Vec<Q> = vec![Q::zero(); lists.len()];
     for nnz in 0..=lists.len() {
         subsets(lists, nnz, 0, &mut Vec::new(), &mut point, f)?;
@@ -204,7 +243,10 @@ mod tests {
         dedup.sort();
         dedup.dedup();
         assert_eq!(dedup.len(), seen.len());
-        let nnz: Vec<usize> = seen.iter().map(|p| p.iter().filter(|q| !q.is_zero()).count()).collect();
+        let nnz: Vec<usize> = seen
+            .iter()
+            .map(|p| p.iter().filter(|q| !q.is_zero()).count())
+            .collect();
         assert!(nnz.windows(2).all(|w| w[0] <= w[1]));
     }
 

@@ -24,7 +24,11 @@ pub fn arb_mesh() -> impl Strategy<Value = Mesh> {
         .prop_filter("at most 8 ranks", |v| v.iter().product::<usize>() <= 8)
         .prop_map(|sizes| {
             let names = ["x", "y", "z"];
-            let axes: Vec<(&str, usize)> = sizes.iter().enumerate().map(|(i, &s)| (names[i], s)).collect();
+            let axes: Vec<(&str, usize)> = sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &s)| (names[i], s))
+                .collect();
             Mesh::new(&axes)
         })
 }
@@ -71,7 +75,9 @@ impl Arbitrary for ArbMesh {
     fn arbitrary(g: &mut Gen) -> ArbMesh {
         let ndim = if bool::arbitrary(g) { 1 } else { 2 };
         let names = ["x", "y"];
-        let axes: Vec<(&str, usize)> = (0..ndim).map(|i| (names[i], (u8::arbitrary(g) % 3) as usize + 1)).collect();
+        let axes: Vec<(&str, usize)> = (0..ndim)
+            .map(|i| (names[i], (u8::arbitrary(g) % 3) as usize + 1))
+            .collect();
         ArbMesh(Mesh::new(&axes))
     }
     fn shrink(&self) -> Box<dyn Iterator<Item = ArbMesh>> {
@@ -106,7 +112,9 @@ pub struct ArbPerRank(pub Mesh, pub Type, pub PerRank);
 impl Arbitrary for ArbPerRank {
     fn arbitrary(g: &mut Gen) -> ArbPerRank {
         let ArbType(m, t) = ArbType::arbitrary(g);
-        let shape: Shape = (0..(u8::arbitrary(g) % 3)).map(|_| (u8::arbitrary(g) % 3) as usize + 1).collect();
+        let shape: Shape = (0..(u8::arbitrary(g) % 3))
+            .map(|_| (u8::arbitrary(g) % 3) as usize + 1)
+            .collect();
         let vals: Vec<Q> = (0..num_free(&m, &t, &shape)).map(|_| gen_q(g)).collect();
         let x = from_free(&m, &t, &shape, &vals);
         ArbPerRank(m, t, x)

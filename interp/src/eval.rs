@@ -3,7 +3,7 @@
 
 use crate::expr::{Einsum, Expr};
 use spmd_semantics::tensor::{numel, strides, unravel};
-use spmd_semantics::{Q, Shape, Tensor};
+use spmd_semantics::{Shape, Tensor, Q};
 
 /// Why an evaluation has no value.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,7 +28,11 @@ pub struct Degree {
 
 impl Degree {
     fn constant(n: usize) -> Degree {
-        Degree { num: vec![0; n], den: vec![0; n], piecewise: false }
+        Degree {
+            num: vec![0; n],
+            den: vec![0; n],
+            piecewise: false,
+        }
     }
     /// A polynomial (no division by a non-constant) with no kinks: the
     /// polynomial-grid argument of SPEC.md §8.3 applies.
@@ -36,8 +40,14 @@ impl Degree {
         !self.piecewise && self.den.iter().all(|&d| d == 0)
     }
     fn zip(a: &Degree, b: &Degree, f: impl Fn(u32, u32, u32, u32) -> (u32, u32)) -> Degree {
-        let (num, den) = (0..a.num.len()).map(|i| f(a.num[i], a.den[i], b.num[i], b.den[i])).unzip();
-        Degree { num, den, piecewise: a.piecewise || b.piecewise }
+        let (num, den) = (0..a.num.len())
+            .map(|i| f(a.num[i], a.den[i], b.num[i], b.den[i]))
+            .unzip();
+        Degree {
+            num,
+            den,
+            piecewise: a.piecewise || b.piecewise,
+        }
     }
     /// p1/q1 ± p2/q2 = (p1 q2 ± p2 q1) / (q1 q2).
     fn plus(a: &Degree, b: &Degree) -> Degree {
@@ -52,8 +62,23 @@ impl Degree {
     /// A sum of `k` terms of this degree.
     fn summed(&self, k: usize) -> Degree {
         let k = k.max(1) as u32;
-        let (num, den) = self.num.iter().zip(&self.den).map(|(&n, &d)| if d == 0 { (n, 0) } else { (n + (k - 1) * d, k * d) }).unzip();
-        Degree { num, den, piecewise: self.piecewise }
+        let (num, den) = self
+            .num
+            .iter()
+            .zip(&self.den)
+            .map(|(&n, &d)| {
+                if d == 0 {
+                    (n, 0)
+                } else {
+                    (n + (k - 1) * d, k * d)
+                }
+            })
+            .unzip();
+        Degree {
+            num,
+            den,
+            piecewise: self.piecewise,
+        }
     }
     fn kinked(mut self) -> Degree {
         self.piecewise = true;
@@ -74,7 +99,9 @@ fn elementwise_shape(a: &[usize], b: &[usize]) -> Result<Shape, String> {
     } else if a.is_empty() {
         Ok(b.to_vec())
     } else {
-        Err(format!("shapes {a:?} and {b:?} do not match (only equal shapes or a scalar broadcast)"))
+        Err(format!(
+            "shapes {a:?} and {b:?} do not match (only equal shapes or a scalar broadcast)"
+        ))
     }
 }
 
@@ -91,11 +118,16 @@ fn einsum_sizes(s: &Einsum, shapes: &[Shape]) -> Result<Vec<(char, usize)>, Stri
     let mut sizes: Vec<(char, usize)> = Vec::new();
     for (labels, shape) in s.inputs.iter().zip(shapes) {
         if labels.len() != shape.len() {
-            return Err(format!("einsum `{s}`: operand with labels `{}` has shape {shape:?}", labels.iter().collect::<String>()));
+            return Err(format!(
+                "einsum `{s}`: operand with labels `{}` has shape {shape:?}",
+                labels.iter().collect::<String>()
+            ));
         }
         for (c, &n) in labels.iter().zip(shape) {
             match sizes.iter().find(|(l, _)| l == c) {
-                Some((_, m)) if *m != n => return Err(format!("einsum `{s}`: label `{c}` has sizes {m} and {n}")),
+                Some((_, m)) if *m != n => {
+                    return Err(format!("einsum `{s}`: label `{c}` has sizes {m} and {n}"))
+                }
                 Some(_) => {}
                 None => sizes.push((*c, n)),
             }
@@ -110,7 +142,9 @@ pub fn infer(e: &Expr, shapes: &[Shape]) -> Result<(Shape, Degree), String> {
     let n = shapes.len();
     Ok(match e {
         Expr::Var(i) => {
-            let s = shapes.get(*i).ok_or_else(|| format!("input {i} is missing"))?;
+            let s = shapes
+                .get(*i)
+                .ok_or_else(|| format!("input {i} is missing"))?;
             let mut d = Degree::constant(n);
             d.num[*i] = 1;
             (s.clone(), d)
@@ -132,22 +166,43 @@ pub fn infer(e: &Expr, shapes: &[Shape]) -> Result<(Shape, Degree), String> {
             let (s, d) = infer(a, shapes)?;
             let num = d.num.iter().map(|x| x * k).collect();
             let den = d.den.iter().map(|x| x * k).collect();
-            (s, Degree { num, den, piecewise: d.piecewise })
+            (
+                s,
+                Degree {
+                    num,
+                    den,
+                    piecewise: d.piecewise,
+                },
+            )
         }
         Expr::Sum(a, dim) | Expr::Mean(a, dim) | Expr::Max(a, dim) => {
             let (mut s, d) = infer(a, shapes)?;
             check_dim(&s, *dim, "sum/mean/max")?;
             let k = s.remove(*dim);
-            let d = if matches!(e, Expr::Max(..)) { d.kinked() } else { d.summed(k) };
+            let d = if matches!(e, Expr::Max(..)) {
+                d.kinked()
+            } else {
+                d.summed(k)
+            };
             (s, d)
         }
         Expr::Einsum(spec, args) => {
-            let inferred: Vec<(Shape, Degree)> = args.iter().map(|a| infer(a, shapes)).collect::<Result<_, _>>()?;
+            let inferred: Vec<(Shape, Degree)> = args
+                .iter()
+                .map(|a| infer(a, shapes))
+                .collect::<Result<_, _>>()?;
             let arg_shapes: Vec<Shape> = inferred.iter().map(|x| x.0.clone()).collect();
             let sizes = einsum_sizes(spec, &arg_shapes)?;
-            let out: Shape = spec.output.iter().map(|c| sizes.iter().find(|(l, _)| l == c).expect("checked").1).collect();
-            let contracted: usize =
-                sizes.iter().filter(|(l, _)| !spec.output.contains(l)).map(|(_, s)| *s).product();
+            let out: Shape = spec
+                .output
+                .iter()
+                .map(|c| sizes.iter().find(|(l, _)| l == c).expect("checked").1)
+                .collect();
+            let contracted: usize = sizes
+                .iter()
+                .filter(|(l, _)| !spec.output.contains(l))
+                .map(|(_, s)| *s)
+                .product();
             let mut d = inferred[0].1.clone();
             for (_, di) in &inferred[1..] {
                 d = Degree::times(&d, di);
@@ -157,7 +212,9 @@ pub fn infer(e: &Expr, shapes: &[Shape]) -> Result<(Shape, Degree), String> {
         Expr::Reshape(a, shape) => {
             let (s, d) = infer(a, shapes)?;
             if numel(&s) != numel(shape) {
-                return Err(format!("reshape of {s:?} to {shape:?} changes the number of elements"));
+                return Err(format!(
+                    "reshape of {s:?} to {shape:?} changes the number of elements"
+                ));
             }
             (shape.clone(), d)
         }
@@ -165,13 +222,19 @@ pub fn infer(e: &Expr, shapes: &[Shape]) -> Result<(Shape, Degree), String> {
             let (mut s, d) = infer(a, shapes)?;
             check_dim(&s, *dim, "slice")?;
             if start >= end || *end > s[*dim] {
-                return Err(format!("slice {start}..{end} out of range for dim {dim} of size {}", s[*dim]));
+                return Err(format!(
+                    "slice {start}..{end} out of range for dim {dim} of size {}",
+                    s[*dim]
+                ));
             }
             s[*dim] = end - start;
             (s, d)
         }
         Expr::Concat(args, dim) => {
-            let inferred: Vec<(Shape, Degree)> = args.iter().map(|a| infer(a, shapes)).collect::<Result<_, _>>()?;
+            let inferred: Vec<(Shape, Degree)> = args
+                .iter()
+                .map(|a| infer(a, shapes))
+                .collect::<Result<_, _>>()?;
             let mut s = inferred[0].0.clone();
             check_dim(&s, *dim, "concat")?;
             for (si, _) in &inferred[1..] {
@@ -194,7 +257,10 @@ pub fn infer(e: &Expr, shapes: &[Shape]) -> Result<(Shape, Degree), String> {
             let (mut s, d) = infer(a, shapes)?;
             check_dim(&s, *dim, "take")?;
             if let Some(bad) = idx.iter().find(|&&i| i >= s[*dim]) {
-                return Err(format!("take index {bad} out of range for dim {dim} of size {}", s[*dim]));
+                return Err(format!(
+                    "take index {bad} out of range for dim {dim} of size {}",
+                    s[*dim]
+                ));
             }
             s[*dim] = idx.len();
             (s, d)
@@ -203,11 +269,15 @@ pub fn infer(e: &Expr, shapes: &[Shape]) -> Result<(Shape, Degree), String> {
             let (s, da) = infer(a, shapes)?;
             let (su, du) = infer(u, shapes)?;
             if su.len() != s.len() || start.len() != s.len() {
-                return Err(format!("dynamic_update_slice: ranks of {s:?}, {su:?} and start {start:?} differ"));
+                return Err(format!(
+                    "dynamic_update_slice: ranks of {s:?}, {su:?} and start {start:?} differ"
+                ));
             }
             for k in 0..s.len() {
                 if start[k] + su[k] > s[k] {
-                    return Err(format!("dynamic_update_slice: update {su:?} at {start:?} does not fit in {s:?}"));
+                    return Err(format!(
+                        "dynamic_update_slice: update {su:?} at {start:?} does not fit in {s:?}"
+                    ));
                 }
             }
             (s, Degree::merge(&[da, du]))
@@ -238,10 +308,19 @@ fn broadcast_to(t: &Tensor, shape: &[usize]) -> Tensor {
     }
 }
 
-fn binary(a: &Tensor, b: &Tensor, f: impl Fn(&Q, &Q) -> Result<Q, EvalError>) -> Result<Tensor, EvalError> {
+fn binary(
+    a: &Tensor,
+    b: &Tensor,
+    f: impl Fn(&Q, &Q) -> Result<Q, EvalError>,
+) -> Result<Tensor, EvalError> {
     let s = elementwise_shape(&a.shape, &b.shape).map_err(EvalError::Shape)?;
     let (a, b) = (broadcast_to(a, &s), broadcast_to(b, &s));
-    let data = a.data.iter().zip(&b.data).map(|(x, y)| f(x, y)).collect::<Result<_, _>>()?;
+    let data = a
+        .data
+        .iter()
+        .zip(&b.data)
+        .map(|(x, y)| f(x, y))
+        .collect::<Result<_, _>>()?;
     Ok(Tensor::new(s, data))
 }
 
@@ -283,11 +362,23 @@ pub fn einsum(spec: &Einsum, ops: &[&Tensor], sizes: &[(char, usize)]) -> Tensor
     let dims: Vec<usize> = sizes.iter().map(|x| x.1).collect();
     let stride_of = |ls: &[char], shape: &[usize]| -> Vec<usize> {
         let st = strides(shape);
-        labels.iter().map(|c| ls.iter().position(|l| l == c).map(|p| st[p]).unwrap_or(0)).collect()
+        labels
+            .iter()
+            .map(|c| ls.iter().position(|l| l == c).map(|p| st[p]).unwrap_or(0))
+            .collect()
     };
-    let out_shape: Shape = spec.output.iter().map(|c| sizes.iter().find(|x| x.0 == *c).expect("label size").1).collect();
+    let out_shape: Shape = spec
+        .output
+        .iter()
+        .map(|c| sizes.iter().find(|x| x.0 == *c).expect("label size").1)
+        .collect();
     let out_st = stride_of(&spec.output, &out_shape);
-    let op_st: Vec<Vec<usize>> = spec.inputs.iter().zip(ops).map(|(ls, t)| stride_of(ls, &t.shape)).collect();
+    let op_st: Vec<Vec<usize>> = spec
+        .inputs
+        .iter()
+        .zip(ops)
+        .map(|(ls, t)| stride_of(ls, &t.shape))
+        .collect();
     let mut out = Tensor::zeros(&out_shape);
     for flat in 0..numel(&dims) {
         let idx = unravel(flat, &dims);
@@ -315,21 +406,31 @@ fn all_sizes(spec: &Einsum, ops: &[&Tensor]) -> Vec<(char, usize)> {
 /// Exact value of `e` on the inputs `xs`. SPEC.md §6.1.
 pub fn eval(e: &Expr, xs: &[Tensor], ctx: &mut Ctx) -> Result<Tensor, EvalError> {
     Ok(match e {
-        Expr::Var(i) => xs.get(*i).cloned().ok_or_else(|| EvalError::Shape(format!("input {i} missing")))?,
+        Expr::Var(i) => xs
+            .get(*i)
+            .cloned()
+            .ok_or_else(|| EvalError::Shape(format!("input {i} missing")))?,
         Expr::Const(q) => Tensor::scalar(q.clone()),
         Expr::Neg(a) => eval(a, xs, ctx)?.map(Q::neg),
         Expr::Add(a, b) => binary(&eval(a, xs, ctx)?, &eval(b, xs, ctx)?, |x, y| Ok(x.add(y)))?,
         Expr::Sub(a, b) => binary(&eval(a, xs, ctx)?, &eval(b, xs, ctx)?, |x, y| Ok(x.sub(y)))?,
         Expr::Mul(a, b) => binary(&eval(a, xs, ctx)?, &eval(b, xs, ctx)?, |x, y| Ok(x.mul(y)))?,
-        Expr::Div(a, b) => {
-            binary(&eval(a, xs, ctx)?, &eval(b, xs, ctx)?, |x, y| x.div(y).map_err(|_| EvalError::DivByZero))?
-        }
+        Expr::Div(a, b) => binary(&eval(a, xs, ctx)?, &eval(b, xs, ctx)?, |x, y| {
+            x.div(y).map_err(|_| EvalError::DivByZero)
+        })?,
         Expr::Pow(a, k) => eval(a, xs, ctx)?.map(|x| (0..*k).fold(Q::one(), |acc, _| acc.mul(x))),
-        Expr::Sum(a, d) => reduce(&eval(a, xs, ctx)?, *d, |c| c.iter().fold(Q::zero(), |s, v| s.add(v))),
+        Expr::Sum(a, d) => reduce(&eval(a, xs, ctx)?, *d, |c| {
+            c.iter().fold(Q::zero(), |s, v| s.add(v))
+        }),
         Expr::Mean(a, d) => {
             let t = eval(a, xs, ctx)?;
             let k = Q::int(t.shape[*d] as i64);
-            reduce(&t, *d, |c| c.iter().fold(Q::zero(), |s, v| s.add(v)).div(&k).expect("dim size is positive"))
+            reduce(&t, *d, |c| {
+                c.iter()
+                    .fold(Q::zero(), |s, v| s.add(v))
+                    .div(&k)
+                    .expect("dim size is positive")
+            })
         }
         Expr::Max(a, d) => {
             let t = eval(a, xs, ctx)?;
@@ -343,14 +444,20 @@ pub fn eval(e: &Expr, xs: &[Tensor], ctx: &mut Ctx) -> Result<Tensor, EvalError>
             r
         }
         Expr::Einsum(spec, args) => {
-            let vals: Vec<Tensor> = args.iter().map(|a| eval(a, xs, ctx)).collect::<Result<_, _>>()?;
+            let vals: Vec<Tensor> = args
+                .iter()
+                .map(|a| eval(a, xs, ctx))
+                .collect::<Result<_, _>>()?;
             let refs: Vec<&Tensor> = vals.iter().collect();
             einsum(spec, &refs, &all_sizes(spec, &refs))
         }
         Expr::Reshape(a, s) => Tensor::new(s.clone(), eval(a, xs, ctx)?.data),
         Expr::Slice(a, d, s, t) => eval(a, xs, ctx)?.slice(*d, *s, *t),
         Expr::Concat(args, d) => {
-            let vals: Vec<Tensor> = args.iter().map(|a| eval(a, xs, ctx)).collect::<Result<_, _>>()?;
+            let vals: Vec<Tensor> = args
+                .iter()
+                .map(|a| eval(a, xs, ctx))
+                .collect::<Result<_, _>>()?;
             Tensor::concat(&vals, *d)
         }
         Expr::Take(a, d, idx) => {
@@ -364,7 +471,12 @@ pub fn eval(e: &Expr, xs: &[Tensor], ctx: &mut Ctx) -> Result<Tensor, EvalError>
             let st = strides(&t.shape);
             for (k, v) in uv.data.iter().enumerate() {
                 let i = unravel(k, &uv.shape);
-                let off: usize = i.iter().zip(start).zip(&st).map(|((a, b), s)| (a + b) * s).sum();
+                let off: usize = i
+                    .iter()
+                    .zip(start)
+                    .zip(&st)
+                    .map(|((a, b), s)| (a + b) * s)
+                    .sum();
                 t.data[off] = v.clone();
             }
             t
@@ -377,7 +489,13 @@ pub fn eval(e: &Expr, xs: &[Tensor], ctx: &mut Ctx) -> Result<Tensor, EvalError>
         Expr::Relu(a) => {
             let t = eval(a, xs, ctx)?;
             ctx.at_kink |= t.data.iter().any(Q::is_zero);
-            t.map(|v| if v.is_negative() { Q::zero() } else { v.clone() })
+            t.map(|v| {
+                if v.is_negative() {
+                    Q::zero()
+                } else {
+                    v.clone()
+                }
+            })
         }
         Expr::Floor(a) => {
             let t = eval(a, xs, ctx)?;
@@ -410,7 +528,13 @@ pub fn vjp(e: &Expr, xs: &[Tensor], g: &Tensor) -> Result<Vec<Tensor>, EvalError
     Ok(grads)
 }
 
-fn backprop(e: &Expr, xs: &[Tensor], g: &Tensor, grads: &mut [Tensor], ctx: &mut Ctx) -> Result<(), EvalError> {
+fn backprop(
+    e: &Expr,
+    xs: &[Tensor],
+    g: &Tensor,
+    grads: &mut [Tensor],
+    ctx: &mut Ctx,
+) -> Result<(), EvalError> {
     match e {
         Expr::Var(i) => grads[*i] = grads[*i].add(g),
         Expr::Const(_) => {}
@@ -419,7 +543,11 @@ fn backprop(e: &Expr, xs: &[Tensor], g: &Tensor, grads: &mut [Tensor], ctx: &mut
             let (sa, sb) = (eval(a, xs, ctx)?.shape, eval(b, xs, ctx)?.shape);
             backprop(a, xs, &unbroadcast(g, &sa), grads, ctx)?;
             let gb = unbroadcast(g, &sb);
-            let gb = if matches!(e, Expr::Sub(..)) { gb.map(Q::neg) } else { gb };
+            let gb = if matches!(e, Expr::Sub(..)) {
+                gb.map(Q::neg)
+            } else {
+                gb
+            };
             backprop(b, xs, &gb, grads, ctx)?;
         }
         Expr::Mul(a, b) => {
@@ -463,14 +591,23 @@ fn backprop(e: &Expr, xs: &[Tensor], g: &Tensor, grads: &mut [Tensor], ctx: &mut
             for o in 0..outer {
                 for i in 0..inner {
                     let at = |j: usize| (o * k + j) * inner + i;
-                    let best = (0..k).fold(0, |b, j| if va.data[at(j)] > va.data[at(b)] { j } else { b });
+                    let best = (0..k).fold(0, |b, j| {
+                        if va.data[at(j)] > va.data[at(b)] {
+                            j
+                        } else {
+                            b
+                        }
+                    });
                     ga.data[at(best)] = g.data[o * inner + i].clone();
                 }
             }
             backprop(a, xs, &ga, grads, ctx)?;
         }
         Expr::Einsum(spec, args) => {
-            let vals: Vec<Tensor> = args.iter().map(|a| eval(a, xs, ctx)).collect::<Result<_, _>>()?;
+            let vals: Vec<Tensor> = args
+                .iter()
+                .map(|a| eval(a, xs, ctx))
+                .collect::<Result<_, _>>()?;
             let refs: Vec<&Tensor> = vals.iter().collect();
             let sizes = all_sizes(spec, &refs);
             for k in 0..args.len() {
@@ -483,7 +620,10 @@ fn backprop(e: &Expr, xs: &[Tensor], g: &Tensor, grads: &mut [Tensor], ctx: &mut
                         ops.push(v);
                     }
                 }
-                let s = Einsum { inputs, output: spec.inputs[k].clone() };
+                let s = Einsum {
+                    inputs,
+                    output: spec.inputs[k].clone(),
+                };
                 let gk = einsum(&s, &ops, &sizes);
                 backprop(&args[k], xs, &gk, grads, ctx)?;
             }
@@ -517,11 +657,13 @@ fn backprop(e: &Expr, xs: &[Tensor], g: &Tensor, grads: &mut [Tensor], ctx: &mut
         }
         Expr::Take(a, d, idx) => {
             let va = eval(a, xs, ctx)?;
-            let mut parts: Vec<Tensor> = (0..va.shape[*d]).map(|_| {
-                let mut s = va.shape.clone();
-                s[*d] = 1;
-                Tensor::zeros(&s)
-            }).collect();
+            let mut parts: Vec<Tensor> = (0..va.shape[*d])
+                .map(|_| {
+                    let mut s = va.shape.clone();
+                    s[*d] = 1;
+                    Tensor::zeros(&s)
+                })
+                .collect();
             for (j, &i) in idx.iter().enumerate() {
                 parts[i] = parts[i].add(&g.slice(*d, j, j + 1));
             }
@@ -534,7 +676,12 @@ fn backprop(e: &Expr, xs: &[Tensor], g: &Tensor, grads: &mut [Tensor], ctx: &mut
             let mut gu = Tensor::zeros(&vu.shape);
             for k in 0..vu.numel() {
                 let i = unravel(k, &vu.shape);
-                let off: usize = i.iter().zip(start).zip(&st).map(|((a, b), s)| (a + b) * s).sum();
+                let off: usize = i
+                    .iter()
+                    .zip(start)
+                    .zip(&st)
+                    .map(|((a, b), s)| (a + b) * s)
+                    .sum();
                 gu.data[k] = g.data[off].clone();
                 ga.data[off] = Q::zero();
             }
@@ -548,7 +695,11 @@ fn backprop(e: &Expr, xs: &[Tensor], g: &Tensor, grads: &mut [Tensor], ctx: &mut
                 if v.is_zero() {
                     Q::zero()
                 } else if v.is_negative() {
-                    if relu { Q::zero() } else { Q::int(-1) }
+                    if relu {
+                        Q::zero()
+                    } else {
+                        Q::int(-1)
+                    }
                 } else {
                     Q::one()
                 }

@@ -48,22 +48,30 @@ pub struct Einsum {
 
 impl Einsum {
     pub fn parse(s: &str) -> Result<Einsum, String> {
-        let (lhs, rhs) = s.split_once("->").ok_or_else(|| format!("einsum spec `{s}` has no `->`"))?;
+        let (lhs, rhs) = s
+            .split_once("->")
+            .ok_or_else(|| format!("einsum spec `{s}` has no `->`"))?;
         let inputs: Vec<Vec<char>> = lhs.split(',').map(|p| p.trim().chars().collect()).collect();
         let output: Vec<char> = rhs.trim().chars().collect();
         for labels in inputs.iter().chain(std::iter::once(&output)) {
             for (i, c) in labels.iter().enumerate() {
                 if !c.is_ascii_lowercase() {
-                    return Err(format!("einsum label `{c}` in `{s}` is not a lowercase letter"));
+                    return Err(format!(
+                        "einsum label `{c}` in `{s}` is not a lowercase letter"
+                    ));
                 }
                 if labels[..i].contains(c) {
-                    return Err(format!("einsum spec `{s}` repeats label `{c}` in one operand"));
+                    return Err(format!(
+                        "einsum spec `{s}` repeats label `{c}` in one operand"
+                    ));
                 }
             }
         }
         for c in &output {
             if !inputs.iter().any(|l| l.contains(c)) {
-                return Err(format!("einsum output label `{c}` in `{s}` appears in no operand"));
+                return Err(format!(
+                    "einsum output label `{c}` in `{s}` appears in no operand"
+                ));
             }
         }
         Ok(Einsum { inputs, output })
@@ -73,7 +81,12 @@ impl Einsum {
 impl fmt::Display for Einsum {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let ins: Vec<String> = self.inputs.iter().map(|l| l.iter().collect()).collect();
-        write!(f, "{}->{}", ins.join(","), self.output.iter().collect::<String>())
+        write!(
+            f,
+            "{}->{}",
+            ins.join(","),
+            self.output.iter().collect::<String>()
+        )
     }
 }
 
@@ -128,7 +141,10 @@ fn lex(src: &str) -> Result<Vec<(Tok, usize)>, ParseError> {
                 i += 1;
             }
             let text: String = cs[s..i].iter().collect();
-            let q = Q::parse(&text).ok_or(ParseError { column: col, message: format!("bad number `{text}`") })?;
+            let q = Q::parse(&text).ok_or(ParseError {
+                column: col,
+                message: format!("bad number `{text}`"),
+            })?;
             out.push((Tok::Num(q), col));
         } else if c.is_alphabetic() || c == '_' {
             let s = i;
@@ -143,7 +159,10 @@ fn lex(src: &str) -> Result<Vec<(Tok, usize)>, ParseError> {
                 i += 1;
             }
             if i == cs.len() {
-                return Err(ParseError { column: col, message: "unterminated string".into() });
+                return Err(ParseError {
+                    column: col,
+                    message: "unterminated string".into(),
+                });
             }
             out.push((Tok::Str(cs[s..i].iter().collect()), col));
             i += 1;
@@ -154,7 +173,10 @@ fn lex(src: &str) -> Result<Vec<(Tok, usize)>, ParseError> {
             out.push((Tok::Sym(c), col));
             i += 1;
         } else {
-            return Err(ParseError { column: col, message: format!("unexpected character `{c}`") });
+            return Err(ParseError {
+                column: col,
+                message: format!("unexpected character `{c}`"),
+            });
         }
     }
     Ok(out)
@@ -169,8 +191,24 @@ struct Parser {
 
 /// Names that are functions, never variables.
 const FUNCTIONS: &[&str] = &[
-    "sum", "mean", "max", "matmul", "einsum", "transpose", "reshape", "slice", "concat", "take", "gather",
-    "dynamic_update_slice", "abs", "relu", "floor", "cast", "pow", "neg",
+    "sum",
+    "mean",
+    "max",
+    "matmul",
+    "einsum",
+    "transpose",
+    "reshape",
+    "slice",
+    "concat",
+    "take",
+    "gather",
+    "dynamic_update_slice",
+    "abs",
+    "relu",
+    "floor",
+    "cast",
+    "pow",
+    "neg",
 ];
 
 impl Parser {
@@ -178,7 +216,10 @@ impl Parser {
         self.toks.get(self.pos).map(|t| t.1).unwrap_or(self.end_col)
     }
     fn err<T>(&self, msg: impl Into<String>) -> Result<T, ParseError> {
-        Err(ParseError { column: self.col(), message: msg.into() })
+        Err(ParseError {
+            column: self.col(),
+            message: msg.into(),
+        })
     }
     fn peek(&self) -> Option<&Tok> {
         self.toks.get(self.pos).map(|t| &t.0)
@@ -242,10 +283,18 @@ impl Parser {
         match self.peek().cloned() {
             Some(Tok::Num(q)) if q.is_integer() && !q.is_negative() => {
                 self.pos += 1;
-                q.to_i64().map(|v| v as usize).ok_or(ParseError { column: self.col(), message: format!("{what} too large") })
+                q.to_i64().map(|v| v as usize).ok_or(ParseError {
+                    column: self.col(),
+                    message: format!("{what} too large"),
+                })
             }
-            Some(t) => self.err(format!("expected a non-negative integer {what}, found {}", describe(&t))),
-            None => self.err(format!("expected a non-negative integer {what}, found end of input")),
+            Some(t) => self.err(format!(
+                "expected a non-negative integer {what}, found {}",
+                describe(&t)
+            )),
+            None => self.err(format!(
+                "expected a non-negative integer {what}, found end of input"
+            )),
         }
     }
     fn uint_list(&mut self, what: &str) -> Result<Vec<usize>, ParseError> {
@@ -323,14 +372,20 @@ impl Parser {
                 Expr::Einsum(Einsum::parse("ij->ji").expect("valid spec"), vec![a])
             }
             "einsum" => {
-                let spec = match self.peek().cloned() {
-                    Some(Tok::Str(s)) => {
-                        self.pos += 1;
-                        s
-                    }
-                    _ => return self.err("einsum takes a quoted spec first, e.g. einsum(\"ij,jk->ik\", x, y)"),
-                };
-                let es = Einsum::parse(&spec).map_err(|m| ParseError { column: col, message: m })?;
+                let spec =
+                    match self.peek().cloned() {
+                        Some(Tok::Str(s)) => {
+                            self.pos += 1;
+                            s
+                        }
+                        _ => return self.err(
+                            "einsum takes a quoted spec first, e.g. einsum(\"ij,jk->ik\", x, y)",
+                        ),
+                    };
+                let es = Einsum::parse(&spec).map_err(|m| ParseError {
+                    column: col,
+                    message: m,
+                })?;
                 let mut args = Vec::new();
                 while self.eat(',') {
                     args.push(self.expr()?);
@@ -338,7 +393,11 @@ impl Parser {
                 if args.len() != es.inputs.len() {
                     return Err(ParseError {
                         column: col,
-                        message: format!("einsum spec `{spec}` names {} operands, got {}", es.inputs.len(), args.len()),
+                        message: format!(
+                            "einsum spec `{spec}` names {} operands, got {}",
+                            es.inputs.len(),
+                            args.len()
+                        ),
                     });
                 }
                 Expr::Einsum(es, args)
@@ -363,9 +422,10 @@ impl Parser {
                 self.expect(',')?;
                 loop {
                     // The last argument is the dim: an integer literal not followed by an operator.
-                    if let (Some(Tok::Num(_)), Some(Tok::Sym(')'))) =
-                        (self.peek().cloned(), self.toks.get(self.pos + 1).map(|t| t.0.clone()))
-                    {
+                    if let (Some(Tok::Num(_)), Some(Tok::Sym(')'))) = (
+                        self.peek().cloned(),
+                        self.toks.get(self.pos + 1).map(|t| t.0.clone()),
+                    ) {
                         let d = self.uint("dim")?;
                         return Ok(Expr::Concat(args, d));
                     }
@@ -401,7 +461,10 @@ impl Parser {
                 self.expect(',')?;
                 let bits = self.uint("number of fractional bits")?;
                 if bits > 32 {
-                    return Err(ParseError { column: col, message: "cast keeps at most 32 fractional bits".into() });
+                    return Err(ParseError {
+                        column: col,
+                        message: "cast keeps at most 32 fractional bits".into(),
+                    });
                 }
                 Expr::Cast(b(a), bits as u32)
             }
@@ -413,7 +476,10 @@ impl Parser {
             _ => {
                 return Err(ParseError {
                     column: col,
-                    message: format!("unknown function `{name}` (known: {})", FUNCTIONS.join(", ")),
+                    message: format!(
+                        "unknown function `{name}` (known: {})",
+                        FUNCTIONS.join(", ")
+                    ),
                 })
             }
         })
@@ -445,7 +511,9 @@ fn renumber(e: &Expr, map: &[usize]) -> Expr {
         Expr::Sum(a, d) => Expr::Sum(r(a), *d),
         Expr::Mean(a, d) => Expr::Mean(r(a), *d),
         Expr::Max(a, d) => Expr::Max(r(a), *d),
-        Expr::Einsum(s, args) => Expr::Einsum(s.clone(), args.iter().map(|a| renumber(a, map)).collect()),
+        Expr::Einsum(s, args) => {
+            Expr::Einsum(s.clone(), args.iter().map(|a| renumber(a, map)).collect())
+        }
         Expr::Reshape(a, s) => Expr::Reshape(r(a), s.clone()),
         Expr::Slice(a, d, s, t) => Expr::Slice(r(a), *d, *s, *t),
         Expr::Concat(args, d) => Expr::Concat(args.iter().map(|a| renumber(a, map)).collect(), *d),
@@ -462,19 +530,38 @@ fn renumber(e: &Expr, map: &[usize]) -> Expr {
 /// in alphabetical order.
 pub fn parse(src: &str) -> Result<LocalFn, ParseError> {
     let toks = lex(src)?;
-    let mut p = Parser { toks, pos: 0, end_col: src.chars().count() + 1, vars: Vec::new() };
+    let mut p = Parser {
+        toks,
+        pos: 0,
+        end_col: src.chars().count() + 1,
+        vars: Vec::new(),
+    };
     let e = p.expr()?;
     if p.pos < p.toks.len() {
         let t = p.toks[p.pos].0.clone();
-        return p.err(format!("unexpected {} after a complete expression", describe(&t)));
+        return p.err(format!(
+            "unexpected {} after a complete expression",
+            describe(&t)
+        ));
     }
     if p.vars.is_empty() {
-        return Err(ParseError { column: 1, message: "the expression has no input variable".into() });
+        return Err(ParseError {
+            column: 1,
+            message: "the expression has no input variable".into(),
+        });
     }
     let mut sorted = p.vars.clone();
     sorted.sort();
-    let map: Vec<usize> = p.vars.iter().map(|v| sorted.iter().position(|s| s == v).expect("present")).collect();
-    Ok(LocalFn { expr: renumber(&e, &map), vars: sorted, text: src.trim().to_string() })
+    let map: Vec<usize> = p
+        .vars
+        .iter()
+        .map(|v| sorted.iter().position(|s| s == v).expect("present"))
+        .collect();
+    Ok(LocalFn {
+        expr: renumber(&e, &map),
+        vars: sorted,
+        text: src.trim().to_string(),
+    })
 }
 
 #[cfg(test)]
@@ -483,12 +570,22 @@ mod tests {
 
     #[test]
     fn parses_the_documented_examples() {
-        for s in ["x * y + 1", "2 * x", "x / (y + 1)", "sum(x, 0)", "einsum(\"ij,jk->ik\", a, b)", "concat(x, y, 0)"] {
+        for s in [
+            "x * y + 1",
+            "2 * x",
+            "x / (y + 1)",
+            "sum(x, 0)",
+            "einsum(\"ij,jk->ik\", a, b)",
+            "concat(x, y, 0)",
+        ] {
             parse(s).unwrap_or_else(|e| panic!("{s}: {e}"));
         }
         let f = parse("y * x").unwrap();
         assert_eq!(f.vars, vec!["x", "y"]);
-        assert_eq!(f.expr, Expr::Mul(Box::new(Expr::Var(1)), Box::new(Expr::Var(0))));
+        assert_eq!(
+            f.expr,
+            Expr::Mul(Box::new(Expr::Var(1)), Box::new(Expr::Var(0)))
+        );
     }
 
     #[test]
@@ -498,6 +595,9 @@ mod tests {
         assert_eq!(parse("x $ y").unwrap_err().column, 3);
         let e = parse("foo(x)").unwrap_err();
         assert!(e.message.contains("unknown function"), "{e}");
-        assert_eq!(parse("1 + 2").unwrap_err().message, "the expression has no input variable");
+        assert_eq!(
+            parse("1 + 2").unwrap_err().message,
+            "the expression has no input variable"
+        );
     }
 }

@@ -64,7 +64,10 @@ impl Op {
                         eval(&f.expr, &args, &mut ctx)
                     })
                     .collect::<Result<Vec<_>, _>>()?;
-                Ok(Forward { y: PerRank { tensors: y }, at_kink: ctx.at_kink })
+                Ok(Forward {
+                    y: PerRank { tensors: y },
+                    at_kink: ctx.at_kink,
+                })
             }
         }
     }
@@ -88,13 +91,28 @@ impl Op {
 
 impl TypedOp {
     pub fn local(f: LocalFn, inputs: Vec<Type>, output: Type) -> TypedOp {
-        TypedOp { op: Op::Local(f), inputs, output, backward: Backward::LocalVjp }
+        TypedOp {
+            op: Op::Local(f),
+            inputs,
+            output,
+            backward: Backward::LocalVjp,
+        }
     }
     /// The per-rank backward: the cotangent of every input for cotangent `g`.
-    pub fn backward(&self, m: &Mesh, xs: &[PerRank], g: &PerRank) -> Result<Vec<PerRank>, EvalError> {
+    pub fn backward(
+        &self,
+        m: &Mesh,
+        xs: &[PerRank],
+        g: &PerRank,
+    ) -> Result<Vec<PerRank>, EvalError> {
         match (&self.backward, &self.op) {
             (Backward::LocalVjp, Op::Local(f)) => {
-                let mut out: Vec<PerRank> = xs.iter().map(|_| PerRank { tensors: Vec::new() }).collect();
+                let mut out: Vec<PerRank> = xs
+                    .iter()
+                    .map(|_| PerRank {
+                        tensors: Vec::new(),
+                    })
+                    .collect();
                 for r in 0..m.num_ranks() {
                     let args: Vec<Tensor> = xs.iter().map(|x| x.tensors[r].clone()).collect();
                     for (i, gi) in vjp(&f.expr, &args, &g.tensors[r])?.into_iter().enumerate() {
@@ -145,7 +163,8 @@ pub const BUILTINS: &[(&str, &str)] = &[
 pub fn builtin(name: &str) -> Result<LocalFn, String> {
     match BUILTINS.iter().find(|(n, _)| *n == name) {
         Some((_, src)) => {
-            let mut f = parse(src).map_err(|e| format!("built-in `{name}` does not parse: {e} (interpreter bug)"))?;
+            let mut f = parse(src)
+                .map_err(|e| format!("built-in `{name}` does not parse: {e} (interpreter bug)"))?;
             f.text = format!("{name} = {src}");
             Ok(f)
         }
@@ -165,7 +184,9 @@ mod tests {
         let shapes: Vec<Shape> = vec![vec![], vec![1], vec![2], vec![2, 2], vec![4]];
         for (name, _) in BUILTINS {
             let f = builtin(name).unwrap();
-            let ok = shapes.iter().any(|s| infer(&f.expr, &vec![s.clone(); f.arity()]).is_ok());
+            let ok = shapes
+                .iter()
+                .any(|s| infer(&f.expr, &vec![s.clone(); f.arity()]).is_ok());
             assert!(ok, "{name} fits no test shape");
         }
         assert!(builtin("nope").unwrap_err().contains("unknown op"));

@@ -23,7 +23,9 @@ fn solve(mut a: Vec<Vec<Q>>, mut rhs: Vec<Q>) -> Option<Vec<Q>> {
     let mut pivots = Vec::new();
     let mut r = 0;
     for c in 0..cols {
-        let Some(p) = (r..rows).find(|&i| !a[i][c].is_zero()) else { continue };
+        let Some(p) = (r..rows).find(|&i| !a[i][c].is_zero()) else {
+            continue;
+        };
         a.swap(r, p);
         rhs.swap(r, p);
         let inv = Q::one().div(&a[r][c]).expect("pivot is nonzero");
@@ -75,7 +77,11 @@ impl PolyWeights {
     pub fn new(d: u32, step: &Q) -> PolyWeights {
         let hs: Vec<Q> = (0..=d as i64 + 1).map(|k| Q::int(k).mul(step)).collect();
         let n = d as usize + 1;
-        let denom = |j: usize| (0..n).filter(|&k| k != j).fold(Q::one(), |a, k| a.mul(&hs[j].sub(&hs[k])));
+        let denom = |j: usize| {
+            (0..n)
+                .filter(|&k| k != j)
+                .fold(Q::one(), |a, k| a.mul(&hs[j].sub(&hs[k])))
+        };
         let mut deriv = Vec::with_capacity(n);
         let mut check = Vec::with_capacity(n);
         for j in 0..n {
@@ -83,11 +89,17 @@ impl PolyWeights {
             // L_j'(0) = Σ_{m≠j} Π_{k≠j,m} (0 - h_k) / Π_{k≠j} (h_j - h_k)
             let mut num = Q::zero();
             for mm in (0..n).filter(|&mm| mm != j) {
-                num = num.add(&(0..n).filter(|&k| k != j && k != mm).fold(Q::one(), |a, k| a.mul(&hs[k].neg())));
+                num = num.add(
+                    &(0..n)
+                        .filter(|&k| k != j && k != mm)
+                        .fold(Q::one(), |a, k| a.mul(&hs[k].neg())),
+                );
             }
             deriv.push(num.div(&dj).expect("distinct samples"));
             let at = &hs[n];
-            let l = (0..n).filter(|&k| k != j).fold(Q::one(), |a, k| a.mul(&at.sub(&hs[k])));
+            let l = (0..n)
+                .filter(|&k| k != j)
+                .fold(Q::one(), |a, k| a.mul(&at.sub(&hs[k])));
             check.push(l.div(&dj).expect("distinct samples"));
         }
         PolyWeights { deriv, check }
@@ -106,7 +118,11 @@ pub fn poly_derivative(
     for k in 0..=n {
         match f(&Q::int(k as i64).mul(step))? {
             Some(y) => ys.push(y),
-            None => return Err(FdFail::Undetermined("a polynomial map left its domain (interpreter bug)".into())),
+            None => {
+                return Err(FdFail::Undetermined(
+                    "a polynomial map left its domain (interpreter bug)".into(),
+                ))
+            }
         }
     }
     let dim = ys[0].len();
@@ -121,7 +137,9 @@ pub fn poly_derivative(
             }
         }
         if p != ys[n][c] {
-            return Err(FdFail::Undetermined("a check sample disagrees with the interpolation (wrong degree bound)".into()));
+            return Err(FdFail::Undetermined(
+                "a check sample disagrees with the interpolation (wrong degree bound)".into(),
+            ));
         }
         out.push(d);
     }
@@ -144,7 +162,9 @@ pub fn derivative(
     let mut k = 0i64;
     while hs.len() < need {
         if k > 4 * need as i64 + 8 {
-            return Err(FdFail::Undetermined("too many samples outside the domain".into()));
+            return Err(FdFail::Undetermined(
+                "too many samples outside the domain".into(),
+            ));
         }
         let h = Q::int(k).mul(step);
         match f(&h)? {
@@ -152,7 +172,11 @@ pub fn derivative(
                 hs.push(h);
                 ys.push(y);
             }
-            None if k == 0 => return Err(FdFail::Undetermined("the point itself is outside the domain".into())),
+            None if k == 0 => {
+                return Err(FdFail::Undetermined(
+                    "the point itself is outside the domain".into(),
+                ))
+            }
             None => {}
         }
         k += 1;
@@ -172,12 +196,20 @@ pub fn derivative(
         };
         let a: Vec<Vec<Q>> = (0..fit).map(row).collect();
         let rhs: Vec<Q> = (0..fit).map(|j| ys[j][c].clone()).collect();
-        let z = solve(a, rhs).ok_or_else(|| FdFail::Undetermined("samples fit no function of the degree bound".into()))?;
+        let z = solve(a, rhs).ok_or_else(|| {
+            FdFail::Undetermined("samples fit no function of the degree bound".into())
+        })?;
         let (p, q) = z.split_at(num as usize + 1);
         // Check the last sample: p(h) = y q(h).
         let h = &hs[fit];
-        let ph = p.iter().enumerate().fold(Q::zero(), |s, (k, pk)| s.add(&pk.mul(&pow(h, k as u32))));
-        let qh = q.iter().enumerate().fold(Q::one(), |s, (k, qk)| s.add(&qk.mul(&pow(h, k as u32 + 1))));
+        let ph = p
+            .iter()
+            .enumerate()
+            .fold(Q::zero(), |s, (k, pk)| s.add(&pk.mul(&pow(h, k as u32))));
+        let qh = q
+            .iter()
+            .enumerate()
+            .fold(Q::one(), |s, (k, qk)| s.add(&qk.mul(&pow(h, k as u32 + 1))));
         if ph != ys[fit][c].mul(&qh) {
             return Err(FdFail::Undetermined(
                 "a check sample disagrees with the reconstruction (a kink between samples, or a wrong degree bound)".into(),
@@ -203,7 +235,16 @@ mod tests {
     #[test]
     fn polynomial_derivatives_are_exact() {
         // f(h) = (3 + h)^3 at h = 0: 27.
-        let d = run(|h| { let x = Q::int(3).add(h); Some(x.mul(&x).mul(&x)) }, 3, 0, Q::one()).unwrap();
+        let d = run(
+            |h| {
+                let x = Q::int(3).add(h);
+                Some(x.mul(&x).mul(&x))
+            },
+            3,
+            0,
+            Q::one(),
+        )
+        .unwrap();
         assert_eq!(d, Q::int(27));
     }
 
@@ -218,10 +259,16 @@ mod tests {
     fn precomputed_weights_agree_with_the_general_solver() {
         for d in 0..4u32 {
             let w = PolyWeights::new(d, &Q::one());
-            let f = |h: &Q| { let x = Q::int(2).add(h); Some(vec![(0..d).fold(Q::int(3), |a, _| a.mul(&x))]) };
+            let f = |h: &Q| {
+                let x = Q::int(2).add(h);
+                Some(vec![(0..d).fold(Q::int(3), |a, _| a.mul(&x))])
+            };
             let mut g1 = |h: &Q| Ok(f(h));
             let mut g2 = |h: &Q| Ok(f(h));
-            assert_eq!(poly_derivative(&mut g1, &w, &Q::one()).unwrap(), derivative(&mut g2, d, 0, &Q::one()).unwrap());
+            assert_eq!(
+                poly_derivative(&mut g1, &w, &Q::one()).unwrap(),
+                derivative(&mut g2, d, 0, &Q::one()).unwrap()
+            );
         }
     }
 

@@ -21,7 +21,10 @@ pub struct Tally {
 
 impl Tally {
     pub fn new() -> Tally {
-        Tally { proof_grid: true, ..Tally::default() }
+        Tally {
+            proof_grid: true,
+            ..Tally::default()
+        }
     }
     pub fn record(&mut self, o: &Outcome) {
         match o {
@@ -43,7 +46,10 @@ pub enum Verdict {
     /// (SPEC.md §8.3) makes this hold for all values on the cases checked.
     Sound { proof: bool, tally: Tally },
     /// The first violation in the order of SPEC.md §7.2.
-    Unsound { violation: Box<Violation>, tally: Tally },
+    Unsound {
+        violation: Box<Violation>,
+        tally: Tally,
+    },
     /// No instance satisfied the premises (every case outside the domain, or
     /// no shape in scope fits the op).
     Vacuous { tally: Tally },
@@ -55,7 +61,10 @@ impl Verdict {
     /// Conclude from a tally and the first violation, if any.
     pub fn conclude(tally: Tally, violation: Option<Box<Violation>>) -> Verdict {
         match violation {
-            Some(v) => Verdict::Unsound { violation: v, tally },
+            Some(v) => Verdict::Unsound {
+                violation: v,
+                tally,
+            },
             None if tally.passed + tally.b3_undetermined == 0 => Verdict::Vacuous { tally },
             None if tally.passed == 0 => Verdict::Undetermined { tally },
             None => {

@@ -17,7 +17,15 @@ pub struct Mesh {
 
 impl Mesh {
     pub fn new(axes: &[(&str, usize)]) -> Mesh {
-        Mesh { axes: axes.iter().map(|&(n, s)| Axis { name: n.to_string(), size: s }).collect() }
+        Mesh {
+            axes: axes
+                .iter()
+                .map(|&(n, s)| Axis {
+                    name: n.to_string(),
+                    size: s,
+                })
+                .collect(),
+        }
     }
     /// A one-axis mesh named `x`.
     pub fn line(n: usize) -> Mesh {
@@ -39,7 +47,10 @@ impl Mesh {
         crate::tensor::unravel(rank, &self.sizes())
     }
     pub fn rank(&self, coords: &[usize]) -> usize {
-        coords.iter().zip(&self.axes).fold(0, |acc, (&c, a)| acc * a.size + c)
+        coords
+            .iter()
+            .zip(&self.axes)
+            .fold(0, |acc, (&c, a)| acc * a.size + c)
     }
     /// The rank reached from `rank` by setting coordinate `axis` to `c`.
     pub fn with_coord(&self, rank: usize, axis: usize, c: usize) -> usize {

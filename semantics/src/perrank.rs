@@ -31,16 +31,27 @@ pub struct NotWellFormed {
 
 impl PerRank {
     pub fn replicate(m: &Mesh, v: &Tensor) -> PerRank {
-        PerRank { tensors: vec![v.clone(); m.num_ranks()] }
+        PerRank {
+            tensors: vec![v.clone(); m.num_ranks()],
+        }
     }
     pub fn shape(&self) -> &[usize] {
         &self.tensors[0].shape
     }
     pub fn add(&self, o: &PerRank) -> PerRank {
-        PerRank { tensors: self.tensors.iter().zip(&o.tensors).map(|(a, b)| a.add(b)).collect() }
+        PerRank {
+            tensors: self
+                .tensors
+                .iter()
+                .zip(&o.tensors)
+                .map(|(a, b)| a.add(b))
+                .collect(),
+        }
     }
     pub fn scale(&self, c: &Q) -> PerRank {
-        PerRank { tensors: self.tensors.iter().map(|a| a.scale(c)).collect() }
+        PerRank {
+            tensors: self.tensors.iter().map(|a| a.scale(c)).collect(),
+        }
     }
     /// `self + h * dir`.
     pub fn axpy(&self, h: &Q, dir: &PerRank) -> PerRank {
@@ -61,7 +72,11 @@ pub fn well_formed(m: &Mesh, t: &Type, x: &PerRank) -> Result<(), NotWellFormed>
         for r in 0..m.num_ranks() {
             let r0 = m.with_coord(r, a, 0);
             if r0 != r && x.tensors[r] != x.tensors[r0] {
-                return Err(NotWellFormed { axis: a, rank: r0, other: r });
+                return Err(NotWellFormed {
+                    axis: a,
+                    rank: r0,
+                    other: r,
+                });
             }
         }
     }
@@ -142,24 +157,43 @@ pub fn equivalent(m: &Mesh, t: &Type, x: &PerRank, y: &PerRank) -> bool {
 /// Product of the sizes of the axes that are not Varying: how many times each
 /// denotation entry repeats in a full-rank family.
 pub fn repeat_factor(m: &Mesh, t: &Type) -> usize {
-    t.states.iter().zip(&m.axes).filter(|(s, _)| **s != State::Varying).map(|(_, ax)| ax.size).product()
+    t.states
+        .iter()
+        .zip(&m.axes)
+        .filter(|(s, _)| **s != State::Varying)
+        .map(|(_, ax)| ax.size)
+        .product()
 }
 
 /// SPEC.md §3.2: ⟨⟦a⟧, ⟦b⟧⟩, the Frobenius product of denotations summed over
 /// Varying indices, for denotations of a type `t` (or its cotangent type; both
 /// have the same Varying axes).
 pub fn pair_denots(m: &Mesh, t: &Type, a: &Denot, b: &Denot) -> Q {
-    let total = a.family.iter().zip(&b.family).fold(Q::zero(), |acc, (x, y)| acc.add(&x.dot(y)));
-    total.div(&Q::int(repeat_factor(m, t) as i64)).expect("repeat factor is positive")
+    let total = a
+        .family
+        .iter()
+        .zip(&b.family)
+        .fold(Q::zero(), |acc, (x, y)| acc.add(&x.dot(y)));
+    total
+        .div(&Q::int(repeat_factor(m, t) as i64))
+        .expect("repeat factor is positive")
 }
 
 /// SPEC.md §3.2 on per-rank data: Σ_r ⟨t_r, c_r⟩ divided by the product of the
 /// sizes of the Invariant axes of the tangent type `t`.
 pub fn pair_per_rank(m: &Mesh, t: &Type, tangent: &PerRank, cotangent: &PerRank) -> Q {
-    let total =
-        tangent.tensors.iter().zip(&cotangent.tensors).fold(Q::zero(), |acc, (x, y)| acc.add(&x.dot(y)));
-    let inv: usize =
-        t.states.iter().zip(&m.axes).filter(|(s, _)| **s == State::Invariant).map(|(_, ax)| ax.size).product();
+    let total = tangent
+        .tensors
+        .iter()
+        .zip(&cotangent.tensors)
+        .fold(Q::zero(), |acc, (x, y)| acc.add(&x.dot(y)));
+    let inv: usize = t
+        .states
+        .iter()
+        .zip(&m.axes)
+        .filter(|(s, _)| **s == State::Invariant)
+        .map(|(_, ax)| ax.size)
+        .product();
     total.div(&Q::int(inv as i64)).expect("sizes are positive")
 }
 
@@ -169,7 +203,10 @@ pub fn free_ranks(m: &Mesh, t: &Type) -> Vec<usize> {
     (0..m.num_ranks())
         .filter(|&r| {
             let c = m.coords(r);
-            t.states.iter().enumerate().all(|(a, s)| !s.replicated() || c[a] == 0)
+            t.states
+                .iter()
+                .enumerate()
+                .all(|(a, s)| !s.replicated() || c[a] == 0)
         })
         .collect()
 }
@@ -185,7 +222,11 @@ pub fn num_free(m: &Mesh, t: &Type, shape: &[usize]) -> usize {
 pub fn from_free(m: &Mesh, t: &Type, shape: &[usize], vals: &[Q]) -> PerRank {
     let n = numel(shape);
     let reps = free_ranks(m, t);
-    assert_eq!(vals.len(), reps.len() * n, "from_free: wrong number of free scalars (interpreter bug)");
+    assert_eq!(
+        vals.len(),
+        reps.len() * n,
+        "from_free: wrong number of free scalars (interpreter bug)"
+    );
     let tensors = (0..m.num_ranks())
         .map(|r| {
             let mut c = m.coords(r);
@@ -194,7 +235,9 @@ pub fn from_free(m: &Mesh, t: &Type, shape: &[usize], vals: &[Q]) -> PerRank {
                     c[a] = 0;
                 }
             }
-            let i = reps.binary_search(&m.rank(&c)).expect("projection is a representative");
+            let i = reps
+                .binary_search(&m.rank(&c))
+                .expect("projection is a representative");
             Tensor::new(shape.to_vec(), vals[i * n..(i + 1) * n].to_vec())
         })
         .collect();
@@ -203,7 +246,10 @@ pub fn from_free(m: &Mesh, t: &Type, shape: &[usize], vals: &[Q]) -> PerRank {
 
 /// The free scalars of a well-formed value (inverse of `from_free`).
 pub fn to_free(m: &Mesh, t: &Type, x: &PerRank) -> Vec<Q> {
-    free_ranks(m, t).into_iter().flat_map(|r| x.tensors[r].data.clone()).collect()
+    free_ranks(m, t)
+        .into_iter()
+        .flat_map(|r| x.tensors[r].data.clone())
+        .collect()
 }
 
 /// A unit direction of the free scalars: the well-formed value with a single
@@ -229,7 +275,9 @@ pub fn kernel_basis(m: &Mesh, t: &Type, shape: &[usize]) -> Vec<PerRank> {
             if m.coords(r)[a] == 0 {
                 continue;
             }
-            let j0 = reps.binary_search(&m.with_coord(r, a, 0)).expect("representative");
+            let j0 = reps
+                .binary_search(&m.with_coord(r, a, 0))
+                .expect("representative");
             for e in 0..n {
                 let mut v = vec![Q::zero(); reps.len() * n];
                 v[i * n + e] = Q::one();
@@ -258,7 +306,11 @@ pub fn denot_basis(m: &Mesh, t: &Type, shape: &[usize]) -> Vec<(DenotCoord, PerR
     let mut out = Vec::new();
     for (i, &r) in reps.iter().enumerate() {
         let c = m.coords(r);
-        if t.states.iter().enumerate().any(|(a, s)| *s == State::Partial && c[a] != 0) {
+        if t.states
+            .iter()
+            .enumerate()
+            .any(|(a, s)| *s == State::Partial && c[a] != 0)
+        {
             continue;
         }
         for e in 0..n {
@@ -278,7 +330,12 @@ pub fn draw(m: &Mesh, t: &Type, x: &PerRank) -> Vec<String> {
         .map(|r| {
             let c = m.coords(r);
             let coords: Vec<String> = c.iter().map(|v| v.to_string()).collect();
-            format!("rank {}: {}{}", coords.join(","), if partial { "+" } else { "" }, x.tensors[r])
+            format!(
+                "rank {}: {}{}",
+                coords.join(","),
+                if partial { "+" } else { "" },
+                x.tensors[r]
+            )
         })
         .collect()
 }
@@ -309,7 +366,13 @@ mod tests {
         let t = Type::new(vec![State::Varying, State::Reduced]);
         let x = from_free(&m, &t, &[], &q(&[5, 7]));
         assert!(well_formed(&m, &t, &x).is_ok());
-        assert_eq!(x.tensors.iter().map(|t| t.data[0].clone()).collect::<Vec<_>>(), q(&[5, 5, 7, 7]));
+        assert_eq!(
+            x.tensors
+                .iter()
+                .map(|t| t.data[0].clone())
+                .collect::<Vec<_>>(),
+            q(&[5, 5, 7, 7])
+        );
         let mut bad = x.clone();
         bad.tensors[1] = Tensor::scalar(Q::int(6));
         assert_eq!(well_formed(&m, &t, &bad).unwrap_err().axis, 1);
@@ -323,8 +386,22 @@ mod tests {
         for s in crate::state::ALL_STATES {
             let t = Type::one(s);
             let c = t.cot();
-            let x = from_free(&m, &t, &[2], &(0..num_free(&m, &t, &[2]) as i64).map(|i| Q::int(i + 1)).collect::<Vec<_>>());
-            let g = from_free(&m, &c, &[2], &(0..num_free(&m, &c, &[2]) as i64).map(|i| Q::int(2 * i - 3)).collect::<Vec<_>>());
+            let x = from_free(
+                &m,
+                &t,
+                &[2],
+                &(0..num_free(&m, &t, &[2]) as i64)
+                    .map(|i| Q::int(i + 1))
+                    .collect::<Vec<_>>(),
+            );
+            let g = from_free(
+                &m,
+                &c,
+                &[2],
+                &(0..num_free(&m, &c, &[2]) as i64)
+                    .map(|i| Q::int(2 * i - 3))
+                    .collect::<Vec<_>>(),
+            );
             let d = pair_denots(&m, &t, &denote(&m, &t, &x), &denote(&m, &c, &g));
             assert_eq!(d, pair_per_rank(&m, &t, &x, &g), "state {s}");
         }

@@ -14,7 +14,12 @@ pub enum State {
     Reduced,
 }
 
-pub const ALL_STATES: [State; 4] = [State::Invariant, State::Varying, State::Partial, State::Reduced];
+pub const ALL_STATES: [State; 4] = [
+    State::Invariant,
+    State::Varying,
+    State::Partial,
+    State::Reduced,
+];
 
 impl State {
     /// SPEC.md §3: cot(I)=I, cot(V)=V, cot(P)=R, cot(R)=P.
@@ -68,17 +73,58 @@ pub enum Dialect {
     Nabla,
 }
 
-pub const ALL_DIALECTS: [Dialect; 5] =
-    [Dialect::Canonical, Dialect::SpmdTypes, Dialect::Jax, Dialect::Dtensor, Dialect::Nabla];
+pub const ALL_DIALECTS: [Dialect; 5] = [
+    Dialect::Canonical,
+    Dialect::SpmdTypes,
+    Dialect::Jax,
+    Dialect::Dtensor,
+    Dialect::Nabla,
+];
 
 /// One row per canonical state: its name in each dialect, in the order of
 /// `ALL_DIALECTS`. `None`: the dialect has no such state. This is the table of
 /// SPEC.md §1.2 as data; parsing and printing both read it.
 pub const DIALECT_TABLE: [(State, [Option<&str>; 5]); 4] = [
-    (State::Invariant, [Some("Invariant"), Some("I"), Some("Invariant"), Some("Replicate()"), Some("replicated")]),
-    (State::Varying, [Some("Varying"), Some("V"), Some("Varying"), Some("Shard"), Some("sharded")]),
-    (State::Partial, [Some("Partial"), Some("P"), Some("Unreduced"), Some("Partial()"), Some("partial")]),
-    (State::Reduced, [Some("Reduced"), Some("R"), Some("Reduced"), Some("Reduced()"), None]),
+    (
+        State::Invariant,
+        [
+            Some("Invariant"),
+            Some("I"),
+            Some("Invariant"),
+            Some("Replicate()"),
+            Some("replicated"),
+        ],
+    ),
+    (
+        State::Varying,
+        [
+            Some("Varying"),
+            Some("V"),
+            Some("Varying"),
+            Some("Shard"),
+            Some("sharded"),
+        ],
+    ),
+    (
+        State::Partial,
+        [
+            Some("Partial"),
+            Some("P"),
+            Some("Unreduced"),
+            Some("Partial()"),
+            Some("partial"),
+        ],
+    ),
+    (
+        State::Reduced,
+        [
+            Some("Reduced"),
+            Some("R"),
+            Some("Reduced"),
+            Some("Reduced()"),
+            None,
+        ],
+    ),
 ];
 
 impl Dialect {
@@ -99,11 +145,17 @@ impl Dialect {
             .ok_or_else(|| format!("unknown dialect `{s}` (expected one of: canonical, spmd_types, jax, dtensor, nabla)"))
     }
     fn column(self) -> usize {
-        ALL_DIALECTS.iter().position(|&d| d == self).expect("every dialect has a column")
+        ALL_DIALECTS
+            .iter()
+            .position(|&d| d == self)
+            .expect("every dialect has a column")
     }
     /// The dialect's name for a state, if it has one.
     pub fn state_name(self, s: State) -> Option<&'static str> {
-        DIALECT_TABLE.iter().find(|(st, _)| *st == s).and_then(|(_, names)| names[self.column()])
+        DIALECT_TABLE
+            .iter()
+            .find(|(st, _)| *st == s)
+            .and_then(|(_, names)| names[self.column()])
     }
     /// Parse one state name of this dialect. Returns the state and, for the
     /// sharded forms `S(d)` / `Shard(d)`, the tensor dim it shards.
@@ -117,19 +169,31 @@ impl Dialect {
         };
         if let Some(p) = shard_prefix {
             if let Some(rest) = t.strip_prefix(p).and_then(|r| r.strip_suffix(')')) {
-                let d = rest.trim().parse::<usize>().map_err(|_| format!("bad shard dim in `{t}`"))?;
+                let d = rest
+                    .trim()
+                    .parse::<usize>()
+                    .map_err(|_| format!("bad shard dim in `{t}`"))?;
                 return Ok((State::Varying, Some(d)));
             }
         }
         for (s, names) in DIALECT_TABLE.iter() {
             if let Some(n) = names[self.column()] {
-                if n == t || (self == Dialect::Canonical && t.len() == 1 && s.letter().to_string() == t) {
+                if n == t
+                    || (self == Dialect::Canonical && t.len() == 1 && s.letter().to_string() == t)
+                {
                     return Ok((*s, None));
                 }
             }
         }
-        let known: Vec<&str> = DIALECT_TABLE.iter().filter_map(|(_, n)| n[self.column()]).collect();
-        let mut msg = format!("`{t}` is not a state of dialect {} (expected one of: {})", self.name(), known.join(", "));
+        let known: Vec<&str> = DIALECT_TABLE
+            .iter()
+            .filter_map(|(_, n)| n[self.column()])
+            .collect();
+        let mut msg = format!(
+            "`{t}` is not a state of dialect {} (expected one of: {})",
+            self.name(),
+            known.join(", ")
+        );
         // Point at the famous trap: the same word in another dialect.
         for d in ALL_DIALECTS {
             if d != self {
@@ -163,22 +227,32 @@ pub struct Type {
 impl Type {
     pub fn new(states: Vec<State>) -> Type {
         let n = states.len();
-        Type { states, layout: vec![None; n] }
+        Type {
+            states,
+            layout: vec![None; n],
+        }
     }
     pub fn one(s: State) -> Type {
         Type::new(vec![s])
     }
     /// SPEC.md §3: the cotangent type, axis by axis.
     pub fn cot(&self) -> Type {
-        Type { states: self.states.iter().map(|s| s.cot()).collect(), layout: self.layout.clone() }
+        Type {
+            states: self.states.iter().map(|s| s.cot()).collect(),
+            layout: self.layout.clone(),
+        }
     }
     /// Print with the letters of the canonical dialect: `V` or `{dp: V, tp: P}`.
     pub fn display(&self, m: &crate::mesh::Mesh) -> String {
         if self.states.len() == 1 {
             return self.states[0].letter().to_string();
         }
-        let parts: Vec<String> =
-            self.states.iter().zip(&m.axes).map(|(s, a)| format!("{}: {}", a.name, s.letter())).collect();
+        let parts: Vec<String> = self
+            .states
+            .iter()
+            .zip(&m.axes)
+            .map(|(s, a)| format!("{}: {}", a.name, s.letter()))
+            .collect();
         format!("{{{}}}", parts.join(", "))
     }
 }
@@ -205,11 +279,26 @@ mod tests {
 
     #[test]
     fn replicate_means_different_states_in_different_dialects() {
-        assert_eq!(Dialect::Dtensor.parse_state("Replicate()").unwrap().0, State::Invariant);
-        assert_eq!(Dialect::SpmdTypes.parse_state("R").unwrap().0, State::Reduced);
-        assert_eq!(Dialect::Jax.parse_state("Unreduced").unwrap().0, State::Partial);
-        assert_eq!(Dialect::Dtensor.parse_state("Shard(1)").unwrap(), (State::Varying, Some(1)));
-        assert_eq!(Dialect::SpmdTypes.parse_state("S(0)").unwrap(), (State::Varying, Some(0)));
+        assert_eq!(
+            Dialect::Dtensor.parse_state("Replicate()").unwrap().0,
+            State::Invariant
+        );
+        assert_eq!(
+            Dialect::SpmdTypes.parse_state("R").unwrap().0,
+            State::Reduced
+        );
+        assert_eq!(
+            Dialect::Jax.parse_state("Unreduced").unwrap().0,
+            State::Partial
+        );
+        assert_eq!(
+            Dialect::Dtensor.parse_state("Shard(1)").unwrap(),
+            (State::Varying, Some(1))
+        );
+        assert_eq!(
+            Dialect::SpmdTypes.parse_state("S(0)").unwrap(),
+            (State::Varying, Some(0))
+        );
         let e = Dialect::SpmdTypes.parse_state("Unreduced").unwrap_err();
         assert!(e.contains("dialect jax"), "{e}");
         assert!(Dialect::Nabla.parse_state("Reduced").is_err());
@@ -220,7 +309,11 @@ mod tests {
         for d in ALL_DIALECTS {
             for s in ALL_STATES {
                 if let Some(n) = d.state_name(s) {
-                    let text = if n == "Shard" { "Shard(0)".to_string() } else { n.to_string() };
+                    let text = if n == "Shard" {
+                        "Shard(0)".to_string()
+                    } else {
+                        n.to_string()
+                    };
                     assert_eq!(d.parse_state(&text).unwrap().0, s, "{} {n}", d.name());
                 }
             }

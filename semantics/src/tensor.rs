@@ -37,14 +37,24 @@ pub fn unravel(mut flat: usize, shape: &[usize]) -> Vec<usize> {
 
 impl Tensor {
     pub fn new(shape: Shape, data: Vec<Q>) -> Tensor {
-        assert_eq!(numel(&shape), data.len(), "Tensor::new: shape/data mismatch (interpreter bug)");
+        assert_eq!(
+            numel(&shape),
+            data.len(),
+            "Tensor::new: shape/data mismatch (interpreter bug)"
+        );
         Tensor { shape, data }
     }
     pub fn zeros(shape: &[usize]) -> Tensor {
-        Tensor { shape: shape.to_vec(), data: vec![Q::zero(); numel(shape)] }
+        Tensor {
+            shape: shape.to_vec(),
+            data: vec![Q::zero(); numel(shape)],
+        }
     }
     pub fn scalar(v: Q) -> Tensor {
-        Tensor { shape: vec![], data: vec![v] }
+        Tensor {
+            shape: vec![],
+            data: vec![v],
+        }
     }
     /// The tensor with a single 1 at flat offset `at`.
     pub fn unit(shape: &[usize], at: usize) -> Tensor {
@@ -59,14 +69,25 @@ impl Tensor {
         self.shape.len()
     }
     pub fn map(&self, f: impl Fn(&Q) -> Q) -> Tensor {
-        Tensor { shape: self.shape.clone(), data: self.data.iter().map(f).collect() }
+        Tensor {
+            shape: self.shape.clone(),
+            data: self.data.iter().map(f).collect(),
+        }
     }
     /// Elementwise combination of two tensors of the same shape.
     pub fn zip(&self, o: &Tensor, f: impl Fn(&Q, &Q) -> Q) -> Tensor {
-        assert_eq!(self.shape, o.shape, "Tensor::zip: shape mismatch (interpreter bug)");
+        assert_eq!(
+            self.shape, o.shape,
+            "Tensor::zip: shape mismatch (interpreter bug)"
+        );
         Tensor {
             shape: self.shape.clone(),
-            data: self.data.iter().zip(&o.data).map(|(a, b)| f(a, b)).collect(),
+            data: self
+                .data
+                .iter()
+                .zip(&o.data)
+                .map(|(a, b)| f(a, b))
+                .collect(),
         }
     }
     pub fn add(&self, o: &Tensor) -> Tensor {
@@ -80,7 +101,10 @@ impl Tensor {
     }
     /// Frobenius inner product.
     pub fn dot(&self, o: &Tensor) -> Q {
-        assert_eq!(self.shape, o.shape, "Tensor::dot: shape mismatch (interpreter bug)");
+        assert_eq!(
+            self.shape, o.shape,
+            "Tensor::dot: shape mismatch (interpreter bug)"
+        );
         self.data
             .iter()
             .zip(&o.data)
@@ -115,7 +139,10 @@ impl Tensor {
             .map(|p| {
                 let mut s = p.shape.clone();
                 s.insert(dim, 1);
-                Tensor { shape: s, data: p.data.clone() }
+                Tensor {
+                    shape: s,
+                    data: p.data.clone(),
+                }
             })
             .collect();
         Tensor::concat(&expanded, dim)
@@ -123,7 +150,9 @@ impl Tensor {
     /// Split into `n` equal chunks along `dim` (the dim must divide evenly).
     pub fn chunk(&self, n: usize, dim: usize) -> Vec<Tensor> {
         let len = self.shape[dim] / n;
-        (0..n).map(|k| self.slice(dim, k * len, (k + 1) * len)).collect()
+        (0..n)
+            .map(|k| self.slice(dim, k * len, (k + 1) * len))
+            .collect()
     }
     /// Elements `start..end` along `dim`.
     pub fn slice(&self, dim: usize, start: usize, end: usize) -> Tensor {

@@ -1,0 +1,81 @@
+//! The command line end to end: verdicts, JSON, and bad input (exit code 2,
+//! one line, never a panic).
+
+use std::process::Command;
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_spmd-check"))
+        .args(args)
+        .output()
+        .expect("runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn derive_expr_json_has_a_real_verdict_per_row() {
+    let (code, out, err) = run(&["derive", "--expr", "x + 1", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let rows = v.as_array().expect("array");
+    assert_eq!(rows.len(), 16);
+    for r in rows {
+        let verdict = r["verdict"].as_str().unwrap();
+        assert!(["sound", "unsound", "vacuous", "undetermined"].contains(&verdict));
+        assert_eq!(r["property"].is_null(), verdict != "unsound");
+    }
+    // x + 1 on P: well-defined but not the declared meaning (F3).
+    let p = rows
+        .iter()
+        .find(|r| r["inputs"][0] == "P" && r["output"] == "P")
+        .unwrap();
+    assert_eq!(p["property"], "F3");
+    let i = rows
+        .iter()
+        .find(|r| r["inputs"][0] == "I" && r["output"] == "I")
+        .unwrap();
+    assert_eq!(i["verdict"], "sound");
+    assert_eq!(i["proof"], true);
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    for args in [
+        vec!["derive", "nosuchop"],
+        vec!["derive", "--expr", "x * "],
+        vec!["derive", "--expr", "foo(x)"],
+        vec!["derive"],
+        vec!["conform", "--dialect", "klingon"],
+        vec!["derive", "mul", "--max-instances", "10"],
+    ] {
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.starts_with("error: "), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?}: {err}");
+    }
+    let (_, _, err) = run(&["derive", "--expr", "x * "]);
+    assert!(err.contains("column 5"), "{err}");
+    let (_, _, err) = run(&["derive", "mul", "--max-instances", "10"]);
+    assert!(err.contains("--max-instances"), "{err}");
+}
+
+/// The README's map of folders to SPEC.md chapters names only paths that exist.
+#[test]
+fn readme_paths_exist() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let readme = std::fs::read_to_string(format!("{root}/README.md")).expect("README.md");
+    let mut n = 0;
+    for line in readme.lines().filter(|l| l.starts_with("| `")) {
+        let path = line.split('`').nth(1).unwrap();
+        assert!(
+            std::path::Path::new(&format!("{root}/{path}")).exists(),
+            "README names missing path {path}"
+        );
+        n += 1;
+    }
+    assert!(n >= 5, "README has no path table");
+}
