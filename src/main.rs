@@ -27,8 +27,8 @@ struct Cli {
 
 #[derive(Args, Clone)]
 struct ScopeArgs {
-    /// Mesh x shape cases with more free scalars than this are not enumerated.
-    #[arg(long, default_value_t = 8)]
+    /// Mesh x shape cases where an input has more free scalars than this are not enumerated.
+    #[arg(long, default_value_t = 4)]
     max_free: usize,
     /// Mesh x shape cases with more grid points than this are not enumerated.
     #[arg(long, default_value_t = 256)]

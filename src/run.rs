@@ -50,7 +50,7 @@ fn cases(op: &TypedOp, scope: &Scope, meshes: &[Mesh], tally: &mut Tally) -> Vec
                 .zip(&shapes)
                 .map(|(t, s)| num_free(m, t, s))
                 .collect();
-            if frees.iter().sum::<usize>() > scope.max_free {
+            if frees.iter().any(|&k| k > scope.max_free) {
                 tally.cases_beyond_cap += 1;
                 continue;
             }

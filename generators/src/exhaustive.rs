@@ -61,7 +61,7 @@ pub struct Scope {
     pub max_dim: usize,
     /// Scalar values, simplest first; must start with 0.
     pub values: Vec<Q>,
-    /// A mesh × shape case with more free scalars (over all inputs) than this
+    /// A mesh × shape case where some input has more free scalars than this
     /// is left to the random part ...
     pub max_free: usize,
     /// ... and so is one whose grid has more points than this.
@@ -84,7 +84,7 @@ impl Default for Scope {
             max_rank: 2,
             max_dim: 3,
             values: DEFAULT_VALUES.iter().map(|&(n, d)| Q::frac(n, d)).collect(),
-            max_free: 8,
+            max_free: 4,
             max_points: 256,
             max_instances: 20_000_000,
         }

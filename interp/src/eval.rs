@@ -300,26 +300,16 @@ pub struct Ctx {
     pub at_kink: bool,
 }
 
-fn broadcast_to(t: &Tensor, shape: &[usize]) -> Tensor {
-    if t.shape == shape {
-        t.clone()
-    } else {
-        Tensor::new(shape.to_vec(), vec![t.data[0].clone(); numel(shape)])
-    }
-}
-
 fn binary(
     a: &Tensor,
     b: &Tensor,
     f: impl Fn(&Q, &Q) -> Result<Q, EvalError>,
 ) -> Result<Tensor, EvalError> {
     let s = elementwise_shape(&a.shape, &b.shape).map_err(EvalError::Shape)?;
-    let (a, b) = (broadcast_to(a, &s), broadcast_to(b, &s));
-    let data = a
-        .data
-        .iter()
-        .zip(&b.data)
-        .map(|(x, y)| f(x, y))
+    // A scalar operand broadcasts by reading its one element (no copy).
+    let at = |t: &Tensor, i: usize| if t.data.len() == 1 { 0 } else { i };
+    let data = (0..numel(&s))
+        .map(|i| f(&a.data[at(a, i)], &b.data[at(b, i)]))
         .collect::<Result<_, _>>()?;
     Ok(Tensor::new(s, data))
 }
