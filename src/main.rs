@@ -4,6 +4,7 @@
 use clap::{Args, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
+use spmd_check::collectives::{check_pair, pair_rows, PairResult};
 use spmd_check::conform::{check_row, rows, RowResult};
 use spmd_check::derive::derive;
 use spmd_check::report;
@@ -145,8 +146,12 @@ fn run() -> Result<ExitCode, UsageError> {
                     res
                 })
                 .collect::<Result<_, _>>()?;
+            let pairs: Vec<PairResult> = pair_rows(dialect.as_deref())
+                .par_iter()
+                .map(|r| check_pair(r, &scope))
+                .collect::<Result<_, _>>()?;
             b.finish_and_clear();
-            Ok(conform_output(&results, json))
+            Ok(conform_output(&results, &pairs, json))
         }
         Cmd::Bench => {
             bench();
@@ -155,13 +160,17 @@ fn run() -> Result<ExitCode, UsageError> {
     }
 }
 
-fn conform_output(results: &[RowResult], json: bool) -> ExitCode {
+fn conform_output(results: &[RowResult], pairs: &[PairResult], json: bool) -> ExitCode {
     let defects = results
         .iter()
         .filter(|r| r.twin_rejected() == Some(false))
-        .count();
+        .count()
+        + pairs.iter().filter(|p| !p.twin_rejected()).count();
     if json {
-        let v: Vec<serde_json::Value> = results.iter().map(report::row_json).collect();
+        let v = serde_json::json!({
+            "local_rules": results.iter().map(report::row_json).collect::<Vec<_>>(),
+            "collectives": pairs.iter().map(PairResult::json).collect::<Vec<_>>(),
+        });
         println!("{}", serde_json::to_string_pretty(&v).expect("json"));
     } else {
         println!("seed rule tables (SPEC.md §9.2):");
@@ -203,6 +212,7 @@ fn conform_output(results: &[RowResult], json: bool) -> ExitCode {
                 r.finding().unwrap_or_default()
             );
         }
+        collectives_output(pairs);
         if defects > 0 {
             println!("\n{defects} negative twins were NOT rejected: the checker is defective");
         }
@@ -211,6 +221,27 @@ fn conform_output(results: &[RowResult], json: bool) -> ExitCode {
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+fn collectives_output(pairs: &[PairResult]) {
+    if pairs.is_empty() {
+        return;
+    }
+    println!("\ncollectives and casts, forward / declared backward (SPEC.md §10.3):");
+    for p in pairs {
+        println!("{}", p.line());
+    }
+    let sound = pairs.iter().filter(|p| p.verdict.is_sound()).count();
+    println!("\n{} rows: {} sound, {} unsound", pairs.len(), sound, pairs.len() - sound);
+    for p in pairs.iter().filter(|p| !p.verdict.is_sound()) {
+        if let Some(v) = p.verdict.violation() {
+            println!("  {} [{}]: {}", p.row.id, p.params, v.one_line());
+        }
+    }
+    println!("\ntranspose pairs (T1) and completeness gaps:");
+    for p in pairs {
+        println!("  {:<28} {}", p.row.id, p.t1_word());
     }
 }
 

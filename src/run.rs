@@ -43,7 +43,7 @@ impl Case {
 fn cases(op: &TypedOp, scope: &Scope, meshes: &[Mesh], tally: &mut Tally) -> Vec<Case> {
     let mut out = Vec::new();
     for m in meshes {
-        for shapes in shape_tuples(&op.op, scope) {
+        for shapes in shape_tuples(&op.op, m, scope) {
             let frees: Vec<usize> = op
                 .inputs
                 .iter()
@@ -54,7 +54,7 @@ fn cases(op: &TypedOp, scope: &Scope, meshes: &[Mesh], tally: &mut Tally) -> Vec
                 tally.cases_beyond_cap += 1;
                 continue;
             }
-            let deg = op.op.infer(&shapes).expect("shape tuples fit").1;
+            let deg = op.op.infer(m, &shapes).expect("shape tuples fit").1;
             let poly =
                 deg.is_polynomial() && deg.num.iter().all(|&d| (d as usize) < scope.values.len());
             let lists = frees
@@ -159,4 +159,42 @@ fn split_inputs(op: &TypedOp, c: &Case, point: &[Q]) -> Vec<PerRank> {
             x
         })
         .collect()
+}
+
+/// The enumerated cases of a typed op: mesh, input shapes, and the value list
+/// of every free scalar (all inputs, in order).
+pub fn estimate_cases(op: &TypedOp, scope: &Scope, meshes: &[Mesh]) -> Vec<(Mesh, Vec<Shape>, Vec<Vec<Q>>)> {
+    let mut t = Tally::new();
+    cases(op, scope, meshes, &mut t)
+        .into_iter()
+        .map(|c| {
+            let flat = c.lists.iter().flat_map(|(k, v)| std::iter::repeat_n(v.clone(), *k)).collect();
+            (c.mesh, c.shapes, flat)
+        })
+        .collect()
+}
+
+/// Only the forward properties F1-F3 (SPEC.md §4.2-4.4), for an op that has
+/// no declared backward.
+pub fn check_forward(op: &TypedOp, scope: &Scope, meshes: &[Mesh]) -> Verdict {
+    let mut tally = Tally::new();
+    let cs = cases(op, scope, meshes, &mut tally);
+    for c in &cs {
+        let checker = Checker::new(op, &c.mesh, c.shapes.clone()).expect("shape tuples fit");
+        let flat: Vec<&[Q]> = c.lists.iter().flat_map(|(k, v)| std::iter::repeat_n(v.as_slice(), *k)).collect();
+        let r = for_each_grid_point(&flat, &mut |point| {
+            let o = checker.check(&split_inputs(op, c, point), Phase::Forward);
+            tally.record(&o);
+            match o {
+                Outcome::Fail(v) => ControlFlow::Break(v),
+                _ => ControlFlow::Continue(()),
+            }
+        });
+        if let ControlFlow::Break(v) = r {
+            return Verdict::conclude(tally, Some(v));
+        }
+        tally.cases += 1;
+        tally.proof_grid &= c.proof_grid;
+    }
+    Verdict::conclude(tally, None)
 }

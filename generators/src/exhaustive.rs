@@ -137,7 +137,7 @@ impl Scope {
 
 /// Every tuple of input shapes from the scope that the op accepts, smallest
 /// total size first.
-pub fn shape_tuples(op: &Op, scope: &Scope) -> Vec<Vec<Shape>> {
+pub fn shape_tuples(op: &Op, m: &Mesh, scope: &Scope) -> Vec<Vec<Shape>> {
     let shapes = scope.shapes();
     let mut tuples: Vec<Vec<Shape>> = vec![vec![]];
     for _ in 0..op.arity() {
@@ -152,7 +152,7 @@ pub fn shape_tuples(op: &Op, scope: &Scope) -> Vec<Vec<Shape>> {
             })
             .collect();
     }
-    let mut ok: Vec<Vec<Shape>> = tuples.into_iter().filter(|t| op.infer(t).is_ok()).collect();
+    let mut ok: Vec<Vec<Shape>> = tuples.into_iter().filter(|t| op.infer(m, t).is_ok()).collect();
     ok.sort_by_key(|t| {
         (
             t.iter().map(|s| s.iter().product::<usize>()).sum::<usize>(),

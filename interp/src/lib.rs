@@ -2,10 +2,13 @@
 //! their shapes, degrees, values and local VJPs, and per-rank execution of a
 //! typed operation.
 
+pub mod catalogue;
+pub mod collective;
 pub mod eval;
 pub mod expr;
 pub mod op;
 
 pub use eval::{Degree, EvalError};
 pub use expr::{parse, Expr, LocalFn, ParseError};
+pub use collective::{Collective, Kind};
 pub use op::{builtin, Backward, Op, TypedOp, BUILTINS};

@@ -1,15 +1,23 @@
 //! Typed operations and their per-rank execution (SPEC.md §4, §6.4).
 
+use crate::collective::Collective;
 use crate::eval::{eval, infer, vjp, Ctx, Degree, EvalError};
 use crate::expr::{parse, LocalFn};
 use spmd_semantics::perrank::Denot;
-use spmd_semantics::{Mesh, PerRank, Shape, Tensor, Type};
+use spmd_semantics::{Mesh, PerRank, Shape, Tensor, Type, Q};
 
 /// An operation on per-rank values.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Op {
     /// The same local function on every rank; never communicates.
     Local(LocalFn),
+    /// A collective or cast on one value (SPEC.md §10).
+    Collective(Collective),
+    /// `a |> b |> ...`: one-input ops applied in order.
+    Compose(Vec<Op>),
+    /// Runs `forward` but claims the global meaning of `meaning`: how an
+    /// implementation that disagrees with its documentation looks.
+    Declared { forward: Box<Op>, meaning: Box<Op> },
 }
 
 /// How the backward of a typed op is computed.
@@ -17,6 +25,8 @@ pub enum Op {
 pub enum Backward {
     /// The per-rank VJP of the local function (SPEC.md §6.3).
     LocalVjp,
+    /// A named transpose applied to the cotangent (one-input ops).
+    Transpose(Op),
 }
 
 /// An op with the types it is claimed to have: the thing a rule states and
@@ -39,18 +49,64 @@ impl Op {
     pub fn arity(&self) -> usize {
         match self {
             Op::Local(f) => f.arity(),
+            Op::Collective(_) | Op::Compose(_) => 1,
+            Op::Declared { forward, .. } => forward.arity(),
         }
     }
     pub fn describe(&self) -> String {
         match self {
             Op::Local(f) => f.text.clone(),
+            Op::Collective(c) => c.describe(),
+            Op::Compose(ops) => ops.iter().map(Op::describe).collect::<Vec<_>>().join(" |> "),
+            Op::Declared { forward, meaning } => format!("{} (declared as {})", forward.describe(), meaning.describe()),
         }
     }
-    /// Output shape and degree bounds for inputs of these shapes; `Err` when
-    /// the shapes do not fit the op.
-    pub fn infer(&self, shapes: &[Shape]) -> Result<(Shape, Degree), String> {
+    /// Linear in its input (collectives, casts and their compositions): its
+    /// JVP is itself (SPEC.md §4.8).
+    pub fn is_linear(&self) -> bool {
+        match self {
+            Op::Local(_) => false,
+            Op::Collective(_) => true,
+            Op::Compose(ops) => ops.iter().all(Op::is_linear),
+            Op::Declared { forward, .. } => forward.is_linear(),
+        }
+    }
+    /// Output shape and degree bounds for inputs of these shapes on mesh `m`;
+    /// `Err` when the shapes do not fit the op.
+    pub fn infer(&self, m: &Mesh, shapes: &[Shape]) -> Result<(Shape, Degree), String> {
+        let linear = || Degree { num: vec![1], den: vec![0], piecewise: false };
         match self {
             Op::Local(f) => infer(&f.expr, shapes),
+            Op::Collective(c) => match shapes {
+                [s] => Ok((c.infer(m, s)?, linear())),
+                _ => Err(format!("{} takes one input", c.name)),
+            },
+            Op::Declared { forward, .. } => forward.infer(m, shapes),
+            Op::Compose(ops) => {
+                let mut s = shapes.to_vec();
+                for op in ops {
+                    s = vec![op.infer(m, &s)?.0];
+                }
+                Ok((s.pop().expect("one shape"), linear()))
+            }
+        }
+    }
+    /// Communication per rank in the ring model for inputs of these shapes
+    /// (SPEC.md §10.4); zero for local ops.
+    pub fn cost(&self, m: &Mesh, shapes: &[Shape]) -> Q {
+        match self {
+            Op::Local(_) => Q::zero(),
+            Op::Collective(c) => c.cost(m, &shapes[0]),
+            Op::Declared { forward, .. } => forward.cost(m, shapes),
+            Op::Compose(ops) => {
+                let mut s = shapes.to_vec();
+                let mut total = Q::zero();
+                for op in ops {
+                    total = total.add(&op.cost(m, &s));
+                    s = vec![op.infer(m, &s).map(|x| x.0).unwrap_or_default()];
+                }
+                total
+            }
         }
     }
     /// The per-rank forward.
@@ -69,6 +125,15 @@ impl Op {
                     at_kink: ctx.at_kink,
                 })
             }
+            Op::Collective(c) => Ok(Forward { y: c.forward(m, &xs[0]), at_kink: false }),
+            Op::Declared { forward, .. } => forward.forward(m, xs),
+            Op::Compose(ops) => {
+                let mut x = xs[0].clone();
+                for op in ops {
+                    x = op.forward(m, std::slice::from_ref(&x))?.y;
+                }
+                Ok(Forward { y: x, at_kink: false })
+            }
         }
     }
     /// The declared global meaning on denotations (SPEC.md §4, F3). For a
@@ -84,6 +149,15 @@ impl Op {
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 Ok(Denot { family })
+            }
+            Op::Collective(c) => Ok(c.spec(m, &ds[0])),
+            Op::Declared { meaning, .. } => meaning.spec(m, ds),
+            Op::Compose(ops) => {
+                let mut d = ds[0].clone();
+                for op in ops {
+                    d = op.spec(m, std::slice::from_ref(&d))?;
+                }
+                Ok(d)
             }
         }
     }
@@ -120,6 +194,26 @@ impl TypedOp {
                     }
                 }
                 Ok(out)
+            }
+            (Backward::Transpose(t), _) => Ok(vec![t.forward(m, std::slice::from_ref(g))?.y]),
+            (Backward::LocalVjp, op) => Err(EvalError::Shape(format!(
+                "`{}` has no local VJP: declare its backward",
+                op.describe()
+            ))),
+        }
+    }
+    /// Whether the backward accepts a cotangent of the output's shape `out`
+    /// (a declared transpose may not, e.g. an all_to_all with the wrong dims).
+    pub fn backward_accepts(&self, m: &Mesh, out: &[usize], inputs: &[Shape]) -> Result<(), String> {
+        match &self.backward {
+            Backward::LocalVjp => Ok(()),
+            Backward::Transpose(t) => {
+                let s = t.infer(m, &[out.to_vec()])?.0;
+                if s == inputs[0] {
+                    Ok(())
+                } else {
+                    Err(format!("it maps a cotangent of shape {out:?} to shape {s:?}, the input has {:?}", inputs[0]))
+                }
             }
         }
     }

@@ -24,6 +24,8 @@ pub enum Property {
     B1,
     B2,
     B3,
+    J1,
+    T1,
 }
 
 impl Property {
@@ -36,6 +38,8 @@ impl Property {
             Property::B1 => "B1 backward closure (SPEC.md §4.5)",
             Property::B2 => "B2 backward well-defined (SPEC.md §4.6)",
             Property::B3 => "B3 gradient (SPEC.md §4.7)",
+            Property::J1 => "J1 tangent (SPEC.md §4.8)",
+            Property::T1 => "T1 involution (SPEC.md §4.9)",
         }
     }
     pub fn code(self) -> &'static str {
@@ -46,6 +50,8 @@ impl Property {
             Property::B1 => "B1",
             Property::B2 => "B2",
             Property::B3 => "B3",
+            Property::J1 => "J1",
+            Property::T1 => "T1",
         }
     }
 }
@@ -219,6 +225,8 @@ pub struct Checker<'a> {
     gs: Vec<PerRank>,
     /// Directions of the output cotangent type that denote zero.
     g_kernel: Vec<PerRank>,
+    /// Why the backward cannot take a cotangent of this case's shape, if so.
+    bwd_shape_err: Option<String>,
     /// Per input, for a polynomial op: finite-difference weights.
     weights: Vec<Option<PolyWeights>>,
     /// Denotation maps of the input, output and cotangent types.
@@ -255,7 +263,7 @@ fn shown(label: impl Into<String>, ty: &Type, value: &PerRank) -> Shown {
 impl<'a> Checker<'a> {
     /// Prepare the case `m`, `shapes`; `Err` when the op does not accept the shapes.
     pub fn new(op: &'a TypedOp, m: &'a Mesh, shapes: Vec<Shape>) -> Result<Checker<'a>, String> {
-        let (out_shape, deg) = op.op.infer(&shapes)?;
+        let (out_shape, deg) = op.op.infer(m, &shapes)?;
         // Piecewise maps are sampled with a small step so that samples stay
         // between kinks (SPEC.md §5.3).
         let step = if deg.piecewise {
@@ -285,6 +293,7 @@ impl<'a> Checker<'a> {
             .iter()
             .map(|&d| deg.is_polynomial().then(|| PolyWeights::new(d, &step)))
             .collect();
+        let bwd_shape_err = op.backward_accepts(m, &out_shape, &shapes).err();
         let proj_in = op.inputs.iter().map(|t| Projection::new(m, t)).collect();
         let proj_cot_in = op
             .inputs
@@ -304,6 +313,7 @@ impl<'a> Checker<'a> {
             bases,
             gs,
             g_kernel,
+            bwd_shape_err,
             weights,
             proj_in,
             proj_out,
@@ -475,6 +485,15 @@ impl<'a> Checker<'a> {
         let tc = op.output.cot();
         let gs = &self.gs;
         let cot_in: Vec<Type> = op.inputs.iter().map(Type::cot).collect();
+        if let Some(why) = &self.bwd_shape_err {
+            return Err(self.fail(
+                Property::B1,
+                format!("the backward does not fit the cotangent: {why}"),
+                self.inputs_shown(xs),
+                format!("a cotangent of x0's shape {:?}", self.shapes[0]),
+                "no well-formed result".into(),
+            ));
+        }
         // B1 and the primal half of B2, per cotangent basis direction.
         let mut results: Vec<Vec<PerRank>> = Vec::with_capacity(gs.len());
         for g in gs {
@@ -589,6 +608,25 @@ impl<'a> Checker<'a> {
                     }
                 }
             }
+            // J1: a linear op's JVP is the op itself, so its derivative
+            // along a direction is the op applied to the direction.
+            if op.op.is_linear() {
+                for ((_, e), col) in basis.iter().zip(&cols) {
+                    let fe = op.op.forward(m, std::slice::from_ref(e))?.y;
+                    let dfe = self.proj_out.denote(&fe);
+                    if &dfe != col {
+                        let mut s = self.inputs_shown(xs);
+                        s.push(shown("dx", ti, e));
+                        return Err(self.fail(
+                            Property::J1,
+                            "the op applied to a tangent is not the derivative along it".into(),
+                            s,
+                            show_denot(m, &op.output, col),
+                            show_denot(m, &op.output, &dfe),
+                        ));
+                    }
+                }
+            }
             for (g, bs) in gs.iter().zip(&results) {
                 let dg = self.proj_cot_out.denote(g);
                 let vals: Vec<Q> = cols
@@ -696,4 +734,32 @@ pub fn check(op: &TypedOp, m: &Mesh, xs: &[PerRank]) -> Outcome {
         Ok(c) => c.check(xs, Phase::All),
         Err(e) => panic!("interpreter bug: check called on shapes the op rejects: {e}"),
     }
+}
+
+/// T1 (SPEC.md §4.9) on one instance: `tt`, the declared transpose of the
+/// declared transpose of `op`, computes the same global function as `op`.
+pub fn check_involution(op: &TypedOp, tt: &TypedOp, m: &Mesh, xs: &[PerRank]) -> Outcome {
+    let a = match op.op.forward(m, xs) {
+        Ok(f) => f.y,
+        Err(_) => return Outcome::OutsideDomain,
+    };
+    let b = match tt.op.forward(m, xs) {
+        Ok(f) => f.y,
+        Err(_) => return Outcome::OutsideDomain,
+    };
+    let (da, db) = (denote(m, &op.output, &a), denote(m, &tt.output, &b));
+    if a.shape() == b.shape() && da == db {
+        return Outcome::Pass(Pass::default());
+    }
+    let mut shown_vals: Vec<Shown> = xs.iter().enumerate().map(|(i, x)| shown(format!("x{i}"), &op.inputs[i], x)).collect();
+    shown_vals.push(shown("y", &op.output, &a));
+    shown_vals.push(shown("y_tt", &tt.output, &b));
+    Outcome::Fail(Box::new(Violation {
+        property: Property::T1,
+        mesh: m.clone(),
+        what: format!("the transpose of the transpose, `{}`, is not `{}`", tt.op.describe(), op.op.describe()),
+        shown: shown_vals,
+        expected: show_denot(m, &op.output, &da),
+        actual: show_denot(m, &tt.output, &db),
+    }))
 }

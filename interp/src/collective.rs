@@ -1,0 +1,265 @@
+//! Collectives and casts (SPEC.md §10): per-rank forward, declared global
+//! meaning on denotations, shapes, and ring-model communication cost.
+//!
+//! A collective acts on a *group*: the ranks that differ only in the group's
+//! mesh axes (several axes form one flattened group, row-major). `k(r)` is a
+//! rank's index in its group and `n` the group size. The forward and the spec
+//! are written separately, so F3 compares two independent descriptions.
+
+use spmd_semantics::perrank::Denot;
+use spmd_semantics::{Mesh, PerRank, Shape, State, Tensor, Q};
+
+/// What a collective does to local tensors.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    /// Concatenate (or stack) the group's tensors along `dim`.
+    AllGather { dim: usize, stack: bool },
+    /// Sum the group's tensors.
+    AllReduce,
+    /// Sum, then keep chunk k(r) along `dim`.
+    ReduceScatter { dim: usize },
+    /// Split along `split`, send chunk j to group member j, concatenate the
+    /// received chunks along `concat`.
+    AllToAll { split: usize, concat: usize },
+    /// Keep the local tensors; change only the type.
+    Reinterpret,
+    /// Keep the denotation with local work only (Varying read as
+    /// concatenation along `dim`).
+    Convert { dim: usize },
+    /// Member k sends to member perm[k] (None: sends nowhere); members that
+    /// receive nothing hold zeros.
+    PPermute { perm: Vec<Option<usize>> },
+    /// All-reduce divided by the group size.
+    PMean,
+}
+
+/// A collective on a group of mesh axes, with the states it converts between
+/// on those axes (the same on every group axis).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Collective {
+    /// The catalogue name, e.g. `all_gather_reduced`.
+    pub name: String,
+    pub kind: Kind,
+    pub axes: Vec<usize>,
+    pub src: State,
+    pub dst: State,
+}
+
+fn group(m: &Mesh, axes: &[usize], r: usize) -> (Vec<usize>, usize) {
+    let sizes: Vec<usize> = axes.iter().map(|&a| m.axes[a].size).collect();
+    let n: usize = sizes.iter().product();
+    let c = m.coords(r);
+    let k = axes.iter().fold(0, |acc, &a| acc * m.axes[a].size + c[a]);
+    let members = (0..n)
+        .map(|j| {
+            let off = spmd_semantics::tensor::unravel(j, &sizes);
+            let mut cc = c.clone();
+            for (i, &a) in axes.iter().enumerate() {
+                cc[a] = off[i];
+            }
+            m.rank(&cc)
+        })
+        .collect();
+    (members, k)
+}
+
+fn sum(ts: &[&Tensor]) -> Tensor {
+    ts[1..].iter().fold(ts[0].clone(), |a, t| a.add(t))
+}
+
+fn place(x: &Tensor, n: usize, k: usize, dim: usize) -> Tensor {
+    let parts: Vec<Tensor> = (0..n).map(|j| if j == k { x.clone() } else { Tensor::zeros(&x.shape) }).collect();
+    Tensor::concat(&parts, dim)
+}
+
+impl Collective {
+    pub fn group_size(&self, m: &Mesh) -> usize {
+        self.axes.iter().map(|&a| m.axes[a].size).product()
+    }
+
+    /// Output shape for an input shape, or why the shape does not fit.
+    pub fn infer(&self, m: &Mesh, s: &[usize]) -> Result<Shape, String> {
+        let n = self.group_size(m);
+        let dim_ok = |d: usize| if d < s.len() { Ok(()) } else { Err(format!("{}: dim {d} out of range for shape {s:?}", self.name)) };
+        let div = |d: usize| if s[d] % n == 0 { Ok(()) } else { Err(format!("{}: dim {d} of {s:?} not divisible by {n}", self.name)) };
+        let mut out = s.to_vec();
+        match &self.kind {
+            Kind::AllGather { dim, stack: true } => {
+                if *dim > s.len() {
+                    return Err(format!("{}: stack dim {dim} out of range for {s:?}", self.name));
+                }
+                out.insert(*dim, n);
+            }
+            Kind::AllGather { dim, stack: false } => {
+                dim_ok(*dim)?;
+                out[*dim] *= n;
+            }
+            Kind::ReduceScatter { dim } => {
+                dim_ok(*dim)?;
+                div(*dim)?;
+                out[*dim] /= n;
+            }
+            Kind::AllToAll { split, concat } => {
+                dim_ok(*split)?;
+                dim_ok(*concat)?;
+                div(*split)?;
+                out[*split] /= n;
+                out[*concat] *= n;
+            }
+            Kind::Convert { dim } => match (self.src, self.dst) {
+                (State::Reduced | State::Invariant, State::Varying) => {
+                    dim_ok(*dim)?;
+                    div(*dim)?;
+                    out[*dim] /= n;
+                }
+                (State::Varying, State::Partial) => {
+                    dim_ok(*dim)?;
+                    out[*dim] *= n;
+                }
+                _ => {}
+            },
+            Kind::PPermute { perm } => {
+                if perm.len() != n {
+                    return Err(format!("{}: permutation of {} entries on a group of {n}", self.name, perm.len()));
+                }
+            }
+            Kind::AllReduce | Kind::Reinterpret | Kind::PMean => {}
+        }
+        Ok(out)
+    }
+
+    /// The per-rank forward.
+    pub fn forward(&self, m: &Mesh, x: &PerRank) -> PerRank {
+        let tensors = (0..m.num_ranks())
+            .map(|r| {
+                let (g, k) = group(m, &self.axes, r);
+                let n = g.len();
+                let xs: Vec<&Tensor> = g.iter().map(|&q| &x.tensors[q]).collect();
+                match &self.kind {
+                    Kind::AllGather { dim, stack } => {
+                        let parts: Vec<Tensor> = xs.iter().map(|t| (*t).clone()).collect();
+                        if *stack { Tensor::stack(&parts, *dim) } else { Tensor::concat(&parts, *dim) }
+                    }
+                    Kind::AllReduce => sum(&xs),
+                    Kind::PMean => sum(&xs).scale(&Q::frac(1, n as i64)),
+                    Kind::ReduceScatter { dim } => sum(&xs).chunk(n, *dim)[k].clone(),
+                    Kind::AllToAll { split, concat } => {
+                        let parts: Vec<Tensor> = xs.iter().map(|t| t.chunk(n, *split)[k].clone()).collect();
+                        Tensor::concat(&parts, *concat)
+                    }
+                    Kind::Reinterpret => x.tensors[r].clone(),
+                    Kind::Convert { dim } => match (self.src, self.dst) {
+                        (State::Reduced | State::Invariant, State::Varying) => x.tensors[r].chunk(n, *dim)[k].clone(),
+                        (State::Reduced | State::Invariant, State::Partial) => {
+                            if k == 0 { x.tensors[r].clone() } else { Tensor::zeros(&x.tensors[r].shape) }
+                        }
+                        (State::Varying, State::Partial) => place(&x.tensors[r], n, k, *dim),
+                        _ => x.tensors[r].clone(),
+                    },
+                    Kind::PPermute { perm } => match perm.iter().position(|p| *p == Some(k)) {
+                        Some(src) => xs[src].clone(),
+                        None => Tensor::zeros(&x.tensors[r].shape),
+                    },
+                }
+            })
+            .collect();
+        PerRank { tensors }
+    }
+
+    /// The declared global meaning (SPEC.md §10.2), on full-rank families.
+    pub fn spec(&self, m: &Mesh, d: &Denot) -> Denot {
+        let family = (0..m.num_ranks())
+            .map(|r| {
+                let (g, k) = group(m, &self.axes, r);
+                let n = g.len();
+                let ds: Vec<&Tensor> = g.iter().map(|&q| &d.family[q]).collect();
+                let here = &d.family[r];
+                match (&self.kind, self.src) {
+                    // Gathering concatenates the Varying pieces.
+                    (Kind::AllGather { dim, stack }, _) => {
+                        let parts: Vec<Tensor> = ds.iter().map(|t| (*t).clone()).collect();
+                        if *stack { Tensor::stack(&parts, *dim) } else { Tensor::concat(&parts, *dim) }
+                    }
+                    // A Partial value is already its sum: all_reduce keeps it.
+                    (Kind::AllReduce, State::Partial) => here.clone(),
+                    (Kind::AllReduce, _) => sum(&ds),
+                    (Kind::PMean, State::Partial) => here.scale(&Q::frac(1, n as i64)),
+                    (Kind::PMean, _) => sum(&ds).scale(&Q::frac(1, n as i64)),
+                    (Kind::ReduceScatter { dim }, State::Partial) => here.chunk(n, *dim)[k].clone(),
+                    (Kind::ReduceScatter { dim }, _) => sum(&ds).chunk(n, *dim)[k].clone(),
+                    (Kind::AllToAll { split, concat }, _) => {
+                        let parts: Vec<Tensor> = ds.iter().map(|t| t.chunk(n, *split)[k].clone()).collect();
+                        Tensor::concat(&parts, *concat)
+                    }
+                    // Reinterpreting keeps local data, so the denotation
+                    // changes as seed 003 describes.
+                    (Kind::Reinterpret, State::Invariant | State::Reduced) => match self.dst {
+                        State::Partial => here.scale(&Q::int(n as i64)),
+                        _ => here.clone(),
+                    },
+                    (Kind::Reinterpret, State::Varying) => match self.dst {
+                        State::Partial => sum(&ds),
+                        _ => here.clone(),
+                    },
+                    (Kind::Reinterpret, State::Partial) => here.clone(),
+                    // Converting keeps the denotation, Varying read as
+                    // concatenation along `dim`.
+                    (Kind::Convert { dim }, State::Invariant | State::Reduced) => match self.dst {
+                        State::Varying => here.chunk(n, *dim)[k].clone(),
+                        _ => here.clone(),
+                    },
+                    (Kind::Convert { dim }, State::Varying) => match self.dst {
+                        State::Partial | State::Reduced | State::Invariant => {
+                            let parts: Vec<Tensor> = ds.iter().map(|t| (*t).clone()).collect();
+                            Tensor::concat(&parts, *dim)
+                        }
+                        State::Varying => here.clone(),
+                    },
+                    (Kind::Convert { .. }, State::Partial) => here.clone(),
+                    (Kind::PPermute { perm }, _) => match perm.iter().position(|p| *p == Some(k)) {
+                        Some(src) => ds[src].clone(),
+                        None => Tensor::zeros(&here.shape),
+                    },
+                }
+            })
+            .collect();
+        Denot { family }
+    }
+
+    /// Elements sent per rank in the ring model (SPEC.md §10.4), for a local
+    /// input of `in_shape`.
+    pub fn cost(&self, m: &Mesh, in_shape: &[usize]) -> Q {
+        let n = self.group_size(m) as i64;
+        let local: i64 = in_shape.iter().product::<usize>() as i64;
+        let frac = Q::frac(n - 1, n);
+        match &self.kind {
+            Kind::AllGather { .. } => frac.mul(&Q::int(local * n)),
+            Kind::ReduceScatter { .. } => frac.mul(&Q::int(local)),
+            Kind::AllReduce | Kind::PMean => frac.mul(&Q::int(2 * local)),
+            Kind::AllToAll { .. } => frac.mul(&Q::int(local)),
+            Kind::PPermute { perm } => {
+                if perm.iter().enumerate().all(|(k, p)| *p == Some(k)) {
+                    Q::zero()
+                } else {
+                    Q::int(local)
+                }
+            }
+            Kind::Reinterpret | Kind::Convert { .. } => Q::zero(),
+        }
+    }
+
+    /// `all_gather_reduced(dim=0)` style text.
+    pub fn describe(&self) -> String {
+        let p = match &self.kind {
+            Kind::AllGather { dim, stack } => format!("dim={dim}{}", if *stack { ", stack" } else { "" }),
+            Kind::ReduceScatter { dim } | Kind::Convert { dim } => format!("dim={dim}"),
+            Kind::AllToAll { split, concat } => format!("split={split}, concat={concat}"),
+            Kind::PPermute { perm } => {
+                let p: Vec<String> = perm.iter().map(|x| x.map(|v| v.to_string()).unwrap_or("_".into())).collect();
+                format!("perm=[{}]", p.join(","))
+            }
+            _ => String::new(),
+        };
+        format!("{}({p})", self.name)
+    }
+}
