@@ -269,7 +269,7 @@ pub fn check_pair(r: &'static PairRow, scope: &Scope) -> Result<PairResult, Usag
                 let t = TypedOp { backward: Backward::Transpose(doubled(b)), ..op.clone() };
                 check_op(&t, scope, &meshes, &|_| {})
             }
-            Backward::LocalVjp => {
+            Backward::LocalVjp | Backward::Apply(_) => {
                 let wrong = Op::Declared { forward: Box::new(doubled(&op.op)), meaning: Box::new(op.op.clone()) };
                 let t = TypedOp { op: wrong, ..op.clone() };
                 crate::run::check_forward(&t, scope, &meshes)

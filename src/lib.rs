@@ -14,6 +14,7 @@
 pub mod collectives;
 pub mod conform;
 pub mod derive;
+pub mod fsdp;
 pub mod report;
 pub mod run;
 pub mod types;

@@ -150,8 +150,14 @@ fn run() -> Result<ExitCode, UsageError> {
                 .par_iter()
                 .map(|r| check_pair(r, &scope))
                 .collect::<Result<_, _>>()?;
+            let fsdp = spmd_check::fsdp::strategies(&scope);
             b.finish_and_clear();
-            Ok(conform_output(&results, &pairs, json))
+            let code = conform_output(&results, &pairs, json);
+            if !json {
+                fsdp_output(&fsdp);
+            }
+            let wrong = fsdp.iter().any(|s| s.verdict.is_sound() != s.expect_sound);
+            Ok(if wrong { ExitCode::from(1) } else { code })
         }
         Cmd::Bench => {
             bench();
@@ -221,6 +227,27 @@ fn conform_output(results: &[RowResult], pairs: &[PairResult], json: bool) -> Ex
         ExitCode::from(1)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+fn fsdp_output(strategies: &[spmd_check::fsdp::Strategy]) {
+    let (m, w) = spmd_check::fsdp::reference();
+    println!(
+        "\nFSDP weight gather, checked end to end; traffic per rank in elements on mesh {m}, weight shard {w:?} (SPEC.md §10.4):"
+    );
+    for s in strategies {
+        println!(
+            "  {:<50} {:<16} forward {:>4}  backward {:>4}",
+            s.name,
+            report::verdict_word(&s.verdict),
+            s.forward_cost.to_string(),
+            s.backward_cost.to_string()
+        );
+    }
+    if let [a, b, ..] = strategies {
+        if let Ok(r) = b.backward_cost.div(&a.backward_cost) {
+            println!("  backward traffic, naive / fsdp = {r}");
+        }
     }
 }
 

@@ -107,7 +107,7 @@ impl Collective {
                 out[*concat] *= n;
             }
             Kind::Convert { dim } => match (self.src, self.dst) {
-                (State::Reduced | State::Invariant, State::Varying) => {
+                (State::Reduced | State::Invariant | State::Partial, State::Varying) => {
                     dim_ok(*dim)?;
                     div(*dim)?;
                     out[*dim] /= n;
@@ -149,7 +149,7 @@ impl Collective {
                     }
                     Kind::Reinterpret => x.tensors[r].clone(),
                     Kind::Convert { dim } => match (self.src, self.dst) {
-                        (State::Reduced | State::Invariant, State::Varying) => x.tensors[r].chunk(n, *dim)[k].clone(),
+                        (State::Reduced | State::Invariant | State::Partial, State::Varying) => x.tensors[r].chunk(n, *dim)[k].clone(),
                         (State::Reduced | State::Invariant, State::Partial) => {
                             if k == 0 { x.tensors[r].clone() } else { Tensor::zeros(&x.tensors[r].shape) }
                         }
@@ -204,7 +204,7 @@ impl Collective {
                     (Kind::Reinterpret, State::Partial) => here.clone(),
                     // Converting keeps the denotation, Varying read as
                     // concatenation along `dim`.
-                    (Kind::Convert { dim }, State::Invariant | State::Reduced) => match self.dst {
+                    (Kind::Convert { dim }, State::Invariant | State::Reduced | State::Partial) => match self.dst {
                         State::Varying => here.chunk(n, *dim)[k].clone(),
                         _ => here.clone(),
                     },
@@ -215,7 +215,6 @@ impl Collective {
                         }
                         State::Varying => here.clone(),
                     },
-                    (Kind::Convert { .. }, State::Partial) => here.clone(),
                     (Kind::PPermute { perm }, _) => match perm.iter().position(|p| *p == Some(k)) {
                         Some(src) => ds[src].clone(),
                         None => Tensor::zeros(&here.shape),

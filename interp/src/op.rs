@@ -18,6 +18,9 @@ pub enum Op {
     /// Runs `forward` but claims the global meaning of `meaning`: how an
     /// implementation that disagrees with its documentation looks.
     Declared { forward: Box<Op>, meaning: Box<Op> },
+    /// A small program: one-input ops on some inputs (e.g. gathering a
+    /// sharded weight), then a local op on the results.
+    Apply { pre: Vec<Option<Op>>, body: Box<Op> },
 }
 
 /// How the backward of a typed op is computed.
@@ -27,6 +30,9 @@ pub enum Backward {
     LocalVjp,
     /// A named transpose applied to the cotangent (one-input ops).
     Transpose(Op),
+    /// For `Op::Apply`: the body's local VJP, then these transposes of the
+    /// pre-ops (none where an input had no pre-op).
+    Apply(Vec<Option<Op>>),
 }
 
 /// An op with the types it is claimed to have: the thing a rule states and
@@ -51,6 +57,7 @@ impl Op {
             Op::Local(f) => f.arity(),
             Op::Collective(_) | Op::Compose(_) => 1,
             Op::Declared { forward, .. } => forward.arity(),
+            Op::Apply { pre, .. } => pre.len(),
         }
     }
     pub fn describe(&self) -> String {
@@ -59,6 +66,10 @@ impl Op {
             Op::Collective(c) => c.describe(),
             Op::Compose(ops) => ops.iter().map(Op::describe).collect::<Vec<_>>().join(" |> "),
             Op::Declared { forward, meaning } => format!("{} (declared as {})", forward.describe(), meaning.describe()),
+            Op::Apply { pre, body } => {
+                let p: Vec<String> = pre.iter().map(|o| o.as_ref().map(Op::describe).unwrap_or_else(|| "id".into())).collect();
+                format!("{} after ({})", body.describe(), p.join(", "))
+            }
         }
     }
     /// Linear in its input (collectives, casts and their compositions): its
@@ -69,6 +80,7 @@ impl Op {
             Op::Collective(_) => true,
             Op::Compose(ops) => ops.iter().all(Op::is_linear),
             Op::Declared { forward, .. } => forward.is_linear(),
+            Op::Apply { .. } => false,
         }
     }
     /// Output shape and degree bounds for inputs of these shapes on mesh `m`;
@@ -82,6 +94,17 @@ impl Op {
                 _ => Err(format!("{} takes one input", c.name)),
             },
             Op::Declared { forward, .. } => forward.infer(m, shapes),
+            Op::Apply { pre, body } => {
+                let mid = pre
+                    .iter()
+                    .zip(shapes)
+                    .map(|(p, sh)| match p {
+                        Some(op) => op.infer(m, std::slice::from_ref(sh)).map(|x| x.0),
+                        None => Ok(sh.clone()),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                body.infer(m, &mid)
+            }
             Op::Compose(ops) => {
                 let mut s = shapes.to_vec();
                 for op in ops {
@@ -98,6 +121,11 @@ impl Op {
             Op::Local(_) => Q::zero(),
             Op::Collective(c) => c.cost(m, &shapes[0]),
             Op::Declared { forward, .. } => forward.cost(m, shapes),
+            Op::Apply { pre, .. } => pre
+                .iter()
+                .zip(shapes)
+                .filter_map(|(p, sh)| p.as_ref().map(|op| op.cost(m, std::slice::from_ref(sh))))
+                .fold(Q::zero(), |a, c| a.add(&c)),
             Op::Compose(ops) => {
                 let mut s = shapes.to_vec();
                 let mut total = Q::zero();
@@ -127,6 +155,10 @@ impl Op {
             }
             Op::Collective(c) => Ok(Forward { y: c.forward(m, &xs[0]), at_kink: false }),
             Op::Declared { forward, .. } => forward.forward(m, xs),
+            Op::Apply { pre, body } => {
+                let mid = self.apply_pre(m, pre, xs)?;
+                body.forward(m, &mid)
+            }
             Op::Compose(ops) => {
                 let mut x = xs[0].clone();
                 for op in ops {
@@ -135,6 +167,15 @@ impl Op {
                 Ok(Forward { y: x, at_kink: false })
             }
         }
+    }
+    fn apply_pre(&self, m: &Mesh, pre: &[Option<Op>], xs: &[PerRank]) -> Result<Vec<PerRank>, EvalError> {
+        pre.iter()
+            .zip(xs)
+            .map(|(p, x)| match p {
+                Some(op) => op.forward(m, std::slice::from_ref(x)).map(|f| f.y),
+                None => Ok(x.clone()),
+            })
+            .collect()
     }
     /// The declared global meaning on denotations (SPEC.md §4, F3). For a
     /// local op: the local function applied to the denotations, rank by rank
@@ -152,6 +193,17 @@ impl Op {
             }
             Op::Collective(c) => Ok(c.spec(m, &ds[0])),
             Op::Declared { meaning, .. } => meaning.spec(m, ds),
+            Op::Apply { pre, body } => {
+                let mid = pre
+                    .iter()
+                    .zip(ds)
+                    .map(|(p, d)| match p {
+                        Some(op) => op.spec(m, std::slice::from_ref(d)),
+                        None => Ok(d.clone()),
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                body.spec(m, &mid)
+            }
             Op::Compose(ops) => {
                 let mut d = ds[0].clone();
                 for op in ops {
@@ -196,6 +248,20 @@ impl TypedOp {
                 Ok(out)
             }
             (Backward::Transpose(t), _) => Ok(vec![t.forward(m, std::slice::from_ref(g))?.y]),
+            (Backward::Apply(transposes), Op::Apply { pre, body }) => {
+                let mid = self.op.apply_pre(m, pre, xs)?;
+                let inner = TypedOp { op: (**body).clone(), inputs: self.inputs.clone(), output: self.output.clone(), backward: Backward::LocalVjp };
+                inner
+                    .backward(m, &mid, g)?
+                    .into_iter()
+                    .zip(transposes)
+                    .map(|(gi, t)| match t {
+                        Some(op) => op.forward(m, std::slice::from_ref(&gi)).map(|f| f.y),
+                        None => Ok(gi),
+                    })
+                    .collect()
+            }
+            (Backward::Apply(_), op) => Err(EvalError::Shape(format!("`{}` is not a program", op.describe()))),
             (Backward::LocalVjp, op) => Err(EvalError::Shape(format!(
                 "`{}` has no local VJP: declare its backward",
                 op.describe()
@@ -206,7 +272,7 @@ impl TypedOp {
     /// (a declared transpose may not, e.g. an all_to_all with the wrong dims).
     pub fn backward_accepts(&self, m: &Mesh, out: &[usize], inputs: &[Shape]) -> Result<(), String> {
         match &self.backward {
-            Backward::LocalVjp => Ok(()),
+            Backward::LocalVjp | Backward::Apply(_) => Ok(()),
             Backward::Transpose(t) => {
                 let s = t.infer(m, &[out.to_vec()])?.0;
                 if s == inputs[0] {
