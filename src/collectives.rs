@@ -40,7 +40,16 @@ const fn row(
     backward: Option<&'static str>,
     expect: Option<Property>,
 ) -> PairRow {
-    PairRow { id, system, dialect, forward, src, dst, backward, expect }
+    PairRow {
+        id,
+        system,
+        dialect,
+        forward,
+        src,
+        dst,
+        backward,
+        expect,
+    }
 }
 
 use Dialect::{Jax, SpmdTypes};
@@ -49,79 +58,461 @@ use Dialect::{Jax, SpmdTypes};
 /// the cotangent of its forward type), and seed 000's primitives.
 pub const PAIR_ROWS: &[PairRow] = &[
     // ---- seed 003: comms by forwards-backwards ----
-    row("st_reinterpret_r_i", "spmd_types", SpmdTypes, "reinterpret(R,I)", "R", "I", Some("convert(I,P)"), None),
-    row("st_reinterpret_r_v", "spmd_types", SpmdTypes, "reinterpret(R,V)", "R", "V", Some("reinterpret(V,P)"), None),
-    row("st_convert_r_v", "spmd_types", SpmdTypes, "convert(R,V, dim={d})", "R", "V", Some("convert(V,P, dim={d})"), None),
-    row("st_reinterpret_r_p", "spmd_types", SpmdTypes, "reinterpret(R,P)", "R", "P", Some("reinterpret(R,P)"), None),
-    row("st_convert_r_p", "spmd_types", SpmdTypes, "convert(R,P)", "R", "P", Some("convert(R,P)"), None),
-    row("st_reinterpret_i_r", "spmd_types", SpmdTypes, "reinterpret(I,R)", "I", "R", Some("all_reduce(I)"), None),
-    row("st_convert_i_v", "spmd_types", SpmdTypes, "convert(I,V, dim={d})", "I", "V", Some("all_gather(I, dim={d})"), None),
-    row("st_convert_i_p", "spmd_types", SpmdTypes, "convert(I,P)", "I", "P", Some("reinterpret(R,I)"), None),
-    row("st_all_gather_r", "spmd_types", SpmdTypes, "all_gather(R, dim={d})", "V", "R", Some("reduce_scatter(dim={d})"), None),
-    row("st_all_gather_r_stack", "spmd_types", SpmdTypes, "all_gather(R, dim={d}, stack)", "V", "R", None, None),
-    row("st_all_gather_i", "spmd_types", SpmdTypes, "all_gather(I, dim={d})", "V", "I", Some("convert(I,V, dim={d})"), None),
-    row("st_all_gather_v", "spmd_types", SpmdTypes, "all_gather(V, dim={d})", "V", "V", None, None),
+    row(
+        "st_reinterpret_r_i",
+        "spmd_types",
+        SpmdTypes,
+        "reinterpret(R,I)",
+        "R",
+        "I",
+        Some("convert(I,P)"),
+        None,
+    ),
+    row(
+        "st_reinterpret_r_v",
+        "spmd_types",
+        SpmdTypes,
+        "reinterpret(R,V)",
+        "R",
+        "V",
+        Some("reinterpret(V,P)"),
+        None,
+    ),
+    row(
+        "st_convert_r_v",
+        "spmd_types",
+        SpmdTypes,
+        "convert(R,V, dim={d})",
+        "R",
+        "V",
+        Some("convert(V,P, dim={d})"),
+        None,
+    ),
+    row(
+        "st_reinterpret_r_p",
+        "spmd_types",
+        SpmdTypes,
+        "reinterpret(R,P)",
+        "R",
+        "P",
+        Some("reinterpret(R,P)"),
+        None,
+    ),
+    row(
+        "st_convert_r_p",
+        "spmd_types",
+        SpmdTypes,
+        "convert(R,P)",
+        "R",
+        "P",
+        Some("convert(R,P)"),
+        None,
+    ),
+    row(
+        "st_reinterpret_i_r",
+        "spmd_types",
+        SpmdTypes,
+        "reinterpret(I,R)",
+        "I",
+        "R",
+        Some("all_reduce(I)"),
+        None,
+    ),
+    row(
+        "st_convert_i_v",
+        "spmd_types",
+        SpmdTypes,
+        "convert(I,V, dim={d})",
+        "I",
+        "V",
+        Some("all_gather(I, dim={d})"),
+        None,
+    ),
+    row(
+        "st_convert_i_p",
+        "spmd_types",
+        SpmdTypes,
+        "convert(I,P)",
+        "I",
+        "P",
+        Some("reinterpret(R,I)"),
+        None,
+    ),
+    row(
+        "st_all_gather_r",
+        "spmd_types",
+        SpmdTypes,
+        "all_gather(R, dim={d})",
+        "V",
+        "R",
+        Some("reduce_scatter(dim={d})"),
+        None,
+    ),
+    row(
+        "st_all_gather_r_stack",
+        "spmd_types",
+        SpmdTypes,
+        "all_gather(R, dim={d}, stack)",
+        "V",
+        "R",
+        None,
+        None,
+    ),
+    row(
+        "st_all_gather_i",
+        "spmd_types",
+        SpmdTypes,
+        "all_gather(I, dim={d})",
+        "V",
+        "I",
+        Some("convert(I,V, dim={d})"),
+        None,
+    ),
+    row(
+        "st_all_gather_v",
+        "spmd_types",
+        SpmdTypes,
+        "all_gather(V, dim={d})",
+        "V",
+        "V",
+        None,
+        None,
+    ),
     // The table writes all_to_all() both ways; read literally (same dims).
-    row("st_all_to_all_literal", "spmd_types", SpmdTypes, "all_to_all(split={s}, concat={c})", "V", "V",
-        Some("all_to_all(split={s}, concat={c})"), Some(Property::B1)),
+    row(
+        "st_all_to_all_literal",
+        "spmd_types",
+        SpmdTypes,
+        "all_to_all(split={s}, concat={c})",
+        "V",
+        "V",
+        Some("all_to_all(split={s}, concat={c})"),
+        Some(Property::B1),
+    ),
     // ... and with split and concat swapped in the backward.
-    row("st_all_to_all_swapped", "spmd_types", SpmdTypes, "all_to_all(split={s}, concat={c})", "V", "V",
-        Some("all_to_all(split={c}, concat={s})"), None),
-    row("st_reinterpret_v_p", "spmd_types", SpmdTypes, "reinterpret(V,P)", "V", "P", Some("reinterpret(R,V)"), None),
-    row("st_convert_v_p", "spmd_types", SpmdTypes, "convert(V,P, dim={d})", "V", "P", Some("convert(R,V, dim={d})"), None),
-    row("st_all_reduce_r", "spmd_types", SpmdTypes, "all_reduce(R)", "P", "R", Some("all_reduce(R)"), None),
-    row("st_all_reduce_i", "spmd_types", SpmdTypes, "all_reduce(I)", "P", "I", Some("reinterpret(I,R)"), None),
-    row("st_reduce_scatter", "spmd_types", SpmdTypes, "reduce_scatter(dim={d})", "P", "V", Some("all_gather(R, dim={d})"), None),
+    row(
+        "st_all_to_all_swapped",
+        "spmd_types",
+        SpmdTypes,
+        "all_to_all(split={s}, concat={c})",
+        "V",
+        "V",
+        Some("all_to_all(split={c}, concat={s})"),
+        None,
+    ),
+    row(
+        "st_reinterpret_v_p",
+        "spmd_types",
+        SpmdTypes,
+        "reinterpret(V,P)",
+        "V",
+        "P",
+        Some("reinterpret(R,V)"),
+        None,
+    ),
+    row(
+        "st_convert_v_p",
+        "spmd_types",
+        SpmdTypes,
+        "convert(V,P, dim={d})",
+        "V",
+        "P",
+        Some("convert(R,V, dim={d})"),
+        None,
+    ),
+    row(
+        "st_all_reduce_r",
+        "spmd_types",
+        SpmdTypes,
+        "all_reduce(R)",
+        "P",
+        "R",
+        Some("all_reduce(R)"),
+        None,
+    ),
+    row(
+        "st_all_reduce_i",
+        "spmd_types",
+        SpmdTypes,
+        "all_reduce(I)",
+        "P",
+        "I",
+        Some("reinterpret(I,R)"),
+        None,
+    ),
+    row(
+        "st_reduce_scatter",
+        "spmd_types",
+        SpmdTypes,
+        "reduce_scatter(dim={d})",
+        "P",
+        "V",
+        Some("all_gather(R, dim={d})"),
+        None,
+    ),
     // In the state-transition table but not in the forward/backward table.
-    row("st_reinterpret_i_v", "spmd_types", SpmdTypes, "reinterpret(I,V)", "I", "V", None, None),
+    row(
+        "st_reinterpret_i_v",
+        "spmd_types",
+        SpmdTypes,
+        "reinterpret(I,V)",
+        "I",
+        "V",
+        None,
+        None,
+    ),
     // Flattened groups and one axis of a 2-D mesh.
-    row("st_2d_all_reduce_flat", "spmd_types", SpmdTypes, "all_reduce(R)", "{dp: P, tp: P}", "{dp: R, tp: R}",
-        Some("all_reduce(R)"), None),
-    row("st_2d_all_gather_flat", "spmd_types", SpmdTypes, "all_gather(R, dim={d})", "{dp: V, tp: V}", "{dp: R, tp: R}",
-        Some("reduce_scatter(dim={d})"), None),
-    row("st_2d_gather_tp_dp_i", "spmd_types", SpmdTypes, "all_gather(R, dim={d})", "{dp: I, tp: V}", "{dp: I, tp: R}",
-        Some("reduce_scatter(dim={d})"), None),
-    row("st_2d_gather_tp_dp_v", "spmd_types", SpmdTypes, "all_gather(R, dim={d})", "{dp: V, tp: V}", "{dp: V, tp: R}",
-        Some("reduce_scatter(dim={d}, axis=tp)"), None),
-    row("st_2d_gather_tp_dp_p", "spmd_types", SpmdTypes, "all_gather(R, dim={d})", "{dp: P, tp: V}", "{dp: P, tp: R}",
-        Some("reduce_scatter(dim={d})"), None),
-    row("st_2d_gather_tp_dp_r", "spmd_types", SpmdTypes, "all_gather(R, dim={d})", "{dp: R, tp: V}", "{dp: R, tp: R}",
-        Some("reduce_scatter(dim={d})"), None),
+    row(
+        "st_2d_all_reduce_flat",
+        "spmd_types",
+        SpmdTypes,
+        "all_reduce(R)",
+        "{dp: P, tp: P}",
+        "{dp: R, tp: R}",
+        Some("all_reduce(R)"),
+        None,
+    ),
+    row(
+        "st_2d_all_gather_flat",
+        "spmd_types",
+        SpmdTypes,
+        "all_gather(R, dim={d})",
+        "{dp: V, tp: V}",
+        "{dp: R, tp: R}",
+        Some("reduce_scatter(dim={d})"),
+        None,
+    ),
+    row(
+        "st_2d_gather_tp_dp_i",
+        "spmd_types",
+        SpmdTypes,
+        "all_gather(R, dim={d})",
+        "{dp: I, tp: V}",
+        "{dp: I, tp: R}",
+        Some("reduce_scatter(dim={d})"),
+        None,
+    ),
+    row(
+        "st_2d_gather_tp_dp_v",
+        "spmd_types",
+        SpmdTypes,
+        "all_gather(R, dim={d})",
+        "{dp: V, tp: V}",
+        "{dp: V, tp: R}",
+        Some("reduce_scatter(dim={d}, axis=tp)"),
+        None,
+    ),
+    row(
+        "st_2d_gather_tp_dp_p",
+        "spmd_types",
+        SpmdTypes,
+        "all_gather(R, dim={d})",
+        "{dp: P, tp: V}",
+        "{dp: P, tp: R}",
+        Some("reduce_scatter(dim={d})"),
+        None,
+    ),
+    row(
+        "st_2d_gather_tp_dp_r",
+        "spmd_types",
+        SpmdTypes,
+        "all_gather(R, dim={d})",
+        "{dp: R, tp: V}",
+        "{dp: R, tp: R}",
+        Some("reduce_scatter(dim={d})"),
+        None,
+    ),
     // ---- seed 000: JAX transpose pairs ----
-    row("jax_pvary", "jax", Jax, "pvary", "Invariant", "Varying", Some("psum_invariant"), None),
-    row("jax_preduced", "jax", Jax, "preduced", "Invariant", "Reduced", Some("unreduced_psum"), None),
-    row("jax_vary_unreduced_cast", "jax", Jax, "vary_unreduced_cast", "Varying", "Unreduced", Some("reduced_vary_cast"), None),
-    row("jax_reduced_vary_cast", "jax", Jax, "reduced_vary_cast", "Reduced", "Varying", Some("vary_unreduced_cast"), None),
-    row("jax_all_gather_reduced", "jax", Jax, "all_gather_reduced(dim={d})", "Varying", "Reduced",
-        Some("unreduced_psum_scatter(dim={d})"), None),
-    row("jax_unreduced_psum_scatter", "jax", Jax, "unreduced_psum_scatter(dim={d})", "Unreduced", "Varying",
-        Some("all_gather_reduced(dim={d})"), None),
+    row(
+        "jax_pvary",
+        "jax",
+        Jax,
+        "pvary",
+        "Invariant",
+        "Varying",
+        Some("psum_invariant"),
+        None,
+    ),
+    row(
+        "jax_preduced",
+        "jax",
+        Jax,
+        "preduced",
+        "Invariant",
+        "Reduced",
+        Some("unreduced_psum"),
+        None,
+    ),
+    row(
+        "jax_vary_unreduced_cast",
+        "jax",
+        Jax,
+        "vary_unreduced_cast",
+        "Varying",
+        "Unreduced",
+        Some("reduced_vary_cast"),
+        None,
+    ),
+    row(
+        "jax_reduced_vary_cast",
+        "jax",
+        Jax,
+        "reduced_vary_cast",
+        "Reduced",
+        "Varying",
+        Some("vary_unreduced_cast"),
+        None,
+    ),
+    row(
+        "jax_all_gather_reduced",
+        "jax",
+        Jax,
+        "all_gather_reduced(dim={d})",
+        "Varying",
+        "Reduced",
+        Some("unreduced_psum_scatter(dim={d})"),
+        None,
+    ),
+    row(
+        "jax_unreduced_psum_scatter",
+        "jax",
+        Jax,
+        "unreduced_psum_scatter(dim={d})",
+        "Unreduced",
+        "Varying",
+        Some("all_gather_reduced(dim={d})"),
+        None,
+    ),
     // Primitives whose transpose the seed does not list.
-    row("jax_psum_invariant", "jax", Jax, "psum_invariant", "Varying", "Invariant", None, None),
-    row("jax_all_gather_invariant", "jax", Jax, "all_gather_invariant(dim={d})", "Varying", "Invariant", None, None),
-    row("jax_all_gather", "jax", Jax, "all_gather(dim={d})", "Varying", "Varying", None, None),
-    row("jax_reduce_scatter", "jax", Jax, "reduce_scatter(dim={d})", "Varying", "Varying", None, None),
-    row("jax_unreduced_psum", "jax", Jax, "unreduced_psum", "Unreduced", "Invariant", None, None),
-    row("jax_psum", "jax", Jax, "psum", "Varying", "Invariant", Some("pvary"), None),
+    row(
+        "jax_psum_invariant",
+        "jax",
+        Jax,
+        "psum_invariant",
+        "Varying",
+        "Invariant",
+        None,
+        None,
+    ),
+    row(
+        "jax_all_gather_invariant",
+        "jax",
+        Jax,
+        "all_gather_invariant(dim={d})",
+        "Varying",
+        "Invariant",
+        None,
+        None,
+    ),
+    row(
+        "jax_all_gather",
+        "jax",
+        Jax,
+        "all_gather(dim={d})",
+        "Varying",
+        "Varying",
+        None,
+        None,
+    ),
+    row(
+        "jax_reduce_scatter",
+        "jax",
+        Jax,
+        "reduce_scatter(dim={d})",
+        "Varying",
+        "Varying",
+        None,
+        None,
+    ),
+    row(
+        "jax_unreduced_psum",
+        "jax",
+        Jax,
+        "unreduced_psum",
+        "Unreduced",
+        "Invariant",
+        None,
+        None,
+    ),
+    row(
+        "jax_psum",
+        "jax",
+        Jax,
+        "psum",
+        "Varying",
+        "Invariant",
+        Some("pvary"),
+        None,
+    ),
     // pmean's transpose is pvary scaled by 1/n: pvary alone is off by n.
-    row("jax_pmean", "jax", Jax, "pmean", "Varying", "Invariant", Some("pvary"), Some(Property::B3)),
-    row("jax_ppermute", "jax", Jax, "ppermute(perm=[1,0])", "Varying", "Varying", Some("ppermute(perm=[1,0])"), None),
+    row(
+        "jax_pmean",
+        "jax",
+        Jax,
+        "pmean",
+        "Varying",
+        "Invariant",
+        Some("pvary"),
+        Some(Property::B3),
+    ),
+    row(
+        "jax_ppermute",
+        "jax",
+        Jax,
+        "ppermute(perm=[1,0])",
+        "Varying",
+        "Varying",
+        Some("ppermute(perm=[1,0])"),
+        None,
+    ),
     // A partial permutation: rank 1 receives nothing and holds zeros.
-    row("jax_ppermute_partial", "jax", Jax, "ppermute(perm=[1,_])", "Varying", "Varying", Some("ppermute(perm=[_,0])"), None),
-    row("jax_ppermute_partial_back", "jax", Jax, "ppermute(perm=[_,0])", "Varying", "Varying", Some("ppermute(perm=[1,_])"), None),
+    row(
+        "jax_ppermute_partial",
+        "jax",
+        Jax,
+        "ppermute(perm=[1,_])",
+        "Varying",
+        "Varying",
+        Some("ppermute(perm=[_,0])"),
+        None,
+    ),
+    row(
+        "jax_ppermute_partial_back",
+        "jax",
+        Jax,
+        "ppermute(perm=[_,0])",
+        "Varying",
+        "Varying",
+        Some("ppermute(perm=[1,_])"),
+        None,
+    ),
 ];
 
 /// Fill the parameter slots of a template.
 fn fill(t: &str, d: usize, s: usize, c: usize) -> String {
-    t.replace("{d}", &d.to_string()).replace("{s}", &s.to_string()).replace("{c}", &c.to_string())
+    t.replace("{d}", &d.to_string())
+        .replace("{s}", &s.to_string())
+        .replace("{c}", &c.to_string())
 }
 
 /// Every parameter choice of a row: (d, s, c).
 fn choices(r: &PairRow) -> Vec<(usize, usize, usize)> {
     let text = format!("{}{}", r.forward, r.backward.unwrap_or(""));
-    let ds: Vec<usize> = if text.contains("{d}") { vec![0, 1] } else { vec![0] };
-    let ss: Vec<usize> = if text.contains("{s}") { vec![0, 1] } else { vec![0] };
-    let cs: Vec<usize> = if text.contains("{c}") { vec![0, 1] } else { vec![0] };
+    let ds: Vec<usize> = if text.contains("{d}") {
+        vec![0, 1]
+    } else {
+        vec![0]
+    };
+    let ss: Vec<usize> = if text.contains("{s}") {
+        vec![0, 1]
+    } else {
+        vec![0]
+    };
+    let cs: Vec<usize> = if text.contains("{c}") {
+        vec![0, 1]
+    } else {
+        vec![0]
+    };
     let mut out = Vec::new();
     for &d in &ds {
         for &s in &ss {
@@ -142,11 +533,17 @@ pub fn instantiate(
 ) -> Result<(TypedOp, Option<TypedOp>, Vec<Mesh>), UsageError> {
     let (axes, types) = parse_types(r.dialect, &[r.src, r.dst])?;
     let (src, dst) = (types[0].clone(), types[1].clone());
-    let fwd = collective(&fill(r.forward, d, s, c), &src.states, &dst.states, &axes).map_err(UsageError)?;
+    let fwd = collective(&fill(r.forward, d, s, c), &src.states, &dst.states, &axes)
+        .map_err(UsageError)?;
     let bwd = match r.backward {
         Some(b) => Some(
-            collective(&fill(b, d, s, c), &dst.cot().states, &src.cot().states, &axes)
-                .map_err(|e| UsageError(format!("{}: backward: {e}", r.id)))?,
+            collective(
+                &fill(b, d, s, c),
+                &dst.cot().states,
+                &src.cot().states,
+                &axes,
+            )
+            .map_err(|e| UsageError(format!("{}: backward: {e}", r.id)))?,
         ),
         None => None,
     };
@@ -159,7 +556,12 @@ pub fn instantiate(
             None => Backward::LocalVjp,
         },
     };
-    let bop = bwd.map(|b| TypedOp { op: Op::Collective(b), inputs: vec![dst.cot()], output: src.cot(), backward: Backward::LocalVjp });
+    let bop = bwd.map(|b| TypedOp {
+        op: Op::Collective(b),
+        inputs: vec![dst.cot()],
+        output: src.cot(),
+        backward: Backward::LocalVjp,
+    });
     let meshes = meshes_named(&scope.meshes, &axes);
     Ok((op, bop, meshes))
 }
@@ -180,7 +582,11 @@ pub struct PairResult {
 
 /// The property the negative twin of a row must fail.
 pub fn twin_must_fail(r: &PairRow) -> Property {
-    if r.backward.is_some() { Property::B3 } else { Property::F3 }
+    if r.backward.is_some() {
+        Property::B3
+    } else {
+        Property::F3
+    }
 }
 
 fn doubled(op: &Op) -> Op {
@@ -201,18 +607,27 @@ pub enum Involution {
 /// The row of the table whose forward is the backward `bwd_text` of `r`:
 /// same system, same name, and the states of `r`'s group axes swapped to
 /// their cotangents (one-axis rows serve 2-D uses on the group axes).
-fn table_transpose(r: &PairRow, bwd: &spmd_interp::Collective, bwd_text: &str) -> Option<&'static PairRow> {
+fn table_transpose(
+    r: &PairRow,
+    bwd: &spmd_interp::Collective,
+    bwd_text: &str,
+) -> Option<&'static PairRow> {
     let name = |t: &str| t.split('(').next().unwrap_or(t).trim().to_string();
     // A row whose forward is exactly this backward (parameters included) first.
-    let exact = PAIR_ROWS.iter().find(|x| x.system == r.system && x.backward.is_some() && x.forward == bwd_text);
-    exact.or_else(|| PAIR_ROWS.iter().find(|x| {
-        x.system == r.system
-            && x.backward.is_some()
-            && name(x.forward) == name(bwd_text)
-            && parse_types(x.dialect, &[x.src, x.dst]).is_ok_and(|(_, ts)| {
-                ts[0].states.iter().all(|s| *s == bwd.src) && ts[1].states.iter().all(|s| *s == bwd.dst)
-            })
-    }))
+    let exact = PAIR_ROWS
+        .iter()
+        .find(|x| x.system == r.system && x.backward.is_some() && x.forward == bwd_text);
+    exact.or_else(|| {
+        PAIR_ROWS.iter().find(|x| {
+            x.system == r.system
+                && x.backward.is_some()
+                && name(x.forward) == name(bwd_text)
+                && parse_types(x.dialect, &[x.src, x.dst]).is_ok_and(|(_, ts)| {
+                    ts[0].states.iter().all(|s| *s == bwd.src)
+                        && ts[1].states.iter().all(|s| *s == bwd.dst)
+                })
+        })
+    })
 }
 
 fn t1(op: &TypedOp, tt: &TypedOp, meshes: &[Mesh], scope: &Scope) -> Option<Box<Violation>> {
@@ -248,7 +663,9 @@ pub fn check_pair(r: &'static PairRow, scope: &Scope) -> Result<PairResult, Usag
         };
         let involution = match (&r.backward, &bop) {
             (Some(b), Some(bop)) => {
-                let Op::Collective(bc) = &bop.op else { unreachable!("rows hold collectives") };
+                let Op::Collective(bc) = &bop.op else {
+                    unreachable!("rows hold collectives")
+                };
                 match table_transpose(r, bc, &fill(b, ch.0, ch.1, ch.2)) {
                     None => Involution::NotListed(fill(b, ch.0, ch.1, ch.2)),
                     Some(back) => {
@@ -256,8 +673,14 @@ pub fn check_pair(r: &'static PairRow, scope: &Scope) -> Result<PairResult, Usag
                         // it, at this row's own types and parameters.
                         let text = fill(back.backward.expect("has a backward"), ch.0, ch.1, ch.2);
                         let (axes, _) = parse_types(r.dialect, &[r.src, r.dst])?;
-                        let tt = collective(&text, &op.inputs[0].states, &op.output.states, &axes).map_err(UsageError)?;
-                        let tt = TypedOp { op: Op::Collective(tt), inputs: op.inputs.clone(), output: op.output.clone(), backward: Backward::LocalVjp };
+                        let tt = collective(&text, &op.inputs[0].states, &op.output.states, &axes)
+                            .map_err(UsageError)?;
+                        let tt = TypedOp {
+                            op: Op::Collective(tt),
+                            inputs: op.inputs.clone(),
+                            output: op.output.clone(),
+                            backward: Backward::LocalVjp,
+                        };
                         Involution::Checked(t1(&op, &tt, &meshes, scope))
                     }
                 }
@@ -266,17 +689,32 @@ pub fn check_pair(r: &'static PairRow, scope: &Scope) -> Result<PairResult, Usag
         };
         let twin = match &op.backward {
             Backward::Transpose(b) => {
-                let t = TypedOp { backward: Backward::Transpose(doubled(b)), ..op.clone() };
+                let t = TypedOp {
+                    backward: Backward::Transpose(doubled(b)),
+                    ..op.clone()
+                };
                 check_op(&t, scope, &meshes, &|_| {})
             }
             Backward::LocalVjp | Backward::Apply(_) => {
-                let wrong = Op::Declared { forward: Box::new(doubled(&op.op)), meaning: Box::new(op.op.clone()) };
-                let t = TypedOp { op: wrong, ..op.clone() };
+                let wrong = Op::Declared {
+                    forward: Box::new(doubled(&op.op)),
+                    meaning: Box::new(op.op.clone()),
+                };
+                let t = TypedOp {
+                    op: wrong,
+                    ..op.clone()
+                };
                 crate::run::check_forward(&t, scope, &meshes)
             }
         };
         let bad = !verdict.is_sound() || matches!(involution, Involution::Checked(Some(_)));
-        let res = PairResult { row: r, params, verdict, involution, twin };
+        let res = PairResult {
+            row: r,
+            params,
+            verdict,
+            involution,
+            twin,
+        };
         if bad {
             return Ok(res);
         }
@@ -289,7 +727,10 @@ pub fn check_pair(r: &'static PairRow, scope: &Scope) -> Result<PairResult, Usag
 
 /// The rows of one system, or all.
 pub fn pair_rows(system: Option<&str>) -> Vec<&'static PairRow> {
-    PAIR_ROWS.iter().filter(|r| system.is_none_or(|s| r.system == s)).collect()
+    PAIR_ROWS
+        .iter()
+        .filter(|r| system.is_none_or(|s| r.system == s))
+        .collect()
 }
 
 impl PairResult {
@@ -305,7 +746,9 @@ impl PairResult {
     pub fn t1_word(&self) -> String {
         match &self.involution {
             Involution::NoBackward => "no backward listed (completeness gap)".into(),
-            Involution::NotListed(b) => format!("T1 not checkable: the table lists no transpose of `{b}` (completeness gap)"),
+            Involution::NotListed(b) => format!(
+                "T1 not checkable: the table lists no transpose of `{b}` (completeness gap)"
+            ),
             Involution::Checked(None) => "T1 holds".into(),
             Involution::Checked(Some(v)) => format!("T1 fails: {}", v.one_line()),
         }
@@ -313,20 +756,39 @@ impl PairResult {
     /// A completeness gap, if any.
     pub fn gap(&self) -> Option<String> {
         match &self.involution {
-            Involution::NoBackward => Some(format!("`{}` ({} -> {}) has no listed backward", self.row.forward, self.row.src, self.row.dst)),
-            Involution::NotListed(b) => Some(format!("the backward `{b}` of `{}` has no listed transpose", self.row.forward)),
+            Involution::NoBackward => Some(format!(
+                "`{}` ({} -> {}) has no listed backward",
+                self.row.forward, self.row.src, self.row.dst
+            )),
+            Involution::NotListed(b) => Some(format!(
+                "the backward `{b}` of `{}` has no listed transpose",
+                self.row.forward
+            )),
             Involution::Checked(_) => None,
         }
     }
     pub fn line(&self) -> String {
-        let sig = format!("{} : {} -> {}", self.row.forward, self.row.src, self.row.dst);
-        let back = self.row.backward.map(|b| format!(" / bwd {b}")).unwrap_or_default();
+        let sig = format!(
+            "{} : {} -> {}",
+            self.row.forward, self.row.src, self.row.dst
+        );
+        let back = self
+            .row
+            .backward
+            .map(|b| format!(" / bwd {b}"))
+            .unwrap_or_default();
         let twin = if self.twin_rejected() {
             format!("  [twin rejected: {}]", twin_must_fail(self.row))
         } else {
             "  [TWIN NOT REJECTED: checker defect]".into()
         };
-        format!("  {:<11} {:<28} {:<58} {}{twin}", self.row.system, self.row.id, format!("{sig}{back}"), crate::report::verdict_word(&self.verdict))
+        format!(
+            "  {:<11} {:<28} {:<58} {}{twin}",
+            self.row.system,
+            self.row.id,
+            format!("{sig}{back}"),
+            crate::report::verdict_word(&self.verdict)
+        )
     }
     pub fn json(&self) -> serde_json::Value {
         let mut v = crate::report::verdict_json(&self.verdict);

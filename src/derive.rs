@@ -52,7 +52,10 @@ pub fn derive(
         .map(|op| estimate(op, scope))
         .fold(0u64, u64::saturating_add);
     guard(total, scope)?;
-    if meshes.iter().all(|m| spmd_generators::shape_tuples(&ops[0].op, m, scope).is_empty()) {
+    if meshes
+        .iter()
+        .all(|m| spmd_generators::shape_tuples(&ops[0].op, m, scope).is_empty())
+    {
         return Err(UsageError(format!(
             "no input shapes in scope fit `{}`",
             f.text

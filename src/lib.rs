@@ -17,6 +17,7 @@ pub mod derive;
 pub mod fsdp;
 pub mod report;
 pub mod run;
+pub mod transposes;
 pub mod types;
 
 pub use spmd_generators as generators;

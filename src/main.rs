@@ -74,6 +74,25 @@ enum Cmd {
         #[command(flatten)]
         scope: ScopeArgs,
     },
+    /// Every catalogue op, or composition of two, that is a correct transpose
+    /// of a collective or cast, cheapest first.
+    Transposes {
+        /// The forward, e.g. "all_gather(dim=0)".
+        op: String,
+        /// Its source state on the mesh axis.
+        #[arg(long)]
+        from: String,
+        /// Its destination state.
+        #[arg(long)]
+        to: String,
+        /// State names: spmd_types (default), jax, dtensor, nabla, canonical.
+        #[arg(long, default_value = "spmd_types")]
+        dialect: String,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
     /// Time the main jobs on this machine.
     Bench,
 }
@@ -158,6 +177,45 @@ fn run() -> Result<ExitCode, UsageError> {
             }
             let wrong = fsdp.iter().any(|s| s.verdict.is_sound() != s.expect_sound);
             Ok(if wrong { ExitCode::from(1) } else { code })
+        }
+        Cmd::Transposes {
+            op,
+            from,
+            to,
+            dialect,
+            json,
+            scope,
+        } => {
+            let d = spmd_semantics::Dialect::parse(&dialect).map_err(UsageError)?;
+            let found = spmd_check::transposes::search(d, &op, &from, &to, &scope.scope())?;
+            let (m, shape) = spmd_check::transposes::reference();
+            if json {
+                let v: Vec<serde_json::Value> = found
+                    .iter()
+                    .map(|f| {
+                        serde_json::json!({
+                            "backward": spmd_check::transposes::describe_typed(&f.backward),
+                            "cost": f.cost.to_string(),
+                            "proof": f.verdict.proof(),
+                        })
+                    })
+                    .collect();
+                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+            } else {
+                println!("correct transposes of `{op}` : {from} -> {to}, cheapest first (elements per rank on {m}, input {shape:?}; SPEC.md §10.5):");
+                for f in &found {
+                    println!(
+                        "  {:>6}  {:<60} {}",
+                        f.cost.to_string(),
+                        spmd_check::transposes::describe_typed(&f.backward),
+                        report::verdict_word(&f.verdict)
+                    );
+                }
+                if found.is_empty() {
+                    println!("  none in the catalogue or its compositions of two");
+                }
+            }
+            Ok(ExitCode::SUCCESS)
         }
         Cmd::Bench => {
             bench();
@@ -260,7 +318,12 @@ fn collectives_output(pairs: &[PairResult]) {
         println!("{}", p.line());
     }
     let sound = pairs.iter().filter(|p| p.verdict.is_sound()).count();
-    println!("\n{} rows: {} sound, {} unsound", pairs.len(), sound, pairs.len() - sound);
+    println!(
+        "\n{} rows: {} sound, {} unsound",
+        pairs.len(),
+        sound,
+        pairs.len() - sound
+    );
     for p in pairs.iter().filter(|p| !p.verdict.is_sound()) {
         if let Some(v) = p.verdict.violation() {
             println!("  {} [{}]: {}", p.row.id, p.params, v.one_line());
@@ -297,6 +360,12 @@ fn bench() {
 }
 
 fn main() -> ExitCode {
+    // Output piped into `head` ends quietly instead of panicking on a closed pipe.
+    #[cfg(unix)]
+    // SAFETY: restoring the default disposition of SIGPIPE before any thread starts.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     match run() {
         Ok(c) => c,
         Err(e) => {

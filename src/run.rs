@@ -163,12 +163,20 @@ fn split_inputs(op: &TypedOp, c: &Case, point: &[Q]) -> Vec<PerRank> {
 
 /// The enumerated cases of a typed op: mesh, input shapes, and the value list
 /// of every free scalar (all inputs, in order).
-pub fn estimate_cases(op: &TypedOp, scope: &Scope, meshes: &[Mesh]) -> Vec<(Mesh, Vec<Shape>, Vec<Vec<Q>>)> {
+pub fn estimate_cases(
+    op: &TypedOp,
+    scope: &Scope,
+    meshes: &[Mesh],
+) -> Vec<(Mesh, Vec<Shape>, Vec<Vec<Q>>)> {
     let mut t = Tally::new();
     cases(op, scope, meshes, &mut t)
         .into_iter()
         .map(|c| {
-            let flat = c.lists.iter().flat_map(|(k, v)| std::iter::repeat_n(v.clone(), *k)).collect();
+            let flat = c
+                .lists
+                .iter()
+                .flat_map(|(k, v)| std::iter::repeat_n(v.clone(), *k))
+                .collect();
             (c.mesh, c.shapes, flat)
         })
         .collect()
@@ -181,7 +189,11 @@ pub fn check_forward(op: &TypedOp, scope: &Scope, meshes: &[Mesh]) -> Verdict {
     let cs = cases(op, scope, meshes, &mut tally);
     for c in &cs {
         let checker = Checker::new(op, &c.mesh, c.shapes.clone()).expect("shape tuples fit");
-        let flat: Vec<&[Q]> = c.lists.iter().flat_map(|(k, v)| std::iter::repeat_n(v.as_slice(), *k)).collect();
+        let flat: Vec<&[Q]> = c
+            .lists
+            .iter()
+            .flat_map(|(k, v)| std::iter::repeat_n(v.as_slice(), *k))
+            .collect();
         let r = for_each_grid_point(&flat, &mut |point| {
             let o = checker.check(&split_inputs(op, c, point), Phase::Forward);
             tally.record(&o);

@@ -76,10 +76,20 @@ fn collective_row(#[case] id: &str) {
 #[test]
 fn involution_of_transpose_pairs() {
     let scope = Scope::default();
-    for id in ["st_all_gather_r", "st_reduce_scatter", "st_convert_r_v", "jax_all_gather_reduced", "jax_reduced_vary_cast"] {
+    for id in [
+        "st_all_gather_r",
+        "st_reduce_scatter",
+        "st_convert_r_v",
+        "jax_all_gather_reduced",
+        "jax_reduced_vary_cast",
+    ] {
         let r = PAIR_ROWS.iter().find(|r| r.id == id).unwrap();
         let res = check_pair(r, &scope).unwrap();
-        assert!(matches!(res.involution, Involution::Checked(None)), "{id}: {}", res.t1_word());
+        assert!(
+            matches!(res.involution, Involution::Checked(None)),
+            "{id}: {}",
+            res.t1_word()
+        );
     }
     let r = PAIR_ROWS.iter().find(|r| r.id == "jax_pmean").unwrap();
     let res = check_pair(r, &scope).unwrap();
@@ -89,5 +99,43 @@ fn involution_of_transpose_pairs() {
     }
     // JAX lists pvary -> psum_invariant but not the way back.
     let r = PAIR_ROWS.iter().find(|r| r.id == "jax_pvary").unwrap();
-    assert!(matches!(check_pair(r, &scope).unwrap().involution, Involution::NotListed(_)));
+    assert!(matches!(
+        check_pair(r, &scope).unwrap().involution,
+        Involution::NotListed(_)
+    ));
+}
+
+/// SPEC.md §10.5: the cheapest correct transpose of all_gather to Reduced is
+/// reduce_scatter, and all_to_all's transposes swap split and concat. The
+/// negative side: all_to_all with its own dims is not among them.
+#[test]
+fn transpose_search_finds_the_cheapest() {
+    use spmd_check::semantics::Dialect;
+    use spmd_check::transposes::{describe_typed, search};
+    let scope = Scope::default();
+    let found = search(Dialect::SpmdTypes, "all_gather(dim=0)", "V", "R", &scope).unwrap();
+    assert_eq!(
+        describe_typed(&found[0].backward),
+        "reduce_scatter(dim=0)[P->V]"
+    );
+    assert!(found.windows(2).all(|w| w[0].cost <= w[1].cost));
+    let a2a = search(
+        Dialect::SpmdTypes,
+        "all_to_all(split=0, concat=1)",
+        "V",
+        "V",
+        &scope,
+    )
+    .unwrap();
+    let texts: Vec<String> = a2a.iter().map(|f| describe_typed(&f.backward)).collect();
+    assert!(
+        texts.contains(&"all_to_all(split=1, concat=0)[V->V]".to_string()),
+        "{texts:?}"
+    );
+    assert!(
+        !texts
+            .iter()
+            .any(|t| t.starts_with("all_to_all(split=0, concat=1)")),
+        "{texts:?}"
+    );
 }

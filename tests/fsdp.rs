@@ -13,8 +13,15 @@ fn reduced_gather_halves_backward_traffic_and_both_are_correct() {
     for x in &s[..2] {
         assert!(x.verdict.is_sound(), "{}: {}", x.name, x.verdict.name());
     }
-    assert_eq!(s[2].verdict.violation().map(|v| v.property), Some(Property::B3), "the twin must fail B3");
+    assert_eq!(
+        s[2].verdict.violation().map(|v| v.property),
+        Some(Property::B3),
+        "the twin must fail B3"
+    );
     // Forward traffic is the same all-gather; backward halves.
     assert_eq!(s[0].forward_cost, s[1].forward_cost);
-    assert_eq!(s[1].backward_cost.div(&s[0].backward_cost).unwrap(), Q::int(2));
+    assert_eq!(
+        s[1].backward_cost.div(&s[0].backward_cost).unwrap(),
+        Q::int(2)
+    );
 }

@@ -152,7 +152,10 @@ pub fn shape_tuples(op: &Op, m: &Mesh, scope: &Scope) -> Vec<Vec<Shape>> {
             })
             .collect();
     }
-    let mut ok: Vec<Vec<Shape>> = tuples.into_iter().filter(|t| op.infer(m, t).is_ok()).collect();
+    let mut ok: Vec<Vec<Shape>> = tuples
+        .into_iter()
+        .filter(|t| op.infer(m, t).is_ok())
+        .collect();
     ok.sort_by_key(|t| {
         (
             t.iter().map(|s| s.iter().product::<usize>()).sum::<usize>(),

@@ -60,7 +60,14 @@ fn parse_args(name: &str, body: &str) -> Result<Args, String> {
     if !cur.trim().is_empty() {
         parts.push(cur);
     }
-    let uint = |k: &str, v: &str| v.trim().parse::<usize>().map_err(|_| format!("{name}: `{k}` takes a non-negative integer, got `{}`", v.trim()));
+    let uint = |k: &str, v: &str| {
+        v.trim().parse::<usize>().map_err(|_| {
+            format!(
+                "{name}: `{k}` takes a non-negative integer, got `{}`",
+                v.trim()
+            )
+        })
+    };
     for p in parts {
         let p = p.trim();
         match p.split_once('=') {
@@ -76,13 +83,25 @@ fn parse_args(name: &str, body: &str) -> Result<Args, String> {
                         let perm = inner
                             .split(',')
                             .filter(|s| !s.trim().is_empty())
-                            .map(|s| if s.trim() == "_" { Ok(None) } else { uint("perm", s).map(Some) })
+                            .map(|s| {
+                                if s.trim() == "_" {
+                                    Ok(None)
+                                } else {
+                                    uint("perm", s).map(Some)
+                                }
+                            })
                             .collect::<Result<Vec<_>, _>>()?;
                         a.perm = Some(perm);
                     }
                     "axis" | "axes" | "mesh_axis" => {
                         let inner = v.trim().trim_start_matches('[').trim_end_matches(']');
-                        a.axes = Some(inner.split(',').map(|s| s.trim().trim_matches('"').trim_matches('\'').to_string()).filter(|s| !s.is_empty()).collect());
+                        a.axes = Some(
+                            inner
+                                .split(',')
+                                .map(|s| s.trim().trim_matches('"').trim_matches('\'').to_string())
+                                .filter(|s| !s.is_empty())
+                                .collect(),
+                        );
                     }
                     _ => return Err(format!("{name}: unknown parameter `{k}`")),
                 }
@@ -98,17 +117,31 @@ fn parse_args(name: &str, body: &str) -> Result<Args, String> {
 /// on the group axes. `axis_names` are the mesh's axis names; the group is
 /// the `axis`/`axes` parameter, or else every axis whose state changes (or,
 /// when none changes, every axis).
-pub fn collective(text: &str, src: &[State], dst: &[State], axis_names: &[String]) -> Result<Collective, String> {
+pub fn collective(
+    text: &str,
+    src: &[State],
+    dst: &[State],
+    axis_names: &[String],
+) -> Result<Collective, String> {
     let t = text.trim();
     let (name, body) = match t.split_once('(') {
-        Some((n, rest)) => (n.trim(), rest.strip_suffix(')').ok_or_else(|| format!("`{t}`: missing `)`"))?),
+        Some((n, rest)) => (
+            n.trim(),
+            rest.strip_suffix(')')
+                .ok_or_else(|| format!("`{t}`: missing `)`"))?,
+        ),
         None => (t, ""),
     };
     let family = NAMES
         .iter()
         .find(|(n, _)| *n == name)
         .map(|(_, f)| *f)
-        .ok_or_else(|| format!("unknown collective `{name}` (known: {})", NAMES.iter().map(|n| n.0).collect::<Vec<_>>().join(", ")))?;
+        .ok_or_else(|| {
+            format!(
+                "unknown collective `{name}` (known: {})",
+                NAMES.iter().map(|n| n.0).collect::<Vec<_>>().join(", ")
+            )
+        })?;
     let a = parse_args(name, body)?;
     // 003-style state arguments (`all_gather(R)`, `reinterpret(R, P)`) must
     // agree with the types they are used at.
@@ -139,33 +172,63 @@ pub fn collective(text: &str, src: &[State], dst: &[State], axis_names: &[String
     let axes: Vec<usize> = match &a.axes {
         Some(names) => names
             .iter()
-            .map(|n| axis_names.iter().position(|x| x == n).ok_or_else(|| format!("{name}: no mesh axis `{n}`")))
+            .map(|n| {
+                axis_names
+                    .iter()
+                    .position(|x| x == n)
+                    .ok_or_else(|| format!("{name}: no mesh axis `{n}`"))
+            })
             .collect::<Result<_, _>>()?,
         None => {
             let changed: Vec<usize> = (0..src.len()).filter(|&i| src[i] != dst[i]).collect();
-            if changed.is_empty() { (0..src.len()).collect() } else { changed }
+            if changed.is_empty() {
+                (0..src.len()).collect()
+            } else {
+                changed
+            }
         }
     };
     let (s0, d0) = (src[axes[0]], dst[axes[0]]);
     if axes.iter().any(|&i| src[i] != s0 || dst[i] != d0) {
-        return Err(format!("{name}: the group axes must share one source and one destination state"));
+        return Err(format!(
+            "{name}: the group axes must share one source and one destination state"
+        ));
     }
     for i in 0..src.len() {
         if !axes.contains(&i) && src[i] != dst[i] {
-            return Err(format!("{name}: axis `{}` changes state but is not in the group", axis_names.get(i).cloned().unwrap_or_default()));
+            return Err(format!(
+                "{name}: axis `{}` changes state but is not in the group",
+                axis_names.get(i).cloned().unwrap_or_default()
+            ));
         }
     }
     let dim = a.dim.unwrap_or(0);
     let kind = match family {
-        "gather" => Kind::AllGather { dim, stack: a.stack },
+        "gather" => Kind::AllGather {
+            dim,
+            stack: a.stack,
+        },
         "reduce" => Kind::AllReduce,
         "mean" => Kind::PMean,
         "scatter" => Kind::ReduceScatter { dim },
-        "all_to_all" => Kind::AllToAll { split: a.split.unwrap_or(0), concat: a.concat.unwrap_or(0) },
+        "all_to_all" => Kind::AllToAll {
+            split: a.split.unwrap_or(0),
+            concat: a.concat.unwrap_or(0),
+        },
         "cast" => Kind::Reinterpret,
         "convert" => Kind::Convert { dim },
-        "ppermute" => Kind::PPermute { perm: a.perm.ok_or_else(|| format!("{name}: needs perm = [...]"))? },
+        "ppermute" => Kind::PPermute {
+            perm: a
+                .perm
+                .ok_or_else(|| format!("{name}: needs perm = [...]"))?,
+        },
         _ => unreachable!("every family of NAMES is matched"),
     };
-    Ok(Collective { name: name.to_string(), kind, axes, src: s0, dst: d0 })
+    Ok(Collective {
+        name: name.to_string(),
+        kind,
+        axes,
+        src: s0,
+        dst: d0,
+    })
 }

@@ -68,7 +68,15 @@ fn sum(ts: &[&Tensor]) -> Tensor {
 }
 
 fn place(x: &Tensor, n: usize, k: usize, dim: usize) -> Tensor {
-    let parts: Vec<Tensor> = (0..n).map(|j| if j == k { x.clone() } else { Tensor::zeros(&x.shape) }).collect();
+    let parts: Vec<Tensor> = (0..n)
+        .map(|j| {
+            if j == k {
+                x.clone()
+            } else {
+                Tensor::zeros(&x.shape)
+            }
+        })
+        .collect();
     Tensor::concat(&parts, dim)
 }
 
@@ -80,13 +88,34 @@ impl Collective {
     /// Output shape for an input shape, or why the shape does not fit.
     pub fn infer(&self, m: &Mesh, s: &[usize]) -> Result<Shape, String> {
         let n = self.group_size(m);
-        let dim_ok = |d: usize| if d < s.len() { Ok(()) } else { Err(format!("{}: dim {d} out of range for shape {s:?}", self.name)) };
-        let div = |d: usize| if s[d] % n == 0 { Ok(()) } else { Err(format!("{}: dim {d} of {s:?} not divisible by {n}", self.name)) };
+        let dim_ok = |d: usize| {
+            if d < s.len() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{}: dim {d} out of range for shape {s:?}",
+                    self.name
+                ))
+            }
+        };
+        let div = |d: usize| {
+            if s[d] % n == 0 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{}: dim {d} of {s:?} not divisible by {n}",
+                    self.name
+                ))
+            }
+        };
         let mut out = s.to_vec();
         match &self.kind {
             Kind::AllGather { dim, stack: true } => {
                 if *dim > s.len() {
-                    return Err(format!("{}: stack dim {dim} out of range for {s:?}", self.name));
+                    return Err(format!(
+                        "{}: stack dim {dim} out of range for {s:?}",
+                        self.name
+                    ));
                 }
                 out.insert(*dim, n);
             }
@@ -120,7 +149,11 @@ impl Collective {
             },
             Kind::PPermute { perm } => {
                 if perm.len() != n {
-                    return Err(format!("{}: permutation of {} entries on a group of {n}", self.name, perm.len()));
+                    return Err(format!(
+                        "{}: permutation of {} entries on a group of {n}",
+                        self.name,
+                        perm.len()
+                    ));
                 }
             }
             Kind::AllReduce | Kind::Reinterpret | Kind::PMean => {}
@@ -138,20 +171,31 @@ impl Collective {
                 match &self.kind {
                     Kind::AllGather { dim, stack } => {
                         let parts: Vec<Tensor> = xs.iter().map(|t| (*t).clone()).collect();
-                        if *stack { Tensor::stack(&parts, *dim) } else { Tensor::concat(&parts, *dim) }
+                        if *stack {
+                            Tensor::stack(&parts, *dim)
+                        } else {
+                            Tensor::concat(&parts, *dim)
+                        }
                     }
                     Kind::AllReduce => sum(&xs),
                     Kind::PMean => sum(&xs).scale(&Q::frac(1, n as i64)),
                     Kind::ReduceScatter { dim } => sum(&xs).chunk(n, *dim)[k].clone(),
                     Kind::AllToAll { split, concat } => {
-                        let parts: Vec<Tensor> = xs.iter().map(|t| t.chunk(n, *split)[k].clone()).collect();
+                        let parts: Vec<Tensor> =
+                            xs.iter().map(|t| t.chunk(n, *split)[k].clone()).collect();
                         Tensor::concat(&parts, *concat)
                     }
                     Kind::Reinterpret => x.tensors[r].clone(),
                     Kind::Convert { dim } => match (self.src, self.dst) {
-                        (State::Reduced | State::Invariant | State::Partial, State::Varying) => x.tensors[r].chunk(n, *dim)[k].clone(),
+                        (State::Reduced | State::Invariant | State::Partial, State::Varying) => {
+                            x.tensors[r].chunk(n, *dim)[k].clone()
+                        }
                         (State::Reduced | State::Invariant, State::Partial) => {
-                            if k == 0 { x.tensors[r].clone() } else { Tensor::zeros(&x.tensors[r].shape) }
+                            if k == 0 {
+                                x.tensors[r].clone()
+                            } else {
+                                Tensor::zeros(&x.tensors[r].shape)
+                            }
                         }
                         (State::Varying, State::Partial) => place(&x.tensors[r], n, k, *dim),
                         _ => x.tensors[r].clone(),
@@ -178,7 +222,11 @@ impl Collective {
                     // Gathering concatenates the Varying pieces.
                     (Kind::AllGather { dim, stack }, _) => {
                         let parts: Vec<Tensor> = ds.iter().map(|t| (*t).clone()).collect();
-                        if *stack { Tensor::stack(&parts, *dim) } else { Tensor::concat(&parts, *dim) }
+                        if *stack {
+                            Tensor::stack(&parts, *dim)
+                        } else {
+                            Tensor::concat(&parts, *dim)
+                        }
                     }
                     // A Partial value is already its sum: all_reduce keeps it.
                     (Kind::AllReduce, State::Partial) => here.clone(),
@@ -188,7 +236,8 @@ impl Collective {
                     (Kind::ReduceScatter { dim }, State::Partial) => here.chunk(n, *dim)[k].clone(),
                     (Kind::ReduceScatter { dim }, _) => sum(&ds).chunk(n, *dim)[k].clone(),
                     (Kind::AllToAll { split, concat }, _) => {
-                        let parts: Vec<Tensor> = ds.iter().map(|t| t.chunk(n, *split)[k].clone()).collect();
+                        let parts: Vec<Tensor> =
+                            ds.iter().map(|t| t.chunk(n, *split)[k].clone()).collect();
                         Tensor::concat(&parts, *concat)
                     }
                     // Reinterpreting keeps local data, so the denotation
@@ -204,10 +253,12 @@ impl Collective {
                     (Kind::Reinterpret, State::Partial) => here.clone(),
                     // Converting keeps the denotation, Varying read as
                     // concatenation along `dim`.
-                    (Kind::Convert { dim }, State::Invariant | State::Reduced | State::Partial) => match self.dst {
-                        State::Varying => here.chunk(n, *dim)[k].clone(),
-                        _ => here.clone(),
-                    },
+                    (Kind::Convert { dim }, State::Invariant | State::Reduced | State::Partial) => {
+                        match self.dst {
+                            State::Varying => here.chunk(n, *dim)[k].clone(),
+                            _ => here.clone(),
+                        }
+                    }
                     (Kind::Convert { dim }, State::Varying) => match self.dst {
                         State::Partial | State::Reduced | State::Invariant => {
                             let parts: Vec<Tensor> = ds.iter().map(|t| (*t).clone()).collect();
@@ -247,14 +298,27 @@ impl Collective {
         }
     }
 
+    /// Whether this is a cast that changes nothing (same state in and out).
+    pub fn is_noop_cast(&self) -> bool {
+        matches!(self.kind, Kind::Reinterpret | Kind::Convert { .. }) && self.src == self.dst
+    }
+    /// `all_gather(dim=0)[V->R]`: the call with its states.
+    pub fn describe_typed(&self) -> String {
+        format!("{}[{}->{}]", self.describe(), self.src, self.dst)
+    }
     /// `all_gather_reduced(dim=0)` style text.
     pub fn describe(&self) -> String {
         let p = match &self.kind {
-            Kind::AllGather { dim, stack } => format!("dim={dim}{}", if *stack { ", stack" } else { "" }),
+            Kind::AllGather { dim, stack } => {
+                format!("dim={dim}{}", if *stack { ", stack" } else { "" })
+            }
             Kind::ReduceScatter { dim } | Kind::Convert { dim } => format!("dim={dim}"),
             Kind::AllToAll { split, concat } => format!("split={split}, concat={concat}"),
             Kind::PPermute { perm } => {
-                let p: Vec<String> = perm.iter().map(|x| x.map(|v| v.to_string()).unwrap_or("_".into())).collect();
+                let p: Vec<String> = perm
+                    .iter()
+                    .map(|x| x.map(|v| v.to_string()).unwrap_or("_".into()))
+                    .collect();
                 format!("perm=[{}]", p.join(","))
             }
             _ => String::new(),

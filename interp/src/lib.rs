@@ -8,7 +8,7 @@ pub mod eval;
 pub mod expr;
 pub mod op;
 
+pub use collective::{Collective, Kind};
 pub use eval::{Degree, EvalError};
 pub use expr::{parse, Expr, LocalFn, ParseError};
-pub use collective::{Collective, Kind};
 pub use op::{builtin, Backward, Op, TypedOp, BUILTINS};

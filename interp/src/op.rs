@@ -64,10 +64,21 @@ impl Op {
         match self {
             Op::Local(f) => f.text.clone(),
             Op::Collective(c) => c.describe(),
-            Op::Compose(ops) => ops.iter().map(Op::describe).collect::<Vec<_>>().join(" |> "),
-            Op::Declared { forward, meaning } => format!("{} (declared as {})", forward.describe(), meaning.describe()),
+            Op::Compose(ops) => ops
+                .iter()
+                .map(Op::describe)
+                .collect::<Vec<_>>()
+                .join(" |> "),
+            Op::Declared { forward, meaning } => format!(
+                "{} (declared as {})",
+                forward.describe(),
+                meaning.describe()
+            ),
             Op::Apply { pre, body } => {
-                let p: Vec<String> = pre.iter().map(|o| o.as_ref().map(Op::describe).unwrap_or_else(|| "id".into())).collect();
+                let p: Vec<String> = pre
+                    .iter()
+                    .map(|o| o.as_ref().map(Op::describe).unwrap_or_else(|| "id".into()))
+                    .collect();
                 format!("{} after ({})", body.describe(), p.join(", "))
             }
         }
@@ -86,7 +97,11 @@ impl Op {
     /// Output shape and degree bounds for inputs of these shapes on mesh `m`;
     /// `Err` when the shapes do not fit the op.
     pub fn infer(&self, m: &Mesh, shapes: &[Shape]) -> Result<(Shape, Degree), String> {
-        let linear = || Degree { num: vec![1], den: vec![0], piecewise: false };
+        let linear = || Degree {
+            num: vec![1],
+            den: vec![0],
+            piecewise: false,
+        };
         match self {
             Op::Local(f) => infer(&f.expr, shapes),
             Op::Collective(c) => match shapes {
@@ -153,7 +168,10 @@ impl Op {
                     at_kink: ctx.at_kink,
                 })
             }
-            Op::Collective(c) => Ok(Forward { y: c.forward(m, &xs[0]), at_kink: false }),
+            Op::Collective(c) => Ok(Forward {
+                y: c.forward(m, &xs[0]),
+                at_kink: false,
+            }),
             Op::Declared { forward, .. } => forward.forward(m, xs),
             Op::Apply { pre, body } => {
                 let mid = self.apply_pre(m, pre, xs)?;
@@ -164,11 +182,19 @@ impl Op {
                 for op in ops {
                     x = op.forward(m, std::slice::from_ref(&x))?.y;
                 }
-                Ok(Forward { y: x, at_kink: false })
+                Ok(Forward {
+                    y: x,
+                    at_kink: false,
+                })
             }
         }
     }
-    fn apply_pre(&self, m: &Mesh, pre: &[Option<Op>], xs: &[PerRank]) -> Result<Vec<PerRank>, EvalError> {
+    fn apply_pre(
+        &self,
+        m: &Mesh,
+        pre: &[Option<Op>],
+        xs: &[PerRank],
+    ) -> Result<Vec<PerRank>, EvalError> {
         pre.iter()
             .zip(xs)
             .map(|(p, x)| match p {
@@ -250,7 +276,12 @@ impl TypedOp {
             (Backward::Transpose(t), _) => Ok(vec![t.forward(m, std::slice::from_ref(g))?.y]),
             (Backward::Apply(transposes), Op::Apply { pre, body }) => {
                 let mid = self.op.apply_pre(m, pre, xs)?;
-                let inner = TypedOp { op: (**body).clone(), inputs: self.inputs.clone(), output: self.output.clone(), backward: Backward::LocalVjp };
+                let inner = TypedOp {
+                    op: (**body).clone(),
+                    inputs: self.inputs.clone(),
+                    output: self.output.clone(),
+                    backward: Backward::LocalVjp,
+                };
                 inner
                     .backward(m, &mid, g)?
                     .into_iter()
@@ -261,7 +292,10 @@ impl TypedOp {
                     })
                     .collect()
             }
-            (Backward::Apply(_), op) => Err(EvalError::Shape(format!("`{}` is not a program", op.describe()))),
+            (Backward::Apply(_), op) => Err(EvalError::Shape(format!(
+                "`{}` is not a program",
+                op.describe()
+            ))),
             (Backward::LocalVjp, op) => Err(EvalError::Shape(format!(
                 "`{}` has no local VJP: declare its backward",
                 op.describe()
@@ -270,7 +304,12 @@ impl TypedOp {
     }
     /// Whether the backward accepts a cotangent of the output's shape `out`
     /// (a declared transpose may not, e.g. an all_to_all with the wrong dims).
-    pub fn backward_accepts(&self, m: &Mesh, out: &[usize], inputs: &[Shape]) -> Result<(), String> {
+    pub fn backward_accepts(
+        &self,
+        m: &Mesh,
+        out: &[usize],
+        inputs: &[Shape],
+    ) -> Result<(), String> {
         match &self.backward {
             Backward::LocalVjp | Backward::Apply(_) => Ok(()),
             Backward::Transpose(t) => {
@@ -278,7 +317,10 @@ impl TypedOp {
                 if s == inputs[0] {
                     Ok(())
                 } else {
-                    Err(format!("it maps a cotangent of shape {out:?} to shape {s:?}, the input has {:?}", inputs[0]))
+                    Err(format!(
+                        "it maps a cotangent of shape {out:?} to shape {s:?}, the input has {:?}",
+                        inputs[0]
+                    ))
                 }
             }
         }

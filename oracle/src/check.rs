@@ -751,13 +751,21 @@ pub fn check_involution(op: &TypedOp, tt: &TypedOp, m: &Mesh, xs: &[PerRank]) ->
     if a.shape() == b.shape() && da == db {
         return Outcome::Pass(Pass::default());
     }
-    let mut shown_vals: Vec<Shown> = xs.iter().enumerate().map(|(i, x)| shown(format!("x{i}"), &op.inputs[i], x)).collect();
+    let mut shown_vals: Vec<Shown> = xs
+        .iter()
+        .enumerate()
+        .map(|(i, x)| shown(format!("x{i}"), &op.inputs[i], x))
+        .collect();
     shown_vals.push(shown("y", &op.output, &a));
     shown_vals.push(shown("y_tt", &tt.output, &b));
     Outcome::Fail(Box::new(Violation {
         property: Property::T1,
         mesh: m.clone(),
-        what: format!("the transpose of the transpose, `{}`, is not `{}`", tt.op.describe(), op.op.describe()),
+        what: format!(
+            "the transpose of the transpose, `{}`, is not `{}`",
+            tt.op.describe(),
+            op.op.describe()
+        ),
         shown: shown_vals,
         expected: show_denot(m, &op.output, &da),
         actual: show_denot(m, &tt.output, &db),

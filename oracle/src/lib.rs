@@ -7,5 +7,7 @@ pub mod check;
 pub mod fd;
 pub mod verdict;
 
-pub use check::{check, check_involution, show_denot, Checker, Outcome, Pass, Phase, Property, Shown, Violation};
+pub use check::{
+    check, check_involution, show_denot, Checker, Outcome, Pass, Phase, Property, Shown, Violation,
+};
 pub use verdict::{Tally, Verdict};
