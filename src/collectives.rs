@@ -322,6 +322,20 @@ pub const PAIR_ROWS: &[PairRow] = &[
         Some("reduce_scatter(dim={d})"),
         None,
     ),
+    // redistribute per mesh axis: keeps the global value; its backward is
+    // redistribute between the cotangent types.
+    row("st_redistribute_r_i", "spmd_types", SpmdTypes, "redistribute(dim={d})", "R", "I", Some("redistribute(dim={d})"), None),
+    row("st_redistribute_r_v", "spmd_types", SpmdTypes, "redistribute(dim={d})", "R", "V", Some("redistribute(dim={d})"), None),
+    row("st_redistribute_r_p", "spmd_types", SpmdTypes, "redistribute(dim={d})", "R", "P", Some("redistribute(dim={d})"), None),
+    row("st_redistribute_i_r", "spmd_types", SpmdTypes, "redistribute(dim={d})", "I", "R", Some("redistribute(dim={d})"), None),
+    row("st_redistribute_i_v", "spmd_types", SpmdTypes, "redistribute(dim={d})", "I", "V", Some("redistribute(dim={d})"), None),
+    row("st_redistribute_i_p", "spmd_types", SpmdTypes, "redistribute(dim={d})", "I", "P", Some("redistribute(dim={d})"), None),
+    row("st_redistribute_v_r", "spmd_types", SpmdTypes, "redistribute(dim={d})", "V", "R", Some("redistribute(dim={d})"), None),
+    row("st_redistribute_v_i", "spmd_types", SpmdTypes, "redistribute(dim={d})", "V", "I", Some("redistribute(dim={d})"), None),
+    row("st_redistribute_v_p", "spmd_types", SpmdTypes, "redistribute(dim={d})", "V", "P", Some("redistribute(dim={d})"), None),
+    row("st_redistribute_p_r", "spmd_types", SpmdTypes, "redistribute(dim={d})", "P", "R", Some("redistribute(dim={d})"), None),
+    row("st_redistribute_p_i", "spmd_types", SpmdTypes, "redistribute(dim={d})", "P", "I", Some("redistribute(dim={d})"), None),
+    row("st_redistribute_p_v", "spmd_types", SpmdTypes, "redistribute(dim={d})", "P", "V", Some("redistribute(dim={d})"), None),
     // ---- seed 000: JAX transpose pairs ----
     row(
         "jax_pvary",

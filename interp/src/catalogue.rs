@@ -26,6 +26,7 @@ pub const NAMES: &[(&str, &str)] = &[
     ("reduced_vary_cast", "cast"),
     ("convert", "convert"),
     ("ppermute", "ppermute"),
+    ("redistribute", "redistribute"),
 ];
 
 /// Parsed arguments of a call such as `all_gather(dim = 1, stack)` or
@@ -222,6 +223,19 @@ pub fn collective(
                 .perm
                 .ok_or_else(|| format!("{name}: needs perm = [...]"))?,
         },
+        // Keep the global value (Varying read as concatenation along `dim`):
+        // the route of seed 003's state-transition table that does so.
+        "redistribute" => {
+            use State::*;
+            match (s0, d0) {
+                (Varying, Reduced | Invariant) => Kind::AllGather { dim, stack: false },
+                (Partial, Reduced | Invariant) => Kind::AllReduce,
+                (Partial, Varying) => Kind::ReduceScatter { dim },
+                (Reduced | Invariant, Varying | Partial) | (Varying, Partial) => Kind::Convert { dim },
+                (a, b) if a == b || matches!((a, b), (Reduced, Invariant) | (Invariant, Reduced)) => Kind::Reinterpret,
+                (a, b) => return Err(format!("redistribute: no route from {a} to {b}")),
+            }
+        }
         _ => unreachable!("every family of NAMES is matched"),
     };
     Ok(Collective {
