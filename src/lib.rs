@@ -11,11 +11,13 @@
 //! | `generators` | §8 scope |
 //! | this crate | §9 derived tables and conformance |
 
+pub mod check;
 pub mod collectives;
 pub mod conform;
 pub mod derive;
 pub mod fsdp;
 pub mod report;
+pub mod rules;
 pub mod run;
 pub mod transposes;
 pub mod types;

@@ -93,6 +93,26 @@ enum Cmd {
         #[command(flatten)]
         scope: ScopeArgs,
     },
+    /// Check the typing rules of rule files (TOML or JSON): a verdict or a
+    /// minimal counterexample per rule.
+    Check {
+        /// Rule files.
+        #[arg(required = true)]
+        files: Vec<String>,
+        /// Seed of the random part.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Random cases beyond the exhaustive scope, per rule.
+        #[arg(long, default_value_t = 256)]
+        cases: u32,
+        #[arg(long)]
+        json: bool,
+        /// Print each counterexample as a paste-ready Rust test.
+        #[arg(long, value_parser = ["rstest"])]
+        emit: Option<String>,
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
     /// Time the main jobs on this machine.
     Bench,
 }
@@ -217,6 +237,14 @@ fn run() -> Result<ExitCode, UsageError> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Check {
+            files,
+            seed,
+            cases,
+            json,
+            emit,
+            scope,
+        } => check_files(&files, seed, cases, json, emit.is_some(), &scope.scope()),
         Cmd::Bench => {
             bench();
             Ok(ExitCode::SUCCESS)
@@ -286,6 +314,117 @@ fn conform_output(results: &[RowResult], pairs: &[PairResult], json: bool) -> Ex
     } else {
         ExitCode::SUCCESS
     }
+}
+
+fn check_files(
+    files: &[String],
+    seed: u64,
+    cases: u32,
+    json: bool,
+    emit: bool,
+    scope: &Scope,
+) -> Result<ExitCode, UsageError> {
+    use spmd_check::check::{
+        check_rule, emit_rstest, load_regressions, regression_path, save_regressions, CheckConfig,
+        Stored,
+    };
+    // Parse everything first: bad input stops before any checking.
+    let mut loaded = Vec::new();
+    for f in files {
+        let text =
+            std::fs::read_to_string(f).map_err(|e| UsageError(format!("{f}: cannot read: {e}")))?;
+        let specs = spmd_check::rules::parse_file(f, &text)?;
+        let rules = spmd_check::rules::build(f, &text, &specs, scope)?;
+        loaded.push((f.clone(), specs, rules));
+    }
+    let cfg = CheckConfig {
+        scope: scope.clone(),
+        cases,
+        seed,
+    };
+    let total: usize = loaded.iter().map(|l| l.2.len()).sum();
+    let b = bar(total as u64, json);
+    b.set_message("rules");
+    let mut out_json = Vec::new();
+    let mut failed = false;
+    for (f, specs, rules) in &loaded {
+        let rpath = regression_path(f);
+        let mut regs = load_regressions(&rpath);
+        let reports: Vec<_> = rules
+            .par_iter()
+            .map(|r| {
+                let stored = regs.get(&r.name).cloned().unwrap_or_default();
+                let rep = check_rule(r, &cfg, &stored, &|_| {});
+                b.inc(1);
+                rep
+            })
+            .collect();
+        let mut changed = false;
+        for (rep, spec) in reports.iter().zip(specs) {
+            let v = &rep.verdict;
+            if let Some(x) = v.violation() {
+                failed = true;
+                let s = Stored::from_violation(x);
+                let list = regs.entry(rep.name.clone()).or_default();
+                if !list.contains(&s) {
+                    list.push(s);
+                    changed = true;
+                }
+            }
+            if json {
+                let mut j = report::verdict_json(v);
+                j["name"] = serde_json::json!(rep.name);
+                j["file"] = serde_json::json!(f);
+                j["random_cases"] = serde_json::json!(rep.random_cases);
+                j["replayed"] = serde_json::json!(rep.replayed);
+                if let Some(x) = v.violation() {
+                    j["counterexample"]["inputs"] = serde_json::json!(x
+                        .inputs()
+                        .iter()
+                        .map(|s| serde_json::json!({
+                            "type": s.ty.display(&x.mesh),
+                            "per_rank": s.value.tensors.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+                        }))
+                        .collect::<Vec<_>>());
+                }
+                out_json.push(j);
+            } else {
+                let extra = if rep.replayed {
+                    " (replayed from the regression file)".to_string()
+                } else if rep.random_cases > 0 && v.is_sound() {
+                    format!(", and {} random cases beyond it", rep.random_cases)
+                } else {
+                    String::new()
+                };
+                println!(
+                    "{f}: rule \"{}\": {}{extra}",
+                    rep.name,
+                    report::verdict_word(v)
+                );
+                if let Some(x) = v.violation() {
+                    print!("{}", x.report());
+                    if emit {
+                        println!(
+                            "{}",
+                            emit_rstest(&spmd_check::rules::to_toml(spec), &rep.name, x)
+                        );
+                    }
+                }
+            }
+        }
+        if changed {
+            save_regressions(&rpath, &regs)?;
+        }
+    }
+    b.finish_and_clear();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&out_json).expect("json"));
+    }
+    Ok(if failed {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn fsdp_output(strategies: &[spmd_check::fsdp::Strategy]) {

@@ -10,6 +10,6 @@ pub use exhaustive::{
     all_types, for_each_grid_point, grid_size, shape_tuples, Exhaustive, Scope, DEFAULT_VALUES,
 };
 pub use random::{
-    arb_mesh, arb_per_rank, arb_shape, arb_state, arb_tensor, arb_type, ArbMesh, ArbPerRank,
+    arb_mesh, arb_per_rank, arb_q, arb_shape, arb_state, arb_tensor, arb_type, ArbMesh, ArbPerRank,
     ArbState, ArbType,
 };

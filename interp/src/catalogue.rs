@@ -231,13 +231,37 @@ pub fn collective(
                 (Varying, Reduced | Invariant) => Kind::AllGather { dim, stack: false },
                 (Partial, Reduced | Invariant) => Kind::AllReduce,
                 (Partial, Varying) => Kind::ReduceScatter { dim },
-                (Reduced | Invariant, Varying | Partial) | (Varying, Partial) => Kind::Convert { dim },
-                (a, b) if a == b || matches!((a, b), (Reduced, Invariant) | (Invariant, Reduced)) => Kind::Reinterpret,
+                (Reduced | Invariant, Varying | Partial) | (Varying, Partial) => {
+                    Kind::Convert { dim }
+                }
+                (a, b)
+                    if a == b || matches!((a, b), (Reduced, Invariant) | (Invariant, Reduced)) =>
+                {
+                    Kind::Reinterpret
+                }
                 (a, b) => return Err(format!("redistribute: no route from {a} to {b}")),
             }
         }
         _ => unreachable!("every family of NAMES is matched"),
     };
+    // States the kind cannot start from (SPEC.md §10.1).
+    let needs: Option<(&str, &[State])> = match kind {
+        Kind::AllGather { .. } | Kind::AllToAll { .. } | Kind::PPermute { .. } => {
+            Some(("Varying pieces", &[State::Varying]))
+        }
+        Kind::AllReduce | Kind::ReduceScatter { .. } | Kind::PMean => Some((
+            "Partial or Varying values",
+            &[State::Partial, State::Varying],
+        )),
+        Kind::Reinterpret | Kind::Convert { .. } => None,
+    };
+    if let Some((what, ok)) = needs {
+        if !ok.contains(&s0) {
+            return Err(format!(
+                "`{name}` works on {what}; it cannot start from {s0}"
+            ));
+        }
+    }
     Ok(Collective {
         name: name.to_string(),
         kind,

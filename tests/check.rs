@@ -1,0 +1,120 @@
+//! `spmd-check check` end to end (SPEC.md §11): the issue's rule file as
+//! written, regression replay, JSON, emitted tests, bad input.
+
+use std::process::Command;
+
+fn run(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_spmd-check"))
+        .args(args)
+        .output()
+        .expect("runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn temp_copy(name: &str, text: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("spmd-check-test-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    let _ = std::fs::remove_file(format!("{}.regressions.json", p.display()));
+    p.display().to_string()
+}
+
+const EXAMPLE: &str = include_str!("../examples/rules.toml");
+
+#[test]
+fn the_example_rule_file_is_checked_as_written() {
+    let f = temp_copy("rules.toml", EXAMPLE);
+    let (code, out, err) = run(&["check", &f, "--json", "--cases", "32"]);
+    assert_eq!(code, 1, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let by = |n: &str| {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == n)
+            .unwrap()
+            .clone()
+    };
+    let pp = by("partial times partial");
+    assert_eq!(pp["verdict"], "unsound");
+    assert_eq!(pp["property"], "F2");
+    assert_eq!(pp["counterexample"]["mesh"], "{x: 2}");
+    // Rationals are strings; per-rank values listed.
+    assert_eq!(
+        pp["counterexample"]["inputs"][0]["per_rank"],
+        serde_json::json!(["1", "0"])
+    );
+    for n in ["scaled partial", "gather to reduced", "two axes"] {
+        assert_eq!(by(n)["verdict"], "sound", "{n}");
+        assert_eq!(by(n)["proof"], true, "{n}");
+    }
+    // The counterexample was saved by value and is replayed first.
+    let regs = std::fs::read_to_string(format!("{f}.regressions.json")).unwrap();
+    assert!(regs.contains("partial times partial"));
+    let (_, out2, _) = run(&["check", &f, "--json", "--cases", "0"]);
+    let v2: serde_json::Value = serde_json::from_str(&out2).unwrap();
+    assert_eq!(v2[0]["replayed"], true);
+}
+
+#[test]
+fn emitted_tests_replay_their_counterexample() {
+    let f = temp_copy("emit.toml", EXAMPLE);
+    let (_, out, _) = run(&["check", &f, "--emit", "rstest", "--cases", "0"]);
+    assert!(out.contains("#[test]\nfn cx_"), "{out}");
+    // Run the emitted call the way the pasted test would.
+    let toml = out
+        .split("r#\"")
+        .nth(1)
+        .unwrap()
+        .split("\"#")
+        .next()
+        .unwrap();
+    let stored = out
+        .split("r#\"")
+        .nth(2)
+        .unwrap()
+        .split("\"#")
+        .next()
+        .unwrap();
+    spmd_check::check::assert_counterexample(toml, stored);
+}
+
+#[test]
+fn a_sound_rule_passes_the_library_assertion_and_an_unsound_one_fails() {
+    let scope = spmd_check::generators::Scope::default();
+    let text = "[[rule]]\nname = \"add\"\nop = \"add\"\ninputs = [\"P\", \"P\"]\noutput = \"P\"\n\n[[rule]]\nname = \"mix\"\nop = \"mul\"\ninputs = [\"I\", \"V\"]\noutput = \"V\"\n";
+    let specs = spmd_check::rules::parse_file("t.toml", text).unwrap();
+    let rules = spmd_check::rules::build("t.toml", text, &specs, &scope).unwrap();
+    spmd_check::check::assert_rule_sound(&rules[0]);
+    let r = std::panic::catch_unwind(|| spmd_check::check::assert_rule_sound(&rules[1]));
+    let msg = *r
+        .expect_err("I mixed with V must fail")
+        .downcast::<String>()
+        .unwrap();
+    assert!(msg.contains("B1 backward closure (SPEC.md §4.5)"), "{msg}");
+}
+
+#[test]
+fn bad_rule_files_name_file_line_and_column() {
+    let cases = [
+        ("unknown_op.toml", "[[rule]]\nname = \"a\"\nop = \"mull\"\ninputs = [\"P\", \"P\"]\noutput = \"P\"\n", ":3:7: ", "unknown op `mull`"),
+        ("bad_state.toml", "[[rule]]\nname = \"b\"\nop = \"mul\"\ninputs = [\"P\", \"Q\"]\noutput = \"P\"\n", ":4:", "`Q` is not a state"),
+        ("syntax.toml", "[[rule]]\nname = \"c\"\nop = \"mul\"\ninputs = [\"P\", \"P\"\noutput = \"P\"\n", ":5:1: ", ""),
+        ("coll.toml", "[[rule]]\nname = \"d\"\nforward = \"all_gathr(dim = 0)\"\ninputs = [\"V\"]\noutput = \"R\"\n", ":3:", "unknown collective"),
+        ("state_arg.toml", "[[rule]]\nname = \"e\"\nforward = \"all_gather(R)\"\nbackward = \"reduce_scatter()\"\ninputs = [\"P\"]\noutput = \"R\"\n", ":3:", "cannot start from P"),
+        ("trap.json", "{\"rule\": [{\"name\": \"f\", \"op\": \"mul\", \"inputs\": [\"P\", \"Unreduced\"], \"output\": \"P\"}]}", ":1:", "in dialect jax it means Partial"),
+    ];
+    for (name, text, loc, what) in cases {
+        let f = temp_copy(name, text);
+        let (code, _, err) = run(&["check", &f]);
+        assert_eq!(code, 2, "{name}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{name}: {err}");
+        assert!(err.contains(&format!("{name}{loc}")), "{name}: {err}");
+        assert!(err.contains(what), "{name}: {err}");
+    }
+}
