@@ -284,12 +284,14 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
             }
             match s.backward.as_deref() {
                 None | Some("local") => (Op::Local(f), Backward::LocalVjp, true),
-                Some(b) => return Err(err(
-                    b,
-                    format!(
+                Some(b) => {
+                    return Err(err(
+                        b,
+                        format!(
                         "a local op's backward is \"local\" (its VJP); `{b}` is not supported here"
                     ),
-                )),
+                    ))
+                }
             }
         }
         (None, Some(fw)) => {

@@ -34,6 +34,15 @@ impl Tally {
             Outcome::Fail(_) => {}
         }
     }
+    /// Add the counts of another run over disjoint cases.
+    pub fn absorb(&mut self, o: &Tally) {
+        self.passed += o.passed;
+        self.b3_undetermined += o.b3_undetermined;
+        self.outside_domain += o.outside_domain;
+        self.cases += o.cases;
+        self.cases_beyond_cap += o.cases_beyond_cap;
+        self.proof_grid &= o.proof_grid;
+    }
     pub fn instances(&self) -> u64 {
         self.passed + self.b3_undetermined + self.outside_domain
     }
