@@ -11,6 +11,7 @@
 //! | `generators` | §8 scope |
 //! | this crate | §9 derived tables and conformance |
 
+pub mod bench;
 pub mod check;
 pub mod collectives;
 pub mod conform;

@@ -13,7 +13,6 @@ use spmd_generators::Scope;
 use spmd_interp::{builtin, parse};
 use std::io::IsTerminal;
 use std::process::ExitCode;
-use std::time::Instant;
 
 #[derive(Parser)]
 #[command(
@@ -246,7 +245,7 @@ fn run() -> Result<ExitCode, UsageError> {
             scope,
         } => check_files(&files, seed, cases, json, emit.is_some(), &scope.scope()),
         Cmd::Bench => {
-            bench();
+            spmd_check::bench::run();
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -472,57 +471,6 @@ fn collectives_output(pairs: &[PairResult]) {
     for p in pairs {
         println!("  {:<28} {}", p.row.id, p.t1_word());
     }
-}
-
-fn bench() {
-    // Counterexamples to the rules the seeds forbid (SPEC.md §11.2).
-    let forbid = "[[rule]]\nname = \"P*P\"\nop = \"mul\"\ninputs = [\"P\", \"P\"]\noutput = \"P\"\n\n[[rule]]\nname = \"nonlinear on P\"\nop = { expr = \"x * x\" }\ninputs = [\"P\"]\noutput = \"P\"\n\n[[rule]]\nname = \"I mixed with V\"\nop = \"mul\"\ninputs = [\"I\", \"V\"]\noutput = \"V\"\n";
-    {
-        let sc = spmd_check::generators::Scope::default();
-        let specs = spmd_check::rules::parse_file("bench", forbid).expect("rules");
-        let rules = spmd_check::rules::build("bench", forbid, &specs, &sc).expect("rules");
-        let cfg = spmd_check::check::CheckConfig {
-            scope: sc,
-            cases: 256,
-            seed: 0,
-        };
-        for r in &rules {
-            let t = std::time::Instant::now();
-            let rep = spmd_check::check::check_rule(r, &cfg, &[], &|_| {});
-            let prop = rep
-                .verdict
-                .violation()
-                .map(|v| v.property.code())
-                .unwrap_or("none");
-            println!(
-                "counterexample {:<16} {:>8.2} ms  {prop}",
-                r.name,
-                t.elapsed().as_secs_f64() * 1e3
-            );
-        }
-    }
-
-    let scope = Scope::default();
-    for name in ["mul", "add", "matmul", "div", "relu"] {
-        let f = builtin(name).expect("builtin");
-        let t = Instant::now();
-        let rows = derive(&f, &scope, &|_| {}).expect("derive");
-        let n: u64 = rows.iter().map(|r| r.verdict.tally().instances()).sum();
-        println!(
-            "derive {name:<8} {:>8.1} ms  {n} instances",
-            t.elapsed().as_secs_f64() * 1e3
-        );
-    }
-    let t = Instant::now();
-    let rs = rows(None).expect("rows");
-    let n = rs.len();
-    rs.par_iter().for_each(|r| {
-        check_row(r, &scope, &|_| {}).expect("row");
-    });
-    println!(
-        "conform  {:>8.1} ms  {n} rules",
-        t.elapsed().as_secs_f64() * 1e3
-    );
 }
 
 fn main() -> ExitCode {

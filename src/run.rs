@@ -109,8 +109,27 @@ pub fn guard(total: u64, scope: &Scope) -> Result<(), UsageError> {
 /// the most basic property (all forward properties of a case are decided
 /// before its backward ones), then fewest nonzeros, then values.
 pub fn check_op(op: &TypedOp, scope: &Scope, meshes: &[Mesh], progress: &dyn Fn(u64)) -> Verdict {
+    run_phases(
+        op,
+        scope,
+        meshes,
+        &[Phase::Forward, Phase::Backward],
+        progress,
+    )
+}
+
+/// The enumeration behind `check_op` and `check_forward`: every case, each
+/// phase in turn over its grid; an instance is counted in the last phase.
+fn run_phases(
+    op: &TypedOp,
+    scope: &Scope,
+    meshes: &[Mesh],
+    phases: &[Phase],
+    progress: &dyn Fn(u64),
+) -> Verdict {
     let mut tally = Tally::new();
     let cs = cases(op, scope, meshes, &mut tally);
+    let last = *phases.last().expect("a phase");
     for c in &cs {
         let checker = Checker::new(op, &c.mesh, c.shapes.clone()).expect("shape tuples fit");
         let flat: Vec<&[Q]> = c
@@ -118,13 +137,11 @@ pub fn check_op(op: &TypedOp, scope: &Scope, meshes: &[Mesh], progress: &dyn Fn(
             .iter()
             .flat_map(|(k, v)| std::iter::repeat_n(v.as_slice(), *k))
             .collect();
-        for phase in [Phase::Forward, Phase::Backward] {
+        for &phase in phases {
             let mut n = 0u64;
             let r = for_each_grid_point(&flat, &mut |point| {
-                let xs = split_inputs(op, c, point);
-                let o = checker.check(&xs, phase);
-                // Count each instance once: its outcome is final after the backward pass.
-                if phase == Phase::Backward {
+                let o = checker.check(&split_inputs(op, c, point), phase);
+                if phase == last {
                     tally.record(&o);
                 }
                 n += 1;
@@ -185,28 +202,5 @@ pub fn estimate_cases(
 /// Only the forward properties F1-F3 (SPEC.md §4.2-4.4), for an op that has
 /// no declared backward.
 pub fn check_forward(op: &TypedOp, scope: &Scope, meshes: &[Mesh]) -> Verdict {
-    let mut tally = Tally::new();
-    let cs = cases(op, scope, meshes, &mut tally);
-    for c in &cs {
-        let checker = Checker::new(op, &c.mesh, c.shapes.clone()).expect("shape tuples fit");
-        let flat: Vec<&[Q]> = c
-            .lists
-            .iter()
-            .flat_map(|(k, v)| std::iter::repeat_n(v.as_slice(), *k))
-            .collect();
-        let r = for_each_grid_point(&flat, &mut |point| {
-            let o = checker.check(&split_inputs(op, c, point), Phase::Forward);
-            tally.record(&o);
-            match o {
-                Outcome::Fail(v) => ControlFlow::Break(v),
-                _ => ControlFlow::Continue(()),
-            }
-        });
-        if let ControlFlow::Break(v) = r {
-            return Verdict::conclude(tally, Some(v));
-        }
-        tally.cases += 1;
-        tally.proof_grid &= c.proof_grid;
-    }
-    Verdict::conclude(tally, None)
+    run_phases(op, scope, meshes, &[Phase::Forward], &|_| {})
 }
