@@ -122,9 +122,13 @@ fn bar(len: u64, json: bool) -> ProgressBar {
     }
     let b = ProgressBar::new(len);
     b.set_style(
-        ProgressStyle::with_template("{spinner} {msg} [{bar:30}] {pos}/{len} ({per_sec})")
-            .expect("valid template")
-            .progress_chars("=> "),
+        ProgressStyle::with_template(if len > 0 {
+            "{spinner} {msg} [{bar:30}] {pos}/{len} ({per_sec})"
+        } else {
+            "{spinner} {msg} {pos} ({per_sec})"
+        })
+        .expect("valid template")
+        .progress_chars("=> "),
     );
     b
 }
@@ -341,9 +345,15 @@ fn check_files(
         cases,
         seed,
     };
+    // Ctrl-C: rules not yet started are skipped; what was found is printed.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let stop = stop.clone();
+        let _ = ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::SeqCst));
+    }
     let total: usize = loaded.iter().map(|l| l.2.len()).sum();
-    let b = bar(total as u64, json);
-    b.set_message("rules");
+    let b = bar(0, json);
+    b.set_message(format!("{total} rules: instances"));
     let mut out_json = Vec::new();
     let mut failed = false;
     for (f, specs, rules) in &loaded {
@@ -351,15 +361,25 @@ fn check_files(
         let mut regs = load_regressions(&rpath);
         let reports: Vec<_> = rules
             .par_iter()
+            .filter(|_| !stop.load(std::sync::atomic::Ordering::SeqCst))
             .map(|r| {
                 let stored = regs.get(&r.name).cloned().unwrap_or_default();
-                let rep = check_rule(r, &cfg, &stored, &|_| {});
-                b.inc(1);
-                rep
+                check_rule(r, &cfg, &stored, &|n| b.inc(n))
             })
             .collect();
+        if stop.load(std::sync::atomic::Ordering::SeqCst) {
+            eprintln!(
+                "interrupted: {} of {} rules of {f} checked",
+                reports.len(),
+                rules.len()
+            );
+        }
         let mut changed = false;
-        for (rep, spec) in reports.iter().zip(specs) {
+        for rep in &reports {
+            let spec = specs
+                .iter()
+                .find(|s| s.name == rep.name)
+                .expect("a spec per rule");
             let v = &rep.verdict;
             if let Some(x) = v.violation() {
                 failed = true;
