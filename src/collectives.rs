@@ -693,6 +693,7 @@ pub struct PairResult {
     pub row: &'static PairRow,
     /// The parameter choice the verdict is for, e.g. `d=1`.
     pub params: String,
+    pub choice: (usize, usize, usize),
     /// Forward and backward, or the forward alone (F1-F3, J1) without one.
     pub verdict: Verdict,
     /// T1: the table's transpose of the backward, compared with the forward.
@@ -833,6 +834,7 @@ pub fn check_pair(r: &'static PairRow, scope: &Scope) -> Result<PairResult, Usag
         let res = PairResult {
             row: r,
             params,
+            choice: ch,
             verdict,
             involution,
             twin,
@@ -889,6 +891,21 @@ impl PairResult {
             Involution::Checked(_) => None,
         }
     }
+    /// Forward and backward traffic per rank at the reference size of
+    /// SPEC.md §10.4 (4 ranks on each group axis, a local 4 x 4 input).
+    pub fn costs(&self) -> Option<(spmd_semantics::Q, spmd_semantics::Q)> {
+        let (op, _, _) = instantiate(self.row, self.choice, &Scope::default()).ok()?;
+        let axes = parse_types(self.row.dialect, &[self.row.src]).ok()?.0;
+        let m = Mesh::new(&axes.iter().map(|a| (a.as_str(), 4)).collect::<Vec<_>>());
+        let shape = vec![4usize, 4];
+        let f = op.op.cost(&m, std::slice::from_ref(&shape));
+        let out = op.op.infer(&m, std::slice::from_ref(&shape)).ok()?.0;
+        let b = match &op.backward {
+            Backward::Transpose(t) => t.cost(&m, &[out]),
+            _ => spmd_semantics::Q::zero(),
+        };
+        Some((f, b))
+    }
     pub fn line(&self) -> String {
         let sig = format!(
             "{} : {} -> {}",
@@ -923,6 +940,10 @@ impl PairResult {
         v["params"] = serde_json::json!(self.params);
         v["t1"] = serde_json::json!(self.t1_word());
         v["completeness_gap"] = serde_json::json!(self.gap());
+        if let Some((f, b)) = self.costs() {
+            v["cost_forward"] = serde_json::json!(f.to_string());
+            v["cost_backward"] = serde_json::json!(b.to_string());
+        }
         v["twin"] = serde_json::json!({
             "must_fail": twin_must_fail(self.row).code(),
             "verdict": self.twin.name(),

@@ -27,6 +27,9 @@ struct Cli {
 
 #[derive(Args, Clone)]
 struct ScopeArgs {
+    /// Preset for the exhaustive part: small (fast), default, large (slow).
+    #[arg(long, value_parser = ["small", "default", "large"], default_value = "default")]
+    scope: String,
     /// Mesh x shape cases where an input has more free scalars than this are not enumerated.
     #[arg(long, default_value_t = 4)]
     max_free: usize,
@@ -40,11 +43,31 @@ struct ScopeArgs {
 
 impl ScopeArgs {
     fn scope(&self) -> Scope {
+        // Presets set the caps; explicit --max-free / --max-points override them.
+        let (free, points) = match self.scope.as_str() {
+            "large" => (6, 4096),
+            _ => (4, 256),
+        };
+        let mut d = Scope::default();
+        if self.scope == "small" {
+            // Meshes of at most 2 ranks per axis.
+            d.meshes.retain(|m| m.axes.iter().all(|a| a.size <= 2));
+        }
+        let free = if self.max_free != d.max_free {
+            self.max_free
+        } else {
+            free
+        };
+        let points = if self.max_points != d.max_points {
+            self.max_points
+        } else {
+            points
+        };
         Scope {
-            max_free: self.max_free,
-            max_points: self.max_points,
+            max_free: free,
+            max_points: points,
             max_instances: self.max_instances,
-            ..Scope::default()
+            ..d
         }
     }
 }
@@ -485,6 +508,17 @@ fn collectives_output(pairs: &[PairResult]) {
     for p in pairs.iter().filter(|p| !p.verdict.is_sound()) {
         if let Some(v) = p.verdict.violation() {
             println!("  {} [{}]: {}", p.row.id, p.params, v.one_line());
+        }
+    }
+    println!("\ntraffic per rank in elements, forward / backward, at 4 ranks per group axis and a local 4 x 4 input (SPEC.md §10.4):");
+    for p in pairs {
+        if let Some((f, b)) = p.costs() {
+            println!(
+                "  {:<28} {:>5} / {:<5}",
+                p.row.id,
+                f.to_string(),
+                b.to_string()
+            );
         }
     }
     println!("\ntranspose pairs (T1) and completeness gaps:");
