@@ -23,19 +23,7 @@ pub fn derive(
 ) -> Result<Vec<DerivedRow>, UsageError> {
     let types = all_types(1);
     let mut ops = Vec::new();
-    let mut ins: Vec<Vec<Type>> = vec![vec![]];
-    for _ in 0..f.arity() {
-        ins = ins
-            .into_iter()
-            .flat_map(|v| {
-                types.iter().map(move |t| {
-                    let mut w = v.clone();
-                    w.push(t.clone());
-                    w
-                })
-            })
-            .collect();
-    }
+    let ins: Vec<Vec<Type>> = spmd_generators::tuples(&types, f.arity());
     for i in &ins {
         for o in &types {
             ops.push(TypedOp::local(f.clone(), i.clone(), o.clone()));

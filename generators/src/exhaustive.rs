@@ -30,20 +30,10 @@ impl Exhaustive for Shape {
 
 /// Every type on `ndim` mesh axes (4^ndim), in state order.
 pub fn all_types(ndim: usize) -> Vec<Type> {
-    let mut out: Vec<Vec<State>> = vec![Vec::new()];
-    for _ in 0..ndim {
-        out = out
-            .into_iter()
-            .flat_map(|v| {
-                ALL_STATES.iter().map(move |s| {
-                    let mut w = v.clone();
-                    w.push(*s);
-                    w
-                })
-            })
-            .collect();
-    }
-    out.into_iter().map(Type::new).collect()
+    tuples(&ALL_STATES, ndim)
+        .into_iter()
+        .map(Type::new)
+        .collect()
 }
 
 /// The values of the default scope, simplest first: a polynomial of degree d
@@ -135,24 +125,28 @@ impl Scope {
     }
 }
 
-/// Every tuple of input shapes from the scope that the op accepts, smallest
-/// total size first.
-pub fn shape_tuples(op: &Op, m: &Mesh, scope: &Scope) -> Vec<Vec<Shape>> {
-    let shapes = scope.shapes();
-    let mut tuples: Vec<Vec<Shape>> = vec![vec![]];
-    for _ in 0..op.arity() {
-        tuples = tuples
+/// Every `k`-tuple of `items` (the k-fold cartesian product), in order.
+pub fn tuples<T: Clone>(items: &[T], k: usize) -> Vec<Vec<T>> {
+    let mut out: Vec<Vec<T>> = vec![vec![]];
+    for _ in 0..k {
+        out = out
             .into_iter()
             .flat_map(|t| {
-                shapes.iter().map(move |s| {
+                items.iter().map(move |x| {
                     let mut u = t.clone();
-                    u.push(s.clone());
+                    u.push(x.clone());
                     u
                 })
             })
             .collect();
     }
-    let mut ok: Vec<Vec<Shape>> = tuples
+    out
+}
+
+/// Every tuple of input shapes from the scope that the op accepts, smallest
+/// total size first.
+pub fn shape_tuples(op: &Op, m: &Mesh, scope: &Scope) -> Vec<Vec<Shape>> {
+    let mut ok: Vec<Vec<Shape>> = tuples(&scope.shapes(), op.arity())
         .into_iter()
         .filter(|t| op.infer(m, t).is_ok())
         .collect();
