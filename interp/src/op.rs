@@ -203,6 +203,32 @@ impl Op {
             })
             .collect()
     }
+    /// The forward at `xs`, given its value `base` at inputs that differ
+    /// from `xs` only on the ranks marked in `touched`. A local op runs rank
+    /// by rank, so only those ranks are recomputed; other ops run in full.
+    pub fn forward_touching(
+        &self,
+        m: &Mesh,
+        xs: &[PerRank],
+        base: &PerRank,
+        touched: &[bool],
+    ) -> Result<Forward, EvalError> {
+        match self {
+            Op::Local(f) => {
+                let mut ctx = Ctx::default();
+                let mut y = base.clone();
+                for r in (0..m.num_ranks()).filter(|&r| touched[r]) {
+                    let args: Vec<Tensor> = xs.iter().map(|x| x.tensors[r].clone()).collect();
+                    y.tensors[r] = eval(&f.expr, &args, &mut ctx)?;
+                }
+                Ok(Forward {
+                    y,
+                    at_kink: ctx.at_kink,
+                })
+            }
+            _ => self.forward(m, xs),
+        }
+    }
     /// The declared global meaning on denotations (SPEC.md §4, F3). For a
     /// local op: the local function applied to the denotations, rank by rank
     /// of the full-rank family.
@@ -266,6 +292,13 @@ impl TypedOp {
                     })
                     .collect();
                 for r in 0..m.num_ranks() {
+                    // The VJP is linear in g: a zero cotangent gives exact zeros.
+                    if g.tensors[r].is_zero() {
+                        for (i, x) in xs.iter().enumerate() {
+                            out[i].tensors.push(Tensor::zeros(&x.tensors[r].shape));
+                        }
+                        continue;
+                    }
                     let args: Vec<Tensor> = xs.iter().map(|x| x.tensors[r].clone()).collect();
                     for (i, gi) in vjp(&f.expr, &args, &g.tensors[r])?.into_iter().enumerate() {
                         out[i].tensors.push(gi);

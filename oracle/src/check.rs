@@ -377,7 +377,7 @@ impl<'a> Checker<'a> {
         let fwd = op.op.forward(m, xs)?;
         if phase == Phase::Backward {
             let dy = self.den_out(&fwd.y);
-            return self.backward_props(xs, &dy, fwd.at_kink);
+            return self.backward_props(xs, &fwd.y, &dy, fwd.at_kink);
         }
         let y = fwd.y;
         // F1: the output is well formed.
@@ -470,11 +470,17 @@ impl<'a> Checker<'a> {
         }
         match phase {
             Phase::Forward => Ok(Pass::default()),
-            Phase::All | Phase::Backward => self.backward_props(xs, &dy, fwd.at_kink),
+            Phase::All | Phase::Backward => self.backward_props(xs, &y, &dy, fwd.at_kink),
         }
     }
 
-    fn backward_props(&self, xs: &[PerRank], dy: &Denot, at_kink: bool) -> Result<Pass, Stop> {
+    fn backward_props(
+        &self,
+        xs: &[PerRank],
+        y: &PerRank,
+        dy: &Denot,
+        at_kink: bool,
+    ) -> Result<Pass, Stop> {
         let y0: Vec<Q> = dy
             .family
             .iter()
@@ -599,7 +605,7 @@ impl<'a> Checker<'a> {
             // Column k: the derivative of ⟦f⟧ along the k-th unit of ⟦x_i⟧.
             let mut cols: Vec<Denot> = Vec::with_capacity(basis.len());
             for (_, e) in basis {
-                match self.directional(xs, &y0, i, e) {
+                match self.directional(xs, y, &y0, i, e) {
                     Ok(d) => cols.push(d),
                     Err(FdFail::Undetermined(_)) => {
                         return Ok(Pass {
@@ -656,18 +662,20 @@ impl<'a> Checker<'a> {
     fn directional(
         &self,
         xs: &[PerRank],
+        y: &PerRank,
         y0: &[Q],
         i: usize,
         e: &PerRank,
     ) -> Result<Denot, FdFail> {
         let m = self.m;
+        let touched: Vec<bool> = e.tensors.iter().map(|t| !t.is_zero()).collect();
         let mut f = |h: &Q| -> Result<Option<Vec<Q>>, FdFail> {
             if h.is_zero() {
                 return Ok(Some(y0.to_vec()));
             }
             let mut xs2 = xs.to_vec();
             xs2[i] = xs[i].axpy(h, e);
-            match self.op.op.forward(m, &xs2) {
+            match self.op.op.forward_touching(m, &xs2, y, &touched) {
                 Ok(fw) if fw.at_kink => Err(FdFail::Undetermined("a sample meets a kink".into())),
                 Ok(fw) => Ok(Some(
                     self.den_out(&fw.y)
