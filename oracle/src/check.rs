@@ -410,12 +410,16 @@ impl<'a> Checker<'a> {
         let dy = self.den_out(&y);
         // F2: moving an input along a direction that denotes zero keeps the
         // output's denotation.
+        let mut xs2 = xs.to_vec();
         for (i, ti) in op.inputs.iter().enumerate() {
+            if i > 0 {
+                xs2[i - 1] = xs[i - 1].clone();
+            }
             for z in &self.kernels[i] {
+                let touched: Vec<bool> = z.tensors.iter().map(|t| !t.is_zero()).collect();
                 for t in self.line_steps(i) {
-                    let mut xs2 = xs.to_vec();
                     xs2[i] = xs[i].axpy(&t, z);
-                    let y2 = match op.op.forward(m, &xs2) {
+                    let y2 = match op.op.forward_touching(m, &xs2, &y, &touched) {
                         Ok(f) => f.y,
                         Err(EvalError::DivByZero) => continue,
                         Err(e) => return Err(e.into()),
@@ -447,6 +451,7 @@ impl<'a> Checker<'a> {
                 }
             }
         }
+        drop(xs2);
         // F3: the output denotes the declared global meaning.
         let dxs: Vec<Denot> = xs
             .iter()
@@ -541,10 +546,13 @@ impl<'a> Checker<'a> {
                 .zip(&self.proj_cot_in)
                 .map(|(b, p)| p.denote(b))
                 .collect();
+            let mut xs2 = xs.to_vec();
             for (j, tj) in op.inputs.iter().enumerate() {
+                if j > 0 {
+                    xs2[j - 1] = xs[j - 1].clone();
+                }
                 for z in &self.kernels[j] {
                     for t in self.line_steps(j) {
-                        let mut xs2 = xs.to_vec();
                         xs2[j] = xs[j].axpy(&t, z);
                         let bs2 = match op.backward(m, &xs2, g) {
                             Ok(b) => b,
@@ -669,11 +677,11 @@ impl<'a> Checker<'a> {
     ) -> Result<Denot, FdFail> {
         let m = self.m;
         let touched: Vec<bool> = e.tensors.iter().map(|t| !t.is_zero()).collect();
+        let mut xs2 = xs.to_vec();
         let mut f = |h: &Q| -> Result<Option<Vec<Q>>, FdFail> {
             if h.is_zero() {
                 return Ok(Some(y0.to_vec()));
             }
-            let mut xs2 = xs.to_vec();
             xs2[i] = xs[i].axpy(h, e);
             match self.op.op.forward_touching(m, &xs2, y, &touched) {
                 Ok(fw) if fw.at_kink => Err(FdFail::Undetermined("a sample meets a kink".into())),
