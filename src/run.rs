@@ -3,7 +3,7 @@
 
 use spmd_generators::{for_each_grid_point, grid_size, shape_tuples, Scope};
 use spmd_interp::TypedOp;
-use spmd_oracle::{Checker, Outcome, Phase, Tally, Verdict};
+use spmd_oracle::{Checker, Outcome, Phase, Property, Tally, Verdict};
 use spmd_semantics::perrank::{from_free, num_free};
 use spmd_semantics::{Mesh, PerRank, Shape, Q};
 use std::ops::ControlFlow;
@@ -109,27 +109,25 @@ pub fn guard(total: u64, scope: &Scope) -> Result<(), UsageError> {
 /// the most basic property (all forward properties of a case are decided
 /// before its backward ones), then fewest nonzeros, then values.
 pub fn check_op(op: &TypedOp, scope: &Scope, meshes: &[Mesh], progress: &dyn Fn(u64)) -> Verdict {
-    run_phases(
-        op,
-        scope,
-        meshes,
-        &[Phase::Forward, Phase::Backward],
-        progress,
-    )
+    run_cases(op, scope, meshes, true, progress)
 }
 
-/// The enumeration behind `check_op` and `check_forward`: every case, each
-/// phase in turn over its grid; an instance is counted in the last phase.
-fn run_phases(
+fn is_forward(p: Property) -> bool {
+    matches!(p, Property::F1 | Property::F2 | Property::F3)
+}
+
+/// The enumeration behind `check_op` and `check_forward`. One pass per case:
+/// the first backward violation is held while the rest of the case is
+/// scanned for forward ones, which take precedence (SPEC.md §7.2).
+fn run_cases(
     op: &TypedOp,
     scope: &Scope,
     meshes: &[Mesh],
-    phases: &[Phase],
+    backward: bool,
     progress: &dyn Fn(u64),
 ) -> Verdict {
     let mut tally = Tally::new();
     let cs = cases(op, scope, meshes, &mut tally);
-    let last = *phases.last().expect("a phase");
     for c in &cs {
         let checker = Checker::new(op, &c.mesh, c.shapes.clone()).expect("shape tuples fit");
         let flat: Vec<&[Q]> = c
@@ -137,26 +135,35 @@ fn run_phases(
             .iter()
             .flat_map(|(k, v)| std::iter::repeat_n(v.as_slice(), *k))
             .collect();
-        for &phase in phases {
-            let mut n = 0u64;
-            let r = for_each_grid_point(&flat, &mut |point| {
-                let o = checker.check(&split_inputs(op, c, point), phase);
-                if phase == last {
-                    tally.record(&o);
-                }
-                n += 1;
-                if n % 4096 == 0 {
-                    progress(4096);
-                }
-                match o {
-                    Outcome::Fail(v) => ControlFlow::Break(v),
-                    _ => ControlFlow::Continue(()),
-                }
-            });
-            progress(n % 4096);
-            if let ControlFlow::Break(v) = r {
-                return Verdict::conclude(tally, Some(v));
+        let mut held: Option<Box<spmd_oracle::Violation>> = None;
+        let mut n = 0u64;
+        let r = for_each_grid_point(&flat, &mut |point| {
+            let phase = if backward && held.is_none() {
+                Phase::All
+            } else {
+                Phase::Forward
+            };
+            let o = checker.check(&split_inputs(op, c, point), phase);
+            tally.record(&o);
+            n += 1;
+            if n % 4096 == 0 {
+                progress(4096);
             }
+            match o {
+                Outcome::Fail(v) if is_forward(v.property) => ControlFlow::Break(v),
+                Outcome::Fail(v) => {
+                    held = Some(v);
+                    ControlFlow::Continue(())
+                }
+                _ => ControlFlow::Continue(()),
+            }
+        });
+        progress(n % 4096);
+        if let ControlFlow::Break(v) = r {
+            return Verdict::conclude(tally, Some(v));
+        }
+        if let Some(v) = held {
+            return Verdict::conclude(tally, Some(v));
         }
         tally.cases += 1;
         tally.proof_grid &= c.proof_grid;
@@ -202,5 +209,5 @@ pub fn estimate_cases(
 /// Only the forward properties F1-F3 (SPEC.md §4.2-4.4), for an op that has
 /// no declared backward.
 pub fn check_forward(op: &TypedOp, scope: &Scope, meshes: &[Mesh]) -> Verdict {
-    run_phases(op, scope, meshes, &[Phase::Forward], &|_| {})
+    run_cases(op, scope, meshes, false, &|_| {})
 }
