@@ -178,7 +178,10 @@ impl Dialect {
         }
         for (s, names) in DIALECT_TABLE.iter() {
             if let Some(n) = names[self.column()] {
+                // DTensor placements may be written with or without `()`.
+                let bare = self == Dialect::Dtensor && n.strip_suffix("()") == Some(t);
                 if n == t
+                    || bare
                     || (self == Dialect::Canonical && t.len() == 1 && s.letter().to_string() == t)
                 {
                     return Ok((*s, None));
@@ -294,6 +297,14 @@ mod tests {
         assert_eq!(
             Dialect::Dtensor.parse_state("Shard(1)").unwrap(),
             (State::Varying, Some(1))
+        );
+        assert_eq!(
+            Dialect::Dtensor.parse_state("Replicate").unwrap().0,
+            State::Invariant
+        );
+        assert_eq!(
+            Dialect::Dtensor.parse_state("Reduced").unwrap().0,
+            State::Reduced
         );
         assert_eq!(
             Dialect::SpmdTypes.parse_state("S(0)").unwrap(),
