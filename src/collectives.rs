@@ -4,7 +4,7 @@
 //! F1-F3, B1-B3 and J1, its transpose pair for T1, for every parameter choice
 //! in scope.
 
-use crate::run::{check_op, estimate_cases, UsageError};
+use crate::run::{check_op, enumerated_cases, UsageError};
 use crate::types::{meshes_named, parse_types};
 use spmd_generators::{for_each_grid_point, Scope};
 use spmd_interp::catalogue::collective;
@@ -754,7 +754,7 @@ fn table_transpose(
 }
 
 fn t1(op: &TypedOp, tt: &TypedOp, meshes: &[Mesh], scope: &Scope) -> Option<Box<Violation>> {
-    for (m, shapes, lists) in estimate_cases(op, scope, meshes) {
+    for (m, shapes, lists) in enumerated_cases(op, scope, meshes) {
         let flat: Vec<&[spmd_semantics::Q]> = lists.iter().map(|v| v.as_slice()).collect();
         if tt.op.infer(&m, &shapes).is_err() {
             continue;

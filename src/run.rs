@@ -187,7 +187,7 @@ fn split_inputs(op: &TypedOp, c: &Case, point: &[Q]) -> Vec<PerRank> {
 
 /// The enumerated cases of a typed op: mesh, input shapes, and the value list
 /// of every free scalar (all inputs, in order).
-pub fn estimate_cases(
+pub fn enumerated_cases(
     op: &TypedOp,
     scope: &Scope,
     meshes: &[Mesh],

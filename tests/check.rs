@@ -1,19 +1,8 @@
 //! `spmd-check check` end to end (SPEC.md §11): the rule file as
 //! written, regression replay, JSON, emitted tests, bad input.
 
-use std::process::Command;
-
-fn run(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_spmd-check"))
-        .args(args)
-        .output()
-        .expect("runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod common;
+use common::run;
 
 fn temp_copy(name: &str, text: &str) -> String {
     let dir = std::env::temp_dir().join(format!("spmd-check-test-{}-{name}", std::process::id()));

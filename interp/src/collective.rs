@@ -45,22 +45,11 @@ pub struct Collective {
     pub dst: State,
 }
 
+/// The ranks of `r`'s group and `r`'s index in it.
 fn group(m: &Mesh, axes: &[usize], r: usize) -> (Vec<usize>, usize) {
-    let sizes: Vec<usize> = axes.iter().map(|&a| m.axes[a].size).collect();
-    let n: usize = sizes.iter().product();
     let c = m.coords(r);
     let k = axes.iter().fold(0, |acc, &a| acc * m.axes[a].size + c[a]);
-    let members = (0..n)
-        .map(|j| {
-            let off = spmd_semantics::tensor::unravel(j, &sizes);
-            let mut cc = c.clone();
-            for (i, &a) in axes.iter().enumerate() {
-                cc[a] = off[i];
-            }
-            m.rank(&cc)
-        })
-        .collect();
-    (members, k)
+    (m.group(r, axes), k)
 }
 
 fn sum(ts: &[&Tensor]) -> Tensor {

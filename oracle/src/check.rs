@@ -202,8 +202,6 @@ pub enum Outcome {
 pub enum Phase {
     /// F1, F2, F3 only.
     Forward,
-    /// B1, B2, B3 only (after a forward pass over the same case).
-    Backward,
     /// Every property.
     All,
 }
@@ -375,10 +373,6 @@ impl<'a> Checker<'a> {
         let m = self.m;
         let op = self.op;
         let fwd = op.op.forward(m, xs)?;
-        if phase == Phase::Backward {
-            let dy = self.den_out(&fwd.y);
-            return self.backward_props(xs, &fwd.y, &dy, fwd.at_kink);
-        }
         let y = fwd.y;
         // F1: the output is well formed.
         if let Err(e) = perrank::well_formed(m, &op.output, &y) {
@@ -475,7 +469,7 @@ impl<'a> Checker<'a> {
         }
         match phase {
             Phase::Forward => Ok(Pass::default()),
-            Phase::All | Phase::Backward => self.backward_props(xs, &y, &dy, fwd.at_kink),
+            Phase::All => self.backward_props(xs, &y, &dy, fwd.at_kink),
         }
     }
 

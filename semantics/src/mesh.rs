@@ -52,6 +52,22 @@ impl Mesh {
             .zip(&self.axes)
             .fold(0, |acc, (&c, a)| acc * a.size + c)
     }
+    /// The ranks that differ from `rank` only along `axes`, row-major over
+    /// those axes (a flattened group, SPEC.md §10.1).
+    pub fn group(&self, rank: usize, axes: &[usize]) -> Vec<usize> {
+        let sizes: Vec<usize> = axes.iter().map(|&a| self.axes[a].size).collect();
+        let base = self.coords(rank);
+        (0..sizes.iter().product::<usize>())
+            .map(|j| {
+                let off = crate::tensor::unravel(j, &sizes);
+                let mut c = base.clone();
+                for (i, &a) in axes.iter().enumerate() {
+                    c[a] = off[i];
+                }
+                self.rank(&c)
+            })
+            .collect()
+    }
     /// The rank reached from `rank` by setting coordinate `axis` to `c`.
     pub fn with_coord(&self, rank: usize, axis: usize, c: usize) -> usize {
         let mut co = self.coords(rank);

@@ -118,17 +118,8 @@ impl Projection {
                         }
                     }
                 }
-                let p_sizes: Vec<usize> = p_axes.iter().map(|&a| m.axes[a].size).collect();
-                (0..numel(&p_sizes))
-                    .map(|k| {
-                        let off = crate::tensor::unravel(k, &p_sizes);
-                        let mut c = base.clone();
-                        for (i, &a) in p_axes.iter().enumerate() {
-                            c[a] = off[i];
-                        }
-                        m.rank(&c)
-                    })
-                    .collect()
+                // Sum over the Partial coordinates of the projected rank.
+                m.group(m.rank(&base), &p_axes)
             })
             .collect();
         Projection { sources }
