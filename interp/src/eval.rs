@@ -4,6 +4,7 @@
 use crate::expr::{Einsum, Expr};
 use spmd_semantics::tensor::{numel, strides, unravel};
 use spmd_semantics::{Shape, Tensor, Q};
+use std::borrow::{Borrow, Cow};
 
 /// Why an evaluation has no value.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -394,26 +395,39 @@ fn all_sizes(spec: &Einsum, ops: &[&Tensor]) -> Vec<(char, usize)> {
 }
 
 /// Exact value of `e` on the inputs `xs`. SPEC.md §6.1.
-pub fn eval(e: &Expr, xs: &[Tensor], ctx: &mut Ctx) -> Result<Tensor, EvalError> {
-    Ok(match e {
-        Expr::Var(i) => xs
+pub fn eval<T: Borrow<Tensor>>(e: &Expr, xs: &[T], ctx: &mut Ctx) -> Result<Tensor, EvalError> {
+    Ok(ev(e, xs, ctx)?.into_owned())
+}
+
+/// `eval` that borrows inputs instead of copying them: a variable is its
+/// input, and only computed nodes allocate.
+fn ev<'a, T: Borrow<Tensor>>(
+    e: &Expr,
+    xs: &'a [T],
+    ctx: &mut Ctx,
+) -> Result<Cow<'a, Tensor>, EvalError> {
+    if let Expr::Var(i) = e {
+        return xs
             .get(*i)
-            .cloned()
-            .ok_or_else(|| EvalError::Shape(format!("input {i} missing")))?,
+            .map(|x| Cow::Borrowed(x.borrow()))
+            .ok_or_else(|| EvalError::Shape(format!("input {i} missing")));
+    }
+    Ok(Cow::Owned(match e {
+        Expr::Var(_) => unreachable!("handled above"),
         Expr::Const(q) => Tensor::scalar(q.clone()),
-        Expr::Neg(a) => eval(a, xs, ctx)?.map(Q::neg),
-        Expr::Add(a, b) => binary(&eval(a, xs, ctx)?, &eval(b, xs, ctx)?, |x, y| Ok(x.add(y)))?,
-        Expr::Sub(a, b) => binary(&eval(a, xs, ctx)?, &eval(b, xs, ctx)?, |x, y| Ok(x.sub(y)))?,
-        Expr::Mul(a, b) => binary(&eval(a, xs, ctx)?, &eval(b, xs, ctx)?, |x, y| Ok(x.mul(y)))?,
-        Expr::Div(a, b) => binary(&eval(a, xs, ctx)?, &eval(b, xs, ctx)?, |x, y| {
+        Expr::Neg(a) => ev(a, xs, ctx)?.map(Q::neg),
+        Expr::Add(a, b) => binary(&*ev(a, xs, ctx)?, &*ev(b, xs, ctx)?, |x, y| Ok(x.add(y)))?,
+        Expr::Sub(a, b) => binary(&*ev(a, xs, ctx)?, &*ev(b, xs, ctx)?, |x, y| Ok(x.sub(y)))?,
+        Expr::Mul(a, b) => binary(&*ev(a, xs, ctx)?, &*ev(b, xs, ctx)?, |x, y| Ok(x.mul(y)))?,
+        Expr::Div(a, b) => binary(&*ev(a, xs, ctx)?, &*ev(b, xs, ctx)?, |x, y| {
             x.div(y).map_err(|_| EvalError::DivByZero)
         })?,
-        Expr::Pow(a, k) => eval(a, xs, ctx)?.map(|x| (0..*k).fold(Q::one(), |acc, _| acc.mul(x))),
-        Expr::Sum(a, d) => reduce(&eval(a, xs, ctx)?, *d, |c| {
+        Expr::Pow(a, k) => ev(a, xs, ctx)?.map(|x| (0..*k).fold(Q::one(), |acc, _| acc.mul(x))),
+        Expr::Sum(a, d) => reduce(&*ev(a, xs, ctx)?, *d, |c| {
             c.iter().fold(Q::zero(), |s, v| s.add(v))
         }),
         Expr::Mean(a, d) => {
-            let t = eval(a, xs, ctx)?;
+            let t = ev(a, xs, ctx)?;
             let k = Q::int(t.shape[*d] as i64);
             reduce(&t, *d, |c| {
                 c.iter()
@@ -423,7 +437,7 @@ pub fn eval(e: &Expr, xs: &[Tensor], ctx: &mut Ctx) -> Result<Tensor, EvalError>
             })
         }
         Expr::Max(a, d) => {
-            let t = eval(a, xs, ctx)?;
+            let t = ev(a, xs, ctx)?;
             let mut tie = false;
             let r = reduce(&t, *d, |c| {
                 let m = c.iter().max().expect("nonempty dim");
@@ -434,30 +448,30 @@ pub fn eval(e: &Expr, xs: &[Tensor], ctx: &mut Ctx) -> Result<Tensor, EvalError>
             r
         }
         Expr::Einsum(spec, args) => {
-            let vals: Vec<Tensor> = args
+            let vals: Vec<Cow<Tensor>> = args
                 .iter()
-                .map(|a| eval(a, xs, ctx))
+                .map(|a| ev(a, xs, ctx))
                 .collect::<Result<_, _>>()?;
-            let refs: Vec<&Tensor> = vals.iter().collect();
+            let refs: Vec<&Tensor> = vals.iter().map(|v| &**v).collect();
             einsum(spec, &refs, &all_sizes(spec, &refs))
         }
-        Expr::Reshape(a, s) => Tensor::new(s.clone(), eval(a, xs, ctx)?.data),
-        Expr::Slice(a, d, s, t) => eval(a, xs, ctx)?.slice(*d, *s, *t),
+        Expr::Reshape(a, s) => Tensor::new(s.clone(), ev(a, xs, ctx)?.into_owned().data),
+        Expr::Slice(a, d, s, t) => ev(a, xs, ctx)?.slice(*d, *s, *t),
         Expr::Concat(args, d) => {
             let vals: Vec<Tensor> = args
                 .iter()
-                .map(|a| eval(a, xs, ctx))
+                .map(|a| ev(a, xs, ctx).map(Cow::into_owned))
                 .collect::<Result<_, _>>()?;
             Tensor::concat(&vals, *d)
         }
         Expr::Take(a, d, idx) => {
-            let t = eval(a, xs, ctx)?;
+            let t = ev(a, xs, ctx)?;
             let parts: Vec<Tensor> = idx.iter().map(|&i| t.slice(*d, i, i + 1)).collect();
             Tensor::concat(&parts, *d)
         }
         Expr::UpdateSlice(a, u, start) => {
-            let mut t = eval(a, xs, ctx)?;
-            let uv = eval(u, xs, ctx)?;
+            let mut t = ev(a, xs, ctx)?.into_owned();
+            let uv = ev(u, xs, ctx)?;
             let st = strides(&t.shape);
             for (k, v) in uv.data.iter().enumerate() {
                 let i = unravel(k, &uv.shape);
@@ -472,12 +486,12 @@ pub fn eval(e: &Expr, xs: &[Tensor], ctx: &mut Ctx) -> Result<Tensor, EvalError>
             t
         }
         Expr::Abs(a) => {
-            let t = eval(a, xs, ctx)?;
+            let t = ev(a, xs, ctx)?;
             ctx.at_kink |= t.data.iter().any(Q::is_zero);
             t.map(Q::abs)
         }
         Expr::Relu(a) => {
-            let t = eval(a, xs, ctx)?;
+            let t = ev(a, xs, ctx)?;
             ctx.at_kink |= t.data.iter().any(Q::is_zero);
             t.map(|v| {
                 if v.is_negative() {
@@ -488,17 +502,17 @@ pub fn eval(e: &Expr, xs: &[Tensor], ctx: &mut Ctx) -> Result<Tensor, EvalError>
             })
         }
         Expr::Floor(a) => {
-            let t = eval(a, xs, ctx)?;
+            let t = ev(a, xs, ctx)?;
             ctx.at_kink |= t.data.iter().any(Q::is_integer);
             t.map(Q::floor)
         }
         Expr::Cast(a, bits) => {
-            let t = eval(a, xs, ctx)?;
+            let t = ev(a, xs, ctx)?;
             // The kinks of rounding are the midpoints between grid points.
             ctx.at_kink |= t.data.iter().any(|v| is_midpoint(v, *bits));
             t.map(|v| v.round_to_bits(*bits))
         }
-    })
+    }))
 }
 
 /// Whether `v` is exactly halfway between two multiples of 2^-bits.
@@ -511,26 +525,29 @@ fn is_midpoint(v: &Q, bits: u32) -> bool {
 /// reverse-mode differentiation of the expression (SPEC.md §6.3). Used as the
 /// default backward of a local op; the oracle never calls it to compute a
 /// derivative.
-pub fn vjp(e: &Expr, xs: &[Tensor], g: &Tensor) -> Result<Vec<Tensor>, EvalError> {
-    let mut grads: Vec<Tensor> = xs.iter().map(|x| Tensor::zeros(&x.shape)).collect();
+pub fn vjp<T: Borrow<Tensor>>(e: &Expr, xs: &[T], g: &Tensor) -> Result<Vec<Tensor>, EvalError> {
+    let mut grads: Vec<Tensor> = xs
+        .iter()
+        .map(|x| Tensor::zeros(&x.borrow().shape))
+        .collect();
     let mut ctx = Ctx::default();
     backprop(e, xs, g, &mut grads, &mut ctx)?;
     Ok(grads)
 }
 
-fn backprop(
+fn backprop<T: Borrow<Tensor>>(
     e: &Expr,
-    xs: &[Tensor],
+    xs: &[T],
     g: &Tensor,
     grads: &mut [Tensor],
     ctx: &mut Ctx,
 ) -> Result<(), EvalError> {
     match e {
-        Expr::Var(i) => grads[*i] = grads[*i].add(g),
+        Expr::Var(i) => grads[*i].add_scaled(&Q::one(), g),
         Expr::Const(_) => {}
         Expr::Neg(a) => backprop(a, xs, &g.map(Q::neg), grads, ctx)?,
         Expr::Add(a, b) | Expr::Sub(a, b) => {
-            let (sa, sb) = (eval(a, xs, ctx)?.shape, eval(b, xs, ctx)?.shape);
+            let (sa, sb) = (ev(a, xs, ctx)?.shape.clone(), ev(b, xs, ctx)?.shape.clone());
             backprop(a, xs, &unbroadcast(g, &sa), grads, ctx)?;
             let gb = unbroadcast(g, &sb);
             let gb = if matches!(e, Expr::Sub(..)) {
@@ -541,14 +558,14 @@ fn backprop(
             backprop(b, xs, &gb, grads, ctx)?;
         }
         Expr::Mul(a, b) => {
-            let (va, vb) = (eval(a, xs, ctx)?, eval(b, xs, ctx)?);
+            let (va, vb) = (ev(a, xs, ctx)?, ev(b, xs, ctx)?);
             let ga = binary(g, &vb, |x, y| Ok(x.mul(y)))?;
             let gb = binary(g, &va, |x, y| Ok(x.mul(y)))?;
             backprop(a, xs, &unbroadcast(&ga, &va.shape), grads, ctx)?;
             backprop(b, xs, &unbroadcast(&gb, &vb.shape), grads, ctx)?;
         }
         Expr::Div(a, b) => {
-            let (va, vb) = (eval(a, xs, ctx)?, eval(b, xs, ctx)?);
+            let (va, vb) = (ev(a, xs, ctx)?, ev(b, xs, ctx)?);
             let dz = |_| EvalError::DivByZero;
             let ga = binary(g, &vb, |x, y| x.div(y).map_err(dz))?;
             // d(a/b)/db = -a/b^2
@@ -558,12 +575,12 @@ fn backprop(
             backprop(b, xs, &unbroadcast(&gb, &vb.shape), grads, ctx)?;
         }
         Expr::Pow(a, k) => {
-            let va = eval(a, xs, ctx)?;
+            let va = ev(a, xs, ctx)?;
             let d = va.map(|x| (1..*k).fold(Q::int(*k as i64), |acc, _| acc.mul(x)));
             backprop(a, xs, &g.zip(&d, Q::mul), grads, ctx)?;
         }
         Expr::Sum(a, d) | Expr::Mean(a, d) => {
-            let va = eval(a, xs, ctx)?;
+            let va = ev(a, xs, ctx)?;
             let k = va.shape[*d];
             let mut ga = expand(g, *d, k);
             if matches!(e, Expr::Mean(..)) {
@@ -573,7 +590,7 @@ fn backprop(
         }
         Expr::Max(a, d) => {
             // Route the cotangent to the first maximal entry.
-            let va = eval(a, xs, ctx)?;
+            let va = ev(a, xs, ctx)?;
             let outer: usize = va.shape[..*d].iter().product();
             let k = va.shape[*d];
             let inner: usize = va.shape[*d + 1..].iter().product();
@@ -594,11 +611,11 @@ fn backprop(
             backprop(a, xs, &ga, grads, ctx)?;
         }
         Expr::Einsum(spec, args) => {
-            let vals: Vec<Tensor> = args
+            let vals: Vec<Cow<Tensor>> = args
                 .iter()
-                .map(|a| eval(a, xs, ctx))
+                .map(|a| ev(a, xs, ctx))
                 .collect::<Result<_, _>>()?;
-            let refs: Vec<&Tensor> = vals.iter().collect();
+            let refs: Vec<&Tensor> = vals.iter().map(|v| &**v).collect();
             let sizes = all_sizes(spec, &refs);
             for k in 0..args.len() {
                 // d/d(operand k): contract g with the other operands onto k's labels.
@@ -619,11 +636,11 @@ fn backprop(
             }
         }
         Expr::Reshape(a, _) => {
-            let sa = eval(a, xs, ctx)?.shape;
+            let sa = ev(a, xs, ctx)?.shape.clone();
             backprop(a, xs, &Tensor::new(sa, g.data.clone()), grads, ctx)?;
         }
         Expr::Slice(a, d, s, t) => {
-            let sa = eval(a, xs, ctx)?.shape;
+            let sa = ev(a, xs, ctx)?.shape.clone();
             let mut parts = Vec::new();
             let mut shape = sa.clone();
             if *s > 0 {
@@ -640,13 +657,13 @@ fn backprop(
         Expr::Concat(args, d) => {
             let mut off = 0;
             for a in args {
-                let len = eval(a, xs, ctx)?.shape[*d];
+                let len = ev(a, xs, ctx)?.shape[*d];
                 backprop(a, xs, &g.slice(*d, off, off + len), grads, ctx)?;
                 off += len;
             }
         }
         Expr::Take(a, d, idx) => {
-            let va = eval(a, xs, ctx)?;
+            let va = ev(a, xs, ctx)?;
             let mut parts: Vec<Tensor> = (0..va.shape[*d])
                 .map(|_| {
                     let mut s = va.shape.clone();
@@ -660,7 +677,7 @@ fn backprop(
             backprop(a, xs, &Tensor::concat(&parts, *d), grads, ctx)?;
         }
         Expr::UpdateSlice(a, u, start) => {
-            let vu = eval(u, xs, ctx)?;
+            let vu = ev(u, xs, ctx)?;
             let st = strides(&g.shape);
             let mut ga = g.clone();
             let mut gu = Tensor::zeros(&vu.shape);
@@ -679,7 +696,7 @@ fn backprop(
             backprop(u, xs, &gu, grads, ctx)?;
         }
         Expr::Abs(a) | Expr::Relu(a) => {
-            let va = eval(a, xs, ctx)?;
+            let va = ev(a, xs, ctx)?;
             let relu = matches!(e, Expr::Relu(..));
             let slope = va.map(|v| {
                 if v.is_zero() {

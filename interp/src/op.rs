@@ -159,7 +159,7 @@ impl Op {
                 let mut ctx = Ctx::default();
                 let y = (0..m.num_ranks())
                     .map(|r| {
-                        let args: Vec<Tensor> = xs.iter().map(|x| x.tensors[r].clone()).collect();
+                        let args: Vec<&Tensor> = xs.iter().map(|x| &x.tensors[r]).collect();
                         eval(&f.expr, &args, &mut ctx)
                     })
                     .collect::<Result<Vec<_>, _>>()?;
@@ -218,7 +218,7 @@ impl Op {
                 let mut ctx = Ctx::default();
                 let mut y = base.clone();
                 for r in (0..m.num_ranks()).filter(|&r| touched[r]) {
-                    let args: Vec<Tensor> = xs.iter().map(|x| x.tensors[r].clone()).collect();
+                    let args: Vec<&Tensor> = xs.iter().map(|x| &x.tensors[r]).collect();
                     y.tensors[r] = eval(&f.expr, &args, &mut ctx)?;
                 }
                 Ok(Forward {
@@ -237,7 +237,7 @@ impl Op {
             Op::Local(f) => {
                 let family = (0..m.num_ranks())
                     .map(|r| {
-                        let args: Vec<Tensor> = ds.iter().map(|d| d.family[r].clone()).collect();
+                        let args: Vec<&Tensor> = ds.iter().map(|d| &d.family[r]).collect();
                         eval(&f.expr, &args, &mut Ctx::default())
                     })
                     .collect::<Result<Vec<_>, _>>()?;
@@ -299,7 +299,7 @@ impl TypedOp {
                         }
                         continue;
                     }
-                    let args: Vec<Tensor> = xs.iter().map(|x| x.tensors[r].clone()).collect();
+                    let args: Vec<&Tensor> = xs.iter().map(|x| &x.tensors[r]).collect();
                     for (i, gi) in vjp(&f.expr, &args, &g.tensors[r])?.into_iter().enumerate() {
                         out[i].tensors.push(gi);
                     }

@@ -55,7 +55,11 @@ impl PerRank {
     }
     /// `self + h * dir`.
     pub fn axpy(&self, h: &Q, dir: &PerRank) -> PerRank {
-        self.add(&dir.scale(h))
+        let mut out = self.clone();
+        for (a, d) in out.tensors.iter_mut().zip(&dir.tensors) {
+            a.add_scaled(h, d);
+        }
+        out
     }
     pub fn nonzeros(&self) -> usize {
         self.tensors.iter().map(Tensor::nonzeros).sum()
@@ -131,12 +135,57 @@ impl Projection {
             .map(|src| {
                 let mut acc = x.tensors[src[0]].clone();
                 for &r in &src[1..] {
-                    acc = acc.add(&x.tensors[r]);
+                    acc.add_scaled(&Q::one(), &x.tensors[r]);
                 }
                 acc
             })
             .collect();
         Denot { family }
+    }
+    /// `self.denote(x) == *d`, without building the family: a source of one
+    /// rank is compared in place.
+    pub fn matches(&self, x: &PerRank, d: &Denot) -> bool {
+        self.sources.iter().zip(&d.family).all(|(src, want)| {
+            if let [r] = src.as_slice() {
+                return x.tensors[*r] == *want;
+            }
+            let mut acc = x.tensors[src[0]].clone();
+            for &r in &src[1..] {
+                acc.add_scaled(&Q::one(), &x.tensors[r]);
+            }
+            acc == *want
+        })
+    }
+    /// Whether `x` denotes zero.
+    pub fn denotes_zero(&self, x: &PerRank) -> bool {
+        self.sources.iter().all(|src| {
+            if let [r] = src.as_slice() {
+                return x.tensors[*r].is_zero();
+            }
+            let mut acc = x.tensors[src[0]].clone();
+            for &r in &src[1..] {
+                acc.add_scaled(&Q::one(), &x.tensors[r]);
+            }
+            acc.is_zero()
+        })
+    }
+    /// The denotation's entries, family member after member, in one flat
+    /// vector (what finite differences work on).
+    pub fn denote_flat(&self, x: &PerRank) -> Vec<Q> {
+        let n = x.tensors.first().map_or(0, Tensor::numel);
+        let mut out = Vec::with_capacity(n * self.sources.len());
+        for src in &self.sources {
+            let at = out.len();
+            out.extend_from_slice(&x.tensors[src[0]].data);
+            for &r in &src[1..] {
+                for (a, b) in out[at..].iter_mut().zip(&x.tensors[r].data) {
+                    if !b.is_zero() {
+                        *a = a.add(b);
+                    }
+                }
+            }
+        }
+        out
     }
 }
 

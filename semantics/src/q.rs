@@ -55,6 +55,12 @@ impl Q {
             Q::Big(b) => b.is_zero(),
         }
     }
+    pub fn is_one(&self) -> bool {
+        match self {
+            Q::Small(r) => *r.numer() == 1 && *r.denom() == 1,
+            Q::Big(b) => b.is_one(),
+        }
+    }
     pub fn is_integer(&self) -> bool {
         match self {
             Q::Small(r) => r.is_integer(),

@@ -6,10 +6,31 @@ use std::fmt;
 pub type Shape = Vec<usize>;
 
 /// A dense row-major tensor of exact rationals. Rank 0 is a scalar.
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone, Eq)]
 pub struct Tensor {
     pub shape: Shape,
     pub data: Vec<Q>,
+}
+
+// Written out rather than derived so shape comparison avoids `memcmp` (hot in
+// the oracle); Hash stays consistent with this equality.
+impl PartialEq for Tensor {
+    fn eq(&self, o: &Tensor) -> bool {
+        same_shape(&self.shape, &o.shape) && self.data == o.data
+    }
+}
+impl std::hash::Hash for Tensor {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        self.shape.hash(h);
+        self.data.hash(h);
+    }
+}
+
+/// Shape equality written as a loop: shapes have a handful of dims, and the
+/// slice comparison's call into `memcmp` showed up in profiles.
+#[inline]
+pub fn same_shape(a: &[usize], b: &[usize]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
 pub fn numel(shape: &[usize]) -> usize {
@@ -76,9 +97,11 @@ impl Tensor {
     }
     /// Elementwise combination of two tensors of the same shape.
     pub fn zip(&self, o: &Tensor, f: impl Fn(&Q, &Q) -> Q) -> Tensor {
-        assert_eq!(
-            self.shape, o.shape,
-            "Tensor::zip: shape mismatch (interpreter bug)"
+        assert!(
+            same_shape(&self.shape, &o.shape),
+            "Tensor::zip: shape mismatch {:?} vs {:?} (interpreter bug)",
+            self.shape,
+            o.shape
         );
         Tensor {
             shape: self.shape.clone(),
@@ -93,6 +116,22 @@ impl Tensor {
     pub fn add(&self, o: &Tensor) -> Tensor {
         self.zip(o, Q::add)
     }
+    /// `self += h * o` in place; zero entries of `o` cost nothing.
+    pub fn add_scaled(&mut self, h: &Q, o: &Tensor) {
+        assert!(
+            same_shape(&self.shape, &o.shape),
+            "Tensor::add_scaled: shape mismatch {:?} vs {:?} (interpreter bug)",
+            self.shape,
+            o.shape
+        );
+        let one = h.is_one();
+        for (a, b) in self.data.iter_mut().zip(&o.data) {
+            if b.is_zero() {
+                continue;
+            }
+            *a = if one { a.add(b) } else { a.add(&b.mul(h)) };
+        }
+    }
     pub fn sub(&self, o: &Tensor) -> Tensor {
         self.zip(o, Q::sub)
     }
@@ -101,9 +140,11 @@ impl Tensor {
     }
     /// Frobenius inner product.
     pub fn dot(&self, o: &Tensor) -> Q {
-        assert_eq!(
-            self.shape, o.shape,
-            "Tensor::dot: shape mismatch (interpreter bug)"
+        assert!(
+            same_shape(&self.shape, &o.shape),
+            "Tensor::dot: shape mismatch {:?} vs {:?} (interpreter bug)",
+            self.shape,
+            o.shape
         );
         self.data
             .iter()
