@@ -135,11 +135,7 @@ pub fn replay(rule: &Rule, s: &Stored) -> Option<Box<Violation>> {
     }
     let shapes: Vec<Shape> = xs.iter().map(|x| x.shape().to_vec()).collect();
     let checker = Checker::new(&rule.op, &m, shapes).ok()?;
-    let phase = if rule.has_backward {
-        Phase::All
-    } else {
-        Phase::Forward
-    };
+    let phase = Phase::full(rule.has_backward);
     match checker.check(&xs, phase) {
         Outcome::Fail(v) => Some(v),
         _ => None,
@@ -235,11 +231,7 @@ fn random_part(rule: &Rule, cfg: &CheckConfig) -> Option<Box<Violation>> {
     };
     let mut runner =
         TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed));
-    let phase = if rule.has_backward {
-        Phase::All
-    } else {
-        Phase::Forward
-    };
+    let phase = Phase::full(rule.has_backward);
     let last: RefCell<Option<Box<Violation>>> = RefCell::new(None);
     let result = runner.run(&random_cases(rule), |c| {
         let xs = inputs_of(rule, &c);

@@ -677,12 +677,14 @@ pub fn instantiate(
             Some(b) => Backward::Transpose(Op::Collective(b.clone())),
             None => Backward::LocalVjp,
         },
+        jvp: None,
     };
     let bop = bwd.map(|b| TypedOp {
         op: Op::Collective(b),
         inputs: vec![dst.cot()],
         output: src.cot(),
         backward: Backward::LocalVjp,
+        jvp: None,
     });
     let meshes = meshes_named(&scope.meshes, &axes);
     Ok((op, bop, meshes))
@@ -694,7 +696,7 @@ pub struct PairResult {
     /// The parameter choice the verdict is for, e.g. `d=1`.
     pub params: String,
     pub choice: (usize, usize, usize),
-    /// Forward and backward, or the forward alone (F1-F3, J1) without one.
+    /// Forward and backward, or without one the forward (F1-F3) and J1.
     pub verdict: Verdict,
     /// T1: the table's transpose of the backward, compared with the forward.
     pub involution: Involution,
@@ -803,6 +805,7 @@ pub fn check_pair(r: &'static PairRow, scope: &Scope) -> Result<PairResult, Usag
                             inputs: op.inputs.clone(),
                             output: op.output.clone(),
                             backward: Backward::LocalVjp,
+                            jvp: None,
                         };
                         Involution::Checked(t1(&op, &tt, &meshes, scope))
                     }

@@ -42,6 +42,7 @@ fn program(pre: Op, transpose: Op) -> TypedOp {
         inputs: vec![v.clone(), v.clone()],
         output: v,
         backward: Backward::Apply(vec![None, Some(transpose)]),
+        jvp: None,
     }
 }
 

@@ -7,6 +7,7 @@ use rayon::prelude::*;
 use spmd_check::collectives::{check_pair, pair_rows, PairResult};
 use spmd_check::conform::{check_row, rows, RowResult};
 use spmd_check::derive::derive;
+use spmd_check::jvps::{check_jvp, jvp_rows, JvpResult};
 use spmd_check::report;
 use spmd_check::run::UsageError;
 use spmd_generators::Scope;
@@ -219,9 +220,13 @@ fn run() -> Result<ExitCode, UsageError> {
                 .par_iter()
                 .map(|r| check_pair(r, &scope))
                 .collect::<Result<_, _>>()?;
+            let jvps: Vec<JvpResult> = jvp_rows(dialect.as_deref())
+                .par_iter()
+                .map(|r| check_jvp(r, &scope))
+                .collect::<Result<_, _>>()?;
             let fsdp = spmd_check::fsdp::strategies(&scope);
             b.finish_and_clear();
-            let code = conform_output(&results, &pairs, json);
+            let code = conform_output(&results, &pairs, &jvps, json);
             if !json {
                 fsdp_output(&fsdp);
             }
@@ -282,16 +287,23 @@ fn run() -> Result<ExitCode, UsageError> {
     }
 }
 
-fn conform_output(results: &[RowResult], pairs: &[PairResult], json: bool) -> ExitCode {
+fn conform_output(
+    results: &[RowResult],
+    pairs: &[PairResult],
+    jvps: &[JvpResult],
+    json: bool,
+) -> ExitCode {
     let defects = results
         .iter()
         .filter(|r| r.twin_rejected() == Some(false))
         .count()
-        + pairs.iter().filter(|p| !p.twin_rejected()).count();
+        + pairs.iter().filter(|p| !p.twin_rejected()).count()
+        + jvps.iter().filter(|j| !j.twin_rejected()).count();
     if json {
         let v = serde_json::json!({
             "local_rules": results.iter().map(report::row_json).collect::<Vec<_>>(),
             "collectives": pairs.iter().map(PairResult::json).collect::<Vec<_>>(),
+            "jvps": jvps.iter().map(report::jvp_json).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&v).expect("json"));
     } else {
@@ -335,6 +347,12 @@ fn conform_output(results: &[RowResult], pairs: &[PairResult], json: bool) -> Ex
             );
         }
         collectives_output(pairs);
+        if !jvps.is_empty() {
+            println!("\nforward-mode rules, declared JVP checked by J1 (SPEC.md §9.4):");
+            for j in jvps {
+                println!("{}", report::jvp_line(j));
+            }
+        }
         if defects > 0 {
             println!("\n{defects} negative twins were NOT rejected: the checker is defective");
         }

@@ -2,6 +2,7 @@
 
 use crate::conform::{Claim, RowResult};
 use crate::derive::DerivedRow;
+use crate::jvps::{JvpOp, JvpResult, WrongJvp};
 use crate::types::letters;
 use serde_json::{json, Value};
 use spmd_oracle::{Verdict, Violation};
@@ -146,6 +147,62 @@ pub fn row_line(r: &RowResult) -> String {
         r.rule.id,
         sig,
         verdict_word(&r.verdict),
+        twin
+    )
+}
+
+fn jvp_op_text(op: JvpOp) -> &'static str {
+    match op {
+        JvpOp::Local(e) | JvpOp::Collective(e) => e,
+    }
+}
+
+fn wrong_jvp_text(w: WrongJvp) -> String {
+    match w {
+        WrongJvp::Text(t) => t.to_string(),
+        WrongJvp::ReduceAgain => "reduce the tangent again".into(),
+    }
+}
+
+pub fn jvp_json(j: &JvpResult) -> Value {
+    let mut v = verdict_json(&j.verdict);
+    v["id"] = json!(j.row.id);
+    v["system"] = json!(j.row.system);
+    v["rule"] = json!(j.row.rule);
+    v["op"] = json!(jvp_op_text(j.row.op));
+    v["inputs"] = json!(j.row.inputs);
+    v["output"] = json!(j.row.output);
+    v["jvp"] = json!(j.row.jvp);
+    v["as_expected"] = json!(j.as_expected());
+    v["twin"] = json!({
+        "jvp": wrong_jvp_text(j.row.twin),
+        "must_fail": "J1",
+        "verdict": j.twin.name(),
+        "property": j.twin.violation().map(|x| x.property.code()),
+        "rejected": j.twin_rejected(),
+    });
+    v
+}
+
+pub fn jvp_line(j: &JvpResult) -> String {
+    let sig = format!(
+        "{}: {} -> {}, jvp {}",
+        jvp_op_text(j.row.op),
+        j.row.inputs.join(", "),
+        j.row.output,
+        j.row.jvp
+    );
+    let twin = if j.twin_rejected() {
+        format!("  [twin rejected: J1, jvp {}]", wrong_jvp_text(j.row.twin))
+    } else {
+        "  [TWIN NOT REJECTED: checker defect]".into()
+    };
+    format!(
+        "  {:<12} {:<32} {:<44} {}{}",
+        j.row.system,
+        j.row.id,
+        sig,
+        verdict_word(&j.verdict),
         twin
     )
 }

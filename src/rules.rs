@@ -7,7 +7,7 @@ use crate::types::{meshes_named, parse_types};
 use serde::{Deserialize, Serialize};
 use spmd_generators::Scope;
 use spmd_interp::catalogue::collective;
-use spmd_interp::{builtin, parse, Backward, Op, TypedOp};
+use spmd_interp::{builtin, parse, parse_with_vars, Backward, Jvp, Op, TypedOp};
 use spmd_semantics::{Dialect, Mesh, State, Type, ALL_STATES};
 use std::collections::BTreeMap;
 
@@ -42,6 +42,11 @@ pub struct RuleSpec {
     pub backward: Option<String>,
     pub inputs: Vec<TypeSpec>,
     pub output: TypeSpec,
+    /// A declared JVP, checked by J1: for a local op an expression of the
+    /// primals and their tangents (`dx * y + x * dy`), for a collective the
+    /// op applied to the tangent (`all_reduce`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jvp: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mesh: Option<BTreeMap<String, usize>>,
 }
@@ -327,11 +332,27 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
             ))
         }
     };
+    let jvp = match &s.jvp {
+        None => None,
+        Some(j) => Some(match &op {
+            Op::Local(f) => {
+                let mut order = f.vars.clone();
+                order.extend(f.vars.iter().map(|v| format!("d{v}")));
+                Jvp::Local(
+                    parse_with_vars(j, &order).map_err(|e| err(j, format!("jvp `{j}`: {e}")))?,
+                )
+            }
+            _ => Jvp::Tangent(
+                compose(j, &types[0], &output, &axes).map_err(|e| err(j, format!("jvp: {e}")))?,
+            ),
+        }),
+    };
     let op = TypedOp {
         op,
         inputs: std::mem::take(&mut types),
         output,
         backward,
+        jvp,
     };
     // Shapes must fit on some mesh, or the rule is vacuous by construction.
     Ok(Rule {

@@ -138,8 +138,8 @@ fn run_cases(
         let mut held: Option<Box<spmd_oracle::Violation>> = None;
         let mut n = 0u64;
         let r = for_each_grid_point(&flat, &mut |point| {
-            let phase = if backward && held.is_none() {
-                Phase::All
+            let phase = if held.is_none() {
+                Phase::full(backward)
             } else {
                 Phase::Forward
             };

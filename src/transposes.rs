@@ -101,6 +101,7 @@ pub fn search(
         inputs: vec![types[0].clone()],
         output: types[1].clone(),
         backward: Backward::LocalVjp,
+        jvp: None,
     };
     // A quick screen on the two-rank mesh, then the whole scope.
     let quick = Scope {

@@ -96,6 +96,7 @@ fn bad_rule_files_name_file_line_and_column() {
         ("syntax.toml", "[[rule]]\nname = \"c\"\nop = \"mul\"\ninputs = [\"P\", \"P\"\noutput = \"P\"\n", ":5:1: ", ""),
         ("coll.toml", "[[rule]]\nname = \"d\"\nforward = \"all_gathr(dim = 0)\"\ninputs = [\"V\"]\noutput = \"R\"\n", ":3:", "unknown collective"),
         ("state_arg.toml", "[[rule]]\nname = \"e\"\nforward = \"all_gather(R)\"\nbackward = \"reduce_scatter()\"\ninputs = [\"P\"]\noutput = \"R\"\n", ":3:", "cannot start from P"),
+        ("jvp_var.toml", "[[rule]]\nname = \"g\"\nop = \"mul\"\ninputs = [\"V\", \"V\"]\noutput = \"V\"\njvp = \"dx * z\"\n", ":6:8: ", "unknown variable `z` (the inputs are x, y, dx, dy)"),
         ("trap.json", "{\"rule\": [{\"name\": \"f\", \"op\": \"mul\", \"inputs\": [\"P\", \"Unreduced\"], \"output\": \"P\"}]}", ":1:", "in dialect jax it means Partial"),
     ];
     for (name, text, loc, what) in cases {
@@ -106,4 +107,29 @@ fn bad_rule_files_name_file_line_and_column() {
         assert!(err.contains(&format!("{name}{loc}")), "{name}: {err}");
         assert!(err.contains(what), "{name}: {err}");
     }
+}
+
+#[test]
+fn declared_jvps_are_checked_by_j1() {
+    let f = temp_copy("jvps.toml", include_str!("../examples/jvps.toml"));
+    let (code, out, err) = run(&["check", &f, "--json"]);
+    assert_eq!(code, 1, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let verdicts: Vec<(String, String, Option<String>)> = v
+        .as_array()
+        .expect("array of rules")
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap_or_default().to_string(),
+                r["verdict"].as_str().unwrap_or_default().to_string(),
+                r["property"].as_str().map(String::from),
+            )
+        })
+        .collect();
+    assert_eq!(verdicts.len(), 3, "{out}");
+    assert_eq!(verdicts[0].1, "sound", "{out}");
+    assert_eq!(verdicts[1].1, "unsound", "{out}");
+    assert_eq!(verdicts[1].2.as_deref(), Some("J1"), "{out}");
+    assert_eq!(verdicts[2].1, "sound", "{out}");
 }

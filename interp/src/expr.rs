@@ -564,9 +564,58 @@ pub fn parse(src: &str) -> Result<LocalFn, ParseError> {
     })
 }
 
+/// Parse an expression whose inputs are the variables `order`, numbered in
+/// that order (not alphabetically); a variable outside it is an error at its
+/// column. Used for declared JVPs, whose inputs are the primals and then
+/// their tangents (`x, y, dx, dy`).
+pub fn parse_with_vars(src: &str, order: &[String]) -> Result<LocalFn, ParseError> {
+    let f = parse(src)?;
+    let mut map = Vec::with_capacity(f.vars.len());
+    for v in &f.vars {
+        match order.iter().position(|o| o == v) {
+            Some(k) => map.push(k),
+            None => {
+                let column = lex(src)?
+                    .into_iter()
+                    .find(|(t, _)| *t == Tok::Ident(v.clone()))
+                    .map(|(_, c)| c)
+                    .unwrap_or(1);
+                return Err(ParseError {
+                    column,
+                    message: format!(
+                        "unknown variable `{v}` (the inputs are {})",
+                        order.join(", ")
+                    ),
+                });
+            }
+        }
+    }
+    Ok(LocalFn {
+        expr: renumber(&f.expr, &map),
+        vars: order.to_vec(),
+        text: f.text,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn explicit_variable_order() {
+        let order: Vec<String> = ["x", "y", "dx", "dy"].map(String::from).to_vec();
+        let f = parse_with_vars("dx * y + x * dy", &order).unwrap();
+        assert_eq!(f.arity(), 4);
+        // dx is input 2 and y input 1, whatever the alphabet says.
+        let Expr::Add(a, _) = &f.expr else { panic!() };
+        assert_eq!(
+            **a,
+            Expr::Mul(Box::new(Expr::Var(2)), Box::new(Expr::Var(1)))
+        );
+        let e = parse_with_vars("dx * z", &order).unwrap_err();
+        assert_eq!(e.column, 6);
+        assert!(e.message.contains("unknown variable `z`"));
+    }
 
     #[test]
     fn parses_the_documented_examples() {

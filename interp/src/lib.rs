@@ -10,5 +10,5 @@ pub mod op;
 
 pub use collective::{Collective, Kind};
 pub use eval::{Degree, EvalError};
-pub use expr::{parse, Expr, LocalFn, ParseError};
-pub use op::{builtin, Backward, Op, TypedOp, BUILTINS};
+pub use expr::{parse, parse_with_vars, Expr, LocalFn, ParseError};
+pub use op::{builtin, Backward, Jvp, Op, TypedOp, BUILTINS};

@@ -43,6 +43,21 @@ pub struct TypedOp {
     pub inputs: Vec<Type>,
     pub output: Type,
     pub backward: Backward,
+    /// A declared forward-mode rule, checked by J1 (SPEC.md §4.8). `None`:
+    /// a linear op is its own JVP; other ops declare none.
+    pub jvp: Option<Jvp>,
+}
+
+/// A declared JVP: how a system computes the output tangent. Tangents have
+/// the types of their primals (SPEC.md §4.8).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Jvp {
+    /// A local function of the primals and then the tangents (`x, y, dx,
+    /// dy`), run on every rank.
+    Local(LocalFn),
+    /// An op applied to the tangent alone (one-input ops), e.g. the
+    /// all_reduce of an all_reduce.
+    Tangent(Op),
 }
 
 /// The forward of one instance, with whether a kink was met exactly.
@@ -274,6 +289,48 @@ impl TypedOp {
             inputs,
             output,
             backward: Backward::LocalVjp,
+            jvp: None,
+        }
+    }
+    /// Whether J1 has a rule to check: a declared JVP, or a linear op.
+    pub fn has_jvp(&self) -> bool {
+        self.jvp.is_some() || (self.op.is_linear() && self.inputs.len() == 1)
+    }
+    /// The output tangent for tangent `dx` of input `i` (the other inputs'
+    /// tangents zero), by the declared JVP or, for a linear op, by the op
+    /// itself. Never used by the oracle to compute a derivative: J1 compares
+    /// it with one.
+    pub fn tangent(
+        &self,
+        m: &Mesh,
+        xs: &[PerRank],
+        i: usize,
+        dx: &PerRank,
+    ) -> Result<PerRank, EvalError> {
+        match &self.jvp {
+            Some(Jvp::Local(f)) => {
+                let zeros: Vec<Vec<Tensor>> = xs
+                    .iter()
+                    .map(|x| x.tensors.iter().map(|t| Tensor::zeros(&t.shape)).collect())
+                    .collect();
+                let mut ctx = Ctx::default();
+                let tensors = (0..m.num_ranks())
+                    .map(|r| {
+                        let mut args: Vec<&Tensor> = xs.iter().map(|x| &x.tensors[r]).collect();
+                        args.extend((0..xs.len()).map(|j| {
+                            if j == i {
+                                &dx.tensors[r]
+                            } else {
+                                &zeros[j][r]
+                            }
+                        }));
+                        eval(&f.expr, &args, &mut ctx)
+                    })
+                    .collect::<Result<_, _>>()?;
+                Ok(PerRank { tensors })
+            }
+            Some(Jvp::Tangent(op)) => Ok(op.forward(m, std::slice::from_ref(dx))?.y),
+            None => Ok(self.op.forward(m, std::slice::from_ref(dx))?.y),
         }
     }
     /// The per-rank backward: the cotangent of every input for cotangent `g`.
@@ -314,6 +371,7 @@ impl TypedOp {
                     inputs: self.inputs.clone(),
                     output: self.output.clone(),
                     backward: Backward::LocalVjp,
+                    jvp: None,
                 };
                 inner
                     .backward(m, &mid, g)?

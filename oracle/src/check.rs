@@ -202,8 +202,22 @@ pub enum Outcome {
 pub enum Phase {
     /// F1, F2, F3 only.
     Forward,
+    /// F1-F3 and J1: for ops with no backward to check.
+    Tangent,
     /// Every property.
     All,
+}
+
+impl Phase {
+    /// Everything that can be checked: every property with a backward, F1-F3
+    /// and J1 without.
+    pub fn full(has_backward: bool) -> Phase {
+        if has_backward {
+            Phase::All
+        } else {
+            Phase::Tangent
+        }
+    }
 }
 
 /// One mesh × shape case of a typed op, with everything that does not depend
@@ -471,6 +485,7 @@ impl<'a> Checker<'a> {
         }
         match phase {
             Phase::Forward => Ok(Pass::default()),
+            Phase::Tangent => self.tangent_props(xs, &y, &dy, fwd.at_kink),
             Phase::All => self.backward_props(xs, &y, &dy, fwd.at_kink),
         }
     }
@@ -606,36 +621,13 @@ impl<'a> Checker<'a> {
         // B3: ⟦backward(x, g)⟧ = Df̄(⟦x⟧)ᵀ ⟦g⟧, with Df̄ from finite differences.
         for (i, ti) in op.inputs.iter().enumerate() {
             let basis = &self.bases[i];
-            // Column k: the derivative of ⟦f⟧ along the k-th unit of ⟦x_i⟧.
-            let mut cols: Vec<Denot> = Vec::with_capacity(basis.len());
-            for (_, e) in basis {
-                match self.directional(xs, y, &y0, i, e) {
-                    Ok(d) => cols.push(d),
-                    Err(FdFail::Undetermined(_)) => {
-                        return Ok(Pass {
-                            b3_undetermined: true,
-                        })
-                    }
-                }
-            }
-            // J1: a linear op's JVP is the op itself, so its derivative
-            // along a direction is the op applied to the direction.
-            if op.op.is_linear() {
-                for ((_, e), col) in basis.iter().zip(&cols) {
-                    let fe = op.op.forward(m, std::slice::from_ref(e))?.y;
-                    let dfe = self.proj_out.denote(&fe);
-                    if &dfe != col {
-                        let mut s = self.inputs_shown(xs);
-                        s.push(shown("dx", ti, e));
-                        return Err(self.fail(
-                            Property::J1,
-                            "the op applied to a tangent is not the derivative along it".into(),
-                            s,
-                            show_denot(m, &op.output, col),
-                            show_denot(m, &op.output, &dfe),
-                        ));
-                    }
-                }
+            let Some(cols) = self.columns(xs, y, &y0, i) else {
+                return Ok(Pass {
+                    b3_undetermined: true,
+                });
+            };
+            if op.has_jvp() {
+                self.j1(xs, i, &cols)?;
             }
             for ((g, dg), bs) in gs.iter().zip(&self.dgs).zip(&results) {
                 let vals: Vec<Q> = cols
@@ -659,6 +651,102 @@ impl<'a> Checker<'a> {
             }
         }
         Ok(Pass::default())
+    }
+
+    /// F1-F3 passed; J1 alone (SPEC.md §4.8), for ops checked without a
+    /// backward.
+    fn tangent_props(
+        &self,
+        xs: &[PerRank],
+        y: &PerRank,
+        dy: &Denot,
+        at_kink: bool,
+    ) -> Result<Pass, Stop> {
+        if !self.op.has_jvp() {
+            return Ok(Pass::default());
+        }
+        if at_kink {
+            return Ok(Pass {
+                b3_undetermined: true,
+            });
+        }
+        let y0: Vec<Q> = dy
+            .family
+            .iter()
+            .flat_map(|t| t.data.iter().cloned())
+            .collect();
+        for i in 0..self.op.inputs.len() {
+            let Some(cols) = self.columns(xs, y, &y0, i) else {
+                return Ok(Pass {
+                    b3_undetermined: true,
+                });
+            };
+            self.j1(xs, i, &cols)?;
+        }
+        Ok(Pass::default())
+    }
+
+    /// Column k: the derivative of ⟦f⟧ along the k-th unit of ⟦x_i⟧, from
+    /// finite differences; `None` where it cannot be determined.
+    fn columns(&self, xs: &[PerRank], y: &PerRank, y0: &[Q], i: usize) -> Option<Vec<Denot>> {
+        self.bases[i]
+            .iter()
+            .map(|(_, e)| self.directional(xs, y, y0, i, e).ok())
+            .collect()
+    }
+
+    /// J1 (SPEC.md §4.8): along every basis tangent of input i, the JVP's
+    /// tangent is a well-formed value of the output type (tangent type =
+    /// primal type) and denotes the derivative.
+    fn j1(&self, xs: &[PerRank], i: usize, cols: &[Denot]) -> Result<(), Stop> {
+        let (m, op) = (self.m, self.op);
+        let ti = &op.inputs[i];
+        for ((_, e), col) in self.bases[i].iter().zip(cols) {
+            let t = op.tangent(m, xs, i, e)?;
+            let bad = if t.shape() != self.out_shape.as_slice() {
+                Some(format!(
+                    "has shape {:?}, the output has {:?}",
+                    t.shape(),
+                    self.out_shape
+                ))
+            } else {
+                perrank::well_formed(m, &op.output, &t).err().map(|w| {
+                    format!(
+                        "differs between ranks along {} axis `{}`",
+                        op.output.states[w.axis], m.axes[w.axis].name
+                    )
+                })
+            };
+            if let Some(why) = bad {
+                let mut s = self.inputs_shown(xs);
+                s.push(shown(format!("dx{i}"), ti, e));
+                s.push(shown("dy", &op.output, &t));
+                return Err(self.fail(
+                    Property::J1,
+                    format!("the JVP's tangent {why}"),
+                    s,
+                    format!("a well-formed value of type {}", op.output.display(m)),
+                    t.tensors
+                        .iter()
+                        .map(|t| t.to_string())
+                        .collect::<Vec<_>>()
+                        .join(" | "),
+                ));
+            }
+            if !self.proj_out.matches(&t, col) {
+                let mut s = self.inputs_shown(xs);
+                s.push(shown(format!("dx{i}"), ti, e));
+                s.push(shown("dy", &op.output, &t));
+                return Err(self.fail(
+                    Property::J1,
+                    format!("the JVP's tangent along dx{i} is not the derivative"),
+                    s,
+                    show_denot(m, &op.output, col),
+                    show_denot(m, &op.output, &self.den_out(&t)),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// d/dh ⟦f(x + h e)⟧ at h = 0, moving input `i` along `e` (SPEC.md §5.1).
