@@ -12,5 +12,5 @@ pub use exhaustive::{
 };
 pub use random::{
     arb_mesh, arb_per_rank, arb_q, arb_shape, arb_state, arb_tensor, arb_type, ArbMesh, ArbPerRank,
-    ArbState, ArbType,
+    ArbState, ArbTensor, ArbType,
 };

@@ -95,6 +95,45 @@ impl Arbitrary for ArbMesh {
     }
 }
 
+/// quickcheck wrapper for an exact `Tensor` (rank 0 to 2, dims 1 to 3, small
+/// rationals).
+#[derive(Clone, Debug)]
+pub struct ArbTensor(pub Tensor);
+impl Arbitrary for ArbTensor {
+    fn arbitrary(g: &mut Gen) -> ArbTensor {
+        let shape: Shape = (0..(u8::arbitrary(g) % 3))
+            .map(|_| (u8::arbitrary(g) % 3) as usize + 1)
+            .collect();
+        let n = shape.iter().product::<usize>();
+        ArbTensor(Tensor::new(shape, (0..n).map(|_| gen_q(g)).collect()))
+    }
+    fn shrink(&self) -> Box<dyn Iterator<Item = ArbTensor>> {
+        // Shrink entries toward 0, then toward integers, one at a time.
+        let t = self.0.clone();
+        let out: Vec<ArbTensor> = (0..t.numel())
+            .flat_map(|i| {
+                let v = &t.data[i];
+                let mut cands = Vec::new();
+                if !v.is_zero() {
+                    cands.push(Q::zero());
+                }
+                if !v.is_integer() {
+                    cands.push(v.floor());
+                }
+                cands.into_iter().map({
+                    let t = t.clone();
+                    move |c| {
+                        let mut u = t.clone();
+                        u.data[i] = c;
+                        ArbTensor(u)
+                    }
+                })
+            })
+            .collect();
+        Box::new(out.into_iter())
+    }
+}
+
 /// quickcheck wrapper for a `Type` with its mesh.
 #[derive(Clone, Debug)]
 pub struct ArbType(pub Mesh, pub Type);
@@ -153,6 +192,11 @@ mod tests {
     }
 
     quickcheck::quickcheck! {
+        // Shrinking only moves toward simpler tensors of the same shape.
+        fn tensor_shrinks_keep_the_shape(t: ArbTensor) -> bool {
+            t.shrink().all(|u| u.0.shape == t.0.shape && u.0.nonzeros() <= t.0.nonzeros())
+        }
+
         // SPEC.md §3.2: the per-rank pairing formula equals the pairing of
         // denotations, for every type on every mesh.
         fn pairing_formula_matches_denotations(x: ArbPerRank, seed: u64) -> bool {
