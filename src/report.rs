@@ -13,7 +13,10 @@ pub fn verdict_word(v: &Verdict) -> String {
         Verdict::Sound { proof: true, .. } => "sound (proof)".into(),
         Verdict::Sound { .. } => "sound (bounded)".into(),
         Verdict::Unsound { violation, .. } => format!("unsound {}", violation.property.code()),
-        Verdict::Vacuous { .. } => "vacuous".into(),
+        Verdict::Vacuous { .. } => match v.vacuous_reason() {
+            Some(r) => format!("vacuous ({r})"),
+            None => "vacuous".into(),
+        },
         Verdict::Undetermined { .. } => "undetermined".into(),
     }
 }
@@ -49,6 +52,7 @@ pub fn verdict_json(v: &Verdict) -> Value {
         "counterexample": v.violation().map(violation_json),
         "instances": t.instances(),
         "cases": t.cases,
+        "distributed_cases": t.distributed_cases,
         "cases_beyond_cap": t.cases_beyond_cap,
         "b3_undetermined": t.b3_undetermined,
     })
@@ -78,6 +82,20 @@ pub fn derive_text(rows: &[DerivedRow]) -> String {
         proof,
         rows.len() - sound
     ));
+    let capped = rows
+        .iter()
+        .filter(|r| {
+            matches!(
+                r.verdict.vacuous_reason(),
+                Some("no multi-rank case within the caps" | "every case is beyond the caps")
+            )
+        })
+        .count();
+    if capped > 0 {
+        s.push_str(&format!(
+            "{capped} typings were not checked on more than one rank: raise --max-points or --max-free (SPEC.md §8.1)\n"
+        ));
+    }
     s
 }
 

@@ -166,6 +166,9 @@ fn run_cases(
             return Verdict::conclude(tally, Some(v));
         }
         tally.cases += 1;
+        if c.mesh.num_ranks() > 1 {
+            tally.distributed_cases += 1;
+        }
         tally.proof_grid &= c.proof_grid;
     }
     Verdict::conclude(tally, None)

@@ -11,8 +11,10 @@ pub struct Tally {
     pub b3_undetermined: u64,
     /// Instances outside the op's domain (division by zero).
     pub outside_domain: u64,
-    /// Mesh × shape cases enumerated completely.
+    /// Mesh × shape cases enumerated completely ...
     pub cases: u64,
+    /// ... and how many of them were on a mesh of more than one rank.
+    pub distributed_cases: u64,
     /// Mesh × shape cases left out for having more free scalars than the cap.
     pub cases_beyond_cap: u64,
     /// Whether every enumerated case used a grid that makes it a proof.
@@ -40,6 +42,7 @@ impl Tally {
         self.b3_undetermined += o.b3_undetermined;
         self.outside_domain += o.outside_domain;
         self.cases += o.cases;
+        self.distributed_cases += o.distributed_cases;
         self.cases_beyond_cap += o.cases_beyond_cap;
         self.proof_grid &= o.proof_grid;
     }
@@ -60,7 +63,9 @@ pub enum Verdict {
         tally: Tally,
     },
     /// No instance satisfied the premises (every case outside the domain, or
-    /// no shape in scope fits the op).
+    /// no shape in scope fits the op), or every case that ran was on a
+    /// one-rank mesh, where every state denotes the local value and nothing
+    /// about distribution is tested.
     Vacuous { tally: Tally },
     /// No violation, but B3 was never decided (every point at a kink).
     Undetermined { tally: Tally },
@@ -75,6 +80,7 @@ impl Verdict {
                 tally,
             },
             None if tally.passed + tally.b3_undetermined == 0 => Verdict::Vacuous { tally },
+            None if tally.cases > 0 && tally.distributed_cases == 0 => Verdict::Vacuous { tally },
             None if tally.passed == 0 => Verdict::Undetermined { tally },
             None => {
                 let proof = tally.proof_grid && tally.b3_undetermined == 0 && tally.cases > 0;
@@ -88,6 +94,20 @@ impl Verdict {
             Verdict::Unsound { .. } => "unsound",
             Verdict::Vacuous { .. } => "vacuous",
             Verdict::Undetermined { .. } => "undetermined",
+        }
+    }
+    /// Why a vacuous verdict is vacuous, in a few words.
+    pub fn vacuous_reason(&self) -> Option<&'static str> {
+        match self {
+            Verdict::Vacuous { tally } if tally.cases == 0 && tally.cases_beyond_cap > 0 => {
+                Some("every case is beyond the caps")
+            }
+            Verdict::Vacuous { tally } if tally.cases == 0 => Some("no shape in scope fits"),
+            Verdict::Vacuous { tally } if tally.passed + tally.b3_undetermined == 0 => {
+                Some("every instance is outside the domain")
+            }
+            Verdict::Vacuous { .. } => Some("no multi-rank case within the caps"),
+            _ => None,
         }
     }
     pub fn is_sound(&self) -> bool {
