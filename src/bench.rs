@@ -64,4 +64,21 @@ pub fn run() {
         t.elapsed().as_secs_f64() * 1e3,
         pair_rows(None).len()
     );
+    let t = Instant::now();
+    let jv = crate::jvps::jvp_rows(None);
+    jv.par_iter().for_each(|r| {
+        crate::jvps::check_jvp(r, &scope).expect("row");
+    });
+    println!(
+        "jvps     {:>8.1} ms  {} JVP rules with twins",
+        t.elapsed().as_secs_f64() * 1e3,
+        jv.len()
+    );
+    let t = Instant::now();
+    let ps = crate::programs::programs(&scope);
+    println!(
+        "programs {:>8.1} ms  {} layers (tensor and sequence parallel, with twins)",
+        t.elapsed().as_secs_f64() * 1e3,
+        ps.len()
+    );
 }

@@ -18,6 +18,7 @@ pub mod conform;
 pub mod derive;
 pub mod fsdp;
 pub mod jvps;
+pub mod programs;
 pub mod report;
 pub mod rules;
 pub mod run;

@@ -8,6 +8,7 @@ use spmd_check::collectives::{check_pair, pair_rows, PairResult};
 use spmd_check::conform::{check_row, rows, RowResult};
 use spmd_check::derive::derive;
 use spmd_check::jvps::{check_jvp, jvp_rows, JvpResult};
+use spmd_check::programs::ProgramResult;
 use spmd_check::report;
 use spmd_check::run::UsageError;
 use spmd_generators::Scope;
@@ -225,12 +226,19 @@ fn run() -> Result<ExitCode, UsageError> {
                 .map(|r| check_jvp(r, &scope))
                 .collect::<Result<_, _>>()?;
             let fsdp = spmd_check::fsdp::strategies(&scope);
+            let progs = if dialect.is_none() {
+                spmd_check::programs::programs(&scope)
+            } else {
+                vec![]
+            };
             b.finish_and_clear();
-            let code = conform_output(&results, &pairs, &jvps, json);
+            let code = conform_output(&results, &pairs, &jvps, &progs, json);
             if !json {
                 fsdp_output(&fsdp);
+                programs_output(&progs);
             }
-            let wrong = fsdp.iter().any(|s| s.verdict.is_sound() != s.expect_sound);
+            let wrong = fsdp.iter().any(|s| s.verdict.is_sound() != s.expect_sound)
+                || progs.iter().any(|p| !p.as_expected());
             Ok(if wrong { ExitCode::from(1) } else { code })
         }
         Cmd::Transposes {
@@ -291,6 +299,7 @@ fn conform_output(
     results: &[RowResult],
     pairs: &[PairResult],
     jvps: &[JvpResult],
+    progs: &[ProgramResult],
     json: bool,
 ) -> ExitCode {
     let defects = results
@@ -304,6 +313,7 @@ fn conform_output(
             "local_rules": results.iter().map(report::row_json).collect::<Vec<_>>(),
             "collectives": pairs.iter().map(PairResult::json).collect::<Vec<_>>(),
             "jvps": jvps.iter().map(report::jvp_json).collect::<Vec<_>>(),
+            "programs": progs.iter().map(report::program_json).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&v).expect("json"));
     } else {
@@ -509,6 +519,19 @@ fn fsdp_output(strategies: &[spmd_check::fsdp::Strategy]) {
         if let Ok(r) = b.backward_cost.div(&a.backward_cost) {
             println!("  backward traffic, naive / fsdp = {r}");
         }
+    }
+}
+
+fn programs_output(progs: &[ProgramResult]) {
+    if progs.is_empty() {
+        return;
+    }
+    println!(
+        "\nwhole layers as programs, checked end to end; traffic per rank in elements on mesh {} (SPEC.md §12):",
+        spmd_check::programs::reference()
+    );
+    for p in progs {
+        println!("{}", report::program_line(p));
     }
 }
 

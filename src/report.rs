@@ -3,6 +3,7 @@
 use crate::conform::{Claim, RowResult};
 use crate::derive::DerivedRow;
 use crate::jvps::{JvpOp, JvpResult, WrongJvp};
+use crate::programs::ProgramResult;
 use crate::types::letters;
 use serde_json::{json, Value};
 use spmd_oracle::{Verdict, Violation};
@@ -223,4 +224,34 @@ pub fn jvp_line(j: &JvpResult) -> String {
         verdict_word(&j.verdict),
         twin
     )
+}
+
+pub fn program_json(p: &ProgramResult) -> Value {
+    let mut v = verdict_json(&p.verdict);
+    v["name"] = json!(p.name);
+    v["steps"] = json!(p.program.op.describe());
+    v["expect"] = json!(p.expect.map(|x| x.code()).unwrap_or("sound"));
+    v["as_expected"] = json!(p.as_expected());
+    v["forward_cost"] = json!(p.forward_cost.to_string());
+    v["backward_cost"] = json!(p.backward_cost.to_string());
+    v
+}
+
+pub fn program_line(p: &ProgramResult) -> String {
+    let mark = if p.as_expected() {
+        ""
+    } else {
+        "  [NOT AS EXPECTED]"
+    };
+    let mut s = format!(
+        "  {:<54} {:<16} forward {:>4}  backward {:>4}{mark}",
+        p.name,
+        verdict_word(&p.verdict),
+        p.forward_cost.to_string(),
+        p.backward_cost.to_string()
+    );
+    if let Some(v) = p.verdict.violation() {
+        s.push_str(&format!("\n      {}", v.one_line()));
+    }
+    s
 }

@@ -7,8 +7,10 @@ pub mod collective;
 pub mod eval;
 pub mod expr;
 pub mod op;
+pub mod program;
 
 pub use collective::{Collective, Kind};
 pub use eval::{Degree, EvalError};
 pub use expr::{parse, parse_with_vars, Expr, LocalFn, ParseError};
 pub use op::{builtin, Backward, Jvp, Op, TypedOp, BUILTINS};
+pub use program::{Program, Step};

@@ -3,6 +3,7 @@
 use crate::collective::Collective;
 use crate::eval::{eval, infer, vjp, Ctx, Degree, EvalError};
 use crate::expr::{parse, LocalFn};
+use crate::program::Program;
 use spmd_semantics::perrank::Denot;
 use spmd_semantics::{Mesh, PerRank, Shape, Tensor, Type, Q};
 
@@ -21,6 +22,8 @@ pub enum Op {
     /// A small program: one-input ops on some inputs (e.g. gathering a
     /// sharded weight), then a local op on the results.
     Apply { pre: Vec<Option<Op>>, body: Box<Op> },
+    /// A straight-line program of typed steps (SPEC.md §12).
+    Program(Box<Program>),
 }
 
 /// How the backward of a typed op is computed.
@@ -33,6 +36,8 @@ pub enum Backward {
     /// For `Op::Apply`: the body's local VJP, then these transposes of the
     /// pre-ops (none where an input had no pre-op).
     Apply(Vec<Option<Op>>),
+    /// For `Op::Program`: every step's own backward, in reverse.
+    Steps,
 }
 
 /// An op with the types it is claimed to have: the thing a rule states and
@@ -73,6 +78,7 @@ impl Op {
             Op::Collective(_) | Op::Compose(_) => 1,
             Op::Declared { forward, .. } => forward.arity(),
             Op::Apply { pre, .. } => pre.len(),
+            Op::Program(p) => p.inputs.len(),
         }
     }
     pub fn describe(&self) -> String {
@@ -96,6 +102,7 @@ impl Op {
                     .collect();
                 format!("{} after ({})", body.describe(), p.join(", "))
             }
+            Op::Program(p) => p.describe(),
         }
     }
     /// Linear in its input (collectives, casts and their compositions): its
@@ -106,7 +113,7 @@ impl Op {
             Op::Collective(_) => true,
             Op::Compose(ops) => ops.iter().all(Op::is_linear),
             Op::Declared { forward, .. } => forward.is_linear(),
-            Op::Apply { .. } => false,
+            Op::Apply { .. } | Op::Program(_) => false,
         }
     }
     /// Output shape and degree bounds for inputs of these shapes on mesh `m`;
@@ -142,6 +149,7 @@ impl Op {
                 }
                 Ok((s.pop().expect("one shape"), linear()))
             }
+            Op::Program(p) => p.infer(m, shapes),
         }
     }
     /// Communication per rank in the ring model for inputs of these shapes
@@ -165,6 +173,7 @@ impl Op {
                 }
                 total
             }
+            Op::Program(p) => p.cost(m, shapes).map_or_else(|_| Q::zero(), |c| c.0),
         }
     }
     /// The per-rank forward.
@@ -202,6 +211,7 @@ impl Op {
                     at_kink: false,
                 })
             }
+            Op::Program(p) => p.forward(m, xs),
         }
     }
     fn apply_pre(
@@ -278,6 +288,7 @@ impl Op {
                 }
                 Ok(d)
             }
+            Op::Program(p) => p.spec(m, ds),
         }
     }
 }
@@ -383,7 +394,8 @@ impl TypedOp {
                     })
                     .collect()
             }
-            (Backward::Apply(_), op) => Err(EvalError::Shape(format!(
+            (Backward::Steps, Op::Program(p)) => p.backward(m, xs, g),
+            (Backward::Apply(_) | Backward::Steps, op) => Err(EvalError::Shape(format!(
                 "`{}` is not a program",
                 op.describe()
             ))),
@@ -402,7 +414,7 @@ impl TypedOp {
         inputs: &[Shape],
     ) -> Result<(), String> {
         match &self.backward {
-            Backward::LocalVjp | Backward::Apply(_) => Ok(()),
+            Backward::LocalVjp | Backward::Apply(_) | Backward::Steps => Ok(()),
             Backward::Transpose(t) => {
                 let s = t.infer(m, &[out.to_vec()])?.0;
                 if s == inputs[0] {
@@ -414,6 +426,31 @@ impl TypedOp {
                     ))
                 }
             }
+        }
+    }
+    /// Elements sent per rank by the backward, for inputs of shapes `args`
+    /// and an output (so a cotangent) of shape `out` (SPEC.md §10.4).
+    pub fn backward_cost(&self, m: &Mesh, args: &[Shape], out: &[usize]) -> Q {
+        match (&self.backward, &self.op) {
+            (Backward::LocalVjp, _) => Q::zero(),
+            (Backward::Transpose(t), _) => t.cost(m, &[out.to_vec()]),
+            (Backward::Apply(ts), Op::Apply { pre, .. }) => ts
+                .iter()
+                .zip(pre)
+                .zip(args)
+                .filter_map(|((t, p), a)| {
+                    let t = t.as_ref()?;
+                    let mid = match p {
+                        Some(p) => p.infer(m, std::slice::from_ref(a)).ok()?.0,
+                        None => a.clone(),
+                    };
+                    Some(t.cost(m, &[mid]))
+                })
+                .fold(Q::zero(), |acc, c| acc.add(&c)),
+            (Backward::Steps, Op::Program(p)) => {
+                p.cost(m, args).map_or_else(|_| Q::zero(), |c| c.1)
+            }
+            _ => Q::zero(),
         }
     }
     /// `P, R -> P` style signature in canonical letters.

@@ -1,0 +1,286 @@
+//! Straight-line programs of typed steps (SPEC.md §12): a whole
+//! tensor-parallel layer, say, checked end to end like one typed op. Its
+//! backward runs the steps' own declared backwards in reverse, adding the
+//! cotangents of values used more than once; the oracle checks that
+//! composition against the derivative of the program's meaning.
+
+use crate::eval::{Degree, EvalError};
+use crate::op::{Forward, TypedOp};
+use spmd_semantics::perrank::Denot;
+use spmd_semantics::{Mesh, PerRank, Shape, Tensor, Type, Q};
+
+/// One step: a typed op applied to earlier values.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Step {
+    /// A short name for reports, e.g. `f: pvary`.
+    pub name: String,
+    pub op: TypedOp,
+    /// Value numbers of its arguments: the program's inputs are values
+    /// 0..k, step j defines value k + j.
+    pub args: Vec<usize>,
+}
+
+/// A program: its inputs' types, then its steps. The last step's value is
+/// the output.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Program {
+    pub inputs: Vec<Type>,
+    pub steps: Vec<Step>,
+}
+
+impl Program {
+    /// A program whose steps are type-consistent: every argument exists
+    /// already and has the type its step expects.
+    pub fn new(inputs: Vec<Type>, steps: Vec<Step>) -> Result<Program, String> {
+        if steps.is_empty() {
+            return Err("a program needs at least one step".into());
+        }
+        let mut types = inputs.clone();
+        for s in &steps {
+            if s.args.len() != s.op.inputs.len() {
+                return Err(format!(
+                    "step `{}` takes {} values, {} given",
+                    s.name,
+                    s.op.inputs.len(),
+                    s.args.len()
+                ));
+            }
+            for (a, want) in s.args.iter().zip(&s.op.inputs) {
+                let have = types.get(*a).ok_or_else(|| {
+                    format!("step `{}` uses value {a}, which is not defined yet", s.name)
+                })?;
+                if have != want {
+                    return Err(format!(
+                        "step `{}` expects {want} but value {a} is {have}",
+                        s.name
+                    ));
+                }
+            }
+            types.push(s.op.output.clone());
+        }
+        Ok(Program { inputs, steps })
+    }
+
+    pub fn output(&self) -> &Type {
+        &self.steps.last().expect("nonempty").op.output
+    }
+
+    pub fn describe(&self) -> String {
+        self.steps
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect::<Vec<_>>()
+            .join("; ")
+    }
+
+    /// The shapes of every value.
+    fn shapes(&self, m: &Mesh, shapes: &[Shape]) -> Result<Vec<Shape>, String> {
+        let mut all = shapes.to_vec();
+        for s in &self.steps {
+            let args: Vec<Shape> = s.args.iter().map(|&a| all[a].clone()).collect();
+            let out =
+                s.op.op
+                    .infer(m, &args)
+                    .map_err(|e| format!("step `{}`: {e}", s.name))?
+                    .0;
+            all.push(out);
+        }
+        Ok(all)
+    }
+
+    /// Output shape and, per program input, a degree bound for the output
+    /// along a direction moving only that input. A step of per-argument
+    /// degrees dⱼ on arguments of degrees Dⱼ has degree at most Σ dⱼ·Dⱼ
+    /// (every monomial's exponents are bounded by the dⱼ). Steps must be
+    /// polynomial or piecewise polynomial.
+    pub fn infer(&self, m: &Mesh, shapes: &[Shape]) -> Result<(Shape, Degree), String> {
+        let k = self.inputs.len();
+        let mut all = shapes.to_vec();
+        // deg[v][i]: degree of value v along input i.
+        let mut deg: Vec<Vec<u32>> = (0..k)
+            .map(|v| (0..k).map(|i| u32::from(v == i)).collect())
+            .collect();
+        let mut piecewise = false;
+        for s in &self.steps {
+            let args: Vec<Shape> = s.args.iter().map(|&a| all[a].clone()).collect();
+            let (out, d) =
+                s.op.op
+                    .infer(m, &args)
+                    .map_err(|e| format!("step `{}`: {e}", s.name))?;
+            if d.den.iter().any(|&x| x > 0) {
+                return Err(format!(
+                    "step `{}` is rational; program steps must be polynomial or piecewise polynomial",
+                    s.name
+                ));
+            }
+            piecewise |= d.piecewise;
+            let row: Vec<u32> = (0..k)
+                .map(|i| {
+                    s.args
+                        .iter()
+                        .zip(&d.num)
+                        .map(|(&a, &dj)| dj.saturating_mul(deg[a][i]))
+                        .fold(0u32, u32::saturating_add)
+                })
+                .collect();
+            deg.push(row);
+            all.push(out);
+        }
+        let out = all.pop().expect("nonempty");
+        let num = deg.pop().expect("nonempty");
+        Ok((
+            out,
+            Degree {
+                den: vec![0; num.len()],
+                num,
+                piecewise,
+            },
+        ))
+    }
+
+    /// Every value's per-rank data, and whether a step met a kink.
+    fn run(&self, m: &Mesh, xs: &[PerRank]) -> Result<(Vec<PerRank>, bool), EvalError> {
+        let mut vals = xs.to_vec();
+        let mut kink = false;
+        for s in &self.steps {
+            let args: Vec<PerRank> = s.args.iter().map(|&a| vals[a].clone()).collect();
+            let f = s.op.op.forward(m, &args)?;
+            kink |= f.at_kink;
+            vals.push(f.y);
+        }
+        Ok((vals, kink))
+    }
+
+    pub fn forward(&self, m: &Mesh, xs: &[PerRank]) -> Result<Forward, EvalError> {
+        let (mut vals, at_kink) = self.run(m, xs)?;
+        Ok(Forward {
+            y: vals.pop().expect("nonempty"),
+            at_kink,
+        })
+    }
+
+    /// The declared meaning: the steps' meanings composed.
+    pub fn spec(&self, m: &Mesh, ds: &[Denot]) -> Result<Denot, EvalError> {
+        let mut vals = ds.to_vec();
+        for s in &self.steps {
+            let args: Vec<Denot> = s.args.iter().map(|&a| vals[a].clone()).collect();
+            vals.push(s.op.op.spec(m, &args)?);
+        }
+        Ok(vals.pop().expect("nonempty"))
+    }
+
+    /// Reverse pass: each step's declared backward, last step first; a value
+    /// used by several steps gets the sum of their cotangents.
+    pub fn backward(
+        &self,
+        m: &Mesh,
+        xs: &[PerRank],
+        g: &PerRank,
+    ) -> Result<Vec<PerRank>, EvalError> {
+        let (vals, _) = self.run(m, xs)?;
+        let mut cot: Vec<Option<PerRank>> = vec![None; vals.len()];
+        *cot.last_mut().expect("nonempty") = Some(g.clone());
+        let k = self.inputs.len();
+        for (j, s) in self.steps.iter().enumerate().rev() {
+            let Some(gj) = cot[k + j].take() else {
+                continue; // the value does not reach the output
+            };
+            let args: Vec<PerRank> = s.args.iter().map(|&a| vals[a].clone()).collect();
+            let gs = s.op.backward(m, &args, &gj)?;
+            for (&a, ga) in s.args.iter().zip(gs) {
+                cot[a] = Some(match cot[a].take() {
+                    None => ga,
+                    Some(prev) => prev.add(&ga),
+                });
+            }
+        }
+        Ok((0..k)
+            .map(|i| {
+                cot[i].take().unwrap_or_else(|| PerRank {
+                    tensors: vals[i]
+                        .tensors
+                        .iter()
+                        .map(|t| Tensor::zeros(&t.shape))
+                        .collect(),
+                })
+            })
+            .collect())
+    }
+
+    /// Elements sent per rank: the forward's collectives, and the backward's
+    /// (declared transposes applied to cotangents of the output shapes).
+    pub fn cost(&self, m: &Mesh, shapes: &[Shape]) -> Result<(Q, Q), String> {
+        let all = self.shapes(m, shapes)?;
+        let k = self.inputs.len();
+        let (mut fwd, mut bwd) = (Q::zero(), Q::zero());
+        for (j, s) in self.steps.iter().enumerate() {
+            let args: Vec<Shape> = s.args.iter().map(|&a| all[a].clone()).collect();
+            fwd = fwd.add(&s.op.op.cost(m, &args));
+            bwd = bwd.add(&s.op.backward_cost(m, &args, &all[k + j]));
+        }
+        Ok((fwd, bwd))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::expr::parse;
+    use spmd_semantics::State;
+
+    fn local(name: &str, expr: &str, args: &[usize], n: usize) -> Step {
+        let v = Type::one(State::Varying);
+        Step {
+            name: name.into(),
+            op: TypedOp::local(parse(expr).unwrap(), vec![v.clone(); n], v),
+            args: args.to_vec(),
+        }
+    }
+
+    #[test]
+    fn steps_must_fit_their_values() {
+        let v = Type::one(State::Varying);
+        let bad = Program::new(vec![v.clone()], vec![local("s", "a * b", &[0, 1], 2)]);
+        assert!(bad
+            .unwrap_err()
+            .contains("value 1, which is not defined yet"));
+        let p = Type::one(State::Partial);
+        let step = Step {
+            name: "t".into(),
+            op: TypedOp::local(parse("2 * a").unwrap(), vec![p.clone()], p),
+            args: vec![0],
+        };
+        let bad = Program::new(vec![v], vec![step]);
+        assert!(bad.unwrap_err().contains("expects P but value 0 is V"));
+    }
+
+    /// x used twice (y = x * (3x)): the reverse pass adds both cotangents,
+    /// dy/dx = 6x.
+    #[test]
+    fn a_value_used_twice_gets_the_sum_of_its_cotangents() {
+        let v = Type::one(State::Varying);
+        let p = Program::new(
+            vec![v],
+            vec![
+                local("t = 3x", "3 * a", &[0], 1),
+                local("y = x t", "a * b", &[0, 1], 2),
+            ],
+        )
+        .unwrap();
+        let m = Mesh::line(1);
+        let x = PerRank {
+            tensors: vec![Tensor::scalar(Q::int(2))],
+        };
+        let g = PerRank {
+            tensors: vec![Tensor::scalar(Q::one())],
+        };
+        assert_eq!(
+            p.forward(&m, &[x.clone()]).unwrap().y.tensors[0].data[0],
+            Q::int(12)
+        );
+        let dx = p.backward(&m, &[x], &g).unwrap();
+        assert_eq!(dx[0].tensors[0].data[0], Q::int(12));
+        let (_, d) = p.infer(&m, &[vec![]]).unwrap();
+        assert_eq!(d.num, vec![2]);
+    }
+}
