@@ -1,0 +1,57 @@
+//! Derived tables (SPEC.md §9.1) and the small-scope rules behind them
+//! (§7.1, §8.1): every verdict rests on cases with more than one rank.
+
+use spmd_check::derive::derive;
+use spmd_check::generators::Scope;
+use spmd_check::interp::builtin;
+use spmd_check::oracle::Verdict;
+
+fn row<'a>(
+    rows: &'a [spmd_check::derive::DerivedRow],
+    ins: &str,
+    out: &str,
+) -> &'a spmd_check::derive::DerivedRow {
+    rows.iter()
+        .find(|r| {
+            r.op.signature(&spmd_check::semantics::Mesh::line(1)) == format!("{ins} -> {out}")
+        })
+        .unwrap_or_else(|| panic!("no row {ins} -> {out}"))
+}
+
+/// x / y on two ranks has 6⁴ grid points, above the default cap: the
+/// smallest such case is enumerated anyway, so V, V -> V is checked on two
+/// ranks, and P, P -> P is refuted there.
+#[test]
+fn division_is_checked_on_more_than_one_rank() {
+    let rows = derive(&builtin("div").unwrap(), &Scope::default(), &|_| {}).unwrap();
+    let vv = row(&rows, "V, V", "V");
+    assert!(vv.verdict.is_sound(), "{}", vv.verdict.name());
+    assert!(vv.verdict.tally().distributed_cases > 0);
+    let pp = row(&rows, "P, P", "P");
+    assert!(pp.verdict.violation().is_some(), "{}", pp.verdict.name());
+}
+
+/// reshape to [4] needs 2 x 2 inputs: 8 free scalars on two ranks, over the
+/// free-scalar cap. Those typings are vacuous and say why, never sound.
+#[test]
+fn typings_never_checked_on_two_ranks_are_vacuous_not_sound() {
+    let rows = derive(&builtin("reshape").unwrap(), &Scope::default(), &|_| {}).unwrap();
+    let v = &row(&rows, "V", "V").verdict;
+    assert!(matches!(v, Verdict::Vacuous { .. }), "{}", v.name());
+    assert_eq!(
+        v.vacuous_reason(),
+        Some("no multi-rank case within the caps")
+    );
+    // With the cap raised it is checked, and sound.
+    let scope = Scope {
+        max_free: 8,
+        ..Scope::default()
+    };
+    let rows = derive(&builtin("reshape").unwrap(), &scope, &|_| {}).unwrap();
+    let v = &row(&rows, "V", "V").verdict;
+    assert!(
+        v.is_sound() && v.tally().distributed_cases > 0,
+        "{}",
+        v.name()
+    );
+}
