@@ -68,3 +68,19 @@ fn readme_paths_exist() {
     }
     assert!(n >= 5, "README has no path table");
 }
+
+/// The README's worked counterexample is what `derive mul` prints today.
+#[test]
+fn readme_counterexample_is_current() {
+    let readme = include_str!("../README.md");
+    let shown = readme
+        .lines()
+        .find(|l| l.trim_start().starts_with("P, P -> P"))
+        .expect("README shows the P, P -> P row");
+    let (code, out, err) = run(&["derive", "mul"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.lines().any(|l| l == shown),
+        "README shows\n{shown}\nbut derive mul prints\n{out}"
+    );
+}
