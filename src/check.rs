@@ -176,7 +176,9 @@ fn random_cases(rule: &Rule) -> impl Strategy<Value = Case> {
         prop::collection::vec(prop::collection::vec(1usize..=4, 0..=2), arity),
     )
         .prop_filter("shapes fit the op", move |(m, shapes)| {
-            op.op.infer(m, shapes).is_ok()
+            op.op
+                .infer(m, shapes)
+                .is_ok_and(|(out, _)| op.layouts_fit(m, shapes, &out))
                 && op
                     .inputs
                     .iter()

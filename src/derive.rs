@@ -3,7 +3,7 @@
 
 use crate::run::{check_op, estimate, guard, UsageError};
 use rayon::prelude::*;
-use spmd_generators::{all_types, Scope};
+use spmd_generators::{all_global_types, all_types, Scope};
 use spmd_interp::{LocalFn, TypedOp};
 use spmd_oracle::Verdict;
 use spmd_semantics::{Mesh, Type};
@@ -21,7 +21,27 @@ pub fn derive(
     scope: &Scope,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Vec<DerivedRow>, UsageError> {
-    let types = all_types(1);
+    derive_types(f, scope, &all_types(1), progress)
+}
+
+/// The same with global SPMD types (SPEC.md §13.3): I, P, R and S(d) for
+/// every tensor dim d the scope's shapes have, so the table is the op's
+/// shard propagation rule.
+pub fn derive_global(
+    f: &LocalFn,
+    scope: &Scope,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Vec<DerivedRow>, UsageError> {
+    derive_types(f, scope, &all_global_types(scope.max_rank), progress)
+}
+
+fn derive_types(
+    f: &LocalFn,
+    scope: &Scope,
+    types: &[Type],
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Vec<DerivedRow>, UsageError> {
+    let types = types.to_vec();
     let mut ops = Vec::new();
     let ins: Vec<Vec<Type>> = spmd_generators::tuples(&types, f.arity());
     for i in &ins {

@@ -6,7 +6,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use spmd_check::collectives::{check_pair, pair_rows, PairResult};
 use spmd_check::conform::{check_row, rows, RowResult};
-use spmd_check::derive::derive;
+use spmd_check::derive::{derive, derive_global};
 use spmd_check::jvps::{check_jvp, jvp_rows, JvpResult};
 use spmd_check::programs::ProgramResult;
 use spmd_check::report;
@@ -87,6 +87,11 @@ enum Cmd {
         /// A local function instead, e.g. "x * y + 1".
         #[arg(long)]
         expr: Option<String>,
+        /// Global SPMD types: Varying axes shard a tensor dim, written S(d),
+        /// and the meaning is the op on global tensors (the shard
+        /// propagation table).
+        #[arg(long)]
+        global: bool,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -168,6 +173,7 @@ fn run() -> Result<ExitCode, UsageError> {
         Cmd::Derive {
             op,
             expr,
+            global,
             json,
             scope,
         } => {
@@ -187,7 +193,11 @@ fn run() -> Result<ExitCode, UsageError> {
             };
             let b = bar(0, json);
             b.set_message("instances");
-            let rows = derive(&f, &scope.scope(), &|n| b.inc(n))?;
+            let rows = if global {
+                derive_global(&f, &scope.scope(), &|n| b.inc(n))?
+            } else {
+                derive(&f, &scope.scope(), &|n| b.inc(n))?
+            };
             b.finish_and_clear();
             if json {
                 println!(

@@ -233,6 +233,22 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
         err(&needle, e.0)
     })?;
     let output = types.pop().expect("output type");
+    // Global SPMD (SPEC.md §13): once a type carries a layout, every Varying
+    // axis of the rule must say which dim it shards.
+    if types.iter().chain([&output]).any(Type::is_global) {
+        if let Some(t) = types
+            .iter()
+            .chain([&output])
+            .find(|t| t.unlaid_varying_axis().is_some())
+        {
+            return Err(err(
+                "inputs",
+                format!(
+                    "the rule uses layouts (S(d)), so every Varying axis needs one; {t} has a Varying axis without"
+                ),
+            ));
+        }
+    }
     let meshes = match &s.mesh {
         Some(m) => {
             let mesh = Mesh::new(&m.iter().map(|(a, n)| (a.as_str(), *n)).collect::<Vec<_>>());

@@ -46,6 +46,10 @@ fn cases(op: &TypedOp, scope: &Scope, meshes: &[Mesh], tally: &mut Tally) -> Vec
     let mut spill: Option<Case> = None;
     for m in meshes {
         for shapes in shape_tuples(&op.op, m, scope) {
+            let (out_shape, deg) = op.op.infer(m, &shapes).expect("shape tuples fit");
+            if !op.layouts_fit(m, &shapes, &out_shape) {
+                continue; // a layout names a dim these shapes lack (SPEC.md §13.1)
+            }
             let frees: Vec<usize> = op
                 .inputs
                 .iter()
@@ -54,9 +58,9 @@ fn cases(op: &TypedOp, scope: &Scope, meshes: &[Mesh], tally: &mut Tally) -> Vec
                 .collect();
             if frees.iter().any(|&k| k > scope.max_free) {
                 tally.cases_beyond_cap += 1;
+                tally.distributed_beyond_cap += u64::from(m.num_ranks() > 1);
                 continue;
             }
-            let deg = op.op.infer(m, &shapes).expect("shape tuples fit").1;
             let poly =
                 deg.is_polynomial() && deg.num.iter().all(|&d| (d as usize) < scope.values.len());
             let lists = frees
@@ -72,6 +76,7 @@ fn cases(op: &TypedOp, scope: &Scope, meshes: &[Mesh], tally: &mut Tally) -> Vec
             };
             if case.points() > scope.max_points {
                 tally.cases_beyond_cap += 1;
+                tally.distributed_beyond_cap += u64::from(m.num_ranks() > 1);
                 if m.num_ranks() > 1 && spill.as_ref().is_none_or(|c| case.points() < c.points()) {
                     spill = Some(case);
                 }
@@ -87,6 +92,7 @@ fn cases(op: &TypedOp, scope: &Scope, meshes: &[Mesh], tally: &mut Tally) -> Vec
     if !out.iter().any(|c| c.mesh.num_ranks() > 1) {
         if let Some(c) = spill.filter(|c| c.points() <= scope.max_points.saturating_mul(16)) {
             tally.cases_beyond_cap -= 1;
+            tally.distributed_beyond_cap -= 1;
             out.push(c);
         }
     }

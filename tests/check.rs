@@ -97,6 +97,7 @@ fn bad_rule_files_name_file_line_and_column() {
         ("coll.toml", "[[rule]]\nname = \"d\"\nforward = \"all_gathr(dim = 0)\"\ninputs = [\"V\"]\noutput = \"R\"\n", ":3:", "unknown collective"),
         ("state_arg.toml", "[[rule]]\nname = \"e\"\nforward = \"all_gather(R)\"\nbackward = \"reduce_scatter()\"\ninputs = [\"P\"]\noutput = \"R\"\n", ":3:", "cannot start from P"),
         ("jvp_var.toml", "[[rule]]\nname = \"g\"\nop = \"mul\"\ninputs = [\"V\", \"V\"]\noutput = \"V\"\njvp = \"dx * z\"\n", ":6:8: ", "unknown variable `z` (the inputs are x, y, dx, dy)"),
+        ("unlaid.toml", "[[rule]]\nname = \"h\"\nop = \"mul\"\ninputs = [\"S(0)\", \"V\"]\noutput = \"S(0)\"\n", ":4:", "every Varying axis needs one"),
         ("trap.json", "{\"rule\": [{\"name\": \"f\", \"op\": \"mul\", \"inputs\": [\"P\", \"Unreduced\"], \"output\": \"P\"}]}", ":1:", "in dialect jax it means Partial"),
     ];
     for (name, text, loc, what) in cases {

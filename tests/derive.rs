@@ -55,3 +55,39 @@ fn typings_never_checked_on_two_ranks_are_vacuous_not_sound() {
         v.name()
     );
 }
+
+/// The global SPMD table of matmul (SPEC.md §13.3) is the classic shard
+/// propagation rule, derived: rows or columns sharded against a Reduced
+/// operand, or a sharded contraction left Partial (seed 003's einsum rules
+/// and out_partial_axes). Nothing else is sound.
+#[test]
+fn global_matmul_table_is_the_shard_propagation_rule() {
+    use spmd_check::derive::derive_global;
+    let rows = derive_global(&builtin("matmul").unwrap(), &Scope::default(), &|_| {}).unwrap();
+    let m = spmd_check::semantics::Mesh::line(1);
+    let mut sound: Vec<String> = rows
+        .iter()
+        .filter(|r| r.verdict.is_sound())
+        .map(|r| r.op.signature(&m))
+        .collect();
+    sound.sort();
+    assert_eq!(
+        sound,
+        [
+            "I, I -> I",
+            "P, R -> P",
+            "R, P -> P",
+            "R, R -> R",
+            "R, S(1) -> S(1)",
+            "S(0), R -> S(0)",
+            "S(1), S(0) -> P",
+        ]
+    );
+    // DTensor's Shard(0) @ Replicate() -> Shard(0), with Replicate() read as
+    // Invariant, gives the weight a gradient that differs across ranks.
+    let i = row(&rows, "S(0), I", "S(0)");
+    assert_eq!(
+        i.verdict.violation().map(|v| v.property),
+        Some(spmd_check::oracle::Property::B1)
+    );
+}

@@ -36,6 +36,20 @@ pub fn all_types(ndim: usize) -> Vec<Type> {
         .collect()
 }
 
+/// One-axis global SPMD types (SPEC.md §13): I, P, R, and Varying sharding
+/// each tensor dim below `max_rank`, written S(0), S(1), ...
+pub fn all_global_types(max_rank: usize) -> Vec<Type> {
+    let mut out: Vec<Type> = [State::Invariant, State::Partial, State::Reduced]
+        .into_iter()
+        .map(Type::one)
+        .collect();
+    out.extend((0..max_rank).map(|d| Type {
+        states: vec![State::Varying],
+        layout: vec![Some(d)],
+    }));
+    out
+}
+
 /// The values of the default scope, simplest first: a polynomial of degree d
 /// is decided by the first d + 1 (SPEC.md §8.3).
 pub const DEFAULT_VALUES: [(i64, i64); 6] = [(0, 1), (1, 1), (-1, 1), (2, 1), (1, 2), (-2, 1)];

@@ -7,8 +7,8 @@ pub mod exhaustive;
 pub mod random;
 
 pub use exhaustive::{
-    all_types, for_each_grid_point, grid_size, shape_tuples, tuples, Exhaustive, Scope,
-    DEFAULT_VALUES,
+    all_global_types, all_types, for_each_grid_point, grid_size, shape_tuples, tuples, Exhaustive,
+    Scope, DEFAULT_VALUES,
 };
 pub use random::{
     arb_mesh, arb_per_rank, arb_q, arb_shape, arb_state, arb_tensor, arb_type, ArbMesh, ArbPerRank,

@@ -4,7 +4,7 @@ use crate::collective::Collective;
 use crate::eval::{eval, infer, vjp, Ctx, Degree, EvalError};
 use crate::expr::{parse, LocalFn};
 use crate::program::Program;
-use spmd_semantics::perrank::Denot;
+use spmd_semantics::perrank::{global, Denot};
 use spmd_semantics::{Mesh, PerRank, Shape, Tensor, Type, Q};
 
 /// An operation on per-rank values.
@@ -302,6 +302,56 @@ impl TypedOp {
             backward: Backward::LocalVjp,
             jvp: None,
         }
+    }
+    /// Whether the op is read with global SPMD semantics: some type carries a
+    /// layout (SPEC.md §13).
+    pub fn is_global(&self) -> bool {
+        self.inputs
+            .iter()
+            .chain([&self.output])
+            .any(Type::is_global)
+    }
+    /// Whether local input shapes `shapes` (output shape `out`) make an
+    /// instance: always for a local SPMD op; for a global one, every layout
+    /// must name a dim its tensor has and the global input shapes must fit
+    /// the local function (SPEC.md §13.1).
+    pub fn layouts_fit(&self, m: &Mesh, shapes: &[Shape], out: &[usize]) -> bool {
+        if !self.is_global() {
+            return true;
+        }
+        let globals: Option<Vec<Shape>> = self
+            .inputs
+            .iter()
+            .zip(shapes)
+            .map(|(t, s)| t.global_shape(m, s))
+            .collect();
+        match (globals, self.output.global_shape(m, out), &self.op) {
+            (Some(g), Some(_), Op::Local(f)) => infer(&f.expr, &g).is_ok(),
+            (Some(_), Some(_), _) => true,
+            _ => false,
+        }
+    }
+    /// SPEC.md §13.2: for a local op under global types, the declared meaning
+    /// is the local function applied to the global tensors. `None` for an op
+    /// that is not global, or not local (collectives keep the meanings of
+    /// §10.2).
+    pub fn global_spec(&self, m: &Mesh, ds: &[Denot]) -> Result<Option<Tensor>, EvalError> {
+        let Op::Local(f) = &self.op else {
+            return Ok(None);
+        };
+        if !self.is_global() {
+            return Ok(None);
+        }
+        let gs: Vec<Tensor> = ds
+            .iter()
+            .zip(&self.inputs)
+            .map(|(d, t)| {
+                global(m, t, d).ok_or_else(|| {
+                    EvalError::Shape(format!("the layout of {t} does not fit the shape"))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Some(eval(&f.expr, &gs, &mut Ctx::default())?))
     }
     /// Whether J1 has a rule to check: a declared JVP, or a linear op.
     pub fn has_jvp(&self) -> bool {

@@ -468,8 +468,25 @@ impl<'a> Checker<'a> {
             .zip(&self.proj_in)
             .map(|(x, p)| p.denote(x))
             .collect();
-        let want = op.op.spec(m, &dxs)?;
-        if want != dy {
+        if let Some(want) = op.global_spec(m, &dxs)? {
+            // Global SPMD (SPEC.md §13.2): compare global tensors.
+            let have = perrank::global(m, &op.output, &dy);
+            if have.as_ref() != Some(&want) {
+                let mut s = self.inputs_shown(xs);
+                s.push(shown("y", &op.output, &y));
+                return Err(self.fail(
+                    Property::F3,
+                    format!(
+                        "the output's global tensor is not `{}` of the inputs' global tensors",
+                        op.op.describe()
+                    ),
+                    s,
+                    want.to_string(),
+                    have.map_or_else(|| "no global tensor".into(), |t| t.to_string()),
+                ));
+            }
+        } else if op.op.spec(m, &dxs)? != dy {
+            let want = op.op.spec(m, &dxs)?;
             let mut s = self.inputs_shown(xs);
             s.push(shown("y", &op.output, &y));
             return Err(self.fail(

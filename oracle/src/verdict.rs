@@ -17,6 +17,8 @@ pub struct Tally {
     pub distributed_cases: u64,
     /// Mesh × shape cases left out for having more free scalars than the cap.
     pub cases_beyond_cap: u64,
+    /// ... of which on a mesh of more than one rank.
+    pub distributed_beyond_cap: u64,
     /// Whether every enumerated case used a grid that makes it a proof.
     pub proof_grid: bool,
 }
@@ -44,6 +46,7 @@ impl Tally {
         self.cases += o.cases;
         self.distributed_cases += o.distributed_cases;
         self.cases_beyond_cap += o.cases_beyond_cap;
+        self.distributed_beyond_cap += o.distributed_beyond_cap;
         self.proof_grid &= o.proof_grid;
     }
     pub fn instances(&self) -> u64 {
@@ -106,7 +109,10 @@ impl Verdict {
             Verdict::Vacuous { tally } if tally.passed + tally.b3_undetermined == 0 => {
                 Some("every instance is outside the domain")
             }
-            Verdict::Vacuous { .. } => Some("no multi-rank case within the caps"),
+            Verdict::Vacuous { tally } if tally.distributed_beyond_cap > 0 => {
+                Some("no multi-rank case within the caps")
+            }
+            Verdict::Vacuous { .. } => Some("no multi-rank shapes fit"),
             _ => None,
         }
     }

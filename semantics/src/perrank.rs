@@ -189,6 +189,48 @@ impl Projection {
     }
 }
 
+/// SPEC.md §13.1: the global tensor a denotation stands for under a type
+/// whose every Varying axis shards a tensor dim. Blocks are placed by the
+/// Varying coordinates; axes sharding the same dim are ordered as the mesh
+/// orders them (the first is major). `None` when a Varying axis has no
+/// layout or shards a dim the tensor does not have.
+pub fn global(m: &Mesh, t: &Type, d: &Denot) -> Option<Tensor> {
+    let local = &d.family.first()?.shape;
+    let mut shape = local.clone();
+    for (a, s) in t.states.iter().enumerate() {
+        if *s == State::Varying {
+            let dim = t.layout.get(a).copied().flatten()?;
+            *shape.get_mut(dim)? *= m.axes[a].size;
+        }
+    }
+    let mut out = Tensor::zeros(&shape);
+    let lst = crate::tensor::strides(local);
+    let gst = crate::tensor::strides(&shape);
+    for r in 0..m.num_ranks() {
+        let c = m.coords(r);
+        // One representative per block: coordinate 0 on the other axes.
+        if (0..c.len()).any(|a| t.states[a] != State::Varying && c[a] != 0) {
+            continue;
+        }
+        // Block index per tensor dim, major axis first.
+        let mut block = vec![0usize; shape.len()];
+        for (a, s) in t.states.iter().enumerate() {
+            if *s == State::Varying {
+                let dim = t.layout[a].expect("checked above");
+                block[dim] = block[dim] * m.axes[a].size + c[a];
+            }
+        }
+        let src = &d.family[r];
+        for (k, v) in src.data.iter().enumerate() {
+            let off: usize = (0..local.len())
+                .map(|i| ((k / lst[i]) % local[i] + block[i] * local[i]) * gst[i])
+                .sum();
+            out.data[off] = v.clone();
+        }
+    }
+    Some(out)
+}
+
 /// SPEC.md §2.5: equal denotations.
 pub fn equivalent(m: &Mesh, t: &Type, x: &PerRank, y: &PerRank) -> bool {
     denote(m, t, x) == denote(m, t, y)
@@ -386,6 +428,56 @@ mod tests {
 
     fn q(v: &[i64]) -> Vec<Q> {
         v.iter().map(|&x| Q::int(x)).collect()
+    }
+
+    /// Two axes sharding one dim: the first mesh axis is major. Rank (a, b)
+    /// holds block 2a + b of dim 0; an axis sharding dim 1 places blocks
+    /// along columns.
+    #[test]
+    fn global_tensors_assemble_blocks_major_axis_first() {
+        let m = Mesh::new(&[("dp", 2), ("tp", 2)]);
+        let both0 = Type {
+            states: vec![State::Varying, State::Varying],
+            layout: vec![Some(0), Some(0)],
+        };
+        let x = PerRank {
+            tensors: (0..4)
+                .map(|r| Tensor::new(vec![1], q(&[r as i64])))
+                .collect(),
+        };
+        let g = global(&m, &both0, &denote(&m, &both0, &x)).unwrap();
+        let want: Vec<Q> = (0..4)
+            .map(|r| Q::int(m.rank(&[r / 2, r % 2]) as i64))
+            .collect();
+        assert_eq!(g.shape, vec![4]);
+        assert_eq!(g.data, want);
+        // dp shards columns, tp is Partial: the global tensor sums over tp.
+        let mixed = Type {
+            states: vec![State::Varying, State::Partial],
+            layout: vec![Some(1), None],
+        };
+        let y = PerRank {
+            tensors: (0..4)
+                .map(|r| Tensor::new(vec![1, 1], q(&[r as i64])))
+                .collect(),
+        };
+        let g = global(&m, &mixed, &denote(&m, &mixed, &y)).unwrap();
+        assert_eq!(g.shape, vec![1, 2]);
+        let sum = |a: usize| (0..2).map(|b| m.rank(&[a, b]) as i64).sum::<i64>();
+        assert_eq!(g.data, q(&[sum(0), sum(1)]));
+        // A layout naming a dim the tensor lacks has no global tensor.
+        assert!(global(
+            &m,
+            &both0,
+            &denote(
+                &m,
+                &both0,
+                &PerRank {
+                    tensors: (0..4).map(|_| Tensor::scalar(Q::one())).collect(),
+                }
+            )
+        )
+        .is_none());
     }
 
     #[test]

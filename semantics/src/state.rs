@@ -245,25 +245,54 @@ impl Type {
             layout: self.layout.clone(),
         }
     }
-    /// Print with the letters of the canonical dialect: `V` or `{dp: V, tp: P}`.
+    /// Print with the letters of the canonical dialect: `V` or `{dp: V, tp: P}`;
+    /// a Varying axis with a layout prints as `S(d)`.
     pub fn display(&self, m: &crate::mesh::Mesh) -> String {
         if self.states.len() == 1 {
-            return self.states[0].letter().to_string();
+            return self.axis_letter(0);
         }
-        let parts: Vec<String> = self
-            .states
-            .iter()
+        let parts: Vec<String> = (0..self.states.len())
             .zip(&m.axes)
-            .map(|(s, a)| format!("{}: {}", a.name, s.letter()))
+            .map(|(i, a)| format!("{}: {}", a.name, self.axis_letter(i)))
             .collect();
         format!("{{{}}}", parts.join(", "))
+    }
+    /// The letter of axis `a`, or `S(d)` for a Varying axis sharding dim d.
+    pub fn axis_letter(&self, a: usize) -> String {
+        match (self.states[a], self.layout.get(a).copied().flatten()) {
+            (State::Varying, Some(d)) => format!("S({d})"),
+            (s, _) => s.letter().to_string(),
+        }
+    }
+    /// Whether any axis carries a layout: the type is read with global SPMD
+    /// semantics (SPEC.md §13).
+    pub fn is_global(&self) -> bool {
+        self.layout.iter().any(Option::is_some)
+    }
+    /// The global shape of a value whose local shape is `local`: each dim
+    /// times the sizes of the Varying axes sharding it. `None` when a layout
+    /// names a dim the tensor lacks.
+    pub fn global_shape(&self, m: &crate::mesh::Mesh, local: &[usize]) -> Option<Vec<usize>> {
+        let mut g = local.to_vec();
+        for (a, s) in self.states.iter().enumerate() {
+            if let (State::Varying, Some(d)) = (s, self.layout.get(a).copied().flatten()) {
+                *g.get_mut(d)? *= m.axes[a].size;
+            }
+        }
+        Some(g)
+    }
+    /// A Varying axis without a layout, which a global type may not have.
+    pub fn unlaid_varying_axis(&self) -> Option<usize> {
+        (0..self.states.len()).find(|&a| {
+            self.states[a] == State::Varying && self.layout.get(a).copied().flatten().is_none()
+        })
     }
 }
 
 impl fmt::Display for Type {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for s in &self.states {
-            write!(f, "{}", s.letter())?;
+        for a in 0..self.states.len() {
+            write!(f, "{}", self.axis_letter(a))?;
         }
         Ok(())
     }
