@@ -4,7 +4,6 @@ use crate::conform::{Claim, RowResult};
 use crate::derive::DerivedRow;
 use crate::jvps::{JvpOp, JvpResult, WrongJvp};
 use crate::programs::ProgramResult;
-use crate::types::letters;
 use serde_json::{json, Value};
 use spmd_oracle::{Verdict, Violation};
 
@@ -105,9 +104,10 @@ pub fn derive_json(rows: &[DerivedRow]) -> Value {
         rows.iter()
             .map(|r| {
                 let mut v = verdict_json(&r.verdict);
-                let ins: Vec<String> = r.op.inputs.iter().map(|t| letters(&t.states)).collect();
+                // Canonical letters, with S(d) for a Varying axis with a layout.
+                let ins: Vec<String> = r.op.inputs.iter().map(|t| t.to_string()).collect();
                 v["inputs"] = json!(ins);
-                v["output"] = json!(letters(&r.op.output.states));
+                v["output"] = json!(r.op.output.to_string());
                 v
             })
             .collect(),

@@ -97,7 +97,3 @@ pub fn meshes_named(meshes: &[Mesh], axes: &[String]) -> Vec<Mesh> {
         .collect()
 }
 
-/// The canonical letters of a state list, e.g. `PR`.
-pub fn letters(states: &[State]) -> String {
-    states.iter().map(|s| s.letter()).collect()
-}
