@@ -2,7 +2,7 @@
 //! `{dp: V, tp: P}` naming every axis of a mesh.
 
 use crate::run::UsageError;
-use spmd_semantics::{Dialect, Mesh, State, Type};
+use spmd_semantics::{Dialect, Mesh, Type};
 
 /// Parse a type. A single state applies to a one-axis mesh; an axis map
 /// fixes the axis names and their order.
