@@ -134,3 +134,36 @@ fn declared_jvps_are_checked_by_j1() {
     assert_eq!(verdicts[1].2.as_deref(), Some("J1"), "{out}");
     assert_eq!(verdicts[2].1, "sound", "{out}");
 }
+
+/// Global SPMD rules on a 2-D mesh (examples/global.toml): FSDP on dp with
+/// tensor parallelism on tp, and seed 001's open question about
+/// (Shard(0), Reduced()).
+#[test]
+fn global_rules_on_a_2d_mesh() {
+    let f = temp_copy("global.toml", include_str!("../examples/global.toml"));
+    let (code, out, err) = run(&["check", &f, "--json"]);
+    assert_eq!(code, 1, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let got: Vec<(String, Option<String>)> = v
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|r| {
+            (
+                r["verdict"].as_str().unwrap_or_default().to_string(),
+                r["property"].as_str().map(String::from),
+            )
+        })
+        .collect();
+    let b1 = Some("B1".to_string());
+    assert_eq!(
+        got,
+        [
+            ("unsound".to_string(), b1.clone()),
+            ("sound".to_string(), None),
+            ("sound".to_string(), None),
+            ("unsound".to_string(), b1),
+        ],
+        "{out}"
+    );
+}
