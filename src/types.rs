@@ -96,4 +96,3 @@ pub fn meshes_named(meshes: &[Mesh], axes: &[String]) -> Vec<Mesh> {
         .cloned()
         .collect()
 }
-

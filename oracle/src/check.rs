@@ -538,20 +538,7 @@ impl<'a> Checker<'a> {
         for g in gs {
             let bs = op.backward(m, xs, g)?;
             for (i, b) in bs.iter().enumerate() {
-                let bad = if b.shape() != self.shapes[i].as_slice() {
-                    Some(format!(
-                        "has shape {:?}, the input has {:?}",
-                        b.shape(),
-                        self.shapes[i]
-                    ))
-                } else {
-                    perrank::well_formed(m, &cot_in[i], b).err().map(|e| {
-                        format!(
-                            "differs between ranks along {} axis `{}`",
-                            cot_in[i].states[e.axis], m.axes[e.axis].name
-                        )
-                    })
-                };
+                let bad = misfit(m, &cot_in[i], b, &self.shapes[i], "input");
                 if let Some(why) = bad {
                     let mut s = self.inputs_shown(xs);
                     s.push(shown("g", &tc, g));
@@ -720,20 +707,7 @@ impl<'a> Checker<'a> {
         let ti = &op.inputs[i];
         for ((_, e), col) in self.bases[i].iter().zip(cols) {
             let t = op.tangent(m, xs, i, e)?;
-            let bad = if t.shape() != self.out_shape.as_slice() {
-                Some(format!(
-                    "has shape {:?}, the output has {:?}",
-                    t.shape(),
-                    self.out_shape
-                ))
-            } else {
-                perrank::well_formed(m, &op.output, &t).err().map(|w| {
-                    format!(
-                        "differs between ranks along {} axis `{}`",
-                        op.output.states[w.axis], m.axes[w.axis].name
-                    )
-                })
-            };
+            let bad = misfit(m, &op.output, &t, &self.out_shape, "output");
             if let Some(why) = bad {
                 let mut s = self.inputs_shown(xs);
                 s.push(shown(format!("dx{i}"), ti, e));
@@ -803,6 +777,23 @@ impl<'a> Checker<'a> {
             .collect();
         Ok(Denot { family })
     }
+}
+
+/// Why `v` is not a well-formed value of type `t` and shape `shape` (the
+/// shape of the op's `what`, "input" or "output"), if it is not.
+fn misfit(m: &Mesh, t: &Type, v: &PerRank, shape: &[usize], what: &str) -> Option<String> {
+    if v.shape() != shape {
+        return Some(format!(
+            "has shape {:?}, the {what} has {shape:?}",
+            v.shape()
+        ));
+    }
+    perrank::well_formed(m, t, v).err().map(|e| {
+        format!(
+            "differs between ranks along {} axis `{}`",
+            t.states[e.axis], m.axes[e.axis].name
+        )
+    })
 }
 
 /// The denotation (of type `t`'s cotangent, which has the same Varying axes)

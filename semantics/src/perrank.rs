@@ -14,6 +14,7 @@ use crate::mesh::Mesh;
 use crate::q::Q;
 use crate::state::{State, Type};
 use crate::tensor::{numel, Tensor};
+use std::borrow::Cow;
 
 /// A local tensor on every rank, indexed by linear rank.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
@@ -128,46 +129,39 @@ impl Projection {
             .collect();
         Projection { sources }
     }
-    pub fn denote(&self, x: &PerRank) -> Denot {
-        let family = self
-            .sources
-            .iter()
-            .map(|src| {
+    /// The sum over one source's ranks; a one-rank source is borrowed.
+    fn source_sum<'a>(x: &'a PerRank, src: &[usize]) -> Cow<'a, Tensor> {
+        match src {
+            [r] => Cow::Borrowed(&x.tensors[*r]),
+            _ => {
                 let mut acc = x.tensors[src[0]].clone();
                 for &r in &src[1..] {
                     acc.add_scaled(&Q::one(), &x.tensors[r]);
                 }
-                acc
-            })
+                Cow::Owned(acc)
+            }
+        }
+    }
+    pub fn denote(&self, x: &PerRank) -> Denot {
+        let family = self
+            .sources
+            .iter()
+            .map(|src| Self::source_sum(x, src).into_owned())
             .collect();
         Denot { family }
     }
-    /// `self.denote(x) == *d`, without building the family: a source of one
-    /// rank is compared in place.
+    /// `self.denote(x) == *d`, without building the family.
     pub fn matches(&self, x: &PerRank, d: &Denot) -> bool {
-        self.sources.iter().zip(&d.family).all(|(src, want)| {
-            if let [r] = src.as_slice() {
-                return x.tensors[*r] == *want;
-            }
-            let mut acc = x.tensors[src[0]].clone();
-            for &r in &src[1..] {
-                acc.add_scaled(&Q::one(), &x.tensors[r]);
-            }
-            acc == *want
-        })
+        self.sources
+            .iter()
+            .zip(&d.family)
+            .all(|(src, want)| *Self::source_sum(x, src) == *want)
     }
     /// Whether `x` denotes zero.
     pub fn denotes_zero(&self, x: &PerRank) -> bool {
-        self.sources.iter().all(|src| {
-            if let [r] = src.as_slice() {
-                return x.tensors[*r].is_zero();
-            }
-            let mut acc = x.tensors[src[0]].clone();
-            for &r in &src[1..] {
-                acc.add_scaled(&Q::one(), &x.tensors[r]);
-            }
-            acc.is_zero()
-        })
+        self.sources
+            .iter()
+            .all(|src| Self::source_sum(x, src).is_zero())
     }
     /// The denotation's entries, family member after member, in one flat
     /// vector (what finite differences work on).
