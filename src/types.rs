@@ -2,7 +2,7 @@
 //! `{dp: V, tp: P}` naming every axis of a mesh.
 
 use crate::run::UsageError;
-use spmd_semantics::{Dialect, Mesh, Type};
+use spmd_semantics::{Dialect, Mesh, State, Type};
 
 /// Parse a type. A single state applies to a one-axis mesh; an axis map
 /// fixes the axis names and their order.
@@ -65,8 +65,146 @@ fn split_top(s: &str) -> Vec<String> {
     out
 }
 
+/// A JAX-style partition spec, `P('x', None, reduced={'y'})` (SPEC.md §13.4).
+struct PSpec {
+    /// Per tensor dim, the mesh axes sharding it, major first.
+    dims: Vec<Vec<String>>,
+    reduced: Vec<String>,
+    unreduced: Vec<String>,
+}
+
+fn axis_names(text: &str) -> Vec<String> {
+    text.trim()
+        .trim_start_matches(['(', '{', '['])
+        .trim_end_matches([')', '}', ']'])
+        .split(',')
+        .map(|a| a.trim().trim_matches(['\'', '"']).to_string())
+        .filter(|a| !a.is_empty() && a != "None")
+        .collect()
+}
+
+fn parse_pspec(text: &str) -> Result<PSpec, UsageError> {
+    let t = text.trim();
+    let body = t
+        .strip_prefix("P(")
+        .and_then(|b| b.strip_suffix(')'))
+        .ok_or_else(|| UsageError(format!("`{t}` is not a partition spec `P(...)`")))?;
+    let mut spec = PSpec {
+        dims: vec![],
+        reduced: vec![],
+        unreduced: vec![],
+    };
+    for part in split_top_all(body) {
+        match part.split_once('=') {
+            Some((k, v)) if k.trim() == "reduced" => spec.reduced = axis_names(v),
+            Some((k, v)) if k.trim() == "unreduced" => spec.unreduced = axis_names(v),
+            Some((k, _)) => {
+                return Err(UsageError(format!(
+                    "`{t}`: unknown keyword `{}` (expected reduced or unreduced)",
+                    k.trim()
+                )))
+            }
+            None => spec.dims.push(axis_names(&part)),
+        }
+    }
+    Ok(spec)
+}
+
+/// Split at commas outside any brackets.
+fn split_top_all(s: &str) -> Vec<String> {
+    let (mut out, mut cur, mut depth) = (Vec::new(), String::new(), 0i32);
+    for c in s.chars() {
+        match c {
+            '(' | '{' | '[' => depth += 1,
+            ')' | '}' | ']' => depth -= 1,
+            ',' if depth == 0 => {
+                out.push(std::mem::take(&mut cur));
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    if !cur.trim().is_empty() {
+        out.push(cur);
+    }
+    out.into_iter().map(|p| p.trim().to_string()).collect()
+}
+
+/// Types written as partition specs. The mesh axes are those the specs name,
+/// in order of first mention; an axis a spec does not name is Invariant.
+fn parse_pspecs(texts: &[&str]) -> Result<(Vec<String>, Vec<Type>), UsageError> {
+    let specs: Vec<PSpec> = texts
+        .iter()
+        .map(|t| parse_pspec(t))
+        .collect::<Result<_, _>>()?;
+    let mut axes: Vec<String> = Vec::new();
+    for sp in &specs {
+        for a in sp
+            .dims
+            .iter()
+            .flatten()
+            .chain(&sp.reduced)
+            .chain(&sp.unreduced)
+        {
+            if !axes.contains(a) {
+                axes.push(a.clone());
+            }
+        }
+    }
+    if axes.is_empty() {
+        return Err(UsageError(
+            "the partition specs name no mesh axis".to_string(),
+        ));
+    }
+    let mut out = Vec::new();
+    for (sp, text) in specs.iter().zip(texts) {
+        let mut states = vec![State::Invariant; axes.len()];
+        let mut layout = vec![None; axes.len()];
+        let mut seen: Vec<String> = Vec::new();
+        let mut put = |a: &String, s: State, d: Option<usize>| {
+            if seen.contains(a) {
+                return Err(UsageError(format!(
+                    "`{text}` names axis `{a}` twice (seed 003, rule 3)"
+                )));
+            }
+            seen.push(a.clone());
+            let i = axes.iter().position(|x| x == a).expect("collected");
+            states[i] = s;
+            layout[i] = d;
+            Ok(())
+        };
+        for (d, group) in sp.dims.iter().enumerate() {
+            let pos: Vec<usize> = group
+                .iter()
+                .map(|a| axes.iter().position(|x| x == a).expect("collected"))
+                .collect();
+            if pos.windows(2).any(|w| w[0] > w[1]) {
+                return Err(UsageError(format!(
+                    "`{text}`: axes sharding one dim must follow the mesh order {axes:?}"
+                )));
+            }
+            for a in group {
+                put(a, State::Varying, Some(d))?;
+            }
+        }
+        for a in &sp.reduced {
+            put(a, State::Reduced, None)?;
+        }
+        for a in &sp.unreduced {
+            put(a, State::Partial, None)?;
+        }
+        out.push(Type { states, layout });
+    }
+    Ok((axes, out))
+}
+
 /// Parse several types that must name the same axes; returns the axis names.
+/// Types written as partition specs `P(...)` are read together (§13.4).
 pub fn parse_types(d: Dialect, texts: &[&str]) -> Result<(Vec<String>, Vec<Type>), UsageError> {
+    if texts.iter().any(|t| t.trim().starts_with("P(")) {
+        return parse_pspecs(texts);
+    }
     let mut axes: Option<Vec<String>> = None;
     let mut out = Vec::new();
     for t in texts {

@@ -98,6 +98,7 @@ fn bad_rule_files_name_file_line_and_column() {
         ("state_arg.toml", "[[rule]]\nname = \"e\"\nforward = \"all_gather(R)\"\nbackward = \"reduce_scatter()\"\ninputs = [\"P\"]\noutput = \"R\"\n", ":3:", "cannot start from P"),
         ("jvp_var.toml", "[[rule]]\nname = \"g\"\nop = \"mul\"\ninputs = [\"V\", \"V\"]\noutput = \"V\"\njvp = \"dx * z\"\n", ":6:8: ", "unknown variable `z` (the inputs are x, y, dx, dy)"),
         ("unlaid.toml", "[[rule]]\nname = \"h\"\nop = \"mul\"\ninputs = [\"S(0)\", \"V\"]\noutput = \"S(0)\"\n", ":4:", "every Varying axis needs one"),
+        ("pspec.toml", "[[rule]]\nname = \"i\"\ndialect = \"jax\"\nop = \"mul\"\ninputs = [\"P('x', 'x')\", \"P('x', None)\"]\noutput = \"P('x', None)\"\n", ":5:", "names axis `x` twice"),
         ("trap.json", "{\"rule\": [{\"name\": \"f\", \"op\": \"mul\", \"inputs\": [\"P\", \"Unreduced\"], \"output\": \"P\"}]}", ":1:", "in dialect jax it means Partial"),
     ];
     for (name, text, loc, what) in cases {
@@ -155,14 +156,20 @@ fn global_rules_on_a_2d_mesh() {
             )
         })
         .collect();
-    let b1 = Some("B1".to_string());
+    let (b1, b3) = (Some("B1".to_string()), Some("B3".to_string()));
+    let sound = ("sound".to_string(), None);
     assert_eq!(
         got,
         [
             ("unsound".to_string(), b1.clone()),
-            ("sound".to_string(), None),
-            ("sound".to_string(), None),
+            sound.clone(),
+            sound.clone(),
             ("unsound".to_string(), b1),
+            // JAX partition specs.
+            sound.clone(),
+            ("unsound".to_string(), b3),
+            sound.clone(),
+            sound,
         ],
         "{out}"
     );
