@@ -169,8 +169,62 @@ fn global_rules_on_a_2d_mesh() {
             sound.clone(),
             ("unsound".to_string(), b3),
             sound.clone(),
+            sound.clone(),
+            // Two axes on one dim: gathering the minor one keeps the
+            // global tensor, gathering the major one permutes it.
             sound,
+            ("unsound".to_string(), Some("F3".to_string())),
         ],
         "{out}"
     );
+}
+
+/// SPEC.md §13.2: under global types a collective that moves data must keep
+/// the global tensor. Each sound rule is paired with a wrong twin (F3).
+#[test]
+fn global_collectives_keep_the_global_tensor() {
+    let text = r#"[[rule]]
+name = "gather the dim that is sharded"
+forward = "all_gather(R, dim=0)"
+backward = "reduce_scatter(dim=0)"
+inputs = ["S(0)"]
+output = "R"
+
+[[rule]]
+name = "gather another dim"
+forward = "all_gather(R, dim=1)"
+backward = "reduce_scatter(dim=1)"
+inputs = ["S(0)"]
+output = "R"
+
+[[rule]]
+name = "reduce_scatter a partial onto dim 1"
+forward = "reduce_scatter(dim=1)"
+inputs = ["P"]
+output = "S(1)"
+
+[[rule]]
+name = "reduce_scatter onto dim 1, claimed S(0)"
+forward = "reduce_scatter(dim=1)"
+inputs = ["P"]
+output = "S(0)"
+
+[[rule]]
+name = "all_to_all S(0) -> S(1)"
+forward = "all_to_all(split=1, concat=0)"
+inputs = ["S(0)"]
+output = "S(1)"
+"#;
+    let f = temp_copy("global_collectives.toml", text);
+    let (code, out, err) = run(&["check", &f, "--json"]);
+    assert_eq!(code, 1, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let got: Vec<(&str, Option<&str>)> = v
+        .as_array()
+        .expect("array")
+        .iter()
+        .map(|r| (r["verdict"].as_str().unwrap_or(""), r["property"].as_str()))
+        .collect();
+    let (ok, f3) = (("sound", None), ("unsound", Some("F3")));
+    assert_eq!(got, [ok, f3, ok, f3, ok], "{out}");
 }

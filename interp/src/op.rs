@@ -1,6 +1,6 @@
 //! Typed operations and their per-rank execution (SPEC.md §4, §6.4).
 
-use crate::collective::Collective;
+use crate::collective::{Collective, Kind};
 use crate::eval::{eval, infer, vjp, Ctx, Degree, EvalError};
 use crate::expr::{parse, LocalFn};
 use crate::program::Program;
@@ -352,6 +352,26 @@ impl TypedOp {
             })
             .collect::<Result<_, _>>()?;
         Ok(Some(eval(&f.expr, &gs, &mut Ctx::default())?))
+    }
+    /// SPEC.md §13.2: read with global types, a collective that only moves
+    /// data (a gather, a reduction of a Partial value, a scatter of one, an
+    /// all-to-all, a convert, or a composition of these) must leave the
+    /// global tensor as it was.
+    pub fn redistributes_globally(&self) -> bool {
+        fn moves_only(op: &Op) -> bool {
+            use spmd_semantics::State::{Partial, Varying};
+            match op {
+                Op::Collective(c) => match c.kind {
+                    Kind::AllGather { stack, .. } => !stack && c.src == Varying,
+                    Kind::AllReduce | Kind::ReduceScatter { .. } => c.src == Partial,
+                    Kind::AllToAll { .. } | Kind::Convert { .. } => true,
+                    Kind::Reinterpret | Kind::PPermute { .. } | Kind::PMean => false,
+                },
+                Op::Compose(ops) => ops.iter().all(moves_only),
+                _ => false,
+            }
+        }
+        self.is_global() && moves_only(&self.op)
     }
     /// Whether J1 has a rule to check: a declared JVP, or a linear op.
     pub fn has_jvp(&self) -> bool {

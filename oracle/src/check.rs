@@ -485,6 +485,24 @@ impl<'a> Checker<'a> {
                     have.map_or_else(|| "no global tensor".into(), |t| t.to_string()),
                 ));
             }
+        } else if op.redistributes_globally()
+            && perrank::global(m, &op.inputs[0], &dxs[0]) != perrank::global(m, &op.output, &dy)
+        {
+            // Global SPMD (SPEC.md §13.2): moving data keeps the global tensor.
+            let mut s = self.inputs_shown(xs);
+            s.push(shown("y", &op.output, &y));
+            let g =
+                |t: Option<Tensor>| t.map_or_else(|| "no global tensor".into(), |t| t.to_string());
+            return Err(self.fail(
+                Property::F3,
+                format!(
+                    "`{}` changes the global tensor; it should only move data",
+                    op.op.describe()
+                ),
+                s,
+                g(perrank::global(m, &op.inputs[0], &dxs[0])),
+                g(perrank::global(m, &op.output, &dy)),
+            ));
         } else if op.op.spec(m, &dxs)? != dy {
             let want = op.op.spec(m, &dxs)?;
             let mut s = self.inputs_shown(xs);
