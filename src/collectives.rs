@@ -821,7 +821,7 @@ pub fn check_pair(r: &'static PairRow, scope: &Scope) -> Result<PairResult, Usag
                 };
                 check_op(&t, scope, &meshes, &|_| {})
             }
-            Backward::LocalVjp | Backward::Apply(_) | Backward::Steps => {
+            Backward::LocalVjp | Backward::Steps => {
                 let wrong = Op::Declared {
                     forward: Box::new(doubled(&op.op)),
                     meaning: Box::new(op.op.clone()),

@@ -6,7 +6,7 @@
 use crate::run::check_op;
 use spmd_generators::Scope;
 use spmd_interp::catalogue::collective;
-use spmd_interp::{parse, Backward, Op, TypedOp};
+use spmd_interp::{parse, Backward, Op, Program, Step, TypedOp};
 use spmd_oracle::Verdict;
 use spmd_semantics::{Mesh, State, Type, Q};
 
@@ -31,17 +31,40 @@ pub(crate) fn coll(text: &str, src: State, dst: State) -> Op {
     Op::Collective(collective(text, &[src], &[dst], &["x".to_string()]).expect("catalogue entry"))
 }
 
-/// x (the batch, Varying) times the gathered weight w (Varying, sharded on dim 0).
-fn program(pre: Op, transpose: Op) -> TypedOp {
-    let v = Type::one(State::Varying);
-    TypedOp {
-        op: Op::Apply {
-            pre: vec![None, Some(pre)],
-            body: Box::new(Op::Local(parse("matmul(x, w)").expect("valid"))),
+/// x (the batch, Varying) times the weight w (Varying, sharded on dim 0)
+/// gathered to Reduced by `gather`, whose declared backward is `transpose`:
+/// a two-step program (SPEC.md §12).
+fn program(gather: Op, transpose: Op) -> TypedOp {
+    let (v, r) = (Type::one(State::Varying), Type::one(State::Reduced));
+    let steps = vec![
+        Step {
+            name: gather.describe(),
+            op: TypedOp {
+                op: gather,
+                inputs: vec![v.clone()],
+                output: r.clone(),
+                backward: Backward::Transpose(transpose),
+                jvp: None,
+            },
+            args: vec![1],
         },
+        Step {
+            name: "matmul(x, w)".into(),
+            // Variables are numbered alphabetically: a is x, b is w.
+            op: TypedOp::local(
+                parse("matmul(a, b)").expect("valid"),
+                vec![v.clone(), r],
+                v.clone(),
+            ),
+            args: vec![0, 2],
+        },
+    ];
+    let p = Program::new(vec![v.clone(), v.clone()], steps).expect("type-consistent");
+    TypedOp {
+        op: Op::Program(Box::new(p)),
         inputs: vec![v.clone(), v.clone()],
         output: v,
-        backward: Backward::Apply(vec![None, Some(transpose)]),
+        backward: Backward::Steps,
         jvp: None,
     }
 }
@@ -91,16 +114,13 @@ pub fn strategies(scope: &Scope) -> Vec<Strategy> {
     ]
     .into_iter()
     .map(|(name, expect_sound, program)| {
-        let (pre, tr) = match (&program.op, &program.backward) {
-            (Op::Apply { pre, .. }, Backward::Apply(t)) => (
-                pre[1].clone().expect("pre"),
-                t[1].clone().expect("transpose"),
-            ),
-            _ => unreachable!("built as a program above"),
+        let Op::Program(p) = &program.op else {
+            unreachable!("built as a program above")
         };
-        let forward_cost = pre.cost(&m, std::slice::from_ref(&w));
-        let gathered = pre.infer(&m, std::slice::from_ref(&w)).expect("fits").0;
-        let backward_cost = tr.cost(&m, &[gathered]);
+        // x is a batch of 3 rows; only the weight's traffic counts.
+        let x = vec![3, w[0] * m.num_ranks()];
+        let (forward_cost, backward_cost) =
+            p.cost(&m, &[x, w.clone()]).expect("reference shapes fit");
         let verdict = check_op(&program, scope, &meshes, &|_| {});
         Strategy {
             name,

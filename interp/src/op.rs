@@ -19,9 +19,6 @@ pub enum Op {
     /// Runs `forward` but claims the global meaning of `meaning`: how an
     /// implementation that disagrees with its documentation looks.
     Declared { forward: Box<Op>, meaning: Box<Op> },
-    /// A small program: one-input ops on some inputs (e.g. gathering a
-    /// sharded weight), then a local op on the results.
-    Apply { pre: Vec<Option<Op>>, body: Box<Op> },
     /// A straight-line program of typed steps (SPEC.md §12).
     Program(Box<Program>),
 }
@@ -33,9 +30,6 @@ pub enum Backward {
     LocalVjp,
     /// A named transpose applied to the cotangent (one-input ops).
     Transpose(Op),
-    /// For `Op::Apply`: the body's local VJP, then these transposes of the
-    /// pre-ops (none where an input had no pre-op).
-    Apply(Vec<Option<Op>>),
     /// For `Op::Program`: every step's own backward, in reverse.
     Steps,
 }
@@ -77,7 +71,6 @@ impl Op {
             Op::Local(f) => f.arity(),
             Op::Collective(_) | Op::Compose(_) => 1,
             Op::Declared { forward, .. } => forward.arity(),
-            Op::Apply { pre, .. } => pre.len(),
             Op::Program(p) => p.inputs.len(),
         }
     }
@@ -95,13 +88,6 @@ impl Op {
                 forward.describe(),
                 meaning.describe()
             ),
-            Op::Apply { pre, body } => {
-                let p: Vec<String> = pre
-                    .iter()
-                    .map(|o| o.as_ref().map(Op::describe).unwrap_or_else(|| "id".into()))
-                    .collect();
-                format!("{} after ({})", body.describe(), p.join(", "))
-            }
             Op::Program(p) => p.describe(),
         }
     }
@@ -113,7 +99,7 @@ impl Op {
             Op::Collective(_) => true,
             Op::Compose(ops) => ops.iter().all(Op::is_linear),
             Op::Declared { forward, .. } => forward.is_linear(),
-            Op::Apply { .. } | Op::Program(_) => false,
+            Op::Program(_) => false,
         }
     }
     /// Output shape and degree bounds for inputs of these shapes on mesh `m`;
@@ -131,17 +117,6 @@ impl Op {
                 _ => Err(format!("{} takes one input", c.name)),
             },
             Op::Declared { forward, .. } => forward.infer(m, shapes),
-            Op::Apply { pre, body } => {
-                let mid = pre
-                    .iter()
-                    .zip(shapes)
-                    .map(|(p, sh)| match p {
-                        Some(op) => op.infer(m, std::slice::from_ref(sh)).map(|x| x.0),
-                        None => Ok(sh.clone()),
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                body.infer(m, &mid)
-            }
             Op::Compose(ops) => {
                 let mut s = shapes.to_vec();
                 for op in ops {
@@ -159,11 +134,6 @@ impl Op {
             Op::Local(_) => Q::zero(),
             Op::Collective(c) => c.cost(m, &shapes[0]),
             Op::Declared { forward, .. } => forward.cost(m, shapes),
-            Op::Apply { pre, .. } => pre
-                .iter()
-                .zip(shapes)
-                .filter_map(|(p, sh)| p.as_ref().map(|op| op.cost(m, std::slice::from_ref(sh))))
-                .fold(Q::zero(), |a, c| a.add(&c)),
             Op::Compose(ops) => {
                 let mut s = shapes.to_vec();
                 let mut total = Q::zero();
@@ -197,10 +167,6 @@ impl Op {
                 at_kink: false,
             }),
             Op::Declared { forward, .. } => forward.forward(m, xs),
-            Op::Apply { pre, body } => {
-                let mid = self.apply_pre(m, pre, xs)?;
-                body.forward(m, &mid)
-            }
             Op::Compose(ops) => {
                 let mut x = xs[0].clone();
                 for op in ops {
@@ -213,20 +179,6 @@ impl Op {
             }
             Op::Program(p) => p.forward(m, xs),
         }
-    }
-    fn apply_pre(
-        &self,
-        m: &Mesh,
-        pre: &[Option<Op>],
-        xs: &[PerRank],
-    ) -> Result<Vec<PerRank>, EvalError> {
-        pre.iter()
-            .zip(xs)
-            .map(|(p, x)| match p {
-                Some(op) => op.forward(m, std::slice::from_ref(x)).map(|f| f.y),
-                None => Ok(x.clone()),
-            })
-            .collect()
     }
     /// The forward at `xs`, given its value `base` at inputs that differ
     /// from `xs` only on the ranks marked in `touched`. A local op runs rank
@@ -270,17 +222,6 @@ impl Op {
             }
             Op::Collective(c) => Ok(c.spec(m, &ds[0])),
             Op::Declared { meaning, .. } => meaning.spec(m, ds),
-            Op::Apply { pre, body } => {
-                let mid = pre
-                    .iter()
-                    .zip(ds)
-                    .map(|(p, d)| match p {
-                        Some(op) => op.spec(m, std::slice::from_ref(d)),
-                        None => Ok(d.clone()),
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                body.spec(m, &mid)
-            }
             Op::Compose(ops) => {
                 let mut d = ds[0].clone();
                 for op in ops {
@@ -445,27 +386,8 @@ impl TypedOp {
                 Ok(out)
             }
             (Backward::Transpose(t), _) => Ok(vec![t.forward(m, std::slice::from_ref(g))?.y]),
-            (Backward::Apply(transposes), Op::Apply { pre, body }) => {
-                let mid = self.op.apply_pre(m, pre, xs)?;
-                let inner = TypedOp {
-                    op: (**body).clone(),
-                    inputs: self.inputs.clone(),
-                    output: self.output.clone(),
-                    backward: Backward::LocalVjp,
-                    jvp: None,
-                };
-                inner
-                    .backward(m, &mid, g)?
-                    .into_iter()
-                    .zip(transposes)
-                    .map(|(gi, t)| match t {
-                        Some(op) => op.forward(m, std::slice::from_ref(&gi)).map(|f| f.y),
-                        None => Ok(gi),
-                    })
-                    .collect()
-            }
             (Backward::Steps, Op::Program(p)) => p.backward(m, xs, g),
-            (Backward::Apply(_) | Backward::Steps, op) => Err(EvalError::Shape(format!(
+            (Backward::Steps, op) => Err(EvalError::Shape(format!(
                 "`{}` is not a program",
                 op.describe()
             ))),
@@ -484,7 +406,7 @@ impl TypedOp {
         inputs: &[Shape],
     ) -> Result<(), String> {
         match &self.backward {
-            Backward::LocalVjp | Backward::Apply(_) | Backward::Steps => Ok(()),
+            Backward::LocalVjp | Backward::Steps => Ok(()),
             Backward::Transpose(t) => {
                 let s = t.infer(m, &[out.to_vec()])?.0;
                 if s == inputs[0] {
@@ -504,19 +426,6 @@ impl TypedOp {
         match (&self.backward, &self.op) {
             (Backward::LocalVjp, _) => Q::zero(),
             (Backward::Transpose(t), _) => t.cost(m, &[out.to_vec()]),
-            (Backward::Apply(ts), Op::Apply { pre, .. }) => ts
-                .iter()
-                .zip(pre)
-                .zip(args)
-                .filter_map(|((t, p), a)| {
-                    let t = t.as_ref()?;
-                    let mid = match p {
-                        Some(p) => p.infer(m, std::slice::from_ref(a)).ok()?.0,
-                        None => a.clone(),
-                    };
-                    Some(t.cost(m, &[mid]))
-                })
-                .fold(Q::zero(), |acc, c| acc.add(&c)),
             (Backward::Steps, Op::Program(p)) => {
                 p.cost(m, args).map_or_else(|_| Q::zero(), |c| c.1)
             }
