@@ -468,55 +468,10 @@ impl<'a> Checker<'a> {
             .zip(&self.proj_in)
             .map(|(x, p)| p.denote(x))
             .collect();
-        if let Some(want) = op.global_spec(m, &dxs)? {
-            // Global SPMD (SPEC.md §13.2): compare global tensors.
-            let have = perrank::global(m, &op.output, &dy);
-            if have.as_ref() != Some(&want) {
-                let mut s = self.inputs_shown(xs);
-                s.push(shown("y", &op.output, &y));
-                return Err(self.fail(
-                    Property::F3,
-                    format!(
-                        "the output's global tensor is not `{}` of the inputs' global tensors",
-                        op.op.describe()
-                    ),
-                    s,
-                    want.to_string(),
-                    have.map_or_else(|| "no global tensor".into(), |t| t.to_string()),
-                ));
-            }
-        } else if op.redistributes_globally()
-            && perrank::global(m, &op.inputs[0], &dxs[0]) != perrank::global(m, &op.output, &dy)
-        {
-            // Global SPMD (SPEC.md §13.2): moving data keeps the global tensor.
+        if let Some((what, expected, actual)) = self.f3_mismatch(&dxs, &dy)? {
             let mut s = self.inputs_shown(xs);
             s.push(shown("y", &op.output, &y));
-            let g =
-                |t: Option<Tensor>| t.map_or_else(|| "no global tensor".into(), |t| t.to_string());
-            return Err(self.fail(
-                Property::F3,
-                format!(
-                    "`{}` changes the global tensor; it should only move data",
-                    op.op.describe()
-                ),
-                s,
-                g(perrank::global(m, &op.inputs[0], &dxs[0])),
-                g(perrank::global(m, &op.output, &dy)),
-            ));
-        } else if op.op.spec(m, &dxs)? != dy {
-            let want = op.op.spec(m, &dxs)?;
-            let mut s = self.inputs_shown(xs);
-            s.push(shown("y", &op.output, &y));
-            return Err(self.fail(
-                Property::F3,
-                format!(
-                    "the output does not denote `{}` of the inputs' denotations",
-                    op.op.describe()
-                ),
-                s,
-                show_denot(m, &op.output, &want),
-                show_denot(m, &op.output, &dy),
-            ));
+            return Err(self.fail(Property::F3, what, s, expected, actual));
         }
         match phase {
             Phase::Forward => Ok(Pass::default()),
@@ -673,6 +628,59 @@ impl<'a> Checker<'a> {
             }
         }
         Ok(Pass::default())
+    }
+
+    /// F3 (SPEC.md §4.4, §13.2): what is wrong, expected and actual, when the
+    /// output does not denote the declared meaning.
+    fn f3_mismatch(
+        &self,
+        dxs: &[Denot],
+        dy: &Denot,
+    ) -> Result<Option<(String, String, String)>, Stop> {
+        let (m, op) = (self.m, self.op);
+        let g = |t: Option<Tensor>| t.map_or_else(|| "no global tensor".into(), |t| t.to_string());
+        if let Some(want) = op.global_spec(m, dxs)? {
+            // Global SPMD: the op on the global tensors.
+            let have = perrank::global(m, &op.output, dy);
+            return Ok((have.as_ref() != Some(&want)).then(|| {
+                (
+                    format!(
+                        "the output's global tensor is not `{}` of the inputs' global tensors",
+                        op.op.describe()
+                    ),
+                    want.to_string(),
+                    g(have),
+                )
+            }));
+        }
+        if op.redistributes_globally() {
+            // Global SPMD: moving data keeps the global tensor.
+            let (before, after) = (
+                perrank::global(m, &op.inputs[0], &dxs[0]),
+                perrank::global(m, &op.output, dy),
+            );
+            if before != after {
+                return Ok(Some((
+                    format!(
+                        "`{}` changes the global tensor; it should only move data",
+                        op.op.describe()
+                    ),
+                    g(before),
+                    g(after),
+                )));
+            }
+        }
+        let want = op.op.spec(m, dxs)?;
+        Ok((want != *dy).then(|| {
+            (
+                format!(
+                    "the output does not denote `{}` of the inputs' denotations",
+                    op.op.describe()
+                ),
+                show_denot(m, &op.output, &want),
+                show_denot(m, &op.output, dy),
+            )
+        }))
     }
 
     /// F1-F3 passed; J1 alone (SPEC.md §4.8), for ops checked without a
