@@ -132,6 +132,8 @@ fn spec(r: &JvpRow, jvp: &str) -> RuleSpec {
         output: TypeSpec::One(r.output.into()),
         jvp: Some(jvp.into()),
         mesh: None,
+        names: vec![],
+        step: vec![],
     }
 }
 

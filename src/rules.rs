@@ -49,6 +49,32 @@ pub struct RuleSpec {
     pub jvp: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mesh: Option<BTreeMap<String, usize>>,
+    /// A program (SPEC.md §12.3): names for the inputs, in order ...
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+    /// ... and its steps; the last one's value is the output.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub step: Vec<StepSpec>,
+}
+
+/// One `[[rule.step]]` of a program: a local expression over earlier values
+/// by name, or a collective on one of them.
+#[derive(Deserialize, Serialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct StepSpec {
+    /// The value it defines.
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expr: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forward: Option<String>,
+    /// The collective's argument.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
+    /// The collective's declared transpose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backward: Option<String>,
+    pub output: TypeSpec,
 }
 
 #[derive(Deserialize, Serialize, Debug)]
@@ -216,6 +242,7 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
     };
     let mut texts: Vec<String> = s.inputs.iter().map(type_text).collect();
     texts.push(type_text(&s.output));
+    texts.extend(s.step.iter().map(|st| type_text(&st.output)));
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     let (axes, mut types) = parse_types(dialect, &refs).map_err(|e| {
         let bad = texts
@@ -232,13 +259,20 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
             .to_string();
         err(&needle, e.0)
     })?;
+    let step_types = types.split_off(s.inputs.len() + 1);
     let output = types.pop().expect("output type");
     // Global SPMD (SPEC.md §13): once a type carries a layout, every Varying
     // axis of the rule must say which dim it shards.
-    if types.iter().chain([&output]).any(Type::is_global) {
+    if types
+        .iter()
+        .chain([&output])
+        .chain(&step_types)
+        .any(Type::is_global)
+    {
         if let Some(t) = types
             .iter()
             .chain([&output])
+            .chain(&step_types)
             .find(|t| t.unlaid_varying_axis().is_some())
         {
             return Err(err(
@@ -285,6 +319,15 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
         ));
     }
     let (op, backward, has_backward) = match (&s.op, &s.forward) {
+        _ if !s.step.is_empty() => {
+            if s.op.is_some() || s.forward.is_some() || s.backward.is_some() || s.jvp.is_some() {
+                return Err(err(
+                    "step",
+                    "a program has steps instead of `op`, `forward`, `backward` or `jvp`".into(),
+                ));
+            }
+            build_program(s, &types, &output, &step_types, &axes, &err)?
+        }
         (Some(o), None) => {
             let f = match o {
                 OpSpec::Name(n) => builtin(n).map_err(|e| err(n, e))?,
@@ -377,6 +420,116 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
         meshes,
         has_backward,
     })
+}
+
+/// A program's typed steps (SPEC.md §12.3).
+fn build_program(
+    s: &RuleSpec,
+    types: &[Type],
+    output: &Type,
+    step_types: &[Type],
+    axes: &[String],
+    err: &dyn Fn(&str, String) -> UsageError,
+) -> Result<(Op, Backward, bool), UsageError> {
+    if s.names.len() != types.len() {
+        return Err(err(
+            "names",
+            format!(
+                "a program names its {} inputs: `names` has {}",
+                types.len(),
+                s.names.len()
+            ),
+        ));
+    }
+    let mut names: Vec<String> = s.names.clone();
+    let mut value_types: Vec<Type> = types.to_vec();
+    let mut steps = Vec::new();
+    let mut has_backward = true;
+    for (st, out) in s.step.iter().zip(step_types) {
+        if names.contains(&st.name) {
+            return Err(err(
+                &st.name,
+                format!("value `{}` is defined twice", st.name),
+            ));
+        }
+        let index = |v: &str| {
+            names.iter().position(|n| n == v).ok_or_else(|| {
+                err(
+                    v,
+                    format!(
+                        "step `{}` uses `{v}`, which is not defined before it",
+                        st.name
+                    ),
+                )
+            })
+        };
+        let step = match (&st.expr, &st.forward) {
+            (Some(e), None) => {
+                let f = parse(e)
+                    .map_err(|x| err(e, format!("step `{}`: expression `{e}`: {x}", st.name)))?;
+                let args: Vec<usize> = f.vars.iter().map(|v| index(v)).collect::<Result<_, _>>()?;
+                let ins: Vec<Type> = args.iter().map(|&a| value_types[a].clone()).collect();
+                spmd_interp::Step {
+                    name: format!("{} = {e}", st.name),
+                    op: TypedOp::local(f, ins, out.clone()),
+                    args,
+                }
+            }
+            (None, Some(fw)) => {
+                let arg_name = st.input.as_deref().ok_or_else(|| {
+                    err(
+                        &st.name,
+                        format!("step `{}` names its collective's `input`", st.name),
+                    )
+                })?;
+                let a = index(arg_name)?;
+                let src = &value_types[a];
+                let fop = compose(fw, src, out, axes)
+                    .map_err(|x| err(fw, format!("step `{}`: {x}", st.name)))?;
+                let backward = match &st.backward {
+                    Some(b) => Backward::Transpose(
+                        compose(b, &out.cot(), &src.cot(), axes)
+                            .map_err(|x| err(b, format!("step `{}`: backward: {x}", st.name)))?,
+                    ),
+                    None => {
+                        has_backward = false;
+                        Backward::LocalVjp
+                    }
+                };
+                spmd_interp::Step {
+                    name: format!("{} = {fw}", st.name),
+                    op: TypedOp {
+                        op: fop,
+                        inputs: vec![src.clone()],
+                        output: out.clone(),
+                        backward,
+                        jvp: None,
+                    },
+                    args: vec![a],
+                }
+            }
+            _ => {
+                return Err(err(
+                    &st.name,
+                    format!("step `{}` needs either `expr` or `forward`", st.name),
+                ))
+            }
+        };
+        names.push(st.name.clone());
+        value_types.push(out.clone());
+        steps.push(step);
+    }
+    let p = spmd_interp::Program::new(types.to_vec(), steps).map_err(|x| err("step", x))?;
+    if p.output() != output {
+        return Err(err(
+            "output",
+            format!(
+                "the last step's value is {}, the rule's output is {output}",
+                p.output()
+            ),
+        ));
+    }
+    Ok((Op::Program(Box::new(p)), Backward::Steps, has_backward))
 }
 
 /// Read and build every rule of a file.

@@ -99,6 +99,8 @@ fn bad_rule_files_name_file_line_and_column() {
         ("jvp_var.toml", "[[rule]]\nname = \"g\"\nop = \"mul\"\ninputs = [\"V\", \"V\"]\noutput = \"V\"\njvp = \"dx * z\"\n", ":6:8: ", "unknown variable `z` (the inputs are x, y, dx, dy)"),
         ("unlaid.toml", "[[rule]]\nname = \"h\"\nop = \"mul\"\ninputs = [\"S(0)\", \"V\"]\noutput = \"S(0)\"\n", ":4:", "every Varying axis needs one"),
         ("pspec.toml", "[[rule]]\nname = \"i\"\ndialect = \"jax\"\nop = \"mul\"\ninputs = [\"P('x', 'x')\", \"P('x', None)\"]\noutput = \"P('x', None)\"\n", ":5:", "names axis `x` twice"),
+        ("prog_undef.toml", "[[rule]]\nname = \"j\"\nnames = [\"x\"]\ninputs = [\"V\"]\noutput = \"V\"\n\n[[rule.step]]\nname = \"y\"\nexpr = \"x * z\"\noutput = \"V\"\n", ":9:", "uses `z`, which is not defined before it"),
+        ("prog_out.toml", "[[rule]]\nname = \"k\"\nnames = [\"x\"]\ninputs = [\"V\"]\noutput = \"I\"\n\n[[rule.step]]\nname = \"y\"\nexpr = \"2 * x\"\noutput = \"V\"\n", ":", "the last step's value is V, the rule's output is I"),
         ("trap.json", "{\"rule\": [{\"name\": \"f\", \"op\": \"mul\", \"inputs\": [\"P\", \"Unreduced\"], \"output\": \"P\"}]}", ":1:", "in dialect jax it means Partial"),
     ];
     for (name, text, loc, what) in cases {
@@ -227,4 +229,30 @@ output = "S(1)"
         .collect();
     let (ok, f3) = (("sound", None), ("unsound", Some("F3")));
     assert_eq!(got, [ok, f3, ok, f3, ok], "{out}");
+}
+
+/// Programs in rule files (SPEC.md §12.3): the tensor-parallel MLP is sound,
+/// the same without f's psum fails B1, and the emitted test replays it.
+#[test]
+fn programs_in_rule_files() {
+    let f = temp_copy("programs.toml", include_str!("../examples/programs.toml"));
+    let (code, out, err) = run(&["check", &f, "--emit", "rstest", "--cases", "16"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        out.contains("rule \"tensor parallel MLP\": sound (proof)"),
+        "{out}"
+    );
+    assert!(
+        out.contains("rule \"tensor parallel MLP without f\": unsound B1"),
+        "{out}"
+    );
+    let part = |k: usize| {
+        out.split("r#\"")
+            .nth(k)
+            .unwrap()
+            .split("\"#")
+            .next()
+            .unwrap()
+    };
+    spmd_check::check::assert_counterexample(part(1), part(2));
 }
