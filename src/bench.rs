@@ -75,7 +75,7 @@ pub fn run() {
         jv.len()
     );
     let t = Instant::now();
-    let ps = crate::programs::programs(&scope);
+    let ps = crate::programs::programs(&scope).expect("layers");
     println!(
         "programs {:>8.1} ms  {} layers (tensor and sequence parallel, with twins)",
         t.elapsed().as_secs_f64() * 1e3,

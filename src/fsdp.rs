@@ -27,7 +27,7 @@ pub fn reference() -> (Mesh, Vec<usize>) {
     (Mesh::line(4), vec![2, 4])
 }
 
-pub(crate) fn coll(text: &str, src: State, dst: State) -> Op {
+fn coll(text: &str, src: State, dst: State) -> Op {
     Op::Collective(collective(text, &[src], &[dst], &["x".to_string()]).expect("catalogue entry"))
 }
 

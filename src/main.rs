@@ -237,7 +237,7 @@ fn run() -> Result<ExitCode, UsageError> {
                 .collect::<Result<_, _>>()?;
             let fsdp = spmd_check::fsdp::strategies(&scope);
             let progs = if dialect.is_none() {
-                spmd_check::programs::programs(&scope)
+                spmd_check::programs::programs(&scope)?
             } else {
                 vec![]
             };
