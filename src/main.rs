@@ -235,20 +235,19 @@ fn run() -> Result<ExitCode, UsageError> {
                 .par_iter()
                 .map(|r| check_jvp(r, &scope))
                 .collect::<Result<_, _>>()?;
-            let fsdp = spmd_check::fsdp::strategies(&scope);
+            let fsdp = spmd_check::fsdp::strategies(&scope)?;
             let progs = if dialect.is_none() {
                 spmd_check::programs::programs(&scope)?
             } else {
                 vec![]
             };
             b.finish_and_clear();
-            let code = conform_output(&results, &pairs, &jvps, &progs, json);
+            let code = conform_output(&results, &pairs, &jvps, &fsdp, &progs, json);
             if !json {
                 fsdp_output(&fsdp);
                 programs_output(&progs);
             }
-            let wrong = fsdp.iter().any(|s| s.verdict.is_sound() != s.expect_sound)
-                || progs.iter().any(|p| !p.as_expected());
+            let wrong = fsdp.iter().chain(&progs).any(|p| !p.as_expected());
             Ok(if wrong { ExitCode::from(1) } else { code })
         }
         Cmd::Transposes {
@@ -309,6 +308,7 @@ fn conform_output(
     results: &[RowResult],
     pairs: &[PairResult],
     jvps: &[JvpResult],
+    fsdp: &[ProgramResult],
     progs: &[ProgramResult],
     json: bool,
 ) -> ExitCode {
@@ -323,6 +323,7 @@ fn conform_output(
             "local_rules": results.iter().map(report::row_json).collect::<Vec<_>>(),
             "collectives": pairs.iter().map(PairResult::json).collect::<Vec<_>>(),
             "jvps": jvps.iter().map(report::jvp_json).collect::<Vec<_>>(),
+            "fsdp": fsdp.iter().map(report::program_json).collect::<Vec<_>>(),
             "programs": progs.iter().map(report::program_json).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&v).expect("json"));
@@ -511,19 +512,14 @@ fn check_files(
     })
 }
 
-fn fsdp_output(strategies: &[spmd_check::fsdp::Strategy]) {
-    let (m, w) = spmd_check::fsdp::reference();
+fn fsdp_output(strategies: &[ProgramResult]) {
     println!(
-        "\nFSDP weight gather, checked end to end; traffic per rank in elements on mesh {m}, weight shard {w:?} (SPEC.md §10.4):"
+        "\nFSDP weight gather, checked end to end; traffic per rank in elements on mesh {}, weight shard {:?} (SPEC.md §10.4):",
+        spmd_check::programs::reference(),
+        spmd_check::fsdp::weight_shard()
     );
     for s in strategies {
-        println!(
-            "  {:<50} {:<16} forward {:>4}  backward {:>4}",
-            s.name,
-            report::verdict_word(&s.verdict),
-            s.forward_cost.to_string(),
-            s.backward_cost.to_string()
-        );
+        println!("{}", report::program_line(s));
     }
     if let [a, b, ..] = strategies {
         if let Ok(r) = b.backward_cost.div(&a.backward_cost) {

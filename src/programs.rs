@@ -16,18 +16,42 @@ use spmd_semantics::{Mesh, Shape, Q};
 /// The layers, as data.
 pub const LAYERS_TOML: &str = include_str!("../examples/programs.toml");
 
-/// What this suite expects of each program of `LAYERS_TOML`: `None` for
-/// sound, else the property its twin fails; and whether x is sharded along
-/// the sequence (for the reference shapes).
-pub const LAYERS: &[(&str, Option<Property>, bool)] = &[
-    ("tensor parallel MLP", None, false),
-    ("tensor parallel MLP without f", Some(Property::B1), false),
-    ("sequence parallel MLP", None, true),
-    (
-        "sequence parallel MLP gathering to I",
-        Some(Property::B3),
-        true,
-    ),
+/// One program of a table: its name in the rule file, what this suite
+/// expects (`None`: sound, else the property it fails), and the local input
+/// shapes its traffic is computed at.
+pub struct Expected {
+    pub name: &'static str,
+    pub expect: Option<Property>,
+    pub shapes: &'static [&'static [usize]],
+}
+
+const TP: &[&[usize]] = &[&[8, 4], &[4, 2], &[2, 4]];
+const SP: &[&[usize]] = &[&[2, 4], &[4, 2], &[2, 4]];
+
+/// What this suite expects of each program of `LAYERS_TOML`. Reference:
+/// 4 ranks; TP activations 8 x 4 (SP: the local 2 x 4 of 8 x 4), W1 local
+/// 4 x 2, W2 local 2 x 4.
+pub const LAYERS: &[Expected] = &[
+    Expected {
+        name: "tensor parallel MLP",
+        expect: None,
+        shapes: TP,
+    },
+    Expected {
+        name: "tensor parallel MLP without f",
+        expect: Some(Property::B1),
+        shapes: TP,
+    },
+    Expected {
+        name: "sequence parallel MLP",
+        expect: None,
+        shapes: SP,
+    },
+    Expected {
+        name: "sequence parallel MLP gathering to I",
+        expect: Some(Property::B3),
+        shapes: SP,
+    },
 ];
 
 /// One program, its expected verdict, what the oracle derived, and its cost.
@@ -48,19 +72,9 @@ impl ProgramResult {
     }
 }
 
-/// The reference sizes for costs: 4 ranks; TP activations 8 x 4 (SP: the
-/// local 2 x 4 of 8 x 4), W1 local 4 x 2, W2 local 2 x 4.
+/// The mesh traffic is computed on: 4 ranks.
 pub fn reference() -> Mesh {
     Mesh::line(4)
-}
-
-fn shapes(sequence_parallel: bool) -> Vec<Shape> {
-    let x = if sequence_parallel {
-        vec![2, 4]
-    } else {
-        vec![8, 4]
-    };
-    vec![x, vec![4, 2], vec![2, 4]]
 }
 
 fn verdict_of(rule: &Rule, scope: &Scope) -> Verdict {
@@ -73,31 +87,42 @@ fn verdict_of(rule: &Rule, scope: &Scope) -> Verdict {
 
 /// Every layer, checked in `scope` and costed.
 pub fn programs(scope: &Scope) -> Result<Vec<ProgramResult>, UsageError> {
+    check_table("examples/programs.toml", LAYERS_TOML, LAYERS, scope)
+}
+
+/// Check and cost every program a table expects something of, from the rule
+/// file `text` (named `file` in errors).
+pub fn check_table(
+    file: &str,
+    text: &str,
+    table: &[Expected],
+    scope: &Scope,
+) -> Result<Vec<ProgramResult>, UsageError> {
     // Three inputs share the grid: raise the points cap so that the
     // smallest two-rank cases (324 points) and a few more are enumerated.
     let scope = Scope {
         max_points: scope.max_points.max(2048),
         ..scope.clone()
     };
-    let file = "examples/programs.toml";
-    let rules = build(file, LAYERS_TOML, &parse_file(file, LAYERS_TOML)?, &scope)?;
+    let rules = build(file, text, &parse_file(file, text)?, &scope)?;
     let m = reference();
-    LAYERS
+    table
         .par_iter()
-        .map(|&(name, expect, seq)| {
+        .map(|e| {
             let rule = rules
                 .iter()
-                .find(|r| r.name == name)
-                .ok_or_else(|| UsageError(format!("{file}: no program `{name}`")))?;
+                .find(|r| r.name == e.name)
+                .ok_or_else(|| UsageError(format!("{file}: no program `{}`", e.name)))?;
             let Op::Program(p) = &rule.op.op else {
-                return Err(UsageError(format!("{file}: `{name}` is not a program")));
+                return Err(UsageError(format!("{file}: `{}` is not a program", e.name)));
             };
+            let shapes: Vec<Shape> = e.shapes.iter().map(|s| s.to_vec()).collect();
             let (forward_cost, backward_cost) = p
-                .cost(&m, &shapes(seq))
-                .map_err(|e| UsageError(format!("{file}: `{name}`: {e}")))?;
+                .cost(&m, &shapes)
+                .map_err(|x| UsageError(format!("{file}: `{}`: {x}", e.name)))?;
             Ok(ProgramResult {
-                name: name.to_string(),
-                expect,
+                name: e.name.to_string(),
+                expect: e.expect,
                 verdict: verdict_of(rule, &scope),
                 program: rule.op.clone(),
                 forward_cost,
