@@ -36,7 +36,7 @@ fn programs_get_their_expected_verdicts_and_costs() {
     assert_eq!(sp.forward_cost, tp.forward_cost);
     assert_eq!(sp.backward_cost, tp.backward_cost);
     // Every sound layer has a twin in the table that fails.
-    assert!(LAYERS.iter().filter(|l| l.1.is_some()).count() >= 2);
+    assert!(LAYERS.iter().filter(|l| l.expect.is_some()).count() >= 2);
     assert_eq!(
         by("tensor parallel MLP without f")
             .verdict

@@ -54,8 +54,8 @@ pub enum Jvp {
     /// A local function of the primals and then the tangents (`x, y, dx,
     /// dy`), run on every rank.
     Local(LocalFn),
-    /// An op applied to the tangent alone (one-input ops), e.g. the
-    /// all_reduce of an all_reduce.
+    /// An op applied to the tangent alone (one-input ops), e.g. all_reduce
+    /// as the JVP of all_reduce.
     Tangent(Op),
 }
 
