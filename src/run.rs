@@ -167,7 +167,7 @@ fn run_cases(
             let o = checker.check(&split_inputs(op, c, point), phase);
             tally.record(&o);
             n += 1;
-            if n % 4096 == 0 {
+            if n.is_multiple_of(4096) {
                 progress(4096);
             }
             match o {

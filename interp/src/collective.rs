@@ -88,7 +88,7 @@ impl Collective {
             }
         };
         let div = |d: usize| {
-            if s[d] % n == 0 {
+            if s[d].is_multiple_of(n) {
                 Ok(())
             } else {
                 Err(format!(

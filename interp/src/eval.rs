@@ -617,7 +617,7 @@ fn backprop<T: Borrow<Tensor>>(
                 .collect::<Result<_, _>>()?;
             let refs: Vec<&Tensor> = vals.iter().map(|v| &**v).collect();
             let sizes = all_sizes(spec, &refs);
-            for k in 0..args.len() {
+            for (k, arg) in args.iter().enumerate() {
                 // d/d(operand k): contract g with the other operands onto k's labels.
                 let mut inputs = vec![spec.output.clone()];
                 let mut ops = vec![g];
@@ -632,7 +632,7 @@ fn backprop<T: Borrow<Tensor>>(
                     output: spec.inputs[k].clone(),
                 };
                 let gk = einsum(&s, &ops, &sizes);
-                backprop(&args[k], xs, &gk, grads, ctx)?;
+                backprop(arg, xs, &gk, grads, ctx)?;
             }
         }
         Expr::Reshape(a, _) => {

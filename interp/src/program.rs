@@ -275,7 +275,7 @@ mod tests {
             tensors: vec![Tensor::scalar(Q::one())],
         };
         assert_eq!(
-            p.forward(&m, &[x.clone()]).unwrap().y.tensors[0].data[0],
+            p.forward(&m, std::slice::from_ref(&x)).unwrap().y.tensors[0].data[0],
             Q::int(12)
         );
         let dx = p.backward(&m, &[x], &g).unwrap();

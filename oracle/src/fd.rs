@@ -5,8 +5,16 @@
 //! points determines it exactly; its derivative at h = 0 is then read off the
 //! coefficients. One further sample checks the reconstruction, so a wrong
 //! degree bound or a kink between samples is detected instead of trusted.
+//!
+//! The linear algebra indexes rows and columns the way it is written on
+//! paper.
+#![allow(clippy::needless_range_loop)]
 
 use spmd_semantics::Q;
+
+/// A map sampled along a direction: the value at step `h`, `None` outside
+/// its domain.
+pub type Sampler<'a> = dyn FnMut(&Q) -> Result<Option<Vec<Q>>, FdFail> + 'a;
 
 /// Why no derivative was determined.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -108,11 +116,7 @@ impl PolyWeights {
 
 /// Derivative at 0 of every coordinate of a polynomial map of degree ≤ d,
 /// from samples at h = k·step, k = 0..=d+1 (the last one checks).
-pub fn poly_derivative(
-    f: &mut dyn FnMut(&Q) -> Result<Option<Vec<Q>>, FdFail>,
-    w: &PolyWeights,
-    step: &Q,
-) -> Result<Vec<Q>, FdFail> {
+pub fn poly_derivative(f: &mut Sampler<'_>, w: &PolyWeights, step: &Q) -> Result<Vec<Q>, FdFail> {
     let n = w.deriv.len();
     let mut ys: Vec<Vec<Q>> = Vec::with_capacity(n + 1);
     for k in 0..=n {
@@ -150,12 +154,7 @@ pub fn poly_derivative(
 /// step whose coordinates are ratios of polynomials of degree at most
 /// `(num, den)` in h. Samples are `h = k·step` for k = 0, 1, 2, ...; samples
 /// where `f` is undefined (`None`) are passed over. SPEC.md §5.2.
-pub fn derivative(
-    f: &mut dyn FnMut(&Q) -> Result<Option<Vec<Q>>, FdFail>,
-    num: u32,
-    den: u32,
-    step: &Q,
-) -> Result<Vec<Q>, FdFail> {
+pub fn derivative(f: &mut Sampler<'_>, num: u32, den: u32, step: &Q) -> Result<Vec<Q>, FdFail> {
     let need = (num + den + 2) as usize; // a+b+1 to fit, one to check
     let mut hs: Vec<Q> = Vec::new();
     let mut ys: Vec<Vec<Q>> = Vec::new();
