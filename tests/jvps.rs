@@ -62,3 +62,27 @@ fn reducing_the_tangent_again_is_off_by_the_group_size() {
     let got: spmd_check::semantics::Q = v.actual.parse::<i64>().unwrap().into();
     assert_eq!(got, want.mul(&(n as i64).into()), "{}", v.one_line());
 }
+
+/// A JVP written for other shapes (found by tests/bad_input.rs): an
+/// elementwise product rule declared for matmul fails J1 with its reason,
+/// not a panic.
+#[test]
+fn a_jvp_that_does_not_fit_the_shapes_fails_j1() {
+    let text = "[[rule]]\nname = \"m\"\nop = \"matmul\"\ninputs = [\"P\", \"R\"]\noutput = \"P\"\njvp = \"dx * y + x * dy\"\n";
+    let scope = Scope::default();
+    let specs = spmd_check::rules::parse_file("t.toml", text).unwrap();
+    let rules = spmd_check::rules::build("t.toml", text, &specs, &scope).unwrap();
+    let cfg = spmd_check::check::CheckConfig {
+        scope,
+        cases: 0,
+        seed: 0,
+    };
+    let rep = spmd_check::check::check_rule(&rules[0], &cfg, &[], &|_| {});
+    let v = rep.verdict.violation().expect("J1 fails");
+    assert_eq!(v.property, Property::J1);
+    assert!(
+        v.what.contains("does not fit the shapes"),
+        "{}",
+        v.one_line()
+    );
+}

@@ -314,6 +314,26 @@ impl TypedOp {
         }
         self.is_global() && moves_only(&self.op)
     }
+    /// Whether the declared JVP takes tangents of the input shapes and gives
+    /// one of the output shape `out` (a JVP written for other shapes may
+    /// not).
+    pub fn jvp_accepts(&self, m: &Mesh, shapes: &[Shape], out: &[usize]) -> Result<(), String> {
+        let got = match &self.jvp {
+            None => return Ok(()),
+            Some(Jvp::Local(f)) => {
+                let both: Vec<Shape> = shapes.iter().chain(shapes).cloned().collect();
+                infer(&f.expr, &both)?.0
+            }
+            Some(Jvp::Tangent(op)) => op.infer(m, &shapes[..1])?.0,
+        };
+        if got == out {
+            Ok(())
+        } else {
+            Err(format!(
+                "it gives a tangent of shape {got:?}, the output has {out:?}"
+            ))
+        }
+    }
     /// Whether J1 has a rule to check: a declared JVP, or a linear op.
     pub fn has_jvp(&self) -> bool {
         self.jvp.is_some() || (self.op.is_linear() && self.inputs.len() == 1)

@@ -241,6 +241,8 @@ pub struct Checker<'a> {
     g_kernel: Vec<PerRank>,
     /// Why the backward cannot take a cotangent of this case's shape, if so.
     bwd_shape_err: Option<String>,
+    /// Why the declared JVP cannot take tangents of this case's shapes, if so.
+    jvp_shape_err: Option<String>,
     /// Per input, for a polynomial op: finite-difference weights.
     weights: Vec<Option<PolyWeights>>,
     /// Denotation maps of the input and output types and the inputs' cotangents.
@@ -307,6 +309,7 @@ impl<'a> Checker<'a> {
             .map(|&d| deg.is_polynomial().then(|| PolyWeights::new(d, &step)))
             .collect();
         let bwd_shape_err = op.backward_accepts(m, &out_shape, &shapes).err();
+        let jvp_shape_err = op.jvp_accepts(m, &shapes, &out_shape).err();
         let proj_in = op.inputs.iter().map(|t| Projection::new(m, t)).collect();
         let proj_cot_in = op
             .inputs
@@ -329,6 +332,7 @@ impl<'a> Checker<'a> {
             dgs,
             g_kernel,
             bwd_shape_err,
+            jvp_shape_err,
             weights,
             proj_in,
             proj_out,
@@ -731,6 +735,15 @@ impl<'a> Checker<'a> {
     fn j1(&self, xs: &[PerRank], i: usize, cols: &[Denot]) -> Result<(), Stop> {
         let (m, op) = (self.m, self.op);
         let ti = &op.inputs[i];
+        if let Some(why) = &self.jvp_shape_err {
+            return Err(self.fail(
+                Property::J1,
+                format!("the JVP does not fit the shapes: {why}"),
+                self.inputs_shown(xs),
+                format!("a tangent of the output's shape {:?}", self.out_shape),
+                "no tangent".into(),
+            ));
+        }
         for ((_, e), col) in self.bases[i].iter().zip(cols) {
             let t = op.tangent(m, xs, i, e)?;
             let bad = misfit(m, &op.output, &t, &self.out_shape, "output");
