@@ -1,7 +1,7 @@
 //! Deriving the complete table of typings of a local op on one mesh axis
 //! (SPEC.md §9.1).
 
-use crate::run::{check_op, estimate, guard, UsageError};
+use crate::run::{check_op, degree_guard, estimate, guard, UsageError};
 use rayon::prelude::*;
 use spmd_generators::{all_global_types, all_types, Scope};
 use spmd_interp::{LocalFn, TypedOp};
@@ -55,6 +55,7 @@ fn derive_types(
             "the scope has no one-axis mesh to derive on".into(),
         ));
     }
+    degree_guard(&ops[0], scope)?;
     let total = ops
         .iter()
         .map(|op| estimate(op, scope))

@@ -413,6 +413,10 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
         backward,
         jvp,
     };
+    // Refuse what cannot finish: a degree beyond exact finite differences,
+    // or more instances than the scope allows.
+    crate::run::degree_guard(&op, scope).map_err(|e| err("op", e.0))?;
+    crate::run::guard(crate::run::estimate(&op, scope), scope).map_err(|e| err("name", e.0))?;
     // Shapes must fit on some mesh, or the rule is vacuous by construction.
     Ok(Rule {
         name: s.name.clone(),

@@ -114,6 +114,30 @@ pub fn estimate(op: &TypedOp, scope: &Scope) -> u64 {
         .fold(0u64, u64::saturating_add)
 }
 
+/// The largest degree bound, numerator plus denominator per input, that
+/// exact finite differences accept (SPEC.md §5.2). Beyond it the sampled
+/// rationals grow too large for a check to finish.
+pub const MAX_DEGREE: u32 = 16;
+
+/// Refuse an op whose degree bound exceeds `MAX_DEGREE` on the first shapes
+/// in scope that fit it.
+pub fn degree_guard(op: &TypedOp, scope: &Scope) -> Result<(), UsageError> {
+    for m in meshes_for(op, scope) {
+        if let Some(shapes) = shape_tuples(&op.op, &m, scope).into_iter().next() {
+            let (_, d) = op.op.infer(&m, &shapes).map_err(UsageError)?;
+            if let Some(i) = (0..d.num.len()).find(|&i| d.num[i] + d.den[i] > MAX_DEGREE) {
+                return Err(UsageError(format!(
+                    "`{}` has degree bound {} in input {i}; exact finite differences take at most {MAX_DEGREE}",
+                    op.op.describe(),
+                    d.num[i] + d.den[i]
+                )));
+            }
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
 /// Refuse a run whose estimate exceeds the scope's limit.
 pub fn guard(total: u64, scope: &Scope) -> Result<(), UsageError> {
     if total > scope.max_instances {

@@ -39,6 +39,7 @@ fn bad_input_is_one_line_and_exit_2() {
         vec!["derive"],
         vec!["conform", "--dialect", "klingon"],
         vec!["derive", "mul", "--max-instances", "10"],
+        vec!["derive", "--expr", "x^100"],
     ] {
         let (code, out, err) = run(&args);
         assert_eq!(code, 2, "{args:?}: {out}{err}");
@@ -50,6 +51,8 @@ fn bad_input_is_one_line_and_exit_2() {
     assert!(err.contains("column 5"), "{err}");
     let (_, _, err) = run(&["derive", "mul", "--max-instances", "10"]);
     assert!(err.contains("--max-instances"), "{err}");
+    let (_, _, err) = run(&["derive", "--expr", "x^100"]);
+    assert!(err.contains("degree bound 100"), "{err}");
 }
 
 /// The README's map of folders to SPEC.md chapters names only paths that exist.
