@@ -97,3 +97,79 @@ fn derive_types(
         })
         .collect())
 }
+
+/// One typing on a two-axis mesh whose verdict differs from the per-axis
+/// prediction (SPEC.md §9.5).
+pub struct AxisDisagreement {
+    pub op: TypedOp,
+    pub predicted_sound: bool,
+    pub verdict: Verdict,
+}
+
+/// SPEC.md §9.5: check every typing of `f` on the two-axis mesh `m` against
+/// the prediction "sound iff each axis's one-axis typing is sound", the
+/// one-axis verdicts derived first. Returns how many typings agree (vacuous
+/// ones are not counted) and those that do not.
+pub fn per_axis_agreement(
+    f: &LocalFn,
+    scope: &Scope,
+    m: &Mesh,
+) -> Result<(usize, Vec<AxisDisagreement>), UsageError> {
+    per_axis_against(f, f, scope, m)
+}
+
+/// The same, predicting from the one-axis table of `table` (of the same
+/// arity) instead of `f`'s own: with another op's table the prediction must
+/// fail somewhere, which is this check's negative twin.
+pub fn per_axis_against(
+    f: &LocalFn,
+    table: &LocalFn,
+    scope: &Scope,
+    m: &Mesh,
+) -> Result<(usize, Vec<AxisDisagreement>), UsageError> {
+    let rows = derive(table, scope, &|_| {})?;
+    let sound1 = |ins: Vec<Type>, out: Type| {
+        rows.iter()
+            .find(|r| r.op.inputs == ins && r.op.output == out)
+            .map(|r| r.verdict.is_sound())
+            .expect("every one-axis typing is derived")
+    };
+    let two = all_types(2);
+    let ops: Vec<TypedOp> = spmd_generators::tuples(&two, f.arity())
+        .into_iter()
+        .flat_map(|ins| {
+            two.iter()
+                .map(move |o| TypedOp::local(f.clone(), ins.clone(), o.clone()))
+        })
+        .collect();
+    let results: Vec<(TypedOp, Verdict, bool)> = ops
+        .into_par_iter()
+        .map(|op| {
+            let predicted = (0..2).all(|a| {
+                sound1(
+                    op.inputs.iter().map(|t| Type::one(t.states[a])).collect(),
+                    Type::one(op.output.states[a]),
+                )
+            });
+            let v = check_op(&op, scope, std::slice::from_ref(m), &|_| {});
+            (op, v, predicted)
+        })
+        .collect();
+    let mut agree = 0;
+    let mut disagree = Vec::new();
+    for (op, verdict, predicted_sound) in results {
+        if matches!(verdict, Verdict::Vacuous { .. }) {
+            continue;
+        }
+        if verdict.is_sound() == predicted_sound {
+            agree += 1;
+        } else {
+            disagree.push(AxisDisagreement {
+                op,
+                predicted_sound,
+                verdict,
+            });
+        }
+    }
+    Ok((agree, disagree))
+}
