@@ -217,7 +217,12 @@ fn run() -> Result<ExitCode, UsageError> {
         } => {
             let scope = scope.scope();
             let rs = rows(dialect.as_deref())?;
-            let b = bar(rs.len() as u64, json);
+            let prs = pair_rows(dialect.as_deref());
+            let jrs = jvp_rows(dialect.as_deref());
+            let with_programs = dialect.is_none();
+            // One step per table row; FSDP and the programs count one each.
+            let steps = rs.len() + prs.len() + jrs.len() + 1 + usize::from(with_programs);
+            let b = bar(steps as u64, json);
             b.set_message("seed rules");
             let results: Vec<RowResult> = rs
                 .par_iter()
@@ -227,17 +232,32 @@ fn run() -> Result<ExitCode, UsageError> {
                     res
                 })
                 .collect::<Result<_, _>>()?;
-            let pairs: Vec<PairResult> = pair_rows(dialect.as_deref())
+            b.set_message("collectives");
+            let pairs: Vec<PairResult> = prs
                 .par_iter()
-                .map(|r| check_pair(r, &scope))
+                .map(|r| {
+                    let res = check_pair(r, &scope);
+                    b.inc(1);
+                    res
+                })
                 .collect::<Result<_, _>>()?;
-            let jvps: Vec<JvpResult> = jvp_rows(dialect.as_deref())
+            b.set_message("JVP rules");
+            let jvps: Vec<JvpResult> = jrs
                 .par_iter()
-                .map(|r| check_jvp(r, &scope))
+                .map(|r| {
+                    let res = check_jvp(r, &scope);
+                    b.inc(1);
+                    res
+                })
                 .collect::<Result<_, _>>()?;
+            b.set_message("FSDP");
             let fsdp = spmd_check::fsdp::strategies(&scope)?;
-            let progs = if dialect.is_none() {
-                spmd_check::programs::programs(&scope)?
+            b.inc(1);
+            let progs = if with_programs {
+                b.set_message("programs");
+                let p = spmd_check::programs::programs(&scope)?;
+                b.inc(1);
+                p
             } else {
                 vec![]
             };
