@@ -491,11 +491,7 @@ impl<'a> Checker<'a> {
         dy: &Denot,
         at_kink: bool,
     ) -> Result<Pass, Stop> {
-        let y0: Vec<Q> = dy
-            .family
-            .iter()
-            .flat_map(|t| t.data.iter().cloned())
-            .collect();
+        let y0 = dy.flat();
         let m = self.m;
         let op = self.op;
         let tc = op.output.cot();
@@ -704,11 +700,7 @@ impl<'a> Checker<'a> {
                 b3_undetermined: true,
             });
         }
-        let y0: Vec<Q> = dy
-            .family
-            .iter()
-            .flat_map(|t| t.data.iter().cloned())
-            .collect();
+        let y0 = dy.flat();
         for i in 0..self.op.inputs.len() {
             let Some(cols) = self.columns(xs, y, &y0, i) else {
                 return Ok(Pass {

@@ -94,6 +94,16 @@ pub struct Denot {
     pub family: Vec<Tensor>,
 }
 
+impl Denot {
+    /// Every entry, member after member (the layout of `Projection::denote_flat`).
+    pub fn flat(&self) -> Vec<Q> {
+        self.family
+            .iter()
+            .flat_map(|t| t.data.iter().cloned())
+            .collect()
+    }
+}
+
 /// SPEC.md §2.4: sum over Partial axes, coordinate 0 of Invariant and
 /// Reduced axes, Varying axes kept as an index.
 pub fn denote(m: &Mesh, t: &Type, x: &PerRank) -> Denot {
