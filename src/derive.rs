@@ -127,14 +127,47 @@ pub fn per_axis_against(
     scope: &Scope,
     m: &Mesh,
 ) -> Result<(usize, Vec<AxisDisagreement>), UsageError> {
-    let rows = derive(table, scope, &|_| {})?;
+    per_axis(f, table, scope, m, false)
+}
+
+/// The same over global types (SPEC.md §13): every axis I, P, R or S(d).
+pub fn per_axis_agreement_global(
+    f: &LocalFn,
+    scope: &Scope,
+    m: &Mesh,
+) -> Result<(usize, Vec<AxisDisagreement>), UsageError> {
+    per_axis(f, f, scope, m, true)
+}
+
+fn per_axis(
+    f: &LocalFn,
+    table: &LocalFn,
+    scope: &Scope,
+    m: &Mesh,
+    global: bool,
+) -> Result<(usize, Vec<AxisDisagreement>), UsageError> {
+    let (rows, one) = if global {
+        (
+            derive_global(table, scope, &|_| {})?,
+            all_global_types(scope.max_rank),
+        )
+    } else {
+        (derive(table, scope, &|_| {})?, all_types(1))
+    };
     let sound1 = |ins: Vec<Type>, out: Type| {
         rows.iter()
             .find(|r| r.op.inputs == ins && r.op.output == out)
             .map(|r| r.verdict.is_sound())
             .expect("every one-axis typing is derived")
     };
-    let two = all_types(2);
+    // Two-axis types: every pair of one-axis types.
+    let two: Vec<Type> = spmd_generators::tuples(&one, 2)
+        .into_iter()
+        .map(|p| Type {
+            states: vec![p[0].states[0], p[1].states[0]],
+            layout: vec![p[0].layout[0], p[1].layout[0]],
+        })
+        .collect();
     let ops: Vec<TypedOp> = spmd_generators::tuples(&two, f.arity())
         .into_iter()
         .flat_map(|ins| {
@@ -145,10 +178,14 @@ pub fn per_axis_against(
     let results: Vec<(TypedOp, Verdict, bool)> = ops
         .into_par_iter()
         .map(|op| {
+            let axis = |t: &Type, a: usize| Type {
+                states: vec![t.states[a]],
+                layout: vec![t.layout[a]],
+            };
             let predicted = (0..2).all(|a| {
                 sound1(
-                    op.inputs.iter().map(|t| Type::one(t.states[a])).collect(),
-                    Type::one(op.output.states[a]),
+                    op.inputs.iter().map(|t| axis(t, a)).collect(),
+                    axis(&op.output, a),
                 )
             });
             let v = check_op(&op, scope, std::slice::from_ref(m), &|_| {});
