@@ -420,8 +420,7 @@ fn check_files(
     // Parse everything first: bad input stops before any checking.
     let mut loaded = Vec::new();
     for f in files {
-        let text =
-            std::fs::read_to_string(f).map_err(|e| UsageError(format!("{f}: cannot read: {e}")))?;
+        let text = spmd_check::rules::read_text(f)?;
         let specs = spmd_check::rules::parse_file(f, &text)?;
         let rules = spmd_check::rules::build(f, &text, &specs, scope)?;
         loaded.push((f.clone(), specs, rules));

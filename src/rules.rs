@@ -3,13 +3,13 @@
 //! names the file, line and column.
 
 use crate::run::UsageError;
-use crate::types::{meshes_named, parse_types};
+use crate::types::{meshes_named, parse_types_in};
+use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use spmd_generators::Scope;
 use spmd_interp::catalogue::collective;
 use spmd_interp::{builtin, parse, parse_with_vars, Backward, Jvp, Op, TypedOp};
 use spmd_semantics::{Dialect, Mesh, State, Type, ALL_STATES};
-use std::collections::BTreeMap;
 
 /// An op: a built-in name or `{ expr = "..." }`.
 #[derive(Deserialize, Serialize, Debug, Clone)]
@@ -24,7 +24,7 @@ pub enum OpSpec {
 #[serde(untagged)]
 pub enum TypeSpec {
     One(String),
-    Axes(BTreeMap<String, String>),
+    Axes(IndexMap<String, String>),
 }
 
 /// One `[[rule]]` as written.
@@ -48,7 +48,7 @@ pub struct RuleSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jvp: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mesh: Option<BTreeMap<String, usize>>,
+    pub mesh: Option<IndexMap<String, usize>>,
     /// A program (SPEC.md §12.3): names for the inputs, in order ...
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub names: Vec<String>,
@@ -80,8 +80,12 @@ pub struct StepSpec {
 #[derive(Deserialize, Serialize, Debug)]
 #[serde(deny_unknown_fields)]
 struct RuleFile {
+    #[serde(default)]
     rule: Vec<RuleSpec>,
 }
+
+/// The most ranks a written mesh may have.
+pub const MAX_RANKS: usize = 64;
 
 /// A rule ready to check.
 #[derive(Clone, Debug)]
@@ -128,7 +132,7 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<RuleSpec>, UsageError> {
                 first_line(&e.to_string())
             ))
         })?;
-        Ok(f.rule)
+        check_list(file, text, f.rule)
     } else {
         let f: RuleFile = toml::from_str(text).map_err(|e| {
             let at = e
@@ -137,8 +141,56 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<RuleSpec>, UsageError> {
                 .unwrap_or_else(|| file.to_string());
             UsageError(format!("{at}: {}", first_line(e.message())))
         })?;
-        Ok(f.rule)
+        check_list(file, text, f.rule)
     }
+}
+
+/// A rule file names at least one rule, each once.
+fn check_list(file: &str, text: &str, rules: Vec<RuleSpec>) -> Result<Vec<RuleSpec>, UsageError> {
+    if rules.is_empty() {
+        return Err(UsageError(format!("{file}: the file defines no rule")));
+    }
+    for (i, r) in rules.iter().enumerate() {
+        if rules[..i].iter().any(|q| q.name == r.name) {
+            let second = text
+                .match_indices(&format!("\"{}\"", r.name))
+                .nth(1)
+                .map_or(0, |(k, _)| k);
+            return Err(UsageError(format!(
+                "{}: rule name \"{}\" is used twice; names must be unique (they key regressions)",
+                locate(file, text, second),
+                r.name.escape_debug()
+            )));
+        }
+    }
+    Ok(rules)
+}
+
+/// The largest rule file read, in bytes.
+pub const MAX_FILE_BYTES: u64 = 4 << 20;
+
+/// Read a rule or job file, refusing what is not a reasonably sized text
+/// file (`/dev/zero` would otherwise be read forever).
+pub fn read_text(path: &str) -> Result<String, UsageError> {
+    use std::io::Read;
+    let f =
+        std::fs::File::open(path).map_err(|e| UsageError(format!("{path}: cannot read: {e}")))?;
+    let mut buf = Vec::new();
+    f.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| UsageError(format!("{path}: cannot read: {e}")))?;
+    if buf.len() as u64 > MAX_FILE_BYTES {
+        return Err(UsageError(format!(
+            "{path}: larger than {} MiB; a rule file is a small text file",
+            MAX_FILE_BYTES >> 20
+        )));
+    }
+    String::from_utf8(buf).map_err(|e| {
+        UsageError(format!(
+            "{path}: not UTF-8 text (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        ))
+    })
 }
 
 fn first_line(s: &str) -> String {
@@ -244,10 +296,12 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
     texts.push(type_text(&s.output));
     texts.extend(s.step.iter().map(|st| type_text(&st.output)));
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let (axes, mut types) = parse_types(dialect, &refs).map_err(|e| {
+    // The mesh, as written, fixes the axis order (SPEC.md §1.2).
+    let mesh_axes: Option<Vec<String>> = s.mesh.as_ref().map(|m| m.keys().cloned().collect());
+    let (axes, mut types) = parse_types_in(dialect, &refs, mesh_axes.as_deref()).map_err(|e| {
         let bad = texts
             .iter()
-            .find(|t| parse_types(dialect, &[t.as_str()]).is_err())
+            .find(|t| parse_types_in(dialect, &[t.as_str()], mesh_axes.as_deref()).is_err())
             .cloned()
             .unwrap_or_default();
         let needle = bad
@@ -285,28 +339,26 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
     }
     let meshes = match &s.mesh {
         Some(m) => {
-            let mesh = Mesh::new(&m.iter().map(|(a, n)| (a.as_str(), *n)).collect::<Vec<_>>());
-            // Order the mesh's axes as the types name them.
-            let ordered: Vec<(&str, usize)> = axes
-                .iter()
-                .map(|a| {
-                    m.get(a)
-                        .map(|n| (a.as_str(), *n))
-                        .ok_or_else(|| err("mesh", format!("the mesh has no axis `{a}`")))
-                })
-                .collect::<Result<_, _>>()?;
-            if mesh.ndim() != axes.len() {
+            // `axes` is the mesh's own order (SPEC.md §1.2).
+            let ordered: Vec<(&str, usize)> = m.iter().map(|(a, n)| (a.as_str(), *n)).collect();
+            if ordered.len() != axes.len() {
                 return Err(err(
                     "mesh",
                     format!(
                         "the mesh has {} axes, the types name {}",
-                        mesh.ndim(),
+                        ordered.len(),
                         axes.len()
                     ),
                 ));
             }
             if ordered.iter().any(|(_, n)| *n == 0 || *n > 8) {
                 return Err(err("mesh", "mesh axis sizes must be 1 to 8".into()));
+            }
+            if ordered.iter().map(|(_, n)| *n).product::<usize>() > MAX_RANKS {
+                return Err(err(
+                    "mesh",
+                    format!("a mesh of more than {MAX_RANKS} ranks is beyond what exact checking finishes"),
+                ));
             }
             vec![Mesh::new(&ordered)]
         }
@@ -538,8 +590,7 @@ fn build_program(
 
 /// Read and build every rule of a file.
 pub fn load(path: &str, scope: &Scope) -> Result<Vec<Rule>, UsageError> {
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| UsageError(format!("{path}: cannot read: {e}")))?;
+    let text = read_text(path)?;
     let specs = parse_file(path, &text)?;
     build(path, &text, &specs, scope)
 }

@@ -131,14 +131,18 @@ fn split_top_all(s: &str) -> Vec<String> {
     out.into_iter().map(|p| p.trim().to_string()).collect()
 }
 
-/// Types written as partition specs. The mesh axes are those the specs name,
-/// in order of first mention; an axis a spec does not name is Invariant.
-fn parse_pspecs(texts: &[&str]) -> Result<(Vec<String>, Vec<Type>), UsageError> {
+/// Types written as partition specs. The mesh axes are the mesh's when one
+/// is written, else those the specs name in order of first mention; an axis
+/// a spec does not name is Invariant.
+fn parse_pspecs(
+    texts: &[&str],
+    mesh_axes: Option<&[String]>,
+) -> Result<(Vec<String>, Vec<Type>), UsageError> {
     let specs: Vec<PSpec> = texts
         .iter()
         .map(|t| parse_pspec(t))
         .collect::<Result<_, _>>()?;
-    let mut axes: Vec<String> = Vec::new();
+    let mut axes: Vec<String> = mesh_axes.map(<[String]>::to_vec).unwrap_or_default();
     for sp in &specs {
         for a in sp
             .dims
@@ -148,6 +152,11 @@ fn parse_pspecs(texts: &[&str]) -> Result<(Vec<String>, Vec<Type>), UsageError> 
             .chain(&sp.unreduced)
         {
             if !axes.contains(a) {
+                if mesh_axes.is_some() {
+                    return Err(UsageError(format!(
+                        "a partition spec names axis `{a}`, which the mesh lacks"
+                    )));
+                }
                 axes.push(a.clone());
             }
         }
@@ -202,22 +211,68 @@ fn parse_pspecs(texts: &[&str]) -> Result<(Vec<String>, Vec<Type>), UsageError> 
 /// Parse several types that must name the same axes; returns the axis names.
 /// Types written as partition specs `P(...)` are read together (§13.4).
 pub fn parse_types(d: Dialect, texts: &[&str]) -> Result<(Vec<String>, Vec<Type>), UsageError> {
+    parse_types_in(d, texts, None)
+}
+
+/// As `parse_types`, with the mesh's axis order when a mesh is written: the
+/// axes of every type are put in that order, whatever order a type names
+/// them in (SPEC.md §1.2). Without a mesh the first type's order is used.
+pub fn parse_types_in(
+    d: Dialect,
+    texts: &[&str],
+    mesh_axes: Option<&[String]>,
+) -> Result<(Vec<String>, Vec<Type>), UsageError> {
     if texts.iter().any(|t| t.trim().starts_with("P(")) {
-        return parse_pspecs(texts);
+        let (axes, types) = parse_pspecs(texts, mesh_axes)?;
+        return Ok((axes, types));
     }
-    let mut axes: Option<Vec<String>> = None;
+    let mut axes: Option<Vec<String>> = mesh_axes.map(<[String]>::to_vec);
     let mut out = Vec::new();
     for t in texts {
         let (names, ty) = parse_type(d, t)?;
-        match &axes {
-            Some(a) if *a != names => {
-                return Err(UsageError(format!(
-                    "type `{t}` names axes {names:?}, another type names {a:?}"
-                )))
-            }
-            _ => axes = Some(names),
+        if let Some(dup) = names
+            .iter()
+            .enumerate()
+            .find(|(i, n)| names[..*i].contains(n))
+        {
+            return Err(UsageError(format!(
+                "type `{t}` names axis `{}` twice",
+                dup.1
+            )));
         }
-        out.push(ty);
+        let reference = match &axes {
+            // A one-state type on a one-axis mesh takes the mesh's name.
+            Some(a) if names.len() == 1 && a.len() == 1 && !t.trim().starts_with('{') => {
+                out.push(ty);
+                continue;
+            }
+            Some(a) => a.clone(),
+            None => {
+                axes = Some(names.clone());
+                out.push(ty);
+                continue;
+            }
+        };
+        let same_set =
+            names.len() == reference.len() && names.iter().all(|n| reference.contains(n));
+        if !same_set {
+            return Err(UsageError(format!(
+                "type `{t}` names axes {names:?}, {} {reference:?}",
+                if mesh_axes.is_some() {
+                    "the mesh has"
+                } else {
+                    "another type names"
+                }
+            )));
+        }
+        let perm: Vec<usize> = reference
+            .iter()
+            .map(|a| names.iter().position(|n| n == a).expect("same set"))
+            .collect();
+        out.push(Type {
+            states: perm.iter().map(|&i| ty.states[i]).collect(),
+            layout: perm.iter().map(|&i| ty.layout[i]).collect(),
+        });
     }
     Ok((axes.unwrap_or_default(), out))
 }

@@ -9,7 +9,8 @@ use std::fmt;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Expr {
-    /// Input number `i` (variables are numbered in alphabetical order).
+    /// Input number `i` (variables are numbered in order of first appearance,
+    /// or as a rule's `vars` lists them).
     Var(usize),
     Const(Q),
     Neg(Box<Expr>),
@@ -126,8 +127,24 @@ enum Tok {
     Arrow,
 }
 
+/// The longest expression text accepted, in characters.
+pub const MAX_EXPR_LEN: usize = 20_000;
+/// The deepest expression tree accepted (nesting and chains of `+`, `*`).
+pub const MAX_DEPTH: usize = 256;
+/// The longest number literal accepted, in characters.
+pub const MAX_LITERAL: usize = 64;
+
 fn lex(src: &str) -> Result<Vec<(Tok, usize)>, ParseError> {
     let cs: Vec<char> = src.chars().collect();
+    if cs.len() > MAX_EXPR_LEN {
+        return Err(ParseError {
+            column: MAX_EXPR_LEN + 1,
+            message: format!(
+                "an expression of {} characters; at most {MAX_EXPR_LEN}",
+                cs.len()
+            ),
+        });
+    }
     let mut out = Vec::new();
     let mut i = 0;
     while i < cs.len() {
@@ -135,12 +152,39 @@ fn lex(src: &str) -> Result<Vec<(Tok, usize)>, ParseError> {
         let col = i + 1;
         if c.is_whitespace() {
             i += 1;
-        } else if c.is_ascii_digit() {
+        } else if c.is_ascii_digit()
+            || (c == '.' && cs.get(i + 1).is_some_and(char::is_ascii_digit))
+        {
+            // Integers, decimals and exponents, read exactly: `0.5` is 1/2.
             let s = i;
             while i < cs.len() && cs[i].is_ascii_digit() {
                 i += 1;
             }
+            if i < cs.len() && cs[i] == '.' {
+                i += 1;
+                while i < cs.len() && cs[i].is_ascii_digit() {
+                    i += 1;
+                }
+            }
+            if i < cs.len() && (cs[i] == 'e' || cs[i] == 'E') {
+                let sign = usize::from(matches!(cs.get(i + 1), Some('+' | '-')));
+                if cs.get(i + 1 + sign).is_some_and(char::is_ascii_digit) {
+                    i += 1 + sign;
+                    while i < cs.len() && cs[i].is_ascii_digit() {
+                        i += 1;
+                    }
+                }
+            }
             let text: String = cs[s..i].iter().collect();
+            if text.len() > MAX_LITERAL {
+                return Err(ParseError {
+                    column: col,
+                    message: format!(
+                        "a number of {} characters; literals take at most {MAX_LITERAL}",
+                        text.len()
+                    ),
+                });
+            }
             let q = Q::parse(&text).ok_or(ParseError {
                 column: col,
                 message: format!("bad number `{text}`"),
@@ -187,6 +231,9 @@ struct Parser {
     pos: usize,
     end_col: usize,
     vars: Vec<String>,
+    /// Current recursion depth; bounded by `MAX_DEPTH`, so no input can
+    /// overflow the stack here or in the recursive passes over the tree.
+    nest: usize,
 }
 
 /// Names that are functions, never variables.
@@ -242,35 +289,58 @@ impl Parser {
             }
         }
     }
+    fn deeper(&mut self) -> Result<(), ParseError> {
+        self.nest += 1;
+        if self.nest > MAX_DEPTH {
+            return self.err(format!(
+                "the expression nests more than {MAX_DEPTH} deep (parentheses, calls, unary minus, or a chain of + or *)"
+            ));
+        }
+        Ok(())
+    }
     // expr := term (('+'|'-') term)*
     fn expr(&mut self) -> Result<Expr, ParseError> {
+        let base = self.nest;
         let mut e = self.term()?;
         loop {
+            if self.peek() == Some(&Tok::Sym('+')) || self.peek() == Some(&Tok::Sym('-')) {
+                // Each operator of a chain adds a level to the tree.
+                self.deeper()?;
+            }
             if self.eat('+') {
                 e = Expr::Add(Box::new(e), Box::new(self.term()?));
             } else if self.eat('-') {
                 e = Expr::Sub(Box::new(e), Box::new(self.term()?));
             } else {
+                self.nest = base;
                 return Ok(e);
             }
         }
     }
     // term := unary (('*'|'/') unary)*
     fn term(&mut self) -> Result<Expr, ParseError> {
+        let base = self.nest;
         let mut e = self.unary()?;
         loop {
+            if self.peek() == Some(&Tok::Sym('*')) || self.peek() == Some(&Tok::Sym('/')) {
+                self.deeper()?;
+            }
             if self.eat('*') {
                 e = Expr::Mul(Box::new(e), Box::new(self.unary()?));
             } else if self.eat('/') {
                 e = Expr::Div(Box::new(e), Box::new(self.unary()?));
             } else {
+                self.nest = base;
                 return Ok(e);
             }
         }
     }
     fn unary(&mut self) -> Result<Expr, ParseError> {
         if self.eat('-') {
-            return Ok(Expr::Neg(Box::new(self.unary()?)));
+            self.deeper()?;
+            let e = self.unary()?;
+            self.nest -= 1;
+            return Ok(Expr::Neg(Box::new(e)));
         }
         let base = self.atom()?;
         if self.eat('^') {
@@ -320,7 +390,9 @@ impl Parser {
             }
             Some(Tok::Sym('(')) => {
                 self.pos += 1;
+                self.deeper()?;
                 let e = self.expr()?;
+                self.nest -= 1;
                 self.expect(')')?;
                 Ok(e)
             }
@@ -328,7 +400,9 @@ impl Parser {
                 self.pos += 1;
                 if self.peek() == Some(&Tok::Sym('(')) {
                     self.pos += 1;
+                    self.deeper()?;
                     let e = self.call(&name, col)?;
+                    self.nest -= 1;
                     self.expect(')')?;
                     Ok(e)
                 } else if FUNCTIONS.contains(&name.as_str()) {
@@ -496,7 +570,7 @@ fn describe(t: &Tok) -> String {
     }
 }
 
-/// Renumber variables so that inputs are in alphabetical order of their names.
+/// Renumber variables: variable `i` becomes `map[i]`.
 fn renumber(e: &Expr, map: &[usize]) -> Expr {
     let r = |x: &Expr| Box::new(renumber(x, map));
     match e {
@@ -527,7 +601,8 @@ fn renumber(e: &Expr, map: &[usize]) -> Expr {
 }
 
 /// Parse a local function such as `x * y + 1`. Its inputs are its variables
-/// in alphabetical order.
+/// in order of first appearance (`matmul(q, transpose(k))` takes q, then k);
+/// an expression without variables (`2 * 3`) takes no input.
 pub fn parse(src: &str) -> Result<LocalFn, ParseError> {
     let toks = lex(src)?;
     let mut p = Parser {
@@ -535,6 +610,7 @@ pub fn parse(src: &str) -> Result<LocalFn, ParseError> {
         pos: 0,
         end_col: src.chars().count() + 1,
         vars: Vec::new(),
+        nest: 0,
     };
     let e = p.expr()?;
     if p.pos < p.toks.len() {
@@ -544,22 +620,9 @@ pub fn parse(src: &str) -> Result<LocalFn, ParseError> {
             describe(&t)
         ));
     }
-    if p.vars.is_empty() {
-        return Err(ParseError {
-            column: 1,
-            message: "the expression has no input variable".into(),
-        });
-    }
-    let mut sorted = p.vars.clone();
-    sorted.sort();
-    let map: Vec<usize> = p
-        .vars
-        .iter()
-        .map(|v| sorted.iter().position(|s| s == v).expect("present"))
-        .collect();
     Ok(LocalFn {
-        expr: renumber(&e, &map),
-        vars: sorted,
+        expr: e,
+        vars: p.vars,
         text: src.trim().to_string(),
     })
 }
@@ -567,7 +630,7 @@ pub fn parse(src: &str) -> Result<LocalFn, ParseError> {
 /// Parse an expression whose inputs are the variables `order`, numbered in
 /// that order (not alphabetically); a variable outside it is an error at its
 /// column. Used for declared JVPs, whose inputs are the primals and then
-/// their tangents (`x, y, dx, dy`).
+/// their tangents (`x, y, dx, dy`), and for rules that list their `vars`.
 pub fn parse_with_vars(src: &str, order: &[String]) -> Result<LocalFn, ParseError> {
     let f = parse(src)?;
     let mut map = Vec::with_capacity(f.vars.len());
@@ -629,12 +692,59 @@ mod tests {
         ] {
             parse(s).unwrap_or_else(|e| panic!("{s}: {e}"));
         }
+        // Inputs in order of first appearance, not alphabetical.
         let f = parse("y * x").unwrap();
-        assert_eq!(f.vars, vec!["x", "y"]);
+        assert_eq!(f.vars, vec!["y", "x"]);
         assert_eq!(
             f.expr,
-            Expr::Mul(Box::new(Expr::Var(1)), Box::new(Expr::Var(0)))
+            Expr::Mul(Box::new(Expr::Var(0)), Box::new(Expr::Var(1)))
         );
+        let f = parse("matmul(q, transpose(k))").unwrap();
+        assert_eq!(f.vars, vec!["q", "k"]);
+    }
+
+    #[test]
+    fn literals_are_exact_and_expressions_may_have_no_input() {
+        let c = |s: &str| match parse(s).unwrap().expr {
+            Expr::Const(q) => q,
+            e => panic!("{s}: {e:?}"),
+        };
+        assert_eq!(c("0.5"), Q::parse("1/2").unwrap());
+        assert_eq!(c("1e-3"), Q::parse("1/1000").unwrap());
+        assert_eq!(c("2.5E+2"), Q::int(250));
+        assert_eq!(c(".25"), Q::parse("1/4").unwrap());
+        assert_eq!(parse("2 * 3").unwrap().arity(), 0);
+        // `2e` is not an exponent: the number 2 times... nothing.
+        assert!(parse("2e").is_err());
+    }
+
+    #[test]
+    fn deep_long_or_huge_input_is_an_error_not_a_crash() {
+        let deep = format!("{}x{}", "(".repeat(6000), ")".repeat(6000));
+        assert!(parse(&deep)
+            .unwrap_err()
+            .message
+            .contains("nests more than"));
+        let flat = vec!["x"; 10_000].join("+");
+        assert!(parse(&flat)
+            .unwrap_err()
+            .message
+            .contains("nests more than"));
+        let negs = format!("{}x", "-".repeat(10_000));
+        assert!(parse(&negs)
+            .unwrap_err()
+            .message
+            .contains("nests more than"));
+        let long = format!("x * {}", "1".repeat(100_000));
+        assert!(parse(&long).unwrap_err().message.contains("characters"));
+        let big = format!("x * {}", "1".repeat(100));
+        assert!(parse(&big)
+            .unwrap_err()
+            .message
+            .contains("literals take at most"));
+        // Within the limits all is well: 200 nested parentheses, 200 terms.
+        parse(&format!("{}x{}", "(".repeat(200), ")".repeat(200))).unwrap();
+        parse(&vec!["x"; 200].join(" + ")).unwrap();
     }
 
     #[test]
@@ -644,9 +754,5 @@ mod tests {
         assert_eq!(parse("x $ y").unwrap_err().column, 3);
         let e = parse("foo(x)").unwrap_err();
         assert!(e.message.contains("unknown function"), "{e}");
-        assert_eq!(
-            parse("1 + 2").unwrap_err().message,
-            "the expression has no input variable"
-        );
     }
 }

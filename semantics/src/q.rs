@@ -181,19 +181,63 @@ impl Q {
             _ => None,
         }
     }
-    /// Parse `n`, `-n`, `n/d`.
+    /// Parse `n`, `-n`, `n/d`, and decimals `-1.25`, `1e-3`, `2.5E+2`, all
+    /// exactly (`0.1` is 1/10). `None` for anything else, for a text longer
+    /// than `MAX_TEXT` characters or an exponent beyond ±`MAX_EXP`.
     pub fn parse(s: &str) -> Option<Q> {
         let s = s.trim();
-        let (n, d) = match s.split_once('/') {
-            Some((n, d)) => (n.trim(), d.trim()),
-            None => (s, "1"),
-        };
-        let n: BigInt = n.parse().ok()?;
-        let d: BigInt = d.parse().ok()?;
-        if d.is_zero() {
+        if s.len() > Self::MAX_TEXT {
             return None;
         }
-        Some(Q::from_big(BigRational::new(n, d)))
+        match s.split_once('/') {
+            Some((n, d)) => {
+                let (n, d) = (
+                    Self::parse_decimal(n.trim())?,
+                    Self::parse_decimal(d.trim())?,
+                );
+                if d.is_zero() {
+                    return None;
+                }
+                n.div(&d).ok()
+            }
+            None => Self::parse_decimal(s),
+        }
+    }
+    /// The longest text `parse` reads.
+    pub const MAX_TEXT: usize = 2048;
+    /// The largest decimal exponent `parse` reads.
+    pub const MAX_EXP: u32 = 1000;
+    fn parse_decimal(s: &str) -> Option<Q> {
+        let (neg, body) = match s.strip_prefix('-') {
+            Some(b) => (true, b),
+            None => (false, s.strip_prefix('+').unwrap_or(s)),
+        };
+        let (mantissa, exp) = match body.find(['e', 'E']) {
+            Some(k) => (&body[..k], body[k + 1..].parse::<i64>().ok()?),
+            None => (body, 0),
+        };
+        let (int, frac) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+        if (int.is_empty() && frac.is_empty())
+            || !int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit())
+        {
+            return None;
+        }
+        let digits: BigInt = format!("{int}{frac}").parse().ok()?;
+        let e = exp.checked_sub(frac.len() as i64)?;
+        if e.unsigned_abs() > u64::from(Self::MAX_EXP) + Self::MAX_TEXT as u64 {
+            return None;
+        }
+        if exp.unsigned_abs() > u64::from(Self::MAX_EXP) {
+            return None;
+        }
+        let ten = BigInt::from(10);
+        let pow = num_traits::pow(ten, e.unsigned_abs() as usize);
+        let r = if e >= 0 {
+            BigRational::from_integer(digits * pow)
+        } else {
+            BigRational::new(digits, pow)
+        };
+        Some(Q::from_big(if neg { -r } else { r }))
     }
 }
 
