@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
 use serde::{Deserialize, Serialize};
 use spmd_generators::arb_q;
-use spmd_oracle::{Checker, Outcome, Phase, Tally, Verdict, Violation};
+use spmd_oracle::{Checker, Outcome, Tally, Verdict, Violation};
 use spmd_semantics::perrank::{from_free, num_free};
 use spmd_semantics::{Mesh, PerRank, Shape, Tensor, Q};
 use std::cell::RefCell;
@@ -27,10 +27,17 @@ pub struct CheckConfig {
 pub struct RuleReport {
     pub name: String,
     pub verdict: Verdict,
-    /// Random cases run after the exhaustive part.
-    pub random_cases: u32,
+    /// Random cases that actually ran after the exhaustive part (the
+    /// generator may reject some of those asked for) ...
+    pub random_cases: u64,
+    /// ... of those asked for (`--cases`).
+    pub random_requested: u32,
+    /// Why the random part ran fewer cases than asked, if it did.
+    pub random_note: Option<String>,
     /// Whether the counterexample came from the regression file.
     pub replayed: bool,
+    /// Whether B1-B3 were checked: false when no backward was declared.
+    pub backward_checked: bool,
 }
 
 /// A counterexample stored by value (SPEC.md §11.3).
@@ -135,8 +142,7 @@ pub fn replay(rule: &Rule, s: &Stored) -> Option<Box<Violation>> {
     }
     let shapes: Vec<Shape> = xs.iter().map(|x| x.shape().to_vec()).collect();
     let checker = Checker::new(&rule.op, &m, shapes).ok()?;
-    let phase = Phase::full(rule.has_backward);
-    match checker.check(&xs, phase) {
+    match checker.check(&xs, rule.phase()) {
         Outcome::Fail(v) => Some(v),
         _ => None,
     }
@@ -217,11 +223,28 @@ fn inputs_of(rule: &Rule, c: &Case) -> Vec<PerRank> {
         .collect()
 }
 
+/// What the random part did.
+struct RandomRun {
+    violation: Option<Box<Violation>>,
+    /// Cases that ran and passed, before any failure ...
+    ran: u64,
+    /// ... of which on more than one rank.
+    distributed: u64,
+    /// Why fewer cases ran than were asked for.
+    note: Option<String>,
+}
+
 /// Random cases with proptest; a failure is shrunk (smaller meshes, shapes,
 /// values toward 0) and returned.
-fn random_part(rule: &Rule, cfg: &CheckConfig) -> Option<Box<Violation>> {
+fn random_part(rule: &Rule, cfg: &CheckConfig) -> RandomRun {
+    let mut out = RandomRun {
+        violation: None,
+        ran: 0,
+        distributed: 0,
+        note: None,
+    };
     if cfg.cases == 0 {
-        return None;
+        return out;
     }
     let mut seed = [0u8; 32];
     seed[..8].copy_from_slice(&cfg.seed.to_le_bytes());
@@ -229,37 +252,73 @@ fn random_part(rule: &Rule, cfg: &CheckConfig) -> Option<Box<Violation>> {
         cases: cfg.cases,
         failure_persistence: None,
         max_shrink_iters: 4096,
+        max_global_rejects: cfg.cases.saturating_mul(16).max(1024),
         ..Config::default()
     };
     let mut runner =
         TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed));
-    let phase = Phase::full(rule.has_backward);
+    let phase = rule.phase();
     let last: RefCell<Option<Box<Violation>>> = RefCell::new(None);
+    // Counted until the first failure; shrinking re-runs cases.
+    let counts = std::cell::Cell::new((0u64, 0u64));
+    let failed = std::cell::Cell::new(false);
+    let stopped: RefCell<Option<String>> = RefCell::new(None);
     let result = runner.run(&random_cases(rule), |c| {
+        if let Some(why) = crate::run::stop_reason() {
+            *stopped.borrow_mut() = Some(why);
+            return Ok(());
+        }
         let xs = inputs_of(rule, &c);
         let checker =
             Checker::new(&rule.op, &c.mesh, c.shapes.clone()).map_err(TestCaseError::reject)?;
         match checker.check(&xs, phase) {
             Outcome::Fail(v) => {
+                failed.set(true);
                 let msg = v.one_line();
                 *last.borrow_mut() = Some(v);
                 Err(TestCaseError::fail(msg))
             }
-            _ => Ok(()),
+            Outcome::OutsideDomain => Err(TestCaseError::reject("outside the domain")),
+            _ => {
+                if !failed.get() {
+                    let (n, d) = counts.get();
+                    counts.set((n + 1, d + u64::from(c.mesh.num_ranks() > 1)));
+                }
+                Ok(())
+            }
         }
     });
+    (out.ran, out.distributed) = counts.get();
+    if let Some(why) = stopped.into_inner() {
+        out.note = Some(format!("random part {why}"));
+    }
     match result {
         Err(TestError::Fail(_, minimal)) => {
             // Re-run the shrunk case to get its violation.
             let xs = inputs_of(rule, &minimal);
-            let checker = Checker::new(&rule.op, &minimal.mesh, minimal.shapes.clone()).ok()?;
-            match checker.check(&xs, phase) {
-                Outcome::Fail(v) => Some(v),
-                _ => last.into_inner(),
-            }
+            out.violation = Checker::new(&rule.op, &minimal.mesh, minimal.shapes.clone())
+                .ok()
+                .and_then(|checker| match checker.check(&xs, phase) {
+                    Outcome::Fail(v) => Some(v),
+                    _ => None,
+                })
+                .or_else(|| last.into_inner());
         }
-        _ => None,
+        Err(TestError::Abort(why)) => {
+            out.note = Some(format!(
+                "random part stopped after {} cases: {why}",
+                out.ran
+            ));
+        }
+        Ok(()) => {}
     }
+    if out.note.is_none() && out.violation.is_none() && out.ran < u64::from(cfg.cases) {
+        out.note = Some(format!(
+            "{} of {} random cases ran; the rest were outside the op's domain",
+            out.ran, cfg.cases
+        ));
+    }
+    out
 }
 
 /// Check one rule: replayed counterexamples, the exhaustive scope, then
@@ -270,14 +329,20 @@ pub fn check_rule(
     stored: &[Stored],
     progress: &dyn Fn(u64),
 ) -> RuleReport {
+    let mut report = RuleReport {
+        name: rule.name.clone(),
+        verdict: Verdict::conclude(Tally::new(), None),
+        random_cases: 0,
+        random_requested: cfg.cases,
+        random_note: None,
+        replayed: false,
+        backward_checked: rule.has_backward,
+    };
     for s in stored {
         if let Some(v) = replay(rule, s) {
-            return RuleReport {
-                name: rule.name.clone(),
-                verdict: Verdict::conclude(Tally::new(), Some(v)),
-                random_cases: 0,
-                replayed: true,
-            };
+            report.verdict = Verdict::conclude(Tally::new(), Some(v));
+            report.replayed = true;
+            return report;
         }
     }
     let verdict = if rule.has_backward {
@@ -286,29 +351,20 @@ pub fn check_rule(
         check_forward(&rule.op, &cfg.scope, &rule.meshes)
     };
     // A vacuous exhaustive part (say, every multi-rank case beyond the caps)
-    // still gets the random cases: they may find a counterexample.
+    // still gets the random cases: they may find a counterexample, or
+    // decide the rule on more than one rank.
     if !verdict.is_sound() && !matches!(verdict, Verdict::Vacuous { .. }) {
-        return RuleReport {
-            name: rule.name.clone(),
-            verdict,
-            random_cases: 0,
-            replayed: false,
-        };
+        report.verdict = verdict;
+        return report;
     }
-    match random_part(rule, cfg) {
-        Some(v) => RuleReport {
-            name: rule.name.clone(),
-            verdict: Verdict::conclude(verdict.tally().clone(), Some(v)),
-            random_cases: cfg.cases,
-            replayed: false,
-        },
-        None => RuleReport {
-            name: rule.name.clone(),
-            verdict,
-            random_cases: cfg.cases,
-            replayed: false,
-        },
-    }
+    let r = random_part(rule, cfg);
+    let mut tally = verdict.tally().clone();
+    tally.random += r.ran;
+    tally.random_distributed += r.distributed;
+    report.random_cases = r.ran;
+    report.random_note = r.note;
+    report.verdict = Verdict::conclude(tally, r.violation);
+    report
 }
 
 /// A counterexample as a paste-ready Rust test, named by its content hash

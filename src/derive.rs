@@ -2,6 +2,9 @@
 //! (SPEC.md §9.1).
 
 use crate::run::{check_op, degree_guard, estimate, guard, UsageError};
+
+/// The most typings `derive` enumerates (4^6: five inputs and the output).
+pub const MAX_TYPINGS: u64 = 4096;
 use rayon::prelude::*;
 use spmd_generators::{all_global_types, all_types, Scope};
 use spmd_interp::{LocalFn, TypedOp};
@@ -42,6 +45,25 @@ fn derive_types(
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Vec<DerivedRow>, UsageError> {
     let types = types.to_vec();
+    // 4^(inputs + 1) typings: refuse before building them.
+    let typings = (types.len() as u64)
+        .checked_pow(f.arity() as u32 + 1)
+        .unwrap_or(u64::MAX);
+    if typings > MAX_TYPINGS {
+        return Err(UsageError(format!(
+            "`{}` has {} inputs: {typings} typings to derive (limit {MAX_TYPINGS}); check chosen typings with a rule file instead",
+            f.text,
+            f.arity()
+        )));
+    }
+    let tuples = (scope.max_shapes() as u64)
+        .checked_pow(f.arity() as u32)
+        .unwrap_or(u64::MAX);
+    if typings.saturating_mul(tuples) > 20 * MAX_TYPINGS * 1000 {
+        return Err(UsageError(format!(
+            "scope too large: {typings} typings x {tuples} shape tuples to estimate; lower --max-rank or --max-dim, or check chosen typings with a rule file"
+        )));
+    }
     let mut ops = Vec::new();
     let ins: Vec<Vec<Type>> = spmd_generators::tuples(&types, f.arity());
     for i in &ins {

@@ -131,9 +131,7 @@ fn spec(r: &JvpRow, jvp: &str) -> RuleSpec {
             .collect(),
         output: TypeSpec::One(r.output.into()),
         jvp: Some(jvp.into()),
-        mesh: None,
-        names: vec![],
-        step: vec![],
+        ..RuleSpec::default()
     }
 }
 

@@ -45,6 +45,16 @@ struct ScopeArgs {
     /// Refuse runs estimated above this many instances.
     #[arg(long, default_value_t = 20_000_000)]
     max_instances: u64,
+    /// Tensors of rank 0 up to this (1 to 4).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=4))]
+    max_rank: u64,
+    /// Tensor dims 1 up to this (1 to 8).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=8))]
+    max_dim: u64,
+    /// Also dims equal to each mesh axis size and rank count, so that a
+    /// scatter on 4 or 8 ranks has a dim to split.
+    #[arg(long)]
+    mesh_dims: bool,
 }
 
 impl ScopeArgs {
@@ -73,6 +83,9 @@ impl ScopeArgs {
             max_free: free,
             max_points: points,
             max_instances: self.max_instances,
+            max_rank: self.max_rank as usize,
+            max_dim: self.max_dim as usize,
+            mesh_dims: self.mesh_dims,
             ..d
         }
     }
@@ -84,8 +97,9 @@ enum Cmd {
     Derive {
         /// A built-in op (mul, add, sum, matmul, ...).
         op: Option<String>,
-        /// A local function instead, e.g. "x * y + 1".
-        #[arg(long)]
+        /// A local function instead, e.g. "x * y + 1" (a leading minus is
+        /// part of it: `--expr -x`).
+        #[arg(long, allow_hyphen_values = true)]
         expr: Option<String>,
         /// Global SPMD types: Varying axes shard a tensor dim, written S(d),
         /// and the meaning is the op on global tensors (the shard
@@ -143,6 +157,13 @@ enum Cmd {
         /// Print each counterexample as a paste-ready Rust test.
         #[arg(long, value_parser = ["rstest"])]
         emit: Option<String>,
+        /// Exit 0 even when a rule is vacuous or undetermined (default: 3).
+        #[arg(long)]
+        allow_vacuous: bool,
+        /// Stop checking after this many seconds; unfinished rules are
+        /// undetermined.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..=604_800))]
+        time_limit: Option<u64>,
         #[command(flatten)]
         scope: ScopeArgs,
     },
@@ -315,8 +336,24 @@ fn run() -> Result<ExitCode, UsageError> {
             cases,
             json,
             emit,
+            allow_vacuous,
+            time_limit,
             scope,
-        } => check_files(&files, seed, cases, json, emit.is_some(), &scope.scope()),
+        } => {
+            if let Some(secs) = time_limit {
+                spmd_check::run::set_deadline(
+                    std::time::Instant::now() + std::time::Duration::from_secs(secs),
+                );
+            }
+            let opts = CheckOpts {
+                seed,
+                cases,
+                json,
+                emit: emit.is_some(),
+                allow_vacuous,
+            };
+            check_files(&files, &opts, &scope.scope())
+        }
         Cmd::Bench => {
             spmd_check::bench::run();
             Ok(ExitCode::SUCCESS)
@@ -405,18 +442,36 @@ fn conform_output(
     }
 }
 
-fn check_files(
-    files: &[String],
+struct CheckOpts {
     seed: u64,
     cases: u32,
     json: bool,
     emit: bool,
-    scope: &Scope,
-) -> Result<ExitCode, UsageError> {
+    allow_vacuous: bool,
+}
+
+/// Exit code of `check` for a vacuous or undetermined rule (SPEC.md §11.2).
+const EXIT_INCONCLUSIVE: u8 = 3;
+/// Exit code after Ctrl-C, as a shell reports SIGINT.
+const EXIT_INTERRUPTED: u8 = 130;
+
+/// Ctrl-C sets the stop flag: running rules stop at their next instance and
+/// what was found is printed. A second Ctrl-C exits at once.
+fn install_interrupt_handler() {
+    let _ = ctrlc::set_handler(|| {
+        use std::sync::atomic::Ordering;
+        if spmd_check::run::INTERRUPTED.swap(true, Ordering::SeqCst) {
+            std::process::exit(i32::from(EXIT_INTERRUPTED));
+        }
+    });
+}
+
+fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCode, UsageError> {
     use spmd_check::check::{
         check_rule, emit_rstest, load_regressions, regression_path, save_regressions, CheckConfig,
         Stored,
     };
+    use std::sync::atomic::Ordering;
     // Parse everything first: bad input stops before any checking.
     let mut loaded = Vec::new();
     for f in files {
@@ -427,37 +482,35 @@ fn check_files(
     }
     let cfg = CheckConfig {
         scope: scope.clone(),
-        cases,
-        seed,
+        cases: o.cases,
+        seed: o.seed,
     };
-    // Ctrl-C: rules not yet started are skipped; what was found is printed.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    {
-        let stop = stop.clone();
-        let _ = ctrlc::set_handler(move || stop.store(true, std::sync::atomic::Ordering::SeqCst));
-    }
+    install_interrupt_handler();
+    let interrupted = || spmd_check::run::INTERRUPTED.load(Ordering::SeqCst);
     let total: usize = loaded.iter().map(|l| l.2.len()).sum();
-    let b = bar(0, json);
+    let b = bar(0, o.json);
     b.set_message(format!("{total} rules: instances"));
     let mut out_json = Vec::new();
-    let mut failed = false;
+    let (mut failed, mut inconclusive) = (false, false);
     for (f, specs, rules) in &loaded {
         let rpath = regression_path(f);
         let mut regs = load_regressions(&rpath);
         let reports: Vec<_> = rules
             .par_iter()
-            .filter(|_| !stop.load(std::sync::atomic::Ordering::SeqCst))
+            .filter(|_| !interrupted())
             .map(|r| {
                 let stored = regs.get(&r.name).cloned().unwrap_or_default();
                 check_rule(r, &cfg, &stored, &|n| b.inc(n))
             })
             .collect();
-        if stop.load(std::sync::atomic::Ordering::SeqCst) {
-            eprintln!(
-                "interrupted: {} of {} rules of {f} checked",
-                reports.len(),
-                rules.len()
-            );
+        if interrupted() {
+            b.suspend(|| {
+                eprintln!(
+                    "interrupted: {} of {} rules of {f} started; those are reported below",
+                    reports.len(),
+                    rules.len()
+                )
+            });
         }
         let mut changed = false;
         for rep in &reports {
@@ -474,18 +527,25 @@ fn check_files(
                     list.push(s);
                     changed = true;
                 }
+            } else if !v.is_sound() {
+                inconclusive = true;
             }
-            if json {
+            if o.json {
                 let mut j = report::verdict_json(v);
                 j["name"] = serde_json::json!(rep.name);
                 j["file"] = serde_json::json!(f);
+                j["summary"] = serde_json::json!(report::rule_word(rep));
+                j["backward_checked"] = serde_json::json!(rep.backward_checked);
                 j["random_cases"] = serde_json::json!(rep.random_cases);
+                j["random_requested"] = serde_json::json!(rep.random_requested);
+                j["random_note"] = serde_json::json!(rep.random_note);
                 j["replayed"] = serde_json::json!(rep.replayed);
                 if let Some(x) = v.violation() {
                     j["counterexample"]["inputs"] = serde_json::json!(x
                         .inputs()
                         .iter()
                         .map(|s| serde_json::json!({
+                            "label": s.label,
                             "type": s.ty.display(&x.mesh),
                             "per_rank": s.value.tensors.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
                         }))
@@ -493,21 +553,14 @@ fn check_files(
                 }
                 out_json.push(j);
             } else {
-                let extra = if rep.replayed {
-                    " (replayed from the regression file)".to_string()
-                } else if rep.random_cases > 0 && v.is_sound() {
-                    format!(", and {} random cases beyond it", rep.random_cases)
-                } else {
-                    String::new()
-                };
                 println!(
-                    "{f}: rule \"{}\": {}{extra}",
-                    rep.name,
-                    report::verdict_word(v)
+                    "{f}: rule \"{}\": {}",
+                    rep.name.escape_debug(),
+                    report::rule_word(rep)
                 );
                 if let Some(x) = v.violation() {
                     print!("{}", x.report());
-                    if emit {
+                    if o.emit {
                         println!(
                             "{}",
                             emit_rstest(&spmd_check::rules::to_toml(spec), &rep.name, x)
@@ -519,13 +572,21 @@ fn check_files(
         if changed {
             save_regressions(&rpath, &regs)?;
         }
+        if interrupted() {
+            break;
+        }
     }
     b.finish_and_clear();
-    if json {
+    if o.json {
         println!("{}", serde_json::to_string_pretty(&out_json).expect("json"));
     }
-    Ok(if failed {
+    Ok(if interrupted() {
+        eprintln!("interrupted: exit {EXIT_INTERRUPTED}");
+        ExitCode::from(EXIT_INTERRUPTED)
+    } else if failed {
         ExitCode::from(1)
+    } else if inconclusive && !o.allow_vacuous {
+        ExitCode::from(EXIT_INCONCLUSIVE)
     } else {
         ExitCode::SUCCESS
     })

@@ -17,8 +17,68 @@ pub fn verdict_word(v: &Verdict) -> String {
             Some(r) => format!("vacuous ({r})"),
             None => "vacuous".into(),
         },
-        Verdict::Undetermined { .. } => "undetermined".into(),
+        Verdict::Undetermined { .. } => match v.undetermined_reason() {
+            Some(r) => format!("undetermined ({r})"),
+            None => "undetermined".into(),
+        },
     }
+}
+
+/// A vacuous verdict's reason with the flag that widens the scope.
+pub fn vacuous_hint(v: &Verdict) -> Option<String> {
+    let r = v.vacuous_reason()?;
+    let flag = match r {
+        "every case is beyond the caps" | "no multi-rank case within the caps" => {
+            "; raise --max-points or --max-free"
+        }
+        "no shape in scope fits" | "no multi-rank shapes fit" => {
+            "; try --mesh-dims, --max-dim or --max-rank"
+        }
+        _ => "",
+    };
+    Some(format!("{r}{flag}"))
+}
+
+/// A rule's verdict in words that say exactly what was checked (SPEC.md
+/// §11.2): `sound (proof)`, `sound (bounded: 0 exhaustive, 812 random)`,
+/// `forward sound (proof); backward not checked (none declared)`, ...
+pub fn rule_word(rep: &crate::check::RuleReport) -> String {
+    let v = &rep.verdict;
+    let t = v.tally();
+    let fwd = if rep.backward_checked { "" } else { "forward " };
+    let mut w = match v {
+        Verdict::Sound { proof: true, .. } => format!("{fwd}sound (proof)"),
+        Verdict::Sound { .. } => format!(
+            "{fwd}sound (bounded: {} exhaustive, {} random)",
+            t.instances(),
+            t.random
+        ),
+        Verdict::Unsound { violation, .. } => format!("unsound {}", violation.property.code()),
+        Verdict::Vacuous { .. } => match vacuous_hint(v) {
+            Some(r) => format!("vacuous ({r})"),
+            None => "vacuous".into(),
+        },
+        Verdict::Undetermined { .. } => format!(
+            "undetermined ({})",
+            v.undetermined_reason().unwrap_or_default()
+        ),
+    };
+    if !rep.backward_checked && !matches!(v, Verdict::Unsound { .. }) {
+        w.push_str("; backward not checked (none declared)");
+    }
+    if v.proof() && rep.random_cases > 0 {
+        w.push_str(&format!(
+            ", and {} random cases beyond it",
+            rep.random_cases
+        ));
+    }
+    if let Some(n) = &rep.random_note {
+        w.push_str(&format!(" [{n}]"));
+    }
+    if rep.replayed {
+        w.push_str(" (replayed from the regression file)");
+    }
+    w
 }
 
 pub fn violation_json(v: &Violation) -> Value {
@@ -55,6 +115,8 @@ pub fn verdict_json(v: &Verdict) -> Value {
         "distributed_cases": t.distributed_cases,
         "cases_beyond_cap": t.cases_beyond_cap,
         "b3_undetermined": t.b3_undetermined,
+        "random_cases": t.random,
+        "reason": v.vacuous_reason().map(String::from).or_else(|| v.undetermined_reason()),
     })
 }
 

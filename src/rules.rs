@@ -28,7 +28,7 @@ pub enum TypeSpec {
 }
 
 /// One `[[rule]]` as written.
-#[derive(Deserialize, Serialize, Debug, Clone)]
+#[derive(Deserialize, Serialize, Debug, Clone, Default)]
 #[serde(deny_unknown_fields)]
 pub struct RuleSpec {
     pub name: String,
@@ -36,6 +36,10 @@ pub struct RuleSpec {
     pub dialect: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub op: Option<OpSpec>,
+    /// The order in which `op`'s variables bind to `inputs` (default: order
+    /// of first appearance).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vars: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forward: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -55,6 +59,12 @@ pub struct RuleSpec {
     /// ... and its steps; the last one's value is the output.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub step: Vec<StepSpec>,
+}
+
+impl Default for TypeSpec {
+    fn default() -> TypeSpec {
+        TypeSpec::One(String::new())
+    }
 }
 
 /// One `[[rule.step]]` of a program: a local expression over earlier values
@@ -383,9 +393,11 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
         (Some(o), None) => {
             let f = match o {
                 OpSpec::Name(n) => builtin(n).map_err(|e| err(n, e))?,
-                OpSpec::Expr { expr } => {
-                    parse(expr).map_err(|e| err(expr, format!("expression `{expr}`: {e}")))?
+                OpSpec::Expr { expr } => match &s.vars {
+                    None => parse(expr),
+                    Some(v) => parse_with_vars(expr, v),
                 }
+                .map_err(|e| err(expr, format!("expression `{expr}`: {e}")))?,
             };
             if f.arity() != types.len() {
                 return Err(err(
@@ -575,7 +587,8 @@ fn build_program(
         value_types.push(out.clone());
         steps.push(step);
     }
-    let p = spmd_interp::Program::new(types.to_vec(), steps).map_err(|x| err("step", x))?;
+    let mut p = spmd_interp::Program::new(types.to_vec(), steps).map_err(|x| err("step", x))?;
+    p.names = s.names.clone();
     if p.output() != output {
         return Err(err(
             "output",
@@ -586,6 +599,13 @@ fn build_program(
         ));
     }
     Ok((Op::Program(Box::new(p)), Backward::Steps, has_backward))
+}
+
+impl Rule {
+    /// The properties its check covers (SPEC.md §7.2).
+    pub fn phase(&self) -> spmd_oracle::Phase {
+        spmd_oracle::Phase::full(self.has_backward)
+    }
 }
 
 /// Read and build every rule of a file.

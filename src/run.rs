@@ -7,6 +7,29 @@ use spmd_oracle::{Checker, Outcome, Phase, Property, Tally, Verdict};
 use spmd_semantics::perrank::{from_free, num_free};
 use spmd_semantics::{Mesh, PerRank, Shape, Q};
 use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+/// Set by Ctrl-C: running enumerations stop at their next point.
+pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+static DEADLINE: OnceLock<Instant> = OnceLock::new();
+
+/// Stop every enumeration at this instant (`--time-limit`).
+pub fn set_deadline(at: Instant) {
+    let _ = DEADLINE.set(at);
+}
+
+/// Why a run must stop now, if it must: Ctrl-C, or the time limit passed.
+pub fn stop_reason() -> Option<String> {
+    if INTERRUPTED.load(Ordering::Relaxed) {
+        return Some("interrupted".into());
+    }
+    match DEADLINE.get() {
+        Some(d) if Instant::now() >= *d => Some("time limit reached".into()),
+        _ => None,
+    }
+}
 
 /// A user error in what was asked (exit code 2).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -107,6 +130,9 @@ pub fn meshes_for(op: &TypedOp, scope: &Scope) -> Vec<Mesh> {
 
 /// Estimated instance count of checking `op` in `scope`.
 pub fn estimate(op: &TypedOp, scope: &Scope) -> u64 {
+    if tuple_guard(op, scope).is_err() {
+        return u64::MAX;
+    }
     let mut t = Tally::new();
     cases(op, scope, &meshes_for(op, scope), &mut t)
         .iter()
@@ -122,6 +148,7 @@ pub const MAX_DEGREE: u32 = 16;
 /// Refuse an op whose degree bound exceeds `MAX_DEGREE` on the first shapes
 /// in scope that fit it.
 pub fn degree_guard(op: &TypedOp, scope: &Scope) -> Result<(), UsageError> {
+    tuple_guard(op, scope)?;
     for m in meshes_for(op, scope) {
         if let Some(shapes) = shape_tuples(&op.op, &m, scope).into_iter().next() {
             let (_, d) = op.op.infer(&m, &shapes).map_err(UsageError)?;
@@ -134,6 +161,24 @@ pub fn degree_guard(op: &TypedOp, scope: &Scope) -> Result<(), UsageError> {
             }
             return Ok(());
         }
+    }
+    Ok(())
+}
+
+/// The most input shape tuples enumerated per mesh.
+pub const MAX_SHAPE_TUPLES: u64 = 400_000;
+
+/// Refuse, before any enumeration, an op whose inputs have more shape tuples
+/// per mesh than `MAX_SHAPE_TUPLES` (seven inputs over the default 13 shapes
+/// would be 62 million; building them exhausted memory).
+pub fn tuple_guard(op: &TypedOp, scope: &Scope) -> Result<(), UsageError> {
+    let n = scope.max_shapes() as u64;
+    let k = op.op.arity();
+    let total = n.checked_pow(k as u32).unwrap_or(u64::MAX);
+    if total > MAX_SHAPE_TUPLES {
+        return Err(UsageError(format!(
+            "scope too large: {k} inputs over {n} shapes make {total} shape tuples per mesh (limit {MAX_SHAPE_TUPLES}); lower --max-rank or --max-dim"
+        )));
     }
     Ok(())
 }
@@ -188,6 +233,12 @@ fn run_cases(
             } else {
                 Phase::Forward
             };
+            if n.is_multiple_of(64) {
+                if let Some(why) = stop_reason() {
+                    tally.stopped = Some(why);
+                    return ControlFlow::Break(None);
+                }
+            }
             let o = checker.check(&split_inputs(op, c, point), phase);
             tally.record(&o);
             n += 1;
@@ -195,7 +246,7 @@ fn run_cases(
                 progress(4096);
             }
             match o {
-                Outcome::Fail(v) if is_forward(v.property) => ControlFlow::Break(v),
+                Outcome::Fail(v) if is_forward(v.property) => ControlFlow::Break(Some(v)),
                 Outcome::Fail(v) => {
                     held = Some(v);
                     ControlFlow::Continue(())
@@ -205,7 +256,8 @@ fn run_cases(
         });
         progress(n % 4096);
         if let ControlFlow::Break(v) = r {
-            return Verdict::conclude(tally, Some(v));
+            // A held backward violation stands even when the run stopped.
+            return Verdict::conclude(tally, v.or(held));
         }
         if let Some(v) = held {
             return Verdict::conclude(tally, Some(v));

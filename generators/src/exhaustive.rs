@@ -72,6 +72,10 @@ pub struct Scope {
     pub max_points: u64,
     /// Refuse to start a run estimated above this many instances.
     pub max_instances: u64,
+    /// Also give tensor dims equal to each mesh axis size and to the mesh's
+    /// rank count, so a scatter or a sharded dim fits on a mesh larger than
+    /// `max_dim` (SPEC.md §8.1).
+    pub mesh_dims: bool,
 }
 
 impl Default for Scope {
@@ -91,6 +95,7 @@ impl Default for Scope {
             max_free: 4,
             max_points: 256,
             max_instances: 20_000_000,
+            mesh_dims: false,
         }
     }
 }
@@ -98,13 +103,37 @@ impl Default for Scope {
 impl Scope {
     /// Shapes of rank 0..=max_rank with dims 1..=max_dim, smallest first.
     pub fn shapes(&self) -> Vec<Shape> {
+        self.shapes_with(&(1..=self.max_dim).collect::<Vec<_>>())
+    }
+    /// The shapes used on mesh `m`: `shapes()`, plus, with `mesh_dims`,
+    /// dims equal to `m`'s axis sizes and rank count.
+    pub fn shapes_for(&self, m: &Mesh) -> Vec<Shape> {
+        let mut dims: Vec<usize> = (1..=self.max_dim).collect();
+        if self.mesh_dims {
+            for d in m.axes.iter().map(|a| a.size).chain([m.num_ranks()]) {
+                if !dims.contains(&d) {
+                    dims.push(d);
+                }
+            }
+        }
+        self.shapes_with(&dims)
+    }
+    /// The most shapes of any mesh of the scope.
+    pub fn max_shapes(&self) -> usize {
+        self.meshes
+            .iter()
+            .map(|m| self.shapes_for(m).len())
+            .max()
+            .unwrap_or_else(|| self.shapes().len())
+    }
+    fn shapes_with(&self, dims: &[usize]) -> Vec<Shape> {
         let mut out: Vec<Shape> = vec![vec![]];
         let mut layer: Vec<Shape> = vec![vec![]];
         for _ in 0..self.max_rank {
             layer = layer
                 .into_iter()
                 .flat_map(|s| {
-                    (1..=self.max_dim).map(move |d| {
+                    dims.iter().map(move |&d| {
                         let mut t = s.clone();
                         t.push(d);
                         t
@@ -160,7 +189,7 @@ pub fn tuples<T: Clone>(items: &[T], k: usize) -> Vec<Vec<T>> {
 /// Every tuple of input shapes from the scope that the op accepts, smallest
 /// total size first.
 pub fn shape_tuples(op: &Op, m: &Mesh, scope: &Scope) -> Vec<Vec<Shape>> {
-    let mut ok: Vec<Vec<Shape>> = tuples(&scope.shapes(), op.arity())
+    let mut ok: Vec<Vec<Shape>> = tuples(&scope.shapes_for(m), op.arity())
         .into_iter()
         .filter(|t| op.infer(m, t).is_ok())
         .collect();

@@ -452,6 +452,20 @@ impl TypedOp {
             _ => Q::zero(),
         }
     }
+    /// Input `i`'s name as written: a local function's variable, a program's
+    /// named input; `x` for the one input of a collective, `x{i}` otherwise.
+    pub fn input_name(&self, i: usize) -> String {
+        fn of(op: &Op, i: usize, n: usize) -> Option<String> {
+            match op {
+                Op::Local(f) => f.vars.get(i).cloned(),
+                Op::Program(p) => p.names.get(i).cloned(),
+                Op::Declared { forward, .. } => of(forward, i, n),
+                _ if n == 1 => Some("x".into()),
+                _ => None,
+            }
+        }
+        of(&self.op, i, self.inputs.len()).unwrap_or_else(|| format!("x{i}"))
+    }
     /// `P, R -> P` style signature in canonical letters.
     pub fn signature(&self, m: &Mesh) -> String {
         let ins: Vec<String> = self.inputs.iter().map(|t| t.display(m)).collect();

@@ -26,6 +26,8 @@ pub struct Step {
 pub struct Program {
     pub inputs: Vec<Type>,
     pub steps: Vec<Step>,
+    /// The inputs' names, for reports (empty: `x0`, `x1`, ...).
+    pub names: Vec<String>,
 }
 
 impl Program {
@@ -58,7 +60,11 @@ impl Program {
             }
             types.push(s.op.output.clone());
         }
-        Ok(Program { inputs, steps })
+        Ok(Program {
+            inputs,
+            steps,
+            names: vec![],
+        })
     }
 
     pub fn output(&self) -> &Type {

@@ -66,6 +66,11 @@ impl fmt::Display for Property {
 #[derive(Clone, Debug)]
 pub struct Shown {
     pub label: String,
+    /// Whether this is one of the instance's inputs (not an alternative,
+    /// a cotangent or an output).
+    pub input: bool,
+    /// Whether this is an equivalent alternative to an input (F2, B2).
+    pub alternative: bool,
     pub ty: Type,
     pub value: PerRank,
 }
@@ -85,18 +90,17 @@ pub struct Violation {
 }
 
 impl Violation {
-    /// The inputs of the instance (the values labelled `x…`).
+    /// The inputs of the instance, labelled with the rule's variable names.
     pub fn inputs(&self) -> Vec<&Shown> {
-        self.shown
-            .iter()
-            .filter(|s| s.label.starts_with('x'))
-            .collect()
+        self.shown.iter().filter(|s| s.input).collect()
     }
-    /// One line: property, mesh, inputs by rank, expected and actual.
+    /// One line: property, mesh, inputs (and an equivalent alternative)
+    /// by rank, expected and actual.
     pub fn one_line(&self) -> String {
         let ins: Vec<String> = self
-            .inputs()
+            .shown
             .iter()
+            .filter(|s| s.input || s.alternative)
             .map(|s| {
                 let vals: Vec<String> = s.value.tensors.iter().map(|t| t.to_string()).collect();
                 format!(
@@ -267,9 +271,29 @@ impl From<EvalError> for Stop {
     }
 }
 
+/// The inputs of an instance, by the names the rule gave them.
+fn inputs_shown(op: &TypedOp, xs: &[PerRank]) -> Vec<Shown> {
+    xs.iter()
+        .enumerate()
+        .map(|(i, x)| Shown {
+            input: true,
+            ..shown(op.input_name(i), &op.inputs[i], x)
+        })
+        .collect()
+}
+
+fn alternative(label: String, ty: &Type, value: &PerRank) -> Shown {
+    Shown {
+        alternative: true,
+        ..shown(label, ty, value)
+    }
+}
+
 fn shown(label: impl Into<String>, ty: &Type, value: &PerRank) -> Shown {
     Shown {
         label: label.into(),
+        input: false,
+        alternative: false,
         ty: ty.clone(),
         value: value.clone(),
     }
@@ -350,10 +374,11 @@ impl<'a> Checker<'a> {
     }
 
     fn inputs_shown(&self, xs: &[PerRank]) -> Vec<Shown> {
-        xs.iter()
-            .enumerate()
-            .map(|(i, x)| shown(format!("x{i}"), &self.op.inputs[i], x))
-            .collect()
+        inputs_shown(self.op, xs)
+    }
+    /// Input `i`'s name as the rule wrote it.
+    fn nm(&self, i: usize) -> String {
+        self.op.input_name(i)
     }
     fn fail(
         &self,
@@ -397,7 +422,7 @@ impl<'a> Checker<'a> {
         // F1: the output is well formed.
         if let Err(e) = perrank::well_formed(m, &op.output, &y) {
             let mut s = self.inputs_shown(xs);
-            s.push(shown("y", &op.output, &y));
+            s.push(shown("out", &op.output, &y));
             return Err(self.fail(
                 Property::F1,
                 format!(
@@ -451,12 +476,12 @@ impl<'a> Checker<'a> {
                     if !self.proj_out.matches(&y2, &dy) {
                         let dy2 = self.den_out(&y2);
                         let mut s = self.inputs_shown(xs);
-                        s.push(shown(format!("x{i}'"), ti, &xs2[i]));
-                        s.push(shown("y", &op.output, &y));
-                        s.push(shown("y'", &op.output, &y2));
+                        s.push(alternative(format!("{}'", self.nm(i)), ti, &xs2[i]));
+                        s.push(shown("out", &op.output, &y));
+                        s.push(shown("out'", &op.output, &y2));
                         return Err(self.fail(
                             Property::F2,
-                            format!("x{i} and x{i}' are equivalent (same denotation) but the outputs are not"),
+                            format!("{0} and {0}' are equivalent (same denotation) but the outputs are not", self.nm(i)),
                             s,
                             show_denot(m, &op.output, &dy),
                             show_denot(m, &op.output, &dy2),
@@ -474,7 +499,7 @@ impl<'a> Checker<'a> {
             .collect();
         if let Some((what, expected, actual)) = self.f3_mismatch(&dxs, &dy)? {
             let mut s = self.inputs_shown(xs);
-            s.push(shown("y", &op.output, &y));
+            s.push(shown("out", &op.output, &y));
             return Err(self.fail(Property::F3, what, s, expected, actual));
         }
         match phase {
@@ -502,7 +527,7 @@ impl<'a> Checker<'a> {
                 Property::B1,
                 format!("the backward does not fit the cotangent: {why}"),
                 self.inputs_shown(xs),
-                format!("a cotangent of x0's shape {:?}", self.shapes[0]),
+                format!("a cotangent of {}'s shape {:?}", self.nm(0), self.shapes[0]),
                 "no well-formed result".into(),
             ));
         }
@@ -515,10 +540,10 @@ impl<'a> Checker<'a> {
                 if let Some(why) = bad {
                     let mut s = self.inputs_shown(xs);
                     s.push(shown("g", &tc, g));
-                    s.push(shown(format!("dx{i}"), &cot_in[i], b));
+                    s.push(shown(format!("d{}", self.nm(i)), &cot_in[i], b));
                     return Err(self.fail(
                         Property::B1,
-                        format!("the backward's cotangent for x{i} {why}"),
+                        format!("the backward's cotangent for {} {why}", self.nm(i)),
                         s,
                         format!("a well-formed value of type {}", cot_in[i].display(m)),
                         b.tensors
@@ -552,13 +577,13 @@ impl<'a> Checker<'a> {
                                 || !self.proj_cot_in[i].matches(b2, &dbs[i])
                             {
                                 let mut s = self.inputs_shown(xs);
-                                s.push(shown(format!("x{j}'"), tj, &xs2[j]));
+                                s.push(alternative(format!("{}'", self.nm(j)), tj, &xs2[j]));
                                 s.push(shown("g", &tc, g));
-                                s.push(shown(format!("dx{i}"), &cot_in[i], &bs[i]));
-                                s.push(shown(format!("dx{i}'"), &cot_in[i], b2));
+                                s.push(shown(format!("d{}", self.nm(i)), &cot_in[i], &bs[i]));
+                                s.push(shown(format!("d{}'", self.nm(i)), &cot_in[i], b2));
                                 return Err(self.fail(
                                     Property::B2,
-                                    format!("x{j} and x{j}' are equivalent but the backward's cotangents for x{i} are not"),
+                                    format!("{0} and {0}' are equivalent but the backward's cotangents for {1} are not", self.nm(j), self.nm(i)),
                                     s,
                                     show_denot(m, &cot_in[i], &dbs[i]),
                                     show_denot(m, &cot_in[i], &denote(m, &cot_in[i], b2)),
@@ -579,7 +604,7 @@ impl<'a> Checker<'a> {
                     let d = self.proj_cot_in[i].denote(b);
                     let mut s = self.inputs_shown(xs);
                     s.push(shown("g", &tc, z));
-                    s.push(shown(format!("dx{i}"), &cot_in[i], b));
+                    s.push(shown(format!("d{}", self.nm(i)), &cot_in[i], b));
                     return Err(self.fail(
                         Property::B2,
                         "the cotangent g denotes zero but the backward's result does not".into(),
@@ -616,10 +641,13 @@ impl<'a> Checker<'a> {
                     let got = self.proj_cot_in[i].denote(&bs[i]);
                     let mut s = self.inputs_shown(xs);
                     s.push(shown("g", &tc, g));
-                    s.push(shown(format!("dx{i}"), &cot_in[i], &bs[i]));
+                    s.push(shown(format!("d{}", self.nm(i)), &cot_in[i], &bs[i]));
                     return Err(self.fail(
                         Property::B3,
-                        format!("the backward's cotangent for x{i} is not the gradient"),
+                        format!(
+                            "the backward's cotangent for {} is not the gradient",
+                            self.nm(i)
+                        ),
                         s,
                         show_denot(m, &cot_in[i], &want),
                         show_denot(m, &cot_in[i], &got),
@@ -741,7 +769,7 @@ impl<'a> Checker<'a> {
             let bad = misfit(m, &op.output, &t, &self.out_shape, "output");
             if let Some(why) = bad {
                 let mut s = self.inputs_shown(xs);
-                s.push(shown(format!("dx{i}"), ti, e));
+                s.push(shown(format!("d{}", self.nm(i)), ti, e));
                 s.push(shown("dy", &op.output, &t));
                 return Err(self.fail(
                     Property::J1,
@@ -757,11 +785,14 @@ impl<'a> Checker<'a> {
             }
             if !self.proj_out.matches(&t, col) {
                 let mut s = self.inputs_shown(xs);
-                s.push(shown(format!("dx{i}"), ti, e));
+                s.push(shown(format!("d{}", self.nm(i)), ti, e));
                 s.push(shown("dy", &op.output, &t));
                 return Err(self.fail(
                     Property::J1,
-                    format!("the JVP's tangent along dx{i} is not the derivative"),
+                    format!(
+                        "the JVP's tangent along d{} is not the derivative",
+                        self.nm(i)
+                    ),
                     s,
                     show_denot(m, &op.output, col),
                     show_denot(m, &op.output, &self.den_out(&t)),
@@ -883,12 +914,8 @@ pub fn check_involution(op: &TypedOp, tt: &TypedOp, m: &Mesh, xs: &[PerRank]) ->
     if a.shape() == b.shape() && da == db {
         return Outcome::Pass(Pass::default());
     }
-    let mut shown_vals: Vec<Shown> = xs
-        .iter()
-        .enumerate()
-        .map(|(i, x)| shown(format!("x{i}"), &op.inputs[i], x))
-        .collect();
-    shown_vals.push(shown("y", &op.output, &a));
+    let mut shown_vals: Vec<Shown> = inputs_shown(op, xs);
+    shown_vals.push(shown("out", &op.output, &a));
     shown_vals.push(shown("y_tt", &tt.output, &b));
     Outcome::Fail(Box::new(Violation {
         property: Property::T1,

@@ -21,6 +21,13 @@ pub struct Tally {
     pub distributed_beyond_cap: u64,
     /// Whether every enumerated case used a grid that makes it a proof.
     pub proof_grid: bool,
+    /// Random cases run beyond the exhaustive scope (SPEC.md §8.4), all
+    /// passed ...
+    pub random: u64,
+    /// ... and how many of them were on a mesh of more than one rank.
+    pub random_distributed: u64,
+    /// Why the run stopped before it was complete (interrupted, time limit).
+    pub stopped: Option<String>,
 }
 
 impl Tally {
@@ -48,6 +55,11 @@ impl Tally {
         self.cases_beyond_cap += o.cases_beyond_cap;
         self.distributed_beyond_cap += o.distributed_beyond_cap;
         self.proof_grid &= o.proof_grid;
+        self.random += o.random;
+        self.random_distributed += o.random_distributed;
+        if self.stopped.is_none() {
+            self.stopped.clone_from(&o.stopped);
+        }
     }
     pub fn instances(&self) -> u64 {
         self.passed + self.b3_undetermined + self.outside_domain
@@ -75,20 +87,42 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    /// Conclude from a tally and the first violation, if any.
+    /// Conclude from a tally and the first violation, if any. Random cases
+    /// can make a run bounded-sound when the exhaustive part tested nothing
+    /// on more than one rank, never a proof; a stopped run without a
+    /// violation is undetermined.
     pub fn conclude(tally: Tally, violation: Option<Box<Violation>>) -> Verdict {
+        let distributed = tally.distributed_cases > 0 || tally.random_distributed > 0;
         match violation {
             Some(v) => Verdict::Unsound {
                 violation: v,
                 tally,
             },
-            None if tally.passed + tally.b3_undetermined == 0 => Verdict::Vacuous { tally },
-            None if tally.cases > 0 && tally.distributed_cases == 0 => Verdict::Vacuous { tally },
-            None if tally.passed == 0 => Verdict::Undetermined { tally },
+            None if tally.stopped.is_some() => Verdict::Undetermined { tally },
+            None if tally.passed + tally.b3_undetermined + tally.random == 0 => {
+                Verdict::Vacuous { tally }
+            }
+            None if (tally.cases > 0 || tally.random > 0) && !distributed => {
+                Verdict::Vacuous { tally }
+            }
+            None if tally.passed == 0 && tally.random == 0 => Verdict::Undetermined { tally },
             None => {
-                let proof = tally.proof_grid && tally.b3_undetermined == 0 && tally.cases > 0;
+                let proof = tally.proof_grid
+                    && tally.b3_undetermined == 0
+                    && tally.cases > 0
+                    && tally.distributed_cases > 0;
                 Verdict::Sound { proof, tally }
             }
+        }
+    }
+    /// Why an undetermined verdict is undetermined.
+    pub fn undetermined_reason(&self) -> Option<String> {
+        match self {
+            Verdict::Undetermined { tally } => Some(match &tally.stopped {
+                Some(why) => why.clone(),
+                None => "B3 never decided: every instance is at a kink".into(),
+            }),
+            _ => None,
         }
     }
     pub fn name(&self) -> &'static str {

@@ -1,0 +1,265 @@
+//! Verdicts that say exactly what was checked, and input that can never
+//! crash or hang the tool (SPEC.md §1.2, §6.1, §7.1, §11.1-11.2).
+
+mod common;
+use common::run;
+use std::io::Write;
+
+/// A rule file in a temporary directory of its own (regressions land beside it).
+fn rules(name: &str, text: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("spmd-trust-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join("rules.toml");
+    let _ = std::fs::remove_file(dir.join("rules.toml.regressions.json"));
+    std::fs::File::create(&p)
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    p.to_string_lossy().into_owned()
+}
+
+/// Gathering one of two axes that shard dim 0: the minor axis keeps the
+/// global tensor, the major one permutes it. Which is which comes from the
+/// mesh as written, whatever order a type names the axes in.
+fn gather_rules(mesh: &str) -> String {
+    let mut s = String::new();
+    for (name, input, output) in [
+        (
+            "table",
+            r#"{ z = "S(0)", a = "S(0)" }"#,
+            r#"{ z = "S(0)", a = "R" }"#,
+        ),
+        ("string", r#""{a: S(0), z: S(0)}""#, r#""{z: S(0), a: R}""#),
+        ("pspec", r#""P(('z', 'a'))""#, r#""P('z', reduced={'a'})""#),
+    ] {
+        s.push_str(&format!(
+            "[[rule]]\nname = \"{name}\"\nmesh = {mesh}\nforward = \"all_gather(dim=0)\"\nbackward = \"reduce_scatter(dim=0)\"\ninputs = [{input}]\noutput = {output}\n\n"
+        ));
+    }
+    s
+}
+
+#[test]
+fn axis_order_is_the_mesh_order_whatever_the_spelling() {
+    let f = rules("axes", &gather_rules("{ z = 2, a = 2 }"));
+    let (code, out, err) = run(&["check", &f, "--cases", "0", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for r in v.as_array().unwrap() {
+        assert_eq!(r["verdict"], "sound", "{r}");
+    }
+    // Twin: with `a` major the same gather moves the wrong blocks (F3). The
+    // partition spec is then against the mesh order: bad input.
+    let twin = gather_rules("{ a = 2, z = 2 }");
+    let twin: String = twin.split("\n\n").take(2).collect::<Vec<_>>().join("\n\n");
+    let f = rules("axes-twin", &twin);
+    let (code, out, err) = run(&["check", &f, "--cases", "0", "--json"]);
+    assert_eq!(code, 1, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for r in v.as_array().unwrap() {
+        assert_eq!(r["property"], "F3", "{r}");
+    }
+    let f = rules("axes-pspec", &gather_rules("{ a = 2, z = 2 }"));
+    let (code, _, err) = run(&["check", &f]);
+    assert_eq!(code, 2);
+    assert!(err.contains("mesh order"), "{err}");
+}
+
+#[test]
+fn inputs_bind_in_order_of_first_appearance() {
+    // y / x with y Partial and x Reduced: a pending sum divided by a
+    // replicated value is sound. Alphabetical binding would divide by the
+    // Partial value instead.
+    let sound = "[[rule]]\nname = \"d\"\nop = { expr = \"y / x\" }\ninputs = [\"P\", \"R\"]\noutput = \"P\"\n";
+    let (code, out, _) = run(&["check", &rules("order", sound), "--cases", "0"]);
+    assert_eq!(code, 0, "{out}");
+    // Twin: the Partial value in the denominator.
+    let twin = sound.replace("[\"P\", \"R\"]", "[\"R\", \"P\"]");
+    let (code, out, _) = run(&["check", &rules("order-twin", &twin), "--cases", "0"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("unsound F2"), "{out}");
+    // The report names the user's variables.
+    assert!(out.contains("x and x' are equivalent"), "{out}");
+    // An explicit order overrides it: x is now the Partial input.
+    let listed = sound.replace("op = {", "vars = [\"x\", \"y\"]\nop = {");
+    let (code, out, _) = run(&["check", &rules("order-vars", &listed), "--cases", "0"]);
+    assert_eq!(code, 1, "{out}");
+}
+
+#[test]
+fn a_rule_without_a_backward_says_so() {
+    let r = "[[rule]]\nname = \"g\"\nforward = \"all_gather(dim=0)\"\ninputs = [\"V\"]\noutput = \"R\"\n";
+    let f = rules("nobwd", r);
+    let (code, out, _) = run(&["check", &f, "--cases", "8"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("forward sound (proof); backward not checked (none declared)"),
+        "{out}"
+    );
+    let (_, out, _) = run(&["check", &f, "--cases", "8", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v[0]["backward_checked"], false);
+    // With a backward the same words would overstate nothing: it is checked.
+    let with = r.replace("output", "backward = \"reduce_scatter(dim=0)\"\noutput");
+    let (_, out, _) = run(&["check", &rules("bwd", &with), "--cases", "8", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v[0]["backward_checked"], true);
+    assert_eq!(
+        v[0]["summary"],
+        "sound (proof), and 8 random cases beyond it"
+    );
+}
+
+const SCATTER4: &str = "[[rule]]\nname = \"scatter on 4\"\nmesh = { x = 4 }\nforward = \"reduce_scatter(dim=0)\"\nbackward = \"all_gather(dim=0)\"\ninputs = [\"P\"]\noutput = \"V\"\n";
+
+#[test]
+fn vacuous_is_not_success_and_random_cases_are_counted() {
+    let f = rules("vacuous", SCATTER4);
+    // No dim of 4 in the default scope: nothing is checked at all.
+    let (code, out, _) = run(&["check", &f, "--cases", "0"]);
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.contains("vacuous (no shape in scope fits; try --mesh-dims"),
+        "{out}"
+    );
+    let (code, _, _) = run(&["check", &f, "--cases", "0", "--allow-vacuous"]);
+    assert_eq!(code, 0);
+    // Random cases decide it on four ranks; the verdict says how.
+    let (code, out, _) = run(&["check", &f, "--cases", "20"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains("sound (bounded: 0 exhaustive, 20 random)"),
+        "{out}"
+    );
+    // Twin: the wrong backward is caught by the random part alone.
+    // (keeping the local tensors is no transpose of a reduce-scatter).
+    let twin = SCATTER4.replace(
+        "backward = \"all_gather(dim=0)\"",
+        "backward = \"reinterpret\"",
+    );
+    let (code, out, _) = run(&["check", &rules("vacuous-twin", &twin), "--cases", "20"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("unsound B1"), "{out}");
+}
+
+#[test]
+fn a_time_limit_stops_a_long_rule_as_undetermined() {
+    let f = rules("timelimit", SCATTER4);
+    let t = std::time::Instant::now();
+    let (code, out, _) = run(&[
+        "check",
+        &f,
+        "--mesh-dims",
+        "--max-free",
+        "16",
+        "--max-points",
+        "1000000",
+        "--time-limit",
+        "1",
+    ]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("undetermined (time limit reached)"), "{out}");
+    assert!(t.elapsed().as_secs() < 20);
+}
+
+#[test]
+fn ctrl_c_stops_within_a_second_and_exits_130() {
+    let f = rules("sigint", SCATTER4);
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_spmd-check"))
+        .args([
+            "check",
+            &f,
+            "--mesh-dims",
+            "--max-free",
+            "16",
+            "--max-points",
+            "1000000",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    let t = std::time::Instant::now();
+    // SAFETY: sending SIGINT to our own child process.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGINT);
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(t.elapsed().as_millis() < 1500, "{:?}", t.elapsed());
+    assert_eq!(out.status.code(), Some(130));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("undetermined (interrupted)"), "{text}");
+}
+
+#[test]
+fn bad_rule_files_are_one_line_errors() {
+    let one = "[[rule]]\nname = \"a\"\nop = \"neg\"\ninputs = [\"V\"]\noutput = \"V\"\n";
+    let dup = format!("{one}\n{one}");
+    for (name, text, want) in [
+        ("dup", dup.as_str(), "used twice"),
+        ("empty", "", "defines no rule"),
+        ("empty2", "rule = []\n", "defines no rule"),
+    ] {
+        let (code, _, err) = run(&["check", &rules(name, text)]);
+        assert_eq!(code, 2, "{name}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(want), "{name}: {err}");
+    }
+    let (code, _, err) = run(&["check", "/dev/zero"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("larger than"), "{err}");
+}
+
+#[test]
+fn huge_or_deep_expressions_are_errors_not_crashes() {
+    let deep = format!("{}x{}", "(".repeat(6000), ")".repeat(6000));
+    let flat = vec!["x"; 10_000].join("+");
+    let negs = format!("{}x", "-".repeat(10_000));
+    let digits = format!("x * {}", "7".repeat(100_000));
+    for e in [&deep, &flat, &negs, &digits] {
+        let (code, _, err) = run(&["derive", "--expr", e]);
+        assert_eq!(code, 2, "{err}");
+        assert_eq!(err.lines().count(), 1);
+    }
+    // Seven inputs: refused at once instead of exhausting memory.
+    let t = std::time::Instant::now();
+    let seven = "a + b + c + d + e + f + g";
+    let (code, _, err) = run(&["derive", "--expr", seven]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("typings"), "{err}");
+    let r = format!(
+        "[[rule]]\nname = \"seven\"\nop = {{ expr = \"{seven}\" }}\ninputs = [\"V\", \"V\", \"V\", \"V\", \"V\", \"V\", \"V\"]\noutput = \"V\"\n"
+    );
+    let (code, _, err) = run(&["check", &rules("seven", &r)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("shape tuples"), "{err}");
+    assert!(t.elapsed().as_secs() < 5);
+}
+
+#[test]
+fn literals_and_leading_minus_are_read_as_written() {
+    for e in [
+        "--expr=-x",
+        "--expr=0.5 * x",
+        "--expr=2 * 3",
+        "--expr=1e-3 * x",
+    ] {
+        let (code, _, err) = run(&["derive", e]);
+        assert_eq!(code, 0, "{e}: {err}");
+    }
+    let (_, a, _) = run(&["derive", "--expr", "-x", "--json"]);
+    let (_, b, _) = run(&["derive", "--expr=-x", "--json"]);
+    assert_eq!(a, b);
+    // 0.5 * x and x / 2 are the same function: the same table.
+    let (_, a, _) = run(&["derive", "--expr", "0.5 * x", "--json"]);
+    let (_, b, _) = run(&["derive", "--expr", "x / 2", "--json"]);
+    let verdicts = |s: &str| -> Vec<String> {
+        let v: serde_json::Value = serde_json::from_str(s).unwrap();
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["verdict"].to_string())
+            .collect()
+    };
+    assert_eq!(verdicts(&a), verdicts(&b));
+}
