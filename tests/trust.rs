@@ -263,3 +263,96 @@ fn literals_and_leading_minus_are_read_as_written() {
     };
     assert_eq!(verdicts(&a), verdicts(&b));
 }
+
+/// SPEC.md §12.3, §13.2: a rule and the same op as a one-step program get
+/// the same verdict, global types included. Computed over the global
+/// examples and the transpose pair below (sound and unsound).
+#[test]
+fn a_one_step_program_gets_the_verdict_of_its_rule() {
+    use spmd_check::check::{check_rule, CheckConfig};
+    use spmd_check::rules::{build, parse_file, OpSpec, RuleSpec, StepSpec};
+    let extra = r#"
+[[rule]]
+name = "transpose S(0) -> S(1)"
+op = "transpose"
+inputs = ["S(0)"]
+output = "S(1)"
+
+[[rule]]
+name = "transpose S(0) -> S(0)"
+op = "transpose"
+inputs = ["S(0)"]
+output = "S(0)"
+"#;
+    let global = std::fs::read_to_string("examples/global.toml").unwrap();
+    let text = format!("{global}\n{extra}");
+    let specs = parse_file("<global>", &text).unwrap();
+    let scope = spmd_check::generators::Scope::default();
+    let cfg = CheckConfig {
+        scope: scope.clone(),
+        cases: 0,
+        seed: 0,
+    };
+    let (mut compared, mut unsound) = (0, 0);
+    for s in &specs {
+        if !s.step.is_empty() || s.jvp.is_some() {
+            continue;
+        }
+        let (names, step) = match (&s.op, &s.forward) {
+            (Some(op), None) => {
+                let f = match op {
+                    OpSpec::Name(n) => spmd_check::interp::builtin(n).unwrap(),
+                    OpSpec::Expr { expr } => spmd_check::interp::parse(expr).unwrap(),
+                };
+                let body = f.text.split(" = ").last().unwrap().to_string();
+                let step = StepSpec {
+                    name: "out".into(),
+                    expr: Some(body),
+                    forward: None,
+                    input: None,
+                    backward: None,
+                    output: s.output.clone(),
+                };
+                (f.vars.clone(), step)
+            }
+            (None, Some(fw)) => (
+                vec!["x".into()],
+                StepSpec {
+                    name: "out".into(),
+                    expr: None,
+                    forward: Some(fw.clone()),
+                    input: Some("x".into()),
+                    backward: s.backward.clone(),
+                    output: s.output.clone(),
+                },
+            ),
+            _ => continue,
+        };
+        let program = RuleSpec {
+            name: format!("{} (program)", s.name),
+            op: None,
+            forward: None,
+            backward: None,
+            names,
+            step: vec![step],
+            ..s.clone()
+        };
+        let rules = build("<t>", &text, &[s.clone(), program], &scope).unwrap();
+        let a = check_rule(&rules[0], &cfg, &[], &|_| {});
+        let b = check_rule(&rules[1], &cfg, &[], &|_| {});
+        assert_eq!(a.verdict.name(), b.verdict.name(), "{}", s.name);
+        assert_eq!(
+            a.verdict.violation().map(|v| v.property),
+            b.verdict.violation().map(|v| v.property),
+            "{}",
+            s.name
+        );
+        compared += 1;
+        unsound += usize::from(a.verdict.violation().is_some());
+    }
+    // Both kinds were compared: the test can fail either way.
+    assert!(
+        compared >= 8 && unsound >= 2,
+        "{compared} compared, {unsound} unsound"
+    );
+}

@@ -144,6 +144,11 @@ impl Program {
         ))
     }
 
+    /// Every value's per-rank data: the inputs, then each step's output.
+    pub fn values(&self, m: &Mesh, xs: &[PerRank]) -> Result<Vec<PerRank>, EvalError> {
+        Ok(self.run(m, xs)?.0)
+    }
+
     /// Every value's per-rank data, and whether a step met a kink.
     fn run(&self, m: &Mesh, xs: &[PerRank]) -> Result<(Vec<PerRank>, bool), EvalError> {
         let mut vals = xs.to_vec();

@@ -497,7 +497,11 @@ impl<'a> Checker<'a> {
             .zip(&self.proj_in)
             .map(|(x, p)| p.denote(x))
             .collect();
-        if let Some((what, expected, actual)) = self.f3_mismatch(&dxs, &dy)? {
+        let f3 = match self.f3_steps(xs)? {
+            Some(steps) => steps,
+            None => self.f3_mismatch(&dxs, &dy)?,
+        };
+        if let Some((what, expected, actual)) = f3 {
             let mut s = self.inputs_shown(xs);
             s.push(shown("out", &op.output, &y));
             return Err(self.fail(Property::F3, what, s, expected, actual));
@@ -660,57 +664,48 @@ impl<'a> Checker<'a> {
 
     /// F3 (SPEC.md §4.4, §13.2): what is wrong, expected and actual, when the
     /// output does not denote the declared meaning.
+    /// F3 of a program under global types (SPEC.md §13.2): every step
+    /// must keep its own global meaning on the values it is given, exactly
+    /// as the step would if written as a rule on its own; then the program
+    /// keeps the composed global meaning. `None` for anything else, which
+    /// `f3_mismatch` checks.
+    #[allow(clippy::type_complexity)]
+    fn f3_steps(&self, xs: &[PerRank]) -> Result<Option<Option<(String, String, String)>>, Stop> {
+        let (m, op) = (self.m, self.op);
+        let spmd_interp::Op::Program(p) = &op.op else {
+            return Ok(None);
+        };
+        if !op.is_global() {
+            return Ok(None);
+        }
+        let vals = p.values(m, xs)?;
+        let k = p.inputs.len();
+        let types: Vec<&Type> = p
+            .inputs
+            .iter()
+            .chain(p.steps.iter().map(|st| &st.op.output))
+            .collect();
+        for (j, st) in p.steps.iter().enumerate() {
+            let dargs: Vec<Denot> = st
+                .args
+                .iter()
+                .map(|&a| denote(m, types[a], &vals[a]))
+                .collect();
+            let dout = denote(m, &st.op.output, &vals[k + j]);
+            if let Some((what, e, a)) = f3_mismatch(m, &st.op, &dargs, &dout)? {
+                return Ok(Some(Some((format!("step `{}`: {what}", st.name), e, a))));
+            }
+        }
+        Ok(Some(None))
+    }
+
     fn f3_mismatch(
         &self,
         dxs: &[Denot],
         dy: &Denot,
     ) -> Result<Option<(String, String, String)>, Stop> {
-        let (m, op) = (self.m, self.op);
-        let g = |t: Option<Tensor>| t.map_or_else(|| "no global tensor".into(), |t| t.to_string());
-        if let Some(want) = op.global_spec(m, dxs)? {
-            // Global SPMD: the op on the global tensors.
-            let have = perrank::global(m, &op.output, dy);
-            return Ok((have.as_ref() != Some(&want)).then(|| {
-                (
-                    format!(
-                        "the output's global tensor is not `{}` of the inputs' global tensors",
-                        op.op.describe()
-                    ),
-                    want.to_string(),
-                    g(have),
-                )
-            }));
-        }
-        if op.redistributes_globally() {
-            // Global SPMD: moving data keeps the global tensor.
-            let (before, after) = (
-                perrank::global(m, &op.inputs[0], &dxs[0]),
-                perrank::global(m, &op.output, dy),
-            );
-            if before != after {
-                return Ok(Some((
-                    format!(
-                        "`{}` changes the global tensor; it should only move data",
-                        op.op.describe()
-                    ),
-                    g(before),
-                    g(after),
-                )));
-            }
-        }
-        let want = op.op.spec(m, dxs)?;
-        Ok((want != *dy).then(|| {
-            (
-                format!(
-                    "the output does not denote `{}` of the inputs' denotations",
-                    op.op.describe()
-                ),
-                show_denot(m, &op.output, &want),
-                show_denot(m, &op.output, dy),
-            )
-        }))
+        f3_mismatch(self.m, self.op, dxs, dy)
     }
-
     /// F1-F3 passed; J1 alone (SPEC.md §4.8), for ops checked without a
     /// backward.
     fn tangent_props(
@@ -928,5 +923,58 @@ pub fn check_involution(op: &TypedOp, tt: &TypedOp, m: &Mesh, xs: &[PerRank]) ->
         shown: shown_vals,
         expected: show_denot(m, &op.output, &da),
         actual: show_denot(m, &tt.output, &db),
+    }))
+}
+
+/// F3 (SPEC.md §4.4, §13.2) for `op` on input denotations `dxs` and output
+/// denotation `dy`: what is wrong, the expected and the actual value.
+fn f3_mismatch(
+    m: &Mesh,
+    op: &TypedOp,
+    dxs: &[Denot],
+    dy: &Denot,
+) -> Result<Option<(String, String, String)>, Stop> {
+    let g = |t: Option<Tensor>| t.map_or_else(|| "no global tensor".into(), |t| t.to_string());
+    if let Some(want) = op.global_spec(m, dxs)? {
+        // Global SPMD: the op on the global tensors.
+        let have = perrank::global(m, &op.output, dy);
+        return Ok((have.as_ref() != Some(&want)).then(|| {
+            (
+                format!(
+                    "the output's global tensor is not `{}` of the inputs' global tensors",
+                    op.op.describe()
+                ),
+                want.to_string(),
+                g(have),
+            )
+        }));
+    }
+    if op.redistributes_globally() {
+        // Global SPMD: moving data keeps the global tensor.
+        let (before, after) = (
+            perrank::global(m, &op.inputs[0], &dxs[0]),
+            perrank::global(m, &op.output, dy),
+        );
+        if before != after {
+            return Ok(Some((
+                format!(
+                    "`{}` changes the global tensor; it should only move data",
+                    op.op.describe()
+                ),
+                g(before),
+                g(after),
+            )));
+        }
+    }
+    let want = op.op.spec(m, dxs)?;
+    Ok((want != *dy).then(|| {
+        (
+            format!(
+                "the output does not denote `{}` of the inputs' denotations",
+                op.op.describe()
+            ),
+            show_denot(m, &op.output, &want),
+            show_denot(m, &op.output, dy),
+        )
     }))
 }
