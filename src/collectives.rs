@@ -679,6 +679,7 @@ pub fn instantiate(
             None => Backward::LocalVjp,
         },
         jvp: None,
+        no_grad: vec![],
     };
     let bop = bwd.map(|b| TypedOp {
         op: Op::Collective(b),
@@ -686,6 +687,7 @@ pub fn instantiate(
         output: src.cot(),
         backward: Backward::LocalVjp,
         jvp: None,
+        no_grad: vec![],
     });
     let meshes = meshes_named(&scope.meshes, &axes);
     Ok((op, bop, meshes))
@@ -807,6 +809,7 @@ pub fn check_pair(r: &'static PairRow, scope: &Scope) -> Result<PairResult, Usag
                             output: op.output.clone(),
                             backward: Backward::LocalVjp,
                             jvp: None,
+                            no_grad: vec![],
                         };
                         Involution::Checked(t1(&op, &tt, &meshes, scope))
                     }
@@ -822,7 +825,7 @@ pub fn check_pair(r: &'static PairRow, scope: &Scope) -> Result<PairResult, Usag
                 };
                 check_op(&t, scope, &meshes, &|_| {})
             }
-            Backward::LocalVjp | Backward::Steps => {
+            Backward::LocalVjp | Backward::Steps | Backward::Local(_) => {
                 let wrong = Op::Declared {
                     forward: Box::new(doubled(&op.op)),
                     meaning: Box::new(op.op.clone()),

@@ -476,6 +476,7 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
         output,
         backward,
         jvp,
+        no_grad: vec![],
     };
     // Refuse what cannot finish: a degree beyond exact finite differences,
     // or more instances than the scope allows.
@@ -572,6 +573,7 @@ fn build_program(
                         output: out.clone(),
                         backward,
                         jvp: None,
+                        no_grad: vec![],
                     },
                     args: vec![a],
                 }

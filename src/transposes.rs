@@ -102,6 +102,7 @@ pub fn search(
         output: types[1].clone(),
         backward: Backward::LocalVjp,
         jvp: None,
+        no_grad: vec![],
     };
     // A quick screen on the two-rank mesh, then the whole scope.
     let quick = Scope {

@@ -32,6 +32,10 @@ pub enum Backward {
     Transpose(Op),
     /// For `Op::Program`: every step's own backward, in reverse.
     Steps,
+    /// A hand-written local backward (a rule designer's VJP): one function
+    /// per input, of the primals and then the output cotangent `g`, run on
+    /// every rank.
+    Local(Vec<LocalFn>),
 }
 
 /// An op with the types it is claimed to have: the thing a rule states and
@@ -45,6 +49,8 @@ pub struct TypedOp {
     /// A declared forward-mode rule, checked by J1 (SPEC.md §4.8). `None`:
     /// a linear op is its own JVP; other ops declare none.
     pub jvp: Option<Jvp>,
+    /// Inputs that get no gradient (spmd_types' `no_grad`): B1-B3 skip them.
+    pub no_grad: Vec<usize>,
 }
 
 /// A declared JVP: how a system computes the output tangent. Tangents have
@@ -242,6 +248,7 @@ impl TypedOp {
             output,
             backward: Backward::LocalVjp,
             jvp: None,
+            no_grad: vec![],
         }
     }
     /// Whether the op is read with global SPMD semantics: some type carries a
@@ -375,14 +382,54 @@ impl TypedOp {
             None => Ok(self.op.forward(m, std::slice::from_ref(dx))?.y),
         }
     }
-    /// The per-rank backward: the cotangent of every input for cotangent `g`.
+    /// The per-rank backward: the cotangent of every input for cotangent `g`;
+    /// zeros for the inputs marked `no_grad`.
     pub fn backward(
         &self,
         m: &Mesh,
         xs: &[PerRank],
         g: &PerRank,
     ) -> Result<Vec<PerRank>, EvalError> {
-        match (&self.backward, &self.op) {
+        let mut out = self.backward_all(m, xs, g)?;
+        for &i in &self.no_grad {
+            if let (Some(o), Some(x)) = (out.get_mut(i), xs.get(i)) {
+                *o = PerRank {
+                    tensors: x.tensors.iter().map(|t| Tensor::zeros(&t.shape)).collect(),
+                };
+            }
+        }
+        Ok(out)
+    }
+    fn backward_all(
+        &self,
+        m: &Mesh,
+        xs: &[PerRank],
+        g: &PerRank,
+    ) -> Result<Vec<PerRank>, EvalError> {
+        let op = match &self.op {
+            // A declared meaning changes F3 only; the backward is the
+            // forward's.
+            Op::Declared { forward, .. } => forward.as_ref(),
+            op => op,
+        };
+        match (&self.backward, op) {
+            (Backward::Local(fs), _) => {
+                let mut ctx = Ctx::default();
+                let mut out: Vec<PerRank> = fs
+                    .iter()
+                    .map(|_| PerRank {
+                        tensors: Vec::with_capacity(m.num_ranks()),
+                    })
+                    .collect();
+                for r in 0..m.num_ranks() {
+                    let mut args: Vec<&Tensor> = xs.iter().map(|x| &x.tensors[r]).collect();
+                    args.push(&g.tensors[r]);
+                    for (i, f) in fs.iter().enumerate() {
+                        out[i].tensors.push(eval(&f.expr, &args, &mut ctx)?);
+                    }
+                }
+                Ok(out)
+            }
             (Backward::LocalVjp, Op::Local(f)) => {
                 let mut out: Vec<PerRank> = xs
                     .iter()
@@ -427,6 +474,23 @@ impl TypedOp {
     ) -> Result<(), String> {
         match &self.backward {
             Backward::LocalVjp | Backward::Steps => Ok(()),
+            Backward::Local(fs) => {
+                let mut shapes = inputs.to_vec();
+                shapes.push(out.to_vec());
+                for (i, f) in fs.iter().enumerate() {
+                    if self.no_grad.contains(&i) {
+                        continue;
+                    }
+                    let s = infer(&f.expr, &shapes)?.0;
+                    if s != inputs[i] {
+                        return Err(format!(
+                            "`{}` gives a cotangent of shape {s:?} for input {i} of shape {:?}",
+                            f.text, inputs[i]
+                        ));
+                    }
+                }
+                Ok(())
+            }
             Backward::Transpose(t) => {
                 let s = t.infer(m, &[out.to_vec()])?.0;
                 if s == inputs[0] {
@@ -444,7 +508,7 @@ impl TypedOp {
     /// and an output (so a cotangent) of shape `out` (SPEC.md §10.4).
     pub fn backward_cost(&self, m: &Mesh, args: &[Shape], out: &[usize]) -> Q {
         match (&self.backward, &self.op) {
-            (Backward::LocalVjp, _) => Q::zero(),
+            (Backward::LocalVjp | Backward::Local(_), _) => Q::zero(),
             (Backward::Transpose(t), _) => t.cost(m, &[out.to_vec()]),
             (Backward::Steps, Op::Program(p)) => {
                 p.cost(m, args).map_or_else(|_| Q::zero(), |c| c.1)

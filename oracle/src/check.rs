@@ -540,6 +540,9 @@ impl<'a> Checker<'a> {
         for g in gs {
             let bs = op.backward(m, xs, g)?;
             for (i, b) in bs.iter().enumerate() {
+                if op.no_grad.contains(&i) {
+                    continue; // no gradient flows to it (SPEC.md §4.5)
+                }
                 let bad = misfit(m, &cot_in[i], b, &self.shapes[i], "input");
                 if let Some(why) = bad {
                     let mut s = self.inputs_shown(xs);
@@ -577,6 +580,9 @@ impl<'a> Checker<'a> {
                             Err(e) => return Err(e.into()),
                         };
                         for (i, b2) in bs2.iter().enumerate() {
+                            if op.no_grad.contains(&i) {
+                                continue;
+                            }
                             if perrank::well_formed(m, &cot_in[i], b2).is_err()
                                 || !self.proj_cot_in[i].matches(b2, &dbs[i])
                             {
@@ -604,6 +610,9 @@ impl<'a> Checker<'a> {
         for z in &self.g_kernel {
             let bs = op.backward(m, xs, z)?;
             for (i, b) in bs.iter().enumerate() {
+                if op.no_grad.contains(&i) {
+                    continue;
+                }
                 if !self.proj_cot_in[i].denotes_zero(b) {
                     let d = self.proj_cot_in[i].denote(b);
                     let mut s = self.inputs_shown(xs);
@@ -626,6 +635,9 @@ impl<'a> Checker<'a> {
         }
         // B3: ⟦backward(x, g)⟧ = Df̄(⟦x⟧)ᵀ ⟦g⟧, with Df̄ from finite differences.
         for (i, ti) in op.inputs.iter().enumerate() {
+            if op.no_grad.contains(&i) && !op.has_jvp() {
+                continue;
+            }
             let basis = &self.bases[i];
             let Some(cols) = self.columns(xs, y, &y0, i) else {
                 return Ok(Pass {
@@ -634,6 +646,9 @@ impl<'a> Checker<'a> {
             };
             if op.has_jvp() {
                 self.j1(xs, i, &cols)?;
+            }
+            if op.no_grad.contains(&i) {
+                continue;
             }
             for ((g, dg), bs) in gs.iter().zip(&self.dgs).zip(&results) {
                 let vals: Vec<Q> = cols
@@ -662,8 +677,6 @@ impl<'a> Checker<'a> {
         Ok(Pass::default())
     }
 
-    /// F3 (SPEC.md §4.4, §13.2): what is wrong, expected and actual, when the
-    /// output does not denote the declared meaning.
     /// F3 of a program under global types (SPEC.md §13.2): every step
     /// must keep its own global meaning on the values it is given, exactly
     /// as the step would if written as a rule on its own; then the program
@@ -699,6 +712,8 @@ impl<'a> Checker<'a> {
         Ok(Some(None))
     }
 
+    /// F3 (SPEC.md §4.4, §13.2): what is wrong, expected and actual, when
+    /// the output does not denote the declared meaning.
     fn f3_mismatch(
         &self,
         dxs: &[Denot],
