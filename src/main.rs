@@ -148,6 +148,17 @@ enum Cmd {
     },
     /// Time the main jobs on this machine.
     Bench,
+    /// Run one rule, op or program on per-rank values from a job file (JSON
+    /// or TOML): output, backward, traffic, and with --check the oracle.
+    Run {
+        /// The job file.
+        job: String,
+        #[arg(long)]
+        json: bool,
+        /// Also check this instance (F1-F3, B1-B3, J1); exit 1 on a violation.
+        #[arg(long)]
+        check: bool,
+    },
 }
 
 fn bar(len: u64, json: bool) -> ProgressBar {
@@ -320,6 +331,15 @@ fn run() -> Result<ExitCode, UsageError> {
         Cmd::Bench => {
             spmd_check::bench::run();
             Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Run { job, json, check } => {
+            let r = spmd_check::job::run_file(&job, check)?;
+            if json {
+                println!("{}", r.to_json());
+            } else {
+                print!("{}", r.to_text());
+            }
+            Ok(ExitCode::from(r.exit_code()))
         }
     }
 }
