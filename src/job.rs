@@ -746,7 +746,8 @@ pub fn run_job(job: &Job, file: &str, text: &str, check: bool) -> Result<JobRepo
 
 /// The output type when the job does not write it: a program's last step;
 /// a local op's common input type; a collective's unique destination in the
-/// seed tables that builds and takes the input shape.
+/// seed tables that builds and takes the input shape (when the tables list
+/// none from the input's state, the unique type over all states that does).
 #[allow(clippy::too_many_arguments)]
 fn infer_and_build(
     job: &Job,
@@ -784,15 +785,45 @@ fn infer_and_build(
         ));
     }
     let mut fits: Vec<(Type, rules::Rule)> = Vec::new();
-    for c in table_candidates(d, fw, &ins[0]) {
-        if let Ok(r) = build(job, file, text, m, ins, &c, steps) {
-            if r.op.op.infer(m, shapes).is_ok() {
-                fits.push((c, r));
+    let mut first_err: Option<UsageError> = None;
+    let mut candidates = table_candidates(d, fw, &ins[0]);
+    if candidates.is_empty() {
+        // Not in the tables from this state: every type that builds.
+        let n = ins[0].states.len();
+        candidates = (0..4usize.pow(n as u32))
+            .map(|k| {
+                let mut t = ins[0].clone();
+                for a in 0..n {
+                    t.states[a] = spmd_semantics::ALL_STATES[(k / 4usize.pow(a as u32)) % 4];
+                    if t.states[a] != State::Varying {
+                        t.layout[a] = None;
+                    } else if ins[0].states[a] != State::Varying && ins[0].is_global() {
+                        t.layout[a] = Some(dim_param(fw));
+                    }
+                }
+                t
+            })
+            .collect();
+    }
+    for c in candidates {
+        match build(job, file, text, m, ins, &c, steps) {
+            Ok(r) => match r.op.op.infer(m, shapes) {
+                Ok(_) => fits.push((c, r)),
+                Err(e) => {
+                    first_err.get_or_insert(err(format!(
+                        "the inputs' shapes {shapes:?} do not fit: {e}"
+                    )));
+                }
+            },
+            Err(e) => {
+                first_err.get_or_insert(e);
             }
         }
     }
     match fits.len() {
         1 => Ok(fits.pop().expect("one").1),
+        // Every destination the tables list failed: say why the first did.
+        0 if first_err.is_some() => Err(first_err.expect("checked")),
         0 => Err(err(format!(
             "give `output`: the seed tables list no destination of `{fw}` from {} that builds",
             ins[0].display(m)
