@@ -994,6 +994,10 @@ fn the_example_job_runs() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("denotes [1, 2, 3, 4]"), "{out}");
     assert!(out.contains("check: pass"), "{out}");
+    // The README shows the file as it is.
+    let readme = include_str!("../README.md");
+    let example = include_str!("../examples/run_gather.json");
+    assert!(readme.contains(example.trim()), "README shows another job");
 }
 
 /// Library level: a local op with its output inferred, and a two-step
