@@ -847,6 +847,22 @@ fn mesh_axes_keep_their_written_order() {
         v["output"]["per_rank"],
         json!([[1, 2], [1, 2], [1, 2], [1, 2]])
     );
+    // The same in TOML.
+    let toml = r#"dialect = "jax"
+forward = "all_gather_reduced(dim=0)"
+[mesh]
+z = 2
+a = 2
+[[inputs]]
+type = { z = "Invariant", a = "Varying" }
+per_rank = [[1], [2], [1], [2]]
+"#;
+    let f = job_file("order.toml", toml);
+    let (code, out, err) = run(&["run", &f, "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["mesh"], "{z: 2, a: 2}");
+    assert_eq!(v["output"]["type"], "{z: I, a: R}");
 }
 
 /// Decimals are read from their text, never through a float.
@@ -975,6 +991,19 @@ fn check_follows_the_oracle() {
         .as_str()
         .unwrap()
         .starts_with("B3 on mesh {x: 2}"));
+    // Gathering to R and slicing the Partial cotangent without summing it:
+    // a cotangent that denotes zero gives a nonzero gradient (B2).
+    let slice = json!({"mesh": {"x": 2}, "forward": "all_gather(R, dim=0)",
+        "backward": "convert(P,V, dim=0)",
+        "inputs": [{"type": "V", "per_rank": [[1], [2]]}]});
+    let (code, v, err) = run_job_json("check_slice.json", &slice, &["--check"]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(v["check"]["property"], "B2");
+    let mut sound = slice.clone();
+    sound["backward"] = json!("reduce_scatter(dim=0)");
+    let (code, v, err) = run_job_json("check_rs.json", &sound, &["--check"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(v["check"]["outcome"], "pass");
     // The text form names the property too.
     let f = job_file("check_pmean_text.json", &job("pmean").to_string());
     let (code, out, _) = run(&["run", &f, "--check"]);
