@@ -1053,7 +1053,9 @@ impl JobReport {
                         ""
                     }
                 ),
-                CheckResult::Violation(v) => format!("check: violation\n{}", v.report()),
+                CheckResult::Violation(v) => {
+                    format!("check: violation: {}\n{}", v.one_line(), v.report())
+                }
                 CheckResult::OutsideDomain => {
                     "check: outside the op's domain (division by zero)\n".into()
                 }
