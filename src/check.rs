@@ -38,6 +38,8 @@ pub struct RuleReport {
     pub replayed: bool,
     /// Whether B1-B3 were checked: false when no backward was declared.
     pub backward_checked: bool,
+    /// Inputs whose gradient was not checked (`no_grad`), by name.
+    pub no_grad: Vec<String>,
 }
 
 /// A counterexample stored by value (SPEC.md §11.3).
@@ -337,6 +339,12 @@ pub fn check_rule(
         random_note: None,
         replayed: false,
         backward_checked: rule.has_backward,
+        no_grad: rule
+            .op
+            .no_grad
+            .iter()
+            .map(|&i| rule.op.input_name(i))
+            .collect(),
     };
     for s in stored {
         if let Some(v) = replay(rule, s) {

@@ -17,6 +17,7 @@ pub mod collectives;
 pub mod conform;
 pub mod derive;
 pub mod fsdp;
+pub mod job;
 pub mod jvps;
 pub mod programs;
 pub mod report;

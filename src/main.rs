@@ -169,6 +169,17 @@ enum Cmd {
     },
     /// Time the main jobs on this machine.
     Bench,
+    /// Run one rule, op or program on per-rank values from a job file (JSON
+    /// or TOML): output, backward, traffic, and with --check the oracle.
+    Run {
+        /// The job file.
+        job: String,
+        #[arg(long)]
+        json: bool,
+        /// Also check this instance (F1-F3, B1-B3, J1); exit 1 on a violation.
+        #[arg(long)]
+        check: bool,
+    },
 }
 
 fn bar(len: u64, json: bool) -> ProgressBar {
@@ -358,6 +369,15 @@ fn run() -> Result<ExitCode, UsageError> {
             spmd_check::bench::run();
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Run { job, json, check } => {
+            let r = spmd_check::job::run_file(&job, check)?;
+            if json {
+                println!("{}", r.to_json());
+            } else {
+                print!("{}", r.to_text());
+            }
+            Ok(ExitCode::from(r.exit_code()))
+        }
     }
 }
 
@@ -536,6 +556,7 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
                 j["file"] = serde_json::json!(f);
                 j["summary"] = serde_json::json!(report::rule_word(rep));
                 j["backward_checked"] = serde_json::json!(rep.backward_checked);
+                j["no_grad"] = serde_json::json!(rep.no_grad);
                 j["random_cases"] = serde_json::json!(rep.random_cases);
                 j["random_requested"] = serde_json::json!(rep.random_requested);
                 j["random_note"] = serde_json::json!(rep.random_note);

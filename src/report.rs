@@ -65,6 +65,11 @@ pub fn rule_word(rep: &crate::check::RuleReport) -> String {
     };
     if !rep.backward_checked && !matches!(v, Verdict::Unsound { .. }) {
         w.push_str("; backward not checked (none declared)");
+    } else if !rep.no_grad.is_empty() && !matches!(v, Verdict::Unsound { .. }) {
+        w.push_str(&format!(
+            "; no gradient checked for {} (no_grad)",
+            rep.no_grad.join(", ")
+        ));
     }
     if v.proof() && rep.random_cases > 0 {
         w.push_str(&format!(

@@ -27,6 +27,16 @@ pub enum TypeSpec {
     Axes(IndexMap<String, String>),
 }
 
+/// A backward: a collective or composition (or `"local"`, the local VJP),
+/// or for a local op one expression per input over the primals and the
+/// output cotangent `g` (`["g * y", "g * x"]`).
+#[derive(Deserialize, Serialize, Debug, Clone)]
+#[serde(untagged)]
+pub enum BackwardSpec {
+    One(String),
+    PerInput(Vec<String>),
+}
+
 /// One `[[rule]]` as written.
 #[derive(Deserialize, Serialize, Debug, Clone, Default)]
 #[serde(deny_unknown_fields)]
@@ -43,7 +53,14 @@ pub struct RuleSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forward: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backward: Option<String>,
+    pub backward: Option<BackwardSpec>,
+    /// Inputs (0-based) that get no gradient: B1-B3 skip them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub no_grad: Vec<usize>,
+    /// A local op's declared global meaning, when it is not the local
+    /// function itself (an expression over the same variables).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meaning: Option<String>,
     pub inputs: Vec<TypeSpec>,
     pub output: TypeSpec,
     /// A declared JVP, checked by J1: for a local op an expression of the
@@ -382,10 +399,16 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
     }
     let (op, backward, has_backward) = match (&s.op, &s.forward) {
         _ if !s.step.is_empty() => {
-            if s.op.is_some() || s.forward.is_some() || s.backward.is_some() || s.jvp.is_some() {
+            if s.op.is_some()
+                || s.forward.is_some()
+                || s.backward.is_some()
+                || s.jvp.is_some()
+                || s.meaning.is_some()
+            {
                 return Err(err(
                     "step",
-                    "a program has steps instead of `op`, `forward`, `backward` or `jvp`".into(),
+                    "a program has steps instead of `op`, `forward`, `backward`, `jvp` or `meaning`"
+                        .into(),
                 ));
             }
             build_program(s, &types, &output, &step_types, &axes, &err)?
@@ -410,24 +433,84 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
                     ),
                 ));
             }
-            match s.backward.as_deref() {
-                None | Some("local") => (Op::Local(f), Backward::LocalVjp, true),
-                Some(b) => {
+            let backward = match &s.backward {
+                None => Backward::LocalVjp,
+                Some(BackwardSpec::One(b)) if b == "local" => Backward::LocalVjp,
+                Some(BackwardSpec::One(b)) => {
                     return Err(err(
                         b,
                         format!(
-                        "a local op's backward is \"local\" (its VJP); `{b}` is not supported here"
-                    ),
+                            "a local op's backward is \"local\" (its VJP) or one expression per input, e.g. [\"g * y\", \"g * x\"]; `{b}` is neither"
+                        ),
                     ))
                 }
-            }
+                Some(BackwardSpec::PerInput(list)) => {
+                    if list.len() != f.arity() {
+                        return Err(err(
+                            "backward",
+                            format!(
+                                "`backward` has {} expressions; `{}` has {} inputs",
+                                list.len(),
+                                f.text,
+                                f.arity()
+                            ),
+                        ));
+                    }
+                    let mut order = f.vars.clone();
+                    if order.iter().any(|v| v == "g") {
+                        return Err(err(
+                            "backward",
+                            "a variable named `g` would shadow the output cotangent `g`".into(),
+                        ));
+                    }
+                    order.push("g".into());
+                    let fs = list
+                        .iter()
+                        .map(|e| {
+                            parse_with_vars(e, &order)
+                                .map_err(|x| err(e, format!("backward `{e}`: {x}")))
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Backward::Local(fs)
+                }
+            };
+            let op = match &s.meaning {
+                None => Op::Local(f),
+                Some(text) => {
+                    let meaning = parse_with_vars(text, &f.vars)
+                        .map_err(|x| err(text, format!("meaning `{text}`: {x}")))?;
+                    Op::Declared {
+                        forward: Box::new(Op::Local(f)),
+                        meaning: Box::new(Op::Local(meaning)),
+                    }
+                }
+            };
+            (op, backward, true)
         }
         (None, Some(fw)) => {
             if types.len() != 1 {
                 return Err(err("inputs", "a collective takes one input".into()));
             }
+            if s.meaning.is_some() {
+                return Err(err(
+                    "meaning",
+                    "`meaning` is for local ops; a collective's meaning is its own (SPEC.md §10.2)"
+                        .into(),
+                ));
+            }
             let fop = compose(fw, &types[0], &output, &axes).map_err(|e| err(fw, e))?;
-            match s.backward.as_deref() {
+            let one = match &s.backward {
+                None => None,
+                Some(BackwardSpec::One(b)) => Some(b.as_str()),
+                Some(BackwardSpec::PerInput(_)) => {
+                    return Err(err(
+                        "backward",
+                        "a collective's backward is one collective or composition, not a list"
+                            .into(),
+                    ))
+                }
+            };
+            match one {
                 None => (fop, Backward::LocalVjp, false),
                 Some("local") => {
                     return Err(err(
@@ -470,13 +553,22 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
             ),
         }),
     };
+    if let Some(&i) = s.no_grad.iter().find(|&&i| i >= types.len()) {
+        return Err(err(
+            "no_grad",
+            format!(
+                "no_grad names input {i}; the rule has {} inputs (0-based)",
+                types.len()
+            ),
+        ));
+    }
     let op = TypedOp {
+        no_grad: s.no_grad.clone(),
         op,
         inputs: std::mem::take(&mut types),
         output,
         backward,
         jvp,
-        no_grad: vec![],
     };
     // Refuse what cannot finish: a degree beyond exact finite differences,
     // or more instances than the scope allows.

@@ -322,7 +322,10 @@ output = "S(0)"
                     expr: None,
                     forward: Some(fw.clone()),
                     input: Some("x".into()),
-                    backward: s.backward.clone(),
+                    backward: match &s.backward {
+                        Some(spmd_check::rules::BackwardSpec::One(b)) => Some(b.clone()),
+                        _ => None,
+                    },
                     output: s.output.clone(),
                 },
             ),
@@ -355,4 +358,82 @@ output = "S(0)"
         compared >= 8 && unsound >= 2,
         "{compared} compared, {unsound} unsound"
     );
+}
+
+fn verdict_of(name: &str, text: &str) -> (i32, String) {
+    let (code, out, err) = run(&["check", &rules(name, text), "--cases", "16"]);
+    (code, format!("{out}{err}"))
+}
+
+#[test]
+fn a_hand_written_local_backward_is_what_b1_to_b3_check() {
+    // A matrix product and its VJP (shapes are strict: no broadcasting, so
+    // the hand-written backward fits every case).
+    let r = r#"[[rule]]
+name = "matmul"
+op = { expr = "einsum(\"ij,jk->ik\", x, y)" }
+backward = ["einsum(\"ik,jk->ij\", g, y)", "einsum(\"ij,ik->jk\", x, g)"]
+inputs = ["V", "R"]
+output = "V"
+"#;
+    let (code, out) = verdict_of("lbwd", r);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("sound (proof)"), "{out}");
+    // Twin: the backward for x off by a factor of 2.
+    let (code, out) = verdict_of("lbwd-twin", &r.replace("[\"einsum", "[\"2 * einsum"));
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("unsound B3"), "{out}");
+    assert!(out.contains("cotangent for x is not the gradient"), "{out}");
+    // A list of the wrong length, or a `g` that shadows the cotangent.
+    let (code, out) = verdict_of(
+        "lbwd-bad",
+        &r.replace(", \"einsum(\\\"ij,ik->jk\\\", x, g)\"]", "]"),
+    );
+    assert_eq!(code, 2, "{out}");
+    assert!(out.contains("has 1 expressions"), "{out}");
+    let shadow = "[[rule]]\nname = \"s\"\nop = { expr = \"g * y\" }\nbackward = [\"y\", \"g\"]\ninputs = [\"V\", \"V\"]\noutput = \"V\"\n";
+    let (code, out) = verdict_of("lbwd-shadow", &shadow);
+    assert_eq!(code, 2, "{out}");
+}
+
+#[test]
+fn no_grad_inputs_are_skipped_and_the_report_says_so() {
+    // y's backward is wrong (zero), but y gets no gradient.
+    let r = r#"[[rule]]
+name = "matmul"
+op = { expr = "einsum(\"ij,jk->ik\", x, y)" }
+backward = ["einsum(\"ik,jk->ij\", g, y)", "0 * einsum(\"ij,ik->jk\", x, g)"]
+no_grad = [1]
+inputs = ["V", "R"]
+output = "V"
+"#;
+    let (code, out) = verdict_of("nograd", r);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("no gradient checked for y (no_grad)"), "{out}");
+    // Twin: without no_grad the same backward fails for y.
+    let (code, out) = verdict_of("nograd-twin", &r.replace("no_grad = [1]\n", ""));
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("cotangent for y"), "{out}");
+    let (code, out) = verdict_of("nograd-bad", &r.replace("[1]", "[2]"));
+    assert_eq!(code, 2, "{out}");
+}
+
+#[test]
+fn a_declared_meaning_is_what_f3_compares() {
+    let r = "[[rule]]\nname = \"double\"\nop = { expr = \"2 * x\" }\nmeaning = \"x + x\"\ninputs = [\"P\"]\noutput = \"P\"\n";
+    let (code, out) = verdict_of("meaning", r);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = verdict_of("meaning-twin", &r.replace("x + x", "3 * x"));
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("unsound F3"), "{out}");
+    // Global: a row-sharded transpose whose declared meaning is the
+    // identity on the global tensor is wrong; transpose itself is right.
+    let g = "[[rule]]\nname = \"t\"\nop = \"transpose\"\nmeaning = \"transpose(x)\"\ninputs = [\"S(0)\"]\noutput = \"S(1)\"\n";
+    let (code, out) = verdict_of("meaning-global", g);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = verdict_of(
+        "meaning-global-twin",
+        &g.replace("meaning = \"transpose(x)\"", "meaning = \"x\""),
+    );
+    assert_ne!(code, 0, "{out}");
 }

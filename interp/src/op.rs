@@ -273,10 +273,22 @@ impl TypedOp {
             .zip(shapes)
             .map(|(t, s)| t.global_shape(m, s))
             .collect();
-        match (globals, self.output.global_shape(m, out), &self.op) {
-            (Some(g), Some(_), Op::Local(f)) => infer(&f.expr, &g).is_ok(),
+        match (globals, self.output.global_shape(m, out), self.meaning_fn()) {
+            (Some(g), Some(_), Some(f)) => infer(&f.expr, &g).is_ok(),
             (Some(_), Some(_), _) => true,
             _ => false,
+        }
+    }
+    /// The local function whose meaning a local op declares: its own, or
+    /// the one a rule's `meaning` gives.
+    fn meaning_fn(&self) -> Option<&LocalFn> {
+        match &self.op {
+            Op::Local(f) => Some(f),
+            Op::Declared { meaning, .. } => match meaning.as_ref() {
+                Op::Local(f) => Some(f),
+                _ => None,
+            },
+            _ => None,
         }
     }
     /// SPEC.md §13.2: for a local op under global types, the declared meaning
@@ -284,7 +296,7 @@ impl TypedOp {
     /// that is not global, or not local (collectives keep the meanings of
     /// §10.2).
     pub fn global_spec(&self, m: &Mesh, ds: &[Denot]) -> Result<Option<Tensor>, EvalError> {
-        let Op::Local(f) = &self.op else {
+        let Some(f) = self.meaning_fn() else {
             return Ok(None);
         };
         if !self.is_global() {

@@ -1,0 +1,1059 @@
+//! `spmd-check run JOB`: one rule, op or program run on per-rank values the
+//! user gives (SPEC.md §14). The job names the op exactly as a rule file
+//! does (§11.1) and is built by the same code (`rules::build`); this module
+//! only reads the values, runs forward and backward, and reports.
+
+use crate::rules::{self, BackwardSpec, OpSpec, RuleSpec, StepSpec, TypeSpec};
+use crate::run::UsageError;
+use crate::types::{parse_type, parse_types};
+use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use spmd_generators::Scope;
+use spmd_interp::catalogue::NAMES;
+use spmd_interp::{EvalError, TypedOp};
+use spmd_oracle::{show_denot, Checker, Outcome, Phase};
+use spmd_semantics::perrank::{denote, draw, global, well_formed};
+use spmd_semantics::{Dialect, Mesh, PerRank, Shape, State, Tensor, Type, Q};
+use std::fmt;
+
+/// The longest literal accepted for one scalar, in characters, and the
+/// largest decimal exponent.
+pub const MAX_LITERAL: usize = 1000;
+
+/// Per-rank values as written: nested arrays of scalars, each scalar kept as
+/// its text so that decimals are read exactly.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Nest {
+    Scalar(String),
+    List(Vec<Nest>),
+}
+
+impl<'de> Deserialize<'de> for Nest {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Nest, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Nest;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                write!(f, "a number, a string \"p/q\", or an array of them")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Nest, E> {
+                Ok(Nest::Scalar(v.to_string()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Nest, E> {
+                Ok(Nest::Scalar(v.to_string()))
+            }
+            fn visit_i128<E: de::Error>(self, v: i128) -> Result<Nest, E> {
+                Ok(Nest::Scalar(v.to_string()))
+            }
+            fn visit_u128<E: de::Error>(self, v: u128) -> Result<Nest, E> {
+                Ok(Nest::Scalar(v.to_string()))
+            }
+            fn visit_f64<E: de::Error>(self, _: f64) -> Result<Nest, E> {
+                // JSON and TOML numbers arrive as text (see `parse_job`); a
+                // float here would already be rounded.
+                Err(E::custom(
+                    "a number that is not an integer must be written as text, e.g. \"0.5\" or \"1/2\"",
+                ))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Nest, E> {
+                Ok(Nest::Scalar(v.to_string()))
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Nest, A::Error> {
+                let mut out = Vec::new();
+                while let Some(x) = s.next_element()? {
+                    out.push(x);
+                }
+                Ok(Nest::List(out))
+            }
+            // serde_json's `arbitrary_precision` hands a number over as a
+            // one-entry map holding its text.
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Nest, A::Error> {
+                match m.next_entry::<String, String>()? {
+                    Some((k, v)) if k == "$serde_json::private::Number" => Ok(Nest::Scalar(v)),
+                    _ => Err(de::Error::custom(
+                        "expected a number, a string or an array, found an object",
+                    )),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A mesh as written: axis names and sizes, in the order written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MeshSpec(pub Vec<(String, usize)>);
+
+impl<'de> Deserialize<'de> for MeshSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<MeshSpec, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = MeshSpec;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                write!(f, "a mesh {{ axis: size, ... }}")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<MeshSpec, A::Error> {
+                let mut out = Vec::new();
+                while let Some((k, v)) = m.next_entry::<String, usize>()? {
+                    out.push((k, v));
+                }
+                Ok(MeshSpec(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// One input: its type and its local tensor on every rank.
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct InputSpec {
+    #[serde(rename = "type")]
+    pub ty: TypeSpec,
+    pub per_rank: Nest,
+}
+
+/// A job file as written (JSON, or TOML with the same structure).
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct Job {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub dialect: Option<String>,
+    pub mesh: MeshSpec,
+    #[serde(default)]
+    pub op: Option<OpSpec>,
+    #[serde(default)]
+    pub forward: Option<String>,
+    #[serde(default)]
+    pub backward: Option<BackwardSpec>,
+    #[serde(default)]
+    pub jvp: Option<String>,
+    #[serde(default)]
+    pub vars: Option<Vec<String>>,
+    #[serde(default)]
+    pub no_grad: Vec<usize>,
+    #[serde(default)]
+    pub meaning: Option<String>,
+    #[serde(default)]
+    pub names: Vec<String>,
+    #[serde(default, alias = "step")]
+    pub steps: Vec<StepSpec>,
+    pub inputs: Vec<InputSpec>,
+    #[serde(default)]
+    pub output: Option<TypeSpec>,
+    #[serde(default)]
+    pub cotangent: Option<Nest>,
+}
+
+/// Read a scalar exactly: an integer, `p/q`, or a decimal such as `-1.25e-3`
+/// (SPEC.md §6.1's literals, read by `Q::parse`), at most `MAX_LITERAL`
+/// characters.
+pub fn parse_scalar(text: &str) -> Result<Q, String> {
+    let t = text.trim();
+    if t.len() > MAX_LITERAL {
+        return Err(format!(
+            "a literal of {} characters (at most {MAX_LITERAL})",
+            t.len()
+        ));
+    }
+    Q::parse(t).ok_or_else(|| {
+        format!("`{t}` is not a number (an integer, p/q, or a decimal; exponents up to ±1000)")
+    })
+}
+
+/// Parse a job's text: JSON when it starts with `{`, else TOML. Numbers are
+/// kept as text so that `0.5` is exactly 1/2.
+pub fn parse_job(file: &str, text: &str) -> Result<Job, UsageError> {
+    if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| {
+            let msg = e.to_string();
+            let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+            UsageError(format!("{file}:{}:{}: {msg}", e.line(), e.column()))
+        })
+    } else {
+        let mut doc: toml_edit::DocumentMut = text
+            .parse()
+            .map_err(|e: toml_edit::TomlError| UsageError(format!("{file}: {}", one_line(&e))))?;
+        floats_as_text(doc.as_item_mut());
+        toml::from_str(&doc.to_string())
+            .map_err(|e| UsageError(format!("{file}: {}", one_line(&e.message()))))
+    }
+}
+
+fn one_line(e: &dyn fmt::Display) -> String {
+    let s = e.to_string();
+    let lines: Vec<&str> = s.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+    lines.join(" ")
+}
+
+/// Replace every TOML float by a string of its text as written.
+fn floats_as_text(item: &mut toml_edit::Item) {
+    use toml_edit::Item;
+    match item {
+        Item::Value(v) => float_value(v),
+        Item::Table(t) => t.iter_mut().for_each(|(_, i)| floats_as_text(i)),
+        Item::ArrayOfTables(a) => a
+            .iter_mut()
+            .for_each(|t| t.iter_mut().for_each(|(_, i)| floats_as_text(i))),
+        Item::None => {}
+    }
+}
+
+fn float_value(v: &mut toml_edit::Value) {
+    use toml_edit::Value as V;
+    match v {
+        V::Float(f) => {
+            let raw = f
+                .as_repr()
+                .and_then(|r| r.as_raw().as_str())
+                .map(|s| s.trim().replace('_', ""))
+                .unwrap_or_else(|| f.value().to_string());
+            *v = V::from(raw);
+        }
+        V::Array(a) => a.iter_mut().for_each(float_value),
+        V::InlineTable(t) => t.iter_mut().for_each(|(_, x)| float_value(x)),
+        _ => {}
+    }
+}
+
+/// A typed per-rank value of a report.
+#[derive(Clone, Debug)]
+pub struct Valued {
+    pub label: String,
+    pub ty: Type,
+    pub value: PerRank,
+}
+
+/// How `--check` ended on the instance.
+#[derive(Clone, Debug)]
+pub enum CheckResult {
+    Pass { b3_undetermined: bool },
+    Violation(Box<spmd_oracle::Violation>),
+    OutsideDomain,
+}
+
+/// What `spmd-check run` found.
+#[derive(Clone, Debug)]
+pub struct JobReport {
+    pub mesh: Mesh,
+    pub op: TypedOp,
+    /// The output type was inferred, not written.
+    pub output_inferred: bool,
+    pub inputs: Vec<Valued>,
+    pub output: Valued,
+    /// The forward met a kink exactly (SPEC.md §5.3).
+    pub at_kink: bool,
+    pub cotangent: Option<Valued>,
+    /// Whether the rule declares a backward.
+    pub has_backward: bool,
+    /// One cotangent per input, when a cotangent was given and the rule has a backward.
+    pub backward: Option<Vec<Valued>>,
+    pub traffic_forward: Q,
+    pub traffic_backward: Option<Q>,
+    pub check: Option<CheckResult>,
+}
+
+fn err(msg: impl Into<String>) -> UsageError {
+    UsageError(msg.into())
+}
+
+/// The mesh of a job: 1 to 8 ranks per axis, names distinct.
+fn job_mesh(m: &MeshSpec) -> Result<Mesh, UsageError> {
+    if m.0.is_empty() {
+        return Err(err("mesh: names no axis"));
+    }
+    for (i, (a, n)) in m.0.iter().enumerate() {
+        if m.0[..i].iter().any(|(b, _)| b == a) {
+            return Err(err(format!("mesh: axis `{a}` named twice")));
+        }
+        if *n == 0 || *n > 8 {
+            return Err(err(format!(
+                "mesh: axis `{a}` has size {n}; sizes are 1 to 8"
+            )));
+        }
+    }
+    let axes: Vec<(&str, usize)> = m.0.iter().map(|(a, n)| (a.as_str(), *n)).collect();
+    Ok(Mesh::new(&axes))
+}
+
+/// A type as written, with its axes put in the mesh's order. A single state
+/// applies to every axis; `{axis: state}` must name every axis; a partition
+/// spec leaves the axes it does not name Invariant.
+fn job_type(d: Dialect, spec: &TypeSpec, m: &Mesh, what: &str) -> Result<Type, UsageError> {
+    let bad = |e: String| err(format!("{what}: {e}"));
+    let names: Vec<String> = m.axes.iter().map(|a| a.name.clone()).collect();
+    let place = |axes: &[String], t: &Type, fill: Option<State>| -> Result<Type, UsageError> {
+        if let Some(a) = axes.iter().find(|a| !names.contains(a)) {
+            return Err(bad(format!("the mesh {m} has no axis `{a}`")));
+        }
+        let mut out = Type::new(vec![State::Invariant; names.len()]);
+        for (i, n) in names.iter().enumerate() {
+            match axes.iter().position(|a| a == n) {
+                Some(j) => {
+                    out.states[i] = t.states[j];
+                    out.layout[i] = t.layout[j];
+                }
+                None => match fill {
+                    Some(s) => out.states[i] = s,
+                    None => return Err(bad(format!("the type names no state for axis `{n}`"))),
+                },
+            }
+        }
+        Ok(out)
+    };
+    match spec {
+        TypeSpec::Axes(map) => {
+            let axes: Vec<String> = map.keys().cloned().collect();
+            let mut t = Type::new(vec![]);
+            for s in map.values() {
+                let (st, dim) = d.parse_state(s.trim()).map_err(bad)?;
+                t.states.push(st);
+                t.layout.push(dim);
+            }
+            place(&axes, &t, None)
+        }
+        TypeSpec::One(s) if s.trim().starts_with("P(") => {
+            let (axes, ts) = parse_types(d, &[s.as_str()]).map_err(|e| bad(e.0))?;
+            let t = &ts[0];
+            // Axes sharding one dim are major first in mesh order (§13.1).
+            let pos = |a: &String| names.iter().position(|n| n == a);
+            for i in 0..axes.len() {
+                for j in i + 1..axes.len() {
+                    if t.states[i] == State::Varying
+                        && t.states[j] == State::Varying
+                        && t.layout[i] == t.layout[j]
+                        && pos(&axes[i]) > pos(&axes[j])
+                    {
+                        return Err(bad(format!(
+                            "`{s}`: axes sharding one dim must follow the mesh order {m}"
+                        )));
+                    }
+                }
+            }
+            place(&axes, t, Some(State::Invariant))
+        }
+        TypeSpec::One(s) if s.trim().starts_with('{') => {
+            let (axes, t) = parse_type(d, s).map_err(|e| bad(e.0))?;
+            place(&axes, &t, None)
+        }
+        TypeSpec::One(s) => {
+            let (st, dim) = d.parse_state(s.trim()).map_err(bad)?;
+            Ok(Type {
+                states: vec![st; names.len()],
+                layout: vec![dim; names.len()],
+            })
+        }
+    }
+}
+
+/// A type in rule-file syntax (spmd_types names, every axis named).
+fn type_text(t: &Type, m: &Mesh) -> String {
+    let parts: Vec<String> = m
+        .axes
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("{}: {}", a.name, t.axis_letter(i)))
+        .collect();
+    format!("{{{}}}", parts.join(", "))
+}
+
+/// Read per-rank values: one entry per rank (row-major over the mesh axes),
+/// rectangular, the same shape on every rank.
+fn read_per_rank(n: &Nest, m: &Mesh, what: &str) -> Result<PerRank, UsageError> {
+    let Nest::List(ranks) = n else {
+        return Err(err(format!(
+            "{what}: expected an array with one entry per rank ({} ranks), got a scalar",
+            m.num_ranks()
+        )));
+    };
+    if ranks.len() != m.num_ranks() {
+        return Err(err(format!(
+            "{what}: {} ranks given, the mesh {m} has {}",
+            ranks.len(),
+            m.num_ranks()
+        )));
+    }
+    let mut tensors: Vec<Tensor> = Vec::new();
+    for (r, x) in ranks.iter().enumerate() {
+        let here = format!("{what}, rank {r}");
+        let shape = shape_of(x, &here)?;
+        let mut data = Vec::new();
+        flatten(x, &here, &mut data)?;
+        if let Some(t0) = tensors.first() {
+            if t0.shape != shape {
+                return Err(err(format!(
+                    "{here}: shape {shape:?}, but rank 0 has shape {:?}",
+                    t0.shape
+                )));
+            }
+        }
+        tensors.push(Tensor::new(shape, data));
+    }
+    Ok(PerRank { tensors })
+}
+
+fn shape_of(n: &Nest, what: &str) -> Result<Shape, UsageError> {
+    match n {
+        Nest::Scalar(_) => Ok(vec![]),
+        Nest::List(xs) => {
+            let first = xs
+                .first()
+                .ok_or_else(|| err(format!("{what}: an empty array (dims must be at least 1)")))?;
+            let inner = shape_of(first, what)?;
+            for (i, x) in xs.iter().enumerate().skip(1) {
+                if shape_of(x, what)? != inner {
+                    return Err(err(format!(
+                        "{what}: ragged array (entry {i} has another shape than entry 0)"
+                    )));
+                }
+            }
+            let mut s = vec![xs.len()];
+            s.extend(inner);
+            Ok(s)
+        }
+    }
+}
+
+fn flatten(n: &Nest, what: &str, out: &mut Vec<Q>) -> Result<(), UsageError> {
+    match n {
+        Nest::Scalar(s) => {
+            out.push(parse_scalar(s).map_err(|e| err(format!("{what}: {e}")))?);
+            Ok(())
+        }
+        Nest::List(xs) => xs.iter().try_for_each(|x| flatten(x, what, out)),
+    }
+}
+
+/// SPEC.md §2.3 with a message naming the input and the axis.
+fn check_well_formed(m: &Mesh, t: &Type, x: &PerRank, what: &str) -> Result<(), UsageError> {
+    well_formed(m, t, x).map_err(|e| {
+        err(format!(
+            "{what}: not well formed for {}: ranks {} and {} differ only along axis `{}`, where the state is {:?}, so they must hold equal tensors ({} vs {})",
+            t.display(m),
+            e.rank,
+            e.other,
+            m.axes[e.axis].name,
+            t.states[e.axis],
+            x.tensors[e.rank],
+            x.tensors[e.other]
+        ))
+    })
+}
+
+/// The base name of a catalogue call, `all_gather` of `all_gather(R, dim=0)`.
+fn base_name(text: &str) -> &str {
+    text.split('(').next().unwrap_or("").trim()
+}
+
+/// The `dim` parameter of a call, 0 when absent.
+fn dim_param(text: &str) -> usize {
+    text.split(['(', ',', ')'])
+        .filter_map(|p| p.split_once('='))
+        .find(|(k, _)| matches!(k.trim(), "dim" | "gather_dim" | "scatter_dim"))
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Output types the seed tables (`collectives::PAIR_ROWS`) give a collective
+/// from `input`: rows of the job's dialect with the same name (else the same
+/// kind), from the input's state, applied to every axis in that state (or to
+/// any subset of them when the call names its axes).
+fn table_candidates(d: Dialect, fw: &str, input: &Type) -> Vec<Type> {
+    let name = base_name(fw);
+    let family = |n: &str| NAMES.iter().find(|(x, _)| *x == n).map(|(_, f)| *f);
+    let rows = crate::collectives::PAIR_ROWS;
+    let one_axis = |r: &&crate::collectives::PairRow| !r.src.contains('{');
+    let mut picked: Vec<_> = rows
+        .iter()
+        .filter(one_axis)
+        .filter(|r| base_name(r.forward) == name && r.dialect == d)
+        .collect();
+    if picked.is_empty() {
+        picked = rows
+            .iter()
+            .filter(one_axis)
+            .filter(|r| base_name(r.forward) == name)
+            .collect();
+    }
+    if picked.is_empty() {
+        picked = rows
+            .iter()
+            .filter(one_axis)
+            .filter(|r| family(base_name(r.forward)) == family(name) && family(name).is_some())
+            .filter(|r| r.dialect == d)
+            .collect();
+    }
+    let named_axes = fw.contains("axis");
+    let mut out: Vec<Type> = Vec::new();
+    for r in picked {
+        let (Ok((s, _)), Ok((t, _))) = (r.dialect.parse_state(r.src), r.dialect.parse_state(r.dst))
+        else {
+            continue;
+        };
+        let at: Vec<usize> = (0..input.states.len())
+            .filter(|&a| input.states[a] == s)
+            .collect();
+        if at.is_empty() {
+            continue;
+        }
+        let subsets: Vec<Vec<usize>> = if named_axes {
+            (1..1usize << at.len())
+                .map(|bits| {
+                    (0..at.len())
+                        .filter(|i| bits >> i & 1 == 1)
+                        .map(|i| at[i])
+                        .collect()
+                })
+                .collect()
+        } else {
+            vec![at]
+        };
+        for sub in subsets {
+            let mut c = input.clone();
+            for &a in &sub {
+                c.states[a] = t;
+                c.layout[a] = match (t, input.states[a]) {
+                    (State::Varying, State::Varying) => input.layout[a],
+                    (State::Varying, _) if input.is_global() => Some(dim_param(fw)),
+                    _ => None,
+                };
+            }
+            if !out.contains(&c) {
+                out.push(c);
+            }
+        }
+    }
+    out
+}
+
+/// Build the job's typed op with the rule-file machinery.
+fn build(
+    job: &Job,
+    file: &str,
+    text: &str,
+    m: &Mesh,
+    inputs: &[Type],
+    output: &Type,
+    steps: &[StepSpec],
+) -> Result<rules::Rule, UsageError> {
+    let spec = RuleSpec {
+        name: job.name.clone().unwrap_or_else(|| "job".into()),
+        dialect: Some("spmd_types".into()),
+        op: job.op.clone(),
+        forward: job.forward.clone(),
+        backward: job.backward.clone(),
+        inputs: inputs
+            .iter()
+            .map(|t| TypeSpec::One(type_text(t, m)))
+            .collect(),
+        output: TypeSpec::One(type_text(output, m)),
+        jvp: job.jvp.clone(),
+        mesh: Some(m.axes.iter().map(|a| (a.name.clone(), a.size)).collect()),
+        names: job.names.clone(),
+        step: steps.to_vec(),
+        vars: job.vars.clone(),
+        no_grad: job.no_grad.clone(),
+        meaning: job.meaning.clone(),
+    };
+    let scope = Scope {
+        max_instances: u64::MAX,
+        ..Scope::default()
+    };
+    let mut built = rules::build(file, text, &[spec], &scope)?;
+    Ok(built.remove(0))
+}
+
+/// Read, build and run a job file.
+pub fn run_file(path: &str, check: bool) -> Result<JobReport, UsageError> {
+    let text = rules::read_text(path)?;
+    let job = parse_job(path, &text)?;
+    run_job(&job, path, &text, check)
+}
+
+/// Run a parsed job: `file` and `text` locate build errors.
+pub fn run_job(job: &Job, file: &str, text: &str, check: bool) -> Result<JobReport, UsageError> {
+    let d = match &job.dialect {
+        Some(x) => Dialect::parse(x).map_err(err)?,
+        None => Dialect::SpmdTypes,
+    };
+    let m = job_mesh(&job.mesh)?;
+    let in_types: Vec<Type> = job
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, x)| job_type(d, &x.ty, &m, &format!("inputs[{i}].type")))
+        .collect::<Result<_, _>>()?;
+    let steps: Vec<StepSpec> = job
+        .steps
+        .iter()
+        .map(|s| {
+            let t = job_type(d, &s.output, &m, &format!("step `{}`: output", s.name))?;
+            Ok(StepSpec {
+                output: TypeSpec::One(type_text(&t, &m)),
+                ..s.clone()
+            })
+        })
+        .collect::<Result<_, UsageError>>()?;
+    // Values first: they do not depend on the op.
+    let xs: Vec<PerRank> = job
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, x)| read_per_rank(&x.per_rank, &m, &format!("inputs[{i}].per_rank")))
+        .collect::<Result<_, _>>()?;
+    for (i, (x, t)) in xs.iter().zip(&in_types).enumerate() {
+        check_well_formed(&m, t, x, &format!("inputs[{i}].per_rank"))?;
+    }
+    let shapes: Vec<Shape> = xs.iter().map(|x| x.shape().to_vec()).collect();
+    let (rule, output_inferred) = match &job.output {
+        Some(o) => {
+            let t = job_type(d, o, &m, "output")?;
+            (build(job, file, text, &m, &in_types, &t, &steps)?, false)
+        }
+        None => (
+            infer_and_build(job, d, file, text, &m, &in_types, &steps, &shapes)?,
+            true,
+        ),
+    };
+    let op = rule.op.clone();
+    let (out_shape, _) = op
+        .op
+        .infer(&m, &shapes)
+        .map_err(|e| err(format!("the inputs' shapes {shapes:?} do not fit: {e}")))?;
+    if !op.layouts_fit(&m, &shapes, &out_shape) {
+        return Err(err(format!(
+            "the inputs' shapes {shapes:?} do not fit the layouts of {} (SPEC.md §13.1)",
+            op.signature(&m)
+        )));
+    }
+    let fwd = op.op.forward(&m, &xs).map_err(|e| match e {
+        EvalError::DivByZero => err("the op is undefined on these values (division by zero)"),
+        EvalError::Shape(s) => err(s),
+    })?;
+    let cotangent = match &job.cotangent {
+        None => None,
+        Some(n) => {
+            let g = read_per_rank(n, &m, "cotangent")?;
+            if g.shape() != out_shape.as_slice() {
+                return Err(err(format!(
+                    "cotangent: shape {:?}, the output has shape {out_shape:?}",
+                    g.shape()
+                )));
+            }
+            let tc = op.output.cot();
+            check_well_formed(&m, &tc, &g, "cotangent")?;
+            Some(Valued {
+                label: "dy".into(),
+                ty: tc,
+                value: g,
+            })
+        }
+    };
+    let backward = match (&cotangent, rule.has_backward) {
+        (Some(g), true) => {
+            op.backward_accepts(&m, &out_shape, &shapes)
+                .map_err(|e| err(format!("the backward cannot take the cotangent: {e}")))?;
+            let gs = op.backward(&m, &xs, &g.value).map_err(|e| match e {
+                EvalError::DivByZero => {
+                    err("the backward is undefined on these values (division by zero)")
+                }
+                EvalError::Shape(s) => err(s),
+            })?;
+            Some(
+                gs.into_iter()
+                    .zip(&op.inputs)
+                    .enumerate()
+                    .map(|(i, (v, t))| Valued {
+                        label: format!("dx{i}"),
+                        ty: t.cot(),
+                        value: v,
+                    })
+                    .collect(),
+            )
+        }
+        _ => None,
+    };
+    let check = if check {
+        let c = Checker::new(&op, &m, shapes.clone()).map_err(err)?;
+        Some(match c.check(&xs, Phase::full(rule.has_backward)) {
+            Outcome::Pass(p) => CheckResult::Pass {
+                b3_undetermined: p.b3_undetermined,
+            },
+            Outcome::Fail(v) => CheckResult::Violation(v),
+            Outcome::OutsideDomain => CheckResult::OutsideDomain,
+        })
+    } else {
+        None
+    };
+    Ok(JobReport {
+        traffic_forward: op.op.cost(&m, &shapes),
+        traffic_backward: rule
+            .has_backward
+            .then(|| op.backward_cost(&m, &shapes, &out_shape)),
+        inputs: xs
+            .into_iter()
+            .zip(&op.inputs)
+            .enumerate()
+            .map(|(i, (v, t))| Valued {
+                label: format!("x{i}"),
+                ty: t.clone(),
+                value: v,
+            })
+            .collect(),
+        output: Valued {
+            label: "y".into(),
+            ty: op.output.clone(),
+            value: fwd.y,
+        },
+        at_kink: fwd.at_kink,
+        cotangent,
+        has_backward: rule.has_backward,
+        backward,
+        check,
+        output_inferred,
+        mesh: m,
+        op,
+    })
+}
+
+/// The output type when the job does not write it: a program's last step;
+/// a local op's common input type; a collective's unique destination in the
+/// seed tables that builds and takes the input shape (when the tables list
+/// none from the input's state, the unique type over all states that does).
+#[allow(clippy::too_many_arguments)]
+fn infer_and_build(
+    job: &Job,
+    d: Dialect,
+    file: &str,
+    text: &str,
+    m: &Mesh,
+    ins: &[Type],
+    steps: &[StepSpec],
+    shapes: &[Shape],
+) -> Result<rules::Rule, UsageError> {
+    if let Some(last) = job.steps.last() {
+        let t = job_type(d, &last.output, m, &format!("step `{}`: output", last.name))?;
+        return build(job, file, text, m, ins, &t, steps);
+    }
+    if job.op.is_some() {
+        return match ins.first() {
+            Some(t) if ins.iter().all(|x| x == t) => build(job, file, text, m, ins, t, steps),
+            _ => Err(err(
+                "give `output`: a local op's output type is inferred only when every input has the same type",
+            )),
+        };
+    }
+    let Some(fw) = &job.forward else {
+        return Err(err(
+            "a job needs `op` (a local op), `forward` (a collective) or `steps` (a program)",
+        ));
+    };
+    if ins.len() != 1 {
+        return Err(err("a collective takes one input"));
+    }
+    if fw.contains("|>") {
+        return Err(err(
+            "give `output`: the output type of a composition is not inferred",
+        ));
+    }
+    let mut fits: Vec<(Type, rules::Rule)> = Vec::new();
+    let mut first_err: Option<UsageError> = None;
+    let mut candidates = table_candidates(d, fw, &ins[0]);
+    if candidates.is_empty() {
+        // Not in the tables from this state: every type that builds.
+        let n = ins[0].states.len();
+        candidates = (0..4usize.pow(n as u32))
+            .map(|k| {
+                let mut t = ins[0].clone();
+                for a in 0..n {
+                    t.states[a] = spmd_semantics::ALL_STATES[(k / 4usize.pow(a as u32)) % 4];
+                    if t.states[a] != State::Varying {
+                        t.layout[a] = None;
+                    } else if ins[0].states[a] != State::Varying && ins[0].is_global() {
+                        t.layout[a] = Some(dim_param(fw));
+                    }
+                }
+                t
+            })
+            .collect();
+    }
+    for c in candidates {
+        match build(job, file, text, m, ins, &c, steps) {
+            Ok(r) => match r.op.op.infer(m, shapes) {
+                Ok(_) => fits.push((c, r)),
+                Err(e) => {
+                    first_err.get_or_insert(err(format!(
+                        "the inputs' shapes {shapes:?} do not fit: {e}"
+                    )));
+                }
+            },
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    match fits.len() {
+        1 => Ok(fits.pop().expect("one").1),
+        // Every destination the tables list failed: say why the first did.
+        0 if first_err.is_some() => Err(first_err.expect("checked")),
+        0 => Err(err(format!(
+            "give `output`: the seed tables list no destination of `{fw}` from {} that builds",
+            ins[0].display(m)
+        ))),
+        _ => Err(err(format!(
+            "give `output`: `{fw}` from {} could go to any of {}",
+            ins[0].display(m),
+            fits.iter()
+                .map(|(t, _)| t.display(m))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))),
+    }
+}
+
+/// A scalar in JSON: an integer when it is one (and fits), else "p/q".
+fn q_json(q: &Q) -> Value {
+    match q.to_i64() {
+        Some(i) => json!(i),
+        None => json!(q.to_string()),
+    }
+}
+
+/// A tensor as nested JSON arrays (a scalar bare).
+pub fn tensor_json(t: &Tensor) -> Value {
+    fn go(shape: &[usize], data: &[Q]) -> Value {
+        if shape.is_empty() {
+            return q_json(&data[0]);
+        }
+        let inner: usize = shape[1..].iter().product();
+        Value::Array(
+            (0..shape[0])
+                .map(|i| go(&shape[1..], &data[i * inner..(i + 1) * inner]))
+                .collect(),
+        )
+    }
+    go(&t.shape, &t.data)
+}
+
+fn per_rank_json(x: &PerRank) -> Value {
+    Value::Array(x.tensors.iter().map(tensor_json).collect())
+}
+
+/// What a value denotes, as JSON: the global tensor under a global type;
+/// else the tensor, nested in one array level per Varying axis (mesh order)
+/// indexed by that axis's coordinate.
+pub fn denotes_json(m: &Mesh, t: &Type, x: &PerRank) -> Value {
+    let d = denote(m, t, x);
+    if let Some(g) = t.is_global().then(|| global(m, t, &d)).flatten() {
+        return tensor_json(&g);
+    }
+    let vaxes: Vec<usize> = (0..t.states.len())
+        .filter(|&a| t.states[a] == State::Varying)
+        .collect();
+    fn go(m: &Mesh, vaxes: &[usize], coords: &mut Vec<usize>, family: &[Tensor]) -> Value {
+        match vaxes.split_first() {
+            None => tensor_json(&family[m.rank(coords)]),
+            Some((&a, rest)) => Value::Array(
+                (0..m.axes[a].size)
+                    .map(|k| {
+                        coords[a] = k;
+                        let v = go(m, rest, coords, family);
+                        coords[a] = 0;
+                        v
+                    })
+                    .collect(),
+            ),
+        }
+    }
+    go(m, &vaxes, &mut vec![0; m.ndim()], &d.family)
+}
+
+fn denotes_text(m: &Mesh, t: &Type, x: &PerRank) -> String {
+    let d = denote(m, t, x);
+    match t.is_global().then(|| global(m, t, &d)).flatten() {
+        Some(g) => format!("{g} (global)"),
+        None => show_denot(m, t, &d),
+    }
+}
+
+impl JobReport {
+    /// 0 pass (or no check), 1 a violation, 2 outside the op's domain.
+    pub fn exit_code(&self) -> u8 {
+        match &self.check {
+            Some(CheckResult::Violation(_)) => 1,
+            Some(CheckResult::OutsideDomain) => 2,
+            _ => 0,
+        }
+    }
+
+    fn notes(&self) -> Vec<String> {
+        let mut n = Vec::new();
+        if self.output_inferred {
+            n.push(format!(
+                "output type {} inferred (no `output` given)",
+                self.op.output.display(&self.mesh)
+            ));
+        }
+        if self.cotangent.is_some() && !self.has_backward {
+            n.push("no backward is declared, so none was run".into());
+        }
+        if self.at_kink {
+            n.push("the forward met a kink exactly (SPEC.md §5.3)".into());
+        }
+        n
+    }
+
+    pub fn to_json(&self) -> Value {
+        let m = &self.mesh;
+        let typed = |v: &Valued| {
+            json!({
+                "type": v.ty.display(m),
+                "per_rank": per_rank_json(&v.value),
+                "denotes": denotes_json(m, &v.ty, &v.value),
+            })
+        };
+        let mut o = serde_json::Map::new();
+        o.insert("mesh".into(), json!(m.to_string()));
+        o.insert("op".into(), json!(self.op.op.describe()));
+        o.insert("signature".into(), json!(self.op.signature(m)));
+        o.insert(
+            "inputs".into(),
+            Value::Array(self.inputs.iter().map(typed).collect()),
+        );
+        o.insert("output".into(), typed(&self.output));
+        if let Some(g) = &self.cotangent {
+            o.insert("cotangent".into(), typed(g));
+            o.insert(
+                "backward".into(),
+                match &self.backward {
+                    Some(bs) => Value::Array(
+                        bs.iter()
+                            .map(|b| {
+                                json!({
+                                    "type": b.ty.display(m),
+                                    "per_rank": per_rank_json(&b.value),
+                                })
+                            })
+                            .collect(),
+                    ),
+                    None => Value::Null,
+                },
+            );
+        }
+        o.insert(
+            "traffic".into(),
+            json!({
+                "forward": q_json(&self.traffic_forward),
+                "backward": self.traffic_backward.as_ref().map(q_json),
+            }),
+        );
+        if let Some(c) = &self.check {
+            o.insert(
+                "check".into(),
+                match c {
+                    CheckResult::Pass { b3_undetermined } => json!({
+                        "outcome": "pass",
+                        "b3_undetermined": b3_undetermined,
+                    }),
+                    CheckResult::Violation(v) => json!({
+                        "outcome": "violation",
+                        "property": v.property.code(),
+                        "title": v.property.title(),
+                        "counterexample": v.one_line(),
+                    }),
+                    CheckResult::OutsideDomain => json!({"outcome": "outside domain"}),
+                },
+            );
+        }
+        o.insert("notes".into(), json!(self.notes()));
+        Value::Object(o)
+    }
+
+    pub fn to_text(&self) -> String {
+        let m = &self.mesh;
+        let mut s = format!(
+            "{} : {} on mesh {m}\n",
+            self.op.op.describe(),
+            self.op.signature(m)
+        );
+        let show = |v: &Valued, denotes: bool, s: &mut String| {
+            s.push_str(&format!("  {} : {}", v.label, v.ty.display(m)));
+            if denotes {
+                s.push_str(&format!("   denotes {}", denotes_text(m, &v.ty, &v.value)));
+            }
+            s.push('\n');
+            for line in draw(m, &v.ty, &v.value) {
+                s.push_str(&format!("      {line}\n"));
+            }
+        };
+        s.push_str("inputs:\n");
+        for x in &self.inputs {
+            show(x, true, &mut s);
+        }
+        s.push_str("output:\n");
+        show(&self.output, true, &mut s);
+        if let Some(g) = &self.cotangent {
+            s.push_str("cotangent:\n");
+            show(g, true, &mut s);
+            match &self.backward {
+                Some(bs) => {
+                    s.push_str("backward:\n");
+                    for b in bs {
+                        show(b, false, &mut s);
+                    }
+                }
+                None => s.push_str("backward: none declared\n"),
+            }
+        }
+        s.push_str(&format!(
+            "traffic (elements sent per rank): forward {}, backward {}\n",
+            self.traffic_forward,
+            self.traffic_backward
+                .as_ref()
+                .map_or("none declared".to_string(), Q::to_string)
+        ));
+        for n in self.notes() {
+            s.push_str(&format!("note: {n}\n"));
+        }
+        if let Some(c) = &self.check {
+            s.push_str(&match c {
+                CheckResult::Pass { b3_undetermined } => format!(
+                    "check: pass{}\n",
+                    if *b3_undetermined {
+                        " (B3 undetermined at a kink)"
+                    } else {
+                        ""
+                    }
+                ),
+                CheckResult::Violation(v) => {
+                    format!("check: violation: {}\n{}", v.one_line(), v.report())
+                }
+                CheckResult::OutsideDomain => {
+                    "check: outside the op's domain (division by zero)\n".into()
+                }
+            });
+        }
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decimals_are_exact() {
+        assert_eq!(parse_scalar("0.5").unwrap(), Q::frac(1, 2));
+        assert_eq!(parse_scalar("1e-3").unwrap(), Q::frac(1, 1000));
+        assert_eq!(parse_scalar("-1.25E2").unwrap(), Q::int(-125));
+        assert_eq!(parse_scalar("3/6").unwrap(), Q::frac(1, 2));
+        assert_eq!(parse_scalar("7").unwrap(), Q::int(7));
+        for bad in ["", ".", "1e", "1/0", "abc", "1.2.3", "nan", "1e100000"] {
+            assert!(parse_scalar(bad).is_err(), "{bad}");
+        }
+        assert!(parse_scalar(&"9".repeat(MAX_LITERAL + 1)).is_err());
+    }
+}
