@@ -382,13 +382,20 @@ pub fn emit_rstest(rule_toml: &str, rule: &str, v: &Violation) -> String {
     let s = Stored::from_violation(v);
     let h = s.hash(rule);
     let json = serde_json::to_string(&s).expect("json");
-    let mut out = format!("// {rule}: {}\n", v.one_line());
+    // Whatever the rule's name holds (quotes, `"#`, newlines), it stays
+    // inside one comment line and inside escaped string literals.
+    let mut out = format!(
+        "// {}: {}\n",
+        rule.escape_debug(),
+        v.one_line().escape_debug()
+    );
     for line in v.report().lines() {
-        out.push_str(&format!("// {line}\n"));
+        out.push_str(&format!("// {}\n", line.escape_debug()));
     }
     out.push_str(&format!(
-        "#[test]\nfn cx_{h}() {{\n    spmd_check::check::assert_counterexample(\n        r#\"{}\"#,\n        r#\"{json}\"#,\n    );\n}}\n",
-        rule_toml.trim()
+        "#[test]\nfn cx_{h}() {{\n    spmd_check::check::assert_counterexample(\n        {:?},\n        {:?},\n    );\n}}\n",
+        rule_toml.trim(),
+        json
     ));
     out
 }

@@ -56,21 +56,25 @@ fn emitted_tests_replay_their_counterexample() {
     let (_, out, _) = run(&["check", &f, "--emit", "rstest", "--cases", "0"]);
     assert!(out.contains("#[test]\nfn cx_"), "{out}");
     // Run the emitted call the way the pasted test would.
-    let toml = out
-        .split("r#\"")
-        .nth(1)
-        .unwrap()
-        .split("\"#")
-        .next()
-        .unwrap();
-    let stored = out
-        .split("r#\"")
-        .nth(2)
-        .unwrap()
-        .split("\"#")
-        .next()
-        .unwrap();
-    spmd_check::check::assert_counterexample(toml, stored);
+    let (toml, stored) = common::emitted_literals(&out);
+    spmd_check::check::assert_counterexample(&toml, &stored);
+}
+
+/// A rule name can hold anything TOML allows: the emitted test keeps it in
+/// one comment line and escaped literals, and still replays.
+#[test]
+fn emitted_tests_are_safe_for_any_rule_name() {
+    let name = "evil \\\"# }\\nfn injected() {}";
+    let text = format!(
+        "[[rule]]\nname = \"{name}\"\nop = \"mul\"\ninputs = [\"P\", \"P\"]\noutput = \"P\"\n"
+    );
+    let f = temp_copy("evil.toml", &text);
+    let (code, out, err) = run(&["check", &f, "--emit", "rstest", "--cases", "0"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(!out.lines().any(|l| l.starts_with("fn injected")), "{out}");
+    let (toml, stored) = common::emitted_literals(&out);
+    assert!(toml.contains("fn injected"), "{toml}");
+    spmd_check::check::assert_counterexample(&toml, &stored);
 }
 
 #[test]
@@ -246,13 +250,6 @@ fn programs_in_rule_files() {
         out.contains("rule \"tensor parallel MLP without f\": unsound B1"),
         "{out}"
     );
-    let part = |k: usize| {
-        out.split("r#\"")
-            .nth(k)
-            .unwrap()
-            .split("\"#")
-            .next()
-            .unwrap()
-    };
-    spmd_check::check::assert_counterexample(part(1), part(2));
+    let (toml, stored) = common::emitted_literals(&out);
+    spmd_check::check::assert_counterexample(&toml, &stored);
 }

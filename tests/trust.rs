@@ -392,7 +392,7 @@ output = "V"
     assert_eq!(code, 2, "{out}");
     assert!(out.contains("has 1 expressions"), "{out}");
     let shadow = "[[rule]]\nname = \"s\"\nop = { expr = \"g * y\" }\nbackward = [\"y\", \"g\"]\ninputs = [\"V\", \"V\"]\noutput = \"V\"\n";
-    let (code, out) = verdict_of("lbwd-shadow", &shadow);
+    let (code, out) = verdict_of("lbwd-shadow", shadow);
     assert_eq!(code, 2, "{out}");
 }
 

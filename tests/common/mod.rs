@@ -14,3 +14,44 @@ pub fn run(args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// The two string literals of the first emitted `assert_counterexample(..)`
+/// call (`--emit rstest`), unescaped as the Rust compiler would.
+#[allow(dead_code)]
+pub fn emitted_literals(out: &str) -> (String, String) {
+    let call = out
+        .split("assert_counterexample(")
+        .nth(1)
+        .expect("an emitted call");
+    let mut lits = Vec::new();
+    let mut chars = call.chars();
+    while lits.len() < 2 {
+        // Skip to the opening quote.
+        for c in chars.by_ref() {
+            if c == '"' {
+                break;
+            }
+        }
+        let mut s = String::new();
+        while let Some(c) = chars.next() {
+            match c {
+                '"' => break,
+                '\\' => match chars.next().expect("escape") {
+                    'n' => s.push('\n'),
+                    't' => s.push('\t'),
+                    'r' => s.push('\r'),
+                    '0' => s.push('\0'),
+                    'u' => {
+                        let hex: String =
+                            chars.by_ref().skip(1).take_while(|&c| c != '}').collect();
+                        s.push(char::from_u32(u32::from_str_radix(&hex, 16).unwrap()).unwrap());
+                    }
+                    other => s.push(other),
+                },
+                c => s.push(c),
+            }
+        }
+        lits.push(s);
+    }
+    (lits.remove(0), lits.remove(0))
+}
