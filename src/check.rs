@@ -402,6 +402,7 @@ pub fn emit_rstest(rule_toml: &str, rule: &str, v: &Violation) -> String {
 
 /// For `--emit rstest` tests: the rule (one `[[rule]]` in TOML) still fails on
 /// the stored instance, with the stored property.
+#[track_caller]
 pub fn assert_counterexample(rule_toml: &str, stored_json: &str) {
     let scope = spmd_generators::Scope::default();
     let specs = crate::rules::parse_file("<test>", rule_toml).unwrap_or_else(|e| panic!("{e}"));
@@ -418,30 +419,61 @@ pub fn assert_counterexample(rule_toml: &str, stored_json: &str) {
 }
 
 /// For rule designers in `cargo test`: fail with the full report unless the
-/// rule is sound in the default scope (and 256 random cases).
+/// rule is sound in the default scope (and 256 random cases). The panic
+/// names the caller's line and says why a rule that is not unsound still
+/// fails (vacuous: which caps; undetermined: why).
+#[track_caller]
 pub fn assert_rule_sound(rule: &Rule) {
-    let cfg = CheckConfig {
+    assert_report(rule, &check_rule(rule, &library_config(), &[], &|_| {}));
+}
+
+/// What the library assertions check: the default scope, 256 random cases.
+fn library_config() -> CheckConfig {
+    CheckConfig {
         scope: spmd_generators::Scope::default(),
         cases: 256,
         seed: 0,
-    };
-    let r = check_rule(rule, &cfg, &[], &|_| {});
+    }
+}
+
+#[track_caller]
+fn assert_report(rule: &Rule, r: &RuleReport) {
     if let Some(v) = r.verdict.violation() {
-        panic!("rule `{}` is unsound:\n{}", rule.name, v.report());
+        panic!(
+            "rule `{}` is {}:\n{}",
+            rule.name,
+            crate::report::rule_word(r),
+            v.report()
+        );
     }
     assert!(
         r.verdict.is_sound(),
         "rule `{}` is {}",
         rule.name,
-        r.verdict.name()
+        crate::report::rule_word(r)
     );
 }
 
-/// Every rule of a rule file must be sound.
+/// Every rule of a rule file must be sound. As `spmd-check check` does,
+/// the counterexamples saved beside the file are replayed first and a new
+/// one is saved there (`FILE.regressions.json`) before the panic.
+#[track_caller]
 pub fn assert_rules_sound(path: &str) {
     let rules = crate::rules::load(path, &spmd_generators::Scope::default())
         .unwrap_or_else(|e| panic!("{e}"));
+    let rpath = regression_path(path);
+    let mut regs = load_regressions(&rpath);
     for r in &rules {
-        assert_rule_sound(r);
+        let stored = regs.get(&r.name).cloned().unwrap_or_default();
+        let rep = check_rule(r, &library_config(), &stored, &|_| {});
+        if let Some(v) = rep.verdict.violation() {
+            let s = Stored::from_violation(v);
+            let list = regs.entry(r.name.clone()).or_default();
+            if !list.contains(&s) {
+                list.push(s);
+                let _ = save_regressions(&rpath, &regs);
+            }
+        }
+        assert_report(r, &rep);
     }
 }

@@ -696,10 +696,28 @@ fn build_program(
 }
 
 impl Rule {
+    /// The one rule of a TOML (or JSON) text, built in the default scope:
+    /// `Rule::from_toml_str(r#"[[rule]] ... "#)` in a test.
+    pub fn from_toml_str(text: &str) -> Result<Rule, UsageError> {
+        let mut rules = load_str("<string>", text)?;
+        match rules.len() {
+            1 => Ok(rules.remove(0)),
+            n => Err(UsageError(format!(
+                "<string>: {n} rules; Rule::from_toml_str takes one (use rules::load_str)"
+            ))),
+        }
+    }
     /// The properties its check covers (SPEC.md §7.2).
     pub fn phase(&self) -> spmd_oracle::Phase {
         spmd_oracle::Phase::full(self.has_backward)
     }
+}
+
+/// Build every rule of a TOML or JSON text, in the default scope; `file`
+/// names it in errors.
+pub fn load_str(file: &str, text: &str) -> Result<Vec<Rule>, UsageError> {
+    let specs = parse_file(file, text)?;
+    build(file, text, &specs, &Scope::default())
 }
 
 /// Read and build every rule of a file.

@@ -437,3 +437,74 @@ fn a_declared_meaning_is_what_f3_compares() {
     );
     assert_ne!(code, 0, "{out}");
 }
+
+#[test]
+fn the_library_names_the_callers_line_and_why() {
+    use spmd_check::rules::Rule;
+    let sound = Rule::from_toml_str(
+        "[[rule]]\nname = \"add\"\nop = \"add\"\ninputs = [\"P\", \"P\"]\noutput = \"P\"\n",
+    )
+    .unwrap();
+    spmd_check::check::assert_rule_sound(&sound);
+    // Vacuous is not sound, and the panic says why.
+    let vacuous = Rule::from_toml_str(SCATTER4).unwrap();
+    let caught = std::panic::catch_unwind(|| {
+        let cfg = spmd_check::check::CheckConfig {
+            scope: spmd_check::generators::Scope::default(),
+            cases: 0,
+            seed: 0,
+        };
+        let r = spmd_check::check::check_rule(&vacuous, &cfg, &[], &|_| {});
+        assert!(!r.verdict.is_sound());
+        spmd_check::report::rule_word(&r)
+    })
+    .unwrap();
+    assert!(
+        caught.contains("vacuous (no shape in scope fits"),
+        "{caught}"
+    );
+    // An unsound rule: the panic carries the verdict and the caller's line.
+    let unsound = Rule::from_toml_str(
+        "[[rule]]\nname = \"pp\"\nop = \"mul\"\ninputs = [\"P\", \"P\"]\noutput = \"P\"\n",
+    )
+    .unwrap();
+    let hook = std::panic::take_hook();
+    let at = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let at2 = at.clone();
+    std::panic::set_hook(Box::new(move |info| {
+        *at2.lock().unwrap() = info
+            .location()
+            .map(|l| l.file().to_string())
+            .unwrap_or_default();
+    }));
+    let r = std::panic::catch_unwind(|| spmd_check::check::assert_rule_sound(&unsound));
+    std::panic::set_hook(hook);
+    let msg = *r.expect_err("P * P fails").downcast::<String>().unwrap();
+    assert!(msg.contains("is unsound F2"), "{msg}");
+    assert!(
+        at.lock().unwrap().ends_with("trust.rs"),
+        "{}",
+        at.lock().unwrap()
+    );
+    // Two rules are not one.
+    let two = format!("{SCATTER4}\n{}", SCATTER4.replace("scatter on 4", "again"));
+    assert!(Rule::from_toml_str(&two).is_err());
+}
+
+#[test]
+fn the_library_saves_and_replays_regressions_as_the_cli_does() {
+    let f = rules(
+        "libregs",
+        "[[rule]]\nname = \"pp\"\nop = \"mul\"\ninputs = [\"P\", \"P\"]\noutput = \"P\"\n",
+    );
+    let reg = format!("{f}.regressions.json");
+    let _ = std::fs::remove_file(&reg);
+    let r = std::panic::catch_unwind(|| spmd_check::check::assert_rules_sound(&f));
+    assert!(r.is_err());
+    let saved = std::fs::read_to_string(&reg).expect("a regression file");
+    assert!(saved.contains("\"pp\""), "{saved}");
+    // The CLI replays what the library saved.
+    let (code, out, _) = run(&["check", &f]);
+    assert_eq!(code, 1);
+    assert!(out.contains("replayed from the regression file"), "{out}");
+}
