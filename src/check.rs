@@ -40,6 +40,8 @@ pub struct RuleReport {
     pub backward_checked: bool,
     /// Inputs whose gradient was not checked (`no_grad`), by name.
     pub no_grad: Vec<String>,
+    /// The rule's dialect, whose names the report uses.
+    pub dialect: spmd_semantics::Dialect,
 }
 
 /// A counterexample stored by value (SPEC.md §11.3).
@@ -345,6 +347,7 @@ pub fn check_rule(
             .iter()
             .map(|&i| rule.op.input_name(i))
             .collect(),
+        dialect: rule.dialect,
     };
     for s in stored {
         if let Some(v) = replay(rule, s) {
@@ -443,7 +446,7 @@ fn assert_report(rule: &Rule, r: &RuleReport) {
             "rule `{}` is {}:\n{}",
             rule.name,
             crate::report::rule_word(r),
-            v.report()
+            v.report_in(rule.dialect)
         );
     }
     assert!(

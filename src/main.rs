@@ -567,7 +567,7 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
                         .iter()
                         .map(|s| serde_json::json!({
                             "label": s.label,
-                            "type": s.ty.display(&x.mesh),
+                            "type": s.ty.display_in(&x.mesh, rep.dialect),
                             "per_rank": s.value.tensors.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
                         }))
                         .collect::<Vec<_>>());
@@ -580,7 +580,7 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
                     report::rule_word(rep)
                 );
                 if let Some(x) = v.violation() {
-                    print!("{}", x.report());
+                    print!("{}", x.report_in(rep.dialect));
                     if o.emit {
                         println!(
                             "{}",

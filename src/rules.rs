@@ -123,6 +123,8 @@ pub struct Rule {
     pub meshes: Vec<Mesh>,
     /// Whether a backward was declared (collectives may have none).
     pub has_backward: bool,
+    /// The dialect its types were written in; reports use its names.
+    pub dialect: Dialect,
 }
 
 /// `file:line:col` of a byte offset.
@@ -580,6 +582,7 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
         op,
         meshes,
         has_backward,
+        dialect,
     })
 }
 

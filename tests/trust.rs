@@ -508,3 +508,22 @@ fn the_library_saves_and_replays_regressions_as_the_cli_does() {
     assert_eq!(code, 1);
     assert!(out.contains("replayed from the regression file"), "{out}");
 }
+
+#[test]
+fn reports_use_the_rules_own_dialect_names() {
+    let dt = "[[rule]]\nname = \"dt\"\ndialect = \"dtensor\"\nmesh = { dp = 2 }\nop = \"matmul\"\ninputs = [\"Shard(0)\", \"Replicate()\"]\noutput = \"Shard(0)\"\n";
+    let (code, out) = verdict_of("dialect-dt", dt);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("y : Replicate()"), "{out}");
+    assert!(out.contains("x : Shard(0)"), "{out}");
+    let jax = "[[rule]]\nname = \"jx\"\ndialect = \"jax\"\nop = \"mul\"\ninputs = [\"Unreduced\", \"Unreduced\"]\noutput = \"Unreduced\"\n";
+    let (code, out) = verdict_of("dialect-jax", jax);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("x : Unreduced"), "{out}");
+    // The same rule in canonical letters prints letters.
+    let canon = jax
+        .replace("\"jax\"", "\"canonical\"")
+        .replace("Unreduced", "P");
+    let (_, out) = verdict_of("dialect-canon", &canon);
+    assert!(out.contains("x : P"), "{out}");
+}

@@ -12,7 +12,7 @@ use spmd_interp::{Degree, EvalError, TypedOp};
 use spmd_semantics::perrank::{
     self, denot_basis, denote, free_unit, kernel_basis, num_free, pair_denots, Denot, Projection,
 };
-use spmd_semantics::{Mesh, PerRank, Shape, Tensor, Type, Q};
+use spmd_semantics::{Dialect, Mesh, PerRank, Shape, Tensor, Type, Q};
 use std::fmt;
 
 /// The properties of SPEC.md §4, in the order they are checked.
@@ -97,6 +97,10 @@ impl Violation {
     /// One line: property, mesh, inputs (and an equivalent alternative)
     /// by rank, expected and actual.
     pub fn one_line(&self) -> String {
+        self.one_line_in(Dialect::Canonical)
+    }
+    /// `one_line` with types in a dialect's names.
+    pub fn one_line_in(&self, d: Dialect) -> String {
         let ins: Vec<String> = self
             .shown
             .iter()
@@ -106,7 +110,7 @@ impl Violation {
                 format!(
                     "{}:{}=({})",
                     s.label,
-                    s.ty.display(&self.mesh),
+                    s.ty.display_in(&self.mesh, d),
                     vals.join(", ")
                 )
             })
@@ -123,6 +127,10 @@ impl Violation {
     }
     /// Several lines, per-rank data drawn as in the seeds.
     pub fn report(&self) -> String {
+        self.report_in(Dialect::Canonical)
+    }
+    /// `report` with types in a dialect's names.
+    pub fn report_in(&self, dialect: Dialect) -> String {
         let mut s = format!(
             "violates {} on mesh {}\n  {}\n",
             self.property.title(),
@@ -134,7 +142,7 @@ impl Violation {
             s.push_str(&format!(
                 "  {} : {}   denotes {}\n",
                 v.label,
-                v.ty.display(&self.mesh),
+                v.ty.display_in(&self.mesh, dialect),
                 show_denot(&self.mesh, &v.ty, &d)
             ));
             for line in perrank::draw(&self.mesh, &v.ty, &v.value) {

@@ -257,6 +257,29 @@ impl Type {
             .collect();
         format!("{{{}}}", parts.join(", "))
     }
+    /// As `display`, in a dialect's own names (`Replicate()`, `Unreduced`,
+    /// `Shard(0)`); canonical letters for the canonical dialect and for a
+    /// state the dialect has no name for.
+    pub fn display_in(&self, m: &crate::mesh::Mesh, d: Dialect) -> String {
+        if d == Dialect::Canonical {
+            return self.display(m);
+        }
+        let name = |i: usize| match (self.states[i], self.layout.get(i).copied().flatten()) {
+            (State::Varying, Some(k)) if d == Dialect::Dtensor => format!("Shard({k})"),
+            (State::Varying, Some(k)) => format!("S({k})"),
+            (s, _) => d
+                .state_name(s)
+                .map_or_else(|| s.letter().to_string(), str::to_string),
+        };
+        if self.states.len() == 1 {
+            return name(0);
+        }
+        let parts: Vec<String> = (0..self.states.len())
+            .zip(&m.axes)
+            .map(|(i, a)| format!("{}: {}", a.name, name(i)))
+            .collect();
+        format!("{{{}}}", parts.join(", "))
+    }
     /// The letter of axis `a`, or `S(d)` for a Varying axis sharding dim d.
     pub fn axis_letter(&self, a: usize) -> String {
         match (self.states[a], self.layout.get(a).copied().flatten()) {
