@@ -321,6 +321,19 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
         Some(d) => Dialect::parse(d).map_err(|e| err(d, e))?,
         None => Dialect::SpmdTypes,
     };
+    // serde_json's exact numbers arrive as a one-key table; a type is text.
+    let all_types = s.inputs.iter().chain([&s.output]).chain(s.step.iter().map(|st| &st.output));
+    for t in all_types {
+        if let TypeSpec::Axes(m) = t {
+            if m.keys().any(|k| k.starts_with("$serde_json")) {
+                let n = m.values().next().cloned().unwrap_or_default();
+                return Err(err(
+                    &n,
+                    format!("`{n}` is a number; a type is a state (\"V\") or a table of states"),
+                ));
+            }
+        }
+    }
     let mut texts: Vec<String> = s.inputs.iter().map(type_text).collect();
     texts.push(type_text(&s.output));
     texts.extend(s.step.iter().map(|st| type_text(&st.output)));

@@ -199,6 +199,11 @@ fn bad_rule_files_are_one_line_errors() {
         ("dup", dup.as_str(), "used twice"),
         ("empty", "", "defines no rule"),
         ("empty2", "rule = []\n", "defines no rule"),
+        (
+            "number",
+            r#"{"rule": [{"name": "a", "op": "neg", "inputs": [1.5], "output": "V"}]}"#,
+            "`1.5` is a number",
+        ),
     ] {
         let (code, _, err) = run(&["check", &rules(name, text)]);
         assert_eq!(code, 2, "{name}");
