@@ -322,7 +322,11 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
         None => Dialect::SpmdTypes,
     };
     // serde_json's exact numbers arrive as a one-key table; a type is text.
-    let all_types = s.inputs.iter().chain([&s.output]).chain(s.step.iter().map(|st| &st.output));
+    let all_types = s
+        .inputs
+        .iter()
+        .chain([&s.output])
+        .chain(s.step.iter().map(|st| &st.output));
     for t in all_types {
         if let TypeSpec::Axes(m) = t {
             if m.keys().any(|k| k.starts_with("$serde_json")) {
