@@ -5,6 +5,9 @@ use crate::run::{check_op, degree_guard, estimate, guard, UsageError};
 
 /// The most typings `derive` enumerates (4^6: five inputs and the output).
 pub const MAX_TYPINGS: u64 = 4096;
+/// The most typings × shape tuples whose instances `derive` estimates
+/// before it starts: the estimate itself must take well under a second.
+pub const MAX_TYPING_TUPLES: u64 = 1_000_000;
 use rayon::prelude::*;
 use spmd_generators::{all_global_types, all_types, Scope};
 use spmd_interp::{LocalFn, TypedOp};
@@ -59,7 +62,7 @@ fn derive_types(
     let tuples = (scope.max_shapes() as u64)
         .checked_pow(f.arity() as u32)
         .unwrap_or(u64::MAX);
-    if typings.saturating_mul(tuples) > 20 * MAX_TYPINGS * 1000 {
+    if typings.saturating_mul(tuples) > MAX_TYPING_TUPLES {
         return Err(UsageError(format!(
             "scope too large: {typings} typings x {tuples} shape tuples to estimate; lower --max-rank or --max-dim, or check chosen typings with a rule file"
         )));

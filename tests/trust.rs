@@ -238,6 +238,10 @@ fn huge_or_deep_expressions_are_errors_not_crashes() {
     let (code, _, err) = run(&["check", &rules("seven", &r)]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("shape tuples"), "{err}");
+    // Four inputs in derive: 1024 typings; refused before any estimate
+    // (the estimate alone took 48 s).
+    let (code, _, err) = run(&["derive", "--expr", "a + b + c + d"]);
+    assert_eq!(code, 2, "{err}");
     assert!(t.elapsed().as_secs() < 5);
 }
 
