@@ -174,9 +174,13 @@ pub fn parse_job(file: &str, text: &str) -> Result<Job, UsageError> {
             UsageError(format!("{file}:{}:{}: {msg}", e.line(), e.column()))
         })
     } else {
-        let mut doc: toml_edit::DocumentMut = text
-            .parse()
-            .map_err(|e: toml_edit::TomlError| UsageError(format!("{file}: {}", one_line(&e))))?;
+        let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e: toml_edit::TomlError| {
+            let at = e
+                .span()
+                .map(|sp| rules::locate(file, text, sp.start))
+                .unwrap_or_else(|| file.to_string());
+            UsageError(format!("{at}: {}", one_line(&e.message())))
+        })?;
         floats_as_text(doc.as_item_mut());
         toml::from_str(&doc.to_string())
             .map_err(|e| UsageError(format!("{file}: {}", one_line(&e.message()))))

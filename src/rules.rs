@@ -128,7 +128,7 @@ pub struct Rule {
 }
 
 /// `file:line:col` of a byte offset.
-fn locate(file: &str, text: &str, offset: usize) -> String {
+pub fn locate(file: &str, text: &str, offset: usize) -> String {
     let before = &text[..offset.min(text.len())];
     let line = before.matches('\n').count() + 1;
     let col = before

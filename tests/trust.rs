@@ -536,3 +536,30 @@ fn reports_use_the_rules_own_dialect_names() {
     let (_, out) = verdict_of("dialect-canon", &canon);
     assert!(out.contains("x : P"), "{out}");
 }
+
+#[test]
+fn deeply_nested_files_are_short_one_line_errors() {
+    let deep = format!("a = {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+    let (code, _, err) = run(&["check", &rules("deep-rule", &deep)]);
+    assert_eq!(code, 2);
+    assert_eq!(err.lines().count(), 1);
+    assert!(err.len() < 300, "{}", &err[..300]);
+    let job = format!(
+        "mesh = {{x = 2}}\nop = \"neg\"\n[[inputs]]\ntype = \"V\"\nper_rank = {}{}\n",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let f = rules("deep-job", &job);
+    let (code, _, err) = run(&["run", &f]);
+    assert_eq!(code, 2);
+    assert_eq!(err.lines().count(), 1);
+    assert!(err.len() < 300, "{}", &err[..300]);
+    let json = format!(
+        "{{\"mesh\": {{\"x\": 2}}, \"op\": \"neg\", \"inputs\": [{{\"type\": \"V\", \"per_rank\": {}{}}}]}}",
+        "[".repeat(100_000),
+        "]".repeat(100_000)
+    );
+    let (code, _, err) = run(&["run", &rules("deep-json", &json)]);
+    assert_eq!(code, 2);
+    assert!(err.len() < 300, "{}", &err[..300]);
+}
