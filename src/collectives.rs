@@ -7,7 +7,7 @@
 use crate::run::{check_op, enumerated_cases, UsageError};
 use crate::types::{meshes_named, parse_types};
 use spmd_generators::{for_each_grid_point, Scope};
-use spmd_interp::catalogue::collective;
+use spmd_interp::catalogue::collective_typed;
 use spmd_interp::{Backward, Op, TypedOp};
 use spmd_oracle::{check_involution, Outcome, Property, Verdict, Violation};
 use spmd_semantics::{Dialect, Mesh};
@@ -329,10 +329,10 @@ pub const PAIR_ROWS: &[PairRow] = &[
         "st_redistribute_r_i",
         "spmd_types",
         SpmdTypes,
-        "redistribute(dim={d})",
+        "redistribute",
         "R",
         "I",
-        Some("redistribute(dim={d})"),
+        Some("redistribute"),
         None,
     ),
     row(
@@ -349,20 +349,20 @@ pub const PAIR_ROWS: &[PairRow] = &[
         "st_redistribute_r_p",
         "spmd_types",
         SpmdTypes,
-        "redistribute(dim={d})",
+        "redistribute",
         "R",
         "P",
-        Some("redistribute(dim={d})"),
+        Some("redistribute"),
         None,
     ),
     row(
         "st_redistribute_i_r",
         "spmd_types",
         SpmdTypes,
-        "redistribute(dim={d})",
+        "redistribute",
         "I",
         "R",
-        Some("redistribute(dim={d})"),
+        Some("redistribute"),
         None,
     ),
     row(
@@ -379,10 +379,10 @@ pub const PAIR_ROWS: &[PairRow] = &[
         "st_redistribute_i_p",
         "spmd_types",
         SpmdTypes,
-        "redistribute(dim={d})",
+        "redistribute",
         "I",
         "P",
-        Some("redistribute(dim={d})"),
+        Some("redistribute"),
         None,
     ),
     row(
@@ -419,20 +419,20 @@ pub const PAIR_ROWS: &[PairRow] = &[
         "st_redistribute_p_r",
         "spmd_types",
         SpmdTypes,
-        "redistribute(dim={d})",
+        "redistribute",
         "P",
         "R",
-        Some("redistribute(dim={d})"),
+        Some("redistribute"),
         None,
     ),
     row(
         "st_redistribute_p_i",
         "spmd_types",
         SpmdTypes,
-        "redistribute(dim={d})",
+        "redistribute",
         "P",
         "I",
-        Some("redistribute(dim={d})"),
+        Some("redistribute"),
         None,
     ),
     row(
@@ -656,17 +656,11 @@ pub fn instantiate(
 ) -> Result<(TypedOp, Option<TypedOp>, Vec<Mesh>), UsageError> {
     let (axes, types) = parse_types(r.dialect, &[r.src, r.dst])?;
     let (src, dst) = (types[0].clone(), types[1].clone());
-    let fwd = collective(&fill(r.forward, d, s, c), &src.states, &dst.states, &axes)
-        .map_err(UsageError)?;
+    let fwd = collective_typed(&fill(r.forward, d, s, c), &src, &dst, &axes).map_err(UsageError)?;
     let bwd = match r.backward {
         Some(b) => Some(
-            collective(
-                &fill(b, d, s, c),
-                &dst.cot().states,
-                &src.cot().states,
-                &axes,
-            )
-            .map_err(|e| UsageError(format!("{}: backward: {e}", r.id)))?,
+            collective_typed(&fill(b, d, s, c), &dst.cot(), &src.cot(), &axes)
+                .map_err(|e| UsageError(format!("{}: backward: {e}", r.id)))?,
         ),
         None => None,
     };
@@ -799,7 +793,7 @@ pub fn check_pair(r: &'static PairRow, scope: &Scope) -> Result<PairResult, Usag
                         // it, at this row's own types and parameters.
                         let text = fill(back.backward.expect("has a backward"), ch.0, ch.1, ch.2);
                         let (axes, _) = parse_types(r.dialect, &[r.src, r.dst])?;
-                        let tt = collective(&text, &op.inputs[0].states, &op.output.states, &axes)
+                        let tt = collective_typed(&text, &op.inputs[0], &op.output, &axes)
                             .map_err(UsageError)?;
                         let tt = TypedOp {
                             op: Op::Collective(tt),

@@ -6,7 +6,7 @@ use crate::run::UsageError;
 use crate::types::{meshes_named, parse_types};
 use serde::{Deserialize, Serialize};
 use spmd_generators::Scope;
-use spmd_interp::catalogue::collective;
+use spmd_interp::catalogue::{collective, collective_typed};
 use spmd_interp::{builtin, parse, parse_with_vars, Backward, Jvp, Op, TypedOp};
 use spmd_semantics::{Dialect, Mesh, State, Type, ALL_STATES};
 use std::collections::BTreeMap;
@@ -160,7 +160,7 @@ fn type_text(t: &TypeSpec) -> String {
 fn compose(text: &str, src: &Type, dst: &Type, axes: &[String]) -> Result<Op, String> {
     let steps: Vec<&str> = text.split("|>").map(str::trim).collect();
     if steps.len() == 1 {
-        return collective(steps[0], &src.states, &dst.states, axes).map(Op::Collective);
+        return collective_typed(steps[0], src, dst, axes).map(Op::Collective);
     }
     let n = src.states.len();
     let all: Vec<Vec<State>> = (0..4usize.pow(n as u32))

@@ -296,17 +296,23 @@ impl TypedOp {
     }
     /// SPEC.md §13.2: read with global types, a collective that only moves
     /// data (a gather, a reduction of a Partial value, a scatter of one, an
-    /// all-to-all, a convert, or a composition of these) must leave the
-    /// global tensor as it was.
+    /// all-to-all, a convert, a cast whose meaning keeps the value, or a
+    /// composition of these) must leave the global tensor as it was.
     pub fn redistributes_globally(&self) -> bool {
         fn moves_only(op: &Op) -> bool {
             use spmd_semantics::State::{Partial, Varying};
             match op {
                 Op::Collective(c) => match c.kind {
                     Kind::AllGather { stack, .. } => !stack && c.src == Varying,
-                    Kind::AllReduce | Kind::ReduceScatter { .. } => c.src == Partial,
-                    Kind::AllToAll { .. } | Kind::Convert { .. } => true,
-                    Kind::Reinterpret | Kind::PPermute { .. } | Kind::PMean => false,
+                    Kind::AllReduce | Kind::ReduceScatter { stack: false, .. } => c.src == Partial,
+                    Kind::AllToAll { .. } | Kind::Convert { stack: false, .. } => true,
+                    // A cast keeps the value (§10.2) unless it turns a
+                    // non-Partial value into a Partial one.
+                    Kind::Reinterpret => c.dst != Partial || c.src == Partial,
+                    Kind::ReduceScatter { stack: true, .. }
+                    | Kind::Convert { stack: true, .. }
+                    | Kind::PPermute { .. }
+                    | Kind::PMean => false,
                 },
                 Op::Compose(ops) => ops.iter().all(moves_only),
                 _ => false,
