@@ -156,7 +156,60 @@ pub const PAIR_ROWS: &[PairRow] = &[
         "all_gather(R, dim={d}, stack)",
         "V",
         "R",
+        Some("reduce_scatter(dim={d}, stack)"),
         None,
+    ),
+    // Seed 003's stacked forms (local SPMD: Varying read as stacked pieces):
+    // a stacking gather or convert is transposed by an unstacking
+    // reduce-scatter or convert, and the other way round.
+    row(
+        "st_all_gather_i_stack",
+        "spmd_types",
+        SpmdTypes,
+        "all_gather(I, dim={d}, stack)",
+        "V",
+        "I",
+        Some("convert(I,V, dim={d}, stack)"),
+        None,
+    ),
+    row(
+        "st_reduce_scatter_unstack",
+        "spmd_types",
+        SpmdTypes,
+        "reduce_scatter(dim={d}, stack)",
+        "P",
+        "V",
+        Some("all_gather(R, dim={d}, stack)"),
+        None,
+    ),
+    row(
+        "st_convert_r_v_unstack",
+        "spmd_types",
+        SpmdTypes,
+        "convert(R,V, dim={d}, stack)",
+        "R",
+        "V",
+        Some("convert(V,P, dim={d}, stack)"),
+        None,
+    ),
+    row(
+        "st_convert_i_v_unstack",
+        "spmd_types",
+        SpmdTypes,
+        "convert(I,V, dim={d}, stack)",
+        "I",
+        "V",
+        Some("all_gather(I, dim={d}, stack)"),
+        None,
+    ),
+    row(
+        "st_convert_v_p_stack",
+        "spmd_types",
+        SpmdTypes,
+        "convert(V,P, dim={d}, stack)",
+        "V",
+        "P",
+        Some("convert(R,V, dim={d}, stack)"),
         None,
     ),
     row(
@@ -742,6 +795,7 @@ fn table_transpose(
             x.system == r.system
                 && x.backward.is_some()
                 && name(x.forward) == name(bwd_text)
+                && x.forward.contains("stack") == bwd_text.contains("stack")
                 && parse_types(x.dialect, &[x.src, x.dst]).is_ok_and(|(_, ts)| {
                     ts[0].states.iter().all(|s| *s == bwd.src)
                         && ts[1].states.iter().all(|s| *s == bwd.dst)

@@ -17,6 +17,11 @@ use spmd_check::generators::Scope;
 #[case::st_convert_i_p("st_convert_i_p")]
 #[case::st_all_gather_r("st_all_gather_r")]
 #[case::st_all_gather_r_stack("st_all_gather_r_stack")]
+#[case::st_all_gather_i_stack("st_all_gather_i_stack")]
+#[case::st_reduce_scatter_unstack("st_reduce_scatter_unstack")]
+#[case::st_convert_r_v_unstack("st_convert_r_v_unstack")]
+#[case::st_convert_i_v_unstack("st_convert_i_v_unstack")]
+#[case::st_convert_v_p_stack("st_convert_v_p_stack")]
 #[case::st_all_gather_i("st_all_gather_i")]
 #[case::st_all_gather_v("st_all_gather_v")]
 #[case::st_all_to_all_literal("st_all_to_all_literal")]
@@ -92,6 +97,10 @@ fn involution_of_transpose_pairs() {
         "st_all_gather_r",
         "st_reduce_scatter",
         "st_convert_r_v",
+        "st_all_gather_r_stack",
+        "st_reduce_scatter_unstack",
+        "st_convert_r_v_unstack",
+        "st_convert_v_p_stack",
         "jax_all_gather_reduced",
         "jax_reduced_vary_cast",
     ] {
