@@ -136,7 +136,7 @@ fn transpose_search_finds_the_cheapest() {
     let scope = Scope::default();
     let found = search(Dialect::SpmdTypes, "all_gather(dim=0)", "V", "R", &scope).unwrap();
     assert_eq!(
-        describe_typed(&found[0].backward),
+        describe_typed(&found[0].backward, Dialect::SpmdTypes),
         "reduce_scatter(dim=0)[P->V]"
     );
     assert!(found.windows(2).all(|w| w[0].cost <= w[1].cost));
@@ -148,7 +148,10 @@ fn transpose_search_finds_the_cheapest() {
         &scope,
     )
     .unwrap();
-    let texts: Vec<String> = a2a.iter().map(|f| describe_typed(&f.backward)).collect();
+    let texts: Vec<String> = a2a
+        .iter()
+        .map(|f| describe_typed(&f.backward, Dialect::SpmdTypes))
+        .collect();
     assert!(
         texts.contains(&"all_to_all(split=1, concat=0)[V->V]".to_string()),
         "{texts:?}"

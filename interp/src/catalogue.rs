@@ -1,6 +1,8 @@
 //! The catalogue of collectives and casts by name (SPEC.md §10.1): the names
 //! of seed 003 (`all_gather(R)`, `reinterpret(R,P)`, ...) and of JAX
-//! (`all_gather_reduced`, `pvary`, ...), with parameters, mapped to kinds.
+//! (`all_gather_reduced`, `pvary`, ...), with parameters, mapped to kinds,
+//! and `divide_by_group_size` (a local division by n, the other half of
+//! JAX's transpose of pmean).
 
 use crate::collective::{Collective, Kind};
 use spmd_semantics::{Dialect, State, Type};
@@ -27,6 +29,7 @@ pub const NAMES: &[(&str, &str)] = &[
     ("convert", "convert"),
     ("ppermute", "ppermute"),
     ("redistribute", "redistribute"),
+    ("divide_by_group_size", "scale"),
 ];
 
 /// Parsed arguments of a call such as `all_gather(dim = 1, stack)` or
@@ -435,6 +438,14 @@ pub fn collective_typed(
         },
         "reduce" => Kind::AllReduce,
         "mean" => Kind::PMean,
+        "scale" => {
+            if s0 != d0 || ls != ld {
+                return Err(format!(
+                    "{name} keeps the state and layout; it cannot go from {s0} to {d0} or change S(d)"
+                ));
+            }
+            Kind::DivideByGroupSize
+        }
         "scatter" => Kind::ReduceScatter {
             dim: a.dim.or(ld).unwrap_or(0),
             stack,
@@ -569,7 +580,7 @@ pub fn collective_typed(
             "Partial or Varying values",
             &[State::Partial, State::Varying],
         )),
-        Kind::Reinterpret | Kind::Convert { .. } => None,
+        Kind::Reinterpret | Kind::Convert { .. } | Kind::DivideByGroupSize => None,
     };
     if let Some((what, ok)) = needs {
         if !ok.contains(&s0) {

@@ -33,6 +33,9 @@ pub enum Kind {
     PPermute { perm: Vec<Option<usize>> },
     /// All-reduce divided by the group size.
     PMean,
+    /// Divide by the group size, locally, the state unchanged (what JAX's
+    /// transpose of pmean does before pvary).
+    DivideByGroupSize,
 }
 
 /// A collective on a group of mesh axes, with the states it converts between
@@ -210,7 +213,7 @@ impl Collective {
                     ));
                 }
             }
-            Kind::AllReduce | Kind::Reinterpret | Kind::PMean => {}
+            Kind::AllReduce | Kind::Reinterpret | Kind::PMean | Kind::DivideByGroupSize => {}
         }
         Ok(out)
     }
@@ -233,6 +236,7 @@ impl Collective {
                     }
                     Kind::AllReduce => sum(&xs),
                     Kind::PMean => sum(&xs).scale(&Q::frac(1, n as i64)),
+                    Kind::DivideByGroupSize => x.tensors[r].scale(&Q::frac(1, n as i64)),
                     Kind::ReduceScatter { dim, stack: true } => unstack(&sum(&xs), n, k, *dim),
                     Kind::ReduceScatter { dim, stack: false } => sum(&xs).chunk(n, *dim)[k].clone(),
                     Kind::AllToAll { split, concat } => {
@@ -294,6 +298,7 @@ impl Collective {
                     (Kind::AllReduce, _) => sum(&ds),
                     (Kind::PMean, State::Partial) => here.scale(&Q::frac(1, n as i64)),
                     (Kind::PMean, _) => sum(&ds).scale(&Q::frac(1, n as i64)),
+                    (Kind::DivideByGroupSize, _) => here.scale(&Q::frac(1, n as i64)),
                     (Kind::ReduceScatter { dim, stack: true }, State::Partial) => {
                         unstack(here, n, k, *dim)
                     }
@@ -369,7 +374,7 @@ impl Collective {
                     Q::int(local)
                 }
             }
-            Kind::Reinterpret | Kind::Convert { .. } => Q::zero(),
+            Kind::Reinterpret | Kind::Convert { .. } | Kind::DivideByGroupSize => Q::zero(),
         }
     }
 

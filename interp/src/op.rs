@@ -312,7 +312,8 @@ impl TypedOp {
                     Kind::ReduceScatter { stack: true, .. }
                     | Kind::Convert { stack: true, .. }
                     | Kind::PPermute { .. }
-                    | Kind::PMean => false,
+                    | Kind::PMean
+                    | Kind::DivideByGroupSize => false,
                 },
                 Op::Compose(ops) => ops.iter().all(moves_only),
                 _ => false,
