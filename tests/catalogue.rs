@@ -470,3 +470,88 @@ fn ppermute_is_checked_on_its_group() {
     .expect("builds");
     assert_eq!(failed(&v), Some(Property::B3));
 }
+
+/// A collective built by hand (not through the catalogue) with parameters
+/// that do not fit is an error when applied or given its meaning, not a
+/// panic.
+#[test]
+fn applying_a_malformed_collective_is_an_error() {
+    use spmd_check::interp::Collective;
+    use spmd_check::semantics::perrank::Denot;
+    use spmd_check::semantics::{PerRank, State, Tensor};
+    let m = Mesh::line(2);
+    let t = Tensor::zeros(&[2]);
+    let x = PerRank {
+        tensors: vec![t.clone(), t.clone()],
+    };
+    let d = Denot {
+        family: vec![t.clone(), t],
+    };
+    let (v, r, p) = (State::Varying, State::Reduced, State::Partial);
+    for (kind, src, dst) in [
+        (
+            Kind::PPermute {
+                perm: vec![Some(5), Some(5)],
+            },
+            v,
+            v,
+        ),
+        (
+            Kind::PPermute {
+                perm: vec![Some(0), Some(0)],
+            },
+            v,
+            v,
+        ),
+        (
+            Kind::PPermute {
+                perm: vec![Some(0)],
+            },
+            v,
+            v,
+        ),
+        (
+            Kind::AllGather {
+                dim: 3,
+                stack: false,
+            },
+            v,
+            r,
+        ),
+        (
+            Kind::ReduceScatter {
+                dim: 5,
+                stack: true,
+            },
+            p,
+            v,
+        ),
+        (
+            Kind::Convert {
+                dim: 0,
+                stack: false,
+            },
+            v,
+            r,
+        ),
+        (
+            Kind::Convert {
+                dim: 1,
+                stack: true,
+            },
+            r,
+            v,
+        ),
+    ] {
+        let what = format!("{kind:?}");
+        let op = Op::Collective(Collective {
+            name: "hand".into(),
+            kind,
+            axes: vec![0],
+            src,
+            dst,
+        });
+        assert!(op.forward(&m, std::slice::from_ref(&x)).is_err(), "{what}");
+        assert!(op.spec(&m, std::slice::from_ref(&d)).is_err(), "{what}");
+    }
+}

@@ -162,10 +162,16 @@ impl Op {
                     at_kink: ctx.at_kink,
                 })
             }
-            Op::Collective(c) => Ok(Forward {
-                y: c.forward(m, &xs[0]),
-                at_kink: false,
-            }),
+            Op::Collective(c) => {
+                // Parameters that do not fit this mesh or shape (a
+                // permutation of another length, a dim out of range) are an
+                // error here, never a panic in the forward.
+                c.infer(m, xs[0].shape()).map_err(EvalError::Shape)?;
+                Ok(Forward {
+                    y: c.forward(m, &xs[0]),
+                    at_kink: false,
+                })
+            }
             Op::Declared { forward, .. } => forward.forward(m, xs),
             Op::Compose(ops) => {
                 let mut x = xs[0].clone();
@@ -220,7 +226,12 @@ impl Op {
                     .collect::<Result<Vec<_>, _>>()?;
                 Ok(Denot { family })
             }
-            Op::Collective(c) => Ok(c.spec(m, &ds[0])),
+            Op::Collective(c) => {
+                if let Some(t) = ds[0].family.first() {
+                    c.infer(m, &t.shape).map_err(EvalError::Shape)?;
+                }
+                Ok(c.spec(m, &ds[0]))
+            }
             Op::Declared { meaning, .. } => meaning.spec(m, ds),
             Op::Compose(ops) => {
                 let mut d = ds[0].clone();
