@@ -180,6 +180,48 @@ fn assert_global_kept(rule: &Rule, what: &str) {
     let _ = checked;
 }
 
+/// One axis, global types: a sound reduction of Varying pieces (all-reduce,
+/// reduce-scatter, pmean) gives the sum of the pieces (the mean for pmean)
+/// as its global tensor, and a sound ppermute keeps the layout. Computed
+/// here from the local tensors, independently of the interpreter's
+/// global reading. Returns 1 when a check applied.
+fn assert_global_reading(rule: &Rule, family: &str, s: &str, d: &str, what: &str) -> usize {
+    let op = &rule.op;
+    if family == "ppermute" {
+        assert_eq!(s, d, "{what}: sound, yet a ppermute changes the layout");
+        return 1;
+    }
+    let v = s.starts_with('S');
+    if !(v && matches!(family, "reduce" | "scatter" | "mean")) {
+        return 0;
+    }
+    let mut checked = 0;
+    for m in [Mesh::line(2), Mesh::line(3)] {
+        for shape in [vec![2, 2], vec![2, 3], vec![3, 2], vec![6, 6], vec![2, 6]] {
+            let Ok((out, _)) = op.op.infer(&m, std::slice::from_ref(&shape)) else {
+                continue;
+            };
+            if !op.layouts_fit(&m, std::slice::from_ref(&shape), &out) {
+                continue;
+            }
+            let k = num_free(&m, &op.inputs[0], &shape);
+            let vals: Vec<Q> = (0..k).map(|i| Q::int(i as i64 * 5 % 13 - 6)).collect();
+            let x = from_free(&m, &op.inputs[0], &shape, &vals);
+            let y = op.op.forward(&m, std::slice::from_ref(&x)).expect("runs").y;
+            let mut want = x.tensors[1..]
+                .iter()
+                .fold(x.tensors[0].clone(), |a, t| a.add(t));
+            if family == "mean" {
+                want = want.scale(&Q::frac(1, m.num_ranks() as i64));
+            }
+            let have = global(&m, &op.output, &denote(&m, &op.output, &y));
+            assert_eq!(have, Some(want), "{what}: sound, yet not the pieces' sum");
+            checked += 1;
+        }
+    }
+    usize::from(checked > 0)
+}
+
 /// SPEC.md §10.1, §13.2: the whole catalogue on one axis (local and global
 /// types) and on a few two-axis global typings, with every parameter form.
 #[test]
@@ -203,6 +245,7 @@ fn every_catalogue_call_builds_and_checks_or_is_refused() {
         }
     }
     let (mut panics, mut built, mut refused, mut sound, mut kept) = (vec![], 0, 0, 0, 0);
+    let mut reductions = 0;
     for (call, s, d, family, is_global) in &cases {
         let text = rule_text(call, None, s, d);
         let what = format!("{call} from {s} to {d}");
@@ -224,6 +267,8 @@ fn every_catalogue_call_builds_and_checks_or_is_refused() {
                     if *is_global && moves {
                         assert_global_kept(&rule, &what);
                         kept += 1;
+                    } else if *is_global && !s.starts_with('{') {
+                        reductions += assert_global_reading(&rule, family, s, d, &what);
                     }
                 }
             }
@@ -235,10 +280,10 @@ fn every_catalogue_call_builds_and_checks_or_is_refused() {
         panics.len()
     );
     eprintln!(
-        "{} cases: {built} built ({sound} sound, {kept} of them global data moves checked), {refused} refused",
+        "{} cases: {built} built ({sound} sound, {kept} of them global data moves checked, {reductions} global reductions and permutations), {refused} refused",
         cases.len()
     );
-    assert!(built > 100 && refused > 100 && kept > 10);
+    assert!(built > 100 && refused > 100 && kept > 10 && reductions > 10);
 }
 
 /// Every forward of the catalogue that builds on one axis goes through
@@ -553,5 +598,35 @@ fn applying_a_malformed_collective_is_an_error() {
         });
         assert!(op.forward(&m, std::slice::from_ref(&x)).is_err(), "{what}");
         assert!(op.spec(&m, std::slice::from_ref(&d)).is_err(), "{what}");
+    }
+}
+
+/// SPEC.md §13.2: under global types, reducing Varying pieces gives their
+/// sum as the global tensor, laid out as the output type says, and ppermute
+/// keeps the layout. Each sound typing has a twin whose layout contradicts
+/// what the op does (F3).
+#[test]
+fn reductions_of_pieces_have_a_global_reading() {
+    let sound = [
+        ("psum_scatter(dim=1)", "S(0)", "S(1)"),
+        ("psum_scatter(dim=0)", "S(1)", "S(0)"),
+        ("psum", "S(0)", "R"),
+        ("psum_invariant", "S(1)", "I"),
+        ("pmean", "S(0)", "I"),
+        ("ppermute(perm=[1,0])", "S(0)", "S(0)"),
+    ];
+    for (call, s, d) in sound {
+        let (_, v) = verdict(&rule_text(call, None, s, d)).expect("builds");
+        assert!(v.is_sound(), "{call} from {s} to {d}: {}", v.name());
+    }
+    let twins = [
+        ("psum_scatter(dim=0)", "S(0)", "S(1)"),
+        ("psum", "S(0)", "S(0)"),
+        ("pmean", "S(1)", "S(1)"),
+        ("ppermute(perm=[1,0])", "S(0)", "S(1)"),
+    ];
+    for (call, s, d) in twins {
+        let (_, v) = verdict(&rule_text(call, None, s, d)).expect("builds");
+        assert_eq!(failed(&v), Some(Property::F3), "{call} from {s} to {d}");
     }
 }

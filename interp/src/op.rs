@@ -332,6 +332,48 @@ impl TypedOp {
         }
         self.is_global() && moves_only(&self.op)
     }
+    /// SPEC.md §13.2: read with global types, the global tensor the output of
+    /// a collective that reduces or permutes Varying pieces must have, given
+    /// the input's denotation `d`: for an all-reduce or reduce-scatter of V,
+    /// the group's pieces summed (the input read as Partial on the group
+    /// axes); for pmean, that divided by n (of a Partial input, its global
+    /// tensor divided by n); for ppermute, the moved pieces read with the
+    /// input's layout. `None` where no such reading applies (local types,
+    /// other ops); `Some(None)` where a layout does not fit the shape.
+    pub fn global_reading(&self, m: &Mesh, d: &Denot) -> Option<Option<Tensor>> {
+        use spmd_semantics::State::{Partial, Varying};
+        let Op::Collective(c) = &self.op else {
+            return None;
+        };
+        if !self.is_global() {
+            return None;
+        }
+        let n = c.group_size(m) as i64;
+        let as_partial = || {
+            let mut t = self.inputs[0].clone();
+            for &a in &c.axes {
+                t.states[a] = Partial;
+                t.layout[a] = None;
+            }
+            let summed = Collective {
+                kind: Kind::Reinterpret,
+                dst: Partial,
+                ..c.clone()
+            }
+            .spec(m, d);
+            global(m, &t, &summed)
+        };
+        let inv_n = Q::frac(1, n);
+        match (&c.kind, c.src) {
+            (Kind::AllReduce | Kind::ReduceScatter { stack: false, .. }, Varying) => {
+                Some(as_partial())
+            }
+            (Kind::PMean, Varying) => Some(as_partial().map(|t| t.scale(&inv_n))),
+            (Kind::PMean, Partial) => Some(global(m, &self.inputs[0], d).map(|t| t.scale(&inv_n))),
+            (Kind::PPermute { .. }, _) => Some(global(m, &self.inputs[0], &c.spec(m, d))),
+            _ => None,
+        }
+    }
     /// Whether the declared JVP takes tangents of the input shapes and gives
     /// one of the output shape `out` (a JVP written for other shapes may
     /// not).
