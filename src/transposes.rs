@@ -7,10 +7,10 @@ use crate::run::{check_op, UsageError};
 use crate::types::parse_types;
 use rayon::prelude::*;
 use spmd_generators::Scope;
-use spmd_interp::catalogue::collective;
+use spmd_interp::catalogue::collective_typed;
 use spmd_interp::{Backward, Collective, Kind, Op, TypedOp};
 use spmd_oracle::Verdict;
-use spmd_semantics::{Dialect, Mesh, State, ALL_STATES, Q};
+use spmd_semantics::{Dialect, Mesh, State, Type, ALL_STATES, Q};
 
 /// A correct transpose and its cost.
 pub struct Found {
@@ -77,10 +77,15 @@ fn listed(c: &Collective) -> bool {
             (s, d),
             (Reduced, Varying | Partial) | (Invariant, Partial | Varying) | (Varying, Partial)
         ),
-        Kind::AllGather { .. } | Kind::AllToAll { .. } => s == Varying,
-        Kind::AllReduce | Kind::ReduceScatter { .. } | Kind::PMean => {
-            matches!(s, Partial | Varying)
+        // Collectives from their proper sources to the destinations the
+        // seed tables give them (seed 003's transitions, seed 000's
+        // all_gather, psum_scatter, psum and pmean).
+        Kind::AllGather { .. } => s == Varying && matches!(d, Reduced | Invariant | Varying),
+        Kind::AllToAll { .. } => s == Varying && d == Varying,
+        Kind::AllReduce | Kind::PMean => {
+            matches!(s, Partial | Varying) && matches!(d, Reduced | Invariant)
         }
+        Kind::ReduceScatter { .. } => matches!(s, Partial | Varying) && d == Varying,
         Kind::PPermute { .. } => s == Varying && d == Varying,
         Kind::DivideByGroupSize => s == d,
     }
@@ -105,22 +110,24 @@ pub fn search(
             "transposes searches one mesh axis: give single states for --from and --to".into(),
         ));
     }
-    let (s, d) = (types[0].states[0], types[1].states[0]);
-    let fwd = collective(forward, &[s], &[d], &axes).map_err(UsageError)?;
-    let (from, to) = (d.cot(), s.cot());
-    let one = |text: &str, a: State, b: State| {
-        collective(text, &[a], &[b], &axes)
+    // With layouts (`--from 'S(0)'`), the forward and the candidates' ends
+    // are read with global types (SPEC.md §13); intermediate states have
+    // none.
+    let fwd = collective_typed(forward, &types[0], &types[1], &axes).map_err(UsageError)?;
+    let (from, to) = (types[1].cot(), types[0].cot());
+    let one = |text: &str, a: &Type, b: &Type| {
+        collective_typed(text, a, b, &axes)
             .ok()
             .filter(listed)
             .map(Op::Collective)
     };
     let calls = calls(&fwd);
     let fwd_kind = fwd.kind.clone();
-    let mut cands: Vec<Op> = calls.iter().filter_map(|c| one(c, from, to)).collect();
-    for mid in ALL_STATES {
+    let mut cands: Vec<Op> = calls.iter().filter_map(|c| one(c, &from, &to)).collect();
+    for mid in ALL_STATES.map(Type::one) {
         for a in &calls {
             for b in &calls {
-                if let (Some(x), Some(y)) = (one(a, from, mid), one(b, mid, to)) {
+                if let (Some(x), Some(y)) = (one(a, &from, &mid), one(b, &mid, &to)) {
                     if noop(&x) || noop(&y) {
                         continue; // the one-step candidate covers it
                     }

@@ -286,8 +286,9 @@ fn every_catalogue_call_builds_and_checks_or_is_refused() {
     assert!(built > 100 && refused > 100 && kept > 10 && reductions > 10);
 }
 
-/// Every forward of the catalogue that builds on one axis goes through
-/// `spmd-check transposes` without a panic: it lists transposes or refuses.
+/// Every forward of the catalogue, on one axis with local and global types,
+/// goes through `spmd-check transposes` without a panic: it lists
+/// transposes or refuses with a one-line error.
 #[test]
 fn transposes_never_panic() {
     use spmd_check::semantics::Dialect;
@@ -300,8 +301,16 @@ fn transposes_never_panic() {
     for (name, _) in NAMES {
         for p in PARAMS {
             let call = format!("{name}{p}");
-            for s in LOCAL {
-                for d in LOCAL {
+            for (s, d) in LOCAL
+                .iter()
+                .flat_map(|s| LOCAL.iter().map(move |d| (s, d)))
+                .chain(
+                    GLOBAL
+                        .iter()
+                        .flat_map(|s| GLOBAL.iter().map(move |d| (s, d))),
+                )
+            {
+                {
                     let r = catch_unwind(AssertUnwindSafe(|| {
                         search(Dialect::SpmdTypes, &call, s, d, &scope)
                     }));

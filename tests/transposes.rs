@@ -122,3 +122,17 @@ fn transposes_answer_in_the_dialect_asked() {
     assert_eq!(code, 2);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+/// With layouts, the transposes are searched under global types: the
+/// transpose of redistribute from S(0) to S(1) (an all-to-all) is the
+/// all-to-all back, and the cast that used to pass for it is not listed.
+#[test]
+fn redistribute_between_layouts_transposes_by_the_all_to_all_back() {
+    let got = found(Dialect::SpmdTypes, "redistribute", "S(0)", "S(1)");
+    assert_eq!(got[0].0, "all_to_all(split=0, concat=1)[V->V]");
+    assert!(!got
+        .iter()
+        .any(|(t, _)| t.starts_with("reinterpret()[V->V]")));
+    let gather = found(Dialect::SpmdTypes, "all_gather", "S(1)", "R");
+    assert_eq!(gather[0].0, "reduce_scatter(dim=1)[P->V]");
+}
