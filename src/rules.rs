@@ -6,9 +6,9 @@ use crate::run::UsageError;
 use crate::types::{meshes_named, parse_types};
 use serde::{Deserialize, Serialize};
 use spmd_generators::Scope;
-use spmd_interp::catalogue::{collective, collective_typed};
+use spmd_interp::catalogue::collective_typed;
 use spmd_interp::{builtin, parse, parse_with_vars, Backward, Jvp, Op, TypedOp};
-use spmd_semantics::{Dialect, Mesh, State, Type, ALL_STATES};
+use spmd_semantics::{Dialect, Mesh, Type, ALL_STATES};
 use std::collections::BTreeMap;
 
 /// An op: a built-in name or `{ expr = "..." }`.
@@ -163,26 +163,27 @@ fn compose(text: &str, src: &Type, dst: &Type, axes: &[String]) -> Result<Op, St
         return collective_typed(steps[0], src, dst, axes).map(Op::Collective);
     }
     let n = src.states.len();
-    let all: Vec<Vec<State>> = (0..4usize.pow(n as u32))
+    let all: Vec<Type> = (0..4usize.pow(n as u32))
         .map(|k| {
             (0..n)
                 .map(|a| ALL_STATES[(k / 4usize.pow(a as u32)) % 4])
                 .collect()
         })
+        .map(Type::new)
         .collect();
     // Try every chain of intermediate types; keep those where every step parses.
     let mut chains: Vec<Vec<Op>> = vec![];
     fn go(
         steps: &[&str],
-        from: &[State],
-        dst: &[State],
-        all: &[Vec<State>],
+        from: &Type,
+        dst: &Type,
+        all: &[Type],
         axes: &[String],
         acc: &mut Vec<Op>,
         out: &mut Vec<Vec<Op>>,
     ) {
         if steps.len() == 1 {
-            if let Ok(c) = collective(steps[0], from, dst, axes) {
+            if let Ok(c) = collective_typed(steps[0], from, dst, axes) {
                 acc.push(Op::Collective(c));
                 out.push(acc.clone());
                 acc.pop();
@@ -190,7 +191,7 @@ fn compose(text: &str, src: &Type, dst: &Type, axes: &[String]) -> Result<Op, St
             return;
         }
         for mid in all {
-            if let Ok(c) = collective(steps[0], from, mid, axes) {
+            if let Ok(c) = collective_typed(steps[0], from, mid, axes) {
                 if c.is_noop_cast() {
                     continue;
                 }
@@ -200,15 +201,7 @@ fn compose(text: &str, src: &Type, dst: &Type, axes: &[String]) -> Result<Op, St
             }
         }
     }
-    go(
-        &steps,
-        &src.states,
-        &dst.states,
-        &all,
-        axes,
-        &mut vec![],
-        &mut chains,
-    );
+    go(&steps, src, dst, &all, axes, &mut vec![], &mut chains);
     match chains.len() {
         0 => Err(format!("`{text}` does not go from {src} to {dst} through catalogue ops")),
         1 => Ok(Op::Compose(chains.pop().expect("one chain"))),

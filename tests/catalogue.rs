@@ -393,6 +393,24 @@ fn redistribute_uses_the_layout_dim() {
     let (_, v) =
         verdict(&rule_text("all_to_all", Some("all_to_all"), "S(1)", "S(0)")).expect("builds");
     assert!(v.is_sound(), "{}", v.name());
+    // In a composition, the first step sees the source's layout and the
+    // last the destination's; the explicit dim 0 is the twin.
+    let (_, v) = verdict(&rule_text(
+        "all_gather(R) |> reinterpret(R, I)",
+        None,
+        "S(1)",
+        "I",
+    ))
+    .expect("builds");
+    assert!(v.is_sound(), "{}", v.name());
+    let (_, v) = verdict(&rule_text(
+        "all_gather(R, dim=0) |> reinterpret(R, I)",
+        None,
+        "S(1)",
+        "I",
+    ))
+    .expect("builds");
+    assert_eq!(failed(&v), Some(Property::F3));
     // On two axes: the all-to-all on tp from S(1) to S(0) (tp minor on dim 0).
     let (_, v) = verdict(&rule_text(
         "redistribute",

@@ -333,8 +333,14 @@ pub fn collective_typed(
         ));
     }
     let lay = |t: &Type, i: usize| t.layout.get(i).copied().flatten();
+    // An axis changes when its state does, or when both sides name
+    // different layouts (an unlaid side, as in the middle of a composition,
+    // says nothing).
     let changed: Vec<usize> = (0..src.len())
-        .filter(|&i| src[i] != dst[i] || lay(src_t, i) != lay(dst_t, i))
+        .filter(|&i| {
+            src[i] != dst[i]
+                || matches!((lay(src_t, i), lay(dst_t, i)), (Some(a), Some(b)) if a != b)
+        })
         .collect();
     // 003-style state arguments (`all_gather(R)`, `reinterpret(R, P)`,
     // `all_gather(S(1), R)`) must agree with the types they are used at.
