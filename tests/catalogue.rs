@@ -657,3 +657,35 @@ fn reductions_of_pieces_have_a_global_reading() {
         assert_eq!(failed(&v), Some(Property::F3), "{call} from {s} to {d}");
     }
 }
+
+/// Bad parameters in a rule file are exit 2 with one line naming the file,
+/// line and column; the exhaustive test above covers the library path.
+#[test]
+fn bad_parameters_exit_2_with_one_line() {
+    let dir = std::env::temp_dir().join(format!("spmd-catalogue-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    for (i, call) in [
+        "ppermute(perm=[5,5])",
+        "ppermute(perm=[0,0])",
+        "convert(dim=0)",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (s, d) = if call.starts_with("convert") {
+            ("V", "R")
+        } else {
+            ("V", "V")
+        };
+        let f = dir.join(format!("bad{i}.toml"));
+        std::fs::write(&f, rule_text(call, None, s, d)).expect("write");
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_spmd-check"))
+            .args(["check", f.to_str().expect("utf-8 path")])
+            .output()
+            .expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{call}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{call}: {err}");
+        assert!(err.contains("bad") && err.contains(":3:"), "{call}: {err}");
+    }
+}
