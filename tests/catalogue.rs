@@ -460,6 +460,7 @@ fn malformed_parameters_are_refused() {
         ("all_gather(dim=0, stack)", "S(0)", "R", "contradicts"),
         ("convert(stack)", "R", "P", "`stack` applies"),
         ("all_gather(S(1), R)", "S(0)", "R", "S(1)"),
+        ("all_gather(S(1), R, dim=0)", "V", "R", "contradicts"),
         ("all_gather(axis=tp)", "V", "R", "no mesh axis `tp`"),
     ];
     for (call, s, d, want) in bad {

@@ -372,6 +372,17 @@ pub fn collective_typed(
         }
         hint_src = want_src.and_then(|s| s.1);
         hint_dst = want_dst.and_then(|d| d.1);
+        if let Some((d, h)) = a.dim.and_then(|d| {
+            [hint_src, hint_dst]
+                .into_iter()
+                .flatten()
+                .find(|h| *h != d)
+                .map(|h| (d, h))
+        }) {
+            return Err(format!(
+                "`{t}`: dim={d} contradicts the state argument S({h})"
+            ));
+        }
     }
     let axes: Vec<usize> = match &a.axes {
         Some(names) => {
