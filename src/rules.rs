@@ -6,7 +6,7 @@ use crate::run::UsageError;
 use crate::types::{meshes_named, parse_types};
 use serde::{Deserialize, Serialize};
 use spmd_generators::Scope;
-use spmd_interp::catalogue::collective_typed;
+use spmd_interp::catalogue::{check_group_sizes, collective_typed};
 use spmd_interp::{builtin, parse, parse_with_vars, Backward, Jvp, Op, TypedOp};
 use spmd_semantics::{Dialect, Mesh, Type, ALL_STATES};
 use std::collections::BTreeMap;
@@ -356,6 +356,7 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
                 return Err(err("inputs", "a collective takes one input".into()));
             }
             let fop = compose(fw, &types[0], &output, &axes).map_err(|e| err(fw, e))?;
+            check_group_sizes(&fop, &meshes).map_err(|e| err(fw, e))?;
             match s.backward.as_deref() {
                 None => (fop, Backward::LocalVjp, false),
                 Some("local") => {
@@ -367,6 +368,7 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
                 Some(b) => {
                     let bop =
                         compose(b, &output.cot(), &types[0].cot(), &axes).map_err(|e| err(b, e))?;
+                    check_group_sizes(&bop, &meshes).map_err(|e| err(b, e))?;
                     (fop, Backward::Transpose(bop), true)
                 }
             }

@@ -436,6 +436,7 @@ fn malformed_parameters_are_refused() {
     let bad: &[(&str, &str, &str, &str)] = &[
         ("ppermute(perm=[5,5])", "V", "V", "out of range"),
         ("ppermute(perm=[0,0])", "V", "V", "injective"),
+        ("ppermute(perm=[1,2,3,4,0])", "V", "V", "needs a group of 5"),
         ("ppermute(perm=[])", "V", "V", "empty permutation"),
         ("ppermute(perm=1)", "V", "V", "takes a list"),
         ("ppermute", "V", "V", "needs perm"),
@@ -505,8 +506,9 @@ fn converts_that_need_communication_are_refused() {
 }
 
 /// A good ppermute is sound; the same forward declared with a wrong meaning
-/// is its twin (F3). The group size fixes the length of a permutation: on a
-/// mesh of another size the rule has no instance.
+/// is its twin (F3). The group size fixes the length of a permutation: a
+/// rule is checked on the meshes whose group has that size, and one whose
+/// meshes have none is bad input.
 #[test]
 fn ppermute_is_checked_on_its_group() {
     let (_, v) = verdict(&rule_text(
@@ -542,6 +544,13 @@ fn ppermute_is_checked_on_its_group() {
     ))
     .expect("builds");
     assert_eq!(failed(&v), Some(Property::B3));
+    let e = build_rule(&format!(
+        "{}{three}",
+        rule_text("ppermute(perm=[1,0])", None, "V", "V")
+    ))
+    .err()
+    .unwrap_or_default();
+    assert!(e.contains("needs a group of 2"), "{e}");
 }
 
 /// A collective built by hand (not through the catalogue) with parameters

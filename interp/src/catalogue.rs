@@ -614,3 +614,32 @@ pub fn collective_typed(
         dst: d0,
     })
 }
+
+/// A permutation's length must be its group's size, which only a mesh fixes:
+/// `Err` when some ppermute in `op` fits none of `meshes` (a rule that could
+/// never run), so a rule file says so at build time instead of a vacuous
+/// verdict.
+pub fn check_group_sizes(op: &crate::Op, meshes: &[spmd_semantics::Mesh]) -> Result<(), String> {
+    match op {
+        crate::Op::Collective(c) => {
+            if let Kind::PPermute { perm } = &c.kind {
+                let sizes: Vec<usize> = meshes
+                    .iter()
+                    .filter(|m| c.axes.iter().all(|&a| a < m.ndim()))
+                    .map(|m| c.group_size(m))
+                    .collect();
+                if !sizes.contains(&perm.len()) {
+                    return Err(format!(
+                        "{}: a permutation of {} entries needs a group of {} ranks; the meshes give groups of {sizes:?}",
+                        c.name,
+                        perm.len(),
+                        perm.len()
+                    ));
+                }
+            }
+            Ok(())
+        }
+        crate::Op::Compose(ops) => ops.iter().try_for_each(|o| check_group_sizes(o, meshes)),
+        _ => Ok(()),
+    }
+}
