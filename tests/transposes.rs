@@ -136,3 +136,23 @@ fn redistribute_between_layouts_transposes_by_the_all_to_all_back() {
     let gather = found(Dialect::SpmdTypes, "all_gather", "S(1)", "R");
     assert_eq!(gather[0].0, "reduce_scatter(dim=1)[P->V]");
 }
+
+/// JAX's own parameter spellings are read: `tiled = true` concatenates
+/// (unstacked), `tiled = false` is the stacked form.
+#[test]
+fn jax_parameter_spellings() {
+    let tiled = found(
+        Dialect::Jax,
+        "psum_scatter(scatter_dimension=0, tiled=true)",
+        "Varying",
+        "Varying",
+    );
+    assert_eq!(tiled[0].0, "all_gather(dim=0)[Varying->Varying]");
+    let stacked = found(
+        Dialect::Jax,
+        "psum_scatter(scatter_dimension=0, tiled=false)",
+        "Varying",
+        "Varying",
+    );
+    assert_eq!(stacked[0].0, "all_gather(dim=0, stack)[Varying->Varying]");
+}

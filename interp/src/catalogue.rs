@@ -138,7 +138,7 @@ fn parse_args(name: &str, body: &str) -> Result<Args, String> {
             Some((k, v)) => {
                 let k = k.trim();
                 match k {
-                    "dim" | "gather_dim" | "scatter_dim" => {
+                    "dim" | "gather_dim" | "scatter_dim" | "scatter_dimension" => {
                         once("dim", a.dim.is_some())?;
                         a.dim = Some(uint(k, v)?);
                     }
