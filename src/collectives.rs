@@ -7,7 +7,7 @@
 use crate::run::{check_op, enumerated_cases, UsageError};
 use crate::types::{meshes_named, parse_types};
 use spmd_generators::{for_each_grid_point, Scope};
-use spmd_interp::catalogue::collective;
+use spmd_interp::catalogue::collective_typed;
 use spmd_interp::{Backward, Op, TypedOp};
 use spmd_oracle::{check_involution, Outcome, Property, Verdict, Violation};
 use spmd_semantics::{Dialect, Mesh};
@@ -156,7 +156,60 @@ pub const PAIR_ROWS: &[PairRow] = &[
         "all_gather(R, dim={d}, stack)",
         "V",
         "R",
+        Some("reduce_scatter(dim={d}, stack)"),
         None,
+    ),
+    // Seed 003's stacked forms (local SPMD: Varying read as stacked pieces):
+    // a stacking gather or convert is transposed by an unstacking
+    // reduce-scatter or convert, and the other way round.
+    row(
+        "st_all_gather_i_stack",
+        "spmd_types",
+        SpmdTypes,
+        "all_gather(I, dim={d}, stack)",
+        "V",
+        "I",
+        Some("convert(I,V, dim={d}, stack)"),
+        None,
+    ),
+    row(
+        "st_reduce_scatter_unstack",
+        "spmd_types",
+        SpmdTypes,
+        "reduce_scatter(dim={d}, stack)",
+        "P",
+        "V",
+        Some("all_gather(R, dim={d}, stack)"),
+        None,
+    ),
+    row(
+        "st_convert_r_v_unstack",
+        "spmd_types",
+        SpmdTypes,
+        "convert(R,V, dim={d}, stack)",
+        "R",
+        "V",
+        Some("convert(V,P, dim={d}, stack)"),
+        None,
+    ),
+    row(
+        "st_convert_i_v_unstack",
+        "spmd_types",
+        SpmdTypes,
+        "convert(I,V, dim={d}, stack)",
+        "I",
+        "V",
+        Some("all_gather(I, dim={d}, stack)"),
+        None,
+    ),
+    row(
+        "st_convert_v_p_stack",
+        "spmd_types",
+        SpmdTypes,
+        "convert(V,P, dim={d}, stack)",
+        "V",
+        "P",
+        Some("convert(R,V, dim={d}, stack)"),
         None,
     ),
     row(
@@ -329,10 +382,10 @@ pub const PAIR_ROWS: &[PairRow] = &[
         "st_redistribute_r_i",
         "spmd_types",
         SpmdTypes,
-        "redistribute(dim={d})",
+        "redistribute",
         "R",
         "I",
-        Some("redistribute(dim={d})"),
+        Some("redistribute"),
         None,
     ),
     row(
@@ -349,20 +402,20 @@ pub const PAIR_ROWS: &[PairRow] = &[
         "st_redistribute_r_p",
         "spmd_types",
         SpmdTypes,
-        "redistribute(dim={d})",
+        "redistribute",
         "R",
         "P",
-        Some("redistribute(dim={d})"),
+        Some("redistribute"),
         None,
     ),
     row(
         "st_redistribute_i_r",
         "spmd_types",
         SpmdTypes,
-        "redistribute(dim={d})",
+        "redistribute",
         "I",
         "R",
-        Some("redistribute(dim={d})"),
+        Some("redistribute"),
         None,
     ),
     row(
@@ -379,10 +432,10 @@ pub const PAIR_ROWS: &[PairRow] = &[
         "st_redistribute_i_p",
         "spmd_types",
         SpmdTypes,
-        "redistribute(dim={d})",
+        "redistribute",
         "I",
         "P",
-        Some("redistribute(dim={d})"),
+        Some("redistribute"),
         None,
     ),
     row(
@@ -419,20 +472,20 @@ pub const PAIR_ROWS: &[PairRow] = &[
         "st_redistribute_p_r",
         "spmd_types",
         SpmdTypes,
-        "redistribute(dim={d})",
+        "redistribute",
         "P",
         "R",
-        Some("redistribute(dim={d})"),
+        Some("redistribute"),
         None,
     ),
     row(
         "st_redistribute_p_i",
         "spmd_types",
         SpmdTypes,
-        "redistribute(dim={d})",
+        "redistribute",
         "P",
         "I",
-        Some("redistribute(dim={d})"),
+        Some("redistribute"),
         None,
     ),
     row(
@@ -656,17 +709,11 @@ pub fn instantiate(
 ) -> Result<(TypedOp, Option<TypedOp>, Vec<Mesh>), UsageError> {
     let (axes, types) = parse_types(r.dialect, &[r.src, r.dst])?;
     let (src, dst) = (types[0].clone(), types[1].clone());
-    let fwd = collective(&fill(r.forward, d, s, c), &src.states, &dst.states, &axes)
-        .map_err(UsageError)?;
+    let fwd = collective_typed(&fill(r.forward, d, s, c), &src, &dst, &axes).map_err(UsageError)?;
     let bwd = match r.backward {
         Some(b) => Some(
-            collective(
-                &fill(b, d, s, c),
-                &dst.cot().states,
-                &src.cot().states,
-                &axes,
-            )
-            .map_err(|e| UsageError(format!("{}: backward: {e}", r.id)))?,
+            collective_typed(&fill(b, d, s, c), &dst.cot(), &src.cot(), &axes)
+                .map_err(|e| UsageError(format!("{}: backward: {e}", r.id)))?,
         ),
         None => None,
     };
@@ -750,6 +797,7 @@ fn table_transpose(
             x.system == r.system
                 && x.backward.is_some()
                 && name(x.forward) == name(bwd_text)
+                && x.forward.contains("stack") == bwd_text.contains("stack")
                 && parse_types(x.dialect, &[x.src, x.dst]).is_ok_and(|(_, ts)| {
                     ts[0].states.iter().all(|s| *s == bwd.src)
                         && ts[1].states.iter().all(|s| *s == bwd.dst)
@@ -801,7 +849,7 @@ pub fn check_pair(r: &'static PairRow, scope: &Scope) -> Result<PairResult, Usag
                         // it, at this row's own types and parameters.
                         let text = fill(back.backward.expect("has a backward"), ch.0, ch.1, ch.2);
                         let (axes, _) = parse_types(r.dialect, &[r.src, r.dst])?;
-                        let tt = collective(&text, &op.inputs[0].states, &op.output.states, &axes)
+                        let tt = collective_typed(&text, &op.inputs[0], &op.output, &axes)
                             .map_err(UsageError)?;
                         let tt = TypedOp {
                             op: Op::Collective(tt),

@@ -318,7 +318,7 @@ fn run() -> Result<ExitCode, UsageError> {
                     .iter()
                     .map(|f| {
                         serde_json::json!({
-                            "backward": spmd_check::transposes::describe_typed(&f.backward),
+                            "backward": spmd_check::transposes::describe_typed(&f.backward, d),
                             "cost": f.cost.to_string(),
                             "proof": f.verdict.proof(),
                         })
@@ -331,7 +331,7 @@ fn run() -> Result<ExitCode, UsageError> {
                     println!(
                         "  {:>6}  {:<60} {}",
                         f.cost.to_string(),
-                        spmd_check::transposes::describe_typed(&f.backward),
+                        spmd_check::transposes::describe_typed(&f.backward, d),
                         report::verdict_word(&f.verdict)
                     );
                 }

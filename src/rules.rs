@@ -7,9 +7,9 @@ use crate::types::{meshes_named, parse_types_in};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use spmd_generators::Scope;
-use spmd_interp::catalogue::collective;
+use spmd_interp::catalogue::{check_group_sizes, collective_typed};
 use spmd_interp::{builtin, parse, parse_with_vars, Backward, Jvp, Op, TypedOp};
-use spmd_semantics::{Dialect, Mesh, State, Type, ALL_STATES};
+use spmd_semantics::{Dialect, Mesh, Type, ALL_STATES};
 
 /// An op: a built-in name or `{ expr = "..." }`.
 #[derive(Deserialize, Serialize, Debug, Clone)]
@@ -241,29 +241,30 @@ fn type_text(t: &TypeSpec) -> String {
 fn compose(text: &str, src: &Type, dst: &Type, axes: &[String]) -> Result<Op, String> {
     let steps: Vec<&str> = text.split("|>").map(str::trim).collect();
     if steps.len() == 1 {
-        return collective(steps[0], &src.states, &dst.states, axes).map(Op::Collective);
+        return collective_typed(steps[0], src, dst, axes).map(Op::Collective);
     }
     let n = src.states.len();
-    let all: Vec<Vec<State>> = (0..4usize.pow(n as u32))
+    let all: Vec<Type> = (0..4usize.pow(n as u32))
         .map(|k| {
             (0..n)
                 .map(|a| ALL_STATES[(k / 4usize.pow(a as u32)) % 4])
                 .collect()
         })
+        .map(Type::new)
         .collect();
     // Try every chain of intermediate types; keep those where every step parses.
     let mut chains: Vec<Vec<Op>> = vec![];
     fn go(
         steps: &[&str],
-        from: &[State],
-        dst: &[State],
-        all: &[Vec<State>],
+        from: &Type,
+        dst: &Type,
+        all: &[Type],
         axes: &[String],
         acc: &mut Vec<Op>,
         out: &mut Vec<Vec<Op>>,
     ) {
         if steps.len() == 1 {
-            if let Ok(c) = collective(steps[0], from, dst, axes) {
+            if let Ok(c) = collective_typed(steps[0], from, dst, axes) {
                 acc.push(Op::Collective(c));
                 out.push(acc.clone());
                 acc.pop();
@@ -271,7 +272,7 @@ fn compose(text: &str, src: &Type, dst: &Type, axes: &[String]) -> Result<Op, St
             return;
         }
         for mid in all {
-            if let Ok(c) = collective(steps[0], from, mid, axes) {
+            if let Ok(c) = collective_typed(steps[0], from, mid, axes) {
                 if c.is_noop_cast() {
                     continue;
                 }
@@ -281,15 +282,7 @@ fn compose(text: &str, src: &Type, dst: &Type, axes: &[String]) -> Result<Op, St
             }
         }
     }
-    go(
-        &steps,
-        &src.states,
-        &dst.states,
-        &all,
-        axes,
-        &mut vec![],
-        &mut chains,
-    );
+    go(&steps, src, dst, &all, axes, &mut vec![], &mut chains);
     match chains.len() {
         0 => Err(format!("`{text}` does not go from {src} to {dst} through catalogue ops")),
         1 => Ok(Op::Compose(chains.pop().expect("one chain"))),
@@ -518,6 +511,7 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
                 ));
             }
             let fop = compose(fw, &types[0], &output, &axes).map_err(|e| err(fw, e))?;
+            check_group_sizes(&fop, &meshes).map_err(|e| err(fw, e))?;
             let one = match &s.backward {
                 None => None,
                 Some(BackwardSpec::One(b)) => Some(b.as_str()),
@@ -540,6 +534,7 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
                 Some(b) => {
                     let bop =
                         compose(b, &output.cot(), &types[0].cot(), &axes).map_err(|e| err(b, e))?;
+                    check_group_sizes(&bop, &meshes).map_err(|e| err(b, e))?;
                     (fop, Backward::Transpose(bop), true)
                 }
             }

@@ -7,10 +7,10 @@ use crate::run::{check_op, UsageError};
 use crate::types::parse_types;
 use rayon::prelude::*;
 use spmd_generators::Scope;
-use spmd_interp::catalogue::collective;
+use spmd_interp::catalogue::collective_typed;
 use spmd_interp::{Backward, Collective, Kind, Op, TypedOp};
 use spmd_oracle::Verdict;
-use spmd_semantics::{Dialect, Mesh, State, ALL_STATES, Q};
+use spmd_semantics::{Dialect, Mesh, State, Type, ALL_STATES, Q};
 
 /// A correct transpose and its cost.
 pub struct Found {
@@ -19,18 +19,45 @@ pub struct Found {
     pub verdict: Verdict,
 }
 
-/// Candidate calls: the canonical names with each parameter choice in scope.
-fn calls() -> Vec<String> {
+/// Candidate calls: the canonical names with each parameter choice in scope
+/// (stacked forms included), the division by the group size (JAX's
+/// transpose of pmean divides by n), and, for a ppermute forward, the
+/// inverse permutation.
+fn calls(forward: &Collective) -> Vec<String> {
     let mut v = Vec::new();
     for d in 0..2 {
-        v.push(format!("all_gather(dim={d})"));
-        v.push(format!("reduce_scatter(dim={d})"));
-        v.push(format!("convert(dim={d})"));
+        for stack in ["", ", stack"] {
+            v.push(format!("all_gather(dim={d}{stack})"));
+            v.push(format!("reduce_scatter(dim={d}{stack})"));
+            v.push(format!("convert(dim={d}{stack})"));
+        }
         for c in 0..2 {
             v.push(format!("all_to_all(split={d}, concat={c})"));
         }
     }
-    v.extend(["all_reduce", "pmean", "reinterpret"].map(String::from));
+    v.extend(
+        [
+            "all_reduce",
+            "pmean",
+            "reinterpret",
+            "convert",
+            "divide_by_group_size",
+        ]
+        .map(String::from),
+    );
+    if let Kind::PPermute { perm } = &forward.kind {
+        let mut inv = vec![None; perm.len()];
+        for (k, p) in perm.iter().enumerate() {
+            if let Some(j) = p {
+                inv[*j] = Some(k);
+            }
+        }
+        let text: Vec<String> = inv
+            .iter()
+            .map(|x| x.map(|k| k.to_string()).unwrap_or("_".into()))
+            .collect();
+        v.push(format!("ppermute(perm=[{}])", text.join(",")));
+    }
     v
 }
 
@@ -50,11 +77,17 @@ fn listed(c: &Collective) -> bool {
             (s, d),
             (Reduced, Varying | Partial) | (Invariant, Partial | Varying) | (Varying, Partial)
         ),
-        Kind::AllGather { .. } | Kind::AllToAll { .. } => s == Varying,
-        Kind::AllReduce | Kind::ReduceScatter { .. } | Kind::PMean => {
-            matches!(s, Partial | Varying)
+        // Collectives from their proper sources to the destinations the
+        // seed tables give them (seed 003's transitions, seed 000's
+        // all_gather, psum_scatter, psum and pmean).
+        Kind::AllGather { .. } => s == Varying && matches!(d, Reduced | Invariant | Varying),
+        Kind::AllToAll { .. } => s == Varying && d == Varying,
+        Kind::AllReduce | Kind::PMean => {
+            matches!(s, Partial | Varying) && matches!(d, Reduced | Invariant)
         }
+        Kind::ReduceScatter { .. } => matches!(s, Partial | Varying) && d == Varying,
         Kind::PPermute { .. } => s == Varying && d == Varying,
+        Kind::DivideByGroupSize => s == d,
     }
 }
 
@@ -77,20 +110,27 @@ pub fn search(
             "transposes searches one mesh axis: give single states for --from and --to".into(),
         ));
     }
-    let (s, d) = (types[0].states[0], types[1].states[0]);
-    let fwd = collective(forward, &[s], &[d], &axes).map_err(UsageError)?;
-    let (from, to) = (d.cot(), s.cot());
-    let one = |text: &str, a: State, b: State| {
-        collective(text, &[a], &[b], &axes)
+    // With layouts (`--from 'S(0)'`), the forward and the candidates' ends
+    // are read with global types (SPEC.md §13); intermediate states have
+    // none.
+    let fwd = collective_typed(forward, &types[0], &types[1], &axes).map_err(UsageError)?;
+    let (from, to) = (types[1].cot(), types[0].cot());
+    let one = |text: &str, a: &Type, b: &Type| {
+        collective_typed(text, a, b, &axes)
             .ok()
             .filter(listed)
             .map(Op::Collective)
     };
-    let mut cands: Vec<Op> = calls().iter().filter_map(|c| one(c, from, to)).collect();
-    for mid in ALL_STATES {
-        for a in calls() {
-            for b in calls() {
-                if let (Some(x), Some(y)) = (one(&a, from, mid), one(&b, mid, to)) {
+    let calls = calls(&fwd);
+    let fwd_kind = fwd.kind.clone();
+    let mut cands: Vec<Op> = calls.iter().filter_map(|c| one(c, &from, &to)).collect();
+    for mid in ALL_STATES.map(Type::one) {
+        for a in &calls {
+            for b in &calls {
+                if let (Some(x), Some(y)) = (one(a, &from, &mid), one(b, &mid, &to)) {
+                    if noop(&x) || noop(&y) {
+                        continue; // the one-step candidate covers it
+                    }
                     cands.push(Op::Compose(vec![x, y]));
                 }
             }
@@ -105,18 +145,24 @@ pub fn search(
         no_grad: vec![],
     };
     // A quick screen on the two-rank mesh, then the whole scope.
+    let quick_mesh = match &fwd_kind {
+        Kind::PPermute { perm } => Mesh::line(perm.len()),
+        _ => Mesh::line(2),
+    };
     let quick = Scope {
-        meshes: vec![Mesh::line(2)],
+        meshes: vec![quick_mesh],
         max_points: 16,
         ..scope.clone()
     };
     let meshes = scope.meshes_with(1);
     let (m, shape) = reference();
-    let out_shape = base
-        .op
-        .infer(&m, std::slice::from_ref(&shape))
-        .map(|x| x.0)
-        .map_err(UsageError)?;
+    // A permutation fits only a group of its own length; ppermute keeps the
+    // shape, and every candidate's cost depends only on the group size.
+    let out_shape = match base.op.infer(&m, std::slice::from_ref(&shape)) {
+        Ok(x) => x.0,
+        Err(_) if matches!(fwd_kind, Kind::PPermute { .. }) => shape.clone(),
+        Err(e) => return Err(UsageError(e)),
+    };
     let mut found: Vec<Found> = cands
         .into_par_iter()
         .filter_map(|c| {
@@ -140,23 +186,72 @@ pub fn search(
         })
         .collect();
     let steps = |o: &Op| if let Op::Compose(v) = o { v.len() } else { 1 };
+    let key = |o: &Op| describe_typed(o, Dialect::Canonical);
     found.sort_by(|a, b| {
         a.cost
             .cmp(&b.cost)
             .then_with(|| steps(&a.backward).cmp(&steps(&b.backward)))
-            .then_with(|| describe_typed(&a.backward).cmp(&describe_typed(&b.backward)))
+            .then_with(|| key(&a.backward).cmp(&key(&b.backward)))
     });
-    found.dedup_by(|a, b| describe_typed(&a.backward) == describe_typed(&b.backward));
+    found.dedup_by(|a, b| key(&a.backward) == key(&b.backward));
     Ok(found)
 }
 
-/// A candidate with the states of each step: `reduce_scatter(dim=0)[P->V]`.
-pub fn describe_typed(op: &Op) -> String {
+fn noop(o: &Op) -> bool {
+    matches!(o, Op::Collective(c) if c.is_noop_cast())
+}
+
+/// JAX's name for a collective at its states (seed 000), where JAX has one.
+fn jax_name(c: &Collective) -> Option<&'static str> {
+    use State::*;
+    Some(match (&c.kind, c.src, c.dst) {
+        (Kind::Reinterpret, Invariant, Varying) => "pvary",
+        (Kind::Reinterpret, Invariant, Reduced) => "preduced",
+        (Kind::Reinterpret, Varying, Partial) => "vary_unreduced_cast",
+        (Kind::Reinterpret, Reduced, Varying) => "reduced_vary_cast",
+        (Kind::AllGather { .. }, Varying, Reduced) => "all_gather_reduced",
+        (Kind::AllGather { .. }, Varying, Invariant) => "all_gather_invariant",
+        (Kind::AllGather { .. }, Varying, Varying) => "all_gather",
+        (Kind::AllReduce, Varying, Invariant) => "psum_invariant",
+        (Kind::AllReduce, Partial, Invariant) => "unreduced_psum",
+        (Kind::ReduceScatter { .. }, Varying, Varying) => "psum_scatter",
+        (Kind::ReduceScatter { .. }, Partial, Varying) => "unreduced_psum_scatter",
+        (Kind::PMean, _, _) => "pmean",
+        (Kind::PPermute { .. }, _, _) => "ppermute",
+        (Kind::AllToAll { .. }, _, _) => "all_to_all",
+        _ => return None,
+    })
+}
+
+/// A candidate with the states of each step, in a dialect's names:
+/// `reduce_scatter(dim=0)[P->V]`, or with `Dialect::Jax`
+/// `unreduced_psum_scatter(dim=0)[Unreduced->Varying]`. The canonical and
+/// spmd_types dialects keep the catalogue's names and state letters; JAX
+/// uses its own primitive names where the catalogue has them (the others,
+/// convert for one, keep theirs).
+pub fn describe_typed(op: &Op, dialect: Dialect) -> String {
     match op {
-        Op::Collective(c) => c.describe_typed(),
+        Op::Collective(c) => match dialect {
+            Dialect::Canonical | Dialect::SpmdTypes => c.describe_typed(),
+            _ => {
+                let state = |s: State| {
+                    dialect
+                        .state_name(s)
+                        .map(String::from)
+                        .unwrap_or_else(|| s.to_string())
+                };
+                let mut c = c.clone();
+                if dialect == Dialect::Jax {
+                    if let Some(n) = jax_name(&c) {
+                        c.name = n.to_string();
+                    }
+                }
+                format!("{}[{}->{}]", c.describe(), state(c.src), state(c.dst))
+            }
+        },
         Op::Compose(ops) => ops
             .iter()
-            .map(describe_typed)
+            .map(|o| describe_typed(o, dialect))
             .collect::<Vec<_>>()
             .join(" |> "),
         other => other.describe(),

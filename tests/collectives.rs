@@ -17,6 +17,11 @@ use spmd_check::generators::Scope;
 #[case::st_convert_i_p("st_convert_i_p")]
 #[case::st_all_gather_r("st_all_gather_r")]
 #[case::st_all_gather_r_stack("st_all_gather_r_stack")]
+#[case::st_all_gather_i_stack("st_all_gather_i_stack")]
+#[case::st_reduce_scatter_unstack("st_reduce_scatter_unstack")]
+#[case::st_convert_r_v_unstack("st_convert_r_v_unstack")]
+#[case::st_convert_i_v_unstack("st_convert_i_v_unstack")]
+#[case::st_convert_v_p_stack("st_convert_v_p_stack")]
 #[case::st_all_gather_i("st_all_gather_i")]
 #[case::st_all_gather_v("st_all_gather_v")]
 #[case::st_all_to_all_literal("st_all_to_all_literal")]
@@ -92,6 +97,10 @@ fn involution_of_transpose_pairs() {
         "st_all_gather_r",
         "st_reduce_scatter",
         "st_convert_r_v",
+        "st_all_gather_r_stack",
+        "st_reduce_scatter_unstack",
+        "st_convert_r_v_unstack",
+        "st_convert_v_p_stack",
         "jax_all_gather_reduced",
         "jax_reduced_vary_cast",
     ] {
@@ -127,7 +136,7 @@ fn transpose_search_finds_the_cheapest() {
     let scope = Scope::default();
     let found = search(Dialect::SpmdTypes, "all_gather(dim=0)", "V", "R", &scope).unwrap();
     assert_eq!(
-        describe_typed(&found[0].backward),
+        describe_typed(&found[0].backward, Dialect::SpmdTypes),
         "reduce_scatter(dim=0)[P->V]"
     );
     assert!(found.windows(2).all(|w| w[0].cost <= w[1].cost));
@@ -139,7 +148,10 @@ fn transpose_search_finds_the_cheapest() {
         &scope,
     )
     .unwrap();
-    let texts: Vec<String> = a2a.iter().map(|f| describe_typed(&f.backward)).collect();
+    let texts: Vec<String> = a2a
+        .iter()
+        .map(|f| describe_typed(&f.backward, Dialect::SpmdTypes))
+        .collect();
     assert!(
         texts.contains(&"all_to_all(split=1, concat=0)[V->V]".to_string()),
         "{texts:?}"

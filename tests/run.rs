@@ -998,7 +998,7 @@ fn check_follows_the_oracle() {
     // Gathering to R and slicing the Partial cotangent without summing it:
     // a cotangent that denotes zero gives a nonzero gradient (B2).
     let slice = json!({"mesh": {"x": 2}, "forward": "all_gather(R, dim=0)",
-        "backward": "convert(P,V, dim=0)",
+        "backward": "reinterpret(P,R) |> convert(R,V, dim=0)",
         "inputs": [{"type": "V", "per_rank": [[1], [2]]}]});
     let (code, v, err) = run_job_json("check_slice.json", &slice, &["--check"]);
     assert_eq!(code, 1, "{err}");

@@ -16,21 +16,26 @@ pub enum Kind {
     AllGather { dim: usize, stack: bool },
     /// Sum the group's tensors.
     AllReduce,
-    /// Sum, then keep chunk k(r) along `dim`.
-    ReduceScatter { dim: usize },
+    /// Sum, then keep chunk k(r) along `dim`; with `stack` (the unstack
+    /// form), `dim` has size n and the chunk's dim is dropped.
+    ReduceScatter { dim: usize, stack: bool },
     /// Split along `split`, send chunk j to group member j, concatenate the
     /// received chunks along `concat`.
     AllToAll { split: usize, concat: usize },
     /// Keep the local tensors; change only the type.
     Reinterpret,
     /// Keep the denotation with local work only (Varying read as
-    /// concatenation along `dim`).
-    Convert { dim: usize },
+    /// concatenation along `dim`, or with `stack` as stacking along a new
+    /// `dim`).
+    Convert { dim: usize, stack: bool },
     /// Member k sends to member perm[k] (None: sends nowhere); members that
     /// receive nothing hold zeros.
     PPermute { perm: Vec<Option<usize>> },
     /// All-reduce divided by the group size.
     PMean,
+    /// Divide by the group size, locally, the state unchanged (what JAX's
+    /// transpose of pmean does before pvary).
+    DivideByGroupSize,
 }
 
 /// A collective on a group of mesh axes, with the states it converts between
@@ -54,6 +59,28 @@ fn group(m: &Mesh, axes: &[usize], r: usize) -> (Vec<usize>, usize) {
 
 fn sum(ts: &[&Tensor]) -> Tensor {
     ts[1..].iter().fold(ts[0].clone(), |a, t| a.add(t))
+}
+
+/// Entry `k` along `dim` (of size n), with the dim dropped.
+fn unstack(x: &Tensor, n: usize, k: usize, dim: usize) -> Tensor {
+    let piece = x.chunk(n, dim)[k].clone();
+    let mut shape = piece.shape.clone();
+    shape.remove(dim);
+    Tensor::new(shape, piece.data)
+}
+
+/// `x` at entry `k` of a new dim `dim` of size n, zeros elsewhere.
+fn place_stacked(x: &Tensor, n: usize, k: usize, dim: usize) -> Tensor {
+    let parts: Vec<Tensor> = (0..n)
+        .map(|j| {
+            if j == k {
+                x.clone()
+            } else {
+                Tensor::zeros(&x.shape)
+            }
+        })
+        .collect();
+    Tensor::stack(&parts, dim)
 }
 
 fn place(x: &Tensor, n: usize, k: usize, dim: usize) -> Tensor {
@@ -97,6 +124,16 @@ impl Collective {
                 ))
             }
         };
+        let full = |d: usize| {
+            if d < s.len() && s[d] == n {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{}: unstacking needs dim {d} of {s:?} to have the group size {n}",
+                    self.name
+                ))
+            }
+        };
         let mut out = s.to_vec();
         match &self.kind {
             Kind::AllGather { dim, stack: true } => {
@@ -112,7 +149,11 @@ impl Collective {
                 dim_ok(*dim)?;
                 out[*dim] *= n;
             }
-            Kind::ReduceScatter { dim } => {
+            Kind::ReduceScatter { dim, stack: true } => {
+                full(*dim)?;
+                out.remove(*dim);
+            }
+            Kind::ReduceScatter { dim, stack: false } => {
                 dim_ok(*dim)?;
                 div(*dim)?;
                 out[*dim] /= n;
@@ -124,19 +165,46 @@ impl Collective {
                 out[*split] /= n;
                 out[*concat] *= n;
             }
-            Kind::Convert { dim } => match (self.src, self.dst) {
-                (State::Reduced | State::Invariant | State::Partial, State::Varying) => {
+            Kind::Convert { dim, stack } => match (self.src, self.dst, stack) {
+                (State::Reduced | State::Invariant, State::Varying, true) => {
+                    full(*dim)?;
+                    out.remove(*dim);
+                }
+                (State::Reduced | State::Invariant, State::Varying, false) => {
                     dim_ok(*dim)?;
                     div(*dim)?;
                     out[*dim] /= n;
                 }
-                (State::Varying, State::Partial) => {
+                (State::Varying, State::Partial, true) => {
+                    if *dim > s.len() {
+                        return Err(format!(
+                            "{}: stack dim {dim} out of range for {s:?}",
+                            self.name
+                        ));
+                    }
+                    out.insert(*dim, n);
+                }
+                (State::Varying, State::Partial, false) => {
                     dim_ok(*dim)?;
                     out[*dim] *= n;
+                }
+                (State::Varying, State::Reduced | State::Invariant, _)
+                | (State::Partial, State::Reduced | State::Invariant | State::Varying, _) => {
+                    return Err(format!(
+                        "{}: a convert from {} to {} would need communication",
+                        self.name, self.src, self.dst
+                    ));
+                }
+                (_, _, true) => {
+                    return Err(format!(
+                        "{}: no stacked convert from {} to {}",
+                        self.name, self.src, self.dst
+                    ));
                 }
                 _ => {}
             },
             Kind::PPermute { perm } => {
+                crate::catalogue::check_perm(&self.name, perm)?;
                 if perm.len() != n {
                     return Err(format!(
                         "{}: permutation of {} entries on a group of {n}",
@@ -145,7 +213,7 @@ impl Collective {
                     ));
                 }
             }
-            Kind::AllReduce | Kind::Reinterpret | Kind::PMean => {}
+            Kind::AllReduce | Kind::Reinterpret | Kind::PMean | Kind::DivideByGroupSize => {}
         }
         Ok(out)
     }
@@ -168,16 +236,24 @@ impl Collective {
                     }
                     Kind::AllReduce => sum(&xs),
                     Kind::PMean => sum(&xs).scale(&Q::frac(1, n as i64)),
-                    Kind::ReduceScatter { dim } => sum(&xs).chunk(n, *dim)[k].clone(),
+                    Kind::DivideByGroupSize => x.tensors[r].scale(&Q::frac(1, n as i64)),
+                    Kind::ReduceScatter { dim, stack: true } => unstack(&sum(&xs), n, k, *dim),
+                    Kind::ReduceScatter { dim, stack: false } => sum(&xs).chunk(n, *dim)[k].clone(),
                     Kind::AllToAll { split, concat } => {
                         let parts: Vec<Tensor> =
                             xs.iter().map(|t| t.chunk(n, *split)[k].clone()).collect();
                         Tensor::concat(&parts, *concat)
                     }
                     Kind::Reinterpret => x.tensors[r].clone(),
-                    Kind::Convert { dim } => match (self.src, self.dst) {
-                        (State::Reduced | State::Invariant | State::Partial, State::Varying) => {
+                    Kind::Convert { dim, stack } => match (self.src, self.dst) {
+                        (State::Reduced | State::Invariant, State::Varying) if *stack => {
+                            unstack(&x.tensors[r], n, k, *dim)
+                        }
+                        (State::Reduced | State::Invariant, State::Varying) => {
                             x.tensors[r].chunk(n, *dim)[k].clone()
+                        }
+                        (State::Varying, State::Partial) if *stack => {
+                            place_stacked(&x.tensors[r], n, k, *dim)
                         }
                         (State::Reduced | State::Invariant, State::Partial) => {
                             if k == 0 {
@@ -222,8 +298,15 @@ impl Collective {
                     (Kind::AllReduce, _) => sum(&ds),
                     (Kind::PMean, State::Partial) => here.scale(&Q::frac(1, n as i64)),
                     (Kind::PMean, _) => sum(&ds).scale(&Q::frac(1, n as i64)),
-                    (Kind::ReduceScatter { dim }, State::Partial) => here.chunk(n, *dim)[k].clone(),
-                    (Kind::ReduceScatter { dim }, _) => sum(&ds).chunk(n, *dim)[k].clone(),
+                    (Kind::DivideByGroupSize, _) => here.scale(&Q::frac(1, n as i64)),
+                    (Kind::ReduceScatter { dim, stack: true }, State::Partial) => {
+                        unstack(here, n, k, *dim)
+                    }
+                    (Kind::ReduceScatter { dim, stack: true }, _) => unstack(&sum(&ds), n, k, *dim),
+                    (Kind::ReduceScatter { dim, .. }, State::Partial) => {
+                        here.chunk(n, *dim)[k].clone()
+                    }
+                    (Kind::ReduceScatter { dim, .. }, _) => sum(&ds).chunk(n, *dim)[k].clone(),
                     (Kind::AllToAll { split, concat }, _) => {
                         let parts: Vec<Tensor> =
                             ds.iter().map(|t| t.chunk(n, *split)[k].clone()).collect();
@@ -241,20 +324,28 @@ impl Collective {
                     },
                     (Kind::Reinterpret, State::Partial) => here.clone(),
                     // Converting keeps the denotation, Varying read as
-                    // concatenation along `dim`.
-                    (Kind::Convert { dim }, State::Invariant | State::Reduced | State::Partial) => {
-                        match self.dst {
-                            State::Varying => here.chunk(n, *dim)[k].clone(),
+                    // concatenation along `dim` (or stacking with `stack`).
+                    (Kind::Convert { dim, stack }, State::Invariant | State::Reduced) => {
+                        match (self.dst, stack) {
+                            (State::Varying, true) => unstack(here, n, k, *dim),
+                            (State::Varying, false) => here.chunk(n, *dim)[k].clone(),
                             _ => here.clone(),
                         }
                     }
-                    (Kind::Convert { dim }, State::Varying) => match self.dst {
-                        State::Partial | State::Reduced | State::Invariant => {
+                    (Kind::Convert { dim, stack }, State::Varying) => match self.dst {
+                        State::Partial => {
                             let parts: Vec<Tensor> = ds.iter().map(|t| (*t).clone()).collect();
-                            Tensor::concat(&parts, *dim)
+                            if *stack {
+                                Tensor::stack(&parts, *dim)
+                            } else {
+                                Tensor::concat(&parts, *dim)
+                            }
                         }
-                        State::Varying => here.clone(),
+                        // Not a convert (it needs communication): refused
+                        // by `infer`, so never run.
+                        _ => here.clone(),
                     },
+                    (Kind::Convert { .. }, State::Partial) => here.clone(),
                     (Kind::PPermute { perm }, _) => match perm.iter().position(|p| *p == Some(k)) {
                         Some(src) => ds[src].clone(),
                         None => Tensor::zeros(&here.shape),
@@ -283,7 +374,7 @@ impl Collective {
                     Q::int(local)
                 }
             }
-            Kind::Reinterpret | Kind::Convert { .. } => Q::zero(),
+            Kind::Reinterpret | Kind::Convert { .. } | Kind::DivideByGroupSize => Q::zero(),
         }
     }
 
@@ -301,7 +392,16 @@ impl Collective {
             Kind::AllGather { dim, stack } => {
                 format!("dim={dim}{}", if *stack { ", stack" } else { "" })
             }
-            Kind::ReduceScatter { dim } | Kind::Convert { dim } => format!("dim={dim}"),
+            Kind::ReduceScatter { dim, stack } => {
+                format!("dim={dim}{}", if *stack { ", stack" } else { "" })
+            }
+            Kind::Convert { dim, stack } => {
+                if self.src == State::Varying || self.dst == State::Varying {
+                    format!("dim={dim}{}", if *stack { ", stack" } else { "" })
+                } else {
+                    String::new()
+                }
+            }
             Kind::AllToAll { split, concat } => format!("split={split}, concat={concat}"),
             Kind::PPermute { perm } => {
                 let p: Vec<String> = perm

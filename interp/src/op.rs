@@ -168,10 +168,16 @@ impl Op {
                     at_kink: ctx.at_kink,
                 })
             }
-            Op::Collective(c) => Ok(Forward {
-                y: c.forward(m, &xs[0]),
-                at_kink: false,
-            }),
+            Op::Collective(c) => {
+                // Parameters that do not fit this mesh or shape (a
+                // permutation of another length, a dim out of range) are an
+                // error here, never a panic in the forward.
+                c.infer(m, xs[0].shape()).map_err(EvalError::Shape)?;
+                Ok(Forward {
+                    y: c.forward(m, &xs[0]),
+                    at_kink: false,
+                })
+            }
             Op::Declared { forward, .. } => forward.forward(m, xs),
             Op::Compose(ops) => {
                 let mut x = xs[0].clone();
@@ -226,7 +232,12 @@ impl Op {
                     .collect::<Result<Vec<_>, _>>()?;
                 Ok(Denot { family })
             }
-            Op::Collective(c) => Ok(c.spec(m, &ds[0])),
+            Op::Collective(c) => {
+                if let Some(t) = ds[0].family.first() {
+                    c.infer(m, &t.shape).map_err(EvalError::Shape)?;
+                }
+                Ok(c.spec(m, &ds[0]))
+            }
             Op::Declared { meaning, .. } => meaning.spec(m, ds),
             Op::Compose(ops) => {
                 let mut d = ds[0].clone();
@@ -315,23 +326,72 @@ impl TypedOp {
     }
     /// SPEC.md §13.2: read with global types, a collective that only moves
     /// data (a gather, a reduction of a Partial value, a scatter of one, an
-    /// all-to-all, a convert, or a composition of these) must leave the
-    /// global tensor as it was.
+    /// all-to-all, a convert, a cast whose meaning keeps the value, or a
+    /// composition of these) must leave the global tensor as it was.
     pub fn redistributes_globally(&self) -> bool {
         fn moves_only(op: &Op) -> bool {
             use spmd_semantics::State::{Partial, Varying};
             match op {
                 Op::Collective(c) => match c.kind {
                     Kind::AllGather { stack, .. } => !stack && c.src == Varying,
-                    Kind::AllReduce | Kind::ReduceScatter { .. } => c.src == Partial,
-                    Kind::AllToAll { .. } | Kind::Convert { .. } => true,
-                    Kind::Reinterpret | Kind::PPermute { .. } | Kind::PMean => false,
+                    Kind::AllReduce | Kind::ReduceScatter { stack: false, .. } => c.src == Partial,
+                    Kind::AllToAll { .. } | Kind::Convert { stack: false, .. } => true,
+                    // A cast keeps the value (§10.2) unless it turns a
+                    // non-Partial value into a Partial one.
+                    Kind::Reinterpret => c.dst != Partial || c.src == Partial,
+                    Kind::ReduceScatter { stack: true, .. }
+                    | Kind::Convert { stack: true, .. }
+                    | Kind::PPermute { .. }
+                    | Kind::PMean
+                    | Kind::DivideByGroupSize => false,
                 },
                 Op::Compose(ops) => ops.iter().all(moves_only),
                 _ => false,
             }
         }
         self.is_global() && moves_only(&self.op)
+    }
+    /// SPEC.md §13.2: read with global types, the global tensor the output of
+    /// a collective that reduces or permutes Varying pieces must have, given
+    /// the input's denotation `d`: for an all-reduce or reduce-scatter of V,
+    /// the group's pieces summed (the input read as Partial on the group
+    /// axes); for pmean, that divided by n (of a Partial input, its global
+    /// tensor divided by n); for ppermute, the moved pieces read with the
+    /// input's layout. `None` where no such reading applies (local types,
+    /// other ops); `Some(None)` where a layout does not fit the shape.
+    pub fn global_reading(&self, m: &Mesh, d: &Denot) -> Option<Option<Tensor>> {
+        use spmd_semantics::State::{Partial, Varying};
+        let Op::Collective(c) = &self.op else {
+            return None;
+        };
+        if !self.is_global() {
+            return None;
+        }
+        let n = c.group_size(m) as i64;
+        let as_partial = || {
+            let mut t = self.inputs[0].clone();
+            for &a in &c.axes {
+                t.states[a] = Partial;
+                t.layout[a] = None;
+            }
+            let summed = Collective {
+                kind: Kind::Reinterpret,
+                dst: Partial,
+                ..c.clone()
+            }
+            .spec(m, d);
+            global(m, &t, &summed)
+        };
+        let inv_n = Q::frac(1, n);
+        match (&c.kind, c.src) {
+            (Kind::AllReduce | Kind::ReduceScatter { stack: false, .. }, Varying) => {
+                Some(as_partial())
+            }
+            (Kind::PMean, Varying) => Some(as_partial().map(|t| t.scale(&inv_n))),
+            (Kind::PMean, Partial) => Some(global(m, &self.inputs[0], d).map(|t| t.scale(&inv_n))),
+            (Kind::PPermute { .. }, _) => Some(global(m, &self.inputs[0], &c.spec(m, d))),
+            _ => None,
+        }
     }
     /// Whether the declared JVP takes tangents of the input shapes and gives
     /// one of the output shape `out` (a JVP written for other shapes may

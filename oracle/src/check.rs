@@ -989,6 +989,21 @@ fn f3_mismatch(
             )));
         }
     }
+    if let Some(want) = op.global_reading(m, &dxs[0]) {
+        // Global SPMD: reducing or permuting Varying pieces has a fixed
+        // global reading, and the output's layout must match it.
+        let have = perrank::global(m, &op.output, dy);
+        if want != have {
+            return Ok(Some((
+                format!(
+                    "the output's global tensor is not what `{}` makes of the input's pieces",
+                    op.op.describe()
+                ),
+                g(want),
+                g(have),
+            )));
+        }
+    }
     let want = op.op.spec(m, dxs)?;
     Ok((want != *dy).then(|| {
         (
