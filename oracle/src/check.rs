@@ -115,12 +115,16 @@ impl Violation {
                 )
             })
             .collect();
+        let ins = if ins.is_empty() {
+            String::new()
+        } else {
+            format!("{}; ", ins.join(" "))
+        };
         format!(
-            "{} on mesh {}: {}; {}; expected {}, got {}",
+            "{} on mesh {}: {}; {ins}expected {}, got {}",
             self.property.code(),
             self.mesh,
             self.what,
-            ins.join(" "),
             self.expected,
             self.actual
         )
@@ -989,7 +993,7 @@ fn f3_mismatch(
             )));
         }
     }
-    if let Some(want) = op.global_reading(m, &dxs[0]) {
+    if let Some(want) = dxs.first().and_then(|d0| op.global_reading(m, d0)) {
         // Global SPMD: reducing or permuting Varying pieces has a fixed
         // global reading, and the output's layout must match it.
         let have = perrank::global(m, &op.output, dy);
