@@ -47,7 +47,7 @@ def first_line(e):
     return f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"
 
 
-def local_cases():
+def local_cases(axis):
     cs = []
     for lin in OpLinearity:
         for k in (1, 2):
@@ -56,7 +56,7 @@ def local_cases():
                     for outp in (False, True):
                         try:
                             out = name(infer_local_type_for_axis(
-                                "x", [STATES[s] for s in ins], out_partial=outp, linearity=lin,
+                                axis, [STATES[s] for s in ins], out_partial=outp, linearity=lin,
                                 no_grad=None if ng is None else list(ng)))
                             real = {"accepted": True, "output": out, "error": None}
                         except Exception as e:
@@ -135,14 +135,15 @@ def torch_cases(pg):
 
 
 def main():
-    with fake_pg(2) as pg:
+    with fake_pg(2) as pg:  # the axis is the default process group, named default_pg
+        lc = local_cases(pg)
         tc = torch_cases(pg)
     doc = {"system": "spmd_types", "version": spmd_types.__version__ if hasattr(spmd_types, "__version__")
            else "0.3.1",
            "recorded_with": {"python": platform.python_version(), "spmd_types": "0.3.1",
                              "torch": torch.__version__, "process_group": "fake, world_size 2"},
            "recorded_by": "peers/record_spmd_types.py",
-           "cases": local_cases() + registry_cases() + tc}
+           "cases": lc + registry_cases() + tc}
     write(os.path.join(FIX, "spmd_types_typing.json"), doc)
 
 
