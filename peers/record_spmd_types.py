@@ -71,11 +71,24 @@ def local_cases(axis):
     return cs
 
 
+def _property_name(f):
+    for cls in (torch.Tensor, torch._C.TensorBase):
+        for k, v in sorted(cls.__dict__.items()):
+            if getattr(v, "__get__", None) == f:
+                return f"torch.Tensor.{k}.__get__"
+    raise ValueError(f"cannot name registry entry {f!r}")
+
+
 def op_name(f):
+    if getattr(f, "__name__", None) == "__get__":  # a property such as Tensor.T
+        return _property_name(f)
     q = getattr(f, "__qualname__", None) or getattr(f, "__name__", repr(f))
-    mod = "torch.Tensor" if q.startswith("TensorBase.") or q.startswith("Tensor.") else getattr(f, "__module__", None)
-    q = q.split(".", 1)[1] if q.startswith(("TensorBase.", "Tensor.")) else q
-    return f"{mod or 'torch'}.{q}"
+    head, _, tail = q.rpartition(".")
+    if head in ("_VariableFunctionsClass", ""):
+        return f"{getattr(f, '__module__', None) or 'torch'}.{tail}"
+    if head in ("TensorBase", "Tensor"):
+        return f"torch.Tensor.{tail}"
+    return f"{getattr(f, '__module__', 'torch')}.{q}"
 
 
 def registry_cases():
@@ -86,12 +99,9 @@ def registry_cases():
                    "tensor_varargs_from": spec.tensor_varargs_from,
                    "nonlinear_args": list(spec.nonlinear_args)})
     cs.sort(key=lambda c: c["id"])
-    seen, out = set(), []
-    for c in cs:  # aliases (torch.Tensor.add vs TensorBase.add) can collide on name
-        if c["id"] not in seen:
-            seen.add(c["id"])
-            out.append(c)
-    return out
+    for a, b in zip(cs, cs[1:]):
+        assert a["id"] != b["id"], f"two registry entries named {a['id']}"
+    return cs
 
 
 UNARY = {"neg": lambda a: -a, "sum": lambda a: a.sum(), "mul_scalar": lambda a: a * 2,
