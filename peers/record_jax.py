@@ -16,6 +16,7 @@ import sys
 os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=4"
 os.environ["JAX_PLATFORMS"] = "cpu"
 
+import math  # noqa: E402
 import platform  # noqa: E402
 
 import jax  # noqa: E402
@@ -32,51 +33,71 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 FIX = os.path.join(HERE, "..", "tests", "fixtures")
 
 
-def mesh_of(n):
-    return Mesh(np.array(jax.devices()[:n]), ("x",), axis_types=(AxisType.Explicit,))
+def mesh_of(shape):
+    """shape: {axis: size}, axes major first; device r is rank r (row-major)."""
+    sizes = tuple(shape.values())
+    devs = np.array(jax.devices()[:math.prod(sizes)]).reshape(sizes)
+    return Mesh(devs, tuple(shape), axis_types=(AxisType.Explicit,) * len(sizes))
 
 
-def state_of(v):
+def per_axis(state, axes):
+    """A state name for every axis, or already a {axis: state} table."""
+    return {a: state for a in axes} if isinstance(state, str) else dict(state)
+
+
+def state_of(v, axes):
     m = jax.typeof(v).mat
-    return ("Varying" if "x" in m.varying else "Unreduced" if "x" in m.unreduced
-            else "Reduced" if "x" in m.reduced else "Invariant")
+    st = {a: "Varying" if a in m.varying else "Unreduced" if a in m.unreduced
+          else "Reduced" if a in m.reduced else "Invariant" for a in axes}
+    return st[axes[0]] if len(axes) == 1 else st
 
 
-def type_of(v):
+def type_of(v, axes):
     t = jax.typeof(v)
     m = t.mat
-    return {"state": state_of(v), "vma": sorted(m.varying), "unreduced": sorted(m.unreduced),
+    return {"state": state_of(v, axes), "vma": sorted(m.varying), "unreduced": sorted(m.unreduced),
             "reduced": sorted(m.reduced), "shape": list(t.shape), "dtype": str(t.dtype)}
 
 
+def spec_of(varying, **kw):
+    v = tuple(varying)
+    return P(v if len(v) > 1 else v[0], **kw) if v else P(**kw)
+
+
 def enter(mesh, state, per_rank):
-    """Global array and in_spec carrying per_rank into shard_map."""
+    """Global array and in_spec carrying per_rank into shard_map: the axes
+    where the value is Varying or Unreduced are split (row-major), the others
+    must hold equal values."""
+    axes, sizes = mesh.axis_names, mesh.devices.shape
+    st = per_axis(state, axes)
+    split = [i for i, a in enumerate(axes) if st[a] in ("Varying", "Unreduced")]
     a = [np.asarray(r, dtype=np.float64) for r in per_rank]
-    if state in ("Varying", "Unreduced"):
-        g, spec = np.concatenate(a, axis=0), P("x")
-    else:
-        assert all((r == a[0]).all() for r in a), f"{state} input must be equal on all ranks"
-        g, spec = a[0], P()
-    return jax.device_put(g, NamedSharding(mesh, spec)), spec
+    coords = [np.unravel_index(r, sizes) for r in range(len(a))]
+
+    def rank_at(c):
+        return int(np.ravel_multi_index(tuple(c[i] if i in split else 0 for i in range(len(axes))), sizes))
+
+    for r, c in enumerate(coords):
+        assert (a[r] == a[rank_at(c)]).all(), f"{state} input must be equal along its unsplit axes"
+    blocks = [a[rank_at(c)] for c in coords if all(c[i] == 0 for i in range(len(axes)) if i not in split)]
+    g = np.concatenate(blocks, axis=0) if split else a[0]
+    return jax.device_put(g, NamedSharding(mesh, spec_of(axes[i] for i in split))), \
+        spec_of(axes[i] for i in split)
 
 
-def cast(v, state):
-    """Real JAX cast from the state v entered in to `state`."""
-    if state == "Unreduced":
-        return lax.pcast(v, "x", to="unreduced")
-    if state == "Reduced":
-        return lax.pcast(v, "x", to="reduced")
+def cast(v, state, axes):
+    """Real JAX casts from the state v entered in to `state`."""
+    st = per_axis(state, axes)
+    for to in ("unreduced", "reduced"):
+        on = tuple(a for a in axes if st[a].lower() == to)
+        if on:
+            v = lax.pcast(v, on, to=to)
     return v
 
 
-def out_spec(t):
-    if t["state"] == "Varying":
-        return P("x")
-    if t["state"] == "Unreduced":
-        return P(unreduced={"x"})
-    if t["state"] == "Reduced":
-        return P(reduced={"x"})
-    return P()
+def out_spec(t, axes):
+    return spec_of([a for a in axes if a in t["vma"]], unreduced=set(t["unreduced"]),
+                   reduced=set(t["reduced"]))
 
 
 def per_rank(arr, n):
@@ -113,11 +134,14 @@ def lift(v):
     return v.reshape((1,)) if v.ndim == 0 else v
 
 
-def run(n, fn, ins, ct=None):
-    """Run fn on inputs [(state, per_rank)] under shard_map on {x: n}.
+def run(shape, fn, ins, ct=None):
+    """Run fn on inputs [(state, per_rank)] under shard_map on mesh `shape`
+    ({axis: size}, or n for {x: n}).
     With ct=(state, per_rank), also the gradient jax.vjp gives for each input.
     Returns (outputs dict, error)."""
-    mesh = mesh_of(n)
+    shape = {"x": shape} if isinstance(shape, int) else shape
+    n, mesh = math.prod(shape.values()), mesh_of(shape)
+    axes = tuple(shape)
     entered = [enter(mesh, s, pr) for s, pr in ins]
     if ct is not None:
         entered.append(enter(mesh, ct[0], ct[1]))
@@ -126,21 +150,21 @@ def run(n, fn, ins, ct=None):
     seen = {}
 
     def body(*xs):
-        vals = [cast(x, s) for x, (s, _) in zip(xs, ins)]
+        vals = [cast(x, s, axes) for x, (s, _) in zip(xs, ins)]
         seen.clear()
-        seen["inputs"] = [type_of(v) for v in vals]
+        seen["inputs"] = [type_of(v, axes) for v in vals]
         if ct is None:
             y = fn(*vals)
-            seen["out"] = [type_of(y)]
+            seen["out"] = [type_of(y, axes)]
             return (lift(y),)
         y, vjp = jax.vjp(fn, *vals)
-        seen["out"] = [type_of(y)]
+        seen["out"] = [type_of(y, axes)]
         try:
-            gs = vjp(cast(xs[-1], ct[0]))
+            gs = vjp(cast(xs[-1], ct[0], axes))
         except Exception as e:  # the transpose is refused: keep the forward
             seen["grad_error"] = first_line(e)
             return (lift(y),)
-        seen["out"] += [type_of(g) for g in gs]
+        seen["out"] += [type_of(g, axes) for g in gs]
         return (lift(y), *map(lift, gs))
 
     def sm(outs):
@@ -151,7 +175,7 @@ def run(n, fn, ins, ct=None):
     except Exception as e:
         if "out" not in seen:
             return None, first_line(e)
-    specs = tuple(out_spec(t) for t in seen["out"])
+    specs = tuple(out_spec(t, axes) for t in seen["out"])
     res = sm(specs)(*args)
     prims = inner_prims(sm(specs), args)
     vals = [[v if t["shape"] else v[0] for v in per_rank(r, n)] for r, t in zip(res, seen["out"])]
@@ -179,7 +203,7 @@ def collective(cid, n, call, fn, inp, ct, forward=None, backward=None, why=None)
     real, err = run(n, fn, [inp], ct)
     case = {"kind": "collective", "id": cid}
     if forward is not None and err is None:
-        case["job"] = {"dialect": "jax", "mesh": {"x": n}, "forward": forward}
+        case["job"] = {"dialect": "jax", "mesh": {"x": n} if isinstance(n, int) else n, "forward": forward}
         if backward is not None:
             case["job"]["backward"] = backward
         case["job"]["inputs"] = [{"type": inp[0], "per_rank": inp[1]}]
@@ -302,6 +326,49 @@ def collective_cases():
     return cs
 
 
+M22 = {"x": 2, "y": 2}  # rank r = 2 * x + y
+VV = {"x": "Varying", "y": "Varying"}
+VI = {"x": "Varying", "y": "Invariant"}
+IV = {"x": "Invariant", "y": "Varying"}
+II = {"x": "Invariant", "y": "Invariant"}
+
+
+def mesh22_cases():
+    """Two mesh axes: collectives over one axis or both (a flattened, row-major group)."""
+    vi = [[1], [1], [2], [2]]  # Varying along x, equal along y
+    return [
+        collective("psum_x_VV_m22", M22, "jax.lax.psum(x, 'x')", lambda x: lax.psum(x, "x"),
+                   (VV, V(4)), (IV, [[10], [20], [10], [20]]), "psum(axis=x)", "pvary(axis=x)"),
+        collective("psum_xy_VV_m22", M22, "jax.lax.psum(x, ('x', 'y'))", lambda x: lax.psum(x, ("x", "y")),
+                   (VV, V(4)), (II, same(4, [5])), "psum", "pvary"),
+        collective("psum_x_VI_m22", M22, "jax.lax.psum(x, 'x')", lambda x: lax.psum(x, "x"),
+                   (VI, vi), (II, same(4, [5])), "psum(axis=x)", "pvary(axis=x)"),
+        collective("psum_y_VI_m22", M22, "jax.lax.psum(x, 'y')  # x Invariant along y",
+                   lambda x: lax.psum(x, "y"), (VI, vi), (VI, [[5], [5], [7], [7]]),
+                   why="psum over an axis where the value is Invariant: JAX inserts pvary on y first"),
+        collective("all_gather_y_VV_m22", M22, "jax.lax.all_gather(x, 'y', axis=0, tiled=True)",
+                   lambda x: lax.all_gather(x, "y", axis=0, tiled=True),
+                   (VV, V(4)), (VV, V(4, 2, 10)), "all_gather(dim=0, axis=y)", "psum_scatter(dim=0, axis=y)"),
+        collective("all_gather_xy_VV_m22", M22, "jax.lax.all_gather(x, ('x', 'y'), axis=0, tiled=True)",
+                   lambda x: lax.all_gather(x, ("x", "y"), axis=0, tiled=True),
+                   (VV, V(4)), (VV, V(4, 4, 10)), "all_gather(dim=0)", "psum_scatter(dim=0)"),
+        collective("psum_scatter_xy_VV_m22", M22,
+                   "jax.lax.psum_scatter(x, ('x', 'y'), scatter_dimension=0, tiled=True)",
+                   lambda x: lax.psum_scatter(x, ("x", "y"), scatter_dimension=0, tiled=True),
+                   (VV, V(4, 4)), (VV, V(4, 1, 10)), "psum_scatter(dim=0)", "all_gather(dim=0)"),
+        collective("pvary_y_VI_m22", M22, "jax.lax.pcast(x, 'y', to='varying')",
+                   lambda x: lax.pcast(x, "y", to="varying"),
+                   (VI, vi), (VV, V(4, 1, 10)), "pvary(axis=y)", "psum_invariant(axis=y)"),
+        collective("ppermute_x_VV_m22", M22, "jax.lax.ppermute(x, 'x', perm=[(0, 1), (1, 0)])",
+                   lambda x: lax.ppermute(x, "x", [(0, 1), (1, 0)]),
+                   (VV, V(4)), (VV, V(4, 1, 10)), "ppermute(perm=[1, 0], axis=x)", "ppermute(perm=[1, 0], axis=x)"),
+        collective("all_to_all_x_VV_m22", M22, "jax.lax.all_to_all(x, 'x', 0, 0, tiled=True)",
+                   lambda x: lax.all_to_all(x, "x", 0, 0, tiled=True),
+                   (VV, V(4, 2)), (VV, V(4, 2, 10)), "all_to_all(split=0, concat=0, axis=x)",
+                   "all_to_all(split=0, concat=0, axis=x)"),
+    ]
+
+
 # --------------------------------------------------------------------- typing
 
 STATES = ["Invariant", "Varying", "Unreduced", "Reduced"]
@@ -363,7 +430,7 @@ def header():
 
 
 def main():
-    write(os.path.join(FIX, "jax_collectives.json"), {**header(), "cases": collective_cases()})
+    write(os.path.join(FIX, "jax_collectives.json"), {**header(), "cases": collective_cases() + mesh22_cases()})
     write(os.path.join(FIX, "jax_typing.json"), {**header(), "cases": typing_cases()})
 
 
