@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Re-record tests/fixtures/{jax,spmd_types}_*.json from the real libraries.
+# Re-record tests/fixtures/{jax,spmd_types,dtensor}_*.json from the real libraries.
 # Usage: bash peers/record.sh   (CI never runs this; the fixtures are committed.)
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -10,7 +10,7 @@ if [ ! -x "$venv/bin/python" ]; then
   "$venv/bin/pip" install -r "$here/requirements.txt"
 fi
 export PYTHONHASHSEED=0
-for s in record_jax.py record_spmd_types.py record_spmd_types_collectives.py; do
+for s in record_jax.py record_spmd_types.py record_spmd_types_collectives.py record_dtensor.py; do
   [ -f "$here/$s" ] || continue
   echo "== $s"
   "$venv/bin/python" "$here/$s"
