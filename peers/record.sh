@@ -11,7 +11,6 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 export PYTHONHASHSEED=0
 for s in record_jax.py record_spmd_types.py record_spmd_types_collectives.py record_dtensor.py; do
-  [ -f "$here/$s" ] || continue
   echo "== $s"
   "$venv/bin/python" "$here/$s"
 done
