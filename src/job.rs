@@ -258,6 +258,9 @@ pub struct JobReport {
     pub traffic_forward: Q,
     pub traffic_backward: Option<Q>,
     pub check: Option<CheckResult>,
+    /// The rule the job built, on the job's mesh (for checking it over the
+    /// whole scope, as `fidelity` does).
+    pub rule: rules::Rule,
 }
 
 fn err(msg: impl Into<String>) -> UsageError {
@@ -720,6 +723,7 @@ pub fn run_job(job: &Job, file: &str, text: &str, check: bool) -> Result<JobRepo
         output_inferred,
         mesh: m,
         op,
+        rule,
     })
 }
 

@@ -16,6 +16,7 @@ pub mod check;
 pub mod collectives;
 pub mod conform;
 pub mod derive;
+pub mod fidelity;
 pub mod fsdp;
 pub mod job;
 pub mod jvps;

@@ -167,6 +167,18 @@ enum Cmd {
         #[command(flatten)]
         scope: ScopeArgs,
     },
+    /// Replay the real systems' recorded behaviour (tests/fixtures, made by
+    /// peers/record.sh) through the model and classify every case.
+    Fidelity {
+        /// The fixtures directory (default: this checkout's tests/fixtures).
+        #[arg(long)]
+        dir: Option<String>,
+        #[arg(long)]
+        json: bool,
+        /// Also list every agreeing case.
+        #[arg(long)]
+        all: bool,
+    },
     /// Time the main jobs on this machine.
     Bench,
     /// Run one rule, op or program on per-rank values from a job file (JSON
@@ -364,6 +376,19 @@ fn run() -> Result<ExitCode, UsageError> {
                 allow_vacuous,
             };
             check_files(&files, &opts, &scope.scope())
+        }
+        Cmd::Fidelity { dir, json, all } => {
+            let dir = dir.unwrap_or_else(spmd_check::fidelity::default_dir);
+            let results = spmd_check::fidelity::run(&dir)?;
+            print!("{}", report::fidelity(&results, json, all));
+            let mismatches = results
+                .iter()
+                .any(|r| r.class.key() == "model_mismatch");
+            Ok(if mismatches {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         Cmd::Bench => {
             spmd_check::bench::run();

@@ -322,3 +322,77 @@ pub fn program_line(p: &ProgramResult) -> String {
     }
     s
 }
+
+/// `spmd-check fidelity`'s report: per system and version, the count of each
+/// class, then every case that is not an agreement (all with `all`).
+pub fn fidelity(results: &[crate::fidelity::CaseResult], json: bool, all: bool) -> String {
+    use crate::fidelity::CLASSES;
+    let mut groups: Vec<(String, String)> = Vec::new();
+    for r in results {
+        let g = (r.system.clone(), r.version.clone());
+        if !groups.contains(&g) {
+            groups.push(g);
+        }
+    }
+    let count = |g: &(String, String), k: &str| {
+        results
+            .iter()
+            .filter(|r| r.system == g.0 && r.version == g.1 && r.class.key() == k)
+            .count()
+    };
+    if json {
+        let v = json!({
+            "systems": groups.iter().map(|g| {
+                let mut o = json!({"system": g.0, "version": g.1,
+                    "cases": results.iter().filter(|r| r.system == g.0 && r.version == g.1).count()});
+                for k in CLASSES {
+                    o[*k] = json!(count(g, k));
+                }
+                o
+            }).collect::<Vec<_>>(),
+            "cases": results.iter().map(|r| json!({
+                "file": r.file, "system": r.system, "version": r.version, "id": r.id,
+                "class": r.class.key(), "detail": r.class.detail(), "note": r.note,
+            })).collect::<Vec<_>>(),
+        });
+        return format!("{}\n", serde_json::to_string_pretty(&v).expect("json"));
+    }
+    let mut s = String::from(
+        "the real systems, recorded by peers/ and replayed through the model (SPEC.md §16):\n",
+    );
+    s.push_str(&format!(
+        "  {:<12} {:<14} {:>6} {:>6} {:>8} {:>8} {:>9} {:>9}\n",
+        "system", "version", "cases", "agree", "sound-rej", "defect", "mismatch", "not-expr"
+    ));
+    for g in &groups {
+        s.push_str(&format!(
+            "  {:<12} {:<14} {:>6} {:>6} {:>8} {:>8} {:>9} {:>9}\n",
+            g.0,
+            g.1,
+            results
+                .iter()
+                .filter(|r| r.system == g.0 && r.version == g.1)
+                .count(),
+            count(g, "agree"),
+            count(g, "sound_rejection"),
+            count(g, "real_defect"),
+            count(g, "model_mismatch"),
+            count(g, "not_expressible"),
+        ));
+    }
+    for k in CLASSES.iter().filter(|k| all || **k != "agree") {
+        let rows: Vec<_> = results.iter().filter(|r| r.class.key() == *k).collect();
+        if rows.is_empty() {
+            continue;
+        }
+        s.push_str(&format!("\n{k} ({}):\n", rows.len()));
+        for r in rows {
+            s.push_str(&format!("  {} {}: {}", r.system, r.id, r.note));
+            if let Some(d) = r.class.detail() {
+                s.push_str(&format!("\n      {d}"));
+            }
+            s.push('\n');
+        }
+    }
+    s
+}

@@ -201,17 +201,22 @@ pub const MAX_FILE_BYTES: u64 = 4 << 20;
 /// Read a rule or job file, refusing what is not a reasonably sized text
 /// file (`/dev/zero` would otherwise be read forever).
 pub fn read_text(path: &str) -> Result<String, UsageError> {
+    read_text_limit(path, MAX_FILE_BYTES)
+}
+
+/// `read_text` with another size limit, in bytes.
+pub fn read_text_limit(path: &str, limit: u64) -> Result<String, UsageError> {
     use std::io::Read;
     let f =
         std::fs::File::open(path).map_err(|e| UsageError(format!("{path}: cannot read: {e}")))?;
     let mut buf = Vec::new();
-    f.take(MAX_FILE_BYTES + 1)
+    f.take(limit + 1)
         .read_to_end(&mut buf)
         .map_err(|e| UsageError(format!("{path}: cannot read: {e}")))?;
-    if buf.len() as u64 > MAX_FILE_BYTES {
+    if buf.len() as u64 > limit {
         return Err(UsageError(format!(
             "{path}: larger than {} MiB; a rule file is a small text file",
-            MAX_FILE_BYTES >> 20
+            limit >> 20
         )));
     }
     String::from_utf8(buf).map_err(|e| {

@@ -1,0 +1,610 @@
+//! `spmd-check fidelity` (SPEC.md §16): replay what the real systems did,
+//! recorded by `peers/` into `tests/fixtures/*.json`, through this tool's
+//! model of them, and classify every recorded case.
+//!
+//! A collective case carries an `spmd-check run` job. Its per-rank forward
+//! and transpose must equal the real library's exactly (else the model
+//! misstates the system); then the oracle checks the rule over the whole
+//! scope on the recorded mesh, so a real behaviour that breaks gradient
+//! correctness is reported with a counterexample. A typing case records what
+//! a system accepts, with which output type and inserted casts, or what it
+//! refuses; the oracle decides whether that typing means anything.
+
+use crate::check::{check_rule, CheckConfig};
+use crate::job::{parse_job, run_job, tensor_json};
+use crate::rules::{load_str, Rule};
+use crate::run::UsageError;
+use serde_json::Value;
+use spmd_generators::Scope;
+use spmd_semantics::{Mesh, Q};
+
+/// How one recorded case compares with the model and the oracle.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Class {
+    /// The real system and the model agree, and the oracle finds the
+    /// behaviour sound (or the refusal justified).
+    Agree,
+    /// The real system refuses something the oracle proves meaningful.
+    SoundRejection,
+    /// The real system does something the oracle finds unsound: a defect of
+    /// the real system, with the counterexample.
+    RealDefect(String),
+    /// The model computes something other than the real system (a defect of
+    /// this tool's dialect), with the first difference.
+    ModelMismatch(String),
+    /// The case cannot be written in this tool's terms, and why.
+    NotExpressible(String),
+}
+
+impl Class {
+    pub fn key(&self) -> &'static str {
+        match self {
+            Class::Agree => "agree",
+            Class::SoundRejection => "sound_rejection",
+            Class::RealDefect(_) => "real_defect",
+            Class::ModelMismatch(_) => "model_mismatch",
+            Class::NotExpressible(_) => "not_expressible",
+        }
+    }
+    pub fn detail(&self) -> Option<&str> {
+        match self {
+            Class::RealDefect(s) | Class::ModelMismatch(s) | Class::NotExpressible(s) => {
+                Some(s)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The classes in report order.
+pub const CLASSES: &[&str] = &[
+    "agree",
+    "sound_rejection",
+    "real_defect",
+    "model_mismatch",
+    "not_expressible",
+];
+
+/// One classified case.
+#[derive(Clone, Debug)]
+pub struct CaseResult {
+    pub file: String,
+    pub system: String,
+    pub version: String,
+    pub id: String,
+    pub class: Class,
+    /// What was compared, in a few words.
+    pub note: String,
+}
+
+/// The fixtures directory of this checkout.
+pub fn default_dir() -> String {
+    format!("{}/tests/fixtures", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Classify every case of every fixture in `dir`.
+pub fn run(dir: &str) -> Result<Vec<CaseResult>, UsageError> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map_err(|e| UsageError(format!("{dir}: cannot read: {e}")))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(UsageError(format!("{dir}: no fixtures (*.json)")));
+    }
+    let mut out = Vec::new();
+    for f in files {
+        let name = f.to_string_lossy().into_owned();
+        let text = crate::rules::read_text_limit(&name, 16 << 20)?;
+        let v: Value = serde_json::from_str(&text)
+            .map_err(|e| UsageError(format!("{name}: not a fixture: {e}")))?;
+        let system = v["system"].as_str().unwrap_or("?").to_string();
+        let version = v["version"].as_str().unwrap_or("?").to_string();
+        let cases = v["cases"]
+            .as_array()
+            .ok_or_else(|| UsageError(format!("{name}: no `cases`")))?;
+        use rayon::prelude::*;
+        let results: Vec<CaseResult> = cases
+            .par_iter()
+            .filter(|c| c["kind"] != "op_linearity")
+            .map(|c| {
+                let id = c["id"].as_str().unwrap_or("?").to_string();
+                let (class, note) = classify(&system, c);
+                CaseResult {
+                    file: name.clone(),
+                    system: system.clone(),
+                    version: version.clone(),
+                    id,
+                    class,
+                    note,
+                }
+            })
+            .collect();
+        out.extend(results);
+    }
+    Ok(out)
+}
+
+fn classify(system: &str, c: &Value) -> (Class, String) {
+    match c["kind"].as_str() {
+        Some("collective") => collective(c),
+        Some("typing") if system == "jax" => jax_typing(c),
+        Some("typing") if c["source"] == "infer_local_type_for_axis" => spmd_types_typing(c),
+        Some("typing") if c["source"] == "torch" => torch_typing(c),
+        k => (
+            Class::NotExpressible(format!("unknown case kind {k:?}")),
+            String::new(),
+        ),
+    }
+}
+
+/// Exact values of a recorded per-rank array: its shape per rank and the
+/// scalars in row-major order.
+fn exact(v: &Value) -> Option<Vec<(Vec<usize>, Vec<Q>)>> {
+    fn go(v: &Value, shape: &mut Vec<usize>, depth: usize, out: &mut Vec<Q>) -> Option<()> {
+        match v {
+            Value::Array(xs) => {
+                if shape.len() == depth {
+                    shape.push(xs.len());
+                } else if shape[depth] != xs.len() {
+                    return None;
+                }
+                for x in xs {
+                    go(x, shape, depth + 1, out)?;
+                }
+                Some(())
+            }
+            Value::Number(n) => {
+                out.push(Q::parse(&n.to_string())?);
+                Some(())
+            }
+            Value::String(s) => {
+                out.push(Q::parse(s)?);
+                Some(())
+            }
+            _ => None,
+        }
+    }
+    v.as_array()?
+        .iter()
+        .map(|r| {
+            let (mut shape, mut vals) = (vec![], vec![]);
+            go(r, &mut shape, 0, &mut vals)?;
+            Some((shape, vals))
+        })
+        .collect()
+}
+
+/// The first difference between our per-rank values and the recorded ones.
+fn differs(ours: &spmd_semantics::PerRank, real: &Value) -> Option<String> {
+    let ours_json = Value::Array(ours.tensors.iter().map(tensor_json).collect());
+    let (a, b) = (exact(&ours_json)?, exact(real)?);
+    if a.len() != b.len() {
+        return Some(format!("{} ranks, the real system has {}", a.len(), b.len()));
+    }
+    for (r, ((sa, va), (sb, vb))) in a.iter().zip(&b).enumerate() {
+        // A rank-0 value may be recorded as shape (1,).
+        let same_shape = sa == sb || (va.len() == 1 && vb.len() == 1);
+        if !same_shape || va != vb {
+            return Some(format!(
+                "rank {r}: ours {}, the real system's {}",
+                ours_json[r], real[r]
+            ));
+        }
+    }
+    None
+}
+
+fn config(cases: u32) -> CheckConfig {
+    CheckConfig {
+        scope: Scope::default(),
+        cases,
+        seed: 0,
+    }
+}
+
+/// The oracle's verdict on a rule over the whole scope on its mesh:
+/// `Ok(())` or the counterexample.
+fn oracle(rule: &Rule) -> Result<(), String> {
+    let r = check_rule(rule, &config(0), &[], &|_| {});
+    match r.verdict.violation() {
+        Some(v) => Err(v.one_line_in(rule.dialect)),
+        None => Ok(()),
+    }
+}
+
+fn collective(c: &Value) -> (Class, String) {
+    let real = &c["real"];
+    let refused = real["error"].as_str().filter(|e| !e.is_empty());
+    let why = c["why"].as_str().unwrap_or("");
+    let job_v = &c["job"];
+    if job_v.is_null() {
+        let what = match refused {
+            Some(e) => format!("refused by the real system ({e}); {why}"),
+            None => why.to_string(),
+        };
+        return (Class::NotExpressible(what), "no job".into());
+    }
+    let text = job_v.to_string();
+    let job = match parse_job("<fixture>", &text) {
+        Ok(j) => j,
+        Err(e) => return (Class::ModelMismatch(format!("job does not parse: {e}")), String::new()),
+    };
+    let mut cot_note = String::new();
+    let mut first = run_job(&job, "<fixture>", &text, false);
+    if let Err(e) = &first {
+        if e.0.starts_with("cotangent:") {
+            // The real system handed a cotangent this model's type for it
+            // does not allow (e.g. DTensor's Partial() gradient of a
+            // Partial() output, where cot(P) = R): compare the forward.
+            cot_note = format!("; the recorded cotangent is not expressible ({})", e.0);
+            let mut j = job.clone();
+            j.cotangent = None;
+            first = run_job(&j, "<fixture>", &text, false);
+        }
+    }
+    let rep = match first {
+        Ok(r) => r,
+        Err(e) => {
+            return match refused {
+                Some(_) => (Class::Agree, "both refuse".into()),
+                None => (
+                    Class::ModelMismatch(format!(
+                        "the real system accepts it; the model refuses: {e}"
+                    )),
+                    String::new(),
+                ),
+            };
+        }
+    };
+    if let Some(e) = refused {
+        // The real system refuses what the model builds: is it meaningful?
+        return match oracle(&rep.rule) {
+            Ok(()) => (
+                Class::SoundRejection,
+                format!("refused ({e}), but the oracle finds the rule sound"),
+            ),
+            Err(_) => (Class::Agree, "refused, and the rule is unsound".into()),
+        };
+    }
+    if let Some(d) = differs(&rep.output.value, &real["output_per_rank"]) {
+        return (Class::ModelMismatch(format!("forward: {d}")), String::new());
+    }
+    let note;
+    match (&rep.backward, real.get("transpose_per_rank")) {
+        (Some(b), Some(t)) if !t.is_null() => {
+            if let Some(d) = differs(&b[0].value, t) {
+                return (Class::ModelMismatch(format!("transpose: {d}")), String::new());
+            }
+            note = "forward and transpose equal the real system's".to_string();
+        }
+        _ => {
+            note = format!(
+                "forward equals the real system's; transpose not compared ({})",
+                if why.is_empty() { "none spelled" } else { why }
+            );
+        }
+    }
+    let mut note = note;
+    note.push_str(&cot_note);
+    match oracle(&rep.rule) {
+        Ok(()) => (Class::Agree, note),
+        Err(v) => (Class::RealDefect(v), note),
+    }
+}
+
+/// The expression of a recorded JAX local op on operands `a`, `b`.
+fn jax_expr(op: &str, shapes: &[Vec<usize>]) -> Option<String> {
+    Some(
+        match op {
+            "neg" => "-a",
+            "abs" => "abs(a)",
+            "mul_const" => "2 * a",
+            "add" => "a + b",
+            "sub" => "a - b",
+            "mul" => "a * b",
+            "div" => "a / b",
+            "sum" if shapes.first()?.len() == 1 => "sum(a, 0)",
+            "dot" if shapes.iter().all(|s| s.len() == 1) => "einsum(\"i,i->\", a, b)",
+            _ => return None,
+        }
+        .to_string(),
+    )
+}
+
+/// A one-axis rule file for a local op.
+fn local_rule(
+    dialect: &str,
+    mesh: &Mesh,
+    expr: &str,
+    inputs: &[String],
+    output: &str,
+    no_grad: &[usize],
+) -> Result<Rule, UsageError> {
+    let axis = &mesh.axes[0];
+    let ins: Vec<String> = inputs.iter().map(|s| format!("{s:?}")).collect();
+    let text = format!(
+        "[[rule]]\nname = \"case\"\ndialect = {dialect:?}\nmesh = {{ {} = {} }}\nop = {{ expr = {expr:?} }}\ninputs = [{}]\noutput = {output:?}\nno_grad = {no_grad:?}\n",
+        axis.name,
+        axis.size,
+        ins.join(", ")
+    );
+    let mut rules = load_str("<fixture>", &text)?;
+    Ok(rules.remove(0))
+}
+
+/// Forward properties only (F1-F3): what a recorded typing says.
+fn forward_sound(rule: &Rule) -> Result<(), String> {
+    let v = crate::run::check_forward(&rule.op, &Scope::default(), &rule.meshes);
+    match v.violation() {
+        Some(x) => Err(x.one_line_in(rule.dialect)),
+        None => Ok(()),
+    }
+}
+
+fn jax_typing(c: &Value) -> (Class, String) {
+    let ins = c["inputs"].as_array().cloned().unwrap_or_default();
+    let shapes: Vec<Vec<usize>> = ins
+        .iter()
+        .filter_map(|i| exact(&i["per_rank"]).and_then(|r| r.first().map(|x| x.0.clone())))
+        .collect();
+    let op = c["op"].as_str().unwrap_or("");
+    let Some(expr) = jax_expr(op, &shapes) else {
+        return (
+            Class::NotExpressible(format!("no expression for JAX's `{op}` on these shapes")),
+            String::new(),
+        );
+    };
+    let mesh = Mesh::new(&[("x", 2)]);
+    let real = &c["real"];
+    let inserted: Vec<&str> = real["inserted"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    // The types the op actually sees: JAX's inserted casts applied. pvary
+    // and reduced_vary_cast make an operand Varying; preduced makes an
+    // Invariant one Reduced.
+    let states: Vec<String> = ins
+        .iter()
+        .map(|i| i["state"].as_str().unwrap_or("?").to_string())
+        .collect();
+    let mut seen: Vec<String> = states.clone();
+    let vary = inserted
+        .iter()
+        .any(|s| s.starts_with("pvary") || s.starts_with("reduced_vary_cast"));
+    if vary {
+        for s in &mut seen {
+            if s == "Invariant" || s == "Reduced" {
+                *s = "Varying".into();
+            }
+        }
+    }
+    if real["jaxpr"]
+        .as_array()
+        .is_some_and(|j| j.iter().any(|p| p.as_str().is_some_and(|p| p.starts_with("preduced"))))
+    {
+        for s in &mut seen {
+            if s == "Invariant" {
+                *s = "Reduced".into();
+            }
+        }
+    }
+    let casts = if inserted.is_empty() {
+        String::new()
+    } else {
+        format!(" after {}", inserted.join(", "))
+    };
+    if real["accepted"] == true {
+        let out = real["output"]["state"].as_str().unwrap_or("?");
+        let rule = match local_rule("jax", &mesh, &expr, &seen, out, &[]) {
+            Ok(r) => r,
+            Err(e) => return (Class::ModelMismatch(format!("cannot build: {e}")), String::new()),
+        };
+        // The recorded per-rank output must be what the expression gives.
+        let xs: Vec<spmd_semantics::PerRank> = ins
+            .iter()
+            .filter_map(|i| {
+                let r = exact(&i["per_rank"])?;
+                Some(spmd_semantics::PerRank {
+                    tensors: r
+                        .into_iter()
+                        .map(|(s, v)| spmd_semantics::Tensor::new(s, v))
+                        .collect(),
+                })
+            })
+            .collect();
+        if let Ok(f) = rule.op.op.forward(&mesh, &xs) {
+            if let Some(d) = differs(&f.y, &real["output_per_rank"]) {
+                return (Class::ModelMismatch(format!("`{expr}`: {d}")), String::new());
+            }
+        }
+        let note = format!(
+            "accepted as {} -> {out}{casts}; forward checked (JAX's backward is not recorded)",
+            seen.join(", ")
+        );
+        match forward_sound(&rule) {
+            Ok(()) => (Class::Agree, note),
+            Err(v) => (Class::RealDefect(v), note),
+        }
+    } else {
+        let e = real["error"].as_str().unwrap_or("");
+        let e = e.split(':').next().unwrap_or(e);
+        let sound: Vec<&str> = ["Invariant", "Varying", "Unreduced", "Reduced"]
+            .into_iter()
+            .filter(|out| {
+                local_rule("jax", &mesh, &expr, &states, out, &[])
+                    .is_ok_and(|r| oracle(&r).is_ok())
+            })
+            .collect();
+        if sound.is_empty() {
+            (Class::Agree, format!("refused ({e}); no output type is sound"))
+        } else {
+            (
+                Class::SoundRejection,
+                format!(
+                    "refused ({e}); sound as {} -> {}",
+                    states.join(", "),
+                    sound.join(" or ")
+                ),
+            )
+        }
+    }
+}
+
+/// spmd_types' per-axis typing function, replayed on one op per linearity
+/// class: LINEAR sums its operands, MULTILINEAR multiplies them, NONLINEAR
+/// is `abs` of their sum; a `Scalar` operand is the constant 3.
+fn spmd_types_typing(c: &Value) -> (Class, String) {
+    if c["out_partial"] == true {
+        return (
+            Class::NotExpressible(
+                "out_partial_axes declares the result Partial over a contraction the op does not show"
+                    .into(),
+            ),
+            String::new(),
+        );
+    }
+    let lin = c["op"].as_str().unwrap_or("");
+    let ins: Vec<String> = c["inputs"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect())
+        .unwrap_or_default();
+    let names = ["a", "b", "c"];
+    let mut terms = Vec::new();
+    let mut types = Vec::new();
+    let mut no_grad = Vec::new();
+    let flags: Vec<bool> = c["no_grad"]
+        .as_array()
+        .map(|a| a.iter().map(|b| b == true).collect())
+        .unwrap_or_default();
+    for (k, s) in ins.iter().enumerate() {
+        if s == "Scalar" {
+            terms.push("3".to_string());
+        } else {
+            if flags.get(k) == Some(&true) {
+                no_grad.push(types.len());
+            }
+            terms.push(names[k].to_string());
+            types.push(s.clone());
+        }
+    }
+    if types.is_empty() {
+        return (
+            Class::NotExpressible("only scalar operands: no tensor input to type".into()),
+            String::new(),
+        );
+    }
+    let expr = match lin {
+        "linearity=LINEAR" => terms.join(" + "),
+        "linearity=MULTILINEAR" => terms.join(" * "),
+        "linearity=NONLINEAR" => format!("abs({})", terms.join(" + ")),
+        _ => {
+            return (
+                Class::NotExpressible(format!("unknown class {lin}")),
+                String::new(),
+            )
+        }
+    };
+    let real = &c["real"];
+    let out = real["output"].as_str();
+    judge_spmd_types(&expr, &types, &no_grad, real, out)
+}
+
+/// A real torch op under spmd_types' `typecheck()`: the op as an
+/// expression; without `requires_grad` (or under `torch.no_grad()`) no
+/// operand gets a gradient, so only the forward is at stake.
+fn torch_typing(c: &Value) -> (Class, String) {
+    let op = c["op"].as_str().unwrap_or("");
+    let expr = match op {
+        "add" => "a + b",
+        "sub" => "a - b",
+        "mul" => "a * b",
+        "div" => "a / b",
+        "matmul" => "matmul(a, b)",
+        // max(a, b) exactly, in the expression language.
+        "maximum" => "(a + b + abs(a - b)) / 2",
+        "neg" => "-a",
+        "sum" => "sum(a, 0)",
+        "mul_scalar" => "2 * a",
+        "add_scalar" => "a + 2",
+        "clone" => "a",
+        _ => {
+            return (
+                Class::NotExpressible(format!(
+                    "torch.{op} is not exact in rationals (transcendental)"
+                )),
+                String::new(),
+            )
+        }
+    };
+    let types: Vec<String> = c["inputs"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect())
+        .unwrap_or_default();
+    let no_grad: Vec<usize> = if c["requires_grad"] == true && c["torch_no_grad"] != true {
+        vec![]
+    } else {
+        (0..types.len()).collect()
+    };
+    let real = &c["real"];
+    let out = real["output"]
+        .as_object()
+        .and_then(|o| o.values().next())
+        .and_then(Value::as_str);
+    judge_spmd_types(expr, &types, &no_grad, real, out)
+}
+
+/// Classify what spmd_types did with `expr` on `types`: accepted with
+/// output `out`, or refused.
+fn judge_spmd_types(
+    expr: &str,
+    types: &[String],
+    no_grad: &[usize],
+    real: &Value,
+    out: Option<&str>,
+) -> (Class, String) {
+    let mesh = Mesh::new(&[("x", 2)]);
+    let ng = if no_grad.is_empty() {
+        String::new()
+    } else {
+        format!(" (no_grad {no_grad:?})")
+    };
+    if real["accepted"] == true {
+        let out = out.unwrap_or("?");
+        let rule = match local_rule("spmd_types", &mesh, expr, types, out, no_grad) {
+            Ok(r) => r,
+            Err(e) => return (Class::ModelMismatch(format!("cannot build: {e}")), String::new()),
+        };
+        let note = format!("`{expr}` accepted as {} -> {out}{ng}", types.join(", "));
+        match oracle(&rule) {
+            Ok(()) => (Class::Agree, note),
+            Err(v) => (Class::RealDefect(v), note),
+        }
+    } else {
+        let sound: Vec<&str> = ["I", "R", "V", "P"]
+            .into_iter()
+            .filter(|out| {
+                local_rule("spmd_types", &mesh, expr, types, out, no_grad)
+                    .is_ok_and(|r| oracle(&r).is_ok())
+            })
+            .collect();
+        let e = real["error"].as_str().unwrap_or("");
+        let e = e.split(':').next().unwrap_or(e);
+        if sound.is_empty() {
+            (
+                Class::Agree,
+                format!("`{expr}` refused ({e}){ng}; no output type is sound"),
+            )
+        } else {
+            (
+                Class::SoundRejection,
+                format!(
+                    "`{expr}` refused ({e}){ng}; sound as {} -> {}",
+                    types.join(", "),
+                    sound.join(" or ")
+                ),
+            )
+        }
+    }
+}

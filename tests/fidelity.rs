@@ -1,0 +1,112 @@
+//! `spmd-check fidelity` (SPEC.md §16): the recorded behaviour of the real
+//! systems, replayed through the model and classified by the oracle.
+
+use spmd_check::fidelity::{default_dir, run, CaseResult};
+
+fn class_of<'a>(rs: &'a [CaseResult], system: &str, id: &str) -> &'a CaseResult {
+    rs.iter()
+        .find(|r| r.system == system && r.id == id)
+        .unwrap_or_else(|| panic!("no case {system} {id}"))
+}
+
+#[test]
+fn every_recorded_case_is_classified_and_the_model_matches_the_real_systems() {
+    let rs = run(&default_dir()).unwrap();
+    assert!(rs.len() > 1000, "{} cases", rs.len());
+    for r in &rs {
+        if let Some(d) = r.class.detail() {
+            assert!(!d.starts_with("unknown case kind"), "{} {}: {d}", r.system, r.id);
+        }
+        // The model computes exactly what the real libraries computed.
+        assert_ne!(
+            r.class.key(),
+            "model_mismatch",
+            "{} {}: {:?}",
+            r.system,
+            r.id,
+            r.class
+        );
+    }
+    // Agreement must not regress (counts at the time of recording).
+    let agree = |s: &str| {
+        rs.iter()
+            .filter(|r| r.system == s && r.class.key() == "agree")
+            .count()
+    };
+    assert!(agree("jax") >= 130, "jax: {}", agree("jax"));
+    assert!(agree("spmd_types") >= 776, "spmd_types: {}", agree("spmd_types"));
+    assert!(agree("dtensor") >= 16, "dtensor: {}", agree("dtensor"));
+}
+
+#[test]
+fn findings_about_the_real_systems_are_computed() {
+    let rs = run(&default_dir()).unwrap();
+    // JAX refuses Invariant + Reduced, and rightly: no output type of
+    // a + b is sound there.
+    assert_eq!(class_of(&rs, "jax", "add_I_R").class.key(), "agree");
+    // JAX refuses to negate an Unreduced value, which is linear and sound.
+    assert_eq!(class_of(&rs, "jax", "neg_U").class.key(), "sound_rejection");
+    assert_eq!(class_of(&rs, "jax", "dot_U_R").class.key(), "sound_rejection");
+    // Mixing Invariant with Varying: JAX inserts pvary, and the result is
+    // sound.
+    let c = class_of(&rs, "jax", "add_I_V");
+    assert_eq!(c.class.key(), "agree");
+    assert!(c.note.contains("pvary"), "{}", c.note);
+    // JAX's pmean transpose (divide by n, then pvary) reproduces exactly and
+    // is a correct transpose.
+    let c = class_of(&rs, "jax", "pmean_V_n4");
+    assert_eq!(c.class.key(), "agree", "{c:?}");
+    assert!(c.note.contains("forward and transpose"), "{}", c.note);
+}
+
+/// Negative twins: a fixture whose recorded value is off, or whose system
+/// accepts a typing with no meaning, must be flagged.
+#[test]
+fn tampered_fixtures_are_caught() {
+    let dir = std::env::temp_dir().join(format!("spmd-fidelity-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = std::fs::read_to_string(format!("{}/jax_collectives.json", default_dir())).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&src).unwrap();
+    let cases = v["cases"].as_array_mut().unwrap();
+    let psum = cases.iter_mut().find(|c| c["id"] == "psum_V_n2").unwrap();
+    // The real psum of 1 and 2 is 3 on both ranks; claim 4.
+    psum["real"]["output_per_rank"] = serde_json::json!([[4], [4]]);
+    let typing = serde_json::json!({
+        "system": "jax", "version": "tampered", "cases": [
+            {"kind": "typing", "id": "mul_U_U_claimed", "op": "mul", "call": "a * b",
+             "mesh": {"x": 2},
+             "inputs": [
+                 {"state": "Unreduced", "per_rank": [[1, 2], [3, 4]]},
+                 {"state": "Unreduced", "per_rank": [[1, 1], [2, 2]]}],
+             "real": {"accepted": true, "output": {"state": "Unreduced"}, "inserted": [],
+                      "jaxpr": ["mul"], "output_per_rank": [[1, 2], [6, 8]], "error": null}}
+        ]});
+    std::fs::write(dir.join("jax_collectives.json"), v.to_string()).unwrap();
+    std::fs::write(dir.join("tampered_typing.json"), typing.to_string()).unwrap();
+    let rs = run(dir.to_str().unwrap()).unwrap();
+    let c = class_of(&rs, "jax", "psum_V_n2");
+    assert_eq!(c.class.key(), "model_mismatch", "{c:?}");
+    let c = class_of(&rs, "jax", "mul_U_U_claimed");
+    assert_eq!(c.class.key(), "real_defect", "{c:?}");
+    assert!(c.class.detail().unwrap().starts_with("F2"), "{c:?}");
+}
+
+#[test]
+fn the_command_reports_per_system_and_version() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_spmd-check"))
+        .args(["fidelity", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let systems = v["systems"].as_array().unwrap();
+    for s in ["jax", "spmd_types", "dtensor"] {
+        let row = systems.iter().find(|r| r["system"] == s).unwrap();
+        let total: u64 = ["agree", "sound_rejection", "real_defect", "model_mismatch", "not_expressible"]
+            .iter()
+            .map(|k| row[*k].as_u64().unwrap())
+            .sum();
+        assert_eq!(total, row["cases"].as_u64().unwrap(), "{s}");
+        assert!(row["version"].as_str().is_some_and(|v| !v.is_empty()));
+    }
+}
