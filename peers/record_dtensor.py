@@ -87,7 +87,7 @@ def cases():
                     x, c, real = run(mesh, n, src, dst)
                     case = {"kind": "collective", "id": f"redistribute_{src[0]}_{dst[0]}_n{n}"}
                     if real["error"] is None:
-                        case["job"] = {"dialect": "dtensor", "mesh": {"x": n}, "forward": "redistribute(dim=0)",
+                        case["job"] = {"dialect": "dtensor", "mesh": {"x": n}, "forward": "redistribute",
                                        "inputs": [{"type": src, "per_rank": x}],
                                        "output": real["output_placements"][0], "cotangent": c}
                     else:
