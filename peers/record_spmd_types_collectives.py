@@ -91,7 +91,7 @@ def table(n):
         ("all_reduce_P_I", "all_reduce(x, pg, src=P, dst=I)", lambda x, g: all_reduce(x, g, src=P, dst=I),
          "P", V_(n), "I", ("I", same(n, [5])), "all_reduce(I)", "reinterpret(I,R)"),
         ("all_reduce_V_R", "all_reduce(x, pg, src=V, dst=R)", lambda x, g: all_reduce(x, g, src=V, dst=R),
-         "V", V_(n), "R", ("P", [[4 + 2 * r] for r in range(n)]), "all_reduce(R)", "all_reduce(R)"),
+         "V", V_(n), "R", ("P", [[4 + 2 * r] for r in range(n)]), "all_reduce(R)", "all_reduce"),
         ("all_gather_V_R", "all_gather(x, pg, src=V, dst=R)", lambda x, g: all_gather(x, g, src=V, dst=R),
          "V", V_(n), "R", ("P", [[[10 * (r * n + k + 1)] for k in range(n)] for r in range(n)]),
          "all_gather(R, dim=0, stack)", None),
