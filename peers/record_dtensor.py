@@ -1,7 +1,8 @@
 """Record PyTorch DTensor's redistribute between Shard(0), Replicate() and
 Partial() on a 1-D mesh of 2 or 4 ranks (tests/fixtures/dtensor_collectives.json):
 per-rank local values of the result, and the gradient autograd gives the input
-for a cotangent of the output's placement (its placements and local values).
+(its placements and local values) for a cotangent of the output's placement
+(Replicate() for a Partial() output).
 Ranks are simulated in one process by torch's LocalTensorMode on a fake
 process group.
 """
@@ -46,16 +47,17 @@ def inputs_for(pl, n):
 
 
 def cot_for(pl, n):
-    if pl == "Replicate()":
-        return [[10 * (k + 1) for k in range(n)] for _ in range(n)]
-    if pl == "Partial()":
-        return [[10 * (r * n + k + 1) for k in range(n)] for r in range(n)]
-    return [[10 * (r + 1)] for r in range(n)]
+    """Cotangent placement and per-rank values for an output placement. A
+    Partial() output's cotangent is replicated data (spmd-check: cot(P) = R),
+    handed to DTensor as Replicate()."""
+    if pl in ("Replicate()", "Partial()"):
+        return "Replicate()", [[10 * (k + 1) for k in range(n)] for _ in range(n)]
+    return pl, [[10 * (r + 1)] for r in range(n)]
 
 
 def run(mesh, n, src, dst):
     mode = LocalTensorMode(n)
-    x, c = inputs_for(src, n), cot_for(dst, n)
+    x, (cpl, c) = inputs_for(src, n), cot_for(dst, n)
     rec = {"call": f"DTensor.from_local(x, mesh, [{src}]).redistribute(mesh, [{dst}])"}
     with mode:
         xl = mode.rank_map(lambda r: torch.tensor(x[r], dtype=torch.float64))
@@ -66,10 +68,10 @@ def run(mesh, n, src, dst):
             return x, None, {**rec, "error": first_line(e)}
         rec.update(output_placements=[spell(p) for p in y.placements],
                    output_per_rank=values(y.to_local(), n), error=None,
-                   cotangent_placements=[dst], cotangent_per_rank=c)
+                   cotangent_placements=[cpl], cotangent_per_rank=c)
         cl = mode.rank_map(lambda r: torch.tensor(c[r], dtype=torch.float64))
         try:
-            y.backward(DTensor.from_local(cl, mesh, [PL[dst]], run_check=False))
+            y.backward(DTensor.from_local(cl, mesh, [PL[cpl]], run_check=False))
             rec.update(transpose_placements=[spell(p) for p in d.grad.placements],
                        transpose_per_rank=values(d.grad.to_local(), n), transpose_error=None)
         except Exception as e:
@@ -87,13 +89,16 @@ def cases():
                     x, c, real = run(mesh, n, src, dst)
                     case = {"kind": "collective", "id": f"redistribute_{src[0]}_{dst[0]}_n{n}"}
                     if real["error"] is None:
+<<<<<<< HEAD
                         case["job"] = {"dialect": "dtensor", "mesh": {"x": n}, "forward": "redistribute",
                                        "inputs": [{"type": src, "per_rank": x}],
+=======
+                        case["job"] = {"dialect": "dtensor", "mesh": {"x": n}, "forward": "redistribute",
+                                       "backward": "redistribute", "inputs": [{"type": src, "per_rank": x}],
+>>>>>>> peers
                                        "output": real["output_placements"][0], "cotangent": c}
                     else:
                         case["job"] = None
-                    case["why"] = ("DTensor's backward is autograd through redistribute; "
-                                   "transpose_placements says what it produced")
                     case["real"] = real
                     cs.append(case)
     return cs

@@ -160,7 +160,7 @@ def run(shape, fn, ins, ct=None):
         y, vjp = jax.vjp(fn, *vals)
         seen["out"] = [type_of(y, axes)]
         try:
-            gs = vjp(cast(xs[-1], ct[0], axes))
+            gs = vjp(cast(xs[-1], ct[0], axes).reshape(jnp.shape(y)))
         except Exception as e:  # the transpose is refused: keep the forward
             seen["grad_error"] = first_line(e)
             return (lift(y),)
@@ -405,7 +405,28 @@ def typing_case(op, call, fn, states, n=2):
         case["real"] = {"accepted": True, "output": {"state": real["output"]["state"], **mat(real["output"])},
                         "inserted": inserted, "jaxpr": real["jaxpr"],
                         "output_per_rank": real["output_per_rank"], "error": None}
+        case["real"].update(transpose_of(n, fn, ins, real["output"]))
     return case
+
+
+COT = {"Varying": "Varying", "Invariant": "Invariant", "Reduced": "Unreduced", "Unreduced": "Reduced"}
+
+
+def transpose_of(n, fn, ins, out):
+    """The gradients jax.vjp gives every operand for a cotangent of the
+    output's cotangent type (scalars enter as shape (1,) and are reshaped)."""
+    size = max(1, math.prod(out["shape"]))
+    if COT[out["state"]] in ("Varying", "Unreduced"):
+        ct = [[10 * (r + 1) * (k + 1) for k in range(size)] for r in range(n)]
+    else:
+        ct = [[8 * (k + 1) for k in range(size)] for _ in range(n)]
+    real, err = run(n, fn, ins, (COT[out["state"]], ct))
+    if real is None:
+        return {"cotangent": {"state": COT[out["state"]], "per_rank": ct}, "transpose": None, "transpose_error": err}
+    return {"cotangent": {"state": COT[out["state"]], "per_rank": ct if out["shape"] else [c[0] for c in ct]},
+            "transpose": [{"state": t["state"], **mat(t), "per_rank": v}
+                          for t, v in zip(real["transpose"], real["transpose_per_rank"])],
+            "transpose_error": real["transpose_error"]}
 
 
 def typing_cases():
