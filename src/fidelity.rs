@@ -48,9 +48,7 @@ impl Class {
     }
     pub fn detail(&self) -> Option<&str> {
         match self {
-            Class::RealDefect(s) | Class::ModelMismatch(s) | Class::NotExpressible(s) => {
-                Some(s)
-            }
+            Class::RealDefect(s) | Class::ModelMismatch(s) | Class::NotExpressible(s) => Some(s),
             _ => None,
         }
     }
@@ -181,7 +179,11 @@ fn differs(ours: &spmd_semantics::PerRank, real: &Value) -> Option<String> {
     let ours_json = Value::Array(ours.tensors.iter().map(tensor_json).collect());
     let (a, b) = (exact(&ours_json)?, exact(real)?);
     if a.len() != b.len() {
-        return Some(format!("{} ranks, the real system has {}", a.len(), b.len()));
+        return Some(format!(
+            "{} ranks, the real system has {}",
+            a.len(),
+            b.len()
+        ));
     }
     for (r, ((sa, va), (sb, vb))) in a.iter().zip(&b).enumerate() {
         // A rank-0 value may be recorded as shape (1,).
@@ -229,7 +231,12 @@ fn collective(c: &Value) -> (Class, String) {
     let text = job_v.to_string();
     let job = match parse_job("<fixture>", &text) {
         Ok(j) => j,
-        Err(e) => return (Class::ModelMismatch(format!("job does not parse: {e}")), String::new()),
+        Err(e) => {
+            return (
+                Class::ModelMismatch(format!("job does not parse: {e}")),
+                String::new(),
+            )
+        }
     };
     let mut cot_note = String::new();
     let mut first = run_job(&job, "<fixture>", &text, false);
@@ -275,7 +282,10 @@ fn collective(c: &Value) -> (Class, String) {
     match (&rep.backward, real.get("transpose_per_rank")) {
         (Some(b), Some(t)) if !t.is_null() => {
             if let Some(d) = differs(&b[0].value, t) {
-                return (Class::ModelMismatch(format!("transpose: {d}")), String::new());
+                return (
+                    Class::ModelMismatch(format!("transpose: {d}")),
+                    String::new(),
+                );
             }
             note = "forward and transpose equal the real system's".to_string();
         }
@@ -380,10 +390,10 @@ fn jax_typing(c: &Value) -> (Class, String) {
             }
         }
     }
-    if real["jaxpr"]
-        .as_array()
-        .is_some_and(|j| j.iter().any(|p| p.as_str().is_some_and(|p| p.starts_with("preduced"))))
-    {
+    if real["jaxpr"].as_array().is_some_and(|j| {
+        j.iter()
+            .any(|p| p.as_str().is_some_and(|p| p.starts_with("preduced")))
+    }) {
         for s in &mut seen {
             if s == "Invariant" {
                 *s = "Reduced".into();
@@ -396,10 +406,18 @@ fn jax_typing(c: &Value) -> (Class, String) {
         format!(" after {}", inserted.join(", "))
     };
     if real["accepted"] == true {
+        if let Some(done) = jax_typing_with_backward(c, &expr, &states, &casts) {
+            return done;
+        }
         let out = real["output"]["state"].as_str().unwrap_or("?");
         let rule = match local_rule("jax", &mesh, &expr, &seen, out, &[]) {
             Ok(r) => r,
-            Err(e) => return (Class::ModelMismatch(format!("cannot build: {e}")), String::new()),
+            Err(e) => {
+                return (
+                    Class::ModelMismatch(format!("cannot build: {e}")),
+                    String::new(),
+                )
+            }
         };
         // The recorded per-rank output must be what the expression gives.
         let xs: Vec<spmd_semantics::PerRank> = ins
@@ -416,12 +434,22 @@ fn jax_typing(c: &Value) -> (Class, String) {
             .collect();
         if let Ok(f) = rule.op.op.forward(&mesh, &xs) {
             if let Some(d) = differs(&f.y, &real["output_per_rank"]) {
-                return (Class::ModelMismatch(format!("`{expr}`: {d}")), String::new());
+                return (
+                    Class::ModelMismatch(format!("`{expr}`: {d}")),
+                    String::new(),
+                );
             }
         }
         let note = format!(
-            "accepted as {} -> {out}{casts}; forward checked (JAX's backward is not recorded)",
-            seen.join(", ")
+            "accepted as {} -> {out}{casts}; forward checked only ({})",
+            seen.join(", "),
+            match real["transpose_error"].as_str() {
+                Some(e) => format!(
+                    "JAX's own backward fails: {}",
+                    e.split(':').next().unwrap_or(e)
+                ),
+                None => "the op is rational; program steps must be polynomial".into(),
+            }
         );
         match forward_sound(&rule) {
             Ok(()) => (Class::Agree, note),
@@ -433,12 +461,14 @@ fn jax_typing(c: &Value) -> (Class, String) {
         let sound: Vec<&str> = ["Invariant", "Varying", "Unreduced", "Reduced"]
             .into_iter()
             .filter(|out| {
-                local_rule("jax", &mesh, &expr, &states, out, &[])
-                    .is_ok_and(|r| oracle(&r).is_ok())
+                local_rule("jax", &mesh, &expr, &states, out, &[]).is_ok_and(|r| oracle(&r).is_ok())
             })
             .collect();
         if sound.is_empty() {
-            (Class::Agree, format!("refused ({e}); no output type is sound"))
+            (
+                Class::Agree,
+                format!("refused ({e}); no output type is sound"),
+            )
         } else {
             (
                 Class::SoundRejection,
@@ -468,7 +498,12 @@ fn spmd_types_typing(c: &Value) -> (Class, String) {
     let lin = c["op"].as_str().unwrap_or("");
     let ins: Vec<String> = c["inputs"]
         .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect()
+        })
         .unwrap_or_default();
     let names = ["a", "b", "c"];
     let mut terms = Vec::new();
@@ -540,7 +575,12 @@ fn torch_typing(c: &Value) -> (Class, String) {
     };
     let types: Vec<String> = c["inputs"]
         .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect()
+        })
         .unwrap_or_default();
     let no_grad: Vec<usize> = if c["requires_grad"] == true && c["torch_no_grad"] != true {
         vec![]
@@ -574,7 +614,12 @@ fn judge_spmd_types(
         let out = out.unwrap_or("?");
         let rule = match local_rule("spmd_types", &mesh, expr, types, out, no_grad) {
             Ok(r) => r,
-            Err(e) => return (Class::ModelMismatch(format!("cannot build: {e}")), String::new()),
+            Err(e) => {
+                return (
+                    Class::ModelMismatch(format!("cannot build: {e}")),
+                    String::new(),
+                )
+            }
         };
         let note = format!("`{expr}` accepted as {} -> {out}{ng}", types.join(", "));
         match oracle(&rule) {
@@ -607,4 +652,93 @@ fn judge_spmd_types(
             )
         }
     }
+}
+
+/// A JAX typing case whose gradients were recorded, replayed as a program:
+/// the casts JAX inserted as steps with JAX's transposes of them (pvary by
+/// psum_invariant, reduced_vary_cast by vary_unreduced_cast), then the op.
+/// The per-rank output and every operand's gradient must equal JAX's; then
+/// the whole program is checked, backward included. `None` when JAX could
+/// not differentiate it, or the op is not polynomial (program steps must
+/// be, SPEC.md §12.1).
+fn jax_typing_with_backward(
+    c: &Value,
+    expr: &str,
+    states: &[String],
+    casts: &str,
+) -> Option<(Class, String)> {
+    let real = &c["real"];
+    if !real["transpose_error"].is_null() || expr.contains('/') {
+        return None;
+    }
+    let grads = real["transpose"].as_array()?;
+    if grads.len() != states.len() {
+        return None;
+    }
+    let inserted: Vec<&str> = real["inserted"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let pvary = inserted.iter().any(|s| s.starts_with("pvary"));
+    let rvary = inserted.iter().any(|s| s.starts_with("reduced_vary_cast"));
+    let has_vary = states.iter().any(|s| s == "Varying");
+    let names = ["a", "b"];
+    let mut steps = Vec::new();
+    let mut body = expr.to_string();
+    for (k, st) in states.iter().enumerate() {
+        let cast = match st.as_str() {
+            "Invariant" if pvary && has_vary => Some(("pvary", "psum_invariant")),
+            "Reduced" if rvary => Some(("reduced_vary_cast", "vary_unreduced_cast")),
+            _ => None,
+        };
+        if let Some((fw, bw)) = cast {
+            let v = format!("{}1", names[k]);
+            steps.push(
+                serde_json::json!({"name": v, "forward": fw, "input": names[k],
+                "backward": bw, "output": "Varying"}),
+            );
+            body = body.replace(names[k], &v);
+        }
+    }
+    let out = real["output"]["state"].as_str()?;
+    steps.push(serde_json::json!({"name": "out", "expr": body, "output": out}));
+    let job = serde_json::json!({
+        "dialect": "jax", "mesh": c["mesh"], "names": &names[..states.len()],
+        "steps": steps,
+        "inputs": c["inputs"].as_array()?.iter().map(|i| serde_json::json!({
+            "type": i["state"], "per_rank": i["per_rank"]})).collect::<Vec<_>>(),
+        "output": out,
+        "cotangent": real["cotangent"]["per_rank"],
+    });
+    let text = job.to_string();
+    let j = parse_job("<fixture>", &text).ok()?;
+    let rep = match run_job(&j, "<fixture>", &text, false) {
+        Ok(r) => r,
+        Err(e) => {
+            return Some((
+                Class::ModelMismatch(format!("JAX accepts it; the model refuses: {e}")),
+                String::new(),
+            ))
+        }
+    };
+    if let Some(d) = differs(&rep.output.value, &real["output_per_rank"]) {
+        return Some((Class::ModelMismatch(format!("forward: {d}")), String::new()));
+    }
+    let ours = rep.backward.as_ref()?;
+    for (k, (b, g)) in ours.iter().zip(grads).enumerate() {
+        if let Some(d) = differs(&b.value, &g["per_rank"]) {
+            return Some((
+                Class::ModelMismatch(format!("gradient of {}: {d}", names[k])),
+                String::new(),
+            ));
+        }
+    }
+    let note = format!(
+        "accepted as {} -> {out}{casts}; forward and every gradient equal JAX's; checked with JAX's transposes of its casts",
+        states.join(", ")
+    );
+    Some(match oracle(&rep.rule) {
+        Ok(()) => (Class::Agree, note),
+        Err(v) => (Class::RealDefect(v), note),
+    })
 }

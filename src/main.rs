@@ -381,9 +381,7 @@ fn run() -> Result<ExitCode, UsageError> {
             let dir = dir.unwrap_or_else(spmd_check::fidelity::default_dir);
             let results = spmd_check::fidelity::run(&dir)?;
             print!("{}", report::fidelity(&results, json, all));
-            let mismatches = results
-                .iter()
-                .any(|r| r.class.key() == "model_mismatch");
+            let mismatches = results.iter().any(|r| r.class.key() == "model_mismatch");
             Ok(if mismatches {
                 ExitCode::from(1)
             } else {

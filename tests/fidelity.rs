@@ -15,7 +15,12 @@ fn every_recorded_case_is_classified_and_the_model_matches_the_real_systems() {
     assert!(rs.len() > 1000, "{} cases", rs.len());
     for r in &rs {
         if let Some(d) = r.class.detail() {
-            assert!(!d.starts_with("unknown case kind"), "{} {}: {d}", r.system, r.id);
+            assert!(
+                !d.starts_with("unknown case kind"),
+                "{} {}: {d}",
+                r.system,
+                r.id
+            );
         }
         // The model computes exactly what the real libraries computed.
         assert_ne!(
@@ -34,7 +39,11 @@ fn every_recorded_case_is_classified_and_the_model_matches_the_real_systems() {
             .count()
     };
     assert!(agree("jax") >= 130, "jax: {}", agree("jax"));
-    assert!(agree("spmd_types") >= 776, "spmd_types: {}", agree("spmd_types"));
+    assert!(
+        agree("spmd_types") >= 776,
+        "spmd_types: {}",
+        agree("spmd_types")
+    );
     assert!(agree("dtensor") >= 16, "dtensor: {}", agree("dtensor"));
 }
 
@@ -46,12 +55,17 @@ fn findings_about_the_real_systems_are_computed() {
     assert_eq!(class_of(&rs, "jax", "add_I_R").class.key(), "agree");
     // JAX refuses to negate an Unreduced value, which is linear and sound.
     assert_eq!(class_of(&rs, "jax", "neg_U").class.key(), "sound_rejection");
-    assert_eq!(class_of(&rs, "jax", "dot_U_R").class.key(), "sound_rejection");
+    assert_eq!(
+        class_of(&rs, "jax", "dot_U_R").class.key(),
+        "sound_rejection"
+    );
     // Mixing Invariant with Varying: JAX inserts pvary, and the result is
     // sound.
     let c = class_of(&rs, "jax", "add_I_V");
     assert_eq!(c.class.key(), "agree");
     assert!(c.note.contains("pvary"), "{}", c.note);
+    // ... and its gradients, with pvary transposed by psum, are JAX's.
+    assert!(c.note.contains("every gradient equal JAX's"), "{}", c.note);
     // JAX's pmean transpose (divide by n, then pvary) reproduces exactly and
     // is a correct transpose.
     let c = class_of(&rs, "jax", "pmean_V_n4");
@@ -72,20 +86,36 @@ fn tampered_fixtures_are_caught() {
     // The real psum of 1 and 2 is 3 on both ranks; claim 4.
     psum["real"]["output_per_rank"] = serde_json::json!([[4], [4]]);
     let typing = serde_json::json!({
-        "system": "jax", "version": "tampered", "cases": [
-            {"kind": "typing", "id": "mul_U_U_claimed", "op": "mul", "call": "a * b",
-             "mesh": {"x": 2},
-             "inputs": [
-                 {"state": "Unreduced", "per_rank": [[1, 2], [3, 4]]},
-                 {"state": "Unreduced", "per_rank": [[1, 1], [2, 2]]}],
-             "real": {"accepted": true, "output": {"state": "Unreduced"}, "inserted": [],
-                      "jaxpr": ["mul"], "output_per_rank": [[1, 2], [6, 8]], "error": null}}
-        ]});
+    "system": "jax", "version": "tampered", "cases": [
+        {"kind": "typing", "id": "mul_U_U_claimed", "op": "mul", "call": "a * b",
+         "mesh": {"x": 2},
+         "inputs": [
+             {"state": "Unreduced", "per_rank": [[1, 2], [3, 4]]},
+             {"state": "Unreduced", "per_rank": [[1, 1], [2, 2]]}],
+         "real": {"accepted": true, "output": {"state": "Unreduced"}, "inserted": [],
+                  "jaxpr": ["mul"], "output_per_rank": [[1, 2], [6, 8]], "error": null}}
+    ]});
     std::fs::write(dir.join("jax_collectives.json"), v.to_string()).unwrap();
+    // JAX's gradient for the Invariant operand of a + b is the psum of the
+    // cotangent; claim it is the cotangent itself.
+    let src = std::fs::read_to_string(format!("{}/jax_typing.json", default_dir())).unwrap();
+    let mut t: serde_json::Value = serde_json::from_str(&src).unwrap();
+    let add = t["cases"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| c["id"] == "add_I_V")
+        .unwrap();
+    let ct = add["real"]["cotangent"]["per_rank"].clone();
+    add["real"]["transpose"][0]["per_rank"] = ct;
+    std::fs::write(dir.join("jax_typing.json"), t.to_string()).unwrap();
     std::fs::write(dir.join("tampered_typing.json"), typing.to_string()).unwrap();
     let rs = run(dir.to_str().unwrap()).unwrap();
     let c = class_of(&rs, "jax", "psum_V_n2");
     assert_eq!(c.class.key(), "model_mismatch", "{c:?}");
+    let c = class_of(&rs, "jax", "add_I_V");
+    assert_eq!(c.class.key(), "model_mismatch", "{c:?}");
+    assert!(c.class.detail().unwrap().contains("gradient of a"), "{c:?}");
     let c = class_of(&rs, "jax", "mul_U_U_claimed");
     assert_eq!(c.class.key(), "real_defect", "{c:?}");
     assert!(c.class.detail().unwrap().starts_with("F2"), "{c:?}");
@@ -102,10 +132,16 @@ fn the_command_reports_per_system_and_version() {
     let systems = v["systems"].as_array().unwrap();
     for s in ["jax", "spmd_types", "dtensor"] {
         let row = systems.iter().find(|r| r["system"] == s).unwrap();
-        let total: u64 = ["agree", "sound_rejection", "real_defect", "model_mismatch", "not_expressible"]
-            .iter()
-            .map(|k| row[*k].as_u64().unwrap())
-            .sum();
+        let total: u64 = [
+            "agree",
+            "sound_rejection",
+            "real_defect",
+            "model_mismatch",
+            "not_expressible",
+        ]
+        .iter()
+        .map(|k| row[*k].as_u64().unwrap())
+        .sum();
         assert_eq!(total, row["cases"].as_u64().unwrap(), "{s}");
         assert!(row["version"].as_str().is_some_and(|v| !v.is_empty()));
     }
