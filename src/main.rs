@@ -106,6 +106,10 @@ enum Cmd {
         /// propagation table).
         #[arg(long)]
         global: bool,
+        /// Beside each typing, what this system's typing function does and
+        /// how it compares (spmd_types, jax, dtensor, ltensor, nabla).
+        #[arg(long)]
+        dialect: Option<String>,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -206,9 +210,11 @@ fn run() -> Result<ExitCode, UsageError> {
             op,
             expr,
             global,
+            dialect,
             json,
             scope,
         } => {
+            let sys = dialect_of(dialect.as_deref(), op.as_deref(), global)?;
             let f = match (op, expr) {
                 (Some(name), None) => builtin(&name).map_err(UsageError)?,
                 (None, Some(e)) => {
@@ -231,7 +237,16 @@ fn run() -> Result<ExitCode, UsageError> {
                 derive(&f, &scope.scope(), &|n| b.inc(n))?
             };
             b.finish_and_clear();
-            if json {
+            if let Some((sys, class)) = sys {
+                let rs = spmd_check::derive::classify_rows(&rows, sys, class)?;
+                if json {
+                    let v = report::dialect_json(&rs, sys);
+                    println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                } else {
+                    println!("`{}` under {} (SPEC.md §15.3):", f.text, sys.name);
+                    print!("{}", report::dialect_text(&rs, sys));
+                }
+            } else if json {
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&report::derive_json(&rows)).expect("json")
@@ -381,6 +396,31 @@ fn run() -> Result<ExitCode, UsageError> {
     }
 }
 
+/// `derive --dialect`: the system and the built-in op's class.
+fn dialect_of(
+    dialect: Option<&str>,
+    op: Option<&str>,
+    global: bool,
+) -> Result<
+    Option<(
+        &'static spmd_check::dialects::System,
+        spmd_check::dialects::OpClass,
+    )>,
+    UsageError,
+> {
+    let Some(d) = dialect else { return Ok(None) };
+    let sys = spmd_check::dialects::system(d).map_err(UsageError)?;
+    if global {
+        return Err(UsageError(
+            "--dialect works on one-axis local typings, not --global".into(),
+        ));
+    }
+    let class = op
+        .and_then(spmd_check::dialects::OpClass::of_builtin)
+        .ok_or_else(|| UsageError("--dialect needs a built-in op (e.g. `derive mul --dialect jax`): an --expr has no op class".into()))?;
+    Ok(Some((sys, class)))
+}
+
 fn conform_output(
     results: &[RowResult],
     pairs: &[PairResult],
@@ -444,6 +484,7 @@ fn conform_output(
                 r.finding().unwrap_or_default()
             );
         }
+        print!("\n{}", report::conform_totals(results));
         collectives_output(pairs);
         if !jvps.is_empty() {
             println!("\nforward-mode rules, declared JVP checked by J1 (SPEC.md §9.4):");
