@@ -86,7 +86,7 @@ fn seed_rule(#[case] id: &str) {
             res.verdict.name()
         ),
     }
-    if let Some(t) = r.twin {
+    if let Some(t) = &r.twin {
         let tv = res.twin.as_ref().expect("twin checked");
         assert_eq!(
             tv.violation().map(|v| v.property),

@@ -22,7 +22,10 @@ fn one(states: &[State]) -> Vec<Vec<State>> {
     states.iter().map(|&s| vec![s]).collect()
 }
 
-fn infers(o: &Outcome) -> Option<(Vec<State>, Vec<(&'static str, usize, State)>)> {
+/// An inferred output and its casts as (name, input, to).
+type Inferred = (Vec<State>, Vec<(&'static str, usize, State)>);
+
+fn infers(o: &Outcome) -> Option<Inferred> {
     match o {
         Outcome::Infers { output, casts } => Some((
             output.clone(),

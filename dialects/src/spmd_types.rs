@@ -36,7 +36,7 @@ pub fn typing(op: OpClass, inputs: &[Vec<State>]) -> Outcome {
 fn axis(op: OpClass, col: &[State]) -> Result<State, String> {
     use State::*;
     let all = |s: State| col.iter().all(|&c| c == s);
-    let any = |s: State| col.iter().any(|&c| c == s);
+    let any = |s: State| col.contains(&s);
     // "Invariant not allowed to mix with other types"; "op(Invariant..) ->
     // Invariant" for any op.
     if any(Invariant) {
