@@ -136,3 +136,45 @@ pub fn rows(system: Option<&str>) -> Result<Vec<&'static SeedRule>, UsageError> 
         .filter(|r| system.is_none_or(|s| r.system == s))
         .collect())
 }
+
+/// What a row's own system's typing function (SPEC.md §15.2) says of the
+/// row's inputs, when the row's op is a built-in with an op class and its
+/// types carry no layout; and whether that answer matches the row's claim
+/// (allowed: the function infers the row's output, casts or not; forbidden
+/// or unlisted: it does not). `None` in the second place: the function
+/// answers `Unknown`.
+pub struct TypingOfRow {
+    pub outcome: spmd_dialects::Outcome,
+    pub matches_claim: Option<bool>,
+}
+
+/// The typing function's answer for a seed row, or `None` when the row's op
+/// has no class (an expression that is no built-in) or its types are global.
+pub fn typing_of_row(r: &SeedRule) -> Option<TypingOfRow> {
+    let name = spmd_interp::BUILTINS
+        .iter()
+        .find(|(_, src)| *src == r.op)?
+        .0;
+    let class = spmd_dialects::OpClass::of_builtin(name)?;
+    let sys = spmd_dialects::system(&r.system).ok()?;
+    let mut all = strs(&r.inputs);
+    all.push(&r.output);
+    let (_, types) = parse_types(r.dialect, &all).ok()?;
+    if types.iter().any(|t| t.is_global()) {
+        return None;
+    }
+    let states: Vec<Vec<spmd_semantics::State>> = types.iter().map(|t| t.states.clone()).collect();
+    let (out, ins) = states.split_last()?;
+    let outcome = (sys.typing)(class, ins);
+    let matches_claim = match &outcome {
+        spmd_dialects::Outcome::Unknown(_) => None,
+        spmd_dialects::Outcome::Infers { output, .. } => {
+            Some((output == out) == (r.claim == Claim::Allowed))
+        }
+        spmd_dialects::Outcome::Error(_) => Some(r.claim != Claim::Allowed),
+    };
+    Some(TypingOfRow {
+        outcome,
+        matches_claim,
+    })
+}

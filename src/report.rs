@@ -409,10 +409,20 @@ pub fn conform_totals(results: &[RowResult]) -> String {
             .iter()
             .filter(|r| r.twin_rejected() == Some(true))
             .count();
+        let typed: Vec<_> = rs
+            .iter()
+            .filter_map(|r| crate::conform::typing_of_row(r.rule))
+            .collect();
+        let same = typed
+            .iter()
+            .filter(|t| t.matches_claim == Some(true))
+            .count();
+        let unknown = typed.iter().filter(|t| t.matches_claim.is_none()).count();
         s.push_str(&format!(
-            "  {sys:<11} {} rows, {agree} agree, {} findings, {rejected}/{twins} twins rejected\n",
+            "  {sys:<11} {} rows, {agree} agree, {} findings, {rejected}/{twins} twins rejected; its typing function matches {same} of the {} rows it can type ({unknown} unknown)\n",
             rs.len(),
-            rs.len() - agree
+            rs.len() - agree,
+            typed.len()
         ));
     }
     s

@@ -224,9 +224,17 @@ fn one_case_per_class() {
         class_of(&mul, &jax::SYSTEM, OpClass::Mul, &[I, R], R),
         Class::UnsoundAcceptance(c) if c.starts_with("B1")
     ));
-    // Seed 003 lists no rule for R * P, which the oracle proves sound.
+    // Seed 003 reads "multilinear operations can accept ... Partial
+    // arguments" for one Partial factor: R * P -> P, sound.
     assert_eq!(
         class_of(&mul, &spmd_types::SYSTEM, OpClass::Mul, &[R, P], P),
+        Class::Agrees
+    );
+    // JAX's reduce_max has no reduced rule (NotImplementedError), yet
+    // max(x, 0) on Reduced data is sound.
+    let max = derived("max");
+    assert_eq!(
+        class_of(&max, &jax::SYSTEM, OpClass::Max, &[R], R),
         Class::SoundRejection
     );
     // R * R -> V is sound too, but seed 003 infers R.
@@ -336,4 +344,41 @@ fn derive_dialect_refuses_what_it_cannot_classify() {
         assert_eq!(code, 2, "{args:?}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{err}");
     }
+}
+
+/// Each typing function against its own seed table: the rows whose claim it
+/// does not reproduce, pinned. Each is a seed (or the table's reading of
+/// it) at odds with itself:
+/// - `st_multilinear_mul`: seed 003's "multilinear operations can accept
+///   multiple Partial arguments" read literally allows P * P, which
+///   "Partial * Partial is forbidden" (`st_pp_mul`) rules out; the typing
+///   function follows the explicit prohibition.
+/// - `st_gap_rep_times_part`: the table lists R * P -> P as unlisted, yet
+///   allows it on the tp axis of `st_2d_mul_rp`; the typing function allows
+///   it (one Partial factor of a multilinear op).
+/// - `dtensor_fsdp_inputs_disagree`: seed 001's FSDP example says `x @ w`
+///   with only `w` Reduced is not Reduced, while its code and table say
+///   any Reduced input makes the output Reduced.
+#[test]
+fn typing_functions_against_their_tables() {
+    use spmd_check::conform::typing_of_row;
+    let mut differ = Vec::new();
+    let mut typed = 0;
+    for r in seed_rules() {
+        if let Some(t) = typing_of_row(r) {
+            typed += 1;
+            if t.matches_claim == Some(false) {
+                differ.push(r.id.as_str());
+            }
+        }
+    }
+    assert!(typed >= 25, "{typed} rows typed");
+    assert_eq!(
+        differ,
+        [
+            "st_multilinear_mul",
+            "st_gap_rep_times_part",
+            "dtensor_fsdp_inputs_disagree"
+        ]
+    );
 }

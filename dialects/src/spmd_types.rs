@@ -86,6 +86,16 @@ fn axis(op: OpClass, col: &[State]) -> Result<State, String> {
             )),
         };
     }
-    // Partial beside Replicate or Varying: no rule of seed 003 lists it.
+    // One Partial beside Replicate operands of a multilinear op: the op is
+    // linear in that argument ("linear_op(Partial) -> Partial"), and "only
+    // addition (and more generally, multilinear operations) can accept
+    // multiple Partial arguments" says a multilinear op accepts Partial ones.
+    // The seed table reads it this way on two axes (`st_2d_mul_rp`) but
+    // lists R * P -> P as unlisted on one (`st_gap_rep_times_part`).
+    let partials = col.iter().filter(|&&c| c == Partial).count();
+    if op.is_multilinear() && partials == 1 && !any(Varying) {
+        return Ok(Partial);
+    }
+    // Partial beside Replicate or Varying otherwise: no rule lists it.
     Err("no rule admits Partial beside Replicate or Varying".into())
 }
