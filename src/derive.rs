@@ -283,3 +283,27 @@ pub fn classify_rows<'a>(
         })
         .collect())
 }
+
+/// `derive --dialect`: the system and the class of the built-in op, or
+/// `None` without the flag. An `--expr` has no op class, and `--global`
+/// types are not what the typing functions take.
+pub fn dialect_for(
+    dialect: Option<&str>,
+    op: Option<&str>,
+    global: bool,
+) -> Result<Option<(&'static spmd_dialects::System, spmd_dialects::OpClass)>, UsageError> {
+    let Some(d) = dialect else { return Ok(None) };
+    let sys = spmd_dialects::system(d).map_err(UsageError)?;
+    if global {
+        return Err(UsageError(
+            "--dialect works on one-axis local typings, not --global".into(),
+        ));
+    }
+    let class = op.and_then(spmd_dialects::OpClass::of_builtin).ok_or_else(|| {
+        UsageError(
+            "--dialect needs a built-in op (e.g. `derive mul --dialect jax`): an --expr has no op class"
+                .into(),
+        )
+    })?;
+    Ok(Some((sys, class)))
+}

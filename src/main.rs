@@ -214,7 +214,7 @@ fn run() -> Result<ExitCode, UsageError> {
             json,
             scope,
         } => {
-            let sys = dialect_of(dialect.as_deref(), op.as_deref(), global)?;
+            let sys = spmd_check::derive::dialect_for(dialect.as_deref(), op.as_deref(), global)?;
             let f = match (op, expr) {
                 (Some(name), None) => builtin(&name).map_err(UsageError)?,
                 (None, Some(e)) => {
@@ -394,31 +394,6 @@ fn run() -> Result<ExitCode, UsageError> {
             Ok(ExitCode::from(r.exit_code()))
         }
     }
-}
-
-/// `derive --dialect`: the system and the built-in op's class.
-fn dialect_of(
-    dialect: Option<&str>,
-    op: Option<&str>,
-    global: bool,
-) -> Result<
-    Option<(
-        &'static spmd_check::dialects::System,
-        spmd_check::dialects::OpClass,
-    )>,
-    UsageError,
-> {
-    let Some(d) = dialect else { return Ok(None) };
-    let sys = spmd_check::dialects::system(d).map_err(UsageError)?;
-    if global {
-        return Err(UsageError(
-            "--dialect works on one-axis local typings, not --global".into(),
-        ));
-    }
-    let class = op
-        .and_then(spmd_check::dialects::OpClass::of_builtin)
-        .ok_or_else(|| UsageError("--dialect needs a built-in op (e.g. `derive mul --dialect jax`): an --expr has no op class".into()))?;
-    Ok(Some((sys, class)))
 }
 
 fn conform_output(
