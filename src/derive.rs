@@ -235,3 +235,75 @@ fn per_axis(
     }
     Ok((agree, disagree))
 }
+
+/// One typing of a derived one-axis table beside what a seed system's typing
+/// function does with it (SPEC.md §15.3).
+pub struct DialectRow<'a> {
+    pub row: &'a DerivedRow,
+    pub outcome: spmd_dialects::Outcome,
+    pub class: spmd_dialects::Class,
+}
+
+/// Classify every row of a one-axis derived table (`derive`, not
+/// `derive_global`) under `sys`'s typing function for op class `class`.
+pub fn classify_rows<'a>(
+    rows: &'a [DerivedRow],
+    sys: &spmd_dialects::System,
+    class: spmd_dialects::OpClass,
+) -> Result<Vec<DialectRow<'a>>, UsageError> {
+    if rows
+        .iter()
+        .any(|r| r.op.output.is_global() || r.op.output.states.len() != 1)
+    {
+        return Err(UsageError(
+            "--dialect classifies one-axis local typings only (not --global)".into(),
+        ));
+    }
+    let verdict = |ins: &[spmd_semantics::State], out: spmd_semantics::State| {
+        rows.iter()
+            .find(|r| {
+                r.op.output.states[0] == out
+                    && r.op.inputs.len() == ins.len()
+                    && r.op.inputs.iter().zip(ins).all(|(t, s)| t.states[0] == *s)
+            })
+            .map(|r| r.verdict.clone())
+    };
+    Ok(rows
+        .iter()
+        .map(|row| {
+            let ins: Vec<spmd_semantics::State> =
+                row.op.inputs.iter().map(|t| t.states[0]).collect();
+            let (outcome, class) =
+                spmd_dialects::classify(sys, class, &ins, row.op.output.states[0], &verdict);
+            DialectRow {
+                row,
+                outcome,
+                class,
+            }
+        })
+        .collect())
+}
+
+/// `derive --dialect`: the system and the class of the built-in op, or
+/// `None` without the flag. An `--expr` has no op class, and `--global`
+/// types are not what the typing functions take.
+pub fn dialect_for(
+    dialect: Option<&str>,
+    op: Option<&str>,
+    global: bool,
+) -> Result<Option<(&'static spmd_dialects::System, spmd_dialects::OpClass)>, UsageError> {
+    let Some(d) = dialect else { return Ok(None) };
+    let sys = spmd_dialects::system(d).map_err(UsageError)?;
+    if global {
+        return Err(UsageError(
+            "--dialect works on one-axis local typings, not --global".into(),
+        ));
+    }
+    let class = op.and_then(spmd_dialects::OpClass::of_builtin).ok_or_else(|| {
+        UsageError(
+            "--dialect needs a built-in op (e.g. `derive mul --dialect jax`): an --expr has no op class"
+                .into(),
+        )
+    })?;
+    Ok(Some((sys, class)))
+}

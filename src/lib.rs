@@ -9,6 +9,7 @@
 //! | `interp` | §6 local ops |
 //! | `oracle` | §4 properties, §5 exact finite differences, §7 verdicts |
 //! | `generators` | §8 scope |
+//! | `dialects` | §15 the seed systems as dialects, their tables |
 //! | this crate | §9 derived tables and conformance |
 
 pub mod bench;
@@ -27,6 +28,7 @@ pub mod run;
 pub mod transposes;
 pub mod types;
 
+pub use spmd_dialects as dialects;
 pub use spmd_generators as generators;
 pub use spmd_interp as interp;
 pub use spmd_oracle as oracle;

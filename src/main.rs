@@ -106,6 +106,10 @@ enum Cmd {
         /// propagation table).
         #[arg(long)]
         global: bool,
+        /// Beside each typing, what this system's typing function does and
+        /// how it compares (spmd_types, jax, dtensor, ltensor, nabla).
+        #[arg(long)]
+        dialect: Option<String>,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -218,9 +222,11 @@ fn run() -> Result<ExitCode, UsageError> {
             op,
             expr,
             global,
+            dialect,
             json,
             scope,
         } => {
+            let sys = spmd_check::derive::dialect_for(dialect.as_deref(), op.as_deref(), global)?;
             let f = match (op, expr) {
                 (Some(name), None) => builtin(&name).map_err(UsageError)?,
                 (None, Some(e)) => {
@@ -243,7 +249,16 @@ fn run() -> Result<ExitCode, UsageError> {
                 derive(&f, &scope.scope(), &|n| b.inc(n))?
             };
             b.finish_and_clear();
-            if json {
+            if let Some((sys, class)) = sys {
+                let rs = spmd_check::derive::classify_rows(&rows, sys, class)?;
+                if json {
+                    let v = report::dialect_json(&rs, sys);
+                    println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                } else {
+                    println!("`{}` under {} (SPEC.md §15.3):", f.text, sys.name);
+                    print!("{}", report::dialect_text(&rs, sys));
+                }
+            } else if json {
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&report::derive_json(&rows)).expect("json")
@@ -467,6 +482,7 @@ fn conform_output(
                 r.finding().unwrap_or_default()
             );
         }
+        print!("\n{}", report::conform_totals(results));
         collectives_output(pairs);
         if !jvps.is_empty() {
             println!("\nforward-mode rules, declared JVP checked by J1 (SPEC.md §9.4):");

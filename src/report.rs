@@ -200,7 +200,7 @@ pub fn row_json(r: &RowResult) -> Value {
     v["claim"] = json!(claim_word(r.rule.claim));
     v["agrees"] = json!(r.agrees());
     v["finding"] = json!(r.finding());
-    if let (Some(t), Some(tv)) = (r.rule.twin, &r.twin) {
+    if let (Some(t), Some(tv)) = (&r.rule.twin, &r.twin) {
         v["twin"] = json!({
             "op": t.op, "inputs": t.inputs, "output": t.output,
             "must_fail": t.fails.code(),
@@ -222,7 +222,7 @@ pub fn row_line(r: &RowResult) -> String {
     let twin = match r.twin_rejected() {
         Some(true) => format!(
             "  [twin rejected: {}]",
-            r.rule.twin.map(|t| t.fails.code()).unwrap_or("")
+            r.rule.twin.as_ref().map(|t| t.fails.code()).unwrap_or("")
         ),
         Some(false) => "  [TWIN NOT REJECTED: checker defect]".into(),
         None => String::new(),
@@ -237,13 +237,13 @@ pub fn row_line(r: &RowResult) -> String {
     )
 }
 
-fn jvp_op_text(op: JvpOp) -> &'static str {
+fn jvp_op_text(op: &JvpOp) -> &str {
     match op {
         JvpOp::Local(e) | JvpOp::Collective(e) => e,
     }
 }
 
-fn wrong_jvp_text(w: WrongJvp) -> String {
+fn wrong_jvp_text(w: &WrongJvp) -> String {
     match w {
         WrongJvp::Text(t) => t.to_string(),
         WrongJvp::ReduceAgain => "reduce the tangent again".into(),
@@ -255,13 +255,13 @@ pub fn jvp_json(j: &JvpResult) -> Value {
     v["id"] = json!(j.row.id);
     v["system"] = json!(j.row.system);
     v["rule"] = json!(j.row.rule);
-    v["op"] = json!(jvp_op_text(j.row.op));
+    v["op"] = json!(jvp_op_text(&j.row.op));
     v["inputs"] = json!(j.row.inputs);
     v["output"] = json!(j.row.output);
     v["jvp"] = json!(j.row.jvp);
     v["as_expected"] = json!(j.as_expected());
     v["twin"] = json!({
-        "jvp": wrong_jvp_text(j.row.twin),
+        "jvp": wrong_jvp_text(&j.row.twin),
         "must_fail": "J1",
         "verdict": j.twin.name(),
         "property": j.twin.violation().map(|x| x.property.code()),
@@ -273,13 +273,13 @@ pub fn jvp_json(j: &JvpResult) -> Value {
 pub fn jvp_line(j: &JvpResult) -> String {
     let sig = format!(
         "{}: {} -> {}, jvp {}",
-        jvp_op_text(j.row.op),
+        jvp_op_text(&j.row.op),
         j.row.inputs.join(", "),
         j.row.output,
         j.row.jvp
     );
     let twin = if j.twin_rejected() {
-        format!("  [twin rejected: J1, jvp {}]", wrong_jvp_text(j.row.twin))
+        format!("  [twin rejected: J1, jvp {}]", wrong_jvp_text(&j.row.twin))
     } else {
         "  [TWIN NOT REJECTED: checker defect]".into()
     };
@@ -393,6 +393,111 @@ pub fn fidelity(results: &[crate::fidelity::CaseResult], json: bool, all: bool) 
             }
             s.push('\n');
         }
+    }
+    s
+}
+
+/// `derive OP --dialect SYSTEM` as text: per typing, the oracle's verdict,
+/// what the system does, and the class (SPEC.md §15.3), then the counts.
+pub fn dialect_text(rows: &[crate::derive::DialectRow], sys: &spmd_dialects::System) -> String {
+    let mut s = String::new();
+    let m = spmd_semantics::Mesh::line(1);
+    for r in rows {
+        let sig = r.row.op.signature(&m);
+        let word = verdict_word(&r.row.verdict);
+        s.push_str(&format!(
+            "  {sig:<14} {word:<16} {:<20} {}",
+            r.class.word(),
+            sys.describe(&r.outcome)
+        ));
+        if let spmd_dialects::Class::UnsoundAcceptance(c) = &r.class {
+            s.push_str(&format!("\n      {c}"));
+        }
+        s.push('\n');
+    }
+    s.push_str(&dialect_counts(rows));
+    s
+}
+
+/// The classes' counts, e.g. `64 typings: 20 agrees, 3 unsound acceptance, ...`.
+pub fn dialect_counts(rows: &[crate::derive::DialectRow]) -> String {
+    let parts: Vec<String> = spmd_dialects::Class::WORDS
+        .iter()
+        .map(|w| {
+            let n = rows.iter().filter(|r| r.class.word() == *w).count();
+            format!("{n} {w}")
+        })
+        .collect();
+    format!("{} typings: {}\n", rows.len(), parts.join(", "))
+}
+
+pub fn dialect_json(rows: &[crate::derive::DialectRow], sys: &spmd_dialects::System) -> Value {
+    Value::Array(
+        rows.iter()
+            .map(|r| {
+                let mut v = verdict_json(&r.row.verdict);
+                let ins: Vec<String> = r.row.op.inputs.iter().map(|t| t.to_string()).collect();
+                v["inputs"] = json!(ins);
+                v["output"] = json!(r.row.op.output.to_string());
+                v["system"] = json!(sys.name);
+                v["class"] = json!(r.class.word());
+                match &r.class {
+                    spmd_dialects::Class::UnsoundAcceptance(c) => {
+                        v["acceptance_counterexample"] = json!(c)
+                    }
+                    spmd_dialects::Class::Unknown(why) => v["unknown_because"] = json!(why),
+                    _ => {}
+                }
+                v["system_does"] = match &r.outcome {
+                    spmd_dialects::Outcome::Infers { output, casts } => json!({
+                        "infers": output.iter().map(|&s| sys.state_name(s)).collect::<Vec<_>>(),
+                        "casts": casts.iter().map(|c| json!({
+                            "name": c.name,
+                            "input": c.input,
+                            "axis": c.axis,
+                            "from": sys.state_name(c.from),
+                            "to": sys.state_name(c.to),
+                        })).collect::<Vec<_>>(),
+                    }),
+                    spmd_dialects::Outcome::Error(e) => json!({ "error": e }),
+                    spmd_dialects::Outcome::Unknown(r) => json!({ "unknown": r }),
+                };
+                v
+            })
+            .collect(),
+    )
+}
+
+/// Per-system totals of the seed tables (computed from the results): rows,
+/// rows where claim and oracle agree, findings, twins rejected.
+pub fn conform_totals(results: &[RowResult]) -> String {
+    let mut s = String::from("per system (local-op rows):\n");
+    for sys in spmd_dialects::tables::SYSTEMS {
+        let rs: Vec<&RowResult> = results.iter().filter(|r| r.rule.system == *sys).collect();
+        if rs.is_empty() {
+            continue;
+        }
+        let agree = rs.iter().filter(|r| r.agrees()).count();
+        let twins = rs.iter().filter(|r| r.rule.twin.is_some()).count();
+        let rejected = rs
+            .iter()
+            .filter(|r| r.twin_rejected() == Some(true))
+            .count();
+        let typed: Vec<_> = rs
+            .iter()
+            .filter_map(|r| crate::conform::typing_of_row(r.rule))
+            .collect();
+        let same = typed
+            .iter()
+            .filter(|t| t.matches_claim == Some(true))
+            .count();
+        let unknown = typed.iter().filter(|t| t.matches_claim.is_none()).count();
+        s.push_str(&format!(
+            "  {sys:<11} {} rows, {agree} agree, {} findings, {rejected}/{twins} twins rejected; its typing function matches {same} of the {} rows it can type ({unknown} unknown)\n",
+            rs.len(),
+            rs.len() - agree,
+            typed.len()
+        ));
     }
     s
 }

@@ -1,0 +1,293 @@
+//! The seeds' rule tables as data (SPEC.md §9.2, §9.4, §15.2).
+//!
+//! `tables/<system>.toml` holds one system's local-op typing rules
+//! (`[[rule]]`, in the rule-file format of SPEC.md §11.1 plus the seed's
+//! `claim`, the verdict this suite expects, `expect`, and the negative
+//! `twin`) and its declared JVPs (`[[jvp]]`). The files are compiled into the
+//! binary with `include_str!` and deserialized on first use into owned rows.
+
+use serde::Deserialize;
+use spmd_oracle::Property;
+use spmd_semantics::Dialect;
+use std::sync::OnceLock;
+
+/// What a seed system says of a typing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Claim {
+    /// A rule of the seed admits it.
+    Allowed,
+    /// The seed forbids it explicitly.
+    Forbidden,
+    /// No rule of the seed admits it (forbidden by omission).
+    Unlisted,
+}
+
+/// A deliberately wrong variant of an allowed rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Twin {
+    pub op: String,
+    pub inputs: Vec<String>,
+    pub output: String,
+    pub fails: Property,
+}
+
+/// One typing rule of a seed system.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SeedRule {
+    pub id: String,
+    /// `spmd_types`, `jax`, `dtensor`, `ltensor` or `nabla`: the file it is in.
+    pub system: String,
+    /// The dialect its state names are written in.
+    pub dialect: Dialect,
+    /// The seed's rule, briefly.
+    pub rule: String,
+    pub op: String,
+    pub inputs: Vec<String>,
+    pub output: String,
+    pub claim: Claim,
+    /// `None`: the oracle must find it sound; else the property that fails.
+    pub expect: Option<Property>,
+    pub twin: Option<Twin>,
+}
+
+/// How a JVP row's op is written.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum JvpOp {
+    /// A local op: an expression of its inputs.
+    Local(String),
+    /// A collective from the catalogue.
+    Collective(String),
+}
+
+/// A deliberately wrong JVP.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WrongJvp {
+    /// Another JVP in rule-file syntax.
+    Text(String),
+    /// The row's JVP followed by a second all_reduce of the already reduced
+    /// tangent: the double count seed 004's guard exists to prevent. It
+    /// cannot be written in rule-file syntax (the catalogue refuses an
+    /// all_reduce that starts from R), so the checker builds it.
+    ReduceAgain,
+}
+
+/// One forward-mode rule of a seed system.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JvpRow {
+    pub id: String,
+    pub system: String,
+    /// The seed's rule, briefly.
+    pub rule: String,
+    pub op: JvpOp,
+    pub inputs: Vec<String>,
+    pub output: String,
+    pub jvp: String,
+    /// `None`: sound.
+    pub expect: Option<Property>,
+    pub twin: WrongJvp,
+}
+
+/// The systems, in the order their tables are read.
+pub const SYSTEMS: &[&str] = &["spmd_types", "jax", "dtensor", "ltensor", "nabla"];
+
+/// Each system's table file, as compiled in.
+pub const TABLES: &[(&str, &str)] = &[
+    ("spmd_types", include_str!("../tables/spmd_types.toml")),
+    ("jax", include_str!("../tables/jax.toml")),
+    ("dtensor", include_str!("../tables/dtensor.toml")),
+    ("ltensor", include_str!("../tables/ltensor.toml")),
+    ("nabla", include_str!("../tables/nabla.toml")),
+];
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    rule: Vec<RawRule>,
+    #[serde(default)]
+    jvp: Vec<RawJvp>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Expr {
+    expr: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTwin {
+    op: Expr,
+    inputs: Vec<String>,
+    output: String,
+    fails: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRule {
+    name: String,
+    dialect: Dialect,
+    seed_rule: String,
+    op: Expr,
+    inputs: Vec<String>,
+    output: String,
+    claim: Claim,
+    expect: String,
+    twin: Option<RawTwin>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWrong {
+    jvp: Option<String>,
+    #[serde(default)]
+    reduce_again: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawJvp {
+    name: String,
+    seed_rule: String,
+    op: Option<Expr>,
+    forward: Option<String>,
+    inputs: Vec<String>,
+    output: String,
+    jvp: String,
+    expect: String,
+    twin: RawWrong,
+}
+
+/// A property by its code (`F1` … `T1`).
+pub fn property(code: &str) -> Result<Property, String> {
+    use Property::*;
+    Ok(match code {
+        "F1" => F1,
+        "F2" => F2,
+        "F3" => F3,
+        "B1" => B1,
+        "B2" => B2,
+        "B3" => B3,
+        "J1" => J1,
+        "T1" => T1,
+        _ => return Err(format!("unknown property `{code}`")),
+    })
+}
+
+/// `sound` or the code of the property expected to fail.
+fn expect(text: &str) -> Result<Option<Property>, String> {
+    if text == "sound" {
+        Ok(None)
+    } else {
+        property(text).map(Some)
+    }
+}
+
+/// Parse one system's table file.
+pub fn parse_table(system: &str, text: &str) -> Result<(Vec<SeedRule>, Vec<JvpRow>), String> {
+    let f: File = toml::from_str(text).map_err(|e| format!("tables/{system}.toml: {e}"))?;
+    let at = |name: &str, e: String| format!("tables/{system}.toml, `{name}`: {e}");
+    let mut rules = Vec::new();
+    for r in f.rule {
+        let twin = match r.twin {
+            Some(t) => Some(Twin {
+                op: t.op.expr,
+                inputs: t.inputs,
+                output: t.output,
+                fails: property(&t.fails).map_err(|e| at(&r.name, e))?,
+            }),
+            None => None,
+        };
+        rules.push(SeedRule {
+            expect: expect(&r.expect).map_err(|e| at(&r.name, e))?,
+            id: r.name,
+            system: system.to_string(),
+            dialect: r.dialect,
+            rule: r.seed_rule,
+            op: r.op.expr,
+            inputs: r.inputs,
+            output: r.output,
+            claim: r.claim,
+            twin,
+        });
+    }
+    let mut jvps = Vec::new();
+    for j in f.jvp {
+        let op = match (j.op, j.forward) {
+            (Some(e), None) => JvpOp::Local(e.expr),
+            (None, Some(c)) => JvpOp::Collective(c),
+            _ => return Err(at(&j.name, "give exactly one of `op` and `forward`".into())),
+        };
+        let twin = match (j.twin.jvp, j.twin.reduce_again) {
+            (Some(t), false) => WrongJvp::Text(t),
+            (None, true) => WrongJvp::ReduceAgain,
+            _ => {
+                return Err(at(
+                    &j.name,
+                    "a twin is either `jvp = ...` or `reduce_again = true`".into(),
+                ))
+            }
+        };
+        jvps.push(JvpRow {
+            expect: expect(&j.expect).map_err(|e| at(&j.name, e))?,
+            id: j.name,
+            system: system.to_string(),
+            rule: j.seed_rule,
+            op,
+            inputs: j.inputs,
+            output: j.output,
+            jvp: j.jvp,
+            twin,
+        });
+    }
+    Ok((rules, jvps))
+}
+
+fn all() -> &'static (Vec<SeedRule>, Vec<JvpRow>) {
+    static ALL: OnceLock<(Vec<SeedRule>, Vec<JvpRow>)> = OnceLock::new();
+    ALL.get_or_init(|| {
+        let mut rules = Vec::new();
+        let mut jvps = Vec::new();
+        for (system, text) in TABLES {
+            // The tables are compiled in and checked by the tests: a parse
+            // error here is a bug in this crate, not bad user input.
+            let (r, j) = parse_table(system, text).expect("compiled-in seed table");
+            rules.extend(r);
+            jvps.extend(j);
+        }
+        (rules, jvps)
+    })
+}
+
+/// Every system's local-op typing rows, system by system.
+pub fn seed_rules() -> &'static [SeedRule] {
+    &all().0
+}
+
+/// Every system's declared JVP rows.
+pub fn jvp_rows() -> &'static [JvpRow] {
+    &all().1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_table_parses_and_names_are_unique() {
+        let mut names: Vec<&str> = seed_rules().iter().map(|r| r.id.as_str()).collect();
+        names.extend(jvp_rows().iter().map(|r| r.id.as_str()));
+        let n = names.len();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), n, "duplicate row names");
+    }
+
+    #[test]
+    fn a_bad_property_is_an_error() {
+        let t = "[[jvp]]\nname = \"a\"\nseed_rule = \"\"\nforward = \"psum\"\ninputs = [\"V\"]\noutput = \"I\"\njvp = \"psum\"\nexpect = \"F9\"\ntwin = { reduce_again = true }\n";
+        assert!(parse_table("x", t).unwrap_err().contains("F9"));
+    }
+}

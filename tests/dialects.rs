@@ -1,0 +1,384 @@
+//! The seed systems as dialects (SPEC.md §15): each system's typing function
+//! on rows whose answer its seed states, the classification against the
+//! oracle on a case per class, and a deliberately wrong typing function that
+//! the classification must catch.
+
+mod common;
+
+use spmd_check::derive::{classify_rows, derive, DerivedRow};
+use spmd_check::dialects::tables::{jvp_rows, seed_rules, SYSTEMS as TABLE_SYSTEMS};
+use spmd_check::dialects::{
+    classify_outcome, dtensor, jax, ltensor, nabla, spmd_types, system, Class, OpClass, Outcome,
+    System, SYSTEMS,
+};
+use spmd_check::generators::Scope;
+use spmd_check::interp::builtin;
+use spmd_check::semantics::State::{
+    self, Invariant as I, Partial as P, Reduced as R, Varying as V,
+};
+
+/// One-axis input types.
+fn one(states: &[State]) -> Vec<Vec<State>> {
+    states.iter().map(|&s| vec![s]).collect()
+}
+
+/// An inferred output and its casts as (name, input, to).
+type Inferred = (Vec<State>, Vec<(&'static str, usize, State)>);
+
+fn infers(o: &Outcome) -> Option<Inferred> {
+    match o {
+        Outcome::Infers { output, casts } => Some((
+            output.clone(),
+            casts.iter().map(|c| (c.name, c.input, c.to)).collect(),
+        )),
+        _ => None,
+    }
+}
+
+// ---- the tables ----
+
+/// No row was lost moving the tables to TOML: the counts per system that
+/// the Rust consts had (spmd_types 32, jax 5, dtensor 3, ltensor 3, nabla 10
+/// local-op rows; jax 1 and nabla 4 JVP rows).
+#[test]
+fn seed_tables_keep_their_row_counts() {
+    let count = |s: &str| seed_rules().iter().filter(|r| r.system == s).count();
+    let jcount = |s: &str| jvp_rows().iter().filter(|r| r.system == s).count();
+    let got: Vec<(usize, usize)> = TABLE_SYSTEMS
+        .iter()
+        .map(|s| (count(s), jcount(s)))
+        .collect();
+    assert_eq!(got, vec![(32, 0), (5, 1), (3, 0), (3, 0), (10, 4)]);
+    assert_eq!(seed_rules().len(), 53);
+    assert_eq!(jvp_rows().len(), 5);
+}
+
+#[test]
+fn every_system_has_a_table_and_a_typing_function() {
+    let names: Vec<&str> = SYSTEMS.iter().map(|s| s.name).collect();
+    assert_eq!(names, TABLE_SYSTEMS);
+    assert!(system("jax").is_ok());
+    assert!(system("torch").is_err_and(|e| e.contains("unknown dialect")));
+}
+
+// ---- each system's typing function, on what its seed says ----
+
+/// Seed 003: "op(Replicate..) -> Replicate", "op(Varying..) -> Varying",
+/// "op(Replicate, Varying) -> Varying", "Partial + Partial -> Partial",
+/// "linear_op(Partial) -> Partial", "Partial * Partial is forbidden",
+/// "Invariant not allowed to mix with other types".
+#[test]
+fn spmd_types_follows_seed_003() {
+    let t = spmd_types::typing;
+    assert_eq!(t(OpClass::Mul, &one(&[R, R])), Outcome::infers(vec![R]));
+    assert_eq!(t(OpClass::Nonlinear, &one(&[V])), Outcome::infers(vec![V]));
+    assert_eq!(t(OpClass::Matmul, &one(&[R, V])), Outcome::infers(vec![V]));
+    assert_eq!(t(OpClass::Add, &one(&[P, P])), Outcome::infers(vec![P]));
+    assert_eq!(t(OpClass::Sum, &one(&[P])), Outcome::infers(vec![P]));
+    assert_eq!(t(OpClass::Mul, &one(&[I, I])), Outcome::infers(vec![I]));
+    assert!(
+        matches!(t(OpClass::Mul, &one(&[P, P])), Outcome::Error(e) if e.contains("Partial * Partial"))
+    );
+    assert!(matches!(t(OpClass::Add, &one(&[I, V])), Outcome::Error(e) if e.contains("Invariant")));
+    assert!(matches!(
+        t(OpClass::Nonlinear, &one(&[P])),
+        Outcome::Error(_)
+    ));
+    // Two axes, each typed by its own rule.
+    assert_eq!(
+        t(OpClass::Add, &[vec![V, P], vec![V, P]]),
+        Outcome::infers(vec![V, P])
+    );
+}
+
+/// Seed 000: unary ops copy `reduced`; n-ary ops need equal non-empty
+/// `reduced` sets ("x{R:a} + y{R:b} → ERROR"); dot_general does not
+/// propagate; `pvary` marks an Invariant operand Varying.
+#[test]
+fn jax_follows_seed_000() {
+    let t = jax::typing;
+    assert_eq!(t(OpClass::Nonlinear, &one(&[R])), Outcome::infers(vec![R]));
+    assert_eq!(t(OpClass::Add, &one(&[R, R])), Outcome::infers(vec![R]));
+    assert_eq!(t(OpClass::Add, &one(&[R, I])), Outcome::infers(vec![R]));
+    assert_eq!(t(OpClass::Matmul, &one(&[R, R])), Outcome::infers(vec![I]));
+    assert!(matches!(
+        t(OpClass::Add, &[vec![R, I], vec![I, R]]),
+        Outcome::Error(e) if e.contains("same reduced axes")
+    ));
+    assert!(
+        matches!(t(OpClass::Max, &one(&[R])), Outcome::Error(e) if e.contains("NotImplementedError"))
+    );
+    assert_eq!(
+        infers(&t(OpClass::Add, &one(&[I, V]))),
+        Some((vec![V], vec![(jax::PVARY, 0, V)]))
+    );
+    // The seed says nothing of local ops on Unreduced.
+    assert!(matches!(
+        t(OpClass::Add, &one(&[P, P])),
+        Outcome::Unknown(_)
+    ));
+}
+
+/// Seed 001, DTensor: "If any input has Reduced on a mesh dim, output gets
+/// Reduced on that dim"; Shard and Partial follow rules the seed does not
+/// state.
+#[test]
+fn dtensor_follows_seed_001() {
+    let t = dtensor::typing;
+    assert_eq!(t(OpClass::Mul, &one(&[I, R])), Outcome::infers(vec![R]));
+    assert_eq!(t(OpClass::Matmul, &one(&[R, R])), Outcome::infers(vec![R]));
+    assert_eq!(t(OpClass::Neg, &one(&[I])), Outcome::infers(vec![I]));
+    assert!(matches!(
+        t(OpClass::Mul, &one(&[V, I])),
+        Outcome::Unknown(_)
+    ));
+}
+
+/// Seed 001, LTensor: variant dims by union, reduced dims by intersection,
+/// `mark_varying` inserted; no Partial.
+#[test]
+fn ltensor_follows_seed_001() {
+    let t = ltensor::typing;
+    assert_eq!(t(OpClass::Add, &one(&[R, R])), Outcome::infers(vec![R]));
+    assert_eq!(t(OpClass::Add, &one(&[R, I])), Outcome::infers(vec![I]));
+    assert_eq!(
+        infers(&t(OpClass::Mul, &one(&[V, I]))),
+        Some((vec![V], vec![(ltensor::MARK_VARYING, 1, V)]))
+    );
+    assert!(matches!(
+        t(OpClass::Add, &one(&[P, P])),
+        Outcome::Unknown(_)
+    ));
+}
+
+/// Seed 004: slice and gather defer the pending sum; concatenate defers
+/// only when every input is partial; nonlinear ops and narrowing casts
+/// force the reduction (an inserted all_reduce).
+#[test]
+fn nabla_follows_seeds_002_and_004() {
+    let t = nabla::typing;
+    assert_eq!(t(OpClass::View, &one(&[P])), Outcome::infers(vec![P]));
+    assert_eq!(t(OpClass::Concat, &one(&[P, P])), Outcome::infers(vec![P]));
+    assert_eq!(
+        infers(&t(OpClass::Concat, &one(&[P, I]))),
+        Some((vec![I], vec![(nabla::ALL_REDUCE, 0, I)]))
+    );
+    assert_eq!(
+        infers(&t(OpClass::NarrowingCast, &one(&[P]))),
+        Some((vec![I], vec![(nabla::ALL_REDUCE, 0, I)]))
+    );
+    assert_eq!(
+        infers(&t(OpClass::Nonlinear, &one(&[P]))),
+        Some((vec![I], vec![(nabla::ALL_REDUCE, 0, I)]))
+    );
+    assert_eq!(t(OpClass::Mul, &one(&[V, I])), Outcome::infers(vec![V]));
+    assert!(matches!(
+        t(OpClass::Division, &one(&[P, I])),
+        Outcome::Unknown(_)
+    ));
+    assert!(matches!(
+        t(OpClass::Add, &one(&[R, R])),
+        Outcome::Unknown(_)
+    ));
+}
+
+// ---- the classification, computed by the oracle ----
+
+fn derived(op: &str) -> Vec<DerivedRow> {
+    derive(&builtin(op).unwrap(), &Scope::default(), &|_| {}).expect("derives")
+}
+
+fn class_of(rows: &[DerivedRow], sys: &System, op: OpClass, ins: &[State], out: State) -> Class {
+    let rs = classify_rows(rows, sys, op).expect("one-axis rows");
+    rs.into_iter()
+        .find(|r| {
+            r.row.op.output.states[0] == out
+                && r.row
+                    .op
+                    .inputs
+                    .iter()
+                    .map(|t| t.states[0])
+                    .eq(ins.iter().copied())
+        })
+        .expect("the typing is derived")
+        .class
+}
+
+#[test]
+fn one_case_per_class() {
+    let add = derived("add");
+    let mul = derived("mul");
+    // JAX accepts I + V by inserting pvary; V + V -> V is sound.
+    assert_eq!(
+        class_of(&add, &jax::SYSTEM, OpClass::Add, &[I, V], V),
+        Class::Agrees
+    );
+    // Seed 003 rejects P * P and the oracle finds it unsound.
+    assert_eq!(
+        class_of(&mul, &spmd_types::SYSTEM, OpClass::Mul, &[P, P], P),
+        Class::Agrees
+    );
+    // JAX's n-ary rule skips an input without `reduced`: I * R -> R, which
+    // fails B1.
+    assert!(matches!(
+        class_of(&mul, &jax::SYSTEM, OpClass::Mul, &[I, R], R),
+        Class::UnsoundAcceptance(c) if c.starts_with("B1")
+    ));
+    // Seed 003 reads "multilinear operations can accept ... Partial
+    // arguments" for one Partial factor: R * P -> P, sound.
+    assert_eq!(
+        class_of(&mul, &spmd_types::SYSTEM, OpClass::Mul, &[R, P], P),
+        Class::Agrees
+    );
+    // JAX's reduce_max has no reduced rule (NotImplementedError), yet
+    // max(x, 0) on Reduced data is sound.
+    let max = derived("max");
+    assert_eq!(
+        class_of(&max, &jax::SYSTEM, OpClass::Max, &[R], R),
+        Class::SoundRejection
+    );
+    // R * R -> V is sound too, but seed 003 infers R.
+    assert_eq!(
+        class_of(&mul, &spmd_types::SYSTEM, OpClass::Mul, &[R, R], V),
+        Class::PermissivenessGap
+    );
+    // JAX's seed is silent on Unreduced.
+    assert!(matches!(
+        class_of(&mul, &jax::SYSTEM, OpClass::Mul, &[P, I], P),
+        Class::Unknown(_)
+    ));
+}
+
+/// A deliberately wrong typing function: Partial in, Partial out, for any
+/// op (seed 003's "multilinear" sentence read literally for mul).
+fn wrong(_: OpClass, inputs: &[Vec<State>]) -> Outcome {
+    if inputs.iter().all(|t| t == &vec![P]) {
+        Outcome::infers(vec![P])
+    } else {
+        Outcome::Error("not this one".into())
+    }
+}
+
+const WRONG: System = System {
+    name: "wrong",
+    dialect: spmd_check::semantics::Dialect::Canonical,
+    seeds: "none",
+    typing: wrong,
+};
+
+/// The negative twin: the classifier must call P * P -> P an unsound
+/// acceptance, with the oracle's F2 counterexample; the same function on
+/// add agrees (P + P -> P is sound), so the class is computed.
+#[test]
+fn a_wrong_typing_function_is_caught() {
+    let mul = derived("mul");
+    match class_of(&mul, &WRONG, OpClass::Mul, &[P, P], P) {
+        Class::UnsoundAcceptance(c) => assert!(c.starts_with("F2"), "{c}"),
+        c => panic!("P * P -> P classified {c:?}"),
+    }
+    let add = derived("add");
+    assert_eq!(
+        class_of(&add, &WRONG, OpClass::Add, &[P, P], P),
+        Class::Agrees
+    );
+}
+
+/// Without a verdict, or with an inconclusive one, the class says so.
+#[test]
+fn no_verdict_is_unknown() {
+    let o = Outcome::infers(vec![V]);
+    assert!(matches!(
+        classify_outcome(&o, &[V], V, &|_, _| None),
+        Class::Unknown(_)
+    ));
+}
+
+// ---- the command line ----
+
+#[test]
+fn derive_mul_under_every_dialect() {
+    for sys in TABLE_SYSTEMS {
+        let (code, out, err) = common::run(&["derive", "mul", "--dialect", sys]);
+        assert_eq!(code, 0, "{sys}: {err}");
+        let last = out.lines().last().unwrap_or_default();
+        assert!(last.starts_with("64 typings: "), "{sys}: {last}");
+        // The counts add up to the typings.
+        let total: usize = last
+            .trim_start_matches("64 typings: ")
+            .split(", ")
+            .map(|p| p.split(' ').next().unwrap().parse::<usize>().unwrap())
+            .sum();
+        assert_eq!(total, 64, "{sys}: {last}");
+    }
+    let (_, out, _) = common::run(&["derive", "mul", "--dialect", "spmd_types"]);
+    assert!(
+        out.contains("P, P -> P")
+            && out.contains("error: mesh axis 0: Partial * Partial is forbidden"),
+        "{out}"
+    );
+}
+
+#[test]
+fn derive_dialect_json_has_a_class_per_row() {
+    let (code, out, err) = common::run(&["derive", "add", "--dialect", "jax", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let rows = v.as_array().expect("array");
+    assert_eq!(rows.len(), 64);
+    let iv = rows
+        .iter()
+        .find(|r| r["inputs"] == serde_json::json!(["I", "V"]) && r["output"] == "V")
+        .expect("I, V -> V");
+    assert_eq!(iv["class"], "agrees");
+    assert_eq!(iv["system_does"]["casts"][0]["name"], "pvary");
+}
+
+#[test]
+fn derive_dialect_refuses_what_it_cannot_classify() {
+    for args in [
+        &["derive", "--expr", "x * y", "--dialect", "jax"][..],
+        &["derive", "mul", "--global", "--dialect", "jax"][..],
+        &["derive", "mul", "--dialect", "torch"][..],
+    ] {
+        let (code, _, err) = common::run(args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+    }
+}
+
+/// Each typing function against its own seed table: the rows whose claim it
+/// does not reproduce, pinned. Each is a seed (or the table's reading of
+/// it) at odds with itself:
+/// - `st_multilinear_mul`: seed 003's "multilinear operations can accept
+///   multiple Partial arguments" read literally allows P * P, which
+///   "Partial * Partial is forbidden" (`st_pp_mul`) rules out; the typing
+///   function follows the explicit prohibition.
+/// - `st_gap_rep_times_part`: the table lists R * P -> P as unlisted, yet
+///   allows it on the tp axis of `st_2d_mul_rp`; the typing function allows
+///   it (one Partial factor of a multilinear op).
+/// - `dtensor_fsdp_inputs_disagree`: seed 001's FSDP example says `x @ w`
+///   with only `w` Reduced is not Reduced, while its code and table say
+///   any Reduced input makes the output Reduced.
+#[test]
+fn typing_functions_against_their_tables() {
+    use spmd_check::conform::typing_of_row;
+    let mut differ = Vec::new();
+    let mut typed = 0;
+    for r in seed_rules() {
+        if let Some(t) = typing_of_row(r) {
+            typed += 1;
+            if t.matches_claim == Some(false) {
+                differ.push(r.id.as_str());
+            }
+        }
+    }
+    assert!(typed >= 25, "{typed} rows typed");
+    assert_eq!(
+        differ,
+        [
+            "st_multilinear_mul",
+            "st_gap_rep_times_part",
+            "dtensor_fsdp_inputs_disagree"
+        ]
+    );
+}
