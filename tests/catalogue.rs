@@ -706,3 +706,67 @@ fn bad_parameters_exit_2_with_one_line() {
         assert!(err.contains("bad") && err.contains(":3:"), "{call}: {err}");
     }
 }
+
+/// JAX's own spellings (SPEC.md §10.1): `all_gather(axis=0)` names a tensor
+/// dim, `perm` may be (source, destination) pairs, `pcast(to=...)` and
+/// `pbroadcast` are casts, `all_to_all(tiled=True)`; each builds the same
+/// collective as the catalogue's spelling, and what is not in the
+/// catalogue (pmax, axis_index, untiled all_to_all) is refused by name.
+#[test]
+fn jax_spellings_build_the_same_collectives() {
+    use spmd_interp::catalogue::collective;
+    use spmd_semantics::State::*;
+    let axes = vec!["x".to_string()];
+    let same = |a: &str, b: &str, src, dst| {
+        let x = collective(a, &[src], &[dst], &axes).unwrap_or_else(|e| panic!("{a}: {e}"));
+        let y = collective(b, &[src], &[dst], &axes).unwrap_or_else(|e| panic!("{b}: {e}"));
+        assert_eq!(x.kind, y.kind, "{a} vs {b}");
+    };
+    same(
+        "all_gather(axis=1, tiled=True)",
+        "all_gather(dim=1)",
+        Varying,
+        Reduced,
+    );
+    same(
+        "all_gather(axis='x', tiled=True)",
+        "all_gather(dim=0)",
+        Varying,
+        Reduced,
+    );
+    same(
+        "all_to_all(split_axis=1, concat_axis=0, tiled=True)",
+        "all_to_all(split=1, concat=0)",
+        Varying,
+        Varying,
+    );
+    same(
+        "ppermute(perm=[(0, 1), (1, 0)])",
+        "ppermute(perm=[1, 0])",
+        Varying,
+        Varying,
+    );
+    same(
+        "ppermute(perm=[(0, 1)])",
+        "ppermute(perm=[1, _])",
+        Varying,
+        Varying,
+    );
+    same("pcast(to='varying')", "pvary", Invariant, Varying);
+    same("pbroadcast", "pvary", Invariant, Varying);
+    // Twins: a pcast whose `to` contradicts the destination, and what the
+    // catalogue does not have.
+    assert!(collective("pcast(to='reduced')", &[Invariant], &[Varying], &axes).is_err());
+    for (text, want) in [
+        ("pmax", "not linear"),
+        ("axis_index", "no operand"),
+        (
+            "all_to_all(split_axis=0, concat_axis=0, tiled=False)",
+            "untiled",
+        ),
+        ("ppermute(perm=[(0, 1), (0, 1)])", "two destinations"),
+    ] {
+        let e = collective(text, &[Varying], &[Varying], &axes).unwrap_err();
+        assert!(e.contains(want), "{text}: {e}");
+    }
+}

@@ -23,6 +23,9 @@ pub const NAMES: &[(&str, &str)] = &[
     ("all_to_all", "all_to_all"),
     ("reinterpret", "cast"),
     ("pvary", "cast"),
+    // JAX's older name for pvary, and its generic cast `pcast(to=...)`.
+    ("pbroadcast", "cast"),
+    ("pcast", "cast"),
     ("preduced", "cast"),
     ("vary_unreduced_cast", "cast"),
     ("reduced_vary_cast", "cast"),
@@ -111,6 +114,46 @@ fn list<'a>(name: &str, k: &str, v: &'a str) -> Result<Vec<&'a str>, String> {
     Ok(inner.split(',').map(str::trim).collect())
 }
 
+/// `[(0, 1), (1, 0)]`: JAX's permutation as (source, destination) pairs,
+/// turned into `perm[source] = destination` over members 0..=max index.
+fn perm_pairs(name: &str, v: &str) -> Result<Vec<Option<usize>>, String> {
+    let inner = v
+        .trim()
+        .strip_prefix('[')
+        .and_then(|r| r.strip_suffix(']'))
+        .ok_or_else(|| format!("{name}: `perm` takes a list `[...]`, got `{}`", v.trim()))?;
+    let mut pairs = Vec::new();
+    let mut rest = inner.trim();
+    while !rest.is_empty() {
+        let body = rest
+            .strip_prefix('(')
+            .and_then(|r| r.split_once(')'))
+            .ok_or_else(|| format!("{name}: `perm` pairs are written `(source, destination)`"))?;
+        let (a, b) = body
+            .0
+            .split_once(',')
+            .ok_or_else(|| format!("{name}: `({})` is not a pair", body.0))?;
+        let num = |x: &str| {
+            x.trim()
+                .parse::<usize>()
+                .map_err(|_| format!("{name}: `perm` pair entry `{}` is not a rank", x.trim()))
+        };
+        pairs.push((num(a)?, num(b)?));
+        rest = body.1.trim().trim_start_matches(',').trim();
+    }
+    let n = pairs.iter().map(|&(a, b)| a.max(b) + 1).max().unwrap_or(0);
+    if n > 4096 {
+        return Err(format!("{name}: `perm` names rank {}", n - 1));
+    }
+    let mut perm = vec![None; n];
+    for (a, b) in pairs {
+        if perm[a].replace(b).is_some() {
+            return Err(format!("{name}: member {a} is given two destinations"));
+        }
+    }
+    Ok(perm)
+}
+
 fn parse_args(name: &str, body: &str) -> Result<Args, String> {
     let mut a = Args::default();
     let parts = split_top(body).map_err(|e| format!("{name}: {e}"))?;
@@ -162,6 +205,13 @@ fn parse_args(name: &str, body: &str) -> Result<Args, String> {
                         // JAX's `tiled=True` concatenates: the opposite of stacking.
                         a.stack = Some(if k == "tiled" { !b } else { b });
                     }
+                    "perm" if v.contains('(') => {
+                        // JAX's form: (source, destination) pairs; members
+                        // that send nothing are absent. The group is taken
+                        // to be members 0 to the largest index named.
+                        once("perm", a.perm.is_some())?;
+                        a.perm = Some(perm_pairs(name, v)?);
+                    }
                     "perm" => {
                         once("perm", a.perm.is_some())?;
                         let perm = list(name, k, v)?
@@ -175,6 +225,29 @@ fn parse_args(name: &str, body: &str) -> Result<Args, String> {
                             })
                             .collect::<Result<Vec<_>, _>>()?;
                         a.perm = Some(perm);
+                    }
+                    // JAX's `axis=` of all_gather is the tensor dim; a mesh
+                    // axis is a name, never a number.
+                    "axis" if v.trim().parse::<usize>().is_ok() => {
+                        once("dim", a.dim.is_some())?;
+                        a.dim = Some(uint(k, v)?);
+                    }
+                    "to" => {
+                        let st = match v.trim().trim_matches(['\'', '"']) {
+                            "varying" | "Varying" => "V",
+                            "reduced" | "Reduced" => "R",
+                            "unreduced" | "Unreduced" => "P",
+                            "invariant" | "Invariant" => "I",
+                            o => {
+                                return Err(format!(
+                                    "{name}: `to` is varying, reduced, unreduced or invariant, got `{o}`"
+                                ))
+                            }
+                        };
+                        if !a.states.is_empty() {
+                            return Err(format!("{name}: `to` and a state argument both given"));
+                        }
+                        a.states.push(st.to_string());
                     }
                     "axis" | "axes" | "mesh_axis" | "axis_name" => {
                         once("axis", a.axes.is_some())?;
@@ -306,11 +379,17 @@ pub fn collective_typed(
         .iter()
         .find(|(n, _)| *n == name)
         .map(|(_, f)| *f)
-        .ok_or_else(|| {
-            format!(
+        .ok_or_else(|| match name {
+            "pmax" | "pmin" => format!(
+                "`{name}` reduces by max or min, which is not linear: it is not a collective of this catalogue (its denotation needs a Partial(max) state)"
+            ),
+            "axis_index" => {
+                "`axis_index` takes no operand: give each rank's index as a Varying input's per-rank values instead".to_string()
+            }
+            _ => format!(
                 "unknown collective `{name}` (known: {})",
                 NAMES.iter().map(|n| n.0).collect::<Vec<_>>().join(", ")
-            )
+            ),
         })?;
     let (src, dst) = (&src_t.states[..], &dst_t.states[..]);
     if src.len() != dst.len() || src.is_empty() {
@@ -320,7 +399,21 @@ pub fn collective_typed(
             dst.len()
         ));
     }
-    let a = parse_args(name, body)?;
+    let mut a = parse_args(name, body)?;
+    if family == "all_to_all" {
+        // JAX's all_to_all(tiled=True) concatenates, as this catalogue's
+        // does; the untiled form makes a new axis, which it does not.
+        match a.stack {
+            Some(false) => a.stack = None,
+            Some(true) => return Err(format!(
+                "{name}: the untiled (stacking) all_to_all is not in the catalogue; use tiled=True"
+            )),
+            None => {}
+        }
+    }
+    if name == "pcast" && a.states.is_empty() {
+        return Err("pcast: give its destination, e.g. pcast(to='varying')".into());
+    }
     if let Some(p) = a.given().into_iter().find(|p| !takes(family).contains(p)) {
         let ok = takes(family);
         return Err(format!(
