@@ -73,6 +73,34 @@ pub struct CaseResult {
     pub class: Class,
     /// What was compared, in a few words.
     pub note: String,
+    /// The system's dialect typing function (`spmd_dialects`) beside what
+    /// the real system did, for a typing case it can be asked about.
+    pub dialect: Option<DialectCheck>,
+}
+
+/// A typing case run through the system's dialect typing function and
+/// compared with the real outcome: accepted or refused, the output state,
+/// and the casts inserted (by name, in order of appearance).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DialectCheck {
+    /// What the dialect does, in the words the real outcome is put in.
+    pub ours: String,
+    /// What the real system did.
+    pub real: String,
+}
+
+impl DialectCheck {
+    pub fn matches(&self) -> bool {
+        self.ours == self.real
+    }
+    /// `dialect: matches`, or `dialect: differs (ours ..., real ...)`.
+    pub fn line(&self) -> String {
+        if self.matches() {
+            "dialect: matches".into()
+        } else {
+            format!("dialect: differs (ours {}, real {})", self.ours, self.real)
+        }
+    }
 }
 
 /// The fixtures directory of this checkout.
@@ -108,7 +136,15 @@ pub fn run(dir: &str) -> Result<Vec<CaseResult>, UsageError> {
             .filter(|c| c["kind"] != "op_linearity")
             .map(|c| {
                 let id = c["id"].as_str().unwrap_or("?").to_string();
-                let (class, note) = classify(&system, c);
+                let (class, mut note) = classify(&system, c);
+                let dialect = dialect_check(&system, c);
+                if let Some(d) = &dialect {
+                    note = if note.is_empty() {
+                        d.line()
+                    } else {
+                        format!("{note}; {}", d.line())
+                    };
+                }
                 CaseResult {
                     file: name.clone(),
                     system: system.clone(),
@@ -116,6 +152,7 @@ pub fn run(dir: &str) -> Result<Vec<CaseResult>, UsageError> {
                     id,
                     class,
                     note,
+                    dialect,
                 }
             })
             .collect();
@@ -740,5 +777,260 @@ fn jax_typing_with_backward(
     Some(match oracle(&rep.rule) {
         Ok(()) => (Class::Agree, note),
         Err(v) => (Class::RealDefect(v), note),
+    })
+}
+
+// ---- the dialect typing functions against the real systems ----
+
+/// Run a typing case through its system's dialect typing function
+/// (`spmd_dialects::jax` or `spmd_dialects::spmd_types`) and put both
+/// outcomes in the same words. `None` for a case that is no typing case of
+/// those systems, or whose op has no class.
+pub fn dialect_check(system: &str, c: &Value) -> Option<DialectCheck> {
+    if c["kind"] != "typing" {
+        return None;
+    }
+    match system {
+        "jax" => jax_dialect(c),
+        "spmd_types" => spmd_types_dialect(c),
+        _ => None,
+    }
+}
+
+/// An outcome in words: `refused`, `unknown (...)`, or `accepted -> OUT`
+/// with ` after CAST, ...` when casts were inserted.
+fn outcome_words(
+    o: &spmd_dialects::Outcome,
+    name: &dyn Fn(spmd_semantics::State) -> String,
+) -> String {
+    use spmd_dialects::Outcome;
+    match o {
+        Outcome::Error(_) => "refused".into(),
+        Outcome::Unknown(r) => format!("unknown ({r})"),
+        Outcome::Infers { output, casts } => {
+            let out: Vec<String> = output.iter().map(|&s| name(s)).collect();
+            let casts: Vec<&str> = casts.iter().map(|c| c.name).collect();
+            accepted_words(&out.join(", "), &casts)
+        }
+    }
+}
+
+fn accepted_words(out: &str, casts: &[&str]) -> String {
+    if casts.is_empty() {
+        format!("accepted -> {out}")
+    } else {
+        format!("accepted -> {out} after {}", casts.join(", "))
+    }
+}
+
+/// A recorded JAX typing case: the op as an op class, its operands (the
+/// Python scalar of `2.0 * a` an operand of its own), and the real outcome
+/// with the inserted casts by name (`pvary[x]` is `pvary`,
+/// `reduced_vary_cast_p[x]` is `reduced_vary_cast`).
+fn jax_dialect(c: &Value) -> Option<DialectCheck> {
+    use spmd_dialects::{jax, OpClass, Operand};
+    let state = |s: &str| -> Option<spmd_semantics::State> {
+        spmd_semantics::Dialect::Jax
+            .parse_state(s)
+            .ok()
+            .map(|t| t.0)
+    };
+    let mut operands: Vec<Operand> = Vec::new();
+    for i in c["inputs"].as_array()? {
+        operands.push(Operand::tensor(vec![state(i["state"].as_str()?)?]));
+    }
+    let op = match c["op"].as_str()? {
+        "neg" => OpClass::Neg,
+        "abs" => OpClass::Nonlinear,
+        "sum" => OpClass::Sum,
+        "add" => OpClass::Add,
+        "sub" => OpClass::Sub,
+        "mul" => OpClass::Mul,
+        "div" => OpClass::Division,
+        "dot" => OpClass::Matmul,
+        // `2.0 * a`: a product whose first factor is a Python scalar.
+        "mul_const" => {
+            operands.insert(0, Operand::Scalar);
+            OpClass::Mul
+        }
+        _ => return None,
+    };
+    let ours = outcome_words(&jax::typing_operands(op, &operands), &|s| {
+        jax::SYSTEM.state_name(s)
+    });
+    let r = &c["real"];
+    let real = if r["accepted"] == true {
+        let casts: Vec<&str> = r["inserted"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let casts: Vec<&str> = casts
+            .iter()
+            .map(|p| {
+                let p = p.split('[').next().unwrap_or(p);
+                p.strip_suffix("_p").unwrap_or(p)
+            })
+            .collect();
+        accepted_words(r["output"]["state"].as_str()?, &casts)
+    } else {
+        "refused".into()
+    };
+    Some(DialectCheck { ours, real })
+}
+
+/// A recorded spmd_types typing case: an `infer_local_type_for_axis` case
+/// (LINEAR is add, or neg with one operand; MULTILINEAR is mul; NONLINEAR
+/// is a nonlinear elementwise op; `Scalar` a Python scalar; `no_grad` and
+/// `out_partial` as recorded), or a torch op under `typecheck()` (without
+/// `requires_grad`, or under `torch.no_grad()`, every operand is no_grad).
+fn spmd_types_dialect(c: &Value) -> Option<DialectCheck> {
+    use spmd_dialects::{spmd_types, OpClass, Operand};
+    let state = |s: &str| -> Option<spmd_semantics::State> {
+        spmd_semantics::Dialect::SpmdTypes
+            .parse_state(s)
+            .ok()
+            .map(|t| t.0)
+    };
+    let ins: Vec<&str> = c["inputs"]
+        .as_array()?
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let r = &c["real"];
+    let (op, flags, scalar, out_partial, real_out) = match c["source"].as_str()? {
+        "infer_local_type_for_axis" => {
+            let op = match c["op"].as_str()? {
+                "linearity=LINEAR" if ins.len() == 1 => OpClass::Neg,
+                "linearity=LINEAR" => OpClass::Add,
+                "linearity=MULTILINEAR" => OpClass::Mul,
+                "linearity=NONLINEAR" => OpClass::Nonlinear,
+                _ => return None,
+            };
+            let flags: Vec<bool> = match c["no_grad"].as_array() {
+                Some(a) => a.iter().map(|b| b == true).collect(),
+                None => vec![false; ins.len()],
+            };
+            let out = r["output"].as_str().map(String::from);
+            (op, flags, None, c["out_partial"] == true, out)
+        }
+        "torch" => {
+            let (op, scalar) = match c["op"].as_str()? {
+                "add" => (OpClass::Add, false),
+                "sub" => (OpClass::Sub, false),
+                "mul" => (OpClass::Mul, false),
+                "div" => (OpClass::Division, false),
+                "matmul" => (OpClass::Matmul, false),
+                "neg" => (OpClass::Neg, false),
+                "sum" => (OpClass::Sum, false),
+                "clone" => (OpClass::View, false),
+                "mul_scalar" => (OpClass::Mul, true),
+                "add_scalar" => (OpClass::Add, true),
+                // maximum, sin: not in the registry, NONLINEAR.
+                "maximum" | "sin" => (OpClass::Nonlinear, false),
+                _ => return None,
+            };
+            let ng = c["requires_grad"] != true || c["torch_no_grad"] == true;
+            let out = r["output"]
+                .as_object()
+                .and_then(|o| o.values().next())
+                .and_then(Value::as_str)
+                .map(String::from);
+            (op, vec![ng; ins.len()], Some(scalar), false, out)
+        }
+        _ => return None,
+    };
+    let mut operands = Vec::new();
+    for (k, s) in ins.iter().enumerate() {
+        operands.push(if *s == "Scalar" {
+            Operand::Scalar
+        } else {
+            Operand::Tensor {
+                types: vec![state(s)?],
+                no_grad: flags.get(k) == Some(&true),
+            }
+        });
+    }
+    if scalar == Some(true) {
+        operands.push(Operand::Scalar);
+    }
+    let axes: &[usize] = if out_partial { &[0] } else { &[] };
+    let o = if operands.iter().all(|o| *o == Operand::Scalar) {
+        // Scalars alone: the real per-axis function types an empty column
+        // of tensors; the dialect function needs the number of mesh axes.
+        spmd_types::typing_scalars(op, operands.len(), 1, axes)
+    } else {
+        spmd_types::typing_operands(op, &operands, axes)
+    };
+    let ours = outcome_words(&o, &|s| s.letter().to_string());
+    let real = if r["accepted"] == true {
+        accepted_words(&real_out?, &[])
+    } else {
+        "refused".into()
+    };
+    Some(DialectCheck { ours, real })
+}
+
+/// Per system and version: (system, version, cases the dialect matches,
+/// cases compared).
+pub fn dialect_counts(results: &[CaseResult]) -> Vec<(String, String, usize, usize)> {
+    let mut out: Vec<(String, String, usize, usize)> = Vec::new();
+    for r in results {
+        let Some(d) = &r.dialect else { continue };
+        let i = match out.iter().position(|g| g.0 == r.system && g.1 == r.version) {
+            Some(i) => i,
+            None => {
+                out.push((r.system.clone(), r.version.clone(), 0, 0));
+                out.len() - 1
+            }
+        };
+        out[i].3 += 1;
+        if d.matches() {
+            out[i].2 += 1;
+        }
+    }
+    out
+}
+
+/// The text section of `spmd-check fidelity`: per system "dialect matches
+/// real N of M", then every difference.
+pub fn dialect_text(results: &[CaseResult]) -> String {
+    let counts = dialect_counts(results);
+    if counts.is_empty() {
+        return String::new();
+    }
+    let mut s = String::from(
+        "\nthe dialect typing functions (dialects/src/<system>.rs) against the real systems:\n",
+    );
+    for (sys, ver, n, m) in &counts {
+        s.push_str(&format!(
+            "  {sys:<12} {ver:<14} dialect matches real {n} of {m}\n"
+        ));
+    }
+    let differ: Vec<&CaseResult> = results
+        .iter()
+        .filter(|r| r.dialect.as_ref().is_some_and(|d| !d.matches()))
+        .collect();
+    if !differ.is_empty() {
+        s.push_str(&format!("\ndialect differs ({}):\n", differ.len()));
+        for r in differ {
+            let d = r.dialect.as_ref().expect("filtered");
+            s.push_str(&format!("  {} {}: {}\n", r.system, r.id, d.line()));
+        }
+    }
+    s
+}
+
+/// The JSON of the same: per system the counts, and every difference.
+pub fn dialect_json(results: &[CaseResult]) -> Value {
+    serde_json::json!({
+        "systems": dialect_counts(results).iter().map(|(sys, ver, n, m)| serde_json::json!({
+            "system": sys, "version": ver, "dialect_matches_real": n, "compared": m,
+        })).collect::<Vec<_>>(),
+        "differences": results.iter().filter_map(|r| {
+            let d = r.dialect.as_ref()?;
+            (!d.matches()).then(|| serde_json::json!({
+                "system": r.system, "id": r.id, "ours": d.ours, "real": d.real,
+            }))
+        }).collect::<Vec<_>>(),
     })
 }

@@ -353,7 +353,9 @@ pub fn fidelity(results: &[crate::fidelity::CaseResult], json: bool, all: bool) 
             "cases": results.iter().map(|r| json!({
                 "file": r.file, "system": r.system, "version": r.version, "id": r.id,
                 "class": r.class.key(), "detail": r.class.detail(), "note": r.note,
+                "dialect": r.dialect.as_ref().map(|d| d.line()),
             })).collect::<Vec<_>>(),
+            "dialect": crate::fidelity::dialect_json(results),
         });
         return format!("{}\n", serde_json::to_string_pretty(&v).expect("json"));
     }
@@ -380,6 +382,7 @@ pub fn fidelity(results: &[crate::fidelity::CaseResult], json: bool, all: bool) 
             count(g, "not_expressible"),
         ));
     }
+    s.push_str(&crate::fidelity::dialect_text(results));
     for k in CLASSES.iter().filter(|k| all || **k != "agree") {
         let rows: Vec<_> = results.iter().filter(|r| r.class.key() == *k).collect();
         if rows.is_empty() {

@@ -115,6 +115,30 @@ pub struct Cast {
     pub to: State,
 }
 
+/// One operand of an op as a real library sees it (SPEC.md §16): a tensor
+/// with a state per mesh axis, which may be marked as taking no gradient
+/// (spmd_types' `no_grad`), or a Python scalar, which carries no type of its
+/// own (JAX reads it as Invariant; spmd_types as Replicate when alone).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Operand {
+    Tensor { types: Vec<State>, no_grad: bool },
+    Scalar,
+}
+
+impl Operand {
+    /// A tensor that takes a gradient.
+    pub fn tensor(types: Vec<State>) -> Operand {
+        Operand::Tensor {
+            types,
+            no_grad: false,
+        }
+    }
+    /// Plain tensors, one per input type.
+    pub fn tensors(inputs: &[Vec<State>]) -> Vec<Operand> {
+        inputs.iter().cloned().map(Operand::tensor).collect()
+    }
+}
+
 /// What a system's typing function does with one op and its input types.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
