@@ -91,19 +91,117 @@ fn spmd_types_follows_seed_003() {
     );
 }
 
-/// Seed 000: unary ops copy `reduced`; n-ary ops need equal non-empty
-/// `reduced` sets ("x{R:a} + y{R:b} → ERROR"); dot_general does not
-/// propagate; `pvary` marks an Invariant operand Varying.
+/// Where seed 003 is silent or says otherwise, the typing function follows
+/// the real spmd-types 0.3.1 (tests/fixtures/spmd_types_typing.json): Python
+/// scalars, `no_grad` operands, `out_partial_axes`, a lone Partial factor of
+/// a multilinear op, and division's nonlinear divisor.
 #[test]
-fn jax_follows_seed_000() {
+fn spmd_types_follows_the_real_library() {
+    use spmd_check::dialects::Operand::{self, Scalar};
+    let t = |op, ops: &[Operand], outp: &[usize]| spmd_types::typing_operands(op, ops, outp);
+    let ten = |s: State| Operand::tensor(vec![s]);
+    let ng = |s: State| Operand::Tensor {
+        types: vec![s],
+        no_grad: true,
+    };
+    // `linear_Scalar_Scalar` -> R; `nonlinear_Scalar_I` -> I.
+    assert_eq!(
+        spmd_types::typing_scalars(OpClass::Add, 2, 1, &[]),
+        Outcome::infers(vec![R])
+    );
+    assert_eq!(
+        t(OpClass::Nonlinear, &[Scalar, ten(I)], &[]),
+        Outcome::infers(vec![I])
+    );
+    // `linear_P_Scalar` refused (P + 3 is affine); `multilinear_P_Scalar` -> P.
+    assert!(matches!(
+        t(OpClass::Add, &[ten(P), Scalar], &[]),
+        Outcome::Error(_)
+    ));
+    assert_eq!(
+        t(OpClass::Mul, &[ten(P), Scalar], &[]),
+        Outcome::infers(vec![P])
+    );
+    // no_grad: `linear_R_I_nograd10` -> I, `linear_R_I_nograd01` -> R,
+    // `linear_I_V_nograd10` -> V, `linear_I_V_nograd01` refused.
+    assert_eq!(
+        t(OpClass::Add, &[ng(R), ten(I)], &[]),
+        Outcome::infers(vec![I])
+    );
+    assert_eq!(
+        t(OpClass::Add, &[ten(R), ng(I)], &[]),
+        Outcome::infers(vec![R])
+    );
+    assert_eq!(
+        t(OpClass::Add, &[ng(I), ten(V)], &[]),
+        Outcome::infers(vec![V])
+    );
+    assert!(matches!(
+        t(OpClass::Add, &[ten(I), ng(V)], &[]),
+        Outcome::Error(_)
+    ));
+    // out_partial: V -> P; R and I refused.
+    assert_eq!(
+        t(OpClass::Mul, &[ten(V), ten(R)], &[0]),
+        Outcome::infers(vec![P])
+    );
+    assert!(matches!(
+        t(OpClass::Add, &[ten(R)], &[0]),
+        Outcome::Error(_)
+    ));
+    assert!(matches!(
+        t(OpClass::Add, &[ten(I)], &[0]),
+        Outcome::Error(_)
+    ));
+    // P with V refused under every linearity.
+    for op in [OpClass::Add, OpClass::Mul, OpClass::Nonlinear] {
+        assert!(matches!(
+            spmd_types::typing(op, &one(&[P, V])),
+            Outcome::Error(_)
+        ));
+    }
+    // Seed 003 admits no lone Partial factor of mul ("only linear ops keep
+    // Partial"); the library's MULTILINEAR does (`multilinear_P`).
+    assert_eq!(
+        spmd_types::typing(OpClass::Mul, &one(&[P])),
+        Outcome::infers(vec![P])
+    );
+    // Division is MULTILINEAR with its divisor nonlinear:
+    // `torch_div_P_R_plain` -> P, `torch_div_R_P_plain` refused.
+    assert_eq!(
+        spmd_types::typing(OpClass::Division, &one(&[P, R])),
+        Outcome::infers(vec![P])
+    );
+    assert!(matches!(
+        spmd_types::typing(OpClass::Division, &one(&[R, P])),
+        Outcome::Error(_)
+    ));
+}
+
+/// Seed 000 where real JAX 0.10.2 agrees: unary ops copy `reduced`; equal
+/// `reduced` sets propagate; dot_general does not propagate; `pvary` marks
+/// an Invariant operand Varying. Where the seed and real JAX disagree, the
+/// function follows JAX (tests/fixtures/jax_typing.json), and the pins say
+/// so: seed 000's n-ary rule skips an input without `reduced` (I + R -> R),
+/// real JAX refuses it (`add_R_I`); seed 000 is silent on Unreduced and on
+/// Reduced meeting Varying, real JAX has a rule for each (`mul_U_R`,
+/// `add_V_R`).
+#[test]
+fn jax_follows_seed_000_where_real_jax_does() {
     let t = jax::typing;
     assert_eq!(t(OpClass::Nonlinear, &one(&[R])), Outcome::infers(vec![R]));
     assert_eq!(t(OpClass::Add, &one(&[R, R])), Outcome::infers(vec![R]));
-    assert_eq!(t(OpClass::Add, &one(&[R, I])), Outcome::infers(vec![R]));
+    // Seed 000 says R + I -> R; real JAX refuses it (`add_R_I`).
+    assert!(matches!(
+        t(OpClass::Add, &one(&[R, I])),
+        Outcome::Error(e) if e.contains("cannot be replicated on the same axes")
+    ));
     assert_eq!(t(OpClass::Matmul, &one(&[R, R])), Outcome::infers(vec![I]));
+    assert_eq!(t(OpClass::Matmul, &one(&[I, R])), Outcome::infers(vec![I]));
+    // Different `reduced` axes: an error in the seed and in JAX.
     assert!(matches!(
         t(OpClass::Add, &[vec![R, I], vec![I, R]]),
-        Outcome::Error(e) if e.contains("same reduced axes")
+        Outcome::Error(e) if e.contains("ShardingTypeError")
     ));
     assert!(
         matches!(t(OpClass::Max, &one(&[R])), Outcome::Error(e) if e.contains("NotImplementedError"))
@@ -112,9 +210,32 @@ fn jax_follows_seed_000() {
         infers(&t(OpClass::Add, &one(&[I, V]))),
         Some((vec![V], vec![(jax::PVARY, 0, V)]))
     );
-    // The seed says nothing of local ops on Unreduced.
+    // Seed 000 is silent on Reduced meeting Varying; JAX inserts
+    // reduced_vary_cast (`add_V_R`).
+    assert_eq!(
+        infers(&t(OpClass::Add, &one(&[V, R]))),
+        Some((vec![V], vec![(jax::REDUCED_VARY_CAST, 1, V)]))
+    );
+    // Seed 000 is silent on Unreduced; JAX's rules are per primitive.
+    assert_eq!(t(OpClass::Add, &one(&[P, P])), Outcome::infers(vec![P]));
+    assert_eq!(t(OpClass::Mul, &one(&[P, R])), Outcome::infers(vec![P]));
     assert!(matches!(
-        t(OpClass::Add, &one(&[P, P])),
+        t(OpClass::Sub, &one(&[P, P])),
+        Outcome::Error(e) if e.contains("NotImplementedError")
+    ));
+    assert!(matches!(
+        t(OpClass::Matmul, &one(&[P, R])),
+        Outcome::Error(_)
+    ));
+    // A constant factor is an Invariant scalar: 2 * R is refused
+    // (`mul_const_R`; seed 000's unary rule would keep R).
+    assert!(matches!(
+        t(OpClass::ScalarMul, &one(&[R])),
+        Outcome::Error(_)
+    ));
+    // No recorded case and no seed rule: still unknown.
+    assert!(matches!(
+        t(OpClass::Concat, &one(&[P, P])),
         Outcome::Unknown(_)
     ));
 }
@@ -218,12 +339,13 @@ fn one_case_per_class() {
         class_of(&mul, &spmd_types::SYSTEM, OpClass::Mul, &[P, P], P),
         Class::Agrees
     );
-    // JAX's n-ary rule skips an input without `reduced`: I * R -> R, which
-    // fails B1.
-    assert!(matches!(
+    // Seed 000's n-ary rule skips an input without `reduced`: I * R -> R,
+    // which fails B1. Real JAX refuses I * R (`mul_I_R`), and the typing
+    // function follows it: the refusal agrees with the oracle.
+    assert_eq!(
         class_of(&mul, &jax::SYSTEM, OpClass::Mul, &[I, R], R),
-        Class::UnsoundAcceptance(c) if c.starts_with("B1")
-    ));
+        Class::Agrees
+    );
     // Seed 003 reads "multilinear operations can accept ... Partial
     // arguments" for one Partial factor: R * P -> P, sound.
     assert_eq!(
@@ -242,9 +364,24 @@ fn one_case_per_class() {
         class_of(&mul, &spmd_types::SYSTEM, OpClass::Mul, &[R, R], V),
         Class::PermissivenessGap
     );
-    // JAX's seed is silent on Unreduced.
-    assert!(matches!(
+    // Seed 000 is silent on Unreduced (this row was `unknown`); real JAX
+    // refuses an Unreduced factor beside an Invariant one (`mul_U_I`), and
+    // the oracle finds U * I -> U unsound: the refusal agrees.
+    assert_eq!(
         class_of(&mul, &jax::SYSTEM, OpClass::Mul, &[P, I], P),
+        Class::Agrees
+    );
+    // Real JAX refuses sub on Unreduced (`sub_U_U`), which is linear and
+    // sound: a sound rejection.
+    let sub = derived("sub");
+    assert_eq!(
+        class_of(&sub, &jax::SYSTEM, OpClass::Sub, &[P, P], P),
+        Class::SoundRejection
+    );
+    // Where no recorded case and no seed sentence speak, still unknown.
+    let concat = derived("concat");
+    assert!(matches!(
+        class_of(&concat, &jax::SYSTEM, OpClass::Concat, &[P, P], P),
         Class::Unknown(_)
     ));
 }
@@ -356,6 +493,10 @@ fn derive_dialect_refuses_what_it_cannot_classify() {
 /// - `st_gap_rep_times_part`: the table lists R * P -> P as unlisted, yet
 ///   allows it on the tp axis of `st_2d_mul_rp`; the typing function allows
 ///   it (one Partial factor of a multilinear op).
+/// - `jax_nary_skips_empty`: seed 000 allows R + I -> R (inputs without
+///   `reduced` are skipped); the typing function follows real JAX 0.10.2,
+///   which refuses it (`add_R_I` in tests/fixtures/jax_typing.json). The
+///   row keeps the seed's claim and says what JAX does (`real`).
 /// - `dtensor_fsdp_inputs_disagree`: seed 001's FSDP example says `x @ w`
 ///   with only `w` Reduced is not Reduced, while its code and table say
 ///   any Reduced input makes the output Reduced.
@@ -378,6 +519,7 @@ fn typing_functions_against_their_tables() {
         [
             "st_multilinear_mul",
             "st_gap_rep_times_part",
+            "jax_nary_skips_empty",
             "dtensor_fsdp_inputs_disagree"
         ]
     );

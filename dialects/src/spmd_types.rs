@@ -1,10 +1,19 @@
 //! PyTorch local SPMD types, seed 003 (`003_1618fa7ef4a0a05c.txt`, "The
-//! typing rules for non-comms ops"). Names: `I`, `V`, `P`, `R` (its R,
-//! "Replicate", is the canonical Reduced), `S(d)` for a Varying axis that
+//! typing rules for non-comms ops"), as the real spmd-types 0.3.1 behaves
+//! (its per-axis typing function `infer_local_type_for_axis`, recorded in
+//! `tests/fixtures/spmd_types_typing.json`). Names: `I`, `V`, `P`, `R` (its
+//! R, "Replicate", is the canonical Reduced), `S(d)` for a Varying axis that
 //! shards tensor dim d. Local ops never communicate, so this system inserts
 //! no casts: a typing either follows from its rules or is an error.
+//!
+//! The real library types an op by its linearity (its `_OP_REGISTRY`:
+//! LINEAR, MULTILINEAR, NONLINEAR), one mesh axis at a time, with Python
+//! scalars, `no_grad` operands and `out_partial_axes` (SPEC.md §15.2). Every
+//! recorded case is reproduced (`spmd-check fidelity` computes that). Where
+//! seed 003 says otherwise, the rule cites both the seed sentence and the
+//! recorded case id.
 
-use crate::{columns, malformed, OpClass, Outcome, System};
+use crate::{columns, malformed, OpClass, Operand, Outcome, System};
 use spmd_semantics::{Dialect, State};
 
 pub const SYSTEM: System = System {
@@ -17,15 +26,90 @@ pub const SYSTEM: System = System {
 /// The explicit casts of seed 003, which local ops never insert.
 pub const CASTS: &[&str] = &["reinterpret", "convert"];
 
-/// Seed 003's rules, axis by axis (each axis is typed on its own: the rules
-/// name one mesh axis's states).
+/// The version this function follows where it departs from seed 003.
+pub const REAL_VERSION: &str = "spmd-types 0.3.1";
+
+/// How an op interacts with Partial: spmd_types' `OpLinearity`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Linearity {
+    /// A linear map of all operands jointly (add, sub, neg, sum, mean,
+    /// views, cat).
+    Linear,
+    /// Linear in each factor separately (mul, matmul, einsum, div in its
+    /// dividend).
+    Multilinear,
+    /// Everything else, and any op the registry does not list.
+    Nonlinear,
+}
+
+impl Linearity {
+    /// The linearity the real registry gives an op of this class
+    /// (`op_linearity` cases of the fixture: `torch.add`/`sub`/`neg`/`sum`/
+    /// `mean`/`reshape`/`transpose`/`cat` LINEAR; `torch.mul`/`matmul`/
+    /// `einsum`/`div` MULTILINEAR, `div` with its divisor nonlinear; an
+    /// unregistered op is NONLINEAR). A constant factor is `torch.mul` with
+    /// a scalar.
+    pub fn of(op: OpClass) -> Linearity {
+        use OpClass::*;
+        match op {
+            Add | Sub | Neg | Sum | Mean | View | Concat => Linearity::Linear,
+            Mul | Matmul | Einsum | ScalarMul | Division => Linearity::Multilinear,
+            Nonlinear | Max | NarrowingCast => Linearity::Nonlinear,
+        }
+    }
+}
+
+/// spmd_types' typing of a local op on plain tensors (every operand takes a
+/// gradient, no `out_partial_axes`). A constant factor (`ScalarMul`) is a
+/// product with a Python scalar.
 pub fn typing(op: OpClass, inputs: &[Vec<State>]) -> Outcome {
-    let Some(cols) = columns(inputs) else {
+    let mut operands = Operand::tensors(inputs);
+    if op == OpClass::ScalarMul {
+        operands.push(Operand::Scalar);
+    }
+    typing_operands(op, &operands, &[])
+}
+
+/// spmd_types' typing of a local op whose operands may be Python scalars or
+/// `no_grad` tensors, with the mesh axes of `out_partial` declared Partial
+/// in the output (`out_partial_axes`). Each axis is typed on its own.
+pub fn typing_operands(op: OpClass, operands: &[Operand], out_partial: &[usize]) -> Outcome {
+    let tensors: Vec<Vec<State>> = operands
+        .iter()
+        .filter_map(|o| match o {
+            Operand::Tensor { types, .. } => Some(types.clone()),
+            Operand::Scalar => None,
+        })
+        .collect();
+    let Some(cols) = columns(&tensors) else {
         return malformed();
     };
+    let lin = Linearity::of(op);
     let mut out = Vec::new();
     for (a, col) in cols.iter().enumerate() {
-        match axis(op, col) {
+        // The column again, with scalars and no_grad marks in place.
+        let mut k = 0;
+        let slots: Vec<Slot> = operands
+            .iter()
+            .map(|o| match o {
+                Operand::Scalar => Slot::Scalar,
+                Operand::Tensor { no_grad, .. } => {
+                    k += 1;
+                    Slot::Tensor(col[k - 1], *no_grad)
+                }
+            })
+            .collect();
+        // `torch.div`'s divisor is a nonlinear argument (`nonlinear_args =
+        // [1]`): a Partial divisor is refused (`torch_div_R_P_plain`), a
+        // Partial dividend is scaled (`torch_div_P_R_plain` -> P). Seed 003
+        // has no rule for division.
+        if op == OpClass::Division && matches!(slots.get(1), Some(Slot::Tensor(State::Partial, _)))
+        {
+            return Outcome::Error(format!(
+                "mesh axis {a}: Partial type cannot propagate through the nonlinear argument of div"
+            ));
+        }
+        match axis(lin, &slots, out_partial.contains(&a)) {
             Ok(s) => out.push(s),
             Err(e) => return Outcome::Error(format!("mesh axis {a}: {e}")),
         }
@@ -33,69 +117,133 @@ pub fn typing(op: OpClass, inputs: &[Vec<State>]) -> Outcome {
     Outcome::infers(out)
 }
 
-fn axis(op: OpClass, col: &[State]) -> Result<State, String> {
-    use State::*;
-    let all = |s: State| col.iter().all(|&c| c == s);
-    let any = |s: State| col.contains(&s);
-    // "Invariant not allowed to mix with other types"; "op(Invariant..) ->
-    // Invariant" for any op.
-    if any(Invariant) {
-        return if all(Invariant) {
-            Ok(Invariant)
-        } else {
-            Err("Invariant does not mix with other types".into())
-        };
-    }
-    // "op(Replicate..) -> Replicate", "op(Varying..) -> Varying" for any op.
-    if all(Reduced) {
-        return Ok(Reduced);
-    }
-    if all(Varying) {
-        return Ok(Varying);
-    }
-    // "op(Replicate, Varying) -> Varying".
-    if !any(Partial) {
-        return Ok(Varying);
-    }
-    if all(Partial) {
-        if col.len() == 1 {
-            // "linear_op(Partial) -> Partial": neg, scaling, sums and means
-            // over a tensor dim and views are linear; the rest are not.
-            return match op {
-                OpClass::Neg
-                | OpClass::ScalarMul
-                | OpClass::Sum
-                | OpClass::Mean
-                | OpClass::View => Ok(Partial),
-                _ => Err(format!(
-                    "{} is not linear: only linear ops keep Partial",
-                    op.name()
-                )),
-            };
+/// spmd_types' typing of an op whose `count` operands are all Python
+/// scalars, on `axes` mesh axes: Replicate on each (`linear_Scalar_Scalar`),
+/// or Partial where `out_partial` asks for it and the linearity allows.
+pub fn typing_scalars(op: OpClass, count: usize, axes: usize, out_partial: &[usize]) -> Outcome {
+    let slots = vec![Slot::Scalar; count];
+    let mut out = Vec::new();
+    for a in 0..axes {
+        match axis(Linearity::of(op), &slots, out_partial.contains(&a)) {
+            Ok(s) => out.push(s),
+            Err(e) => return Outcome::Error(format!("mesh axis {a}: {e}")),
         }
-        // "Partial + Partial -> Partial", and "multilinear operations can
-        // accept multiple Partial arguments" read as linear in all inputs
-        // jointly (add, sub, concat); "Partial * Partial is forbidden" is
-        // explicit for multiplication, and the seed gives it precedence.
-        return match op {
-            OpClass::Add | OpClass::Sub | OpClass::Concat => Ok(Partial),
-            o if o.is_multilinear() => Err("Partial * Partial is forbidden".into()),
-            _ => Err(format!(
-                "no rule admits several Partial inputs to {}",
-                op.name()
-            )),
-        };
     }
-    // One Partial beside Replicate operands of a multilinear op: the op is
-    // linear in that argument ("linear_op(Partial) -> Partial"), and "only
-    // addition (and more generally, multilinear operations) can accept
-    // multiple Partial arguments" says a multilinear op accepts Partial ones.
-    // The seed table reads it this way on two axes (`st_2d_mul_rp`) but
-    // lists R * P -> P as unlisted on one (`st_gap_rep_times_part`).
-    let partials = col.iter().filter(|&&c| c == Partial).count();
-    if op.is_multilinear() && partials == 1 && !any(Varying) {
-        return Ok(Partial);
+    Outcome::infers(out)
+}
+
+/// One operand on one mesh axis: a tensor's state and whether it is
+/// `no_grad`, or a Python scalar.
+#[derive(Clone, Copy)]
+enum Slot {
+    Tensor(State, bool),
+    Scalar,
+}
+
+/// The real per-axis rule (`infer_local_type_for_axis`).
+fn axis(lin: Linearity, slots: &[Slot], out_partial: bool) -> Result<State, String> {
+    use State::*;
+    let states: Vec<State> = slots
+        .iter()
+        .filter_map(|s| match s {
+            Slot::Tensor(t, _) => Some(*t),
+            Slot::Scalar => None,
+        })
+        .collect();
+    let scalar = slots.iter().any(|s| matches!(s, Slot::Scalar));
+    let mixed = states.iter().any(|&s| s != states[0]);
+    // `no_grad` (seed 003 is silent): where the states differ, an operand
+    // that takes no gradient and is Replicate or Invariant is coerced to
+    // the flavour the others need: Invariant if an operand that takes a
+    // gradient is Invariant, else Replicate. `linear_R_I_nograd10` -> I
+    // (the no-grad R adopts I), `linear_R_I_nograd01` -> R,
+    // `linear_I_V_nograd10` -> V; a no-grad V is never coerced
+    // (`linear_I_V_nograd01` is refused).
+    let col: Vec<State> = if mixed {
+        let grad_i = slots
+            .iter()
+            .any(|s| matches!(s, Slot::Tensor(Invariant, false)));
+        let to = if grad_i { Invariant } else { Reduced };
+        slots
+            .iter()
+            .filter_map(|s| match *s {
+                Slot::Tensor(Reduced | Invariant, true) => Some(to),
+                Slot::Tensor(t, _) => Some(t),
+                Slot::Scalar => None,
+            })
+            .collect()
+    } else {
+        states
+    };
+    let any = |s: State| col.contains(&s);
+    let inferred = if col.is_empty() {
+        // Python scalars alone are Replicate (`linear_Scalar`,
+        // `linear_Scalar_Scalar`); seed 003 has no scalars. Otherwise a
+        // scalar takes the flavour of the tensors beside it
+        // (`nonlinear_Scalar_I` -> I, `linear_Scalar_V` -> V).
+        Reduced
+    } else if any(Invariant) && col.iter().any(|&s| s != Invariant) {
+        // Seed 003: "Invariant not allowed to mix with other types".
+        return Err("Invariant type cannot mix with other types".into());
+    } else if any(Partial) {
+        if any(Varying) {
+            // Seed 003 lists no rule for P beside V; the real library
+            // refuses it under every linearity (`linear_P_V`,
+            // `multilinear_P_V`, `nonlinear_V_P`).
+            return Err("Partial type cannot combine with Varying".into());
+        }
+        let partials = col.iter().filter(|&&s| s == Partial).count();
+        match lin {
+            // Seed 003: only linear ops keep Partial.
+            Linearity::Nonlinear => {
+                return Err("Partial type cannot propagate through non-linear ops".into())
+            }
+            // Seed 003: "Partial + Partial -> Partial", "linear_op(Partial)
+            // -> Partial". Real: a linear op needs every operand Partial, a
+            // scalar included: P + 3 is affine and refused
+            // (`linear_P_Scalar`), as is P + R (`linear_P_R`).
+            Linearity::Linear if partials == col.len() && !scalar => Partial,
+            Linearity::Linear => {
+                return Err(
+                    "Partial type in a linear op requires all operands to be Partial".into(),
+                )
+            }
+            // Seed 003: "Partial * Partial is forbidden", which it gives
+            // precedence over "multilinear operations can accept multiple
+            // Partial arguments"; the real library agrees
+            // (`multilinear_P_P`).
+            Linearity::Multilinear if partials > 1 => return Err(
+                "Partial * Partial is forbidden: Partial in multiple factors of a multilinear op"
+                    .into(),
+            ),
+            // One Partial factor beside Replicate factors or scalars: P
+            // (`multilinear_P_R`, `multilinear_P_Scalar`, and a lone factor,
+            // `multilinear_P`). Seed 003 reads so on two axes
+            // (`st_2d_mul_rp`) but lists R * P -> P as unlisted on one
+            // (`st_gap_rep_times_part`), and its linear_op sentence admits
+            // no lone Partial factor of mul.
+            Linearity::Multilinear => Partial,
+        }
+    } else if any(Varying) {
+        // Seed 003: "op(Varying..) -> Varying", "op(Replicate, Varying) ->
+        // Varying".
+        Varying
+    } else {
+        // Seed 003: "op(Replicate..) -> Replicate", "op(Invariant..) ->
+        // Invariant" (only one flavour is left here).
+        col[0]
+    };
+    if !out_partial {
+        return Ok(inferred);
     }
-    // Partial beside Replicate or Varying otherwise: no rule lists it.
-    Err("no rule admits Partial beside Replicate or Varying".into())
+    // `out_partial_axes` (not in seed 003) declares the result Partial: a V
+    // or P result becomes P (`linear_V_outpartial`); R and I are refused
+    // (`linear_R_outpartial`, `linear_I_outpartial`).
+    match inferred {
+        Varying | Partial => Ok(Partial),
+        s => Err(format!(
+            "out_partial_axes cannot mark a {} result as Partial",
+            s.letter()
+        )),
+    }
 }
