@@ -73,6 +73,60 @@ fn findings_about_the_real_systems_are_computed() {
     assert!(c.note.contains("forward and transpose"), "{}", c.note);
 }
 
+/// The dialect typing functions speak for the real systems: every recorded
+/// JAX typing case and every `infer_local_type_for_axis` case (out_partial
+/// included) and torch op under `typecheck()` is run through
+/// `spmd_dialects::jax` / `spmd_dialects::spmd_types` and compared with what
+/// the real library did (accepted or refused, output, inserted casts).
+#[test]
+fn the_dialects_match_the_real_systems_on_every_typing_case() {
+    let rs = run(&default_dir()).unwrap();
+    let typing = |sys: &str, pred: &dyn Fn(&CaseResult) -> bool| -> Vec<&CaseResult> {
+        rs.iter().filter(|r| r.system == sys && pred(r)).collect()
+    };
+    let jax = typing("jax", &|r| r.file.ends_with("jax_typing.json"));
+    assert_eq!(jax.len(), 96);
+    let infer = typing("spmd_types", &|r| {
+        r.file.ends_with("spmd_types_typing.json") && !r.id.starts_with("torch_")
+    });
+    assert_eq!(infer.len(), 840);
+    assert!(infer.iter().any(|r| r.id.ends_with("_outpartial")));
+    let torch = typing("spmd_types", &|r| r.id.starts_with("torch_"));
+    assert_eq!(torch.len(), 360);
+    for r in jax.iter().chain(&infer).chain(&torch) {
+        let d = r
+            .dialect
+            .as_ref()
+            .unwrap_or_else(|| panic!("{} {}: not compared", r.system, r.id));
+        assert!(d.matches(), "{} {}: {}", r.system, r.id, d.line());
+        assert!(r.note.ends_with("dialect: matches"), "{}", r.note);
+    }
+    // The facts the comparison rests on, from the real cases.
+    let d = |id: &str| class_of(&rs, "jax", id).dialect.clone().unwrap();
+    assert_eq!(d("add_I_R").real, "refused");
+    assert_eq!(d("dot_I_R").real, "accepted -> Invariant");
+    assert_eq!(
+        d("add_V_R").real,
+        "accepted -> Varying after reduced_vary_cast"
+    );
+    assert_eq!(d("mul_const_V").real, "accepted -> Varying after pvary");
+    let d = class_of(&rs, "spmd_types", "linear_R_I_nograd10")
+        .dialect
+        .clone()
+        .unwrap();
+    assert_eq!(d.ours, "accepted -> I");
+    // Collective cases are not typing cases: no dialect comparison.
+    assert!(class_of(&rs, "jax", "psum_V_n2").dialect.is_none());
+    // The command reports the counts, text and JSON.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_spmd-check"))
+        .args(["fidelity"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("dialect matches real 96 of 96"), "{text}");
+    assert!(text.contains("dialect matches real 1200 of 1200"), "{text}");
+}
+
 /// Negative twins: a fixture whose recorded value is off, or whose system
 /// accepts a typing with no meaning, must be flagged.
 #[test]
@@ -108,7 +162,31 @@ fn tampered_fixtures_are_caught() {
         .unwrap();
     let ct = add["real"]["cotangent"]["per_rank"].clone();
     add["real"]["transpose"][0]["per_rank"] = ct;
+    // Flip a real outcome: claim JAX accepts Invariant + Reduced as Reduced
+    // (seed 000's n-ary rule). The dialect, which follows real JAX, must
+    // now differ from the fixture.
+    let air = t["cases"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| c["id"] == "add_I_R")
+        .unwrap();
+    air["real"]["accepted"] = serde_json::json!(true);
+    air["real"]["error"] = serde_json::Value::Null;
+    air["real"]["output"] = serde_json::json!({"state": "Reduced"});
+    air["real"]["inserted"] = serde_json::json!([]);
     std::fs::write(dir.join("jax_typing.json"), t.to_string()).unwrap();
+    // And spmd_types: claim `linear_R_I_nograd10` infers R.
+    let src = std::fs::read_to_string(format!("{}/spmd_types_typing.json", default_dir())).unwrap();
+    let mut st: serde_json::Value = serde_json::from_str(&src).unwrap();
+    let ri = st["cases"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| c["id"] == "linear_R_I_nograd10")
+        .unwrap();
+    ri["real"]["output"] = serde_json::json!("R");
+    std::fs::write(dir.join("spmd_types_typing.json"), st.to_string()).unwrap();
     std::fs::write(dir.join("tampered_typing.json"), typing.to_string()).unwrap();
     let rs = run(dir.to_str().unwrap()).unwrap();
     let c = class_of(&rs, "jax", "psum_V_n2");
@@ -119,6 +197,26 @@ fn tampered_fixtures_are_caught() {
     let c = class_of(&rs, "jax", "mul_U_U_claimed");
     assert_eq!(c.class.key(), "real_defect", "{c:?}");
     assert!(c.class.detail().unwrap().starts_with("F2"), "{c:?}");
+    // The flipped outcomes: the dialect differs, and says how.
+    let c = class_of(&rs, "jax", "add_I_R");
+    assert!(
+        c.note
+            .contains("dialect: differs (ours refused, real accepted -> Reduced)"),
+        "{c:?}"
+    );
+    let c = class_of(&rs, "spmd_types", "linear_R_I_nograd10");
+    assert!(
+        c.note
+            .contains("dialect: differs (ours accepted -> I, real accepted -> R)"),
+        "{c:?}"
+    );
+    // The untouched cases still match, and the counts say one differs.
+    let text = spmd_check::fidelity::dialect_text(&rs);
+    assert!(text.contains("dialect matches real 95 of 96"), "{text}");
+    assert!(text.contains("dialect matches real 1199 of 1200"), "{text}");
+    assert!(text.contains("jax add_I_R: dialect: differs"), "{text}");
+    let j = spmd_check::fidelity::dialect_json(&rs);
+    assert_eq!(j["differences"].as_array().unwrap().len(), 3, "{j}");
 }
 
 #[test]
