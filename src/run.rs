@@ -1,11 +1,12 @@
-//! The exhaustive driver: enumerate the scope, ask the oracle, conclude a
-//! verdict (SPEC.md §7, §8).
+//! Checking over the scope: the cases come from the generators' case driver
+//! (SPEC.md §8), the oracle decides each instance, and the tally becomes a
+//! verdict (SPEC.md §7).
 
-use spmd_generators::{for_each_grid_point, grid_size, shape_tuples, Scope};
+use spmd_generators::{cases, for_each_grid_point, Scope};
+pub use spmd_generators::{enumerated_cases, estimate, meshes_for, MAX_DEGREE, MAX_SHAPE_TUPLES};
 use spmd_interp::TypedOp;
 use spmd_oracle::{Checker, Outcome, Phase, Property, Tally, Verdict};
-use spmd_semantics::perrank::{from_free, num_free};
-use spmd_semantics::{Mesh, PerRank, Shape, Q};
+use spmd_semantics::{Mesh, Q};
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -41,146 +42,15 @@ impl std::fmt::Display for UsageError {
     }
 }
 
-/// One mesh × shape case of a run and its grid.
-struct Case {
-    mesh: Mesh,
-    shapes: Vec<Shape>,
-    /// Per input: free-scalar count and its value list.
-    lists: Vec<(usize, Vec<Q>)>,
-    proof_grid: bool,
-}
-
-impl Case {
-    fn points(&self) -> u64 {
-        let flat: Vec<&[Q]> = self
-            .lists
-            .iter()
-            .flat_map(|(k, v)| std::iter::repeat_n(v.as_slice(), *k))
-            .collect();
-        grid_size(&flat)
-    }
-}
-
-/// The cases of a typed op in a scope: meshes with as many axes as the types,
-/// every fitting shape tuple, those over the free-scalar cap set aside.
-fn cases(op: &TypedOp, scope: &Scope, meshes: &[Mesh], tally: &mut Tally) -> Vec<Case> {
-    let mut out = Vec::new();
-    // Cases over the points cap on more than one rank, fewest points kept.
-    let mut spill: Option<Case> = None;
-    for m in meshes {
-        for shapes in shape_tuples(&op.op, m, scope) {
-            let (out_shape, deg) = op.op.infer(m, &shapes).expect("shape tuples fit");
-            if !op.layouts_fit(m, &shapes, &out_shape) {
-                continue; // a layout names a dim these shapes lack (SPEC.md §13.1)
-            }
-            let frees: Vec<usize> = op
-                .inputs
-                .iter()
-                .zip(&shapes)
-                .map(|(t, s)| num_free(m, t, s))
-                .collect();
-            if frees.iter().any(|&k| k > scope.max_free) {
-                tally.cases_beyond_cap += 1;
-                tally.distributed_beyond_cap += u64::from(m.num_ranks() > 1);
-                continue;
-            }
-            let poly =
-                deg.is_polynomial() && deg.num.iter().all(|&d| (d as usize) < scope.values.len());
-            let lists = frees
-                .iter()
-                .zip(&deg.num)
-                .map(|(&k, &d)| (k, scope.grid_values(poly, d)))
-                .collect();
-            let case = Case {
-                mesh: m.clone(),
-                shapes,
-                lists,
-                proof_grid: poly,
-            };
-            if case.points() > scope.max_points {
-                tally.cases_beyond_cap += 1;
-                tally.distributed_beyond_cap += u64::from(m.num_ranks() > 1);
-                if m.num_ranks() > 1 && spill.as_ref().is_none_or(|c| case.points() < c.points()) {
-                    spill = Some(case);
-                }
-                continue;
-            }
-            out.push(case);
-        }
-    }
-    // Without any multi-rank case the run would test nothing about
-    // distribution: take the smallest one anyway, within 16 times the cap
-    // (SPEC.md §8.1). The cases before it are all on one rank, so the order
-    // of §7.2 is kept.
-    if !out.iter().any(|c| c.mesh.num_ranks() > 1) {
-        if let Some(c) = spill.filter(|c| c.points() <= scope.max_points.saturating_mul(16)) {
-            tally.cases_beyond_cap -= 1;
-            tally.distributed_beyond_cap -= 1;
-            out.push(c);
-        }
-    }
-    out
-}
-
-/// The meshes a typed op is checked on: those of the scope with as many axes
-/// as its types.
-pub fn meshes_for(op: &TypedOp, scope: &Scope) -> Vec<Mesh> {
-    scope.meshes_with(op.output.states.len())
-}
-
-/// Estimated instance count of checking `op` in `scope`.
-pub fn estimate(op: &TypedOp, scope: &Scope) -> u64 {
-    if tuple_guard(op, scope).is_err() {
-        return u64::MAX;
-    }
-    let mut t = Tally::new();
-    cases(op, scope, &meshes_for(op, scope), &mut t)
-        .iter()
-        .map(Case::points)
-        .fold(0u64, u64::saturating_add)
-}
-
-/// The largest degree bound, numerator plus denominator per input, that
-/// exact finite differences accept (SPEC.md §5.2). Beyond it the sampled
-/// rationals grow too large for a check to finish.
-pub const MAX_DEGREE: u32 = 16;
-
-/// Refuse an op whose degree bound exceeds `MAX_DEGREE` on the first shapes
-/// in scope that fit it.
+/// Refuse an op whose degree bound exceeds `MAX_DEGREE` (SPEC.md §5.2), or
+/// whose inputs make too many shape tuples (§8.1).
 pub fn degree_guard(op: &TypedOp, scope: &Scope) -> Result<(), UsageError> {
-    tuple_guard(op, scope)?;
-    for m in meshes_for(op, scope) {
-        if let Some(shapes) = shape_tuples(&op.op, &m, scope).into_iter().next() {
-            let (_, d) = op.op.infer(&m, &shapes).map_err(UsageError)?;
-            if let Some(i) = (0..d.num.len()).find(|&i| d.num[i] + d.den[i] > MAX_DEGREE) {
-                return Err(UsageError(format!(
-                    "`{}` has degree bound {} in input {i}; exact finite differences take at most {MAX_DEGREE}",
-                    op.op.describe(),
-                    d.num[i] + d.den[i]
-                )));
-            }
-            return Ok(());
-        }
-    }
-    Ok(())
+    spmd_generators::degree_guard(op, scope).map_err(UsageError)
 }
 
-/// The most input shape tuples enumerated per mesh.
-pub const MAX_SHAPE_TUPLES: u64 = 400_000;
-
-/// Refuse, before any enumeration, an op whose inputs have more shape tuples
-/// per mesh than `MAX_SHAPE_TUPLES` (seven inputs over the default 13 shapes
-/// would be 62 million; building them exhausted memory).
+/// Refuse, before any enumeration, an op with too many shape tuples.
 pub fn tuple_guard(op: &TypedOp, scope: &Scope) -> Result<(), UsageError> {
-    let n = scope.max_shapes() as u64;
-    let k = op.op.arity();
-    let total = n.checked_pow(k as u32).unwrap_or(u64::MAX);
-    if total > MAX_SHAPE_TUPLES {
-        return Err(UsageError(format!(
-            "scope too large: {k} inputs over {n} shapes make {total} shape tuples per mesh (limit {MAX_SHAPE_TUPLES}); lower --max-rank or --max-dim"
-        )));
-    }
-    Ok(())
+    spmd_generators::tuple_guard(op, scope).map_err(UsageError)
 }
 
 /// Refuse a run whose estimate exceeds the scope's limit.
@@ -217,7 +87,9 @@ fn run_cases(
     progress: &dyn Fn(u64),
 ) -> Verdict {
     let mut tally = Tally::new();
-    let cs = cases(op, scope, meshes, &mut tally);
+    let (cs, cover) = cases(op, scope, meshes);
+    tally.cases_beyond_cap = cover.beyond_cap;
+    tally.distributed_beyond_cap = cover.distributed_beyond_cap;
     for c in &cs {
         let checker = Checker::new(op, &c.mesh, c.shapes.clone()).expect("shape tuples fit");
         let flat: Vec<&[Q]> = c
@@ -239,7 +111,7 @@ fn run_cases(
                     return ControlFlow::Break(None);
                 }
             }
-            let o = checker.check(&split_inputs(op, c, point), phase);
+            let o = checker.check(&c.inputs(op, point), phase);
             tally.record(&o);
             n += 1;
             if n.is_multiple_of(4096) {
@@ -269,41 +141,6 @@ fn run_cases(
         tally.proof_grid &= c.proof_grid;
     }
     Verdict::conclude(tally, None)
-}
-
-fn split_inputs(op: &TypedOp, c: &Case, point: &[Q]) -> Vec<PerRank> {
-    let mut at = 0;
-    op.inputs
-        .iter()
-        .zip(&c.shapes)
-        .zip(&c.lists)
-        .map(|((t, s), (k, _))| {
-            let x = from_free(&c.mesh, t, s, &point[at..at + k]);
-            at += k;
-            x
-        })
-        .collect()
-}
-
-/// The enumerated cases of a typed op: mesh, input shapes, and the value list
-/// of every free scalar (all inputs, in order).
-pub fn enumerated_cases(
-    op: &TypedOp,
-    scope: &Scope,
-    meshes: &[Mesh],
-) -> Vec<(Mesh, Vec<Shape>, Vec<Vec<Q>>)> {
-    let mut t = Tally::new();
-    cases(op, scope, meshes, &mut t)
-        .into_iter()
-        .map(|c| {
-            let flat = c
-                .lists
-                .iter()
-                .flat_map(|(k, v)| std::iter::repeat_n(v.clone(), *k))
-                .collect();
-            (c.mesh, c.shapes, flat)
-        })
-        .collect()
 }
 
 /// Only the forward properties F1-F3 (SPEC.md §4.2-4.4), for an op that has

@@ -3,9 +3,14 @@
 //! quickcheck generators for random cases beyond it. Depends on semantics and
 //! interp only, never on the oracle.
 
+pub mod driver;
 pub mod exhaustive;
 pub mod random;
 
+pub use driver::{
+    cases, degree_guard, enumerated_cases, estimate, meshes_for, tuple_guard, Case, Coverage,
+    MAX_DEGREE, MAX_SHAPE_TUPLES,
+};
 pub use exhaustive::{
     all_global_types, all_types, for_each_grid_point, grid_size, shape_tuples, tuples, Exhaustive,
     Scope, DEFAULT_VALUES,
