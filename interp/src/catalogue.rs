@@ -405,9 +405,11 @@ pub fn collective_typed(
         // does; the untiled form makes a new axis, which it does not.
         match a.stack {
             Some(false) => a.stack = None,
-            Some(true) => return Err(format!(
+            Some(true) => {
+                return Err(format!(
                 "{name}: the untiled (stacking) all_to_all is not in the catalogue; use tiled=True"
-            )),
+            ))
+            }
             None => {}
         }
     }
