@@ -69,9 +69,9 @@ fn unstack(x: &Tensor, n: usize, k: usize, dim: usize) -> Tensor {
     Tensor::new(shape, piece.data)
 }
 
-/// `x` at entry `k` of a new dim `dim` of size n, zeros elsewhere.
-fn place_stacked(x: &Tensor, n: usize, k: usize, dim: usize) -> Tensor {
-    let parts: Vec<Tensor> = (0..n)
+/// n pieces: `x` at index `k`, zeros of its shape elsewhere.
+fn one_hot(x: &Tensor, n: usize, k: usize) -> Vec<Tensor> {
+    (0..n)
         .map(|j| {
             if j == k {
                 x.clone()
@@ -79,21 +79,17 @@ fn place_stacked(x: &Tensor, n: usize, k: usize, dim: usize) -> Tensor {
                 Tensor::zeros(&x.shape)
             }
         })
-        .collect();
-    Tensor::stack(&parts, dim)
+        .collect()
 }
 
+/// `x` at entry `k` of a new dim `dim` of size n, zeros elsewhere.
+fn place_stacked(x: &Tensor, n: usize, k: usize, dim: usize) -> Tensor {
+    Tensor::stack(&one_hot(x, n, k), dim)
+}
+
+/// `x` as block `k` of n along `dim`, zeros elsewhere.
 fn place(x: &Tensor, n: usize, k: usize, dim: usize) -> Tensor {
-    let parts: Vec<Tensor> = (0..n)
-        .map(|j| {
-            if j == k {
-                x.clone()
-            } else {
-                Tensor::zeros(&x.shape)
-            }
-        })
-        .collect();
-    Tensor::concat(&parts, dim)
+    Tensor::concat(&one_hot(x, n, k), dim)
 }
 
 impl Collective {
