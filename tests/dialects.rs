@@ -524,3 +524,53 @@ fn typing_functions_against_their_tables() {
         ]
     );
 }
+
+/// Where a seed row states a JAX or spmd_types behaviour the real library
+/// contradicts, the row keeps the seed's claim and says what the real
+/// library does (`real`), so a finding of conform reads as the seed's, not
+/// the library's. The typing function, which follows the real library,
+/// computes the same answer as the note.
+#[test]
+fn rows_the_real_libraries_contradict_say_so() {
+    use spmd_check::conform::typing_of_row;
+    let row = |id: &str| {
+        seed_rules()
+            .iter()
+            .find(|r| r.id == id)
+            .unwrap_or_else(|| panic!("no row {id}"))
+    };
+    let r = row("jax_nary_skips_empty");
+    assert!(
+        r.rule.starts_with("seed 000:") && r.rule.contains("real jax 0.10.2 refuses R + I"),
+        "{}",
+        r.rule
+    );
+    let t = typing_of_row(r).expect("typed");
+    assert!(matches!(t.outcome, Outcome::Error(_)), "{:?}", t.outcome);
+    let r = row("st_multilinear_mul");
+    assert!(r
+        .real
+        .as_deref()
+        .is_some_and(|x| x.contains("refuses P * P")));
+    assert!(matches!(
+        typing_of_row(r).expect("typed").outcome,
+        Outcome::Error(_)
+    ));
+    let r = row("st_gap_rep_times_part");
+    assert!(r
+        .real
+        .as_deref()
+        .is_some_and(|x| x.contains("accepts R * P -> P")));
+    assert_eq!(
+        typing_of_row(r).expect("typed").outcome,
+        Outcome::infers(vec![P])
+    );
+    // The conform report shows the note beside the seed's rule.
+    let (code, out, err) = common::run(&["conform", "--dialect", "jax"]);
+    assert_eq!(code, 0, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.contains("jax_nary_skips_empty [jax]"))
+        .expect("the finding");
+    assert!(line.contains("real jax 0.10.2 refuses"), "{line}");
+}

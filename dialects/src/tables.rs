@@ -40,8 +40,14 @@ pub struct SeedRule {
     pub system: String,
     /// The dialect its state names are written in.
     pub dialect: Dialect,
-    /// The seed's rule, briefly.
+    /// The seed's rule, briefly; where the row has a `real` note, followed
+    /// by it (`...; real <library version>: ...`), so every report that
+    /// shows the seed's rule shows what the real library does beside it.
     pub rule: String,
+    /// What the real library does with this typing where it is not what the
+    /// seed says (SPEC.md §15.2): the version and the recorded fixture case.
+    /// The claim stays the seed's.
+    pub real: Option<String>,
     pub op: String,
     pub inputs: Vec<String>,
     pub output: String,
@@ -130,6 +136,7 @@ struct RawRule {
     name: String,
     dialect: Dialect,
     seed_rule: String,
+    real: Option<String>,
     op: Expr,
     inputs: Vec<String>,
     output: String,
@@ -205,7 +212,11 @@ pub fn parse_table(system: &str, text: &str) -> Result<(Vec<SeedRule>, Vec<JvpRo
             id: r.name,
             system: system.to_string(),
             dialect: r.dialect,
-            rule: r.seed_rule,
+            rule: match &r.real {
+                Some(real) => format!("{}; real {real}", r.seed_rule),
+                None => r.seed_rule,
+            },
+            real: r.real,
             op: r.op.expr,
             inputs: r.inputs,
             output: r.output,
