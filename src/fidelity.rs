@@ -315,8 +315,7 @@ fn collective(c: &Value) -> (Class, String) {
     if let Some(d) = differs(&rep.output.value, &real["output_per_rank"]) {
         return (Class::ModelMismatch(format!("forward: {d}")), String::new());
     }
-    let note;
-    match (&rep.backward, real.get("transpose_per_rank")) {
+    let note = match (&rep.backward, real.get("transpose_per_rank")) {
         (Some(b), Some(t)) if !t.is_null() => {
             if let Some(d) = differs(&b[0].value, t) {
                 return (
@@ -324,15 +323,13 @@ fn collective(c: &Value) -> (Class, String) {
                     String::new(),
                 );
             }
-            note = "forward and transpose equal the real system's".to_string();
+            "forward and transpose equal the real system's".to_string()
         }
-        _ => {
-            note = format!(
-                "forward equals the real system's; transpose not compared ({})",
-                if why.is_empty() { "none spelled" } else { why }
-            );
-        }
-    }
+        _ => format!(
+            "forward equals the real system's; transpose not compared ({})",
+            if why.is_empty() { "none spelled" } else { why }
+        ),
+    };
     let mut note = note;
     note.push_str(&cot_note);
     match oracle(&rep.rule) {
