@@ -243,7 +243,8 @@ fn type_text(t: &TypeSpec) -> String {
 
 /// The intermediate states of a composition `a |> b |> ...` from `src` to
 /// `dst`: the unique assignment under which every step is a catalogue op.
-fn compose(text: &str, src: &Type, dst: &Type, axes: &[String]) -> Result<Op, String> {
+/// Rule files and the collective tables' backwards use it.
+pub fn compose(text: &str, src: &Type, dst: &Type, axes: &[String]) -> Result<Op, String> {
     let steps: Vec<&str> = text.split("|>").map(str::trim).collect();
     if steps.len() == 1 {
         return collective_typed(steps[0], src, dst, axes).map(Op::Collective);

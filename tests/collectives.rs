@@ -112,12 +112,29 @@ fn involution_of_transpose_pairs() {
             res.t1_word()
         );
     }
+    // JAX's pmean transpose (divide by n, then pvary) is sound; pvary
+    // alone, which an earlier row wrongly attributed to JAX, is off by n.
     let r = PAIR_ROWS.iter().find(|r| r.id == "jax_pmean").unwrap();
     let res = check_pair(r, &scope).unwrap();
-    match res.involution {
-        Involution::Checked(Some(v)) => assert_eq!(v.property, spmd_check::oracle::Property::T1),
-        _ => panic!("pmean's declared transpose pvary must fail T1"),
-    }
+    assert!(res.verdict.is_sound(), "{}", res.line());
+    let (op, _, meshes) = spmd_check::collectives::instantiate(r, (0, 0, 0), &scope).unwrap();
+    let wrong = spmd_check::interp::TypedOp {
+        backward: spmd_check::interp::Backward::Transpose(spmd_check::interp::Op::Collective(
+            spmd_check::interp::catalogue::collective(
+                "pvary",
+                &[spmd_check::semantics::State::Invariant],
+                &[spmd_check::semantics::State::Varying],
+                &["x".to_string()],
+            )
+            .unwrap(),
+        )),
+        ..op
+    };
+    let v = spmd_check::run::check_op(&wrong, &scope, &meshes, &|_| {});
+    assert_eq!(
+        v.violation().map(|x| x.property),
+        Some(spmd_check::oracle::Property::B3)
+    );
     // JAX lists pvary -> psum_invariant but not the way back.
     let r = PAIR_ROWS.iter().find(|r| r.id == "jax_pvary").unwrap();
     assert!(matches!(
