@@ -620,6 +620,21 @@ pub const PAIR_ROWS: &[PairRow] = &[
         Some("pvary"),
         None,
     ),
+    // JAX's legacy untyped mode (shard_map with check_vma=False): no value
+    // carries a vma, every value is read as Varying, and psum transposes to
+    // psum. Sound under that reading (the pairing sums every rank's copy);
+    // the n-fold gradients of that mode come from a loss seeded on every
+    // rank, which the Varying reading counts n times.
+    row(
+        "jax_legacy_psum",
+        "jax",
+        Jax,
+        "psum",
+        "Varying",
+        "Varying",
+        Some("psum"),
+        None,
+    ),
     // JAX 0.10.2 transposes pmean by dividing by n, then pvary (fixture
     // pmean_V_n2/n4). Seed 000 names no pmean; an earlier row here paired
     // it with pvary alone, which is off by n (B3) and is not what JAX does.

@@ -62,6 +62,7 @@ use spmd_check::generators::Scope;
 #[case::jax_reduce_scatter("jax_reduce_scatter")]
 #[case::jax_unreduced_psum("jax_unreduced_psum")]
 #[case::jax_psum("jax_psum")]
+#[case::jax_legacy_psum("jax_legacy_psum")]
 #[case::jax_pmean("jax_pmean")]
 #[case::jax_ppermute("jax_ppermute")]
 #[case::jax_ppermute_partial("jax_ppermute_partial")]
