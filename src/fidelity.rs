@@ -490,29 +490,8 @@ fn jax_typing(c: &Value) -> (Class, String) {
             Err(v) => (Class::RealDefect(v), note),
         }
     } else {
-        let e = real["error"].as_str().unwrap_or("");
-        let e = e.split(':').next().unwrap_or(e);
-        let sound: Vec<&str> = ["Invariant", "Varying", "Unreduced", "Reduced"]
-            .into_iter()
-            .filter(|out| {
-                local_rule("jax", &mesh, &expr, &states, out, &[]).is_ok_and(|r| oracle(&r).is_ok())
-            })
-            .collect();
-        if sound.is_empty() {
-            (
-                Class::Agree,
-                format!("refused ({e}); no output type is sound"),
-            )
-        } else {
-            (
-                Class::SoundRejection,
-                format!(
-                    "refused ({e}); sound as {} -> {}",
-                    states.join(", "),
-                    sound.join(" or ")
-                ),
-            )
-        }
+        let outs = ["Invariant", "Varying", "Unreduced", "Reduced"];
+        judge_refusal("jax", &outs, &expr, &states, &[], real, "", "")
     }
 }
 
@@ -661,30 +640,61 @@ fn judge_spmd_types(
             Err(v) => (Class::RealDefect(v), note),
         }
     } else {
-        let sound: Vec<&str> = ["I", "R", "V", "P"]
-            .into_iter()
-            .filter(|out| {
-                local_rule("spmd_types", &mesh, expr, types, out, no_grad)
-                    .is_ok_and(|r| oracle(&r).is_ok())
-            })
-            .collect();
-        let e = real["error"].as_str().unwrap_or("");
-        let e = e.split(':').next().unwrap_or(e);
-        if sound.is_empty() {
-            (
-                Class::Agree,
-                format!("`{expr}` refused ({e}){ng}; no output type is sound"),
-            )
+        let what = format!("`{expr}` ");
+        let ng = if no_grad.is_empty() {
+            String::new()
         } else {
-            (
-                Class::SoundRejection,
-                format!(
-                    "`{expr}` refused ({e}){ng}; sound as {} -> {}",
-                    types.join(", "),
-                    sound.join(" or ")
-                ),
-            )
-        }
+            format!(" (no_grad {no_grad:?})")
+        };
+        judge_refusal(
+            "spmd_types",
+            &["I", "R", "V", "P"],
+            expr,
+            types,
+            no_grad,
+            real,
+            &what,
+            &ng,
+        )
+    }
+}
+
+/// A refusal by the real system: justified when no output type of `expr`
+/// on `types` is sound, a sound rejection (with the sound typings) otherwise.
+fn judge_refusal(
+    dialect: &str,
+    outs: &[&str],
+    expr: &str,
+    types: &[String],
+    no_grad: &[usize],
+    real: &Value,
+    what: &str,
+    ng: &str,
+) -> (Class, String) {
+    let mesh = Mesh::new(&[("x", 2)]);
+    let sound: Vec<&str> = outs
+        .iter()
+        .copied()
+        .filter(|out| {
+            local_rule(dialect, &mesh, expr, types, out, no_grad).is_ok_and(|r| oracle(&r).is_ok())
+        })
+        .collect();
+    let e = real["error"].as_str().unwrap_or("");
+    let e = e.split(':').next().unwrap_or(e);
+    if sound.is_empty() {
+        (
+            Class::Agree,
+            format!("{what}refused ({e}){ng}; no output type is sound"),
+        )
+    } else {
+        (
+            Class::SoundRejection,
+            format!(
+                "{what}refused ({e}){ng}; sound as {} -> {}",
+                types.join(", "),
+                sound.join(" or ")
+            ),
+        )
     }
 }
 
