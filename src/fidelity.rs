@@ -490,8 +490,7 @@ fn jax_typing(c: &Value) -> (Class, String) {
             Err(v) => (Class::RealDefect(v), note),
         }
     } else {
-        let outs = ["Invariant", "Varying", "Unreduced", "Reduced"];
-        judge_refusal("jax", &outs, &expr, &states, &[], real, "", "")
+        judge_refusal("jax", &expr, &states, &[], real, "", "")
     }
 }
 
@@ -646,16 +645,7 @@ fn judge_spmd_types(
         } else {
             format!(" (no_grad {no_grad:?})")
         };
-        judge_refusal(
-            "spmd_types",
-            &["I", "R", "V", "P"],
-            expr,
-            types,
-            no_grad,
-            real,
-            &what,
-            &ng,
-        )
+        judge_refusal("spmd_types", expr, types, no_grad, real, &what, &ng)
     }
 }
 
@@ -663,7 +653,6 @@ fn judge_spmd_types(
 /// on `types` is sound, a sound rejection (with the sound typings) otherwise.
 fn judge_refusal(
     dialect: &str,
-    outs: &[&str],
     expr: &str,
     types: &[String],
     no_grad: &[usize],
@@ -672,6 +661,11 @@ fn judge_refusal(
     ng: &str,
 ) -> (Class, String) {
     let mesh = Mesh::new(&[("x", 2)]);
+    let outs: &[&str] = if dialect == "jax" {
+        &["Invariant", "Varying", "Unreduced", "Reduced"]
+    } else {
+        &["I", "R", "V", "P"]
+    };
     let sound: Vec<&str> = outs
         .iter()
         .copied()
