@@ -89,7 +89,7 @@ pub struct Typed {
 /// What typing one skeleton (with one choice of rows) gave.
 #[derive(Clone, Debug)]
 pub enum Typing {
-    Accepted(Typed),
+    Accepted(Box<Typed>),
     /// The system's reason.
     Rejected(String),
 }
@@ -214,7 +214,7 @@ fn go(
     let Some(step) = sk.steps.get(j) else {
         let names: Vec<String> = (0..sk.inputs).map(|i| p.vals[i].0.clone()).collect();
         let last = p.steps.last().expect("a step").output.clone();
-        out.push(Typing::Accepted(Typed {
+        out.push(Typing::Accepted(Box::new(Typed {
             spec: RuleSpec {
                 name: String::new(),
                 names,
@@ -224,7 +224,7 @@ fn go(
                 ..RuleSpec::default()
             },
             origins: p.origins,
-        }));
+        })));
         return;
     };
     match step {
@@ -503,7 +503,7 @@ pub fn run(sys: &System, depth: usize, scope: &Scope) -> Report {
     let accepted: Vec<(usize, Typed)> = items
         .iter()
         .filter_map(|i| match &i.typing {
-            Typing::Accepted(t) => Some((i.index, t.clone())),
+            Typing::Accepted(t) => Some((i.index, (**t).clone())),
             Typing::Rejected(_) => None,
         })
         .collect();
