@@ -19,6 +19,7 @@ pub mod conform;
 pub mod derive;
 pub mod fidelity;
 pub mod fsdp;
+pub mod generated;
 pub mod job;
 pub mod jvps;
 pub mod programs;

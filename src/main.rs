@@ -183,6 +183,21 @@ enum Cmd {
         #[arg(long)]
         all: bool,
     },
+    /// Generate every small program (1 to --depth steps), type it with one
+    /// system's typing function and collective table, and check each
+    /// accepted program end to end (SPEC.md §17).
+    Programs {
+        /// The system: spmd_types, jax, dtensor, ltensor, nabla.
+        #[arg(long)]
+        dialect: String,
+        /// Most steps per program (1 to 3).
+        #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=3))]
+        depth: u64,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
     /// Time the main jobs on this machine.
     Bench,
     /// Run one rule, op or program on per-rank values from a job file (JSON
@@ -266,6 +281,24 @@ fn run() -> Result<ExitCode, UsageError> {
             } else {
                 println!("typings of `{}` on one mesh axis (SPEC.md §9.1):", f.text);
                 print!("{}", report::derive_text(&rows));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Programs {
+            dialect,
+            depth,
+            json,
+            scope,
+        } => {
+            let sys = spmd_check::dialects::system(&dialect).map_err(UsageError)?;
+            let rep = spmd_check::generated::run(sys, depth as usize, &scope.scope());
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&rep.json()).expect("json")
+                );
+            } else {
+                print!("{}", rep.text());
             }
             Ok(ExitCode::SUCCESS)
         }

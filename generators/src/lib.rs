@@ -5,6 +5,7 @@
 
 pub mod driver;
 pub mod exhaustive;
+pub mod programs;
 pub mod random;
 
 pub use driver::{

@@ -1,0 +1,742 @@
+//! Generated programs (SPEC.md §17): every small program skeleton of
+//! `generators::programs`, typed by one system's typing function (local
+//! steps) and its seed collective table (collective slots), then checked end
+//! to end like any program rule: the composed backward against the exact
+//! derivative of the composed meaning.
+//!
+//! A skeleton with input states becomes one program per choice of table row
+//! at each collective slot, or a rejection with the system's reason. A cast
+//! the system inserts before a local op is its own step, with the system's
+//! backward for it.
+
+use crate::check::{check_rule, CheckConfig};
+use crate::collectives::{PairRow, PAIR_ROWS};
+use crate::rules::{build, to_toml, BackwardSpec, OpSpec, Rule, RuleSpec, StepSpec, TypeSpec};
+use crate::types::parse_types;
+use rayon::prelude::*;
+use spmd_dialects::{OpClass, Outcome, System};
+use spmd_generators::programs::{candidates, Candidate, LocalOp, SlotStep};
+use spmd_generators::Scope;
+use spmd_oracle::Verdict;
+use spmd_semantics::State;
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The op class a system's typing function sees for a skeleton's op.
+pub fn class_of(op: LocalOp) -> OpClass {
+    match op {
+        LocalOp::Neg => OpClass::Neg,
+        LocalOp::Scale => OpClass::ScalarMul,
+        LocalOp::Sum => OpClass::Sum,
+        LocalOp::Square => OpClass::Nonlinear,
+        LocalOp::Add => OpClass::Add,
+        LocalOp::Mul => OpClass::Mul,
+        LocalOp::Matmul => OpClass::Matmul,
+    }
+}
+
+/// Where a step of a typed program came from: what to blame if it is wrong.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Origin {
+    /// The system's typing of a local op on these input states.
+    Typing {
+        op: &'static str,
+        ins: Vec<State>,
+        out: State,
+    },
+    /// A cast the system inserted, spelled with its backward.
+    Cast {
+        name: String,
+        forward: String,
+        backward: String,
+    },
+    /// A collective table row (its id).
+    Row(&'static str),
+}
+
+impl Origin {
+    pub fn describe(&self) -> String {
+        let letters = |v: &[State]| {
+            v.iter()
+                .map(|s| s.letter().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        match self {
+            Origin::Typing { op, ins, out } => {
+                format!(
+                    "the typing of {op} on ({}) -> {}",
+                    letters(ins),
+                    out.letter()
+                )
+            }
+            Origin::Cast {
+                name,
+                forward,
+                backward,
+            } => format!("the inserted cast {name} (`{forward}`, backward `{backward}`)"),
+            Origin::Row(id) => format!("the collective table row {id}"),
+        }
+    }
+}
+
+/// One typed program: the rule file entry, and each step's origin.
+#[derive(Clone, Debug)]
+pub struct Typed {
+    pub spec: RuleSpec,
+    pub origins: Vec<Origin>,
+}
+
+/// What typing one skeleton (with one choice of rows) gave.
+#[derive(Clone, Debug)]
+pub enum Typing {
+    Accepted(Box<Typed>),
+    /// The system's reason.
+    Rejected(String),
+}
+
+/// One generated item, in enumeration order.
+#[derive(Clone, Debug)]
+pub struct Item {
+    /// Its place in the enumeration (0: first).
+    pub index: usize,
+    pub candidate: Candidate,
+    pub typing: Typing,
+}
+
+/// The one-axis rows of the system's collective table that declare a
+/// backward, with source and destination states. Rows spelled
+/// `redistribute` are left out: each is a route through a kind another row
+/// lists on its own. So is the literal all_to_all row (below).
+pub fn slot_rows(system: &str) -> Vec<(&'static PairRow, State, State)> {
+    PAIR_ROWS
+        .iter()
+        .filter(|r| r.system == system && r.backward.is_some())
+        .filter(|r| !r.forward.starts_with("redistribute"))
+        // The literal reading of seed 003's all_to_all (same split and
+        // concat both ways) is left out: in a program its backward meets a
+        // cotangent whose split dim does not divide, which the oracle treats
+        // as an interpreter bug (a panic) instead of a violation.
+        .filter(|r| r.id != "st_all_to_all_literal")
+        .filter_map(|r| {
+            let (_, ts) = parse_types(r.dialect, &[r.src, r.dst]).ok()?;
+            (ts[0].states.len() == 1 && !ts[0].is_global() && !ts[1].is_global())
+                .then(|| (r, ts[0].states[0], ts[1].states[0]))
+        })
+        .collect()
+}
+
+/// A row's template with its parameters filled: dim 0, split 0, concat 1.
+pub fn fill(t: &str) -> String {
+    t.replace("{d}", "0")
+        .replace("{s}", "0")
+        .replace("{c}", "1")
+}
+
+/// How a system's inserted cast is spelled as a step: forward and backward.
+/// JAX's are rows of its table (pvary by psum_invariant, reduced_vary_cast by
+/// vary_unreduced_cast). LTensor's `mark_varying`, whose body seed 001
+/// elides, is read as pvary with pvary's transpose; Nabla's forced
+/// `all_reduce` of a partial input is `all_reduce(I)` with seed 003's
+/// transpose of it, `reinterpret(I,R)`.
+pub fn cast_spelling(system: &str, name: &str, from: State, to: State) -> Option<(String, String)> {
+    if let Some((r, _, _)) = slot_rows(system)
+        .into_iter()
+        .find(|(r, s, d)| r.forward == name && *s == from && *d == to)
+    {
+        return Some((fill(r.forward), fill(r.backward.expect("has a backward"))));
+    }
+    match (name, from, to) {
+        ("mark_varying", State::Invariant, State::Varying) => {
+            Some(("pvary".into(), "psum_invariant".into()))
+        }
+        ("all_reduce", State::Partial, State::Invariant) => {
+            Some(("all_reduce(I)".into(), "reinterpret(I,R)".into()))
+        }
+        _ => None,
+    }
+}
+
+fn value_name(inputs: usize, v: usize) -> String {
+    match (inputs, v) {
+        (_, 0) => "x".into(),
+        (2, 1) => "y".into(),
+        _ => format!("t{}", v + 1 - inputs),
+    }
+}
+
+fn ty(s: State) -> TypeSpec {
+    TypeSpec::One(s.letter().to_string())
+}
+
+/// Type one candidate with a system: one item per choice of table rows at
+/// its collective slots, or one rejection where a step has no typing.
+pub fn type_candidate(sys: &System, c: &Candidate) -> Vec<Typing> {
+    let rows = slot_rows(sys.name);
+    let mut out = Vec::new();
+    let sk = &c.skeleton;
+    // Per skeleton value: its name in the program and its state.
+    let vals: Vec<(String, State)> = (0..sk.inputs)
+        .map(|i| (value_name(sk.inputs, i), c.states[i]))
+        .collect();
+    let state = Partial {
+        vals,
+        steps: vec![],
+        origins: vec![],
+        next: 0,
+    };
+    go(sys, &rows, c, 0, state, &mut out);
+    out
+}
+
+#[derive(Clone)]
+struct Partial {
+    vals: Vec<(String, State)>,
+    steps: Vec<StepSpec>,
+    origins: Vec<Origin>,
+    /// Steps named so far (cast steps included).
+    next: usize,
+}
+
+impl Partial {
+    fn fresh(&mut self) -> String {
+        self.next += 1;
+        format!("t{}", self.next)
+    }
+}
+
+fn go(
+    sys: &System,
+    rows: &[(&'static PairRow, State, State)],
+    c: &Candidate,
+    j: usize,
+    mut p: Partial,
+    out: &mut Vec<Typing>,
+) {
+    let sk = &c.skeleton;
+    let Some(step) = sk.steps.get(j) else {
+        let names: Vec<String> = (0..sk.inputs).map(|i| p.vals[i].0.clone()).collect();
+        let last = p.steps.last().expect("a step").output.clone();
+        out.push(Typing::Accepted(Box::new(Typed {
+            spec: RuleSpec {
+                name: String::new(),
+                names,
+                inputs: c.states.iter().map(|&s| ty(s)).collect(),
+                output: last,
+                step: p.steps,
+                ..RuleSpec::default()
+            },
+            origins: p.origins,
+        })));
+        return;
+    };
+    match step {
+        SlotStep::Local { op, args } => {
+            let ins: Vec<State> = args.iter().map(|&a| p.vals[a].1).collect();
+            let per_axis: Vec<Vec<State>> = ins.iter().map(|&s| vec![s]).collect();
+            let (output, casts) = match (sys.typing)(class_of(*op), &per_axis) {
+                Outcome::Infers { output, casts } => (output, casts),
+                Outcome::Error(e) => {
+                    out.push(Typing::Rejected(format!(
+                        "step {}: {} on ({}): error: {e}",
+                        j + 1,
+                        op.name(),
+                        letters(&ins)
+                    )));
+                    return;
+                }
+                Outcome::Unknown(r) => {
+                    out.push(Typing::Rejected(format!(
+                        "step {}: {} on ({}): unknown: {r}",
+                        j + 1,
+                        op.name(),
+                        letters(&ins)
+                    )));
+                    return;
+                }
+            };
+            // The casts, each its own step (one per value and destination).
+            let mut arg_names: Vec<String> = args.iter().map(|&a| p.vals[a].0.clone()).collect();
+            let mut eff = ins.clone();
+            let mut done: Vec<(usize, State, String)> = vec![];
+            for cast in &casts {
+                let a = args[cast.input];
+                let name = if let Some((_, _, n)) =
+                    done.iter().find(|(v, to, _)| *v == a && *to == cast.to)
+                {
+                    n.clone()
+                } else {
+                    let Some((fw, bw)) = cast_spelling(sys.name, cast.name, cast.from, cast.to)
+                    else {
+                        out.push(Typing::Rejected(format!(
+                            "step {}: the inserted cast {} ({} -> {}) has no known spelling",
+                            j + 1,
+                            cast.name,
+                            cast.from.letter(),
+                            cast.to.letter()
+                        )));
+                        return;
+                    };
+                    let n = p.fresh();
+                    p.steps.push(StepSpec {
+                        name: n.clone(),
+                        expr: None,
+                        forward: Some(fw.clone()),
+                        input: Some(p.vals[a].0.clone()),
+                        backward: Some(bw.clone()),
+                        output: ty(cast.to),
+                    });
+                    p.origins.push(Origin::Cast {
+                        name: cast.name.to_string(),
+                        forward: fw,
+                        backward: bw,
+                    });
+                    done.push((a, cast.to, n.clone()));
+                    n
+                };
+                arg_names[cast.input] = name;
+                eff[cast.input] = cast.to;
+            }
+            let [o] = output.as_slice() else {
+                out.push(Typing::Rejected(format!(
+                    "step {}: the typing gave {} states on one axis",
+                    j + 1,
+                    output.len()
+                )));
+                return;
+            };
+            let refs: Vec<&str> = arg_names.iter().map(String::as_str).collect();
+            let n = p.fresh();
+            p.steps.push(StepSpec {
+                name: n.clone(),
+                expr: Some(op.expr(&refs)),
+                forward: None,
+                input: None,
+                backward: None,
+                output: ty(*o),
+            });
+            p.origins.push(Origin::Typing {
+                op: op.name(),
+                ins: eff,
+                out: *o,
+            });
+            p.vals.push((n, *o));
+            go(sys, rows, c, j + 1, p, out);
+        }
+        SlotStep::Collective { arg } => {
+            let (src_name, src) = p.vals[*arg].clone();
+            let fits: Vec<_> = rows.iter().filter(|(_, s, _)| *s == src).collect();
+            if fits.is_empty() {
+                out.push(Typing::Rejected(format!(
+                    "step {}: no collective of {}'s table (with a backward) starts from {}",
+                    j + 1,
+                    sys.name,
+                    src.letter()
+                )));
+                return;
+            }
+            for (r, _, dst) in fits {
+                let mut q = p.clone();
+                let n = q.fresh();
+                q.steps.push(StepSpec {
+                    name: n.clone(),
+                    expr: None,
+                    forward: Some(fill(r.forward)),
+                    input: Some(src_name.clone()),
+                    backward: r.backward.map(fill),
+                    output: ty(*dst),
+                });
+                q.origins.push(Origin::Row(r.id));
+                q.vals.push((n, *dst));
+                go(sys, rows, c, j + 1, q, out);
+            }
+        }
+    }
+}
+
+fn letters(v: &[State]) -> String {
+    v.iter()
+        .map(|s| s.letter().to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Every item of `depth`, typed by `sys`, in enumeration order, each
+/// accepted program named `SYSTEM program N`.
+pub fn generate(sys: &System, depth: usize) -> Vec<Item> {
+    let mut out = Vec::new();
+    for c in candidates(depth) {
+        for t in type_candidate(sys, &c) {
+            let index = out.len();
+            let typing = match t {
+                Typing::Accepted(mut p) => {
+                    p.spec.name = format!("{} program {index}", sys.name);
+                    Typing::Accepted(p)
+                }
+                r => r,
+            };
+            out.push(Item {
+                index,
+                candidate: c.clone(),
+                typing,
+            });
+        }
+    }
+    out
+}
+
+/// A rule spec built into a checkable rule in `scope`.
+pub fn build_spec(spec: &RuleSpec, scope: &Scope) -> Result<Rule, String> {
+    let text = to_toml(spec);
+    build("<generated>", &text, std::slice::from_ref(spec), scope)
+        .map(|mut v| v.remove(0))
+        .map_err(|e| e.0)
+}
+
+/// Check one rule in `scope` with no random cases.
+fn verdict(rule: &Rule, scope: &Scope) -> Verdict {
+    let cfg = CheckConfig {
+        scope: scope.clone(),
+        cases: 0,
+        seed: 0,
+    };
+    check_rule(rule, &cfg, &[], &|_| {}).verdict
+}
+
+/// The step `k` of a program, alone, as a rule: a local step's expression
+/// over its arguments' types, or a collective with its backward.
+pub fn step_rule(t: &Typed, k: usize) -> RuleSpec {
+    let spec = &t.spec;
+    let mut types: BTreeMap<String, TypeSpec> = spec
+        .names
+        .iter()
+        .cloned()
+        .zip(spec.inputs.iter().cloned())
+        .collect();
+    for st in &spec.step[..k] {
+        types.insert(st.name.clone(), st.output.clone());
+    }
+    let st = &spec.step[k];
+    let name = format!("{} step {}", spec.name, st.name);
+    match (&st.expr, &st.forward) {
+        (Some(e), _) => {
+            let f = spmd_interp::parse(e).expect("generated expressions parse");
+            RuleSpec {
+                name,
+                op: Some(OpSpec::Expr { expr: e.clone() }),
+                inputs: f.vars.iter().map(|v| types[v].clone()).collect(),
+                output: st.output.clone(),
+                ..RuleSpec::default()
+            }
+        }
+        _ => RuleSpec {
+            name,
+            forward: st.forward.clone(),
+            backward: st.backward.clone().map(BackwardSpec::One),
+            inputs: vec![types[st.input.as_deref().expect("input")].clone()],
+            output: st.output.clone(),
+            ..RuleSpec::default()
+        },
+    }
+}
+
+/// A checked program.
+#[derive(Clone, Debug)]
+pub struct Checked {
+    pub index: usize,
+    pub typed: Typed,
+    /// `Err`: the rule could not be built in scope (the reason).
+    pub verdict: Result<Verdict, String>,
+}
+
+/// An unsound program's blame: the first step unsound alone, or `None`
+/// (composition).
+#[derive(Clone, Debug)]
+pub struct Blame {
+    pub step: Option<(usize, Origin)>,
+    /// The blamed step and its origin, or "composition".
+    pub text: String,
+    /// The blamed step's own counterexample, checked alone.
+    pub alone: Option<String>,
+}
+
+/// The counts and findings for one system.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub system: &'static str,
+    pub depth: usize,
+    pub generated: usize,
+    pub accepted: usize,
+    pub rejected: usize,
+    /// Rejections where the system's answer is `Unknown` (also in `rejected`).
+    pub unknown: usize,
+    pub checked: usize,
+    pub sound: usize,
+    pub unsound: usize,
+    pub vacuous: usize,
+    /// Checked, neither sound, unsound nor vacuous (undetermined).
+    pub other: usize,
+    /// Accepted but not checkable in scope (refused by a guard).
+    pub not_checked: Vec<(usize, String)>,
+    /// The first unsound program per blame (in enumeration order), its
+    /// counterexample, the blame, and how many unsound programs share it.
+    pub findings: Vec<Finding>,
+    /// Rejection reasons, with counts (reason text without the step number).
+    pub reasons: BTreeMap<String, usize>,
+    /// Table rows (with backward) used by at least one checked program, and
+    /// the inserted casts.
+    pub covered: BTreeSet<String>,
+    /// Table rows that can fill a slot but appear in no checked program.
+    pub uncovered: Vec<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct Finding {
+    pub index: usize,
+    pub toml: String,
+    pub counterexample: String,
+    pub blame: Blame,
+    pub count: usize,
+}
+
+/// Type every skeleton of `depth` with `sys`, check every accepted program
+/// in `scope` (no random cases), and blame each unsound one.
+pub fn run(sys: &System, depth: usize, scope: &Scope) -> Report {
+    let items = generate(sys, depth);
+    let accepted: Vec<(usize, Typed)> = items
+        .iter()
+        .filter_map(|i| match &i.typing {
+            Typing::Accepted(t) => Some((i.index, (**t).clone())),
+            Typing::Rejected(_) => None,
+        })
+        .collect();
+    let mut reasons = BTreeMap::new();
+    let mut unknown = 0;
+    for i in &items {
+        if let Typing::Rejected(r) = &i.typing {
+            // Grouped by the system's words, without the step and states.
+            let key = r
+                .split_once("): ")
+                .or_else(|| r.split_once(": "))
+                .map_or(r.as_str(), |x| x.1)
+                .to_string();
+            if key.starts_with("unknown: ") {
+                unknown += 1;
+            }
+            *reasons.entry(key).or_insert(0) += 1;
+        }
+    }
+    let checked: Vec<Checked> = accepted
+        .par_iter()
+        .map(|(index, t)| Checked {
+            index: *index,
+            typed: t.clone(),
+            verdict: build_spec(&t.spec, scope).map(|r| verdict(&r, scope)),
+        })
+        .collect();
+    let mut rep = Report {
+        system: sys.name,
+        depth,
+        generated: items.len(),
+        accepted: accepted.len(),
+        rejected: items.len() - accepted.len(),
+        unknown,
+        checked: 0,
+        sound: 0,
+        unsound: 0,
+        vacuous: 0,
+        other: 0,
+        not_checked: vec![],
+        findings: vec![],
+        reasons,
+        covered: BTreeSet::new(),
+        uncovered: vec![],
+    };
+    let mut unsound: Vec<&Checked> = vec![];
+    for c in &checked {
+        match &c.verdict {
+            Err(e) => rep.not_checked.push((c.index, e.clone())),
+            Ok(v) => {
+                rep.checked += 1;
+                for o in &c.typed.origins {
+                    match o {
+                        Origin::Row(id) => {
+                            rep.covered.insert((*id).to_string());
+                        }
+                        Origin::Cast { name, .. } => {
+                            rep.covered.insert(format!("inserted {name}"));
+                        }
+                        Origin::Typing { .. } => {}
+                    }
+                }
+                if v.is_sound() {
+                    rep.sound += 1;
+                } else if v.violation().is_some() {
+                    rep.unsound += 1;
+                    unsound.push(c);
+                } else if matches!(v, Verdict::Vacuous { .. }) {
+                    rep.vacuous += 1;
+                } else {
+                    rep.other += 1;
+                }
+            }
+        }
+    }
+    rep.uncovered = slot_rows(sys.name)
+        .iter()
+        .map(|(r, _, _)| r.id.to_string())
+        .filter(|id| !rep.covered.contains(id))
+        .collect();
+    // Blame: each distinct step checked alone once.
+    let cache = std::sync::Mutex::new(std::collections::HashMap::new());
+    let blames: Vec<Blame> = unsound
+        .par_iter()
+        .map(|c| blame_cached(&c.typed, scope, &cache))
+        .collect();
+    let mut by_key: BTreeMap<String, usize> = BTreeMap::new();
+    for (c, b) in unsound.iter().zip(blames) {
+        // One finding per blamed origin (typing rule, cast or row).
+        let key = match &b.step {
+            Some((_, o)) => o.describe(),
+            None => b.text.clone(),
+        };
+        if let Some(&k) = by_key.get(&key) {
+            rep.findings[k].count += 1;
+            continue;
+        }
+        by_key.insert(key, rep.findings.len());
+        let v = c.verdict.as_ref().expect("checked");
+        rep.findings.push(Finding {
+            index: c.index,
+            toml: to_toml(&c.typed.spec),
+            counterexample: v.violation().map(|x| x.one_line()).unwrap_or_default(),
+            blame: b,
+            count: 1,
+        });
+    }
+    rep.findings.sort_by_key(|f| f.index);
+    rep
+}
+
+/// The first step of a program that is unsound alone, or "composition".
+pub fn blame(t: &Typed, scope: &Scope) -> Blame {
+    blame_cached(
+        t,
+        scope,
+        &std::sync::Mutex::new(std::collections::HashMap::new()),
+    )
+}
+
+/// Steps checked alone, by their rule text without the name: the
+/// counterexample, if unsound.
+type StepCache = std::sync::Mutex<std::collections::HashMap<String, Option<String>>>;
+
+fn blame_cached(t: &Typed, scope: &Scope, cache: &StepCache) -> Blame {
+    for k in 0..t.spec.step.len() {
+        let mut spec = step_rule(t, k);
+        let key = {
+            let named = std::mem::take(&mut spec.name);
+            let key = to_toml(&spec);
+            spec.name = named;
+            key
+        };
+        let hit = cache.lock().expect("cache").get(&key).cloned();
+        let found = match hit {
+            Some(f) => f,
+            None => {
+                let f = build_spec(&spec, scope)
+                    .ok()
+                    .and_then(|rule| verdict(&rule, scope).violation().map(|x| x.one_line()));
+                cache.lock().expect("cache").insert(key, f.clone());
+                f
+            }
+        };
+        if let Some(x) = found {
+            let o = t.origins[k].clone();
+            return Blame {
+                text: format!("step `{}`: {}", t.spec.step[k].name, o.describe()),
+                alone: Some(x),
+                step: Some((k, o)),
+            };
+        }
+    }
+    Blame {
+        step: None,
+        text: "composition: every step is sound alone".into(),
+        alone: None,
+    }
+}
+
+impl Report {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "system": self.system,
+            "depth": self.depth,
+            "generated": self.generated,
+            "accepted": self.accepted,
+            "rejected": self.rejected,
+            "unknown": self.unknown,
+            "checked": self.checked,
+            "sound": self.sound,
+            "unsound": self.unsound,
+            "vacuous": self.vacuous,
+            "undetermined": self.other,
+            "not_checked": self.not_checked.iter().map(|(i, e)| serde_json::json!({"index": i, "reason": e})).collect::<Vec<_>>(),
+            "findings": self.findings.iter().map(|f| serde_json::json!({
+                "index": f.index,
+                "rule": f.toml,
+                "counterexample": f.counterexample,
+                "blame": f.blame.text,
+                "blamed_step_alone": f.blame.alone,
+                "blamed_step": f.blame.step.as_ref().map(|(k, _)| k),
+                "programs": f.count,
+            })).collect::<Vec<_>>(),
+            "rejections": self.reasons,
+            "covered": self.covered,
+            "uncovered": self.uncovered,
+        })
+    }
+
+    pub fn text(&self) -> String {
+        let mut s = format!(
+            "generated programs of {} (depth {}, SPEC.md §17):\n  generated {}, accepted {}, rejected {} ({} unknown), checked {}, sound {}, unsound {}, vacuous {}, undetermined {}\n",
+            self.system,
+            self.depth,
+            self.generated,
+            self.accepted,
+            self.rejected,
+            self.unknown,
+            self.checked,
+            self.sound,
+            self.unsound,
+            self.vacuous,
+            self.other
+        );
+        for (i, e) in &self.not_checked {
+            s.push_str(&format!("  program {i} not checked: {e}\n"));
+        }
+        if !self.reasons.is_empty() {
+            s.push_str("rejections:\n");
+            for (r, n) in &self.reasons {
+                s.push_str(&format!("  {n:>5}  {r}\n"));
+            }
+        }
+        for f in &self.findings {
+            s.push_str(&format!(
+                "\nunsound: program {} (first of {} with this blame)\n  counterexample: {}\n  blame: {}\n",
+                f.index, f.count, f.counterexample, f.blame.text
+            ));
+            if let Some(a) = &f.blame.alone {
+                s.push_str(&format!("  that step alone: {a}\n"));
+            }
+            s.push_str(&f.toml);
+        }
+        s.push_str("\ncoverage (table rows and inserted casts in at least one checked program):\n");
+        for c in &self.covered {
+            s.push_str(&format!("  covered    {c}\n"));
+        }
+        for c in &self.uncovered {
+            s.push_str(&format!("  uncovered  {c}\n"));
+        }
+        s
+    }
+}

@@ -1,0 +1,139 @@
+//! SPEC.md §17: generated programs, typed by each system and checked end to
+//! end. Every count is computed; the negative twin is a typing function
+//! that accepts P * P -> P, which must make a generated program unsound
+//! with that typing blamed.
+
+use spmd_check::dialects::{spmd_types, OpClass, Outcome, System, SYSTEMS};
+use spmd_check::generated::{build_spec, generate, run, slot_rows, Report, Typing};
+use spmd_check::generators::programs::{candidates, skeletons};
+use spmd_check::generators::Scope;
+use spmd_check::semantics::State;
+
+fn consistent(r: &Report) {
+    assert_eq!(r.generated, r.accepted + r.rejected, "{}", r.system);
+    assert_eq!(r.accepted, r.checked + r.not_checked.len(), "{}", r.system);
+    assert_eq!(
+        r.checked,
+        r.sound + r.unsound + r.vacuous + r.other,
+        "{}",
+        r.system
+    );
+    assert_eq!(
+        r.unsound,
+        r.findings.iter().map(|f| f.count).sum::<usize>(),
+        "{}",
+        r.system
+    );
+    for f in &r.findings {
+        assert!(!f.counterexample.is_empty());
+        assert!(f.toml.contains("[[rule.step]]"), "{}", f.toml);
+    }
+}
+
+/// Depth 1 for every system in the default scope: the counts add up, and
+/// every program a finding prints is a rule file that builds again.
+#[test]
+fn every_system_at_depth_1_in_the_default_scope() {
+    for sys in &SYSTEMS {
+        let t = std::time::Instant::now();
+        let r = run(sys, 1, &Scope::default());
+        consistent(&r);
+        assert!(r.generated >= candidates(1).len(), "{}", sys.name);
+        for f in &r.findings {
+            spmd_check::rules::Rule::from_toml_str(&f.toml)
+                .unwrap_or_else(|e| panic!("{}: {e}\n{}", sys.name, f.toml));
+        }
+        eprintln!(
+            "{} depth 1: generated {}, accepted {}, checked {}, sound {}, unsound {}, vacuous {} in {:?}",
+            sys.name, r.generated, r.accepted, r.checked, r.sound, r.unsound, r.vacuous, t.elapsed()
+        );
+    }
+}
+
+/// Depth 2 for every system: typing only (checking takes minutes; see
+/// SPEC.md §17 for timings). Every accepted program builds as a rule, and a
+/// collective slot only ever gets a row of the system's own table.
+#[test]
+fn every_system_types_depth_2() {
+    assert!(skeletons(2).len() > skeletons(1).len());
+    for sys in &SYSTEMS {
+        let items = generate(sys, 2);
+        let rows = slot_rows(sys.name);
+        let mut accepted = 0;
+        for i in &items {
+            if let Typing::Accepted(t) = &i.typing {
+                accepted += 1;
+                build_spec(&t.spec, &Scope::default())
+                    .unwrap_or_else(|e| panic!("{}: {e}", sys.name));
+                for st in &t.spec.step {
+                    if st.expr.is_none() && !rows.is_empty() {
+                        assert!(st.backward.is_some());
+                    }
+                }
+            }
+        }
+        assert!(items.len() >= candidates(2).len());
+        assert!(accepted > 0, "{} accepts nothing", sys.name);
+        // Systems without collective rows reject every collective slot.
+        if rows.is_empty() {
+            assert!(items.iter().all(|i| match &i.typing {
+                Typing::Accepted(t) => t.spec.step.iter().all(|s| s.expr.is_some()
+                    || s.forward
+                        .as_deref()
+                        .is_some_and(|f| f == "pvary" || f.starts_with("all_reduce"))),
+                Typing::Rejected(_) => true,
+            }));
+        }
+    }
+}
+
+/// spmd_types' typing, except that P * P -> P.
+fn wrong_typing(op: OpClass, inputs: &[Vec<State>]) -> Outcome {
+    if op == OpClass::Mul && inputs.iter().all(|t| t == &[State::Partial]) {
+        return Outcome::infers(vec![State::Partial]);
+    }
+    spmd_types::typing(op, inputs)
+}
+
+const WRONG: System = System {
+    name: "spmd_types",
+    dialect: spmd_check::semantics::Dialect::SpmdTypes,
+    seeds: "003 (twin)",
+    typing: wrong_typing,
+};
+
+#[test]
+fn a_wrong_typing_makes_a_program_unsound_and_is_blamed() {
+    let scope = Scope::default();
+    let real = run(&spmd_types::SYSTEM, 1, &scope);
+    let twin = run(&WRONG, 1, &scope);
+    consistent(&real);
+    consistent(&twin);
+    let blamed = |r: &Report| {
+        r.findings
+            .iter()
+            .any(|f| f.blame.text.contains("the typing of mul on (P, P) -> P"))
+    };
+    assert!(!blamed(&real));
+    assert!(blamed(&twin), "{}", twin.text());
+    assert!(twin.unsound > real.unsound);
+    // mul(x, x) and mul(x, y) on P are now accepted.
+    assert_eq!(twin.accepted, real.accepted + 2);
+}
+
+/// Depth 2, checked end to end, for one system without collectives, on
+/// meshes of at most two ranks (the default caps kept).
+#[test]
+fn ltensor_at_depth_2_is_checked_end_to_end() {
+    let mut scope = Scope::default();
+    scope.meshes.retain(|m| m.axes.iter().all(|a| a.size <= 2));
+    let t = std::time::Instant::now();
+    let r = run(&spmd_check::dialects::ltensor::SYSTEM, 2, &scope);
+    consistent(&r);
+    assert!(r.checked > 0 && r.sound > 0);
+    eprintln!(
+        "ltensor depth 2 (small): {} checked in {:?}",
+        r.checked,
+        t.elapsed()
+    );
+}
