@@ -567,3 +567,37 @@ fn deeply_nested_files_are_short_one_line_errors() {
     assert_eq!(code, 2);
     assert!(err.len() < 300, "{}", &err[..300]);
 }
+
+/// A program step whose declared backward cannot take its cotangent's shape
+/// fails B1 with the step named; it used to panic the oracle ("interpreter
+/// bug: shape error"), found by the generated programs.
+#[test]
+fn a_program_step_backward_of_the_wrong_shape_fails_b1() {
+    let r = r#"[[rule]]
+name = "a2a step"
+names = ["x"]
+inputs = ["V"]
+output = "V"
+[[rule.step]]
+name = "y"
+forward = "all_to_all(split=0, concat=1)"
+input = "x"
+backward = "all_to_all(split=0, concat=1)"
+output = "V"
+[[rule.step]]
+name = "z"
+expr = "y * y"
+output = "V"
+"#;
+    let (code, out) = verdict_of("a2a-step", r);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("unsound B1"), "{out}");
+    assert!(out.contains("step `y = all_to_all"), "{out}");
+    // Twin: the transpose with split and concat swapped fits and is sound.
+    let ok = r.replace(
+        "backward = \"all_to_all(split=0, concat=1)\"",
+        "backward = \"all_to_all(split=1, concat=0)\"",
+    );
+    let (code, out) = verdict_of("a2a-step-ok", &ok);
+    assert_eq!(code, 0, "{out}");
+}

@@ -545,7 +545,13 @@ impl TypedOp {
         inputs: &[Shape],
     ) -> Result<(), String> {
         match &self.backward {
-            Backward::LocalVjp | Backward::Steps => Ok(()),
+            // A program's backward is its steps': each must take the
+            // cotangent of its own output (SPEC.md §12.1).
+            Backward::Steps => match &self.op {
+                Op::Program(p) => p.backward_accepts(m, inputs),
+                _ => Ok(()),
+            },
+            Backward::LocalVjp => Ok(()),
             Backward::Local(fs) => {
                 let mut shapes = inputs.to_vec();
                 shapes.push(out.to_vec());

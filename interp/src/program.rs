@@ -144,6 +144,20 @@ impl Program {
         ))
     }
 
+    /// Whether every step's backward takes the cotangent of its output's
+    /// shape, for inputs of shapes `shapes`; the first step that does not,
+    /// and why.
+    pub fn backward_accepts(&self, m: &Mesh, shapes: &[Shape]) -> Result<(), String> {
+        let all = self.shapes(m, shapes)?;
+        let k = self.inputs.len();
+        for (j, s) in self.steps.iter().enumerate() {
+            let args: Vec<Shape> = s.args.iter().map(|&a| all[a].clone()).collect();
+            s.op.backward_accepts(m, &all[k + j], &args)
+                .map_err(|e| format!("step `{}`: {e}", s.name))?;
+        }
+        Ok(())
+    }
+
     /// Every value's per-rank data: the inputs, then each step's output.
     pub fn values(&self, m: &Mesh, xs: &[PerRank]) -> Result<Vec<PerRank>, EvalError> {
         Ok(self.run(m, xs)?.0)
