@@ -472,7 +472,11 @@ fn table_candidates(d: Dialect, fw: &str, input: &Type) -> Vec<Type> {
     let name = base_name(fw);
     let family = |n: &str| NAMES.iter().find(|(x, _)| *x == n).map(|(_, f)| *f);
     let rows = crate::collectives::PAIR_ROWS;
-    let one_axis = |r: &&crate::collectives::PairRow| !r.src.contains('{');
+    // One-axis rows of the typed modes: JAX's legacy untyped mode
+    // (check_vma=False) is a row of its own, not a destination to infer.
+    let one_axis = |r: &&crate::collectives::PairRow| {
+        !r.src.contains('{') && !r.id.contains("legacy")
+    };
     let mut picked: Vec<_> = rows
         .iter()
         .filter(one_axis)
