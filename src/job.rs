@@ -474,9 +474,8 @@ fn table_candidates(d: Dialect, fw: &str, input: &Type) -> Vec<Type> {
     let rows = crate::collectives::PAIR_ROWS;
     // One-axis rows of the typed modes: JAX's legacy untyped mode
     // (check_vma=False) is a row of its own, not a destination to infer.
-    let one_axis = |r: &&crate::collectives::PairRow| {
-        !r.src.contains('{') && !r.id.contains("legacy")
-    };
+    let one_axis =
+        |r: &&crate::collectives::PairRow| !r.src.contains('{') && !r.id.contains("legacy");
     let mut picked: Vec<_> = rows
         .iter()
         .filter(one_axis)
