@@ -174,6 +174,18 @@ fn classify(system: &str, c: &Value) -> (Class, String) {
     }
 }
 
+/// A JSON array of strings (missing or other entries are skipped).
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// Exact values of a recorded per-rank array: its shape per rank and the
 /// scalars in row-major order.
 fn exact(v: &Value) -> Option<Vec<(Vec<usize>, Vec<Q>)>> {
@@ -508,15 +520,7 @@ fn spmd_types_typing(c: &Value) -> (Class, String) {
         );
     }
     let lin = c["op"].as_str().unwrap_or("");
-    let ins: Vec<String> = c["inputs"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default();
+    let ins = strings(&c["inputs"]);
     let names = ["a", "b", "c"];
     let mut terms = Vec::new();
     let mut types = Vec::new();
@@ -585,15 +589,7 @@ fn torch_typing(c: &Value) -> (Class, String) {
             )
         }
     };
-    let types: Vec<String> = c["inputs"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .map(String::from)
-                .collect()
-        })
-        .unwrap_or_default();
+    let types = strings(&c["inputs"]);
     let no_grad: Vec<usize> = if c["requires_grad"] == true && c["torch_no_grad"] != true {
         vec![]
     } else {
