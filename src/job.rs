@@ -471,7 +471,7 @@ fn dim_param(text: &str) -> usize {
 fn table_candidates(d: Dialect, fw: &str, input: &Type) -> Vec<Type> {
     let name = base_name(fw);
     let family = |n: &str| NAMES.iter().find(|(x, _)| *x == n).map(|(_, f)| *f);
-    let rows = crate::collectives::PAIR_ROWS;
+    let rows: &[crate::collectives::PairRow] = &crate::collectives::PAIR_ROWS;
     // One-axis rows of the typed modes: JAX's legacy untyped mode
     // (check_vma=False) is a row of its own, not a destination to infer.
     let one_axis =

@@ -201,28 +201,6 @@ fn noop(o: &Op) -> bool {
     matches!(o, Op::Collective(c) if c.is_noop_cast())
 }
 
-/// JAX's name for a collective at its states (seed 000), where JAX has one.
-fn jax_name(c: &Collective) -> Option<&'static str> {
-    use State::*;
-    Some(match (&c.kind, c.src, c.dst) {
-        (Kind::Reinterpret, Invariant, Varying) => "pvary",
-        (Kind::Reinterpret, Invariant, Reduced) => "preduced",
-        (Kind::Reinterpret, Varying, Partial) => "vary_unreduced_cast",
-        (Kind::Reinterpret, Reduced, Varying) => "reduced_vary_cast",
-        (Kind::AllGather { .. }, Varying, Reduced) => "all_gather_reduced",
-        (Kind::AllGather { .. }, Varying, Invariant) => "all_gather_invariant",
-        (Kind::AllGather { .. }, Varying, Varying) => "all_gather",
-        (Kind::AllReduce, Varying, Invariant) => "psum_invariant",
-        (Kind::AllReduce, Partial, Invariant) => "unreduced_psum",
-        (Kind::ReduceScatter { .. }, Varying, Varying) => "psum_scatter",
-        (Kind::ReduceScatter { .. }, Partial, Varying) => "unreduced_psum_scatter",
-        (Kind::PMean, _, _) => "pmean",
-        (Kind::PPermute { .. }, _, _) => "ppermute",
-        (Kind::AllToAll { .. }, _, _) => "all_to_all",
-        _ => return None,
-    })
-}
-
 /// A candidate with the states of each step, in a dialect's names:
 /// `reduce_scatter(dim=0)[P->V]`, or with `Dialect::Jax`
 /// `unreduced_psum_scatter(dim=0)[Unreduced->Varying]`. The canonical and
@@ -242,7 +220,7 @@ pub fn describe_typed(op: &Op, dialect: Dialect) -> String {
                 };
                 let mut c = c.clone();
                 if dialect == Dialect::Jax {
-                    if let Some(n) = jax_name(&c) {
+                    if let Some(n) = spmd_dialects::jax::primitive_name(&c) {
                         c.name = n.to_string();
                     }
                 }

@@ -26,6 +26,7 @@
 //! is refused with the I + R error; `mul_const_V` pvaries the constant).
 
 use crate::{columns, malformed, Cast, OpClass, Operand, Outcome, System};
+use spmd_interp::Collective;
 use spmd_semantics::{Dialect, State};
 
 pub const SYSTEM: System = System {
@@ -271,4 +272,29 @@ fn axis(op: OpClass, a: usize, col: &[State], casts: &mut Vec<Cast>) -> Result<S
         };
     }
     Ok(Invariant)
+}
+
+/// JAX's primitive name for a catalogue collective at its states (seed 000,
+/// and jax 0.10.2's pmean, ppermute and all_to_all), where JAX has one:
+/// how `transposes --dialect jax` spells a backward.
+pub fn primitive_name(c: &Collective) -> Option<&'static str> {
+    use spmd_interp::Kind;
+    use State::*;
+    Some(match (&c.kind, c.src, c.dst) {
+        (Kind::Reinterpret, Invariant, Varying) => "pvary",
+        (Kind::Reinterpret, Invariant, Reduced) => "preduced",
+        (Kind::Reinterpret, Varying, Partial) => "vary_unreduced_cast",
+        (Kind::Reinterpret, Reduced, Varying) => "reduced_vary_cast",
+        (Kind::AllGather { .. }, Varying, Reduced) => "all_gather_reduced",
+        (Kind::AllGather { .. }, Varying, Invariant) => "all_gather_invariant",
+        (Kind::AllGather { .. }, Varying, Varying) => "all_gather",
+        (Kind::AllReduce, Varying, Invariant) => "psum_invariant",
+        (Kind::AllReduce, Partial, Invariant) => "unreduced_psum",
+        (Kind::ReduceScatter { .. }, Varying, Varying) => "psum_scatter",
+        (Kind::ReduceScatter { .. }, Partial, Varying) => "unreduced_psum_scatter",
+        (Kind::PMean, _, _) => "pmean",
+        (Kind::PPermute { .. }, _, _) => "ppermute",
+        (Kind::AllToAll { .. }, _, _) => "all_to_all",
+        _ => return None,
+    })
 }

@@ -94,6 +94,26 @@ pub struct JvpRow {
     pub twin: WrongJvp,
 }
 
+/// One forward/backward pair of a system's collective table (SPEC.md §10.3):
+/// a collective or cast from `src` to `dst` and the transpose the system
+/// declares for it. `forward` and `backward` may hold the parameter slots
+/// `{d}` (a dim), `{s}` and `{c}` (split and concat dims), which the checker
+/// fills with every choice in scope.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CollectiveRow {
+    pub id: String,
+    pub system: String,
+    /// The dialect its state names are written in (the system's own).
+    pub dialect: Dialect,
+    pub forward: String,
+    pub src: String,
+    pub dst: String,
+    /// `None`: the system lists no transpose (a completeness gap).
+    pub backward: Option<String>,
+    /// `None`: the oracle must find it sound; else the property that fails.
+    pub expect: Option<Property>,
+}
+
 /// The systems, in the order their tables are read.
 pub const SYSTEMS: &[&str] = &["spmd_types", "jax", "dtensor", "ltensor", "nabla"];
 
@@ -113,6 +133,19 @@ struct File {
     rule: Vec<RawRule>,
     #[serde(default)]
     jvp: Vec<RawJvp>,
+    #[serde(default)]
+    collective: Vec<RawCollective>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawCollective {
+    name: String,
+    forward: String,
+    inputs: Vec<String>,
+    output: String,
+    backward: Option<String>,
+    expect: String,
 }
 
 #[derive(Deserialize)]
@@ -192,8 +225,16 @@ fn expect(text: &str) -> Result<Option<Property>, String> {
     }
 }
 
+/// One system's rows: local typing rules, JVPs, collective pairs.
+pub type Table = (Vec<SeedRule>, Vec<JvpRow>, Vec<CollectiveRow>);
+
+/// The dialect a system's table writes its states in: the system's own.
+pub fn system_dialect(system: &str) -> Option<Dialect> {
+    crate::system(system).ok().map(|s| s.dialect)
+}
+
 /// Parse one system's table file.
-pub fn parse_table(system: &str, text: &str) -> Result<(Vec<SeedRule>, Vec<JvpRow>), String> {
+pub fn parse_table(system: &str, text: &str) -> Result<Table, String> {
     let f: File = toml::from_str(text).map_err(|e| format!("tables/{system}.toml: {e}"))?;
     let at = |name: &str, e: String| format!("tables/{system}.toml, `{name}`: {e}");
     let mut rules = Vec::new();
@@ -253,23 +294,46 @@ pub fn parse_table(system: &str, text: &str) -> Result<(Vec<SeedRule>, Vec<JvpRo
             twin,
         });
     }
-    Ok((rules, jvps))
+    let mut pairs = Vec::new();
+    for c in f.collective {
+        let [src] = <[String; 1]>::try_from(c.inputs)
+            .map_err(|_| at(&c.name, "a collective takes one input".into()))?;
+        pairs.push(CollectiveRow {
+            expect: expect(&c.expect).map_err(|e| at(&c.name, e))?,
+            dialect: system_dialect(system)
+                .ok_or_else(|| at(&c.name, format!("unknown system `{system}`")))?,
+            id: c.name,
+            system: system.to_string(),
+            forward: c.forward,
+            src,
+            dst: c.output,
+            backward: c.backward,
+        });
+    }
+    Ok((rules, jvps, pairs))
 }
 
-fn all() -> &'static (Vec<SeedRule>, Vec<JvpRow>) {
-    static ALL: OnceLock<(Vec<SeedRule>, Vec<JvpRow>)> = OnceLock::new();
+fn all() -> &'static Table {
+    static ALL: OnceLock<Table> = OnceLock::new();
     ALL.get_or_init(|| {
         let mut rules = Vec::new();
         let mut jvps = Vec::new();
+        let mut pairs = Vec::new();
         for (system, text) in TABLES {
             // The tables are compiled in and checked by the tests: a parse
             // error here is a bug in this crate, not bad user input.
-            let (r, j) = parse_table(system, text).expect("compiled-in seed table");
+            let (r, j, c) = parse_table(system, text).expect("compiled-in seed table");
             rules.extend(r);
             jvps.extend(j);
+            pairs.extend(c);
         }
-        (rules, jvps)
+        (rules, jvps, pairs)
     })
+}
+
+/// Every system's collective forward/backward pairs, system by system.
+pub fn collective_rows() -> &'static [CollectiveRow] {
+    &all().2
 }
 
 /// Every system's local-op typing rows, system by system.
@@ -290,6 +354,7 @@ mod tests {
     fn every_table_parses_and_names_are_unique() {
         let mut names: Vec<&str> = seed_rules().iter().map(|r| r.id.as_str()).collect();
         names.extend(jvp_rows().iter().map(|r| r.id.as_str()));
+        names.extend(collective_rows().iter().map(|r| r.id.as_str()));
         let n = names.len();
         names.sort();
         names.dedup();
