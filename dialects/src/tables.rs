@@ -366,4 +366,18 @@ mod tests {
         let t = "[[jvp]]\nname = \"a\"\nseed_rule = \"\"\nforward = \"psum\"\ninputs = [\"V\"]\noutput = \"I\"\njvp = \"psum\"\nexpect = \"F9\"\ntwin = { reduce_again = true }\n";
         assert!(parse_table("x", t).unwrap_err().contains("F9"));
     }
+
+    #[test]
+    fn a_collective_row_takes_one_input_and_a_known_property() {
+        let two = "[[collective]]\nname = \"a\"\nforward = \"psum\"\ninputs = [\"V\", \"V\"]\noutput = \"I\"\nexpect = \"sound\"\n";
+        assert!(parse_table("jax", two).unwrap_err().contains("one input"));
+        let bad = two
+            .replace("[\"V\", \"V\"]", "[\"V\"]")
+            .replace("sound", "F7");
+        assert!(parse_table("jax", &bad).unwrap_err().contains("F7"));
+        let ok = bad.replace("F7", "B3");
+        let (_, _, c) = parse_table("jax", &ok).unwrap();
+        assert_eq!(c[0].expect, Some(Property::B3));
+        assert_eq!(c[0].dialect, Dialect::Jax);
+    }
 }
