@@ -89,13 +89,8 @@ def cases():
                     x, c, real = run(mesh, n, src, dst)
                     case = {"kind": "collective", "id": f"redistribute_{src[0]}_{dst[0]}_n{n}"}
                     if real["error"] is None:
-<<<<<<< HEAD
-                        case["job"] = {"dialect": "dtensor", "mesh": {"x": n}, "forward": "redistribute",
-                                       "inputs": [{"type": src, "per_rank": x}],
-=======
                         case["job"] = {"dialect": "dtensor", "mesh": {"x": n}, "forward": "redistribute",
                                        "backward": "redistribute", "inputs": [{"type": src, "per_rank": x}],
->>>>>>> peers
                                        "output": real["output_placements"][0], "cotangent": c}
                     else:
                         case["job"] = None
