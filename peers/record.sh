@@ -10,7 +10,7 @@ if [ ! -x "$venv/bin/python" ]; then
   "$venv/bin/pip" install -r "$here/requirements.txt"
 fi
 export PYTHONHASHSEED=0
-for s in record_jax.py record_spmd_types.py record_spmd_types_collectives.py record_dtensor.py; do
+for s in record_jax.py record_spmd_types.py record_spmd_types_collectives.py record_dtensor.py record_dtensor_ops.py; do
   echo "== $s"
   "$venv/bin/python" "$here/$s"
 done

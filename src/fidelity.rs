@@ -167,6 +167,7 @@ fn classify(system: &str, c: &Value) -> (Class, String) {
         Some("typing") if system == "jax" => jax_typing(c),
         Some("typing") if c["source"] == "infer_local_type_for_axis" => spmd_types_typing(c),
         Some("typing") if c["source"] == "torch" => torch_typing(c),
+        Some("typing") if c["source"] == "dtensor_propagation" => dtensor_typing(c),
         k => (
             Class::NotExpressible(format!("unknown case kind {k:?}")),
             String::new(),
@@ -603,6 +604,280 @@ fn torch_typing(c: &Value) -> (Class, String) {
     judge_spmd_types(expr, &types, &no_grad, real, out)
 }
 
+/// A DTensor op as an expression of its operands `a`, `b` and, per
+/// operand, the recorded input it reads (`x * x` reads input 0 twice).
+fn dtensor_expr(op: &str) -> Option<(&'static str, &'static [usize])> {
+    Some(match op {
+        "neg" => ("-a", &[0]),
+        "scale" => ("3 * a", &[0]),
+        "add_const" => ("a + 1", &[0]),
+        "square" => ("a * b", &[0, 0]),
+        "relu" => ("relu(a)", &[0]),
+        "abs" => ("abs(a)", &[0]),
+        "sum" => ("sum(a, 0)", &[0]),
+        "mean" => ("mean(a, 0)", &[0]),
+        "amax" => ("max(a, 0)", &[0]),
+        "transpose" => ("transpose(a)", &[0]),
+        "floor" => ("floor(a)", &[0]),
+        "add" => ("a + b", &[0, 1]),
+        "sub" => ("a - b", &[0, 1]),
+        "mul" => ("a * b", &[0, 1]),
+        "div" => ("a / b", &[0, 1]),
+        "matmul" => ("matmul(a, b)", &[0, 1]),
+        "cat" => ("concat(a, b, 0)", &[0, 1]),
+        _ => return None,
+    })
+}
+
+/// A pending reduction DTensor names that is not a sum: `Partial(avg)`,
+/// `Partial(max)`, ... (spmd-check's Partial is a pending sum).
+fn other_partial(p: &str) -> bool {
+    p.starts_with("Partial(") && p != "Partial()"
+}
+
+fn run_json(job: &Value) -> Result<crate::job::JobReport, UsageError> {
+    let text = job.to_string();
+    parse_job("<fixture>", &text).and_then(|j| run_job(&j, "<fixture>", &text, false))
+}
+
+/// One redistribution as DTensor 2.14.1 performs it, on recorded per-rank
+/// values: Replicate() to Partial() keeps value / n on every rank (its
+/// `_partition_value`); every other move is this tool's `redistribute`.
+fn dtensor_move(x: &Value, from: &str, to: &str, n: u64) -> Result<Value, UsageError> {
+    let job = if from == "Replicate()" && to == "Partial()" {
+        serde_json::json!({"dialect": "dtensor", "mesh": {"x": n},
+            "op": {"expr": format!("a / {n}")}, "inputs": [{"type": from, "per_rank": x}],
+            "output": from})
+    } else {
+        serde_json::json!({"dialect": "dtensor", "mesh": {"x": n}, "forward": "redistribute",
+            "inputs": [{"type": from, "per_rank": x}], "output": to})
+    };
+    let r = run_json(&job)?;
+    Ok(Value::Array(
+        r.output.value.tensors.iter().map(tensor_json).collect(),
+    ))
+}
+
+/// DTensor's sharding propagation of one local op, replayed (SPEC.md §16.2):
+/// the redistributions DTensor inserted are applied to the recorded values
+/// (`dtensor_move`), then the op runs at the placements DTensor ran it on;
+/// the per-rank output must equal DTensor's. Where DTensor inserted
+/// nothing, every gradient must equal DTensor's too, and the oracle checks
+/// the op backward included, reading a Replicate() input whose gradient
+/// DTensor returned as Partial() as the proposal's Reduced() (its cotangent
+/// is a pending sum). Otherwise the oracle checks the forward.
+fn dtensor_typing(c: &Value) -> (Class, String) {
+    let op = c["op"].as_str().unwrap_or("");
+    let Some((expr, reads)) = dtensor_expr(op) else {
+        return (
+            Class::NotExpressible(format!("no expression for DTensor's `{op}`")),
+            String::new(),
+        );
+    };
+    let real = &c["real"];
+    let ins = c["inputs"].as_array().cloned().unwrap_or_default();
+    let n = c["mesh"]["x"].as_u64().unwrap_or(2);
+    // Per operand position: placement and per-rank values.
+    let mut ops: Vec<(String, Value)> = Vec::new();
+    for &k in reads {
+        let Some(i) = ins.get(k) else {
+            return (
+                Class::NotExpressible("fewer inputs than the op reads".into()),
+                String::new(),
+            );
+        };
+        ops.push((
+            i["placement"].as_str().unwrap_or("?").to_string(),
+            i["per_rank"].clone(),
+        ));
+    }
+    let placements: Vec<String> = ops.iter().map(|o| o.0.clone()).collect();
+    if real["accepted"] != true {
+        let what = format!("`{expr}` ");
+        return judge_refusal("dtensor", expr, &placements, &[], real, &what, "");
+    }
+    let out = real["output"].as_str().unwrap_or("?");
+    if other_partial(out) {
+        return (
+            Class::NotExpressible(format!(
+                "DTensor gives {out}: a pending reduction other than a sum, which is no state of spmd-check (its Partial is a pending sum)"
+            )),
+            String::new(),
+        );
+    }
+    // Each move goes to the first operand position reading its input that
+    // has not moved yet (DTensor moves arguments, not inputs).
+    let mut moved = vec![false; ops.len()];
+    let mut moves = Vec::new();
+    for m in real["inserted"].as_array().cloned().unwrap_or_default() {
+        let k = m["input"].as_u64().map(|k| k as usize);
+        let Some(pos) = (0..ops.len()).find(|&p| Some(reads[p]) == k && !moved[p]) else {
+            return (
+                Class::NotExpressible("a redistribution of no operand".into()),
+                String::new(),
+            );
+        };
+        let (from, to) = (
+            m["from"].as_str().unwrap_or("?"),
+            m["to"].as_str().unwrap_or("?"),
+        );
+        match dtensor_move(&ops[pos].1, from, to, n) {
+            Ok(v) => ops[pos] = (to.to_string(), v),
+            Err(e) => {
+                return (
+                    Class::ModelMismatch(format!(
+                        "DTensor moves {from} -> {to}; the model refuses: {e}"
+                    )),
+                    String::new(),
+                )
+            }
+        }
+        moved[pos] = true;
+        moves.push(format!("{} {from} -> {to}", ["a", "b"][pos]));
+    }
+    let seen: Vec<String> = ops.iter().map(|o| o.0.clone()).collect();
+    let mut job = serde_json::json!({
+        "dialect": "dtensor", "mesh": c["mesh"], "op": {"expr": expr},
+        "inputs": ops.iter().map(|(t, v)| serde_json::json!({"type": t, "per_rank": v})).collect::<Vec<_>>(),
+        "output": out,
+    });
+    let rep = match run_json(&job) {
+        Ok(r) => r,
+        Err(e) => {
+            return (
+                Class::ModelMismatch(format!("DTensor runs it; the model refuses: {e}")),
+                String::new(),
+            )
+        }
+    };
+    if let Some(d) = differs(&rep.output.value, &real["output_per_rank"]) {
+        return (
+            Class::ModelMismatch(format!("`{expr}` forward: {d}")),
+            String::new(),
+        );
+    }
+    let after = if moves.is_empty() {
+        String::new()
+    } else {
+        format!(" after redistributing {}", moves.join(", "))
+    };
+    let mesh = Mesh::new(&[("x", n as usize)]);
+    let grads = real["transpose"]
+        .as_array()
+        .filter(|_| real["transpose_error"].is_null());
+    // Gradients: only where DTensor moved nothing and every operand is its
+    // own input (autograd sums a shared input's two gradients).
+    let one_to_one = reads.iter().enumerate().all(|(p, &k)| p == k);
+    if let (true, true, Some(g)) = (moves.is_empty(), one_to_one, grads) {
+        job["cotangent"] = real["cotangent"]["per_rank"].clone();
+        let ours = match run_json(&job) {
+            Ok(r) => r.backward,
+            Err(e) => {
+                return (
+                    Class::ModelMismatch(format!("the model cannot run the backward: {e}")),
+                    String::new(),
+                )
+            }
+        };
+        if let Some(ours) = ours {
+            for (k, (b, gk)) in ours.iter().zip(g).enumerate() {
+                // DTensor may return a gradient in another placement than
+                // its input's (sum of a Shard(0) vector: Replicate()): moved
+                // to the input's placement, it must be ours rank by rank.
+                let gp = gk["placement"].as_str().unwrap_or("?");
+                // The cotangent placement of the input: Partial()'s is
+                // Replicate(), the others' their own.
+                let cot = if seen[k] == "Partial()" {
+                    "Replicate()"
+                } else {
+                    seen[k].as_str()
+                };
+                let same = gp == cot || (seen[k] == "Replicate()" && gp == "Partial()");
+                let theirs = if same {
+                    gk["per_rank"].clone()
+                } else {
+                    match dtensor_move(&gk["per_rank"], gp, cot, n) {
+                        Ok(v) => v,
+                        Err(e) => {
+                            return (
+                                Class::ModelMismatch(format!("gradient in {gp}: {e}")),
+                                String::new(),
+                            )
+                        }
+                    }
+                };
+                if let Some(d) = differs(&b.value, &theirs) {
+                    return (
+                        Class::ModelMismatch(format!(
+                            "`{expr}` gradient of {}: {d}",
+                            ["a", "b"][k]
+                        )),
+                        String::new(),
+                    );
+                }
+            }
+            // DTensor's gradient placements decide each input's cotangent.
+            let mut typed = seen.clone();
+            let mut reduced = Vec::new();
+            for (k, t) in typed.iter_mut().enumerate() {
+                if t == "Replicate()" && g[k]["placement"] == "Partial()" {
+                    *t = "Reduced()".into();
+                    reduced.push(["a", "b"][k]);
+                }
+            }
+            let rule = match local_rule("dtensor", &mesh, expr, &typed, out, &[]) {
+                Ok(r) => r,
+                Err(e) => {
+                    return (
+                        Class::ModelMismatch(format!("cannot build: {e}")),
+                        String::new(),
+                    )
+                }
+            };
+            let read = if reduced.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; {} read as Reduced() (DTensor returns its gradient Partial())",
+                    reduced.join(", ")
+                )
+            };
+            let note = format!(
+                "`{expr}` on {} -> {out}; forward and every gradient equal DTensor's per rank{read}",
+                placements.join(", ")
+            );
+            return match oracle(&rule) {
+                Ok(()) => (Class::Agree, note),
+                Err(v) => (Class::RealDefect(v), note),
+            };
+        }
+    }
+    let rule = match local_rule("dtensor", &mesh, expr, &seen, out, &[]) {
+        Ok(r) => r,
+        Err(e) => {
+            return (
+                Class::ModelMismatch(format!("cannot build: {e}")),
+                String::new(),
+            )
+        }
+    };
+    let note = format!(
+        "`{expr}` on {} -> {out}{after}; forward equals DTensor's per rank; forward checked only ({})",
+        placements.join(", "),
+        if !moves.is_empty() {
+            "DTensor redistributed an operand, whose backward is DTensor's redistribute"
+        } else if !one_to_one {
+            "one input read twice"
+        } else {
+            "DTensor recorded no gradient"
+        }
+    );
+    match forward_sound(&rule) {
+        Ok(()) => (Class::Agree, note),
+        Err(v) => (Class::RealDefect(v), note),
+    }
+}
+
 /// Classify what spmd_types did with `expr` on `types`: accepted with
 /// output `out`, or refused.
 fn judge_spmd_types(
@@ -790,6 +1065,7 @@ pub fn dialect_check(system: &str, c: &Value) -> Option<DialectCheck> {
     match system {
         "jax" => jax_dialect(c),
         "spmd_types" => spmd_types_dialect(c),
+        "dtensor" => dtensor_dialect(c),
         _ => None,
     }
 }
@@ -880,6 +1156,94 @@ fn jax_dialect(c: &Value) -> Option<DialectCheck> {
 /// is a nonlinear elementwise op; `Scalar` a Python scalar; `no_grad` and
 /// `out_partial` as recorded), or a torch op under `typecheck()` (without
 /// `requires_grad`, or under `torch.no_grad()`, every operand is no_grad).
+/// DTensor's propagation (`spmd_dialects::dtensor`) against torch's, in
+/// canonical letters: the output and each redistribution as
+/// `redistribute(k: FROM->TO)` with the input k it moves.
+fn dtensor_dialect(c: &Value) -> Option<DialectCheck> {
+    use spmd_dialects::OpClass::*;
+    let class = match c["op"].as_str()? {
+        "neg" => Neg,
+        "scale" => ScalarMul,
+        "add_const" | "relu" | "abs" => Nonlinear,
+        "square" => Mul,
+        "sum" => Sum,
+        "mean" => Mean,
+        "amax" => Max,
+        "transpose" => View,
+        "floor" => NarrowingCast,
+        "add" => Add,
+        "sub" => Sub,
+        "mul" => Mul,
+        "div" => Division,
+        "matmul" => Matmul,
+        "cat" => Concat,
+        _ => return None,
+    };
+    let letter = |p: &str| -> String {
+        if p.starts_with("Shard(") {
+            "V".into()
+        } else if p == "Replicate()" {
+            "I".into()
+        } else if p == "Partial()" {
+            "P".into()
+        } else {
+            p.to_string()
+        }
+    };
+    let reads: &[usize] = dtensor_expr(c["op"].as_str()?)?.1;
+    let ins = c["inputs"].as_array()?;
+    let mut types = Vec::new();
+    for &k in reads {
+        let p = ins.get(k)?["placement"].as_str()?;
+        types.push(vec![
+            spmd_semantics::Dialect::Dtensor.parse_state(p).ok()?.0,
+        ]);
+    }
+    let o = spmd_dialects::dtensor::typing(class, &types);
+    let words = |out: &str, moves: &[String]| -> String {
+        if moves.is_empty() {
+            format!("accepted -> {out}")
+        } else {
+            format!("accepted -> {out} after {}", moves.join(", "))
+        }
+    };
+    let ours = match &o {
+        spmd_dialects::Outcome::Infers { output, casts } => words(
+            &output[0].letter().to_string(),
+            &casts
+                .iter()
+                .map(|m| {
+                    format!(
+                        "redistribute({}: {}->{})",
+                        reads[m.input],
+                        m.from.letter(),
+                        m.to.letter()
+                    )
+                })
+                .collect::<Vec<_>>(),
+        ),
+        other => outcome_words(other, &|s| s.letter().to_string()),
+    };
+    let r = &c["real"];
+    let real = if r["accepted"] == true {
+        // Moves are named by input (`x * x` reads input 0 twice, and either
+        // operand may be the one moved).
+        let mut moves = Vec::new();
+        for m in r["inserted"].as_array()? {
+            let k = m["input"].as_u64()? as usize;
+            moves.push(format!(
+                "redistribute({k}: {}->{})",
+                letter(m["from"].as_str()?),
+                letter(m["to"].as_str()?)
+            ));
+        }
+        words(&letter(r["output"].as_str()?), &moves)
+    } else {
+        "refused".into()
+    };
+    Some(DialectCheck { ours, real })
+}
+
 fn spmd_types_dialect(c: &Value) -> Option<DialectCheck> {
     use spmd_dialects::{spmd_types, OpClass, Operand};
     let state = |s: &str| -> Option<spmd_semantics::State> {

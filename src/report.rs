@@ -413,8 +413,12 @@ pub fn dialect_text(rows: &[crate::derive::DialectRow], sys: &spmd_dialects::Sys
             r.class.word(),
             sys.describe(&r.outcome)
         ));
-        if let spmd_dialects::Class::UnsoundAcceptance(c) = &r.class {
-            s.push_str(&format!("\n      {c}"));
+        match &r.class {
+            spmd_dialects::Class::UnsoundAcceptance(c) => s.push_str(&format!("\n      {c}")),
+            spmd_dialects::Class::Unknown(c) if !c.starts_with("seed silent") => {
+                s.push_str(&format!("\n      {c}"))
+            }
+            _ => {}
         }
         s.push('\n');
     }

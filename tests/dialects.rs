@@ -241,16 +241,44 @@ fn jax_follows_seed_000_where_real_jax_does() {
 }
 
 /// Seed 001, DTensor: "If any input has Reduced on a mesh dim, output gets
-/// Reduced on that dim"; Shard and Partial follow rules the seed does not
-/// state.
+/// Reduced on that dim"; the seed's FSDP example reads it as "every input"
+/// (`dtensor-fsdp`). Shard and Partial follow torch 2.14.1's propagation
+/// (tests/fixtures/dtensor_ops.json), with the redistributions it inserts.
 #[test]
-fn dtensor_follows_seed_001() {
+fn dtensor_follows_seed_001_and_torch() {
     let t = dtensor::typing;
     assert_eq!(t(OpClass::Mul, &one(&[I, R])), Outcome::infers(vec![R]));
     assert_eq!(t(OpClass::Matmul, &one(&[R, R])), Outcome::infers(vec![R]));
     assert_eq!(t(OpClass::Neg, &one(&[I])), Outcome::infers(vec![I]));
+    // The other reading: inputs disagree, so the output is Replicate().
+    let f = dtensor::typing_fsdp_reading;
+    assert_eq!(f(OpClass::Mul, &one(&[I, R])), Outcome::infers(vec![I]));
+    assert_eq!(f(OpClass::Matmul, &one(&[R, R])), Outcome::infers(vec![R]));
+    assert_eq!(
+        spmd_dialects::system("dtensor-fsdp").unwrap().name,
+        "dtensor-fsdp"
+    );
+    // Replicate() * Shard(0): the Replicate() operand is sharded first.
+    assert_eq!(
+        infers(&t(OpClass::Mul, &one(&[V, I]))),
+        Some((vec![V], vec![(dtensor::REDISTRIBUTE, 1, V)]))
+    );
+    // Partial() + Replicate(): the Replicate() operand becomes Partial().
+    assert_eq!(
+        infers(&t(OpClass::Add, &one(&[P, I]))),
+        Some((vec![P], vec![(dtensor::REDISTRIBUTE, 1, P)]))
+    );
+    // Partial() * Replicate() stays Partial() with no move.
+    assert_eq!(t(OpClass::Mul, &one(&[P, I])), Outcome::infers(vec![P]));
+    // A nonlinear op reduces Partial() first.
+    assert_eq!(
+        infers(&t(OpClass::Nonlinear, &one(&[P]))),
+        Some((vec![I], vec![(dtensor::REDISTRIBUTE, 0, I)]))
+    );
+    // mean of Shard(0) is Partial(avg): no state here, so unknown.
+    assert!(matches!(t(OpClass::Mean, &one(&[V])), Outcome::Unknown(_)));
     assert!(matches!(
-        t(OpClass::Mul, &one(&[V, I])),
+        t(OpClass::Einsum, &one(&[V, I])),
         Outcome::Unknown(_)
     ));
 }
@@ -573,4 +601,48 @@ fn rows_the_real_libraries_contradict_say_so() {
         .find(|l| l.contains("jax_nary_skips_empty [jax]"))
         .expect("the finding");
     assert!(line.contains("real jax 0.10.2 refuses"), "{line}");
+}
+
+/// `derive --dialect dtensor` and `--dialect dtensor-fsdp`: the two readings
+/// of the proposal's Reduced() give different verdicts on `x * y` with only
+/// y Reduced(), and a typing whose soundness rests on DTensor's run-time
+/// choice of gradient placement is reported as unknown, with the condition.
+#[test]
+fn both_readings_of_dtensor_reduced_are_derived() {
+    let derive = |d: &str| -> Vec<serde_json::Value> {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_spmd-check"))
+            .args(["derive", "mul", "--dialect", d, "--json"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0));
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let row = |rows: &[serde_json::Value], ins: [&str; 2], out: &str| {
+        rows.iter()
+            .find(|r| r["inputs"] == serde_json::json!(ins) && r["output"] == out)
+            .cloned()
+            .unwrap()
+    };
+    let any = derive("dtensor");
+    let every = derive("dtensor-fsdp");
+    // The FSDP reading keeps x * w Replicate() when only w is Reduced(),
+    // and the oracle finds that unsound (B3: the gradient of w counted
+    // twice): the reading the seed's example uses is not sound.
+    let r = row(&every, ["I", "R"], "I");
+    assert_eq!(r["class"], "unsound acceptance", "{r}");
+    assert_eq!(r["property"], "B3");
+    // The code's reading makes it Reduced().
+    let r = row(&any, ["I", "R"], "R");
+    assert_eq!(r["system_does"]["infers"], serde_json::json!(["Reduced()"]));
+    // Replicate() * Partial() -> Partial(): unsound with Replicate()
+    // gradients (B2), sound with the Partial() gradient torch returns.
+    let r = row(&any, ["I", "P"], "P");
+    assert_eq!(r["property"], "B2");
+    assert_eq!(r["class"], "unknown", "{r}");
+    assert!(r["unknown_because"]
+        .as_str()
+        .unwrap()
+        .contains("as Partial()"));
+    assert_eq!(any.len(), 64);
+    assert_eq!(every.len(), 64);
 }

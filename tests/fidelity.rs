@@ -244,3 +244,84 @@ fn the_command_reports_per_system_and_version() {
         assert!(row["version"].as_str().is_some_and(|v| !v.is_empty()));
     }
 }
+
+/// DTensor's own propagation of local ops (tests/fixtures/dtensor_ops.json,
+/// torch 2.14.1): every case replayed, and the dialect follows it.
+#[test]
+fn dtensor_propagation_is_replayed_and_the_dialect_follows_it() {
+    let rs = run(&default_dir()).unwrap();
+    let ops: Vec<&CaseResult> = rs
+        .iter()
+        .filter(|r| r.file.ends_with("dtensor_ops.json"))
+        .collect();
+    assert_eq!(ops.len(), 87);
+    let count = |k: &str| ops.iter().filter(|r| r.class.key() == k).count();
+    assert_eq!(count("agree"), 85, "{ops:#?}");
+    assert_eq!(count("not_expressible"), 2);
+    for id in ["mean_S", "amax_S"] {
+        let c = class_of(&rs, "dtensor", id);
+        assert!(c.class.detail().unwrap().contains("Partial("), "{c:?}");
+    }
+    // Replicate() + Partial(): DTensor divides the Replicate() operand by n
+    // on every rank (Replicate() -> Partial()) first.
+    let c = class_of(&rs, "dtensor", "add_P_R");
+    assert!(
+        c.note.contains("redistributing b Replicate() -> Partial()"),
+        "{c:?}"
+    );
+    // x @ w with w Replicate(): DTensor returns w's gradient Partial(), the
+    // proposal's Reduced() reading, and that is sound.
+    let c = class_of(&rs, "dtensor", "matmul_S_R");
+    assert_eq!(c.class.key(), "agree");
+    assert!(c.note.contains("b read as Reduced()"), "{c:?}");
+    let matched = ops
+        .iter()
+        .filter(|r| r.dialect.as_ref().is_some_and(|d| d.matches()))
+        .count();
+    assert_eq!(matched, 85);
+    let d = class_of(&rs, "dtensor", "mul_P_P").dialect.clone().unwrap();
+    assert_eq!(d.ours, "accepted -> P after redistribute(1: P->I)");
+    assert!(d.matches());
+}
+
+/// Negative twins for the DTensor replay: a Partial() + Replicate() that
+/// skipped the partition is unsound; a Replicate() gradient where DTensor
+/// returns Partial() is not a gradient; a different move is a dialect
+/// difference.
+#[test]
+fn tampered_dtensor_cases_are_caught() {
+    let dir = std::env::temp_dir().join(format!("spmd-fidelity-dt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = std::fs::read_to_string(format!("{}/dtensor_ops.json", default_dir())).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&src).unwrap();
+    let cases = v["cases"].as_array_mut().unwrap();
+    let int = |x: &serde_json::Value| x.as_i64().unwrap();
+    {
+        let c = cases.iter_mut().find(|c| c["id"] == "add_P_R").unwrap();
+        let a = c["inputs"][0]["per_rank"].clone();
+        let b = c["inputs"][1]["per_rank"].clone();
+        let out: Vec<Vec<i64>> = (0..2)
+            .map(|r| (0..2).map(|i| int(&a[r][i]) + int(&b[r][i])).collect())
+            .collect();
+        c["real"]["inserted"] = serde_json::json!([]);
+        c["real"]["output_per_rank"] = serde_json::json!(out);
+    }
+    {
+        let c = cases.iter_mut().find(|c| c["id"] == "matmul_S_R").unwrap();
+        c["real"]["transpose"][1]["placement"] = serde_json::json!("Replicate()");
+    }
+    {
+        let c = cases.iter_mut().find(|c| c["id"] == "mul_R_P").unwrap();
+        c["real"]["inserted"] =
+            serde_json::json!([{"input": 1, "from": "Partial()", "to": "Replicate()"}]);
+    }
+    std::fs::write(dir.join("dtensor_ops.json"), v.to_string()).unwrap();
+    let rs = run(dir.to_str().unwrap()).unwrap();
+    let c = class_of(&rs, "dtensor", "add_P_R");
+    assert_eq!(c.class.key(), "real_defect", "{c:?}");
+    let c = class_of(&rs, "dtensor", "matmul_S_R");
+    assert_eq!(c.class.key(), "real_defect", "{c:?}");
+    assert!(c.class.detail().unwrap().starts_with("B1"), "{c:?}");
+    let c = class_of(&rs, "dtensor", "mul_R_P");
+    assert!(!c.dialect.as_ref().unwrap().matches(), "{c:?}");
+}

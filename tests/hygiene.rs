@@ -25,9 +25,7 @@ fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
 fn markers(text: &str) -> Vec<usize> {
     text.lines()
         .enumerate()
-        .filter(|(_, l)| {
-            l.starts_with("<<<<<<< ") || l.starts_with(">>>>>>> ") || *l == "======="
-        })
+        .filter(|(_, l)| l.starts_with("<<<<<<< ") || l.starts_with(">>>>>>> ") || *l == "=======")
         .map(|(i, _)| i + 1)
         .collect()
 }
