@@ -296,10 +296,11 @@ pub fn classify(
     let mut class = classify_outcome(&outcome, inputs, output, verdict);
     // DTensor picks a gradient's placement when autograd runs: torch 2.14.1
     // returns the gradient of a Replicate() operand of mul or matmul as
-    // Partial() where the other operand is Partial() or Shard(). Read that
-    // way (as the proposal's Reduced(), whose cotangent is a pending sum) a
-    // backward failure may vanish; then the verdict depends on a run-time
-    // choice, which this table cannot see, and it says so.
+    // Partial() where the other operand is Partial() or Shard(), and the
+    // proposal's grad-placement hook all-reduces it to Replicate(). Read as
+    // the proposal's Reduced() (whose cotangent is a pending sum) a backward
+    // failure of the plain local VJP may vanish; the row's verdict is then
+    // about a backward DTensor does not use, and the class says so.
     if let (Dialect::Dtensor, Class::UnsoundAcceptance(x), Outcome::Infers { casts, .. }) =
         (sys.dialect, &class, &outcome)
     {
@@ -313,7 +314,7 @@ pub fn classify(
             }
             if verdict(&eff, output).is_some_and(|v| v.is_sound()) {
                 class = Class::Unknown(format!(
-                    "sound if DTensor returns the Replicate() inputs' gradients as Partial() (read as Reduced()), as torch 2.14.1 does for mul and matmul (tests/fixtures/dtensor_ops.json, mul_R_P); with Replicate() gradients: {x}"
+                    "sound with DTensor's own backward, not with this typing's: torch 2.14.1 returns the Replicate() inputs' gradients as Partial() (tests/fixtures/dtensor_ops.json, mul_R_P; read as Reduced(), sound), and seed 001's grad-placement hook then all-reduces them to Replicate(); taken as Replicate() gradients from the local VJP as is: {x}"
                 ));
             }
         }
