@@ -132,3 +132,63 @@ pub fn typing(op: OpClass, inputs: &[Vec<State>]) -> Outcome {
     }
     Outcome::Infers { output: out, casts }
 }
+
+/// What Nabla's factor propagation does with a reshape of a tensor sharded
+/// along one dim (seed 002, "Reshaping"): the sharding flows to an output
+/// dim, or the input must be gathered first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReshapeSharding {
+    /// The output is sharded along this dim, with no communication.
+    Keeps(usize),
+    /// No output dim carries the sharded factor as a contiguous block: the
+    /// input is gathered (replicated) before the reshape, and why.
+    Gathers(String),
+}
+
+/// Reshape `input` to `output` (global shapes, row-major) with input dim
+/// `dim` sharded evenly over `n` ranks. Seed 002 decomposes dims into
+/// factors (`100 = 2 * 50`, `40 = 2 * 20`) to see which input factor flows
+/// to which output dim. Stated exactly: rank r holds, for every index of the
+/// dims before `dim`, a contiguous run of the row-major order, the r-th
+/// n-th of the run spanned by `dim` and the dims after it. An output dim e
+/// holds the same runs exactly when the dims before e span as many elements
+/// as the dims before `dim` do and n divides the size of e; then the
+/// sharding flows to e (the first such e of size above 1). Uneven shards
+/// (seed 002's ceil division, a shorter last shard) are refused: the
+/// semantics splits a dim evenly (SPEC.md §13.1).
+pub fn reshape_sharding(
+    input: &[usize],
+    output: &[usize],
+    dim: usize,
+    n: usize,
+) -> Result<ReshapeSharding, String> {
+    let prod = |s: &[usize]| s.iter().try_fold(1usize, |a, &b| a.checked_mul(b));
+    let (Some(pi), Some(po)) = (prod(input), prod(output)) else {
+        return Err("shape too large".into());
+    };
+    if pi != po {
+        return Err(format!(
+            "reshape from {input:?} to {output:?} changes the number of elements"
+        ));
+    }
+    if n == 0 || dim >= input.len() {
+        return Err(format!("no dim {dim} of {input:?} to shard over {n} ranks"));
+    }
+    if input[dim] % n != 0 {
+        return Err(format!(
+            "dim {dim} of size {} does not split evenly over {n} ranks (Nabla's ceil-division shards are not modelled)",
+            input[dim]
+        ));
+    }
+    let before = prod(&input[..dim]).unwrap_or(usize::MAX);
+    let mut acc = 1usize;
+    for (e, &size) in output.iter().enumerate() {
+        if acc == before && size > 1 && size % n == 0 {
+            return Ok(ReshapeSharding::Keeps(e));
+        }
+        acc = acc.saturating_mul(size);
+    }
+    Ok(ReshapeSharding::Gathers(format!(
+        "no dim of {output:?} holds the {n} contiguous blocks of dim {dim} of {input:?}"
+    )))
+}
