@@ -174,7 +174,7 @@ pub fn reshape_sharding(
     if n == 0 || dim >= input.len() {
         return Err(format!("no dim {dim} of {input:?} to shard over {n} ranks"));
     }
-    if input[dim] % n != 0 {
+    if !input[dim].is_multiple_of(n) {
         return Err(format!(
             "dim {dim} of size {} does not split evenly over {n} ranks (Nabla's ceil-division shards are not modelled)",
             input[dim]
@@ -183,7 +183,7 @@ pub fn reshape_sharding(
     let before = prod(&input[..dim]).unwrap_or(usize::MAX);
     let mut acc = 1usize;
     for (e, &size) in output.iter().enumerate() {
-        if acc == before && size > 1 && size % n == 0 {
+        if acc == before && size > 1 && size.is_multiple_of(n) {
             return Ok(ReshapeSharding::Keeps(e));
         }
         acc = acc.saturating_mul(size);
