@@ -83,6 +83,11 @@ def same(n, row):
     return [list(row) for _ in range(n)]
 
 
+def UNEVEN(n):
+    """Per-rank sizes of an uneven split: 1, 2, 1, 2, ..."""
+    return [1 + r % 2 for r in range(n)]
+
+
 def table(n):
     """(id, call, fn, src, input, output state, cotangent, forward, backward)."""
     return [
@@ -144,10 +149,29 @@ def table(n):
          "R", same(n, [5]), "I", ("I", same(n, [7])), "reinterpret(R,I)", "convert(I,P)"),
         ("all_reduce_I_R", "all_reduce(x, pg, src=I, dst=R)  # expected refusal",
          lambda x, g: all_reduce(x, g, src=I, dst=R), "I", same(n, [5]), None, None, None, None),
+        # Uneven split_sizes (rank r holds 1 + r % 2 rows): recorded, not
+        # replayed (the semantics splits a dim evenly).
+        ("all_gather_S0_R_uneven", f"all_gather(x, pg, src=S(0), dst=R, split_sizes={UNEVEN(n)})",
+         lambda x, g: all_gather(x, g, src=S(0), dst=R, split_sizes=UNEVEN(n)),
+         "V", [[10 * r + k + 1 for k in range(1 + r % 2)] for r in range(n)], "R",
+         ("P", [[r + k + 1 for k in range(sum(UNEVEN(n)))] for r in range(n)]), None, None),
+        ("all_gather_S0_I_uneven", f"all_gather(x, pg, src=S(0), dst=I, split_sizes={UNEVEN(n)})",
+         lambda x, g: all_gather(x, g, src=S(0), dst=I, split_sizes=UNEVEN(n)),
+         "V", [[10 * r + k + 1 for k in range(1 + r % 2)] for r in range(n)], "I",
+         ("I", same(n, [k + 1 for k in range(sum(UNEVEN(n)))])), None, None),
+        ("reduce_scatter_P_S0_uneven", f"reduce_scatter(x, pg, src=P, dst=S(0), split_sizes={UNEVEN(n)})",
+         lambda x, g: reduce_scatter(x, g, src=P, dst=S(0), split_sizes=UNEVEN(n)),
+         "P", [[r * 10 + k + 1 for k in range(sum(UNEVEN(n)))] for r in range(n)], "V",
+         ("V", [[5 + r + k for k in range(1 + r % 2)] for r in range(n)]), None, None),
     ]
 
 
+UNEVEN_WHY = ("uneven split_sizes: spmd-check's semantics splits a dim evenly over the ranks "
+              "(SPEC.md §13.1), so no type describes these pieces")
 WHY = {
+    "all_gather_S0_R_uneven": UNEVEN_WHY,
+    "all_gather_S0_I_uneven": UNEVEN_WHY,
+    "reduce_scatter_P_S0_uneven": UNEVEN_WHY,
     "all_gather_V_R": "src=V stacks: its transpose unstacks the P cotangent, which no catalogue "
                       "reduce_scatter spelling does (it keeps the dim)",
 }
