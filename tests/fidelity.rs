@@ -325,3 +325,33 @@ fn tampered_dtensor_cases_are_caught() {
     let c = class_of(&rs, "dtensor", "mul_R_P");
     assert!(!c.dialect.as_ref().unwrap().matches(), "{c:?}");
 }
+
+/// jax 0.11.2 (recorded on the device machine; Python 3.12): the same 96
+/// typing cases, identical but for division with an Unreduced operand,
+/// where 0.11.2 implements JAX's rule (an Unreduced numerator over a
+/// Reduced denominator stays Unreduced) that 0.10.2 refused. The oracle finds
+/// it sound, so 0.10.2's sound rejection is gone; the JAX dialect follows
+/// the pinned 0.10.2 and differs on exactly that case.
+#[test]
+fn jax_0_11_implements_unreduced_division() {
+    let rs = run(&default_dir()).unwrap();
+    let at = |v: &str, id: &str| {
+        rs.iter()
+            .find(|r| r.system == "jax" && r.version == v && r.id == id)
+            .unwrap_or_else(|| panic!("no jax {v} {id}"))
+    };
+    assert_eq!(at("0.10.2", "div_U_R").class.key(), "sound_rejection");
+    let c = at("0.11.2", "div_U_R");
+    assert_eq!(c.class.key(), "agree", "{c:?}");
+    assert!(!c.dialect.as_ref().unwrap().matches());
+    let newer: Vec<&CaseResult> = rs
+        .iter()
+        .filter(|r| r.system == "jax" && r.version == "0.11.2")
+        .collect();
+    assert_eq!(newer.len(), 96);
+    let differ = newer
+        .iter()
+        .filter(|r| !r.dialect.as_ref().unwrap().matches())
+        .count();
+    assert_eq!(differ, 1);
+}
