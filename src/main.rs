@@ -186,6 +186,18 @@ enum Cmd {
     /// Generate every small program (1 to --depth steps), type it with one
     /// system's typing function and collective table, and check each
     /// accepted program end to end (SPEC.md §17).
+    /// Check the named patterns of examples/patterns/ (FSDP, ZeRO, DDP,
+    /// Megatron, sequence parallel, MoE, FSDP x TP), their wrong twins, their
+    /// traffic, and each system's typing of them (SPEC.md §17.4).
+    Patterns {
+        /// Only this system (default: every system).
+        #[arg(long)]
+        dialect: Option<String>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
     Programs {
         /// The system: spmd_types, jax, dtensor, ltensor, nabla.
         #[arg(long)]
@@ -283,6 +295,28 @@ fn run() -> Result<ExitCode, UsageError> {
                 print!("{}", report::derive_text(&rows));
             }
             Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Patterns {
+            dialect,
+            json,
+            scope,
+        } => {
+            let systems: Vec<&'static spmd_check::dialects::System> = match &dialect {
+                Some(d) => vec![spmd_check::dialects::system(d).map_err(UsageError)?],
+                None => spmd_check::dialects::SYSTEMS.iter().collect(),
+            };
+            let res = spmd_check::patterns::run(&systems, &scope.scope())?;
+            if json {
+                let v = spmd_check::patterns::json(&res);
+                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+            } else {
+                print!("{}", spmd_check::patterns::text(&res));
+            }
+            Ok(if res.iter().all(|r| r.as_expected()) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
         }
         Cmd::Programs {
             dialect,
