@@ -470,6 +470,9 @@ pub struct Report {
     /// Rejections where the system's answer is `Unknown` (also in `rejected`).
     pub unknown: usize,
     pub checked: usize,
+    /// Classes of checked programs equal up to renaming (§17.3): how many
+    /// times the oracle ran.
+    pub distinct: usize,
     pub sound: usize,
     pub unsound: usize,
     pub vacuous: usize,
@@ -525,12 +528,33 @@ pub fn run(sys: &System, depth: usize, scope: &Scope) -> Report {
             *reasons.entry(key).or_insert(0) += 1;
         }
     }
-    let checked: Vec<Checked> = accepted
+    // Programs equal up to renaming the two inputs and the order of a sum's
+    // or product's arguments have the same verdict (SPEC.md §17.3): the
+    // oracle checks the first of each class once.
+    let keys: Vec<String> = accepted
         .par_iter()
-        .map(|(index, t)| Checked {
+        .map(|(_, t)| canonical_key(&t.spec))
+        .collect();
+    let mut first: BTreeMap<&str, usize> = BTreeMap::new();
+    for (k, key) in keys.iter().enumerate() {
+        first.entry(key.as_str()).or_insert(k);
+    }
+    let reps: Vec<usize> = first.values().copied().collect();
+    let rep_verdicts: BTreeMap<usize, Result<Verdict, String>> = reps
+        .par_iter()
+        .map(|&k| {
+            let t = &accepted[k].1;
+            (k, build_spec(&t.spec, scope).map(|r| verdict(&r, scope)))
+        })
+        .collect();
+    let distinct = reps.len();
+    let checked: Vec<Checked> = accepted
+        .iter()
+        .zip(&keys)
+        .map(|((index, t), key)| Checked {
             index: *index,
             typed: t.clone(),
-            verdict: build_spec(&t.spec, scope).map(|r| verdict(&r, scope)),
+            verdict: rep_verdicts[&first[key.as_str()]].clone(),
         })
         .collect();
     let mut rep = Report {
@@ -541,6 +565,7 @@ pub fn run(sys: &System, depth: usize, scope: &Scope) -> Report {
         rejected: items.len() - accepted.len(),
         unknown,
         checked: 0,
+        distinct,
         sound: 0,
         unsound: 0,
         vacuous: 0,
@@ -604,7 +629,13 @@ pub fn run(sys: &System, depth: usize, scope: &Scope) -> Report {
             continue;
         }
         by_key.insert(key, rep.findings.len());
-        let v = c.verdict.as_ref().expect("checked");
+        // The verdict may be its class's; the counterexample printed is
+        // this program's own.
+        let own = build_spec(&c.typed.spec, scope).map(|r| verdict(&r, scope));
+        let v = match &own {
+            Ok(v) if v.violation().is_some() => v,
+            _ => c.verdict.as_ref().expect("checked"),
+        };
         rep.findings.push(Finding {
             index: c.index,
             toml: to_toml(&c.typed.spec),
@@ -615,6 +646,81 @@ pub fn run(sys: &System, depth: usize, scope: &Scope) -> Report {
     }
     rep.findings.sort_by_key(|f| f.index);
     rep
+}
+
+/// A key equal for programs that differ only by swapping the names of the
+/// two inputs (with their types) and the order of the arguments of `+` and
+/// `*`: the least rule text over both namings, with every sum and product's
+/// arguments sorted. The oracle's verdict does not depend on either.
+pub fn canonical_key(spec: &RuleSpec) -> String {
+    let mut variants = vec![spec.clone()];
+    if let [a, b] = spec.names.as_slice() {
+        let mut w = spec.clone();
+        w.inputs.swap(0, 1);
+        let swap = |n: &str| {
+            if n == a {
+                b.clone()
+            } else if n == b {
+                a.clone()
+            } else {
+                n.to_string()
+            }
+        };
+        for st in &mut w.step {
+            if let Some(e) = &mut st.expr {
+                *e = swap_names(e, a, b);
+            }
+            if let Some(i) = &mut st.input {
+                *i = swap(i);
+            }
+        }
+        variants.push(w);
+    }
+    variants
+        .into_iter()
+        .map(|mut v| {
+            v.name.clear();
+            for st in &mut v.step {
+                if let Some(e) = &mut st.expr {
+                    for op in [" + ", " * "] {
+                        if let Some((l, r)) = e.split_once(op) {
+                            if !l.contains(' ') && !r.contains(' ') && r < l {
+                                *e = format!("{r}{op}{l}");
+                            }
+                        }
+                    }
+                }
+            }
+            to_toml(&v)
+        })
+        .min()
+        .expect("one naming")
+}
+
+/// An expression with the identifiers `a` and `b` swapped.
+fn swap_names(e: &str, a: &str, b: &str) -> String {
+    let mut out = String::new();
+    let mut word = String::new();
+    let flush = |w: &mut String, out: &mut String| {
+        out.push_str(if w == a {
+            b
+        } else if w == b {
+            a
+        } else {
+            w
+        });
+        w.clear();
+    };
+    for ch in e.chars() {
+        if ch.is_ascii_alphanumeric() || ch == '_' {
+            word.push(ch);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(ch);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
 }
 
 /// The first step of a program that is unsound alone, or "composition".
@@ -676,6 +782,7 @@ impl Report {
             "rejected": self.rejected,
             "unknown": self.unknown,
             "checked": self.checked,
+            "distinct": self.distinct,
             "sound": self.sound,
             "unsound": self.unsound,
             "vacuous": self.vacuous,
@@ -698,7 +805,7 @@ impl Report {
 
     pub fn text(&self) -> String {
         let mut s = format!(
-            "generated programs of {} (depth {}, SPEC.md §17):\n  generated {}, accepted {}, rejected {} ({} unknown), checked {}, sound {}, unsound {}, vacuous {}, undetermined {}\n",
+            "generated programs of {} (depth {}, SPEC.md §17):\n  generated {}, accepted {}, rejected {} ({} unknown), checked {} ({} distinct up to renaming), sound {}, unsound {}, vacuous {}, undetermined {}\n",
             self.system,
             self.depth,
             self.generated,
@@ -706,6 +813,7 @@ impl Report {
             self.rejected,
             self.unknown,
             self.checked,
+            self.distinct,
             self.sound,
             self.unsound,
             self.vacuous,
@@ -739,4 +847,47 @@ impl Report {
         }
         s
     }
+}
+
+/// One compact line per system for `conform` (SPEC.md §17.3): the counts of
+/// `run` at `depth`, with its findings' blames.
+pub fn summary_line(r: &Report) -> String {
+    let blames: Vec<String> = r
+        .findings
+        .iter()
+        .map(|f| format!("{} ({})", f.blame.text, f.count))
+        .collect();
+    format!(
+        "{:<11} depth {}: {} generated, {} accepted, {} checked, {} sound, {} unsound, {} vacuous, {} undetermined{}",
+        r.system,
+        r.depth,
+        r.generated,
+        r.accepted,
+        r.checked,
+        r.sound,
+        r.unsound,
+        r.vacuous,
+        r.other,
+        if blames.is_empty() {
+            String::new()
+        } else {
+            format!("; blamed: {}", blames.join("; "))
+        }
+    )
+}
+
+/// The summary's numbers for tools.
+pub fn summary_json(r: &Report) -> serde_json::Value {
+    serde_json::json!({
+        "system": r.system,
+        "depth": r.depth,
+        "generated": r.generated,
+        "accepted": r.accepted,
+        "checked": r.checked,
+        "sound": r.sound,
+        "unsound": r.unsound,
+        "vacuous": r.vacuous,
+        "undetermined": r.other,
+        "blames": r.findings.iter().map(|f| serde_json::json!({"blame": f.blame.text, "programs": f.count})).collect::<Vec<_>>(),
+    })
 }

@@ -387,11 +387,26 @@ fn run() -> Result<ExitCode, UsageError> {
             } else {
                 vec![]
             };
+            // Generated programs at depth 1, one line per system (SPEC.md §17.3).
+            let only = dialect
+                .as_deref()
+                .map(spmd_check::dialects::system)
+                .transpose()
+                .map_err(UsageError)?;
+            let generated: Vec<spmd_check::generated::Report> = spmd_check::dialects::SYSTEMS
+                .iter()
+                .filter(|s| only.is_none_or(|o| o.name == s.name))
+                .map(|s| spmd_check::generated::run(s, 1, &scope))
+                .collect();
             b.finish_and_clear();
-            let code = conform_output(&results, &pairs, &jvps, &fsdp, &progs, json);
+            let code = conform_output(&results, &pairs, &jvps, &fsdp, &progs, &generated, json);
             if !json {
                 fsdp_output(&fsdp);
                 programs_output(&progs);
+                println!("\ngenerated programs, depth 1 (SPEC.md §17; `spmd-check programs` goes deeper):");
+                for r in &generated {
+                    println!("  {}", spmd_check::generated::summary_line(r));
+                }
             }
             let wrong = fsdp.iter().chain(&progs).any(|p| !p.as_expected());
             Ok(if wrong { ExitCode::from(1) } else { code })
@@ -492,6 +507,7 @@ fn conform_output(
     jvps: &[JvpResult],
     fsdp: &[ProgramResult],
     progs: &[ProgramResult],
+    generated: &[spmd_check::generated::Report],
     json: bool,
 ) -> ExitCode {
     let defects = results
@@ -507,6 +523,7 @@ fn conform_output(
             "jvps": jvps.iter().map(report::jvp_json).collect::<Vec<_>>(),
             "fsdp": fsdp.iter().map(report::program_json).collect::<Vec<_>>(),
             "programs": progs.iter().map(report::program_json).collect::<Vec<_>>(),
+            "generated_programs": generated.iter().map(spmd_check::generated::summary_json).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&v).expect("json"));
     } else {

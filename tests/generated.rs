@@ -137,3 +137,40 @@ fn ltensor_at_depth_2_is_checked_end_to_end() {
         t.elapsed()
     );
 }
+
+/// SPEC.md §17.3: programs equal up to swapping the inputs' names or a sum's
+/// or product's arguments share one check; a matmul's arguments do not
+/// commute, so swapping its inputs' types gives another program (the
+/// negative twin of the equivalence).
+#[test]
+fn equivalent_programs_share_a_key_and_others_do_not() {
+    use spmd_check::generated::canonical_key;
+    use spmd_check::rules::{parse_file, RuleSpec};
+    let one = |expr: &str, a: &str, b: &str| -> RuleSpec {
+        let text = format!(
+            "[[rule]]\nname = \"p\"\nnames = [\"x\", \"y\"]\ninputs = [\"{a}\", \"{b}\"]\noutput = \"V\"\n\n[[rule.step]]\nname = \"t1\"\nexpr = \"{expr}\"\noutput = \"V\"\n"
+        );
+        parse_file("<test>", &text).unwrap().remove(0)
+    };
+    let k = |e: &str, a: &str, b: &str| canonical_key(&one(e, a, b));
+    assert_eq!(k("x * y", "V", "R"), k("x * y", "R", "V"));
+    assert_eq!(k("x + y", "V", "P"), k("y + x", "V", "P"));
+    assert_eq!(k("matmul(x, y)", "V", "R"), k("matmul(y, x)", "R", "V"));
+    assert_ne!(k("matmul(x, y)", "V", "R"), k("matmul(x, y)", "R", "V"));
+    assert_ne!(k("x * y", "V", "R"), k("x * y", "V", "P"));
+}
+
+/// `conform`'s line per system says what `run` counted.
+#[test]
+fn the_summary_line_says_the_counts() {
+    let r = run(&spmd_types::SYSTEM, 1, &Scope::default());
+    let line = spmd_check::generated::summary_line(&r);
+    assert!(line.starts_with("spmd_types"), "{line}");
+    assert!(
+        line.contains(&format!("{} generated", r.generated)),
+        "{line}"
+    );
+    assert!(line.contains(&format!("{} unsound", r.unsound)), "{line}");
+    let j = spmd_check::generated::summary_json(&r);
+    assert_eq!(j["checked"], r.checked);
+}
