@@ -891,3 +891,242 @@ pub fn summary_json(r: &Report) -> serde_json::Value {
         "blames": r.findings.iter().map(|f| serde_json::json!({"blame": f.blame.text, "programs": f.count})).collect::<Vec<_>>(),
     })
 }
+
+/// The random mode (SPEC.md §17.5): proptest-drawn programs beyond the
+/// exhaustive depth, each typed and checked; the first unsound one is
+/// shrunk to the fewest steps (then the smallest choices), and printed with
+/// its counterexample and blame.
+#[derive(Clone, Debug)]
+pub struct RandomReport {
+    pub system: &'static str,
+    pub cases: u32,
+    pub seed: u64,
+    pub max_steps: usize,
+    /// Drawn programs run before the first failure (or all of them).
+    pub ran: usize,
+    pub accepted: usize,
+    pub rejected: usize,
+    pub sound: usize,
+    pub unsound: usize,
+    pub vacuous: usize,
+    pub other: usize,
+    /// The shrunk unsound program: its rule text, its per-rank
+    /// counterexample (the oracle's smallest mesh, shape and values for it),
+    /// and the blame.
+    pub minimal: Option<Finding>,
+    /// The shrunk program's counterexample in full, rank by rank.
+    pub report: Option<String>,
+}
+
+/// Draw `cases` programs of 1 to `max_steps` steps with `seed`, type each
+/// with `sys`, check every typing end to end in `scope`, and shrink the
+/// first unsound one.
+pub fn random(
+    sys: &System,
+    cases: u32,
+    seed: u64,
+    max_steps: usize,
+    scope: &Scope,
+) -> RandomReport {
+    use proptest::test_runner::{
+        Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner,
+    };
+    use std::cell::{Cell, RefCell};
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        max_shrink_iters: 512,
+        ..Config::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
+    let mut rep = RandomReport {
+        system: sys.name,
+        cases,
+        seed,
+        max_steps,
+        ran: 0,
+        accepted: 0,
+        rejected: 0,
+        sound: 0,
+        unsound: 0,
+        vacuous: 0,
+        other: 0,
+        minimal: None,
+        report: None,
+    };
+    // Verdicts by class (§17.3), shared by drawing and shrinking.
+    let cache: RefCell<std::collections::HashMap<String, Result<Verdict, String>>> =
+        RefCell::new(std::collections::HashMap::new());
+    let check = |t: &Typed| -> Result<Verdict, String> {
+        let key = canonical_key(&t.spec);
+        if let Some(v) = cache.borrow().get(&key) {
+            return v.clone();
+        }
+        let v = build_spec(&t.spec, scope).map(|r| verdict(&r, scope));
+        cache.borrow_mut().insert(key, v.clone());
+        v
+    };
+    let counts = RefCell::new((0usize, 0usize, 0usize, 0usize, 0usize, 0usize, 0usize));
+    let failed = Cell::new(false);
+    let result = runner.run(
+        &spmd_generators::programs::candidate_strategy(max_steps),
+        |c| {
+            let mut k = counts.borrow_mut();
+            let counting = !failed.get();
+            if counting {
+                k.0 += 1;
+            }
+            for t in type_candidate(sys, &c) {
+                let Typing::Accepted(t) = t else {
+                    if counting {
+                        k.2 += 1;
+                    }
+                    continue;
+                };
+                if counting {
+                    k.1 += 1;
+                }
+                match check(&t) {
+                    Ok(v) if v.is_sound() => {
+                        if counting {
+                            k.3 += 1;
+                        }
+                    }
+                    Ok(v) if v.violation().is_some() => {
+                        if counting {
+                            k.4 += 1;
+                        }
+                        failed.set(true);
+                        return Err(TestCaseError::fail("unsound"));
+                    }
+                    Ok(Verdict::Vacuous { .. }) => {
+                        if counting {
+                            k.5 += 1;
+                        }
+                    }
+                    _ => {
+                        if counting {
+                            k.6 += 1;
+                        }
+                    }
+                }
+            }
+            Ok(())
+        },
+    );
+    let k = counts.into_inner();
+    (
+        rep.ran,
+        rep.accepted,
+        rep.rejected,
+        rep.sound,
+        rep.unsound,
+        rep.vacuous,
+        rep.other,
+    ) = k;
+    if let Err(TestError::Fail(_, mut c)) = result {
+        // Proptest shrinks one component at a time and can stop at a local
+        // minimum; finish greedily with `smaller` (at most 64 rounds).
+        let unsound = |d: &Candidate| {
+            type_candidate(sys, d).iter().any(|t| match t {
+                Typing::Accepted(t) => check(t).is_ok_and(|v| v.violation().is_some()),
+                Typing::Rejected(_) => false,
+            })
+        };
+        for _ in 0..64 {
+            match spmd_generators::programs::smaller(&c)
+                .into_iter()
+                .find(|d| unsound(d))
+            {
+                Some(d) => c = d,
+                None => break,
+            }
+        }
+        let typings = type_candidate(sys, &c);
+        let found = typings.into_iter().find_map(|t| match t {
+            Typing::Accepted(t) => {
+                let rule = build_spec(&t.spec, scope).ok()?;
+                let v = verdict(&rule, scope);
+                let x = v.violation()?;
+                Some((t, x.one_line(), x.report()))
+            }
+            Typing::Rejected(_) => None,
+        });
+        if let Some((mut t, line, full)) = found {
+            t.spec.name = format!("{} random program (seed {seed})", sys.name);
+            let b = blame(&t, scope);
+            rep.minimal = Some(Finding {
+                index: 0,
+                toml: to_toml(&t.spec),
+                counterexample: line,
+                blame: b,
+                count: 1,
+            });
+            rep.report = Some(full);
+        }
+    }
+    rep
+}
+
+impl RandomReport {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "system": self.system,
+            "mode": "random",
+            "cases": self.cases,
+            "seed": self.seed,
+            "max_steps": self.max_steps,
+            "ran": self.ran,
+            "accepted": self.accepted,
+            "rejected": self.rejected,
+            "sound": self.sound,
+            "unsound": self.unsound,
+            "vacuous": self.vacuous,
+            "undetermined": self.other,
+            "minimal": self.minimal.as_ref().map(|f| serde_json::json!({
+                "rule": f.toml,
+                "counterexample": f.counterexample,
+                "report": self.report,
+                "blame": f.blame.text,
+                "blamed_step_alone": f.blame.alone,
+                "blamed_step": f.blame.step.as_ref().map(|(k, _)| k),
+            })),
+        })
+    }
+
+    pub fn text(&self) -> String {
+        let mut s = format!(
+            "random programs of {} (proptest: {} cases, seed {}, 1 to {} steps, SPEC.md §17.5):\n  ran {} programs{}, typings accepted {}, rejected {}; sound {}, unsound {}, vacuous {}, undetermined {}\n",
+            self.system,
+            self.cases,
+            self.seed,
+            self.max_steps,
+            self.ran,
+            if self.minimal.is_some() { " (stopped at the first unsound one)" } else { "" },
+            self.accepted,
+            self.rejected,
+            self.sound,
+            self.unsound,
+            self.vacuous,
+            self.other
+        );
+        match &self.minimal {
+            None => s.push_str("  no unsound program found (a bounded search, not a proof)\n"),
+            Some(f) => {
+                s.push_str(&format!(
+                    "\nminimal unsound program (shrunk to the fewest steps, then the smallest choices; the oracle's counterexample is its smallest mesh, shape and values):\n{}\ncounterexample:\n{}\nblame: {}\n",
+                    f.toml,
+                    self.report.clone().unwrap_or_default(),
+                    f.blame.text
+                ));
+                if let Some(a) = &f.blame.alone {
+                    s.push_str(&format!("that step alone: {a}\n"));
+                }
+            }
+        }
+        s
+    }
+}

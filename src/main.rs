@@ -205,6 +205,16 @@ enum Cmd {
         /// Most steps per program (1 to 3).
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=3))]
         depth: u64,
+        /// Instead of every program up to --depth, draw this many random
+        /// programs with proptest and shrink the first unsound one.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        random: Option<u32>,
+        /// Seed of --random.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Most steps of a --random program (1 to 8).
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=8))]
+        max_steps: u64,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -321,10 +331,26 @@ fn run() -> Result<ExitCode, UsageError> {
         Cmd::Programs {
             dialect,
             depth,
+            random,
+            seed,
+            max_steps,
             json,
             scope,
         } => {
             let sys = spmd_check::dialects::system(&dialect).map_err(UsageError)?;
+            if let Some(n) = random {
+                let rep =
+                    spmd_check::generated::random(sys, n, seed, max_steps as usize, &scope.scope());
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&rep.json()).expect("json")
+                    );
+                } else {
+                    print!("{}", rep.text());
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
             let rep = spmd_check::generated::run(sys, depth as usize, &scope.scope());
             if json {
                 println!(
