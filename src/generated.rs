@@ -470,6 +470,9 @@ pub struct Report {
     /// Rejections where the system's answer is `Unknown` (also in `rejected`).
     pub unknown: usize,
     pub checked: usize,
+    /// Classes of checked programs equal up to renaming (§17.3): how many
+    /// times the oracle ran.
+    pub distinct: usize,
     pub sound: usize,
     pub unsound: usize,
     pub vacuous: usize,
@@ -525,12 +528,33 @@ pub fn run(sys: &System, depth: usize, scope: &Scope) -> Report {
             *reasons.entry(key).or_insert(0) += 1;
         }
     }
-    let checked: Vec<Checked> = accepted
+    // Programs equal up to renaming the two inputs and the order of a sum's
+    // or product's arguments have the same verdict (SPEC.md §17.3): the
+    // oracle checks the first of each class once.
+    let keys: Vec<String> = accepted
         .par_iter()
-        .map(|(index, t)| Checked {
+        .map(|(_, t)| canonical_key(&t.spec))
+        .collect();
+    let mut first: BTreeMap<&str, usize> = BTreeMap::new();
+    for (k, key) in keys.iter().enumerate() {
+        first.entry(key.as_str()).or_insert(k);
+    }
+    let reps: Vec<usize> = first.values().copied().collect();
+    let rep_verdicts: BTreeMap<usize, Result<Verdict, String>> = reps
+        .par_iter()
+        .map(|&k| {
+            let t = &accepted[k].1;
+            (k, build_spec(&t.spec, scope).map(|r| verdict(&r, scope)))
+        })
+        .collect();
+    let distinct = reps.len();
+    let checked: Vec<Checked> = accepted
+        .iter()
+        .zip(&keys)
+        .map(|((index, t), key)| Checked {
             index: *index,
             typed: t.clone(),
-            verdict: build_spec(&t.spec, scope).map(|r| verdict(&r, scope)),
+            verdict: rep_verdicts[&first[key.as_str()]].clone(),
         })
         .collect();
     let mut rep = Report {
@@ -541,6 +565,7 @@ pub fn run(sys: &System, depth: usize, scope: &Scope) -> Report {
         rejected: items.len() - accepted.len(),
         unknown,
         checked: 0,
+        distinct,
         sound: 0,
         unsound: 0,
         vacuous: 0,
@@ -604,7 +629,13 @@ pub fn run(sys: &System, depth: usize, scope: &Scope) -> Report {
             continue;
         }
         by_key.insert(key, rep.findings.len());
-        let v = c.verdict.as_ref().expect("checked");
+        // The verdict may be its class's; the counterexample printed is
+        // this program's own.
+        let own = build_spec(&c.typed.spec, scope).map(|r| verdict(&r, scope));
+        let v = match &own {
+            Ok(v) if v.violation().is_some() => v,
+            _ => c.verdict.as_ref().expect("checked"),
+        };
         rep.findings.push(Finding {
             index: c.index,
             toml: to_toml(&c.typed.spec),
@@ -615,6 +646,81 @@ pub fn run(sys: &System, depth: usize, scope: &Scope) -> Report {
     }
     rep.findings.sort_by_key(|f| f.index);
     rep
+}
+
+/// A key equal for programs that differ only by swapping the names of the
+/// two inputs (with their types) and the order of the arguments of `+` and
+/// `*`: the least rule text over both namings, with every sum and product's
+/// arguments sorted. The oracle's verdict does not depend on either.
+pub fn canonical_key(spec: &RuleSpec) -> String {
+    let mut variants = vec![spec.clone()];
+    if let [a, b] = spec.names.as_slice() {
+        let mut w = spec.clone();
+        w.inputs.swap(0, 1);
+        let swap = |n: &str| {
+            if n == a {
+                b.clone()
+            } else if n == b {
+                a.clone()
+            } else {
+                n.to_string()
+            }
+        };
+        for st in &mut w.step {
+            if let Some(e) = &mut st.expr {
+                *e = swap_names(e, a, b);
+            }
+            if let Some(i) = &mut st.input {
+                *i = swap(i);
+            }
+        }
+        variants.push(w);
+    }
+    variants
+        .into_iter()
+        .map(|mut v| {
+            v.name.clear();
+            for st in &mut v.step {
+                if let Some(e) = &mut st.expr {
+                    for op in [" + ", " * "] {
+                        if let Some((l, r)) = e.split_once(op) {
+                            if !l.contains(' ') && !r.contains(' ') && r < l {
+                                *e = format!("{r}{op}{l}");
+                            }
+                        }
+                    }
+                }
+            }
+            to_toml(&v)
+        })
+        .min()
+        .expect("one naming")
+}
+
+/// An expression with the identifiers `a` and `b` swapped.
+fn swap_names(e: &str, a: &str, b: &str) -> String {
+    let mut out = String::new();
+    let mut word = String::new();
+    let flush = |w: &mut String, out: &mut String| {
+        out.push_str(if w == a {
+            b
+        } else if w == b {
+            a
+        } else {
+            w
+        });
+        w.clear();
+    };
+    for ch in e.chars() {
+        if ch.is_ascii_alphanumeric() || ch == '_' {
+            word.push(ch);
+        } else {
+            flush(&mut word, &mut out);
+            out.push(ch);
+        }
+    }
+    flush(&mut word, &mut out);
+    out
 }
 
 /// The first step of a program that is unsound alone, or "composition".
@@ -676,6 +782,7 @@ impl Report {
             "rejected": self.rejected,
             "unknown": self.unknown,
             "checked": self.checked,
+            "distinct": self.distinct,
             "sound": self.sound,
             "unsound": self.unsound,
             "vacuous": self.vacuous,
@@ -698,7 +805,7 @@ impl Report {
 
     pub fn text(&self) -> String {
         let mut s = format!(
-            "generated programs of {} (depth {}, SPEC.md §17):\n  generated {}, accepted {}, rejected {} ({} unknown), checked {}, sound {}, unsound {}, vacuous {}, undetermined {}\n",
+            "generated programs of {} (depth {}, SPEC.md §17):\n  generated {}, accepted {}, rejected {} ({} unknown), checked {} ({} distinct up to renaming), sound {}, unsound {}, vacuous {}, undetermined {}\n",
             self.system,
             self.depth,
             self.generated,
@@ -706,6 +813,7 @@ impl Report {
             self.rejected,
             self.unknown,
             self.checked,
+            self.distinct,
             self.sound,
             self.unsound,
             self.vacuous,
@@ -736,6 +844,288 @@ impl Report {
         }
         for c in &self.uncovered {
             s.push_str(&format!("  uncovered  {c}\n"));
+        }
+        s
+    }
+}
+
+/// One compact line per system for `conform` (SPEC.md §17.3): the counts of
+/// `run` at `depth`, with its findings' blames.
+pub fn summary_line(r: &Report) -> String {
+    let blames: Vec<String> = r
+        .findings
+        .iter()
+        .map(|f| format!("{} ({})", f.blame.text, f.count))
+        .collect();
+    format!(
+        "{:<11} depth {}: {} generated, {} accepted, {} checked, {} sound, {} unsound, {} vacuous, {} undetermined{}",
+        r.system,
+        r.depth,
+        r.generated,
+        r.accepted,
+        r.checked,
+        r.sound,
+        r.unsound,
+        r.vacuous,
+        r.other,
+        if blames.is_empty() {
+            String::new()
+        } else {
+            format!("; blamed: {}", blames.join("; "))
+        }
+    )
+}
+
+/// The summary's numbers for tools.
+pub fn summary_json(r: &Report) -> serde_json::Value {
+    serde_json::json!({
+        "system": r.system,
+        "depth": r.depth,
+        "generated": r.generated,
+        "accepted": r.accepted,
+        "checked": r.checked,
+        "sound": r.sound,
+        "unsound": r.unsound,
+        "vacuous": r.vacuous,
+        "undetermined": r.other,
+        "blames": r.findings.iter().map(|f| serde_json::json!({"blame": f.blame.text, "programs": f.count})).collect::<Vec<_>>(),
+    })
+}
+
+/// The random mode (SPEC.md §17.5): proptest-drawn programs beyond the
+/// exhaustive depth, each typed and checked; the first unsound one is
+/// shrunk to the fewest steps (then the smallest choices), and printed with
+/// its counterexample and blame.
+#[derive(Clone, Debug)]
+pub struct RandomReport {
+    pub system: &'static str,
+    pub cases: u32,
+    pub seed: u64,
+    pub max_steps: usize,
+    /// Drawn programs run before the first failure (or all of them).
+    pub ran: usize,
+    pub accepted: usize,
+    pub rejected: usize,
+    pub sound: usize,
+    pub unsound: usize,
+    pub vacuous: usize,
+    pub other: usize,
+    /// The shrunk unsound program: its rule text, its per-rank
+    /// counterexample (the oracle's smallest mesh, shape and values for it),
+    /// and the blame.
+    pub minimal: Option<Finding>,
+    /// The shrunk program's counterexample in full, rank by rank.
+    pub report: Option<String>,
+}
+
+/// Draw `cases` programs of 1 to `max_steps` steps with `seed`, type each
+/// with `sys`, check every typing end to end in `scope`, and shrink the
+/// first unsound one.
+pub fn random(
+    sys: &System,
+    cases: u32,
+    seed: u64,
+    max_steps: usize,
+    scope: &Scope,
+) -> RandomReport {
+    use proptest::test_runner::{
+        Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner,
+    };
+    use std::cell::{Cell, RefCell};
+    let mut bytes = [0u8; 32];
+    bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let config = Config {
+        cases,
+        failure_persistence: None,
+        max_shrink_iters: 512,
+        ..Config::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &bytes));
+    let mut rep = RandomReport {
+        system: sys.name,
+        cases,
+        seed,
+        max_steps,
+        ran: 0,
+        accepted: 0,
+        rejected: 0,
+        sound: 0,
+        unsound: 0,
+        vacuous: 0,
+        other: 0,
+        minimal: None,
+        report: None,
+    };
+    // Verdicts by class (§17.3), shared by drawing and shrinking.
+    let cache: RefCell<std::collections::HashMap<String, Result<Verdict, String>>> =
+        RefCell::new(std::collections::HashMap::new());
+    let check = |t: &Typed| -> Result<Verdict, String> {
+        let key = canonical_key(&t.spec);
+        if let Some(v) = cache.borrow().get(&key) {
+            return v.clone();
+        }
+        let v = build_spec(&t.spec, scope).map(|r| verdict(&r, scope));
+        cache.borrow_mut().insert(key, v.clone());
+        v
+    };
+    let counts = RefCell::new((0usize, 0usize, 0usize, 0usize, 0usize, 0usize, 0usize));
+    let failed = Cell::new(false);
+    let result = runner.run(
+        &spmd_generators::programs::candidate_strategy(max_steps),
+        |c| {
+            let mut k = counts.borrow_mut();
+            let counting = !failed.get();
+            if counting {
+                k.0 += 1;
+            }
+            for t in type_candidate(sys, &c) {
+                let Typing::Accepted(t) = t else {
+                    if counting {
+                        k.2 += 1;
+                    }
+                    continue;
+                };
+                if counting {
+                    k.1 += 1;
+                }
+                match check(&t) {
+                    Ok(v) if v.is_sound() => {
+                        if counting {
+                            k.3 += 1;
+                        }
+                    }
+                    Ok(v) if v.violation().is_some() => {
+                        if counting {
+                            k.4 += 1;
+                        }
+                        failed.set(true);
+                        return Err(TestCaseError::fail("unsound"));
+                    }
+                    Ok(Verdict::Vacuous { .. }) => {
+                        if counting {
+                            k.5 += 1;
+                        }
+                    }
+                    _ => {
+                        if counting {
+                            k.6 += 1;
+                        }
+                    }
+                }
+            }
+            Ok(())
+        },
+    );
+    let k = counts.into_inner();
+    (
+        rep.ran,
+        rep.accepted,
+        rep.rejected,
+        rep.sound,
+        rep.unsound,
+        rep.vacuous,
+        rep.other,
+    ) = k;
+    if let Err(TestError::Fail(_, mut c)) = result {
+        // Proptest shrinks one component at a time and can stop at a local
+        // minimum; finish greedily with `smaller` (at most 64 rounds).
+        let unsound = |d: &Candidate| {
+            type_candidate(sys, d).iter().any(|t| match t {
+                Typing::Accepted(t) => check(t).is_ok_and(|v| v.violation().is_some()),
+                Typing::Rejected(_) => false,
+            })
+        };
+        for _ in 0..64 {
+            match spmd_generators::programs::smaller(&c)
+                .into_iter()
+                .find(|d| unsound(d))
+            {
+                Some(d) => c = d,
+                None => break,
+            }
+        }
+        let typings = type_candidate(sys, &c);
+        let found = typings.into_iter().find_map(|t| match t {
+            Typing::Accepted(t) => {
+                let rule = build_spec(&t.spec, scope).ok()?;
+                let v = verdict(&rule, scope);
+                let x = v.violation()?;
+                Some((t, x.one_line(), x.report()))
+            }
+            Typing::Rejected(_) => None,
+        });
+        if let Some((mut t, line, full)) = found {
+            t.spec.name = format!("{} random program (seed {seed})", sys.name);
+            let b = blame(&t, scope);
+            rep.minimal = Some(Finding {
+                index: 0,
+                toml: to_toml(&t.spec),
+                counterexample: line,
+                blame: b,
+                count: 1,
+            });
+            rep.report = Some(full);
+        }
+    }
+    rep
+}
+
+impl RandomReport {
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "system": self.system,
+            "mode": "random",
+            "cases": self.cases,
+            "seed": self.seed,
+            "max_steps": self.max_steps,
+            "ran": self.ran,
+            "accepted": self.accepted,
+            "rejected": self.rejected,
+            "sound": self.sound,
+            "unsound": self.unsound,
+            "vacuous": self.vacuous,
+            "undetermined": self.other,
+            "minimal": self.minimal.as_ref().map(|f| serde_json::json!({
+                "rule": f.toml,
+                "counterexample": f.counterexample,
+                "report": self.report,
+                "blame": f.blame.text,
+                "blamed_step_alone": f.blame.alone,
+                "blamed_step": f.blame.step.as_ref().map(|(k, _)| k),
+            })),
+        })
+    }
+
+    pub fn text(&self) -> String {
+        let mut s = format!(
+            "random programs of {} (proptest: {} cases, seed {}, 1 to {} steps, SPEC.md §17.5):\n  ran {} programs{}, typings accepted {}, rejected {}; sound {}, unsound {}, vacuous {}, undetermined {}\n",
+            self.system,
+            self.cases,
+            self.seed,
+            self.max_steps,
+            self.ran,
+            if self.minimal.is_some() { " (stopped at the first unsound one)" } else { "" },
+            self.accepted,
+            self.rejected,
+            self.sound,
+            self.unsound,
+            self.vacuous,
+            self.other
+        );
+        match &self.minimal {
+            None => s.push_str("  no unsound program found (a bounded search, not a proof)\n"),
+            Some(f) => {
+                s.push_str(&format!(
+                    "\nminimal unsound program (shrunk to the fewest steps, then the smallest choices; the oracle's counterexample is its smallest mesh, shape and values):\n{}\ncounterexample:\n{}\nblame: {}\n",
+                    f.toml,
+                    self.report.clone().unwrap_or_default(),
+                    f.blame.text
+                ));
+                if let Some(a) = &f.blame.alone {
+                    s.push_str(&format!("that step alone: {a}\n"));
+                }
+            }
         }
         s
     }

@@ -186,6 +186,18 @@ enum Cmd {
     /// Generate every small program (1 to --depth steps), type it with one
     /// system's typing function and collective table, and check each
     /// accepted program end to end (SPEC.md §17).
+    /// Check the named patterns of examples/patterns/ (FSDP, ZeRO, DDP,
+    /// Megatron, sequence parallel, MoE, FSDP x TP), their wrong twins, their
+    /// traffic, and each system's typing of them (SPEC.md §17.4).
+    Patterns {
+        /// Only this system (default: every system).
+        #[arg(long)]
+        dialect: Option<String>,
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        scope: ScopeArgs,
+    },
     Programs {
         /// The system: spmd_types, jax, dtensor, ltensor, nabla.
         #[arg(long)]
@@ -193,6 +205,16 @@ enum Cmd {
         /// Most steps per program (1 to 3).
         #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=3))]
         depth: u64,
+        /// Instead of every program up to --depth, draw this many random
+        /// programs with proptest and shrink the first unsound one.
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+        random: Option<u32>,
+        /// Seed of --random.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Most steps of a --random program (1 to 8).
+        #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=8))]
+        max_steps: u64,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -284,13 +306,51 @@ fn run() -> Result<ExitCode, UsageError> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Patterns {
+            dialect,
+            json,
+            scope,
+        } => {
+            let systems: Vec<&'static spmd_check::dialects::System> = match &dialect {
+                Some(d) => vec![spmd_check::dialects::system(d).map_err(UsageError)?],
+                None => spmd_check::dialects::SYSTEMS.iter().collect(),
+            };
+            let res = spmd_check::patterns::run(&systems, &scope.scope())?;
+            if json {
+                let v = spmd_check::patterns::json(&res);
+                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+            } else {
+                print!("{}", spmd_check::patterns::text(&res));
+            }
+            Ok(if res.iter().all(|r| r.as_expected()) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
         Cmd::Programs {
             dialect,
             depth,
+            random,
+            seed,
+            max_steps,
             json,
             scope,
         } => {
             let sys = spmd_check::dialects::system(&dialect).map_err(UsageError)?;
+            if let Some(n) = random {
+                let rep =
+                    spmd_check::generated::random(sys, n, seed, max_steps as usize, &scope.scope());
+                if json {
+                    println!(
+                        "{}",
+                        serde_json::to_string_pretty(&rep.json()).expect("json")
+                    );
+                } else {
+                    print!("{}", rep.text());
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
             let rep = spmd_check::generated::run(sys, depth as usize, &scope.scope());
             if json {
                 println!(
@@ -353,11 +413,26 @@ fn run() -> Result<ExitCode, UsageError> {
             } else {
                 vec![]
             };
+            // Generated programs at depth 1, one line per system (SPEC.md §17.3).
+            let only = dialect
+                .as_deref()
+                .map(spmd_check::dialects::system)
+                .transpose()
+                .map_err(UsageError)?;
+            let generated: Vec<spmd_check::generated::Report> = spmd_check::dialects::SYSTEMS
+                .iter()
+                .filter(|s| only.is_none_or(|o| o.name == s.name))
+                .map(|s| spmd_check::generated::run(s, 1, &scope))
+                .collect();
             b.finish_and_clear();
-            let code = conform_output(&results, &pairs, &jvps, &fsdp, &progs, json);
+            let code = conform_output(&results, &pairs, &jvps, &fsdp, &progs, &generated, json);
             if !json {
                 fsdp_output(&fsdp);
                 programs_output(&progs);
+                println!("\ngenerated programs, depth 1 (SPEC.md §17; `spmd-check programs` goes deeper):");
+                for r in &generated {
+                    println!("  {}", spmd_check::generated::summary_line(r));
+                }
             }
             let wrong = fsdp.iter().chain(&progs).any(|p| !p.as_expected());
             Ok(if wrong { ExitCode::from(1) } else { code })
@@ -458,6 +533,7 @@ fn conform_output(
     jvps: &[JvpResult],
     fsdp: &[ProgramResult],
     progs: &[ProgramResult],
+    generated: &[spmd_check::generated::Report],
     json: bool,
 ) -> ExitCode {
     let defects = results
@@ -473,6 +549,7 @@ fn conform_output(
             "jvps": jvps.iter().map(report::jvp_json).collect::<Vec<_>>(),
             "fsdp": fsdp.iter().map(report::program_json).collect::<Vec<_>>(),
             "programs": progs.iter().map(report::program_json).collect::<Vec<_>>(),
+            "generated_programs": generated.iter().map(spmd_check::generated::summary_json).collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&v).expect("json"));
     } else {

@@ -6,6 +6,7 @@
 //! (the root package's `generated` module), and a collective step is a slot
 //! the system's collective table fills.
 
+use proptest::prelude::*;
 use spmd_semantics::{State, ALL_STATES};
 
 /// The local ops a step may run, one or more per op class. All polynomial,
@@ -213,9 +214,215 @@ pub fn candidates(depth: usize) -> Vec<Candidate> {
     out
 }
 
+/// Random skeletons beyond the exhaustive depth (SPEC.md §17.5): one or two
+/// inputs with states, and 1 to `max_steps` raw steps, each an op choice
+/// (an index into `LocalOp::ALL`, or one past it for a collective slot) and
+/// two argument picks (taken modulo the number of values before the step). `from_raw` turns them into a valid candidate, so no
+/// draw is rejected, and proptest's shrinking (fewer steps first, then
+/// smaller choices and picks) stays within valid programs.
+pub fn candidate_strategy(max_steps: usize) -> impl Strategy<Value = Candidate> {
+    // The steps come first so that proptest shrinks them first: the fewest
+    // steps, then the fewest inputs and the earliest states.
+    (
+        prop::collection::vec(
+            (0..=LocalOp::ALL.len(), any::<u16>(), any::<u16>()),
+            1..=max_steps.max(1),
+        ),
+        1usize..=2,
+        prop::collection::vec(prop::sample::select(ALL_STATES.to_vec()), 2),
+    )
+        .prop_map(|(raw, k, states)| from_raw(k, &states, &raw))
+}
+
+/// A candidate from raw steps: step j picks its arguments among the
+/// `k + j` values before it (a binary op's in order), then every step and
+/// input that does not reach the last step is dropped and the rest
+/// renumbered. What remains uses every input and every value but the
+/// last, as `skeletons` requires.
+pub fn from_raw(k: usize, states: &[State], raw: &[(usize, u16, u16)]) -> Candidate {
+    let mut steps = Vec::with_capacity(raw.len());
+    for (j, (choice, a, b)) in raw.iter().enumerate() {
+        let n = k + j;
+        let (a, b) = (usize::from(*a) % n, usize::from(*b) % n);
+        steps.push(match LocalOp::ALL.get(*choice) {
+            None => SlotStep::Collective { arg: a },
+            Some(&op) if op.arity() == 1 => SlotStep::Local { op, args: vec![a] },
+            Some(&op) => SlotStep::Local {
+                op,
+                args: vec![a.min(b), a.max(b)],
+            },
+        });
+    }
+    prune(k, states, &steps)
+}
+
+/// Keep only the steps and inputs that reach the last step, renumbered.
+fn prune(k: usize, states: &[State], steps: &[SlotStep]) -> Candidate {
+    let total = k + steps.len();
+    let mut live = vec![false; total];
+    live[total - 1] = true;
+    for j in (0..steps.len()).rev() {
+        if live[k + j] {
+            for a in steps[j].args() {
+                live[a] = true;
+            }
+        }
+    }
+    let mut new_index = vec![usize::MAX; total];
+    let mut next = 0;
+    for (v, &l) in live.iter().enumerate() {
+        if l {
+            new_index[v] = next;
+            next += 1;
+        }
+    }
+    let inputs = (0..k).filter(|&i| live[i]).count();
+    let kept: Vec<SlotStep> = steps
+        .iter()
+        .enumerate()
+        .filter(|(j, _)| live[k + j])
+        .map(|(_, st)| match st {
+            SlotStep::Local { op, args } => SlotStep::Local {
+                op: *op,
+                args: args.iter().map(|&a| new_index[a]).collect(),
+            },
+            SlotStep::Collective { arg } => SlotStep::Collective {
+                arg: new_index[*arg],
+            },
+        })
+        .collect();
+    Candidate {
+        skeleton: Skeleton {
+            inputs,
+            steps: kept,
+        },
+        states: (0..k).filter(|&i| live[i]).map(|i| states[i]).collect(),
+    }
+}
+
+/// Candidates one simplification smaller than `c`, valid by construction
+/// (SPEC.md §17.5): a step other than the last removed, its uses reading
+/// one of its arguments instead; or, with two inputs, one input read as
+/// the other. Shrinking tries them after proptest's own, whose order can
+/// stop at a local minimum.
+pub fn smaller(c: &Candidate) -> Vec<Candidate> {
+    let k = c.skeleton.inputs;
+    let steps = &c.skeleton.steps;
+    let mut out = Vec::new();
+    // Value `v` read as `by`, with value `gone` (if any) removed.
+    let remap = |steps: &[SlotStep], by: usize, from: usize, gone: Option<usize>| {
+        let f = |a: usize| {
+            let a = if a == from { by } else { a };
+            match gone {
+                Some(g) if a > g => a - 1,
+                _ => a,
+            }
+        };
+        steps
+            .iter()
+            .map(|st| match st {
+                SlotStep::Local { op, args } => {
+                    let mut a: Vec<usize> = args.iter().map(|&x| f(x)).collect();
+                    a.sort_unstable();
+                    SlotStep::Local { op: *op, args: a }
+                }
+                SlotStep::Collective { arg } => SlotStep::Collective { arg: f(*arg) },
+            })
+            .collect::<Vec<_>>()
+    };
+    for j in 0..steps.len().saturating_sub(1) {
+        let mut args = steps[j].args();
+        args.dedup();
+        for r in args {
+            let mut rest = steps.clone();
+            rest.remove(j);
+            let rest = remap(&rest, r, k + j, Some(k + j));
+            out.push(prune(k, &c.states, &rest));
+        }
+    }
+    if k == 2 {
+        // Input 1 read as input 0, or input 0 as input 1.
+        let s1 = remap(steps, 0, 1, Some(1));
+        out.push(prune(1, &c.states[..1], &s1));
+        let s0 = remap(steps, 1, 0, None);
+        let s0 = remap(&s0, 0, usize::MAX, Some(0));
+        out.push(prune(1, &c.states[1..], &s0));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest! {
+        /// Valid by construction: every random candidate is a skeleton
+        /// `skeletons` could list (bar its depth), with a state per input.
+        #[test]
+        fn random_candidates_are_valid(c in candidate_strategy(6)) {
+            let s = &c.skeleton;
+            prop_assert!(!s.steps.is_empty() && s.steps.len() <= 6);
+            prop_assert!(s.inputs >= 1 && s.inputs <= 2);
+            prop_assert_eq!(c.states.len(), s.inputs);
+            prop_assert!(all_used(s), "{:?}", s);
+            for (j, st) in s.steps.iter().enumerate() {
+                prop_assert!(st.args().iter().all(|&a| a < s.inputs + j));
+            }
+        }
+    }
+
+    /// Every simplification is valid and has fewer steps or inputs.
+    #[test]
+    fn simplifications_are_valid_and_smaller() {
+        for c in candidates(3) {
+            for d in smaller(&c) {
+                let (s, t) = (&d.skeleton, &c.skeleton);
+                assert!(all_used(s), "{c:?} -> {d:?}");
+                assert_eq!(d.states.len(), s.inputs);
+                assert!(s.steps.len() + s.inputs < t.steps.len() + t.inputs);
+            }
+        }
+        // t1 = -x, t2 = x * t1 becomes x * x.
+        let c = Candidate {
+            skeleton: Skeleton {
+                inputs: 1,
+                steps: vec![
+                    SlotStep::Local {
+                        op: LocalOp::Neg,
+                        args: vec![0],
+                    },
+                    SlotStep::Local {
+                        op: LocalOp::Mul,
+                        args: vec![0, 1],
+                    },
+                ],
+            },
+            states: vec![State::Partial],
+        };
+        assert!(smaller(&c).iter().any(|d| d.skeleton.steps
+            == vec![SlotStep::Local {
+                op: LocalOp::Mul,
+                args: vec![0, 0]
+            }]));
+    }
+
+    /// Negative twin of the pruning: a raw program whose first step is dead
+    /// loses it, and an unused input is dropped.
+    #[test]
+    fn dead_steps_and_unused_inputs_are_dropped() {
+        // t1 = -x (dead), t2 = 2 * y.
+        let raw = [(0, 0, 0), (1, 1, 1)];
+        let c = from_raw(2, &[State::Varying, State::Partial], &raw);
+        assert_eq!(c.skeleton.inputs, 1);
+        assert_eq!(c.states, vec![State::Partial]);
+        assert_eq!(
+            c.skeleton.steps,
+            vec![SlotStep::Local {
+                op: LocalOp::Scale,
+                args: vec![0]
+            }]
+        );
+    }
 
     #[test]
     fn every_skeleton_is_valid_and_unique() {

@@ -5,7 +5,8 @@
 //! composition against the derivative of the program's meaning.
 
 use crate::eval::{Degree, EvalError};
-use crate::op::{Forward, TypedOp};
+use crate::expr::Expr;
+use crate::op::{Forward, Op, TypedOp};
 use spmd_semantics::perrank::Denot;
 use spmd_semantics::{Mesh, PerRank, Shape, Tensor, Type, Q};
 
@@ -95,10 +96,13 @@ impl Program {
     }
 
     /// Output shape and, per program input, a degree bound for the output
-    /// along a direction moving only that input. A step of per-argument
-    /// degrees dⱼ on arguments of degrees Dⱼ has degree at most Σ dⱼ·Dⱼ
-    /// (every monomial's exponents are bounded by the dⱼ). Steps must be
-    /// polynomial or piecewise polynomial.
+    /// along a direction moving only that input (SPEC.md §12.1). A local
+    /// step's bound substitutes its arguments' degrees Dⱼ into its
+    /// expression: a sum takes the maximum of its terms, a product the sum
+    /// of its factors, a power k times its base. A collective is linear in
+    /// its one argument. Any other step falls back to Σ dⱼ·Dⱼ, its
+    /// per-argument degrees dⱼ weighting the Dⱼ, and a local step's bound is
+    /// never above that. Steps must be polynomial or piecewise polynomial.
     pub fn infer(&self, m: &Mesh, shapes: &[Shape]) -> Result<(Shape, Degree), String> {
         let k = self.inputs.len();
         let mut all = shapes.to_vec();
@@ -122,11 +126,16 @@ impl Program {
             piecewise |= d.piecewise;
             let row: Vec<u32> = (0..k)
                 .map(|i| {
-                    s.args
+                    let along: Vec<u32> = s.args.iter().map(|&a| deg[a][i]).collect();
+                    let weighted = along
                         .iter()
                         .zip(&d.num)
-                        .map(|(&a, &dj)| dj.saturating_mul(deg[a][i]))
-                        .fold(0u32, u32::saturating_add)
+                        .map(|(&dv, &dj)| dj.saturating_mul(dv))
+                        .fold(0u32, u32::saturating_add);
+                    match substituted(&s.op.op, &along) {
+                        Some(b) => b.min(weighted),
+                        None => weighted,
+                    }
                 })
                 .collect();
             deg.push(row);
@@ -247,6 +256,61 @@ impl Program {
     }
 }
 
+/// Degree along a line of `op` applied to arguments that are polynomials of
+/// degrees `args` along it; `None` where the op's structure is not read here
+/// (the caller then uses the per-argument bound).
+fn substituted(op: &Op, args: &[u32]) -> Option<u32> {
+    match op {
+        Op::Local(f) => expr_degree(&f.expr, args),
+        Op::Collective(_) | Op::Compose(_) => args.first().copied(),
+        Op::Declared { forward, .. } => substituted(forward, args),
+        _ => None,
+    }
+}
+
+/// The degree of `e` when variable j is a polynomial of degree `vars[j]`:
+/// sums, concatenations and updates take the maximum, products and einsums
+/// add, a power multiplies, reductions, reshapes, slices and gathers keep
+/// the degree (each output entry is a sum of input entries), abs, relu and
+/// max keep it on each piece, floor and casts are constant on each piece.
+/// `None` for a division by a non-constant or a node not read here.
+fn expr_degree(e: &Expr, vars: &[u32]) -> Option<u32> {
+    let d = |x: &Expr| expr_degree(x, vars);
+    let max_of = |xs: &[Expr]| {
+        xs.iter()
+            .map(|x| expr_degree(x, vars))
+            .try_fold(0u32, |a, b| Some(a.max(b?)))
+    };
+    match e {
+        Expr::Var(i) => vars.get(*i).copied(),
+        Expr::Const(_) => Some(0),
+        Expr::Neg(a)
+        | Expr::Sum(a, _)
+        | Expr::Mean(a, _)
+        | Expr::Max(a, _)
+        | Expr::Reshape(a, _)
+        | Expr::Slice(a, ..)
+        | Expr::Take(a, ..)
+        | Expr::Abs(a)
+        | Expr::Relu(a) => d(a),
+        Expr::Add(a, b) | Expr::Sub(a, b) | Expr::UpdateSlice(a, b, _) => Some(d(a)?.max(d(b)?)),
+        Expr::Mul(a, b) => Some(d(a)?.saturating_add(d(b)?)),
+        Expr::Div(a, b) => match d(b)? {
+            0 => d(a),
+            _ => None,
+        },
+        Expr::Pow(a, k) => Some(d(a)?.saturating_mul(*k)),
+        Expr::Einsum(_, xs) => xs
+            .iter()
+            .map(|x| expr_degree(x, vars))
+            .try_fold(0u32, |a, b| Some(a.saturating_add(b?))),
+        Expr::Concat(xs, _) => max_of(xs),
+        Expr::Floor(_) | Expr::Cast(..) => Some(0),
+        #[allow(unreachable_patterns)]
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,6 +370,25 @@ mod tests {
         let dx = p.backward(&m, &[x], &g).unwrap();
         assert_eq!(dx[0].tensors[0].data[0], Q::int(12));
         let (_, d) = p.infer(&m, &[vec![]]).unwrap();
+        assert_eq!(d.num, vec![2]);
+    }
+
+    /// Fan-in of one value to both arguments of a sum, five times: the
+    /// per-argument bound doubled each time (2⁵), the substituted one stays
+    /// linear; a product still adds (x·x has degree 2).
+    #[test]
+    fn sums_take_the_maximum_and_products_add() {
+        let mut steps = vec![];
+        for k in 0..5 {
+            steps.push(local("b", "2 * a", &[2 * k], 1));
+            steps.push(local("v", "a + b", &[2 * k, 2 * k + 1], 2));
+        }
+        let v = Type::one(State::Varying);
+        let p = Program::new(vec![v.clone()], steps).unwrap();
+        let (_, d) = p.infer(&Mesh::line(1), &[vec![]]).unwrap();
+        assert_eq!(d.num, vec![1]);
+        let sq = Program::new(vec![v], vec![local("s", "a * b", &[0, 0], 2)]).unwrap();
+        let (_, d) = sq.infer(&Mesh::line(1), &[vec![]]).unwrap();
         assert_eq!(d.num, vec![2]);
     }
 }
