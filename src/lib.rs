@@ -17,6 +17,7 @@ pub mod check;
 pub mod collectives;
 pub mod conform;
 pub mod derive;
+pub mod emit;
 pub mod fidelity;
 pub mod fsdp;
 pub mod generated;
