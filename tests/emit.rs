@@ -185,3 +185,105 @@ fn cli_writes_one_script_per_counterexample() {
     let (code, _, err) = run(&["check", rules.to_str().unwrap(), "--emit", "tensorflow"]);
     assert_eq!(code, 2, "{err}");
 }
+
+// ---- External kernels (SPEC.md §20.4): a closure as a local op, called
+// ---- only where float64 is exact.
+
+mod external {
+    use spmd_check::check::CheckConfig;
+    use spmd_check::interp::external::{from_f64, to_f64, External, KernelError};
+    use spmd_check::semantics::{Dialect, Tensor};
+
+    fn cfg() -> CheckConfig {
+        CheckConfig {
+            scope: spmd_generators::Scope::default(),
+            cases: 0,
+            seed: 0,
+        }
+    }
+
+    /// An element-wise float64 kernel, as a real one would compute.
+    fn float_kernel(
+        f: impl Fn(&[f64]) -> f64 + Send + Sync + 'static,
+    ) -> impl Fn(&[&Tensor]) -> Result<Tensor, KernelError> + Send + Sync + 'static {
+        move |args: &[&Tensor]| {
+            let n = args[0].data.len();
+            let data = (0..n)
+                .map(|k| {
+                    let xs: Vec<f64> = args.iter().map(|t| to_f64(&t.data[k]).unwrap()).collect();
+                    let y = f(&xs);
+                    from_f64(y).ok_or_else(|| KernelError::Inexact(format!("{y} is not exact")))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(Tensor::new(args[0].shape.clone(), data))
+        }
+    }
+
+    /// x * y with a hand-written backward scaled by `factor` on x.
+    fn mul(factor: f64) -> External {
+        let vars = vec!["x".to_string(), "y".to_string()];
+        External::new("mul", vars, vec![1, 1], float_kernel(|v| v[0] * v[1])).with_backward(
+            move |args: &[&Tensor], g: &Tensor| {
+                let dx = float_kernel(move |v| factor * v[1] * v[2])(&[args[0], args[1], g])?;
+                let dy = float_kernel(|v| v[0] * v[2])(&[args[0], args[1], g])?;
+                Ok(vec![dx, dy])
+            },
+        )
+    }
+
+    #[test]
+    fn a_correct_kernel_is_sound_and_an_off_by_two_backward_fails_b3() {
+        let ok = spmd_check::check_external(mul(1.0), &["P", "R"], "P", Dialect::SpmdTypes, &cfg())
+            .unwrap();
+        assert!(
+            ok.verdict.is_sound(),
+            "{}",
+            spmd_check::report::rule_word(&ok)
+        );
+        assert!(ok.backward_checked);
+        let bad =
+            spmd_check::check_external(mul(2.0), &["P", "R"], "P", Dialect::SpmdTypes, &cfg())
+                .unwrap();
+        let v = bad
+            .verdict
+            .violation()
+            .expect("the off-by-two backward is caught");
+        assert_eq!(v.property.code(), "B3", "{}", v.report());
+        // A wrong typing of the right kernel fails a forward property.
+        let pp = spmd_check::check_external(mul(1.0), &["P", "P"], "P", Dialect::SpmdTypes, &cfg())
+            .unwrap();
+        assert_eq!(pp.verdict.violation().unwrap().property.code(), "F2");
+    }
+
+    #[test]
+    fn a_kernel_that_rounds_makes_the_verdict_undetermined() {
+        let third = External::new(
+            "third",
+            vec!["x".into()],
+            vec![1],
+            float_kernel(|v| v[0] / 3.0),
+        );
+        let rep =
+            spmd_check::check_external(third, &["P"], "P", Dialect::SpmdTypes, &cfg()).unwrap();
+        assert_eq!(rep.verdict.name(), "undetermined");
+        let why = rep.verdict.undetermined_reason().unwrap();
+        assert!(why.contains("kernel calls refused"), "{why}");
+        // The same kernel scaled by 1/2 is exact everywhere: sound.
+        let half = External::new(
+            "half",
+            vec!["x".into()],
+            vec![1],
+            float_kernel(|v| v[0] / 2.0),
+        );
+        let rep =
+            spmd_check::check_external(half, &["P"], "P", Dialect::SpmdTypes, &cfg()).unwrap();
+        assert!(rep.verdict.is_sound());
+        assert!(!rep.backward_checked, "no backward declared");
+    }
+
+    #[test]
+    fn input_types_must_fit() {
+        let e = spmd_check::check_external(mul(1.0), &["P"], "P", Dialect::SpmdTypes, &cfg());
+        assert!(e.is_err());
+    }
+}
