@@ -201,8 +201,13 @@ impl External {
     }
     fn call(&self, args: &[&Tensor]) -> Result<Tensor, EvalError> {
         self.check_args(args)?;
+        let want = (self.shape)(&args.iter().map(|t| t.shape.clone()).collect::<Vec<_>>());
         match (self.forward)(args) {
-            Ok(t) => Ok(t),
+            Ok(t) if want.as_ref().is_ok_and(|w| *w == t.shape) => Ok(t),
+            Ok(t) => Err(self.refuse(format!(
+                "{} returned shape {:?} where {:?} was expected",
+                self.name, t.shape, want
+            ))),
             Err(KernelError::Inexact(w)) | Err(KernelError::Failed(w)) => Err(self.refuse(w)),
         }
     }

@@ -44,6 +44,9 @@ __all__ = [
     "derive",
     "run",
     "assert_sound",
+    "check_kernel",
+    "torch_kernel",
+    "jax_kernel",
 ]
 
 RuleLike = Union[str, Dict[str, Any], Sequence[Dict[str, Any]]]
@@ -273,3 +276,119 @@ def assert_sound(rule: RuleLike, *, cases: int = 256, seed: int = 0, scope: str 
         __tracebackhide__ = True
         raise AssertionError("\n".join(v.report.rstrip() for v in bad))
     return verdicts
+
+
+# ---- external kernels (SPEC.md §20.4) ----
+
+def _need_numpy():
+    if _np is None:
+        raise ImportError("spmd_check.check_kernel needs numpy: kernels receive numpy float64 arrays")
+
+
+def _to_arrays(args):
+    return [_np.array(v, dtype=_np.float64).reshape(tuple(s)) for s, v in args]
+
+
+def _from_array(x):
+    if hasattr(x, "detach"):  # a torch tensor
+        x = x.detach().cpu().numpy()
+    a = _np.asarray(x, dtype=_np.float64)
+    return (list(a.shape), a.ravel().tolist())
+
+
+def check_kernel(forward, *, inputs: Sequence[str], output: str, degree: Union[int, Sequence[int]],
+                 backward=None, shape=None, name: Optional[str] = None,
+                 vars: Optional[Sequence[str]] = None, dialect: str = "spmd_types",
+                 cases: int = 0, seed: int = 0, scope: str = "default") -> Verdict:
+    """Check a real kernel, typed ``inputs -> output`` (one state per input,
+    in ``dialect``'s names), as a local op (SPEC.md §20.4).
+
+    ``forward(*arrays)`` gets one numpy float64 array per input (one rank's
+    local tensor) and returns an array (numpy, torch or JAX). ``backward``,
+    if given, gets the same arrays and the output cotangent and returns one
+    cotangent per input; without it only the forward properties are
+    checked, and the verdict says so. ``degree`` (one int, or one per input)
+    declares that along any direction moving one input the kernel is a
+    polynomial of at most that degree: the exact derivative the backward is
+    checked against rests on it. ``shape(*shapes)`` gives the output shape
+    (default: element-wise, every input of the output's shape).
+
+    The kernel is called only on values float64 holds exactly (|v| < 2^30,
+    at most 24 binary digits after the point), and every value it returns
+    must be such a value too; a call that is refused, or raises, leaves its
+    case unchecked and the verdict undetermined (with the first reason).
+    Random cases (``cases``, default 0) draw values such as 1/3 that no
+    float64 holds, so each of those calls is refused. The oracle never calls
+    ``backward`` to compute the gradient it checks it against."""
+    _need_numpy()
+    import inspect
+    n = len(inputs)
+    if vars is None:
+        try:
+            ps = [p.name for p in inspect.signature(forward).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        except (TypeError, ValueError):
+            ps = []
+        vars = ps if len(ps) == n else [f"x{i}" for i in range(n)]
+    degrees = [degree] * n if isinstance(degree, int) else list(degree)
+    name = name or getattr(forward, "__name__", "kernel")
+
+    def fwd(args):
+        return _from_array(forward(*_to_arrays(args)))
+
+    bwd = None
+    if backward is not None:
+        def bwd(args, g):
+            out = backward(*_to_arrays(args), _to_arrays([g])[0])
+            if n == 1 and not isinstance(out, (list, tuple)):
+                out = [out]
+            return [_from_array(o) for o in out]
+
+    shp = None
+    if shape is not None:
+        def shp(shapes):
+            return list(shape(*[tuple(s) for s in shapes]))
+
+    raw = _native.check_kernel(name, list(vars), degrees, fwd, bwd, shp, list(inputs), output,
+                               dialect, cases, seed, scope)
+    return Verdict(json.loads(raw))
+
+
+def torch_kernel(fn):
+    """(forward, backward) for ``check_kernel`` from a PyTorch function
+    (an autograd ``Function``'s ``apply``, say): the backward is the one
+    torch autograd computes, so a wrong ``backward`` method is what gets
+    checked."""
+    import torch
+
+    def forward(*xs):
+        with torch.no_grad():
+            return fn(*[torch.from_numpy(x) for x in xs])
+
+    def backward(*args):
+        *xs, g = args
+        ts = [torch.from_numpy(x).requires_grad_(True) for x in xs]
+        y = fn(*ts)
+        return list(torch.autograd.grad(y, ts, torch.from_numpy(g), allow_unused=True))
+
+    owner = getattr(fn, "__self__", None)
+    forward.__name__ = getattr(owner, "__name__", None) or getattr(fn, "__name__", "torch_kernel")
+    return forward, backward
+
+
+def jax_kernel(fn):
+    """(forward, backward) for ``check_kernel`` from a JAX function; the
+    backward is ``jax.vjp``'s (custom VJPs included). Enable float64 first
+    (``jax.config.update("jax_enable_x64", True)``)."""
+    import jax
+
+    def forward(*xs):
+        return fn(*xs)
+
+    def backward(*args):
+        *xs, g = args
+        _, pullback = jax.vjp(fn, *xs)
+        return list(pullback(g))
+
+    forward.__name__ = getattr(fn, "__name__", "jax_kernel")
+    return forward, backward

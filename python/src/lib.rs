@@ -11,8 +11,10 @@ use pyo3::prelude::*;
 use serde_json::{json, Value};
 use spmd_check::check::{check_rule, CheckConfig, RuleReport};
 use spmd_check::generators::Scope;
+use spmd_check::interp::external::{from_f64, to_f64, External, KernelError};
 use spmd_check::oracle::Violation;
 use spmd_check::run::UsageError;
+use spmd_check::semantics::Tensor;
 
 create_exception!(
     _native,
@@ -83,25 +85,30 @@ fn check_text_inner(file: &str, text: &str, cases: u32, seed: u64, sc: &str) -> 
     let mut out = Vec::new();
     for (spec, rule) in specs.iter().zip(&rules) {
         let rep = check_rule(rule, &cfg, &[], &|_| {});
-        let v = &rep.verdict;
-        let summary = spmd_check::report::rule_word(&rep);
-        let mut j = spmd_check::report::verdict_json(v);
-        let mut report = format!("rule \"{}\": {summary}\n", rep.name.escape_debug());
-        if let Some(x) = v.violation() {
-            report.push_str(&x.report_in(rep.dialect));
-            j["counterexample"] = violation_value(x, &rep);
-        }
-        j["name"] = json!(rep.name);
-        j["file"] = json!(file);
-        j["sound"] = json!(v.is_sound());
-        j["summary"] = json!(summary);
-        j["report"] = json!(report);
-        j["backward_checked"] = json!(rep.backward_checked);
-        j["no_grad"] = json!(rep.no_grad);
-        j["rule_toml"] = json!(spmd_check::rules::to_toml(spec));
-        out.push(j);
+        out.push(report_value(&rep, file, &spmd_check::rules::to_toml(spec)));
     }
     Ok(Value::Array(out).to_string())
+}
+
+/// One rule's verdict as the Python half reads it.
+fn report_value(rep: &RuleReport, file: &str, rule_toml: &str) -> Value {
+    let v = &rep.verdict;
+    let summary = spmd_check::report::rule_word(rep);
+    let mut j = spmd_check::report::verdict_json(v);
+    let mut report = format!("rule \"{}\": {summary}\n", rep.name.escape_debug());
+    if let Some(x) = v.violation() {
+        report.push_str(&x.report_in(rep.dialect));
+        j["counterexample"] = violation_value(x, rep);
+    }
+    j["name"] = json!(rep.name);
+    j["file"] = json!(file);
+    j["sound"] = json!(v.is_sound());
+    j["summary"] = json!(summary);
+    j["report"] = json!(report);
+    j["backward_checked"] = json!(rep.backward_checked);
+    j["no_grad"] = json!(rep.no_grad);
+    j["rule_toml"] = json!(rule_toml);
+    j
 }
 
 /// check_text(file, text, cases, seed, scope) -> JSON: one verdict per rule
@@ -178,6 +185,127 @@ fn run_job(py: Python<'_>, file: &str, text: &str, check: bool) -> PyResult<Stri
     })
 }
 
+/// One tensor as (shape, float64 elements) for the Python adapters; `None`
+/// if a value is outside float64's exact window (never called then).
+fn to_py(t: &Tensor) -> Option<(Vec<usize>, Vec<f64>)> {
+    let data = t.data.iter().map(to_f64).collect::<Option<Vec<_>>>()?;
+    Some((t.shape.clone(), data))
+}
+
+fn from_py(name: &str, shape: Vec<usize>, data: Vec<f64>) -> Result<Tensor, KernelError> {
+    if shape.iter().product::<usize>() != data.len() {
+        return Err(KernelError::Failed(format!(
+            "{name} returned {} values for shape {shape:?}",
+            data.len()
+        )));
+    }
+    let q = data
+        .iter()
+        .map(|&x| {
+            from_f64(x).ok_or_else(|| {
+                KernelError::Inexact(format!(
+                    "{name} returned {x:e}, outside float64's exact window (it may have been rounded)"
+                ))
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Tensor::new(shape, q))
+}
+
+fn py_failed(name: &str, e: PyErr) -> KernelError {
+    KernelError::Failed(format!("{name} raised {e}"))
+}
+
+type PyTensor = (Vec<usize>, Vec<f64>);
+
+/// check_kernel(name, vars, degree, forward, backward, shape, inputs,
+/// output, dialect, cases, seed, scope) -> JSON verdict. `forward(args)`
+/// takes a list of (shape, floats) and returns one; `backward(args, g)`
+/// returns a list; `shape(shapes)` returns the output shape or raises.
+#[pyfunction]
+#[pyo3(signature = (name, vars, degree, forward, backward, shape, inputs, output, dialect="spmd_types", cases=256, seed=0, scope="default"))]
+#[allow(clippy::too_many_arguments)]
+fn check_kernel(
+    py: Python<'_>,
+    name: String,
+    vars: Vec<String>,
+    degree: Vec<u32>,
+    forward: PyObject,
+    backward: Option<PyObject>,
+    shape: Option<PyObject>,
+    inputs: Vec<String>,
+    output: String,
+    dialect: &str,
+    cases: u32,
+    seed: u64,
+    scope: &str,
+) -> PyResult<String> {
+    if degree.len() != vars.len() {
+        return Err(BadInput::new_err(format!(
+            "{name}: {} degrees for {} inputs",
+            degree.len(),
+            vars.len()
+        )));
+    }
+    if let Some(d) = degree.iter().find(|&&d| d > 16) {
+        return Err(BadInput::new_err(format!(
+            "{name}: degree {d} is beyond what exact finite differences take (16)"
+        )));
+    }
+    let d = spmd_check::semantics::Dialect::parse(dialect).map_err(BadInput::new_err)?;
+    let sc = self::scope(scope)?;
+    let n1 = name.clone();
+    let mut ext = External::new(&name, vars, degree, move |args: &[&Tensor]| {
+        let a: Vec<PyTensor> = args
+            .iter()
+            .map(|t| to_py(t).expect("checked exact"))
+            .collect();
+        let (s, v): PyTensor = Python::with_gil(|py| {
+            forward
+                .call1(py, (a,))
+                .and_then(|r| r.extract(py))
+                .map_err(|e| py_failed(&n1, e))
+        })?;
+        from_py(&n1, s, v)
+    });
+    if let Some(b) = backward {
+        let n2 = name.clone();
+        ext = ext.with_backward(move |args: &[&Tensor], g: &Tensor| {
+            let a: Vec<PyTensor> = args
+                .iter()
+                .map(|t| to_py(t).expect("checked exact"))
+                .collect();
+            let g = to_py(g).expect("checked exact");
+            let gs: Vec<PyTensor> = Python::with_gil(|py| {
+                b.call1(py, (a, g))
+                    .and_then(|r| r.extract(py))
+                    .map_err(|e| py_failed(&n2, e))
+            })?;
+            gs.into_iter().map(|(s, v)| from_py(&n2, s, v)).collect()
+        });
+    }
+    if let Some(sh) = shape {
+        ext = ext.with_shape(move |shapes: &[Vec<usize>]| {
+            Python::with_gil(|py| {
+                sh.call1(py, (shapes.to_vec(),))
+                    .and_then(|r| r.extract::<Vec<usize>>(py))
+                    .map_err(|e| e.to_string())
+            })
+        });
+    }
+    let ins: Vec<&str> = inputs.iter().map(String::as_str).collect();
+    let cfg = CheckConfig {
+        scope: sc,
+        cases,
+        seed,
+    };
+    // The oracle's worker threads take the GIL for each call.
+    let rep = py
+        .allow_threads(|| spmd_check::check_external(ext, &ins, &output, d, &cfg))
+        .map_err(bad)?;
+    Ok(report_value(&rep, "<kernel>", "").to_string())
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("BadInput", m.py().get_type::<BadInput>())?;
@@ -185,5 +313,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(read_rule_file, m)?)?;
     m.add_function(wrap_pyfunction!(derive, m)?)?;
     m.add_function(wrap_pyfunction!(run_job, m)?)?;
+    m.add_function(wrap_pyfunction!(check_kernel, m)?)?;
     Ok(())
 }
