@@ -44,6 +44,7 @@ __all__ = [
     "derive",
     "run",
     "assert_sound",
+    "emit",
     "check_kernel",
     "torch_kernel",
     "jax_kernel",
@@ -276,6 +277,15 @@ def assert_sound(rule: RuleLike, *, cases: int = 256, seed: int = 0, scope: str 
         __tracebackhide__ = True
         raise AssertionError("\n".join(v.report.rstrip() for v in bad))
     return verdicts
+
+
+def emit(rule: RuleLike, lang: str, *, scope: str = "default") -> List[Dict[str, Any]]:
+    """For each rule with a counterexample (exhaustive scope, no random
+    cases): ``{"name", "script", "why"}`` where ``script`` is a runnable
+    ``lang`` (``jax`` or ``pytorch``) script reproducing it in the real
+    framework (SPEC.md §20.2), or None with ``why`` it cannot be written.
+    Sound rules give nothing."""
+    return json.loads(_native.emit(_rule_text(rule), lang, scope))
 
 
 # ---- external kernels (SPEC.md §20.4) ----

@@ -126,6 +126,38 @@ fn check_text(
     py.allow_threads(|| check_text_inner(file, text, cases, seed, scope))
 }
 
+/// emit(text, lang, scope) -> JSON: per rule with a counterexample, its
+/// name and either the script (`--emit jax|pytorch`, SPEC.md §20.2) or why
+/// none can be written.
+#[pyfunction]
+#[pyo3(signature = (text, lang, scope="default"))]
+fn emit(py: Python<'_>, text: &str, lang: &str, scope: &str) -> PyResult<String> {
+    let lang = spmd_check::emit::Lang::parse(lang)
+        .ok_or_else(|| BadInput::new_err(format!("lang `{lang}`: expected jax or pytorch")))?;
+    let scope = self::scope(scope)?;
+    py.allow_threads(|| {
+        let specs = spmd_check::rules::parse_file("<string>", text).map_err(bad)?;
+        let rules = spmd_check::rules::build("<string>", text, &specs, &scope).map_err(bad)?;
+        let cfg = CheckConfig {
+            scope,
+            cases: 0,
+            seed: 0,
+        };
+        let mut out = Vec::new();
+        for (spec, rule) in specs.iter().zip(&rules) {
+            let rep = check_rule(rule, &cfg, &[], &|_| {});
+            if let Some(v) = rep.verdict.violation() {
+                let toml = spmd_check::rules::to_toml(spec);
+                out.push(match spmd_check::emit::emit_script(lang, rule, &toml, v) {
+                    Ok(s) => json!({"name": rule.name, "script": s, "why": null}),
+                    Err(w) => json!({"name": rule.name, "script": null, "why": w}),
+                });
+            }
+        }
+        Ok(Value::Array(out).to_string())
+    })
+}
+
 /// read_rule_file(path) -> str: the file's text, with the CLI's limits.
 #[pyfunction]
 fn read_rule_file(path: &str) -> PyResult<String> {
@@ -314,5 +346,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(derive, m)?)?;
     m.add_function(wrap_pyfunction!(run_job, m)?)?;
     m.add_function(wrap_pyfunction!(check_kernel, m)?)?;
+    m.add_function(wrap_pyfunction!(emit, m)?)?;
     Ok(())
 }

@@ -108,3 +108,22 @@ def test_bad_input_is_one_line_with_a_location(tmp_path):
     with pytest.raises(spmd_check.BadInput):
         spmd_check.check(SCALED, scope="huge")
     assert issubclass(spmd_check.BadInput, ValueError)
+
+
+def test_emit_writes_a_script_for_the_twin_only():
+    import ast
+    floor = {"name": "floor keeps P", "dialect": "spmd_types", "op": {"expr": "floor(x / y)"},
+             "inputs": ["P", "R"], "output": "P"}
+    true_div = dict(floor, name="true division keeps P", op={"expr": "x / y"})
+    [e] = spmd_check.emit([floor, true_div], "pytorch")
+    assert e["name"] == "floor keeps P" and e["why"] is None
+    ast.parse(e["script"])
+    assert 'rounding_mode="floor"' in e["script"]
+    [j] = spmd_check.emit(floor, "jax")
+    assert "xla_force_host_platform_device_count=2" in j["script"]
+    gather = {"name": "pmean/pvary", "dialect": "jax", "forward": "pmean", "backward": "pvary",
+              "inputs": ["Varying"], "output": "Invariant"}
+    [g] = spmd_check.emit(gather, "jax")
+    assert g["script"] is None and "only local-op rules" in g["why"]
+    with pytest.raises(spmd_check.BadInput):
+        spmd_check.emit(floor, "tensorflow")
