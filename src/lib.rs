@@ -17,6 +17,7 @@ pub mod check;
 pub mod collectives;
 pub mod conform;
 pub mod derive;
+pub mod emit;
 pub mod fidelity;
 pub mod fsdp;
 pub mod generated;
@@ -35,3 +36,56 @@ pub use spmd_generators as generators;
 pub use spmd_interp as interp;
 pub use spmd_oracle as oracle;
 pub use spmd_semantics as semantics;
+
+/// Check an external kernel typed as `inputs -> output` (written in
+/// `dialect`'s names) like a rule (SPEC.md §20.4). Calls the kernel refused
+/// (a value outside float64's exact window, or a failing kernel) leave their
+/// case unchecked, so a verdict that is not a counterexample becomes
+/// undetermined, naming the first refusal.
+pub fn check_external(
+    ext: interp::external::External,
+    inputs: &[&str],
+    output: &str,
+    dialect: semantics::Dialect,
+    cfg: &check::CheckConfig,
+) -> Result<check::RuleReport, run::UsageError> {
+    let mut texts = inputs.to_vec();
+    texts.push(output);
+    let (axes, mut types) = types::parse_types(dialect, &texts)?;
+    let out = types.pop().expect("the output type");
+    if types.len() != ext.arity() {
+        return Err(run::UsageError(format!(
+            "{}: {} input types for {} inputs",
+            ext.name,
+            types.len(),
+            ext.arity()
+        )));
+    }
+    let meshes = types::meshes_named(&cfg.scope.meshes, &axes);
+    let rule = rules::Rule {
+        name: ext.name.clone(),
+        has_backward: ext.has_backward(),
+        op: interp::TypedOp {
+            op: interp::Op::External(ext.clone()),
+            inputs: types,
+            output: out,
+            backward: interp::Backward::LocalVjp,
+            jvp: None,
+            no_grad: vec![],
+        },
+        meshes,
+        dialect,
+    };
+    let mut rep = check::check_rule(&rule, cfg, &[], &|_| {});
+    if let (n @ 1.., why) = ext.refused() {
+        if rep.verdict.violation().is_none() {
+            let mut tally = rep.verdict.tally().clone();
+            tally.stopped = Some(format!(
+                "{n} kernel calls refused, their cases unchecked; the first: {}",
+                why.unwrap_or_default()
+            ));
+            rep.verdict = oracle::Verdict::Undetermined { tally };
+        }
+    }
+    Ok(rep)
+}

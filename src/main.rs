@@ -158,9 +158,13 @@ enum Cmd {
         cases: u32,
         #[arg(long)]
         json: bool,
-        /// Print each counterexample as a paste-ready Rust test.
-        #[arg(long, value_parser = ["rstest"])]
+        /// Print each counterexample as a paste-ready Rust test (rstest), or
+        /// write it as a runnable JAX or PyTorch script (SPEC.md §20.2).
+        #[arg(long, value_parser = ["rstest", "jax", "pytorch"])]
         emit: Option<String>,
+        /// Where --emit jax|pytorch writes its scripts.
+        #[arg(long, default_value = ".")]
+        emit_dir: String,
         /// Exit 0 even when a rule is vacuous or undetermined (default: 3).
         #[arg(long)]
         allow_vacuous: bool,
@@ -482,6 +486,7 @@ fn run() -> Result<ExitCode, UsageError> {
             cases,
             json,
             emit,
+            emit_dir,
             allow_vacuous,
             time_limit,
             scope,
@@ -495,7 +500,8 @@ fn run() -> Result<ExitCode, UsageError> {
                 seed,
                 cases,
                 json,
-                emit: emit.is_some(),
+                emit,
+                emit_dir,
                 allow_vacuous,
             };
             check_files(&files, &opts, &scope.scope())
@@ -615,7 +621,8 @@ struct CheckOpts {
     seed: u64,
     cases: u32,
     json: bool,
-    emit: bool,
+    emit: Option<String>,
+    emit_dir: String,
     allow_vacuous: bool,
 }
 
@@ -730,11 +737,15 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
                 );
                 if let Some(x) = v.violation() {
                     print!("{}", x.report_in(rep.dialect));
-                    if o.emit {
-                        println!(
+                    match o.emit.as_deref() {
+                        Some("rstest") => println!(
                             "{}",
                             emit_rstest(&spmd_check::rules::to_toml(spec), &rep.name, x)
-                        );
+                        ),
+                        Some(lang) => {
+                            println!("{}", emit_file(lang, &o.emit_dir, spec, rules, rep, x)?)
+                        }
+                        None => {}
                     }
                 }
             }
@@ -760,6 +771,38 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// `--emit jax|pytorch`: write one script, or say why there is none.
+fn emit_file(
+    lang: &str,
+    dir: &str,
+    spec: &spmd_check::rules::RuleSpec,
+    rules: &[spmd_check::rules::Rule],
+    rep: &spmd_check::check::RuleReport,
+    x: &spmd_check::oracle::Violation,
+) -> Result<String, UsageError> {
+    use spmd_check::emit::{emit_script, Lang};
+    let lang = Lang::parse(lang).expect("clap checked --emit");
+    let rule = rules
+        .iter()
+        .find(|r| r.name == rep.name)
+        .expect("a rule per report");
+    let toml = spmd_check::rules::to_toml(spec);
+    match emit_script(lang, rule, &toml, x) {
+        Ok(script) => {
+            let h = spmd_check::check::Stored::from_violation(x).hash(&rep.name);
+            let path = std::path::Path::new(dir).join(format!("repro_{}_{h}.py", lang.name()));
+            std::fs::write(&path, script)
+                .map_err(|e| UsageError(format!("{}: cannot write: {e}", path.display())))?;
+            Ok(format!(
+                "  {} repro written to {}",
+                lang.name(),
+                path.display()
+            ))
+        }
+        Err(why) => Ok(format!("  no {} repro: {why}", lang.name())),
+    }
 }
 
 fn fsdp_output(strategies: &[ProgramResult]) {

@@ -6,6 +6,7 @@ pub mod catalogue;
 pub mod collective;
 pub mod eval;
 pub mod expr;
+pub mod external;
 pub mod op;
 pub mod program;
 

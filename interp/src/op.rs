@@ -21,6 +21,8 @@ pub enum Op {
     Declared { forward: Box<Op>, meaning: Box<Op> },
     /// A straight-line program of typed steps (SPEC.md §12).
     Program(Box<Program>),
+    /// A local op computed by a closure (SPEC.md §20.4).
+    External(crate::external::External),
 }
 
 /// How the backward of a typed op is computed.
@@ -78,6 +80,7 @@ impl Op {
             Op::Collective(_) | Op::Compose(_) => 1,
             Op::Declared { forward, .. } => forward.arity(),
             Op::Program(p) => p.inputs.len(),
+            Op::External(e) => e.arity(),
         }
     }
     pub fn describe(&self) -> String {
@@ -95,13 +98,14 @@ impl Op {
                 meaning.describe()
             ),
             Op::Program(p) => p.describe(),
+            Op::External(e) => e.describe(),
         }
     }
     /// Linear in its input (collectives, casts and their compositions): its
     /// JVP is itself (SPEC.md §4.8).
     pub fn is_linear(&self) -> bool {
         match self {
-            Op::Local(_) => false,
+            Op::Local(_) | Op::External(_) => false,
             Op::Collective(_) => true,
             Op::Compose(ops) => ops.iter().all(Op::is_linear),
             Op::Declared { forward, .. } => forward.is_linear(),
@@ -131,13 +135,14 @@ impl Op {
                 Ok((s.pop().expect("one shape"), linear()))
             }
             Op::Program(p) => p.infer(m, shapes),
+            Op::External(e) => e.infer(shapes),
         }
     }
     /// Communication per rank in the ring model for inputs of these shapes
     /// (SPEC.md §10.4); zero for local ops.
     pub fn cost(&self, m: &Mesh, shapes: &[Shape]) -> Q {
         match self {
-            Op::Local(_) => Q::zero(),
+            Op::Local(_) | Op::External(_) => Q::zero(),
             Op::Collective(c) => c.cost(m, &shapes[0]),
             Op::Declared { forward, .. } => forward.cost(m, shapes),
             Op::Compose(ops) => {
@@ -190,6 +195,7 @@ impl Op {
                 })
             }
             Op::Program(p) => p.forward(m, xs),
+            Op::External(e) => e.forward(m, xs),
         }
     }
     /// The forward at `xs`, given its value `base` at inputs that differ
@@ -247,6 +253,7 @@ impl Op {
                 Ok(d)
             }
             Op::Program(p) => p.spec(m, ds),
+            Op::External(e) => e.spec(ds),
         }
     }
 }
@@ -526,6 +533,7 @@ impl TypedOp {
             }
             (Backward::Transpose(t), _) => Ok(vec![t.forward(m, std::slice::from_ref(g))?.y]),
             (Backward::Steps, Op::Program(p)) => p.backward(m, xs, g),
+            (Backward::LocalVjp, Op::External(e)) => e.backward(m, xs, g),
             (Backward::Steps, op) => Err(EvalError::Shape(format!(
                 "`{}` is not a program",
                 op.describe()
@@ -600,6 +608,7 @@ impl TypedOp {
         fn of(op: &Op, i: usize, n: usize) -> Option<String> {
             match op {
                 Op::Local(f) => f.vars.get(i).cloned(),
+                Op::External(e) => e.vars.get(i).cloned(),
                 Op::Program(p) => p.names.get(i).cloned(),
                 Op::Declared { forward, .. } => of(forward, i, n),
                 _ if n == 1 => Some("x".into()),

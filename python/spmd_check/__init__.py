@@ -1,0 +1,404 @@
+"""spmd_check: the exact checker for SPMD sharding type rules, from Python.
+
+The verdicts are computed by the Rust library (the same code as the
+``spmd-check`` command); this module only carries them over. Every value of a
+counterexample is exact: a ``fractions.Fraction`` per element, and a numpy
+array beside it when numpy is importable (float64 when every element is
+exactly a float64, else an object array of Fractions). SPEC.md §20.
+
+    >>> import spmd_check
+    >>> [v] = spmd_check.check('''
+    ... [[rule]]
+    ... name = "P * P -> P"
+    ... op = "mul"
+    ... inputs = ["P", "P"]
+    ... output = "P"
+    ... ''')
+    >>> v.sound, v.property
+    (False, 'F2')
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from fractions import Fraction
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from . import _native
+from ._native import BadInput
+
+try:  # numpy is optional: values are Fractions either way.
+    import numpy as _np
+except ImportError:  # pragma: no cover - exercised where numpy is absent
+    _np = None
+
+__all__ = [
+    "BadInput",
+    "Value",
+    "Counterexample",
+    "Verdict",
+    "JobResult",
+    "check",
+    "check_file",
+    "derive",
+    "run",
+    "assert_sound",
+    "emit",
+    "check_kernel",
+    "torch_kernel",
+    "jax_kernel",
+]
+
+RuleLike = Union[str, Dict[str, Any], Sequence[Dict[str, Any]]]
+
+
+def _fraction(text: str) -> Fraction:
+    return Fraction(text)
+
+
+def _nest(flat: List[Fraction], shape: Sequence[int]) -> Any:
+    """Row-major flat elements -> nested lists of the given shape."""
+    if not shape:
+        return flat[0]
+    step = 1
+    for d in shape[1:]:
+        step *= d
+    return [_nest(flat[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
+
+
+def _to_numpy(nested: Any, flat: List[Fraction], shape: Sequence[int]) -> Any:
+    if _np is None:
+        return None
+    exact = all(Fraction(float(q)) == q for q in flat)
+    if exact:
+        return _np.array([float(q) for q in flat], dtype=_np.float64).reshape(tuple(shape))
+    arr = _np.empty(len(flat), dtype=object)
+    for i, q in enumerate(flat):
+        arr[i] = q
+    return arr.reshape(tuple(shape))
+
+
+class Value:
+    """One value shown in a counterexample: an input, an equivalent
+    alternative to one, a cotangent or an output, on every rank.
+
+    ``per_rank[r]`` is rank r's local tensor as nested lists of exact
+    ``Fraction`` (a bare Fraction for a scalar). ``arrays[r]`` is the same as
+    a numpy array (None when numpy is not installed)."""
+
+    def __init__(self, raw: Dict[str, Any]):
+        self.label: str = raw["label"]
+        self.type: str = raw["type"]
+        self.is_input: bool = raw["input"]
+        self.is_alternative: bool = raw["alternative"]
+        self.shape: tuple = tuple(raw["shape"])
+        flats = [[_fraction(x) for x in rank] for rank in raw["per_rank"]]
+        self.per_rank: List[Any] = [_nest(f, self.shape) for f in flats]
+        self.arrays: List[Any] = [
+            _to_numpy(n, f, self.shape) for n, f in zip(self.per_rank, flats)
+        ]
+
+    def __repr__(self) -> str:
+        return f"Value({self.label}: {self.type} = {self.per_rank!r})"
+
+
+class Counterexample:
+    """The minimal instance that violates ``property`` (F1..B3, J1, T1)."""
+
+    def __init__(self, raw: Dict[str, Any]):
+        self.property: str = raw["property"]
+        self.title: str = raw["title"]
+        self.mesh: Dict[str, int] = {a: n for a, n in raw["mesh"]}
+        self.what: str = raw["what"]
+        self.expected: str = raw["expected"]
+        self.actual: str = raw["actual"]
+        self.values: List[Value] = [Value(v) for v in raw["values"]]
+        self.report: str = raw["report"]
+
+    @property
+    def inputs(self) -> List[Value]:
+        """The instance's inputs, in the rule's order."""
+        return [v for v in self.values if v.is_input]
+
+    @property
+    def ranks(self) -> int:
+        n = 1
+        for s in self.mesh.values():
+            n *= s
+        return n
+
+    def __repr__(self) -> str:
+        return f"Counterexample({self.property} on {self.mesh}: {self.what})"
+
+
+class Verdict:
+    """What the oracle concluded about one rule.
+
+    ``verdict`` is one of ``sound``, ``unsound``, ``vacuous``,
+    ``undetermined``; ``summary`` is the CLI's wording (it says whether the
+    backward was checked and whether the result is a proof or bounded);
+    ``report`` is the full text the CLI prints for the rule."""
+
+    def __init__(self, raw: Dict[str, Any]):
+        self.raw = raw
+        self.name: str = raw["name"]
+        self.verdict: str = raw["verdict"]
+        self.sound: bool = raw["sound"]
+        self.proof: bool = raw["proof"]
+        self.property: Optional[str] = raw["property"]
+        self.summary: str = raw["summary"]
+        self.report: str = raw["report"]
+        self.reason: Optional[str] = raw.get("reason")
+        self.backward_checked: bool = raw["backward_checked"]
+        self.instances: int = raw["instances"]
+        self.random_cases: int = raw["random_cases"]
+        self.rule_toml: str = raw["rule_toml"]
+        cx = raw.get("counterexample")
+        self.counterexample: Optional[Counterexample] = Counterexample(cx) if cx else None
+
+    def __bool__(self) -> bool:
+        return self.sound
+
+    def __repr__(self) -> str:
+        return f"Verdict({self.name!r}: {self.summary})"
+
+
+def _rule_text(rule: RuleLike) -> str:
+    if isinstance(rule, str):
+        return rule
+    if isinstance(rule, dict):
+        rule = [rule]
+    return json.dumps({"rule": list(rule)})
+
+
+def check(rule: RuleLike, *, cases: int = 256, seed: int = 0, scope: str = "default") -> List[Verdict]:
+    """Check every rule of a rule text (TOML, or JSON), a rule given as a
+    dict with the rule file's keys, or a list of such dicts. Returns one
+    ``Verdict`` per rule, in order. Raises ``BadInput`` on a malformed rule
+    (the CLI's exit code 2). ``scope`` is ``default``, ``small`` or
+    ``large`` as the CLI's ``--scope``; ``cases`` random cases follow the
+    exhaustive part (SPEC.md §11.2)."""
+    raw = _native.check_text("<string>", _rule_text(rule), cases, seed, scope)
+    return [Verdict(r) for r in json.loads(raw)]
+
+
+def check_file(path: Union[str, os.PathLike], *, cases: int = 256, seed: int = 0,
+               scope: str = "default") -> List[Verdict]:
+    """``check`` on a rule file (TOML or JSON); errors name ``path:line:col``.
+    Unlike the CLI it neither reads nor writes the regression file."""
+    p = os.fspath(path)
+    text = _native.read_rule_file(p)
+    raw = _native.check_text(p, text, cases, seed, scope)
+    return [Verdict(r) for r in json.loads(raw)]
+
+
+def derive(op: Optional[str] = None, *, expr: Optional[str] = None, dialect: Optional[str] = None,
+           global_: bool = False, scope: str = "default") -> List[Dict[str, Any]]:
+    """The derived table of a built-in op (``derive("mul")``) or of any local
+    function (``derive(expr="x / (y + 1)")``): one dict per typing with its
+    verdict, as ``spmd-check derive --json`` prints it. With ``dialect``,
+    each row also says what that system does and how it is classed
+    (SPEC.md §9.1, §15.3)."""
+    return json.loads(_native.derive(op, expr, dialect, global_, scope))
+
+
+class JobResult:
+    """The result of ``run``: ``json`` is ``spmd-check run --json``'s object,
+    ``text`` its text report, ``exit_code`` the CLI's exit code (0 pass or
+    no check, 1 a violation, 2 outside the op's domain)."""
+
+    def __init__(self, raw: Dict[str, Any]):
+        self.exit_code: int = raw.pop("exit_code")
+        self.text: str = raw.pop("text")
+        self.json: Dict[str, Any] = raw
+
+    @property
+    def output(self) -> List[Any]:
+        """The output per rank, exact (Fractions in nested lists)."""
+        return _exact(self.json["output"]["per_rank"])
+
+    def __repr__(self) -> str:
+        return f"JobResult(exit_code={self.exit_code})"
+
+
+def _exact(x: Any) -> Any:
+    if isinstance(x, list):
+        return [_exact(y) for y in x]
+    if isinstance(x, (int, str)):
+        return Fraction(x)
+    return x
+
+
+def _job_value(x: Any) -> Any:
+    if isinstance(x, Fraction):
+        return str(x) if x.denominator != 1 else x.numerator
+    if isinstance(x, float):
+        q = Fraction(x)
+        return str(q) if q.denominator != 1 else q.numerator
+    if isinstance(x, (list, tuple)):
+        return [_job_value(y) for y in x]
+    if isinstance(x, dict):
+        return {k: _job_value(v) for k, v in x.items()}
+    if _np is not None and isinstance(x, _np.ndarray):
+        return _job_value(x.tolist())
+    return x
+
+
+def run(job: Union[str, os.PathLike, Dict[str, Any]], *, check: bool = False) -> JobResult:
+    """Run one instance (SPEC.md §14): ``job`` is a dict with the job file's
+    keys (values may be ints, Fractions, floats or numpy arrays; a float is
+    taken at its exact binary value), a JSON text, or a path to a job file.
+    With ``check=True`` the oracle also checks this instance."""
+    if isinstance(job, dict):
+        text, name = json.dumps(_job_value(job)), "<job>"
+    elif isinstance(job, str) and job.lstrip().startswith("{"):
+        text, name = job, "<job>"
+    else:
+        name = os.fspath(job)
+        text = _native.read_rule_file(name)
+    return JobResult(json.loads(_native.run_job(name, text, check)))
+
+
+def assert_sound(rule: RuleLike, *, cases: int = 256, seed: int = 0, scope: str = "default") -> List[Verdict]:
+    """For pytest: fail unless every rule is sound. The failure message is
+    the tool's report (the verdict and the minimal counterexample); a rule
+    that is vacuous or undetermined fails too, saying why. ``rule`` is a
+    rule text, dict, list of dicts, or a path to a rule file."""
+    if isinstance(rule, os.PathLike) or (
+        isinstance(rule, str) and "\n" not in rule and rule.endswith((".toml", ".json"))
+        and os.path.exists(rule)
+    ):
+        verdicts = check_file(rule, cases=cases, seed=seed, scope=scope)
+    else:
+        verdicts = check(rule, cases=cases, seed=seed, scope=scope)
+    bad = [v for v in verdicts if not v.sound]
+    if bad:
+        __tracebackhide__ = True
+        raise AssertionError("\n".join(v.report.rstrip() for v in bad))
+    return verdicts
+
+
+def emit(rule: RuleLike, lang: str, *, scope: str = "default") -> List[Dict[str, Any]]:
+    """For each rule with a counterexample (exhaustive scope, no random
+    cases): ``{"name", "script", "why"}`` where ``script`` is a runnable
+    ``lang`` (``jax`` or ``pytorch``) script reproducing it in the real
+    framework (SPEC.md §20.2), or None with ``why`` it cannot be written.
+    Sound rules give nothing."""
+    return json.loads(_native.emit(_rule_text(rule), lang, scope))
+
+
+# ---- external kernels (SPEC.md §20.4) ----
+
+def _need_numpy():
+    if _np is None:
+        raise ImportError("spmd_check.check_kernel needs numpy: kernels receive numpy float64 arrays")
+
+
+def _to_arrays(args):
+    return [_np.array(v, dtype=_np.float64).reshape(tuple(s)) for s, v in args]
+
+
+def _from_array(x):
+    if hasattr(x, "detach"):  # a torch tensor
+        x = x.detach().cpu().numpy()
+    a = _np.asarray(x, dtype=_np.float64)
+    return (list(a.shape), a.ravel().tolist())
+
+
+def check_kernel(forward, *, inputs: Sequence[str], output: str, degree: Union[int, Sequence[int]],
+                 backward=None, shape=None, name: Optional[str] = None,
+                 vars: Optional[Sequence[str]] = None, dialect: str = "spmd_types",
+                 cases: int = 0, seed: int = 0, scope: str = "default") -> Verdict:
+    """Check a real kernel, typed ``inputs -> output`` (one state per input,
+    in ``dialect``'s names), as a local op (SPEC.md §20.4).
+
+    ``forward(*arrays)`` gets one numpy float64 array per input (one rank's
+    local tensor) and returns an array (numpy, torch or JAX). ``backward``,
+    if given, gets the same arrays and the output cotangent and returns one
+    cotangent per input; without it only the forward properties are
+    checked, and the verdict says so. ``degree`` (one int, or one per input)
+    declares that along any direction moving one input the kernel is a
+    polynomial of at most that degree: the exact derivative the backward is
+    checked against rests on it. ``shape(*shapes)`` gives the output shape
+    (default: element-wise, every input of the output's shape).
+
+    The kernel is called only on values float64 holds exactly (|v| < 2^30,
+    at most 24 binary digits after the point), and every value it returns
+    must be such a value too; a call that is refused, or raises, leaves its
+    case unchecked and the verdict undetermined (with the first reason).
+    Random cases (``cases``, default 0) draw values such as 1/3 that no
+    float64 holds, so each of those calls is refused. The oracle never calls
+    ``backward`` to compute the gradient it checks it against."""
+    _need_numpy()
+    import inspect
+    n = len(inputs)
+    if vars is None:
+        try:
+            ps = [p.name for p in inspect.signature(forward).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+        except (TypeError, ValueError):
+            ps = []
+        vars = ps if len(ps) == n else [f"x{i}" for i in range(n)]
+    degrees = [degree] * n if isinstance(degree, int) else list(degree)
+    name = name or getattr(forward, "__name__", "kernel")
+
+    def fwd(args):
+        return _from_array(forward(*_to_arrays(args)))
+
+    bwd = None
+    if backward is not None:
+        def bwd(args, g):
+            out = backward(*_to_arrays(args), _to_arrays([g])[0])
+            if n == 1 and not isinstance(out, (list, tuple)):
+                out = [out]
+            return [_from_array(o) for o in out]
+
+    shp = None
+    if shape is not None:
+        def shp(shapes):
+            return list(shape(*[tuple(s) for s in shapes]))
+
+    raw = _native.check_kernel(name, list(vars), degrees, fwd, bwd, shp, list(inputs), output,
+                               dialect, cases, seed, scope)
+    return Verdict(json.loads(raw))
+
+
+def torch_kernel(fn):
+    """(forward, backward) for ``check_kernel`` from a PyTorch function
+    (an autograd ``Function``'s ``apply``, say): the backward is the one
+    torch autograd computes, so a wrong ``backward`` method is what gets
+    checked."""
+    import torch
+
+    def forward(*xs):
+        with torch.no_grad():
+            return fn(*[torch.from_numpy(x) for x in xs])
+
+    def backward(*args):
+        *xs, g = args
+        ts = [torch.from_numpy(x).requires_grad_(True) for x in xs]
+        y = fn(*ts)
+        return list(torch.autograd.grad(y, ts, torch.from_numpy(g), allow_unused=True))
+
+    owner = getattr(fn, "__self__", None)
+    forward.__name__ = getattr(owner, "__name__", None) or getattr(fn, "__name__", "torch_kernel")
+    return forward, backward
+
+
+def jax_kernel(fn):
+    """(forward, backward) for ``check_kernel`` from a JAX function; the
+    backward is ``jax.vjp``'s (custom VJPs included). Enable float64 first
+    (``jax.config.update("jax_enable_x64", True)``)."""
+    import jax
+
+    def forward(*xs):
+        return fn(*xs)
+
+    def backward(*args):
+        *xs, g = args
+        _, pullback = jax.vjp(fn, *xs)
+        return list(pullback(g))
+
+    forward.__name__ = getattr(fn, "__name__", "jax_kernel")
+    return forward, backward

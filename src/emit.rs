@@ -1,0 +1,520 @@
+//! `spmd-check check --emit jax|pytorch`: a counterexample as a script that
+//! runs in the real framework (SPEC.md §20.2).
+//!
+//! The script carries the rule, the per-rank inputs of the counterexample
+//! (exact, and exactly representable in float64) and every value the oracle
+//! computed for the rule's implementation (outputs, cotangents, gradients).
+//! It runs the rule's local function in the framework — JAX inside
+//! `shard_map` on forced host CPU devices, or PyTorch under `LocalTensorMode`
+//! on a fake process group with spmd_types' types — and reports one outcome:
+//! `reproduced` (the framework types the op as the rule does and computes
+//! exactly the oracle's values, so the oracle's violation is the
+//! framework's), `error` (the framework refuses, with its first line),
+//! `typed_otherwise` (it infers another output type, so the rule is not its
+//! rule) or `values_differ`. `--expect OUTCOME[:TEXT]` sets which outcome
+//! exits 0.
+
+use spmd_interp::{Backward, Expr, Op};
+use spmd_oracle::{Property, Violation};
+use spmd_semantics::{Type, Q};
+
+use crate::rules::Rule;
+
+/// The framework a script is written for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lang {
+    Jax,
+    Pytorch,
+}
+
+impl Lang {
+    pub fn parse(s: &str) -> Option<Lang> {
+        match s {
+            "jax" => Some(Lang::Jax),
+            "pytorch" => Some(Lang::Pytorch),
+            _ => None,
+        }
+    }
+    pub fn name(self) -> &'static str {
+        match self {
+            Lang::Jax => "jax",
+            Lang::Pytorch => "pytorch",
+        }
+    }
+}
+
+/// A rational as a Python float literal, only if float64 holds it exactly
+/// (a dyadic rational with a small numerator and denominator).
+fn float_lit(q: &Q) -> Result<String, String> {
+    let s = q.to_string();
+    let (p, d) = match s.split_once('/') {
+        Some((p, d)) => (p.to_string(), d.to_string()),
+        None => (s.clone(), "1".to_string()),
+    };
+    let p: i64 = p
+        .parse()
+        .map_err(|_| format!("constant {s} is too large"))?;
+    let d: i64 = d
+        .parse()
+        .map_err(|_| format!("constant {s} is too large"))?;
+    if p.unsigned_abs() >= 1 << 53 || d <= 0 || (d & (d - 1)) != 0 || d > 1 << 30 {
+        return Err(format!("constant {s} is not exact in float64"));
+    }
+    Ok(if d == 1 {
+        format!("{p}.0")
+    } else {
+        format!("({p}.0 / {d}.0)")
+    })
+}
+
+/// The local function as Python over the framework's array module.
+fn py_expr(e: &Expr, lang: Lang) -> Result<String, String> {
+    let m = match lang {
+        Lang::Jax => "jnp",
+        Lang::Pytorch => "torch",
+    };
+    let r = |x: &Expr| py_expr(x, lang);
+    let dim_kw = match lang {
+        Lang::Jax => "axis",
+        Lang::Pytorch => "dim",
+    };
+    Ok(match e {
+        Expr::Var(i) => format!("a{i}"),
+        Expr::Const(q) => float_lit(q)?,
+        Expr::Neg(a) => format!("(-{})", r(a)?),
+        Expr::Add(a, b) => format!("({} + {})", r(a)?, r(b)?),
+        Expr::Sub(a, b) => format!("({} - {})", r(a)?, r(b)?),
+        Expr::Mul(a, b) => format!("({} * {})", r(a)?, r(b)?),
+        Expr::Div(a, b) => format!("({} / {})", r(a)?, r(b)?),
+        Expr::Pow(a, k) => format!("({} ** {k})", r(a)?),
+        Expr::Sum(a, d) => format!("{m}.sum({}, {dim_kw}={d})", r(a)?),
+        Expr::Mean(a, d) => format!("{m}.mean({}, {dim_kw}={d})", r(a)?),
+        Expr::Max(a, d) => match lang {
+            Lang::Jax => format!("jnp.max({}, axis={d})", r(a)?),
+            Lang::Pytorch => format!("torch.amax({}, dim={d})", r(a)?),
+        },
+        Expr::Einsum(spec, args) => {
+            let ins: Vec<String> = spec.inputs.iter().map(|l| l.iter().collect()).collect();
+            let out: String = spec.output.iter().collect();
+            let args = args.iter().map(r).collect::<Result<Vec<_>, _>>()?;
+            format!(
+                "{m}.einsum(\"{}->{out}\", {})",
+                ins.join(","),
+                args.join(", ")
+            )
+        }
+        Expr::Abs(a) => format!("{m}.abs({})", r(a)?),
+        Expr::Relu(a) => match lang {
+            Lang::Jax => format!("jax.nn.relu({})", r(a)?),
+            Lang::Pytorch => format!("torch.relu({})", r(a)?),
+        },
+        // Floor division is spelled as each framework's own floor division.
+        Expr::Floor(inner) => match (&**inner, lang) {
+            (Expr::Div(a, b), Lang::Pytorch) => {
+                format!("torch.div({}, {}, rounding_mode=\"floor\")", r(a)?, r(b)?)
+            }
+            (Expr::Div(a, b), Lang::Jax) => format!("jnp.floor_divide({}, {})", r(a)?, r(b)?),
+            _ => format!("{m}.floor({})", r(inner)?),
+        },
+        Expr::Reshape(a, shape) => {
+            let s: Vec<String> = shape.iter().map(|d| d.to_string()).collect();
+            format!("{m}.reshape({}, ({},))", r(a)?, s.join(", "))
+        }
+        other => {
+            return Err(format!(
+                "the emitter has no {} spelling for `{other:?}`",
+                lang.name()
+            ))
+        }
+    })
+}
+
+fn json_str(s: &str) -> String {
+    serde_json::to_string(s).expect("json")
+}
+
+fn state_letter(t: &Type) -> Result<String, String> {
+    if t.layout.iter().any(|l| l.is_some()) {
+        return Err("a type with a layout (S(d)) is not emitted".into());
+    }
+    Ok(t.states[0].letter().to_string())
+}
+
+/// The script reproducing `v`, a counterexample of `rule`, or why none can
+/// be written (the reason is one line).
+pub fn emit_script(
+    lang: Lang,
+    rule: &Rule,
+    rule_toml: &str,
+    v: &Violation,
+) -> Result<String, String> {
+    use serde_json::json;
+    let f = match &rule.op.op {
+        Op::Local(f) => f,
+        _ => return Err(
+            "only local-op rules are emitted (collectives, compositions and programs are not yet)"
+                .into(),
+        ),
+    };
+    if !matches!(rule.op.backward, Backward::LocalVjp) {
+        return Err(
+            "the rule declares its own backward; the framework would use its autodiff instead"
+                .into(),
+        );
+    }
+    if matches!(v.property, Property::J1 | Property::T1) {
+        return Err(format!("{} is not emitted", v.property.code()));
+    }
+    if v.mesh.axes.len() != 1 {
+        return Err("the counterexample's mesh has more than one axis".into());
+    }
+    let body = py_expr(&f.expr, lang)?;
+    let value = |s: &spmd_oracle::Shown| -> Result<serde_json::Value, String> {
+        Ok(json!({
+            "label": s.label,
+            "state": state_letter(&s.ty)?,
+            "shape": s.value.shape().to_vec(),
+            "per_rank": s.value.tensors.iter()
+                .map(|t| t.data.iter().map(|q| q.to_string()).collect::<Vec<_>>())
+                .collect::<Vec<_>>(),
+        }))
+    };
+    let inputs = v
+        .shown
+        .iter()
+        .filter(|s| s.input)
+        .map(value)
+        .collect::<Result<Vec<_>, _>>()?;
+    let alternatives = v
+        .shown
+        .iter()
+        .filter(|s| s.alternative)
+        .map(value)
+        .collect::<Result<Vec<_>, _>>()?;
+    let oracle = v
+        .shown
+        .iter()
+        .filter(|s| !s.input && !s.alternative)
+        .map(value)
+        .collect::<Result<Vec<_>, _>>()?;
+    let data = json!({
+        "rule": rule.name,
+        "rule_toml": rule_toml.trim(),
+        "property": v.property.code(),
+        "title": v.property.title(),
+        "what": v.what,
+        "expected": v.expected,
+        "actual": v.actual,
+        "report": v.report_in(rule.dialect),
+        "ranks": v.mesh.axes[0].size,
+        "axis": v.mesh.axes[0].name,
+        "vars": f.vars,
+        "expr": f.text,
+        "inputs": inputs,
+        "alternatives": alternatives,
+        "oracle": oracle,
+        "output": state_letter(&rule.op.output)?,
+        "backward": !matches!(v.property, Property::F1 | Property::F2 | Property::F3),
+        "no_grad": rule.op.no_grad,
+    });
+    let data = json_str(&data.to_string());
+    let args: Vec<String> = (0..f.vars.len()).map(|i| format!("a{i}")).collect();
+    let head = format!(
+        "#!/usr/bin/env python3\n\"\"\"{} repro of a spmd-check counterexample (SPEC.md §20.2).\n\nRule: {}\nOracle: {}\n\nRun: python3 THIS_FILE [--expect reproduced|error[:TEXT]|typed_otherwise|values_differ]\n\"\"\"\n",
+        lang.name(),
+        rule.name.escape_debug(),
+        v.one_line_in(rule.dialect).escape_debug(),
+    );
+    let ranks = v.mesh.axes[0].size;
+    let (prelude, harness) = match lang {
+        Lang::Jax => (
+            format!(
+                "import os\nos.environ[\"XLA_FLAGS\"] = \"--xla_force_host_platform_device_count={ranks}\"\nos.environ.setdefault(\"JAX_PLATFORMS\", \"cpu\")\nimport jax  # noqa: E402\nimport jax.numpy as jnp  # noqa: E402\njax.config.update(\"jax_enable_x64\", True)\n"
+            ),
+            JAX_HARNESS,
+        ),
+        Lang::Pytorch => (
+            "import torch  # noqa: E402\n".to_string(),
+            TORCH_HARNESS,
+        ),
+    };
+    Ok(format!(
+        "{head}{prelude}import json  # noqa: E402\nimport sys  # noqa: E402\nfrom fractions import Fraction  # noqa: E402\n\nDATA = json.loads({data})\n\n\ndef f({}):\n    return {body}\n\n{COMMON}{harness}",
+        args.join(", ")
+    ))
+}
+
+/// The judgement both frameworks share: exact comparison of what the
+/// framework computed with what the oracle computed.
+const COMMON: &str = r#"
+def exact(per_rank, shape):
+    """Oracle values ("p/q" strings) as float64 lists, refusing any value
+    float64 does not hold exactly."""
+    out = []
+    for rank in per_rank:
+        qs = [Fraction(s) for s in rank]
+        for q in qs:
+            if Fraction(float(q)) != q:
+                print(json.dumps({"outcome": "not_exact", "detail": f"{q} is not a float64"}))
+                sys.exit(3)
+        out.append(nest([float(q) for q in qs], shape))
+    return out
+
+
+def nest(flat, shape):
+    if not shape:
+        return flat[0]
+    step = len(flat) // shape[0]
+    return [nest(flat[i * step:(i + 1) * step], shape[1:]) for i in range(shape[0])]
+
+
+def flat(x):
+    if isinstance(x, (list, tuple)):
+        return [y for z in x for y in flat(z)]
+    return [x]
+
+
+def same_values(got, want):
+    """Exact: every float64 the framework returned equals the oracle's rational."""
+    g = [Fraction(float(x)) for r in got for x in flat(r)]
+    w = [Fraction(s) for r in want for s in r]
+    return g == w
+
+
+def instances():
+    """The counterexample's instance, and its equivalent twin (F2, B2)."""
+    base = [(i["state"], exact(i["per_rank"], i["shape"])) for i in DATA["inputs"]]
+    alt = list(base)
+    for a in DATA["alternatives"]:
+        k = [i["label"] for i in DATA["inputs"]].index(a["label"].rstrip("'"))
+        alt[k] = (a["state"], exact(a["per_rank"], a["shape"]))
+    oracle = {o["label"]: o for o in DATA["oracle"]}
+    ct = oracle.get("g")
+    ct_alt = oracle.get("g'", ct)
+    mk = (lambda c: (c["state"], exact(c["per_rank"], c["shape"]))) if DATA["backward"] else (lambda c: None)
+    runs = [("", base, mk(ct) if ct else None)]
+    if DATA["alternatives"] or "g'" in oracle:
+        runs.append(("'", alt, mk(ct_alt) if ct_alt else None))
+    return runs, oracle
+
+
+def judge(results, oracle):
+    """results: [(suffix, result dict)]. Returns (outcome, detail)."""
+    for sfx, r in results:
+        if r.get("error"):
+            return "error", r["error"]
+    for sfx, r in results:
+        if r["out_state"] != DATA["output"]:
+            return "typed_otherwise", (f"{FRAMEWORK} types the output {r['out_state']}; "
+                                       f"the rule says {DATA['output']}")
+    for sfx, r in results:
+        if DATA["backward"] and r.get("grad_error"):
+            return "error", r["grad_error"]
+    diffs = []
+    for sfx, r in results:
+        got = {"out" + sfx: r["out"]}
+        for i, g in enumerate(r.get("grads") or []):
+            got["d" + DATA["inputs"][i]["label"] + sfx] = g
+        for label, vals in got.items():
+            if label in oracle and vals is not None and not same_values(vals, oracle[label]["per_rank"]):
+                diffs.append(f"{label}: {FRAMEWORK} {vals}, oracle {oracle[label]['per_rank']}")
+    if diffs:
+        return "values_differ", "; ".join(diffs)
+    return "reproduced", (f"{FRAMEWORK} computes exactly the oracle's values, which violate "
+                          f"{DATA['title']}: {DATA['what']}; expected {DATA['expected']}, got {DATA['actual']}")
+
+
+def main():
+    expect = "reproduced"
+    if "--expect" in sys.argv:
+        expect = sys.argv[sys.argv.index("--expect") + 1]
+    runs, oracle = instances()
+    results = [(sfx, run(ins, ct)) for sfx, ins, ct in runs]
+    outcome, detail = judge(results, oracle)
+    print(f"rule: {DATA['rule']}")
+    print(f"oracle: {DATA['property']} on {{{DATA['axis']}: {DATA['ranks']}}}: {DATA['what']}")
+    for sfx, r in results:
+        print(f"{FRAMEWORK} instance{sfx or ''}: output {r.get('out_state')} {r.get('out')}")
+        if DATA["backward"]:
+            print(f"  gradient {FRAMEWORK} computes: {r.get('grads')} {r.get('grad_error') or ''}")
+    if DATA["backward"]:
+        print(f"  exact gradient (oracle): {DATA['expected']}; the rule's backward gives {DATA['actual']}")
+    print(json.dumps({"outcome": outcome, "detail": detail, "framework": FRAMEWORK_VERSION()}))
+    kind, _, text = expect.partition(":")
+    ok = outcome == kind and (not text or text in detail)
+    sys.exit(0 if ok else 1)
+"#;
+
+const JAX_HARNESS: &str = r#"
+import numpy as np  # noqa: E402
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
+
+FRAMEWORK = "jax"
+lax = jax.lax
+NAME = {"V": "varying", "P": "unreduced", "R": "reduced", "I": None}
+
+
+def FRAMEWORK_VERSION():
+    return f"jax {jax.__version__}"
+
+
+def first_line(e):
+    return f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"
+
+
+def letter(v):
+    t = jax.typeof(v)
+    ax = DATA["axis"]
+    m = getattr(t, "mat", None)
+    varying = getattr(m, "varying", None) if m is not None else getattr(t, "vma", ())
+    unreduced = getattr(m, "unreduced", ()) if m is not None else ()
+    reduced = getattr(m, "reduced", ()) if m is not None else ()
+    if ax in (varying or ()):
+        return "V"
+    if ax in unreduced:
+        return "P"
+    if ax in reduced:
+        return "R"
+    return "I"
+
+
+def spec(state):
+    ax = DATA["axis"]
+    return {"V": P(ax), "P": P(unreduced={ax}), "R": P(reduced={ax}), "I": P()}[state]
+
+
+def enter(mesh, state, per_rank):
+    """Varying and unreduced values enter split over the axis (one leading
+    dim per rank); invariant and reduced ones enter replicated."""
+    a = [np.asarray(r, dtype=np.float64) for r in per_rank]
+    if state in ("V", "P"):
+        return jax.device_put(np.stack(a), NamedSharding(mesh, P(DATA["axis"]))), P(DATA["axis"]), True
+    for r in a:
+        assert (r == a[0]).all(), "a replicated input differs between ranks"
+    return jax.device_put(a[0], NamedSharding(mesh, P())), P(), False
+
+
+def cast(v, state):
+    ax = DATA["axis"]
+    if state == "P":
+        return lax.pcast(v, ax, to="unreduced")
+    if state == "R":
+        return lax.pcast(v, ax, to="reduced")
+    return v
+
+
+def run(ins, ct):
+    n = DATA["ranks"]
+    mesh = Mesh(np.array(jax.devices()[:n]), (DATA["axis"],), axis_types=(AxisType.Explicit,))
+    entered = [enter(mesh, s, pr) for s, pr in ins] + ([enter(mesh, ct[0], ct[1])] if ct else [])
+    args = [e[0] for e in entered]
+    seen = {}
+
+    def body(*xs):
+        vals = [cast(x[0] if e[2] else x, s) for x, e, (s, _) in zip(xs, entered, ins)]
+        seen.clear()
+        if ct is None:
+            y = f(*vals)
+            seen["types"] = [letter(y)]
+            return (y[None],)
+        y, pullback = jax.vjp(f, *vals)
+        seen["types"] = [letter(y)]
+        c = cast(xs[-1][0] if entered[-1][2] else xs[-1], ct[0])
+        try:
+            gs = pullback(c)
+        except Exception as e:  # noqa: BLE001  the framework's own refusal
+            seen["grad_error"] = first_line(e)
+            return (y[None],)
+        seen["types"] += [letter(g) for g in gs]
+        return (y[None], *[g[None] for g in gs])
+
+    def sm(outs):
+        return jax.jit(jax.shard_map(body, mesh=mesh, in_specs=tuple(e[1] for e in entered), out_specs=outs))
+
+    try:
+        jax.eval_shape(sm(P()), *args)
+    except Exception as e:  # noqa: BLE001
+        if "types" not in seen:
+            return {"error": first_line(e)}
+    try:
+        res = sm(tuple(spec(t) for t in seen["types"]))(*args)
+    except Exception as e:  # noqa: BLE001
+        return {"error": first_line(e)}
+
+    def ranks(arr):
+        shards = sorted(arr.addressable_shards, key=lambda s: s.device.id)
+        return [np.asarray(s.data)[0].tolist() for s in shards]
+
+    out = {"out_state": seen["types"][0], "out": ranks(res[0]), "grad_error": seen.get("grad_error")}
+    if len(res) > 1:
+        out["grads"] = [ranks(g) for g in res[1:]]
+        out["grad_states"] = seen["types"][1:]
+    return out
+
+
+if __name__ == "__main__":
+    main()
+"#;
+
+const TORCH_HARNESS: &str = r#"
+from torch.distributed._local_tensor import LocalTensorMode  # noqa: E402
+from spmd_types import I, P, R, V, assert_type, get_local_type  # noqa: E402
+from spmd_types._checker import typecheck  # noqa: E402
+from spmd_types._testing import fake_pg  # noqa: E402
+
+FRAMEWORK = "pytorch"
+ST = {"R": R, "I": I, "V": V, "P": P}
+
+
+def FRAMEWORK_VERSION():
+    import importlib.metadata as md
+    return f"torch {torch.__version__}, spmd-types {md.version('spmd-types')}"
+
+
+def first_line(e):
+    return f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"
+
+
+def letter(t):
+    ty = get_local_type(t)
+    (s,) = ty.values()
+    for k, v in ST.items():
+        if s is v:
+            return k
+    return repr(s)
+
+
+def run(ins, ct):
+    n = DATA["ranks"]
+    with fake_pg(n) as pg:
+        mode = LocalTensorMode(n)
+        with mode:
+            ts = []
+            for i, (s, pr) in enumerate(ins):
+                t = mode.rank_map(lambda r, pr=pr: torch.tensor(pr[r], dtype=torch.float64))
+                t.requires_grad_(i not in DATA["no_grad"])
+                assert_type(t, {pg: ST[s]})
+                ts.append(t)
+            try:
+                with typecheck():
+                    y = f(*ts)
+                state = letter(y)
+            except Exception as e:  # noqa: BLE001  the framework's own refusal
+                return {"error": first_line(e)}
+            out = {"out_state": state, "out": [y._local_tensors[r].detach().tolist() for r in range(n)]}
+            if ct is not None:
+                c = mode.rank_map(lambda r: torch.tensor(ct[1][r], dtype=torch.float64))
+                assert_type(c, {pg: ST[ct[0]]})
+                try:
+                    with typecheck():
+                        y.backward(c)
+                    out["grads"] = [None if t.grad is None else
+                                    [t.grad._local_tensors[r].detach().tolist() for r in range(n)] for t in ts]
+                except Exception as e:  # noqa: BLE001
+                    out["grad_error"] = first_line(e)
+            return out
+
+
+if __name__ == "__main__":
+    main()
+"#;
