@@ -1199,7 +1199,7 @@ fn dtensor_dialect(c: &Value) -> Option<DialectCheck> {
             spmd_semantics::Dialect::Dtensor.parse_state(p).ok()?.0,
         ]);
     }
-    let o = spmd_dialects::dtensor::typing(class, &types);
+    let o = spmd_dialects::dtensor::typing_shard0(class, &types);
     let words = |out: &str, moves: &[String]| -> String {
         if moves.is_empty() {
             format!("accepted -> {out}")
@@ -1207,21 +1207,44 @@ fn dtensor_dialect(c: &Value) -> Option<DialectCheck> {
             format!("accepted -> {out} after {}", moves.join(", "))
         }
     };
+    // Seed 001's grad-placement hook stands where torch returns a
+    // Replicate() operand's gradient Partial(): both are said as
+    // `grad Partial() on k`.
+    let hook = spmd_dialects::dtensor::GRAD_HOOK;
     let ours = match &o {
-        spmd_dialects::Outcome::Infers { output, casts } => words(
-            &output[0].letter().to_string(),
-            &casts
+        spmd_dialects::Outcome::Infers { output, casts } => {
+            let mut w = words(
+                &output[0].letter().to_string(),
+                &casts
+                    .iter()
+                    // A hook on a moved operand carries its move to I.
+                    .filter(|m| m.name != hook || m.from != spmd_semantics::State::Invariant)
+                    .map(|m| {
+                        let to = if m.name == hook {
+                            spmd_semantics::State::Invariant
+                        } else {
+                            m.to
+                        };
+                        format!(
+                            "redistribute({}: {}->{})",
+                            reads[m.input],
+                            m.from.letter(),
+                            to.letter()
+                        )
+                    })
+                    .collect::<Vec<_>>(),
+            );
+            let mut hooked: Vec<usize> = casts
                 .iter()
-                .map(|m| {
-                    format!(
-                        "redistribute({}: {}->{})",
-                        reads[m.input],
-                        m.from.letter(),
-                        m.to.letter()
-                    )
-                })
-                .collect::<Vec<_>>(),
-        ),
+                .filter(|m| m.name == hook)
+                .map(|m| reads[m.input])
+                .collect();
+            hooked.dedup();
+            for k in hooked {
+                w.push_str(&format!("; grad Partial() on {k}"));
+            }
+            w
+        }
         other => outcome_words(other, &|s| s.letter().to_string()),
     };
     let r = &c["real"];
@@ -1229,6 +1252,11 @@ fn dtensor_dialect(c: &Value) -> Option<DialectCheck> {
         // Moves are named by input (`x * x` reads input 0 twice, and either
         // operand may be the one moved).
         let mut moves = Vec::new();
+        // Each input's placement after DTensor's moves.
+        let mut after: Vec<String> = ins
+            .iter()
+            .map(|i| i["placement"].as_str().unwrap_or("?").to_string())
+            .collect();
         for m in r["inserted"].as_array()? {
             let k = m["input"].as_u64()? as usize;
             moves.push(format!(
@@ -1236,8 +1264,21 @@ fn dtensor_dialect(c: &Value) -> Option<DialectCheck> {
                 letter(m["from"].as_str()?),
                 letter(m["to"].as_str()?)
             ));
+            if let Some(a) = after.get_mut(k) {
+                *a = m["to"].as_str()?.to_string();
+            }
         }
-        words(&letter(r["output"].as_str()?), &moves)
+        let mut w = words(&letter(r["output"].as_str()?), &moves);
+        if let Some(g) = r["transpose"].as_array() {
+            for (k, gk) in g.iter().enumerate() {
+                if after.get(k).map(String::as_str) == Some("Replicate()")
+                    && gk["placement"] == "Partial()"
+                {
+                    w.push_str(&format!("; grad Partial() on {k}"));
+                }
+            }
+        }
+        w
     } else {
         "refused".into()
     };

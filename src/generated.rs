@@ -145,6 +145,15 @@ pub fn cast_spelling(system: &str, name: &str, from: State, to: State) -> Option
     {
         return Some((fill(r.forward), fill(r.backward.expect("has a backward"))));
     }
+    // DTensor's moves and its grad-placement hook, as seed 003's calls with
+    // seed 003's transposes (dialects/src/dtensor.rs says which).
+    if system == "dtensor" {
+        let fwd = spmd_dialects::dtensor::cast_as_catalogue(name, from, to)?;
+        let (r, _, _) = slot_rows("spmd_types")
+            .into_iter()
+            .find(|(r, _, _)| r.forward == fwd)?;
+        return Some((fill(r.forward), fill(r.backward.expect("has a backward"))));
+    }
     match (name, from, to) {
         ("mark_varying", State::Invariant, State::Varying) => {
             Some(("pvary".into(), "psum_invariant".into()))

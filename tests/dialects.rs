@@ -247,7 +247,12 @@ fn jax_follows_seed_000_where_real_jax_does() {
 #[test]
 fn dtensor_follows_seed_001_and_torch() {
     let t = dtensor::typing;
-    assert_eq!(t(OpClass::Mul, &one(&[I, R])), Outcome::infers(vec![R]));
+    // Replicate() * Reduced() -> Reduced(); x's gradient, a pending sum,
+    // is all-reduced by the grad-placement hook.
+    assert_eq!(
+        infers(&t(OpClass::Mul, &one(&[I, R]))),
+        Some((vec![R], vec![(dtensor::GRAD_HOOK, 0, R)]))
+    );
     assert_eq!(t(OpClass::Matmul, &one(&[R, R])), Outcome::infers(vec![R]));
     assert_eq!(t(OpClass::Neg, &one(&[I])), Outcome::infers(vec![I]));
     // The other reading: inputs disagree, so the output is Replicate().
@@ -268,12 +273,23 @@ fn dtensor_follows_seed_001_and_torch() {
         infers(&t(OpClass::Add, &one(&[P, I]))),
         Some((vec![P], vec![(dtensor::REDISTRIBUTE, 1, P)]))
     );
-    // Partial() * Replicate() stays Partial() with no move.
-    assert_eq!(t(OpClass::Mul, &one(&[P, I])), Outcome::infers(vec![P]));
+    // Partial() * Replicate() stays Partial() with no move; the
+    // Replicate() operand's gradient comes back Partial() and is hooked.
+    assert_eq!(
+        infers(&t(OpClass::Mul, &one(&[P, I]))),
+        Some((vec![P], vec![(dtensor::GRAD_HOOK, 1, R)]))
+    );
     // A nonlinear op reduces Partial() first.
     assert_eq!(
         infers(&t(OpClass::Nonlinear, &one(&[P]))),
         Some((vec![I], vec![(dtensor::REDISTRIBUTE, 0, I)]))
+    );
+    // A sum of a Shard(d) operand depends on d: unknown on local states,
+    // Partial() with Shard(0), as torch does.
+    assert!(matches!(t(OpClass::Sum, &one(&[V])), Outcome::Unknown(_)));
+    assert_eq!(
+        dtensor::typing_shard0(OpClass::Sum, &one(&[V])),
+        Outcome::infers(vec![P])
     );
     // mean of Shard(0) is Partial(avg): no state here, so unknown.
     assert!(matches!(t(OpClass::Mean, &one(&[V])), Outcome::Unknown(_)));
@@ -634,15 +650,16 @@ fn both_readings_of_dtensor_reduced_are_derived() {
     // The code's reading makes it Reduced().
     let r = row(&any, ["I", "R"], "R");
     assert_eq!(r["system_does"]["infers"], serde_json::json!(["Reduced()"]));
-    // Replicate() * Partial() -> Partial(): unsound with Replicate()
-    // gradients (B2), sound with the Partial() gradient torch returns.
+    // Replicate() * Partial() -> Partial(): unsound with the local VJP's
+    // gradient taken as Replicate() (B2); DTensor returns it Partial() and
+    // the grad-placement hook all-reduces it, and with that cast it agrees.
     let r = row(&any, ["I", "P"], "P");
     assert_eq!(r["property"], "B2");
-    assert_eq!(r["class"], "unknown", "{r}");
-    assert!(r["unknown_because"]
-        .as_str()
-        .unwrap()
-        .contains("as Partial()"));
+    assert_eq!(r["class"], "agrees", "{r}");
+    assert!(
+        r["system_does"].to_string().contains("grad_placement_hook"),
+        "{r}"
+    );
     assert_eq!(any.len(), 64);
     assert_eq!(every.len(), 64);
 }

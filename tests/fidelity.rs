@@ -280,7 +280,15 @@ fn dtensor_propagation_is_replayed_and_the_dialect_follows_it() {
         .count();
     assert_eq!(matched, 85);
     let d = class_of(&rs, "dtensor", "mul_P_P").dialect.clone().unwrap();
-    assert_eq!(d.ours, "accepted -> P after redistribute(1: P->I)");
+    assert_eq!(
+        d.ours,
+        "accepted -> P after redistribute(1: P->I); grad Partial() on 1"
+    );
+    assert!(d.matches());
+    // The grad-placement hook is predicted where torch returns a
+    // Replicate() operand's gradient Partial().
+    let d = class_of(&rs, "dtensor", "mul_R_P").dialect.clone().unwrap();
+    assert_eq!(d.real, "accepted -> P; grad Partial() on 0");
     assert!(d.matches());
 }
 

@@ -74,13 +74,32 @@ fn every_system_types_depth_2() {
         }
         assert!(items.len() >= candidates(2).len());
         assert!(accepted > 0, "{} accepts nothing", sys.name);
-        // Systems without collective rows reject every collective slot.
+        // Systems without collective rows reject every collective slot: a
+        // collective step is one of their inserted casts (LTensor's and
+        // Nabla's pvary and all_reduce; DTensor's redistribute moves and
+        // grad-placement hook, spelled by dialects/src/dtensor.rs).
         if rows.is_empty() {
+            let dtensor_casts: Vec<String> = {
+                use spmd_check::semantics::State::*;
+                let mut v = Vec::new();
+                for name in spmd_check::dialects::dtensor::CASTS {
+                    for a in [Invariant, Varying, Partial, Reduced] {
+                        for b in [Invariant, Varying, Partial, Reduced] {
+                            if let Some(f) =
+                                spmd_check::dialects::dtensor::cast_as_catalogue(name, a, b)
+                            {
+                                v.push(spmd_check::generated::fill(f));
+                            }
+                        }
+                    }
+                }
+                v
+            };
             assert!(items.iter().all(|i| match &i.typing {
                 Typing::Accepted(t) => t.spec.step.iter().all(|s| s.expr.is_some()
-                    || s.forward
-                        .as_deref()
-                        .is_some_and(|f| f == "pvary" || f.starts_with("all_reduce"))),
+                    || s.forward.as_deref().is_some_and(|f| f == "pvary"
+                        || f.starts_with("all_reduce")
+                        || (sys.name == "dtensor" && dtensor_casts.iter().any(|c| c == f)))),
                 Typing::Rejected(_) => true,
             }));
         }

@@ -43,7 +43,12 @@ pub const REAL_VERSION: &str = "torch 2.14.1";
 
 /// DTensor inserts redistributions, named so.
 pub const REDISTRIBUTE: &str = "redistribute";
-pub const CASTS: &[&str] = &[REDISTRIBUTE];
+/// Seed 001's grad-placement hook on a `Replicate()` operand whose gradient
+/// comes back `Partial()`: nothing in the forward, an all-reduce of the
+/// gradient to `Replicate()` in the backward. As a cast it is Replicate()
+/// read as Reduced() (`reinterpret(I,R)`, transposed by `all_reduce(I)`).
+pub const GRAD_HOOK: &str = "grad_placement_hook";
+pub const CASTS: &[&str] = &[REDISTRIBUTE, GRAD_HOOK];
 
 /// Which inputs' `Reduced()` makes the output `Reduced()`.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -54,15 +59,25 @@ enum Reading {
     Every,
 }
 
+/// The typing function on local states: a Varying operand is some
+/// `Shard(d)`, so where DTensor's answer depends on d (a sum, matmul,
+/// concatenation or view of a sharded operand) it is `Unknown`.
 pub fn typing(op: OpClass, inputs: &[Vec<State>]) -> Outcome {
-    typing_with(op, inputs, Reading::Any)
+    typing_with(op, inputs, Reading::Any, false)
 }
 
 pub fn typing_fsdp_reading(op: OpClass, inputs: &[Vec<State>]) -> Outcome {
-    typing_with(op, inputs, Reading::Every)
+    typing_with(op, inputs, Reading::Every, false)
 }
 
-fn typing_with(op: OpClass, inputs: &[Vec<State>], reading: Reading) -> Outcome {
+/// The typing function with every Varying operand `Shard(0)`, as the
+/// fixture records it (sums over dim 0, matmul of 2-D operands,
+/// concatenation along dim 0): what `fidelity` compares with torch.
+pub fn typing_shard0(op: OpClass, inputs: &[Vec<State>]) -> Outcome {
+    typing_with(op, inputs, Reading::Any, true)
+}
+
+fn typing_with(op: OpClass, inputs: &[Vec<State>], reading: Reading, shard0: bool) -> Outcome {
     let Some(cols) = columns(inputs) else {
         return malformed();
     };
@@ -80,28 +95,70 @@ fn typing_with(op: OpClass, inputs: &[Vec<State>], reading: Reading) -> Outcome 
                 }
             })
             .collect();
+        let dim_dependent = matches!(
+            op,
+            OpClass::Sum | OpClass::Matmul | OpClass::Concat | OpClass::View
+        ) && seen.contains(&State::Varying);
+        if dim_dependent && !shard0 {
+            return Outcome::Unknown(format!(
+                "mesh dim {axis}: DTensor's answer for {} of a Shard(d) operand depends on d, which a local type does not carry",
+                op.name()
+            ));
+        }
         let (o, moves) = match one_dim(op, &seen) {
             Ok(x) => x,
             Err(reason) => return Outcome::Unknown(format!("mesh dim {axis}: {reason}")),
         };
-        for (input, to) in moves {
-            casts.push(Cast {
-                input,
-                axis,
-                name: REDISTRIBUTE,
-                from: col[input],
-                to,
-            });
+        let mut after = seen.clone();
+        for &(input, to) in &moves {
+            after[input] = to;
         }
+        // The gradient of an operand Replicate() after the moves, beside a
+        // Partial() or Shard() one, of mul, matmul or div, comes back
+        // Partial() (torch 2.14.1: mul_R_P, matmul_S_R, div_P_R); the hook
+        // all-reduces it. A Reduced() input needs no hook (its gradient is
+        // a pending sum already). A moved operand's move and hook are one
+        // cast, from its own state to Reduced().
         let upgrade = match reading {
             Reading::Any => col.contains(&State::Reduced),
             Reading::Every => col.iter().all(|&s| s == State::Reduced),
         };
-        out.push(if o == State::Invariant && upgrade {
+        let out_state = if o == State::Invariant && upgrade {
             State::Reduced
         } else {
             o
-        });
+        };
+        // Also beside a Reduced() output, whose cotangent is a pending sum.
+        let hooked = |input: usize| {
+            after[input] == State::Invariant
+                && col[input] != State::Reduced
+                && ((matches!(op, OpClass::Mul | OpClass::Matmul | OpClass::Division)
+                    && matches!(o, State::Partial | State::Varying))
+                    || out_state == State::Reduced)
+        };
+        for &(input, to) in &moves {
+            if !hooked(input) {
+                casts.push(Cast {
+                    input,
+                    axis,
+                    name: REDISTRIBUTE,
+                    from: col[input],
+                    to,
+                });
+            }
+        }
+        for input in 0..col.len() {
+            if hooked(input) {
+                casts.push(Cast {
+                    input,
+                    axis,
+                    name: GRAD_HOOK,
+                    from: col[input],
+                    to: State::Reduced,
+                });
+            }
+        }
+        out.push(out_state);
     }
     Outcome::Infers { output: out, casts }
 }
@@ -180,6 +237,32 @@ fn binary(op: OpClass, a: State, b: State) -> Option<(State, Vec<Move>)> {
         (Division, P, I) => (P, vec![]),
         (Division, I, P) => (I, vec![(1, I)]),
         (Mul | Division, P, P) => (P, vec![(1, I)]),
+        _ => return None,
+    })
+}
+
+/// A cast of this dialect spelled as a catalogue call in seed 003's names,
+/// whose transpose seed 003's table gives (how generated programs run it):
+/// each `redistribute` move as the collective DTensor performs, and the
+/// grad-placement hook as `reinterpret(I,R)`, transposed by `all_reduce(I)`
+/// (the hook's all-reduce of the gradient). Replicate() -> Partial() is
+/// DTensor's division by n on every rank; `convert(I,P)` (rank 0 keeps the
+/// value) has the same meaning and transpose.
+pub fn cast_as_catalogue(name: &str, from: State, to: State) -> Option<&'static str> {
+    use State::{Invariant as I, Partial as P, Reduced as R, Varying as V};
+    Some(match (name, from, to) {
+        (REDISTRIBUTE, I, V) => "convert(I,V, dim={d})",
+        (REDISTRIBUTE, R, V) => "convert(R,V, dim={d})",
+        (REDISTRIBUTE, V, I) => "all_gather(I, dim={d})",
+        (REDISTRIBUTE, P, I) => "all_reduce(I)",
+        (REDISTRIBUTE, P, V) => "reduce_scatter(dim={d})",
+        (REDISTRIBUTE, I, P) => "convert(I,P)",
+        (REDISTRIBUTE, R, P) => "convert(R,P)",
+        // The hook after a move to Replicate(): the move and the hook's
+        // all-reduce of the gradient together.
+        (GRAD_HOOK, I, R) => "reinterpret(I,R)",
+        (GRAD_HOOK, P, R) => "all_reduce(R)",
+        (GRAD_HOOK, V, R) => "all_gather(R, dim={d})",
         _ => return None,
     })
 }
