@@ -147,13 +147,13 @@ fn typing_with(op: OpClass, inputs: &[Vec<State>], reading: Reading, shard0: boo
                 });
             }
         }
-        for input in 0..col.len() {
+        for (input, &from) in col.iter().enumerate() {
             if hooked(input) {
                 casts.push(Cast {
                     input,
                     axis,
                     name: GRAD_HOOK,
-                    from: col[input],
+                    from,
                     to: State::Reduced,
                 });
             }
