@@ -198,8 +198,12 @@ enum Cmd {
         #[command(flatten)]
         scope: ScopeArgs,
     },
-    /// Time the main jobs on this machine.
-    Bench,
+    /// Time the main jobs on this machine (SPEC.md §18): instances per
+    /// second, thread scaling, the f64 floor, peak memory.
+    Bench {
+        #[arg(long)]
+        json: bool,
+    },
     /// Run one rule, op or program on per-rank values from a job file (JSON
     /// or TOML): output, backward, traffic, and with --check the oracle.
     Run {
@@ -436,8 +440,8 @@ fn run() -> Result<ExitCode, UsageError> {
                 ExitCode::SUCCESS
             })
         }
-        Cmd::Bench => {
-            spmd_check::bench::run();
+        Cmd::Bench { json } => {
+            spmd_check::bench::print(json);
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run { job, json, check } => {
