@@ -22,6 +22,7 @@ pub mod fsdp;
 pub mod generated;
 pub mod job;
 pub mod jvps;
+pub mod partition;
 pub mod programs;
 pub mod report;
 pub mod rules;
