@@ -125,85 +125,128 @@ fn scan_case(
     backward: bool,
     tally: &mut Tally,
 ) -> (u64, Option<Box<spmd_oracle::Violation>>) {
-    use rayon::prelude::*;
-    use std::sync::atomic::AtomicUsize;
     let flat: Vec<&[Q]> = c
         .lists
         .iter()
         .flat_map(|(k, v)| std::iter::repeat_n(v.as_slice(), *k))
         .collect();
-    let mut points: Vec<Vec<Q>> = Vec::new();
-    let _ = for_each_grid_point::<()>(&flat, &mut |p| {
-        points.push(p.to_vec());
-        ControlFlow::Continue(())
+    // Points are taken in blocks, so memory stays bounded on any grid.
+    const BLOCK: usize = 4096;
+    let mut scan = Scan { held: None, n: 0 };
+    let mut block: Vec<Vec<Q>> = Vec::with_capacity(BLOCK.min(c.points() as usize));
+    let mut found: Option<Box<spmd_oracle::Violation>> = None;
+    let r = for_each_grid_point(&flat, &mut |p| {
+        block.push(p.to_vec());
+        if block.len() < BLOCK {
+            return ControlFlow::Continue(());
+        }
+        let r = scan.block(op, c, checker, backward, tally, &block);
+        block.clear();
+        match r {
+            Some(v) => {
+                found = v;
+                ControlFlow::Break(())
+            }
+            None => ControlFlow::Continue(()),
+        }
     });
-    let full = Phase::full(backward);
-    // The smallest index with a forward violation found so far: points
-    // beyond it are never read, so they are not checked.
-    let first_forward = AtomicUsize::new(usize::MAX);
-    let stopped: OnceLock<String> = OnceLock::new();
-    let one = |k: usize, p: &Vec<Q>| -> Option<Outcome> {
-        if k > first_forward.load(Ordering::Relaxed) || stopped.get().is_some() {
-            return None;
-        }
-        if let Some(why) = stop_reason() {
-            let _ = stopped.set(why);
-            return None;
-        }
-        let o = checker.check(&c.inputs(op, p), full);
-        if matches!(&o, Outcome::Fail(v) if is_forward(v.property)) {
-            first_forward.fetch_min(k, Ordering::Relaxed);
-        }
-        Some(o)
-    };
-    let outcomes: Vec<Option<Outcome>> = if points.len() < 32 {
-        points.iter().enumerate().map(|(k, p)| one(k, p)).collect()
-    } else {
-        points
-            .par_iter()
-            .enumerate()
-            .with_min_len(8)
-            .map(|(k, p)| one(k, p))
-            .collect()
-    };
-    // Read in order, as one thread would have.
-    let mut held: Option<Box<spmd_oracle::Violation>> = None;
-    let mut n = 0u64;
-    for (k, o) in outcomes.into_iter().enumerate() {
-        let Some(o) = o else {
-            tally.stopped = Some(
-                stopped
-                    .get()
-                    .cloned()
-                    .unwrap_or_else(|| "interrupted".into()),
-            );
-            return (n, held);
-        };
-        n += 1;
-        // After a held backward violation a point is checked for F1-F3
-        // only: a forward violation stands, the rest reads as a pass,
-        // except that a point outside the domain is checked again forward
-        // only (the division by zero may have been in the backward).
-        let o = match (held.is_some(), o) {
-            (false, o) => o,
-            (true, Outcome::Fail(v)) if is_forward(v.property) => Outcome::Fail(v),
-            (true, Outcome::OutsideDomain) => {
-                checker.check(&c.inputs(op, &points[k]), Phase::Forward)
-            }
-            (true, _) => Outcome::Pass(Default::default()),
-        };
-        tally.record(&o);
-        match o {
-            Outcome::Fail(v) if is_forward(v.property) => return (n, Some(v)),
-            Outcome::Fail(v) => {
-                if held.is_none() {
-                    held = Some(v);
-                }
-            }
-            _ => {}
+    if r.is_continue() && !block.is_empty() {
+        if let Some(v) = scan.block(op, c, checker, backward, tally, &block) {
+            found = v;
         }
     }
-    (n, held)
+    (scan.n, found.or(scan.held))
+}
+
+/// The state of reading a case's outcomes in order (see `scan_case`).
+struct Scan {
+    held: Option<Box<spmd_oracle::Violation>>,
+    n: u64,
+}
+
+impl Scan {
+    /// Check one block of points in parallel and read it in order.
+    /// `Some(v)`: the case is over, with the forward violation `v`, or
+    /// `None` when a stop was requested.
+    #[allow(clippy::type_complexity)]
+    fn block(
+        &mut self,
+        op: &TypedOp,
+        c: &spmd_generators::Case,
+        checker: &Checker,
+        backward: bool,
+        tally: &mut Tally,
+        points: &[Vec<Q>],
+    ) -> Option<Option<Box<spmd_oracle::Violation>>> {
+        use rayon::prelude::*;
+        use std::sync::atomic::AtomicUsize;
+        let full = Phase::full(backward);
+        // The smallest index with a forward violation found so far: points
+        // beyond it are never read, so they are not checked.
+        let first_forward = AtomicUsize::new(usize::MAX);
+        let stopped: OnceLock<String> = OnceLock::new();
+        let one = |k: usize, p: &Vec<Q>| -> Option<Outcome> {
+            if k > first_forward.load(Ordering::Relaxed) || stopped.get().is_some() {
+                return None;
+            }
+            if let Some(why) = stop_reason() {
+                let _ = stopped.set(why);
+                return None;
+            }
+            let o = checker.check(&c.inputs(op, p), full);
+            if matches!(&o, Outcome::Fail(v) if is_forward(v.property)) {
+                first_forward.fetch_min(k, Ordering::Relaxed);
+            }
+            Some(o)
+        };
+        let outcomes: Vec<Option<Outcome>> = if points.len() < 32 {
+            points.iter().enumerate().map(|(k, p)| one(k, p)).collect()
+        } else {
+            points
+                .par_iter()
+                .enumerate()
+                .with_min_len(8)
+                .map(|(k, p)| one(k, p))
+                .collect()
+        };
+        // Read in order, as one thread would have.
+        for (k, o) in outcomes.into_iter().enumerate() {
+            let Some(o) = o else {
+                tally.stopped = Some(
+                    stopped
+                        .get()
+                        .cloned()
+                        .unwrap_or_else(|| "interrupted".into()),
+                );
+                return Some(None);
+            };
+            self.n += 1;
+            // After a held backward violation a point is checked for F1-F3
+            // only: a forward violation stands, the rest reads as a pass,
+            // except that a point outside the domain is checked again
+            // forward only (the division by zero may have been in the
+            // backward).
+            let o = match (self.held.is_some(), o) {
+                (false, o) => o,
+                (true, Outcome::Fail(v)) if is_forward(v.property) => Outcome::Fail(v),
+                (true, Outcome::OutsideDomain) => {
+                    checker.check(&c.inputs(op, &points[k]), Phase::Forward)
+                }
+                (true, _) => Outcome::Pass(Default::default()),
+            };
+            tally.record(&o);
+            match o {
+                Outcome::Fail(v) if is_forward(v.property) => return Some(Some(v)),
+                Outcome::Fail(v) => {
+                    if self.held.is_none() {
+                        self.held = Some(v);
+                    }
+                }
+                _ => {}
+            }
+        }
+        None
+    }
 }
 
 /// Only the forward properties F1-F3 (SPEC.md §4.2-4.4), for an op that has
