@@ -6,7 +6,7 @@
 //! differences of the forward (SPEC.md §5); it never calls the backward to
 //! compute one, only to compare against.
 
-use crate::fd::{derivative, poly_derivative, FdFail, PolyWeights};
+use crate::fd::{derivative, FdFail, PolyWeights};
 use serde::Serialize;
 use spmd_interp::{Degree, EvalError, TypedOp};
 use spmd_semantics::perrank::{
@@ -937,6 +937,11 @@ impl<'a> Checker<'a> {
         e: &Sparse,
     ) -> Result<Vec<Q>, FdFail> {
         let m = self.m;
+        if let Some(w) = &self.weights[i] {
+            let r = self.poly_directional(work, xs, y, y0, i, e, w);
+            e.reset(&mut work[i], &xs[i]);
+            return r;
+        }
         let mut f = |h: &Q| -> Result<Option<Vec<Q>>, FdFail> {
             if h.is_zero() {
                 return Ok(Some(y0.to_vec()));
@@ -951,12 +956,64 @@ impl<'a> Checker<'a> {
                 }
             }
         };
-        let r = match &self.weights[i] {
-            Some(w) => poly_derivative(&mut f, w, &self.step),
-            None => derivative(&mut f, self.deg.num[i], self.deg.den[i], &self.step),
-        };
+        let r = derivative(&mut f, self.deg.num[i], self.deg.den[i], &self.step);
         e.reset(&mut work[i], &xs[i]);
         r
+    }
+
+    /// `directional_flat` for a polynomial op: the samples are folded into
+    /// the derivative and the check value as they come (the weights of
+    /// `PolyWeights`), so no sample is kept. Leaves `work` perturbed; the
+    /// caller resets it.
+    #[allow(clippy::too_many_arguments)]
+    fn poly_directional(
+        &self,
+        work: &mut [PerRank],
+        xs: &[PerRank],
+        y: &PerRank,
+        y0: &[Q],
+        i: usize,
+        e: &Sparse,
+        w: &PolyWeights,
+    ) -> Result<Vec<Q>, FdFail> {
+        let n = w.deriv.len();
+        let mut d = vec![Q::zero(); y0.len()];
+        let mut p = vec![Q::zero(); y0.len()];
+        let fold = |d: &mut [Q], p: &mut [Q], k: usize, ys: &[Q]| {
+            for ((dc, pc), v) in d.iter_mut().zip(p.iter_mut()).zip(ys) {
+                if !v.is_zero() {
+                    *dc = dc.add(&w.deriv[k].mul(v));
+                    *pc = pc.add(&w.check[k].mul(v));
+                }
+            }
+        };
+        fold(&mut d, &mut p, 0, y0);
+        for k in 1..=n {
+            let h = Q::int(k as i64).mul(&self.step);
+            e.set(&mut work[i], &xs[i], &h);
+            let ys = match self.op.op.forward_touching(self.m, work, y, &e.touched) {
+                Ok(fw) if fw.at_kink => {
+                    return Err(FdFail::Undetermined("a sample meets a kink".into()))
+                }
+                Ok(fw) => self.proj_out.denote_flat(&fw.y),
+                Err(EvalError::DivByZero) => {
+                    return Err(FdFail::Undetermined(
+                        "a polynomial map left its domain (interpreter bug)".into(),
+                    ))
+                }
+                Err(EvalError::Shape(s)) => {
+                    panic!("interpreter bug: shape error on an inferred instance: {s}")
+                }
+            };
+            if k < n {
+                fold(&mut d, &mut p, k, &ys);
+            } else if p != ys {
+                return Err(FdFail::Undetermined(
+                    "a check sample disagrees with the interpolation (wrong degree bound)".into(),
+                ));
+            }
+        }
+        Ok(d)
     }
 }
 
