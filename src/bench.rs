@@ -568,7 +568,7 @@ impl Ws {
             .map(|&d| {
                 poly.then(|| {
                     let w = spmd_oracle::fd::PolyWeights::new(d, &Q::one());
-                    let s = |v: &[Q]| v.iter().map(|q| q64(q)).collect::<Vec<_>>();
+                    let s = |v: &[Q]| v.iter().map(q64).collect::<Vec<_>>();
                     (s(&w.deriv), s(&w.check))
                 })
             })
@@ -908,6 +908,7 @@ impl Ws {
         Ok(())
     }
 
+    #[allow(clippy::needless_range_loop)]
     /// d/dh of the output's denotation moving input i along the unit at
     /// (rank q, element e), replicated along I and R.
     fn directional(&mut self, i: usize, q: usize, e: usize) -> Option<Vec<f64>> {
@@ -1027,6 +1028,7 @@ fn denote_into(s: State, r: usize, k: usize, x: &[f64], out: &mut [f64]) {
 
 /// Gaussian elimination with partial pivoting; free variables 0; `None`
 /// when inconsistent.
+#[allow(clippy::needless_range_loop)]
 fn solve64(mut a: Vec<Vec<f64>>, mut rhs: Vec<f64>) -> Option<Vec<f64>> {
     let rows = a.len();
     let cols = a.first().map_or(0, Vec::len);

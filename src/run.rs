@@ -237,11 +237,7 @@ impl Scan {
             tally.record(&o);
             match o {
                 Outcome::Fail(v) if is_forward(v.property) => return Some(Some(v)),
-                Outcome::Fail(v) => {
-                    if self.held.is_none() {
-                        self.held = Some(v);
-                    }
-                }
+                Outcome::Fail(v) if self.held.is_none() => self.held = Some(v),
                 _ => {}
             }
         }
