@@ -1,84 +1,1100 @@
 //! Speed of the main jobs, measured and printed, never asserted: used by
-//! `spmd-check bench` and `cargo bench`.
+//! `spmd-check bench` (text or `--json`) and `cargo bench` (SPEC.md §18).
+//!
+//! Per job: instances, instances per second, thread scaling at 1, 2 and all
+//! cores (a rayon pool built per measurement), the process's peak memory,
+//! and for the elementwise derive jobs `ratio_exact_to_f64`: the per-instance
+//! time of the exact checker over that of the same per-instance algorithm
+//! written here in f64 on the same cases. That kernel is the floor the exact
+//! checker is measured against; it is the one place in the project where
+//! floats decide anything, and what it decides is never reported as a
+//! verdict.
 
 use crate::collectives::{check_pair, pair_rows};
 use crate::conform::{check_row, rows};
 use crate::derive::derive;
 use rayon::prelude::*;
-use spmd_generators::Scope;
-use spmd_interp::builtin;
+use serde_json::{json, Value};
+use spmd_generators::{cases, for_each_grid_point, Scope};
+use spmd_interp::{builtin, TypedOp};
+use spmd_oracle::{Checker, Outcome, Phase};
+use spmd_semantics::{Mesh, PerRank, State, Type, Q};
+use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::time::Instant;
 
-/// Time counterexamples to forbidden rules, derived tables and the
-/// conformance tables on this machine.
-pub fn run() {
-    // Counterexamples to the rules the seeds forbid (SPEC.md §11.2).
-    let forbid = "[[rule]]\nname = \"P*P\"\nop = \"mul\"\ninputs = [\"P\", \"P\"]\noutput = \"P\"\n\n[[rule]]\nname = \"nonlinear on P\"\nop = { expr = \"x * x\" }\ninputs = [\"P\"]\noutput = \"P\"\n\n[[rule]]\nname = \"I mixed with V\"\nop = \"mul\"\ninputs = [\"I\", \"V\"]\noutput = \"V\"\n";
-    {
-        let sc = spmd_generators::Scope::default();
-        let specs = crate::rules::parse_file("bench", forbid).expect("rules");
-        let rules = crate::rules::build("bench", forbid, &specs, &sc).expect("rules");
-        let cfg = crate::check::CheckConfig {
-            scope: sc,
-            cases: 256,
-            seed: 0,
-        };
-        for r in &rules {
-            let t = std::time::Instant::now();
-            let rep = crate::check::check_rule(r, &cfg, &[], &|_| {});
-            let prop = rep
+/// One job of the bench: its name and a run that returns the instances it
+/// checked.
+struct Job {
+    name: String,
+    note: String,
+    run: Box<dyn Fn() -> u64 + Sync>,
+    /// The elementwise op whose f64 kernel gives the floor, if any.
+    floor: Option<Elem>,
+}
+
+/// The process's peak resident memory so far, in KiB (`getrusage`).
+pub fn peak_rss_kib() -> u64 {
+    // SAFETY: getrusage only writes the struct it is given.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) };
+    if rc == 0 {
+        u.ru_maxrss.max(0) as u64
+    } else {
+        0
+    }
+}
+
+/// Run `f` on a pool of `threads` threads; milliseconds and its result.
+fn timed_in_pool<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> (f64, T) {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .expect("a thread pool");
+    let t = Instant::now();
+    let out = pool.install(f);
+    (t.elapsed().as_secs_f64() * 1e3, out)
+}
+
+fn derive_instances(name: &str, scope: &Scope) -> u64 {
+    let f = builtin(name).expect("builtin");
+    let rows = derive(&f, scope, &|_| {}).expect("derive");
+    rows.iter().map(|r| r.verdict.tally().instances()).sum()
+}
+
+/// The conformance run as `spmd-check conform` does it: seed rows with
+/// their twins, collective rows, JVP rules, FSDP and the layers.
+fn conform_instances(scope: &Scope) -> u64 {
+    let rs = rows(None).expect("rows");
+    let a: u64 = rs
+        .par_iter()
+        .map(|r| {
+            let res = check_row(r, scope, &|_| {}).expect("row");
+            res.verdict.tally().instances() + res.twin.as_ref().map_or(0, |t| t.tally().instances())
+        })
+        .sum();
+    let b: u64 = pair_rows(None)
+        .par_iter()
+        .map(|r| {
+            check_pair(r, scope)
+                .expect("row")
                 .verdict
-                .violation()
-                .map(|v| v.property.code())
-                .unwrap_or("none");
-            println!(
-                "counterexample {:<16} {:>8.2} ms  {prop}",
-                r.name,
-                t.elapsed().as_secs_f64() * 1e3
-            );
+                .tally()
+                .instances()
+        })
+        .sum();
+    a + b + jvp_instances(scope) + fsdp_instances(scope) + program_instances(scope)
+}
+
+fn jvp_instances(scope: &Scope) -> u64 {
+    crate::jvps::jvp_rows(None)
+        .par_iter()
+        .map(|r| {
+            let j = crate::jvps::check_jvp(r, scope).expect("row");
+            j.verdict.tally().instances() + j.twin.tally().instances()
+        })
+        .sum()
+}
+
+fn fsdp_instances(scope: &Scope) -> u64 {
+    crate::fsdp::strategies(scope)
+        .expect("fsdp")
+        .iter()
+        .map(|p| p.verdict.tally().instances())
+        .sum()
+}
+
+fn program_instances(scope: &Scope) -> u64 {
+    crate::programs::programs(scope)
+        .expect("layers")
+        .iter()
+        .map(|p| p.verdict.tally().instances())
+        .sum()
+}
+
+const FORBID: &str = "[[rule]]\nname = \"P*P\"\nop = \"mul\"\ninputs = [\"P\", \"P\"]\noutput = \"P\"\n\n[[rule]]\nname = \"nonlinear on P\"\nop = { expr = \"x * x\" }\ninputs = [\"P\"]\noutput = \"P\"\n\n[[rule]]\nname = \"I mixed with V\"\nop = \"mul\"\ninputs = [\"I\", \"V\"]\noutput = \"V\"\n";
+
+/// Counterexamples to the rules the seeds forbid (SPEC.md §11.2).
+fn counterexample_instances() -> u64 {
+    let sc = Scope::default();
+    let specs = crate::rules::parse_file("bench", FORBID).expect("rules");
+    let rules = crate::rules::build("bench", FORBID, &specs, &sc).expect("rules");
+    let cfg = crate::check::CheckConfig {
+        scope: sc,
+        cases: 256,
+        seed: 0,
+    };
+    rules
+        .iter()
+        .map(|r| {
+            let rep = crate::check::check_rule(r, &cfg, &[], &|_| {});
+            assert!(rep.verdict.violation().is_some(), "{} must fail", r.name);
+            rep.verdict.tally().instances() + rep.random_cases
+        })
+        .sum()
+}
+
+fn jobs() -> Vec<Job> {
+    let mut out = vec![Job {
+        name: "counterexamples".into(),
+        note: "three forbidden rules, each to its minimal counterexample".into(),
+        run: Box::new(counterexample_instances),
+        floor: None,
+    }];
+    for (name, floor) in [
+        ("mul", Some(Elem::Mul)),
+        ("add", Some(Elem::Add)),
+        ("matmul", None),
+        ("div", Some(Elem::Div)),
+        ("relu", Some(Elem::Relu)),
+    ] {
+        out.push(Job {
+            name: format!("derive {name}"),
+            note: "every one-axis typing on the default scope".into(),
+            run: Box::new(move || derive_instances(name, &Scope::default())),
+            floor,
+        });
+    }
+    out.push(Job {
+        name: "conform".into(),
+        note: "seed rows with twins, collectives, JVPs, FSDP, layers".into(),
+        run: Box::new(|| conform_instances(&Scope::default())),
+        floor: None,
+    });
+    out.push(Job {
+        name: "jvps".into(),
+        note: "JVP rules with twins".into(),
+        run: Box::new(|| jvp_instances(&Scope::default())),
+        floor: None,
+    });
+    out.push(Job {
+        name: "programs".into(),
+        note: "tensor and sequence parallel layers, with twins".into(),
+        run: Box::new(|| program_instances(&Scope::default())),
+        floor: None,
+    });
+    out
+}
+
+/// The thread counts measured: 1, 2 and all cores, without repeats.
+fn thread_counts() -> Vec<usize> {
+    let all = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut v = vec![1, 2.min(all), all];
+    v.dedup();
+    v
+}
+
+fn measure(job: &Job) -> Value {
+    let counts = thread_counts();
+    let mut scaling = Vec::new();
+    let mut instances = 0;
+    let mut ms1 = 0.0;
+    for &k in &counts {
+        let (ms, n) = timed_in_pool(k, || (job.run)());
+        if k == 1 {
+            ms1 = ms;
+        }
+        instances = n;
+        scaling.push(json!({
+            "threads": k,
+            "ms": round3(ms),
+            "speedup": round3(ms1 / ms),
+        }));
+    }
+    let ms_all = scaling.last().and_then(|s| s["ms"].as_f64()).unwrap_or(ms1);
+    let mut v = json!({
+        "name": job.name,
+        "what": job.note,
+        "instances": instances,
+        "ms": round3(ms_all),
+        "instances_per_s": round3(instances as f64 / (ms_all / 1e3)),
+        "threads": scaling,
+        "ratio_exact_to_f64": Value::Null,
+        "f64": Value::Null,
+    });
+    if let (Some(e), Some(name)) = (job.floor, job.name.strip_prefix("derive ")) {
+        let (fms, fl) = timed_in_pool(1, || floor_derive(name, e, &Scope::default()));
+        let exact_us = ms1 * 1e3 / instances.max(1) as f64;
+        let f64_us = fms * 1e3 / fl.instances.max(1) as f64;
+        v["f64"] = json!({
+            "instances": fl.instances,
+            "ms": round3(fms),
+            "us_per_instance": round3(f64_us),
+            "exact_us_per_instance": round3(exact_us),
+            "failing_typings": fl.failing,
+        });
+        v["ratio_exact_to_f64"] = json!(round3(exact_us / f64_us));
+    }
+    v["peak_rss_kib"] = json!(peak_rss_kib());
+    v
+}
+
+fn round3(x: f64) -> f64 {
+    if x.is_finite() {
+        (x * 1e3).round() / 1e3
+    } else {
+        0.0
+    }
+}
+
+/// Every measurement as one JSON value.
+pub fn measure_all() -> Value {
+    let jobs: Vec<Value> = jobs().iter().map(measure).collect();
+    json!({
+        "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "jobs": jobs,
+        "fsdp_jax_shapes": fsdp_jax(),
+        "peak_rss_kib": peak_rss_kib(),
+    })
+}
+
+/// Print the measurements: text, or JSON with `json`.
+pub fn print(json: bool) {
+    let v = measure_all();
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        return;
+    }
+    println!("{} cores; times at 1 / 2 / all cores", v["cores"]);
+    for j in v["jobs"].as_array().into_iter().flatten() {
+        let ts: Vec<String> = j["threads"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|t| format!("{:.1}", t["ms"].as_f64().unwrap_or(0.0)))
+            .collect();
+        let ratio = j["ratio_exact_to_f64"].as_f64().map_or(String::new(), |r| {
+            format!("  exact/f64 per instance {r:.1}x")
+        });
+        println!(
+            "{:<16} {:>9} instances  {:>10.0}/s  ms {}{ratio}",
+            j["name"].as_str().unwrap_or(""),
+            j["instances"],
+            j["instances_per_s"].as_f64().unwrap_or(0.0),
+            ts.join(" / "),
+        );
+    }
+    let f = &v["fsdp_jax_shapes"];
+    for s in f["strategies"].as_array().into_iter().flatten() {
+        println!(
+            "fsdp at JAX's shapes (w 8x3 on 4 ranks, x 5x8): {}: {} in {:.1} ms ({} instances)",
+            s["name"].as_str().unwrap_or(""),
+            s["verdict"].as_str().unwrap_or(""),
+            s["ms"].as_f64().unwrap_or(0.0),
+            s["instances"]
+        );
+    }
+    println!("peak memory {} KiB", v["peak_rss_kib"]);
+}
+
+/// `cargo bench` and `spmd-check bench`: the text report.
+pub fn run() {
+    print(false);
+}
+
+/// FSDP's programs (examples/fsdp.toml) at the shapes of JAX's own test:
+/// w 8x3 sharded by rows on 4 ranks (local 2x3), x a 5x8 batch per rank.
+/// Far beyond the exhaustive scope, so a few instances with values from the
+/// default list, chosen by a fixed sequence, are checked (bounded, like
+/// JAX's `check_grads`, which checks one float point).
+pub fn fsdp_jax() -> Value {
+    let file = "examples/fsdp.toml";
+    let text = crate::fsdp::FSDP_TOML;
+    let sc = Scope::default();
+    let specs = crate::rules::parse_file(file, text).expect("fsdp rules");
+    let rules = crate::rules::build(file, text, &specs, &sc).expect("fsdp rules");
+    let m = Mesh::line(4);
+    let shapes = vec![vec![5, 8], vec![2, 3]];
+    const INSTANCES: u64 = 4;
+    let strategies: Vec<Value> = rules
+        .iter()
+        .map(|r| {
+            let t = Instant::now();
+            let Ok(c) = Checker::new(&r.op, &m, shapes.clone()) else {
+                return json!({"name": r.name, "verdict": "shapes rejected"});
+            };
+            let mut verdict = format!("no violation on {INSTANCES} instances (bounded)");
+            let mut seed = 0x2545_f491_4f6c_dd1du64;
+            let mut n = 0;
+            for _ in 0..INSTANCES {
+                let xs = fsdp_values(&r.op, &m, &shapes, &mut seed);
+                n += 1;
+                match c.check(&xs, Phase::full(r.has_backward)) {
+                    Outcome::Fail(v) => {
+                        verdict = format!("unsound {}", v.property.code());
+                        break;
+                    }
+                    Outcome::OutsideDomain => {}
+                    Outcome::Pass(_) => {}
+                }
+            }
+            json!({
+                "name": r.name,
+                "verdict": verdict,
+                "instances": n,
+                "ms": round3(t.elapsed().as_secs_f64() * 1e3),
+            })
+        })
+        .collect();
+    json!({
+        "mesh": "x=4",
+        "w_global": [8, 3],
+        "w_local": [2, 3],
+        "x_local": [5, 8],
+        "strategies": strategies,
+    })
+}
+
+/// Well-formed inputs of `op`'s types at `shapes`, free scalars drawn from
+/// the default values by a xorshift sequence.
+fn fsdp_values(op: &TypedOp, m: &Mesh, shapes: &[Vec<usize>], seed: &mut u64) -> Vec<PerRank> {
+    let vals = Scope::default().values;
+    op.inputs
+        .iter()
+        .zip(shapes)
+        .map(|(t, s)| {
+            let k = spmd_semantics::perrank::num_free(m, t, s);
+            let free: Vec<Q> = (0..k)
+                .map(|_| {
+                    *seed ^= *seed << 13;
+                    *seed ^= *seed >> 7;
+                    *seed ^= *seed << 17;
+                    vals[(*seed % vals.len() as u64) as usize].clone()
+                })
+                .collect();
+            spmd_semantics::perrank::from_free(m, t, s, &free)
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------
+// The f64 floor: the oracle's per-instance algorithm (SPEC.md §4, §5) for an
+// elementwise op on one mesh axis, on flat preallocated buffers.
+
+/// The elementwise ops the floor covers.
+#[derive(Clone, Copy, Debug)]
+enum Elem {
+    Add,
+    Mul,
+    Div,
+    Relu,
+}
+
+impl Elem {
+    fn f(self, a: &[f64]) -> Option<f64> {
+        match self {
+            Elem::Add => Some(a[0] + a[1]),
+            Elem::Mul => Some(a[0] * a[1]),
+            Elem::Div => (a[1] != 0.0).then(|| a[0] / a[1]),
+            Elem::Relu => Some(a[0].max(0.0)),
+        }
+    }
+    fn kink(self, a: &[f64]) -> bool {
+        matches!(self, Elem::Relu) && a[0] == 0.0
+    }
+    /// ∂f/∂a_i (the local VJP's factor).
+    fn grad(self, a: &[f64], i: usize) -> Option<f64> {
+        match (self, i) {
+            (Elem::Add, _) => Some(1.0),
+            (Elem::Mul, 0) => Some(a[1]),
+            (Elem::Mul, _) => Some(a[0]),
+            (Elem::Div, 0) => (a[1] != 0.0).then(|| 1.0 / a[1]),
+            (Elem::Div, _) => (a[1] != 0.0).then(|| -a[0] / (a[1] * a[1])),
+            (Elem::Relu, _) => Some(if a[0] > 0.0 { 1.0 } else { 0.0 }),
+        }
+    }
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * (1.0 + a.abs() + b.abs())
+}
+
+fn q64(q: &Q) -> f64 {
+    let s = q.to_string();
+    match s.split_once('/') {
+        Some((n, d)) => n.parse::<f64>().unwrap_or(0.0) / d.parse::<f64>().unwrap_or(1.0),
+        None => s.parse().unwrap_or(0.0),
+    }
+}
+
+/// What the floor ran: instances and typings it found failing.
+struct Floor {
+    instances: u64,
+    failing: u64,
+}
+
+/// The f64 `derive`: every one-axis typing, the same cases and grid
+/// points, the same stopping rule (first forward failure ends a typing; a
+/// backward failure ends it after the case's forward scan).
+fn floor_derive(name: &str, e: Elem, scope: &Scope) -> Floor {
+    let f = builtin(name).expect("builtin");
+    let types = spmd_generators::all_types(1);
+    let meshes = scope.meshes_with(1);
+    let mut out = Floor {
+        instances: 0,
+        failing: 0,
+    };
+    // As `derive` does: the one-rank cases once, shared by every typing
+    // whose multi-rank cases pass (their instances counted in each).
+    let (single, multi): (Vec<Mesh>, Vec<Mesh>) =
+        meshes.iter().cloned().partition(|m| m.num_ranks() == 1);
+    let mut first = true;
+    let mut shared = 0;
+    for ins in spmd_generators::tuples(&types, f.arity()) {
+        for o in &types {
+            let op = TypedOp::local(f.clone(), ins.clone(), o.clone());
+            if first {
+                first = false;
+                let (n, failed) = floor_op(e, &op, scope, &single);
+                shared = if failed { 0 } else { n };
+                out.instances += n;
+            }
+            let (n, failed) = floor_op(e, &op, scope, &multi);
+            out.instances += n + if failed { 0 } else { shared };
+            out.failing += u64::from(failed);
+        }
+    }
+    out
+}
+
+/// One typed op on `meshes`: instances run, and whether it failed.
+fn floor_op(e: Elem, op: &TypedOp, scope: &Scope, meshes: &[Mesh]) -> (u64, bool) {
+    let (cs, _) = cases(op, scope, meshes);
+    let mut n = 0u64;
+    for c in &cs {
+        let (_, deg) = op.op.infer(&c.mesh, &c.shapes).expect("fits");
+        let mut ws = Ws::new(e, op, &c.mesh, &c.shapes, &deg);
+        let conv: HashMap<Q, f64> = c
+            .lists
+            .iter()
+            .flat_map(|(_, v)| v.iter())
+            .map(|q| (q.clone(), q64(q)))
+            .collect();
+        let flat: Vec<&[Q]> = c
+            .lists
+            .iter()
+            .flat_map(|(k, v)| std::iter::repeat_n(v.as_slice(), *k))
+            .collect();
+        let mut held = false;
+        let mut pt = vec![0.0; flat.len()];
+        let r = for_each_grid_point(&flat, &mut |p| {
+            for (a, q) in pt.iter_mut().zip(p) {
+                *a = conv[q];
+            }
+            match ws.check(&pt, !held) {
+                Err(Fail::Forward) => ControlFlow::Break(()),
+                Err(Fail::Backward) => {
+                    held = true;
+                    ControlFlow::Continue(())
+                }
+                Ok(()) => {
+                    n += 1;
+                    ControlFlow::Continue(())
+                }
+            }
+        });
+        if r.is_break() || held {
+            return (n, true);
+        }
+    }
+    (n, false)
+}
+
+enum Fail {
+    Forward,
+    Backward,
+}
+
+/// One case's workspace: per-rank flat buffers, allocated once.
+struct Ws {
+    e: Elem,
+    r: usize,
+    n: usize,
+    ins: Vec<State>,
+    out: State,
+    /// Per input: numel (n or 1).
+    ni: Vec<usize>,
+    deg_num: Vec<u32>,
+    deg_den: Vec<u32>,
+    poly: bool,
+    step: f64,
+    /// Per input: polynomial finite-difference weights (derivative, check).
+    weights: Vec<Option<(Vec<f64>, Vec<f64>)>>,
+    x: Vec<Vec<f64>>,
+    y: Vec<f64>,
+    y2: Vec<f64>,
+    dy: Vec<f64>,
+    den: Vec<f64>,
+    args: Vec<f64>,
+    /// Samples for finite differences: (k, R·n).
+    samples: Vec<Vec<f64>>,
+    /// Per cotangent unit: the backward's results per input, and their
+    /// denotations.
+    bs: Vec<Vec<Vec<f64>>>,
+    dbs: Vec<Vec<f64>>,
+    b2: Vec<Vec<f64>>,
+    g: Vec<f64>,
+    dgs: Vec<Vec<f64>>,
+    cols: Vec<Vec<f64>>,
+    kink: bool,
+}
+
+fn reps(s: State, r: usize) -> usize {
+    if s.replicated() {
+        1
+    } else {
+        r
+    }
+}
+
+impl Ws {
+    fn new(
+        e: Elem,
+        op: &TypedOp,
+        m: &Mesh,
+        shapes: &[Vec<usize>],
+        deg: &spmd_interp::Degree,
+    ) -> Ws {
+        let r = m.num_ranks();
+        let ni: Vec<usize> = shapes.iter().map(|s| s.iter().product()).collect();
+        let n = ni.iter().copied().max().unwrap_or(1);
+        let ins: Vec<State> = op.inputs.iter().map(|t: &Type| t.states[0]).collect();
+        let out = op.output.states[0];
+        let poly = deg.is_polynomial();
+        let step = if deg.piecewise { 1.0 / 65536.0 } else { 1.0 };
+        let weights = deg
+            .num
+            .iter()
+            .map(|&d| {
+                poly.then(|| {
+                    let w = spmd_oracle::fd::PolyWeights::new(d, &Q::one());
+                    let s = |v: &[Q]| v.iter().map(q64).collect::<Vec<_>>();
+                    (s(&w.deriv), s(&w.check))
+                })
+            })
+            .collect();
+        let tc = out.cot();
+        let ng = reps(tc, r) * n;
+        let mut ws = Ws {
+            e,
+            r,
+            n,
+            ins: ins.clone(),
+            out,
+            ni: ni.clone(),
+            deg_num: deg.num.clone(),
+            deg_den: deg.den.clone(),
+            poly,
+            step,
+            weights,
+            x: ni.iter().map(|&k| vec![0.0; r * k]).collect(),
+            y: vec![0.0; r * n],
+            y2: vec![0.0; r * n],
+            dy: vec![0.0; r * n],
+            den: vec![0.0; r * n],
+            args: vec![0.0; ni.len()],
+            samples: vec![vec![0.0; r * n]; 40],
+            bs: vec![ni.iter().map(|&k| vec![0.0; r * k]).collect(); ng],
+            dbs: ni.iter().map(|&k| vec![0.0; r * k]).collect(),
+            b2: ni.iter().map(|&k| vec![0.0; r * k]).collect(),
+            g: vec![0.0; r * n],
+            dgs: Vec::new(),
+            cols: Vec::new(),
+            kink: false,
+        };
+        // The cotangent units and their denotations, once per case.
+        ws.dgs = (0..ng)
+            .map(|k| {
+                ws.unit_g(k);
+                let mut d = vec![0.0; r * n];
+                denote_into(tc, r, n, &ws.g, &mut d);
+                d
+            })
+            .collect();
+        ws
+    }
+
+    fn unit_g(&mut self, k: usize) {
+        let tc = self.out.cot();
+        self.g.iter_mut().for_each(|v| *v = 0.0);
+        let n = self.n;
+        if tc.replicated() {
+            for rr in 0..self.r {
+                self.g[rr * n + k] = 1.0;
+            }
+        } else {
+            self.g[k] = 1.0;
         }
     }
 
-    let scope = Scope::default();
-    for name in ["mul", "add", "matmul", "div", "relu"] {
-        let f = builtin(name).expect("builtin");
-        let t = Instant::now();
-        let rows = derive(&f, &scope, &|_| {}).expect("derive");
-        let n: u64 = rows.iter().map(|r| r.verdict.tally().instances()).sum();
-        println!(
-            "derive {name:<8} {:>8.1} ms  {n} instances",
-            t.elapsed().as_secs_f64() * 1e3
-        );
+    fn idx(&self, i: usize, e: usize) -> usize {
+        if self.ni[i] == self.n {
+            e
+        } else {
+            0
+        }
     }
-    let t = Instant::now();
-    let rs = rows(None).expect("rows");
-    let n = rs.len();
-    rs.par_iter().for_each(|r| {
-        check_row(r, &scope, &|_| {}).expect("row");
-    });
-    pair_rows(None).par_iter().for_each(|r| {
-        check_pair(r, &scope).expect("row");
-    });
-    println!(
-        "conform  {:>8.1} ms  {n} local rules and {} collective rows",
-        t.elapsed().as_secs_f64() * 1e3,
-        pair_rows(None).len()
-    );
-    let t = Instant::now();
-    let jv = crate::jvps::jvp_rows(None);
-    jv.par_iter().for_each(|r| {
-        crate::jvps::check_jvp(r, &scope).expect("row");
-    });
-    println!(
-        "jvps     {:>8.1} ms  {} JVP rules with twins",
-        t.elapsed().as_secs_f64() * 1e3,
-        jv.len()
-    );
-    let t = Instant::now();
-    let ps = crate::programs::programs(&scope).expect("layers");
-    println!(
-        "programs {:>8.1} ms  {} layers (tensor and sequence parallel, with twins)",
-        t.elapsed().as_secs_f64() * 1e3,
-        ps.len()
-    );
+
+    /// Forward on ranks `ranks` (all when None) into `y2`, or into `y`.
+    fn forward(&mut self, into_y: bool, only: Option<(usize, usize)>) -> Option<()> {
+        let (n, r) = (self.n, self.r);
+        for rr in 0..r {
+            if let Some((a, b)) = only {
+                if rr != a && rr != b {
+                    continue;
+                }
+            }
+            for e in 0..n {
+                for i in 0..self.args.len() {
+                    self.args[i] = self.x[i][rr * self.ni[i] + self.idx(i, e)];
+                }
+                if into_y && self.e.kink(&self.args) {
+                    self.kink = true;
+                }
+                let v = self.e.f(&self.args)?;
+                if into_y {
+                    self.y[rr * n + e] = v;
+                } else {
+                    self.y2[rr * n + e] = v;
+                }
+            }
+        }
+        Some(())
+    }
+
+    /// Backward with cotangent `self.g` into `out` (per input).
+    fn backward(&mut self, out_b2: bool, k: usize) -> Option<()> {
+        let (n, r) = (self.n, self.r);
+        for i in 0..self.ni.len() {
+            let buf = if out_b2 {
+                &mut self.b2[i]
+            } else {
+                &mut self.bs[k][i]
+            };
+            buf.iter_mut().for_each(|v| *v = 0.0);
+        }
+        for rr in 0..r {
+            for e in 0..n {
+                let g = self.g[rr * n + e];
+                if g == 0.0 {
+                    continue;
+                }
+                for i in 0..self.args.len() {
+                    self.args[i] = self.x[i][rr * self.ni[i] + self.idx(i, e)];
+                }
+                for i in 0..self.ni.len() {
+                    let d = g * self.e.grad(&self.args, i)?;
+                    let at = rr * self.ni[i] + self.idx(i, e);
+                    if out_b2 {
+                        self.b2[i][at] += d;
+                    } else {
+                        self.bs[k][i][at] += d;
+                    }
+                }
+            }
+        }
+        Some(())
+    }
+
+    fn line_steps(&self, i: usize) -> Vec<f64> {
+        let d = self.deg_num[i] + self.deg_den[i];
+        if self.poly {
+            return (1..=d).map(f64::from).collect();
+        }
+        let mut t: Vec<f64> = (1..=d.max(1) + 1).map(f64::from).collect();
+        t.extend([0.25, 1.0 / 3.0]);
+        t
+    }
+
+    /// One instance; `all`: the backward properties too.
+    fn check(&mut self, free: &[f64], all: bool) -> Result<(), Fail> {
+        let (r, n) = (self.r, self.n);
+        // From free scalars, replicated along I and R.
+        let mut at = 0;
+        for i in 0..self.ni.len() {
+            let k = self.ni[i];
+            for rr in 0..r {
+                let src = if self.ins[i].replicated() { 0 } else { rr };
+                for e in 0..k {
+                    self.x[i][rr * k + e] = free[at + src * k + e];
+                }
+            }
+            at += reps(self.ins[i], r) * k;
+        }
+        self.kink = false;
+        if self.forward(true, None).is_none() {
+            return Ok(()); // outside the domain
+        }
+        // F1.
+        if self.out.replicated() && (1..r).any(|rr| (0..n).any(|e| self.y[rr * n + e] != self.y[e]))
+        {
+            return Err(Fail::Forward);
+        }
+        denote_into(self.out, r, n, &self.y, &mut self.dy);
+        // F2 along kernel lines.
+        for i in 0..self.ni.len() {
+            if self.ins[i] != State::Partial {
+                continue;
+            }
+            let k = self.ni[i];
+            for rr in 1..r {
+                for e in 0..k {
+                    for t in self.line_steps(i) {
+                        self.x[i][rr * k + e] += t;
+                        self.x[i][e] -= t;
+                        self.y2.copy_from_slice(&self.y);
+                        let ok = self.forward(false, Some((0, rr)));
+                        self.x[i][rr * k + e] -= t;
+                        self.x[i][e] += t;
+                        if ok.is_none() {
+                            continue;
+                        }
+                        if self.out.replicated()
+                            && (1..r).any(|q| (0..n).any(|e| self.y2[q * n + e] != self.y2[e]))
+                        {
+                            if self.poly {
+                                continue;
+                            }
+                            return Err(Fail::Forward);
+                        }
+                        denote_into(self.out, r, n, &self.y2, &mut self.den);
+                        if !self.den.iter().zip(&self.dy).all(|(a, b)| close(*a, *b)) {
+                            return Err(Fail::Forward);
+                        }
+                    }
+                }
+            }
+        }
+        // F3: f on the denotations.
+        let mut dx: Vec<Vec<f64>> = Vec::with_capacity(self.ni.len());
+        for i in 0..self.ni.len() {
+            let mut d = vec![0.0; r * self.ni[i]];
+            denote_into(self.ins[i], r, self.ni[i], &self.x[i], &mut d);
+            dx.push(d);
+        }
+        for rr in 0..r {
+            for e in 0..n {
+                for i in 0..self.args.len() {
+                    self.args[i] = dx[i][rr * self.ni[i] + self.idx(i, e)];
+                }
+                match self.e.f(&self.args) {
+                    Some(v) if close(v, self.dy[rr * n + e]) => {}
+                    Some(_) => return Err(Fail::Forward),
+                    None => return Ok(()),
+                }
+            }
+        }
+        if !all {
+            return Ok(());
+        }
+        self.backward_props().map_err(|_| Fail::Backward)
+    }
+
+    fn backward_props(&mut self) -> Result<(), ()> {
+        let (r, n) = (self.r, self.n);
+        let tc = self.out.cot();
+        let ng = self.dgs.len();
+        for k in 0..ng {
+            self.unit_g(k);
+            self.backward(false, k).ok_or(())?;
+            for i in 0..self.ni.len() {
+                let ci = self.ins[i].cot();
+                let ki = self.ni[i];
+                if ci.replicated()
+                    && (1..r)
+                        .any(|q| (0..ki).any(|e| self.bs[k][i][q * ki + e] != self.bs[k][i][e]))
+                {
+                    return Err(()); // B1
+                }
+                let mut d = std::mem::take(&mut self.dbs[i]);
+                denote_into(ci, r, ki, &self.bs[k][i], &mut d);
+                self.dbs[i] = d;
+            }
+            // B2, primal half.
+            for j in 0..self.ni.len() {
+                if self.ins[j] != State::Partial {
+                    continue;
+                }
+                let kj = self.ni[j];
+                for rr in 1..r {
+                    for e in 0..kj {
+                        for t in self.line_steps(j) {
+                            self.x[j][rr * kj + e] += t;
+                            self.x[j][e] -= t;
+                            let ok = self.backward(true, 0);
+                            self.x[j][rr * kj + e] -= t;
+                            self.x[j][e] += t;
+                            if ok.is_none() {
+                                continue;
+                            }
+                            for i in 0..self.ni.len() {
+                                let ci = self.ins[i].cot();
+                                let ki = self.ni[i];
+                                let mut d = vec![0.0; r * ki];
+                                denote_into(ci, r, ki, &self.b2[i], &mut d);
+                                if !d.iter().zip(&self.dbs[i]).all(|(a, b)| close(*a, *b)) {
+                                    return Err(());
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        // B2, cotangent half: g in the kernel of the output cotangent type.
+        if tc == State::Partial {
+            for rr in 1..r {
+                for e in 0..n {
+                    self.g.iter_mut().for_each(|v| *v = 0.0);
+                    self.g[rr * n + e] = 1.0;
+                    self.g[e] = -1.0;
+                    self.backward(true, 0).ok_or(())?;
+                    for i in 0..self.ni.len() {
+                        let ki = self.ni[i];
+                        let mut d = vec![0.0; r * ki];
+                        denote_into(self.ins[i].cot(), r, ki, &self.b2[i], &mut d);
+                        if d.iter().any(|v| !close(*v, 0.0)) {
+                            return Err(());
+                        }
+                    }
+                }
+            }
+        }
+        if self.kink {
+            return Ok(());
+        }
+        // B3: columns by finite differences, then pairings with each unit g.
+        for i in 0..self.ni.len() {
+            let s = self.ins[i];
+            let ki = self.ni[i];
+            let basis: Vec<(usize, usize)> = match s {
+                State::Varying => (0..r).flat_map(|q| (0..ki).map(move |e| (q, e))).collect(),
+                _ => (0..ki).map(|e| (0, e)).collect(),
+            };
+            self.cols.clear();
+            for &(q, e) in &basis {
+                let col = self.directional(i, q, e).ok_or(())?;
+                self.cols.push(col);
+            }
+            let rep = if self.out.replicated() || self.out == State::Partial {
+                r as f64
+            } else {
+                1.0
+            };
+            let ci = s.cot();
+            for k in 0..ng {
+                let mut want = vec![0.0; r * ki];
+                for (b, &(q, e)) in basis.iter().enumerate() {
+                    let v: f64 = self.cols[b]
+                        .iter()
+                        .zip(&self.dgs[k])
+                        .map(|(a, g)| a * g)
+                        .sum::<f64>()
+                        / rep;
+                    for rr in 0..r {
+                        let home = if s == State::Varying { rr } else { 0 };
+                        if home == q {
+                            want[rr * ki + e] = v;
+                        }
+                    }
+                }
+                let mut got = vec![0.0; r * ki];
+                denote_into(ci, r, ki, &self.bs[k][i], &mut got);
+                if !got.iter().zip(&want).all(|(a, b)| close(*a, *b)) {
+                    return Err(());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::needless_range_loop)]
+    /// d/dh of the output's denotation moving input i along the unit at
+    /// (rank q, element e), replicated along I and R.
+    fn directional(&mut self, i: usize, q: usize, e: usize) -> Option<Vec<f64>> {
+        let (r, n) = (self.r, self.n);
+        let ki = self.ni[i];
+        let ranks: Vec<usize> = if self.ins[i].replicated() {
+            (0..r).collect()
+        } else {
+            vec![q]
+        };
+        let need = match &self.weights[i] {
+            Some((w, _)) => w.len() + 1,
+            None => (self.deg_num[i] + self.deg_den[i] + 2) as usize,
+        };
+        let mut hs = Vec::with_capacity(need);
+        let mut kk = 0;
+        while hs.len() < need {
+            if kk > 4 * need + 8 {
+                return None;
+            }
+            let h = kk as f64 * self.step;
+            for &rr in &ranks {
+                self.x[i][rr * ki + e] += h;
+            }
+            self.y2.copy_from_slice(&self.y);
+            let only = if ranks.len() == 1 {
+                Some((ranks[0], ranks[0]))
+            } else {
+                None
+            };
+            let ok = self.forward(false, only);
+            for &rr in &ranks {
+                self.x[i][rr * ki + e] -= h;
+            }
+            kk += 1;
+            if ok.is_none() {
+                if self.weights[i].is_some() || kk == 1 {
+                    return None;
+                }
+                continue;
+            }
+            let at = hs.len();
+            denote_into(self.out, r, n, &self.y2, &mut self.samples[at]);
+            hs.push(h);
+        }
+        let dim = r * n;
+        let mut out = vec![0.0; dim];
+        match &self.weights[i] {
+            Some((w, c)) => {
+                let m = w.len();
+                for (j, o) in out.iter_mut().enumerate() {
+                    let mut d = 0.0;
+                    let mut p = 0.0;
+                    for s in 0..m {
+                        d += w[s] * self.samples[s][j];
+                        p += c[s] * self.samples[s][j];
+                    }
+                    if !close(p, self.samples[m][j]) {
+                        return None;
+                    }
+                    *o = d;
+                }
+            }
+            None => {
+                let (a, b) = (self.deg_num[i] as usize, self.deg_den[i] as usize);
+                let fit = need - 1;
+                for (j, o) in out.iter_mut().enumerate() {
+                    let mut mat = vec![vec![0.0; a + 1 + b]; fit];
+                    let mut rhs = vec![0.0; fit];
+                    for s in 0..fit {
+                        let (h, y) = (hs[s], self.samples[s][j]);
+                        for k in 0..=a {
+                            mat[s][k] = h.powi(k as i32);
+                        }
+                        for k in 1..=b {
+                            mat[s][a + k] = -h.powi(k as i32) * y;
+                        }
+                        rhs[s] = y;
+                    }
+                    let z = solve64(mat, rhs)?;
+                    let h = hs[fit];
+                    let ph: f64 = (0..=a).map(|k| z[k] * h.powi(k as i32)).sum();
+                    let qh: f64 = 1.0 + (1..=b).map(|k| z[a + k] * h.powi(k as i32)).sum::<f64>();
+                    if !close(ph, self.samples[fit][j] * qh) {
+                        return None;
+                    }
+                    let p1 = if a >= 1 { z[1] } else { 0.0 };
+                    let q1 = if b >= 1 { z[a + 1] } else { 0.0 };
+                    *o = p1 - z[0] * q1;
+                }
+            }
+        }
+        Some(out)
+    }
+}
+
+/// The denotation of one-axis per-rank data of state `s` as a full-rank
+/// family (SPEC.md §2.4), into `out`.
+fn denote_into(s: State, r: usize, k: usize, x: &[f64], out: &mut [f64]) {
+    match s {
+        State::Varying => out.copy_from_slice(&x[..r * k]),
+        State::Invariant | State::Reduced => {
+            for rr in 0..r {
+                out[rr * k..(rr + 1) * k].copy_from_slice(&x[..k]);
+            }
+        }
+        State::Partial => {
+            for e in 0..k {
+                let v: f64 = (0..r).map(|rr| x[rr * k + e]).sum();
+                for rr in 0..r {
+                    out[rr * k + e] = v;
+                }
+            }
+        }
+    }
+}
+
+/// Gaussian elimination with partial pivoting; free variables 0; `None`
+/// when inconsistent.
+#[allow(clippy::needless_range_loop)]
+fn solve64(mut a: Vec<Vec<f64>>, mut rhs: Vec<f64>) -> Option<Vec<f64>> {
+    let rows = a.len();
+    let cols = a.first().map_or(0, Vec::len);
+    let mut piv = Vec::new();
+    let mut r = 0;
+    for c in 0..cols {
+        let Some(p) = (r..rows)
+            .filter(|&i| a[i][c].abs() > 1e-12)
+            .max_by(|&i, &j| a[i][c].abs().total_cmp(&a[j][c].abs()))
+        else {
+            continue;
+        };
+        a.swap(r, p);
+        rhs.swap(r, p);
+        let inv = 1.0 / a[r][c];
+        for k in c..cols {
+            a[r][k] *= inv;
+        }
+        rhs[r] *= inv;
+        for i in 0..rows {
+            if i != r && a[i][c] != 0.0 {
+                let f = a[i][c];
+                for k in c..cols {
+                    a[i][k] -= f * a[r][k];
+                }
+                rhs[i] -= f * rhs[r];
+            }
+        }
+        piv.push(c);
+        r += 1;
+        if r == rows {
+            break;
+        }
+    }
+    if (r..rows).any(|i| rhs[i].abs() > 1e-9) {
+        return None;
+    }
+    let mut z = vec![0.0; cols];
+    for (i, &c) in piv.iter().enumerate() {
+        z[c] = rhs[i];
+    }
+    Some(z)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The floor is the same algorithm: on `derive mul` it must find the
+    /// same typings failing as the exact derive (in f64, on a grid where
+    /// every value is exact).
+    #[test]
+    fn the_floor_fails_the_same_typings_as_the_exact_derive() {
+        let sc = Scope {
+            meshes: vec![Mesh::line(1), Mesh::line(2)],
+            max_rank: 1,
+            max_dim: 2,
+            ..Scope::default()
+        };
+        let f = builtin("mul").unwrap();
+        let exact = derive(&f, &sc, &|_| {}).unwrap();
+        let failing = exact
+            .iter()
+            .filter(|r| r.verdict.violation().is_some())
+            .count();
+        let fl = floor_derive("mul", Elem::Mul, &sc);
+        assert_eq!(fl.failing as usize, failing);
+    }
 }

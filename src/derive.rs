@@ -1,7 +1,7 @@
 //! Deriving the complete table of typings of a local op on one mesh axis
 //! (SPEC.md §9.1).
 
-use crate::run::{check_op, degree_guard, estimate, guard, UsageError};
+use crate::run::{check_op, degree_guard, guard, UsageError};
 
 /// The most typings `derive` enumerates (4^6: five inputs and the output).
 pub const MAX_TYPINGS: u64 = 4096;
@@ -81,10 +81,8 @@ fn derive_types(
         ));
     }
     degree_guard(&ops[0], scope)?;
-    let total = ops
-        .iter()
-        .map(|op| estimate(op, scope))
-        .fold(0u64, u64::saturating_add);
+    // Every typing shares the function's shape tables (SPEC.md §18.1).
+    let total = spmd_generators::estimate_typings(&ops, scope);
     guard(total, scope)?;
     if meshes
         .iter()

@@ -122,6 +122,10 @@ enum Cmd {
         dialect: Option<String>,
         #[arg(long)]
         json: bool,
+        /// Check only part K of N (1-based): rows whose index i has
+        /// i mod N = K - 1; `merge` joins the parts' --json (SPEC.md §18.3).
+        #[arg(long, value_name = "K/N")]
+        partition: Option<String>,
         #[command(flatten)]
         scope: ScopeArgs,
     },
@@ -172,8 +176,21 @@ enum Cmd {
         /// undetermined.
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..=604_800))]
         time_limit: Option<u64>,
+        /// Check only part K of N (1-based): rules whose index i, counted
+        /// over all files, has i mod N = K - 1 (SPEC.md §18.3).
+        #[arg(long, value_name = "K/N")]
+        partition: Option<String>,
         #[command(flatten)]
         scope: ScopeArgs,
+    },
+    /// Join the --json outputs of `check` or `conform` run with
+    /// --partition 1/N .. N/N into the single run's JSON, with its exit code.
+    Merge {
+        #[arg(required = true)]
+        files: Vec<String>,
+        /// As for `check`: exit 0 even when a rule is vacuous or undetermined.
+        #[arg(long)]
+        allow_vacuous: bool,
     },
     /// Replay the real systems' recorded behaviour (tests/fixtures, made by
     /// peers/record.sh) through the model and classify every case.
@@ -224,8 +241,12 @@ enum Cmd {
         #[command(flatten)]
         scope: ScopeArgs,
     },
-    /// Time the main jobs on this machine.
-    Bench,
+    /// Time the main jobs on this machine (SPEC.md §18): instances per
+    /// second, thread scaling, the f64 floor, peak memory.
+    Bench {
+        #[arg(long)]
+        json: bool,
+    },
     /// Run one rule, op or program on per-rank values from a job file (JSON
     /// or TOML): output, backward, traffic, and with --check the oracle.
     Run {
@@ -369,13 +390,65 @@ fn run() -> Result<ExitCode, UsageError> {
         Cmd::Conform {
             dialect,
             json,
+            partition,
             scope,
         } => {
+            use spmd_check::partition::{Partition, Section};
+            let part = partition.as_deref().map(Partition::parse).transpose()?;
             let scope = scope.scope();
             let rs = rows(dialect.as_deref())?;
             let prs = pair_rows(dialect.as_deref());
             let jrs = jvp_rows(dialect.as_deref());
             let with_programs = dialect.is_none();
+            // Items in a single run's order: rows, collectives, JVP rules,
+            // FSDP strategies, layers; a part owns index i when i mod N = K - 1.
+            let layers: &[spmd_check::programs::Expected] = if with_programs {
+                spmd_check::programs::LAYERS
+            } else {
+                &[]
+            };
+            let strategies = spmd_check::fsdp::STRATEGIES;
+            // Generated programs at depth 1, one line per system (SPEC.md §17.3).
+            let only = dialect
+                .as_deref()
+                .map(spmd_check::dialects::system)
+                .transpose()
+                .map_err(UsageError)?;
+            let gen_systems: Vec<&spmd_check::dialects::System> = spmd_check::dialects::SYSTEMS
+                .iter()
+                .filter(|s| only.is_none_or(|o| o.name == s.name))
+                .collect();
+            let starts = [
+                0,
+                rs.len(),
+                rs.len() + prs.len(),
+                rs.len() + prs.len() + jrs.len(),
+                rs.len() + prs.len() + jrs.len() + strategies.len(),
+                rs.len() + prs.len() + jrs.len() + strategies.len() + layers.len(),
+            ];
+            let owned = |sec: usize, len: usize| -> Vec<usize> {
+                (0..len)
+                    .filter(|i| part.is_none_or(|p| p.owns(starts[sec] + i)))
+                    .collect()
+            };
+            let own = [
+                owned(0, rs.len()),
+                owned(1, prs.len()),
+                owned(2, jrs.len()),
+                owned(3, strategies.len()),
+                owned(4, layers.len()),
+                owned(5, gen_systems.len()),
+            ];
+            let rs: Vec<_> = own[0].iter().map(|&i| rs[i]).collect();
+            let prs: Vec<_> = own[1].iter().map(|&i| prs[i]).collect();
+            let jrs: Vec<_> = own[2].iter().map(|&i| jrs[i]).collect();
+            let copy = |e: &spmd_check::programs::Expected| spmd_check::programs::Expected {
+                name: e.name,
+                expect: e.expect,
+                shapes: e.shapes,
+            };
+            let my_strategies: Vec<_> = own[3].iter().map(|&i| copy(&strategies[i])).collect();
+            let my_layers: Vec<_> = own[4].iter().map(|&i| copy(&layers[i])).collect();
             // One step per table row; FSDP and the programs count one each.
             let steps = rs.len() + prs.len() + jrs.len() + 1 + usize::from(with_programs);
             let b = bar(steps as u64, json);
@@ -407,28 +480,91 @@ fn run() -> Result<ExitCode, UsageError> {
                 })
                 .collect::<Result<_, _>>()?;
             b.set_message("FSDP");
-            let fsdp = spmd_check::fsdp::strategies(&scope)?;
+            let fsdp = spmd_check::programs::check_table(
+                "examples/fsdp.toml",
+                spmd_check::fsdp::FSDP_TOML,
+                &my_strategies,
+                &scope,
+            )?;
             b.inc(1);
             let progs = if with_programs {
                 b.set_message("programs");
-                let p = spmd_check::programs::programs(&scope)?;
+                let p = spmd_check::programs::check_table(
+                    "examples/programs.toml",
+                    spmd_check::programs::LAYERS_TOML,
+                    &my_layers,
+                    &scope,
+                )?;
                 b.inc(1);
                 p
             } else {
                 vec![]
             };
-            // Generated programs at depth 1, one line per system (SPEC.md §17.3).
-            let only = dialect
-                .as_deref()
-                .map(spmd_check::dialects::system)
-                .transpose()
-                .map_err(UsageError)?;
-            let generated: Vec<spmd_check::generated::Report> = spmd_check::dialects::SYSTEMS
+            let generated: Vec<spmd_check::generated::Report> = own[5]
                 .iter()
-                .filter(|s| only.is_none_or(|o| o.name == s.name))
-                .map(|s| spmd_check::generated::run(s, 1, &scope))
+                .map(|&i| spmd_check::generated::run(gen_systems[i], 1, &scope))
                 .collect();
             b.finish_and_clear();
+            let wrong = fsdp.iter().chain(&progs).any(|p| !p.as_expected());
+            if let (true, Some(p)) = (json, part) {
+                let sec = |name, sec: usize, total, vals: Vec<serde_json::Value>| Section {
+                    name,
+                    total,
+                    entries: own[sec].iter().copied().zip(vals).collect(),
+                };
+                let v = spmd_check::partition::envelope(
+                    p,
+                    "conform",
+                    &format!("dialect={dialect:?} scope={scope:?}"),
+                    "object",
+                    vec![
+                        sec(
+                            "local_rules",
+                            0,
+                            starts[1],
+                            results.iter().map(report::row_json).collect(),
+                        ),
+                        sec(
+                            "collectives",
+                            1,
+                            starts[2] - starts[1],
+                            pairs.iter().map(PairResult::json).collect(),
+                        ),
+                        sec(
+                            "jvps",
+                            2,
+                            starts[3] - starts[2],
+                            jvps.iter().map(report::jvp_json).collect(),
+                        ),
+                        sec(
+                            "fsdp",
+                            3,
+                            strategies.len(),
+                            fsdp.iter().map(report::program_json).collect(),
+                        ),
+                        sec(
+                            "programs",
+                            4,
+                            layers.len(),
+                            progs.iter().map(report::program_json).collect(),
+                        ),
+                        sec(
+                            "generated_programs",
+                            5,
+                            gen_systems.len(),
+                            generated
+                                .iter()
+                                .map(spmd_check::generated::summary_json)
+                                .collect(),
+                        ),
+                    ],
+                );
+                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                let defect = results.iter().any(|r| r.twin_rejected() == Some(false))
+                    || pairs.iter().any(|p| !p.twin_rejected())
+                    || jvps.iter().any(|j| !j.twin_rejected());
+                return Ok(ExitCode::from(u8::from(defect || wrong)));
+            }
             let code = conform_output(&results, &pairs, &jvps, &fsdp, &progs, &generated, json);
             if !json {
                 fsdp_output(&fsdp);
@@ -438,7 +574,6 @@ fn run() -> Result<ExitCode, UsageError> {
                     println!("  {}", spmd_check::generated::summary_line(r));
                 }
             }
-            let wrong = fsdp.iter().chain(&progs).any(|p| !p.as_expected());
             Ok(if wrong { ExitCode::from(1) } else { code })
         }
         Cmd::Transposes {
@@ -489,8 +624,13 @@ fn run() -> Result<ExitCode, UsageError> {
             emit_dir,
             allow_vacuous,
             time_limit,
+            partition,
             scope,
         } => {
+            let partition = partition
+                .as_deref()
+                .map(spmd_check::partition::Partition::parse)
+                .transpose()?;
             if let Some(secs) = time_limit {
                 spmd_check::run::set_deadline(
                     std::time::Instant::now() + std::time::Duration::from_secs(secs),
@@ -503,8 +643,29 @@ fn run() -> Result<ExitCode, UsageError> {
                 emit,
                 emit_dir,
                 allow_vacuous,
+                partition,
             };
             check_files(&files, &opts, &scope.scope())
+        }
+        Cmd::Merge {
+            files,
+            allow_vacuous,
+        } => {
+            let mut docs = Vec::new();
+            for f in &files {
+                let text = spmd_check::rules::read_text(f)?;
+                let v: serde_json::Value = serde_json::from_str(&text)
+                    .map_err(|e| UsageError(format!("{f}: not JSON: {e}")))?;
+                docs.push((f.clone(), v));
+            }
+            let merged = spmd_check::partition::merge(&docs)?;
+            let command = spmd_check::partition::command_of(&docs[0].1).unwrap_or("");
+            println!("{}", serde_json::to_string_pretty(&merged).expect("json"));
+            Ok(ExitCode::from(spmd_check::partition::exit_code(
+                command,
+                &merged,
+                allow_vacuous,
+            )))
         }
         Cmd::Fidelity { dir, json, all } => {
             let dir = dir.unwrap_or_else(spmd_check::fidelity::default_dir);
@@ -517,8 +678,8 @@ fn run() -> Result<ExitCode, UsageError> {
                 ExitCode::SUCCESS
             })
         }
-        Cmd::Bench => {
-            spmd_check::bench::run();
+        Cmd::Bench { json } => {
+            spmd_check::bench::print(json);
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run { job, json, check } => {
@@ -624,6 +785,7 @@ struct CheckOpts {
     emit: Option<String>,
     emit_dir: String,
     allow_vacuous: bool,
+    partition: Option<spmd_check::partition::Partition>,
 }
 
 /// Exit code of `check` for a vacuous or undetermined rule (SPEC.md §11.2).
@@ -668,15 +830,22 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
     b.set_message(format!("{total} rules: instances"));
     let mut out_json = Vec::new();
     let (mut failed, mut inconclusive) = (false, false);
+    // Each rule's index over all files, for --partition (SPEC.md §18.3).
+    let mut first_index = 0;
+    let mut indices = Vec::new();
     for (f, specs, rules) in &loaded {
         let rpath = regression_path(f);
         let mut regs = load_regressions(&rpath);
+        let at = first_index;
+        first_index += rules.len();
+        let owned = |i: usize| o.partition.is_none_or(|p| p.owns(at + i));
         let reports: Vec<_> = rules
             .par_iter()
-            .filter(|_| !interrupted())
-            .map(|r| {
+            .enumerate()
+            .filter(|(i, _)| owned(*i) && !interrupted())
+            .map(|(i, r)| {
                 let stored = regs.get(&r.name).cloned().unwrap_or_default();
-                check_rule(r, &cfg, &stored, &|n| b.inc(n))
+                (at + i, check_rule(r, &cfg, &stored, &|n| b.inc(n)))
             })
             .collect();
         if interrupted() {
@@ -689,7 +858,8 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
             });
         }
         let mut changed = false;
-        for rep in &reports {
+        for (index, rep) in &reports {
+            indices.push(*index);
             let spec = specs
                 .iter()
                 .find(|s| s.name == rep.name)
@@ -758,7 +928,20 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
         }
     }
     b.finish_and_clear();
-    if o.json {
+    if let (true, Some(p)) = (o.json, o.partition) {
+        let key = format!(
+            "files={files:?} seed={} cases={} scope={scope:?}",
+            o.seed, o.cases
+        );
+        let entries = indices.into_iter().zip(out_json).collect();
+        let sec = spmd_check::partition::Section {
+            name: "rules",
+            total: first_index,
+            entries,
+        };
+        let v = spmd_check::partition::envelope(p, "check", &key, "array", vec![sec]);
+        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+    } else if o.json {
         println!("{}", serde_json::to_string_pretty(&out_json).expect("json"));
     }
     Ok(if interrupted() {

@@ -92,47 +92,13 @@ fn run_cases(
     tally.distributed_beyond_cap = cover.distributed_beyond_cap;
     for c in &cs {
         let checker = Checker::new(op, &c.mesh, c.shapes.clone()).expect("shape tuples fit");
-        let flat: Vec<&[Q]> = c
-            .lists
-            .iter()
-            .flat_map(|(k, v)| std::iter::repeat_n(v.as_slice(), *k))
-            .collect();
-        let mut held: Option<Box<spmd_oracle::Violation>> = None;
-        let mut n = 0u64;
-        let r = for_each_grid_point(&flat, &mut |point| {
-            let phase = if held.is_none() {
-                Phase::full(backward)
-            } else {
-                Phase::Forward
-            };
-            if n.is_multiple_of(64) {
-                if let Some(why) = stop_reason() {
-                    tally.stopped = Some(why);
-                    return ControlFlow::Break(None);
-                }
-            }
-            let o = checker.check(&c.inputs(op, point), phase);
-            tally.record(&o);
-            n += 1;
-            if n.is_multiple_of(4096) {
-                progress(4096);
-            }
-            match o {
-                Outcome::Fail(v) if is_forward(v.property) => ControlFlow::Break(Some(v)),
-                Outcome::Fail(v) => {
-                    held = Some(v);
-                    ControlFlow::Continue(())
-                }
-                _ => ControlFlow::Continue(()),
-            }
-        });
-        progress(n % 4096);
-        if let ControlFlow::Break(v) = r {
-            // A held backward violation stands even when the run stopped.
-            return Verdict::conclude(tally, v.or(held));
-        }
-        if let Some(v) = held {
+        let (n, r) = scan_case(op, c, &checker, backward, &mut tally);
+        progress(n);
+        if let Some(v) = r {
             return Verdict::conclude(tally, Some(v));
+        }
+        if tally.stopped.is_some() {
+            return Verdict::conclude(tally, None);
         }
         tally.cases += 1;
         if c.mesh.num_ranks() > 1 {
@@ -141,6 +107,142 @@ fn run_cases(
         tally.proof_grid &= c.proof_grid;
     }
     Verdict::conclude(tally, None)
+}
+
+/// One case's grid, its points split across the rayon pool's threads
+/// (SPEC.md §18). Every point is checked with every property; the result is
+/// then read in the order of §7.2 as one thread would have found it: the
+/// first forward violation wins, a backward violation is held while the
+/// rest of the case is scanned for forward ones, and points after a held
+/// violation count as checked for F1-F3 only. So the verdict, the
+/// counterexample and the counts are the same for any number of threads.
+/// Returns the points checked and the violation, if any; a stop (Ctrl-C,
+/// time limit) is written into `tally`.
+fn scan_case(
+    op: &TypedOp,
+    c: &spmd_generators::Case,
+    checker: &Checker,
+    backward: bool,
+    tally: &mut Tally,
+) -> (u64, Option<Box<spmd_oracle::Violation>>) {
+    let flat: Vec<&[Q]> = c
+        .lists
+        .iter()
+        .flat_map(|(k, v)| std::iter::repeat_n(v.as_slice(), *k))
+        .collect();
+    // Points are taken in blocks, so memory stays bounded on any grid.
+    const BLOCK: usize = 4096;
+    let mut scan = Scan { held: None, n: 0 };
+    let mut block: Vec<Vec<Q>> = Vec::with_capacity(BLOCK.min(c.points() as usize));
+    let mut found: Option<Box<spmd_oracle::Violation>> = None;
+    let r = for_each_grid_point(&flat, &mut |p| {
+        block.push(p.to_vec());
+        if block.len() < BLOCK {
+            return ControlFlow::Continue(());
+        }
+        let r = scan.block(op, c, checker, backward, tally, &block);
+        block.clear();
+        match r {
+            Some(v) => {
+                found = v;
+                ControlFlow::Break(())
+            }
+            None => ControlFlow::Continue(()),
+        }
+    });
+    if r.is_continue() && !block.is_empty() {
+        if let Some(v) = scan.block(op, c, checker, backward, tally, &block) {
+            found = v;
+        }
+    }
+    (scan.n, found.or(scan.held))
+}
+
+/// The state of reading a case's outcomes in order (see `scan_case`).
+struct Scan {
+    held: Option<Box<spmd_oracle::Violation>>,
+    n: u64,
+}
+
+impl Scan {
+    /// Check one block of points in parallel and read it in order.
+    /// `Some(v)`: the case is over, with the forward violation `v`, or
+    /// `None` when a stop was requested.
+    #[allow(clippy::type_complexity)]
+    fn block(
+        &mut self,
+        op: &TypedOp,
+        c: &spmd_generators::Case,
+        checker: &Checker,
+        backward: bool,
+        tally: &mut Tally,
+        points: &[Vec<Q>],
+    ) -> Option<Option<Box<spmd_oracle::Violation>>> {
+        use rayon::prelude::*;
+        use std::sync::atomic::AtomicUsize;
+        let full = Phase::full(backward);
+        // The smallest index with a forward violation found so far: points
+        // beyond it are never read, so they are not checked.
+        let first_forward = AtomicUsize::new(usize::MAX);
+        let stopped: OnceLock<String> = OnceLock::new();
+        let one = |k: usize, p: &Vec<Q>| -> Option<Outcome> {
+            if k > first_forward.load(Ordering::Relaxed) || stopped.get().is_some() {
+                return None;
+            }
+            if let Some(why) = stop_reason() {
+                let _ = stopped.set(why);
+                return None;
+            }
+            let o = checker.check(&c.inputs(op, p), full);
+            if matches!(&o, Outcome::Fail(v) if is_forward(v.property)) {
+                first_forward.fetch_min(k, Ordering::Relaxed);
+            }
+            Some(o)
+        };
+        let outcomes: Vec<Option<Outcome>> = if points.len() < 32 {
+            points.iter().enumerate().map(|(k, p)| one(k, p)).collect()
+        } else {
+            points
+                .par_iter()
+                .enumerate()
+                .with_min_len(8)
+                .map(|(k, p)| one(k, p))
+                .collect()
+        };
+        // Read in order, as one thread would have.
+        for (k, o) in outcomes.into_iter().enumerate() {
+            let Some(o) = o else {
+                tally.stopped = Some(
+                    stopped
+                        .get()
+                        .cloned()
+                        .unwrap_or_else(|| "interrupted".into()),
+                );
+                return Some(None);
+            };
+            self.n += 1;
+            // After a held backward violation a point is checked for F1-F3
+            // only: a forward violation stands, the rest reads as a pass,
+            // except that a point outside the domain is checked again
+            // forward only (the division by zero may have been in the
+            // backward).
+            let o = match (self.held.is_some(), o) {
+                (false, o) => o,
+                (true, Outcome::Fail(v)) if is_forward(v.property) => Outcome::Fail(v),
+                (true, Outcome::OutsideDomain) => {
+                    checker.check(&c.inputs(op, &points[k]), Phase::Forward)
+                }
+                (true, _) => Outcome::Pass(Default::default()),
+            };
+            tally.record(&o);
+            match o {
+                Outcome::Fail(v) if is_forward(v.property) => return Some(Some(v)),
+                Outcome::Fail(v) if self.held.is_none() => self.held = Some(v),
+                _ => {}
+            }
+        }
+        None
+    }
 }
 
 /// Only the forward properties F1-F3 (SPEC.md §4.2-4.4), for an op that has

@@ -42,14 +42,42 @@ impl Case {
 /// The cases of a typed op in a scope: meshes with as many axes as the types,
 /// every fitting shape tuple, those over the free-scalar cap set aside.
 pub fn cases(op: &TypedOp, scope: &Scope, meshes: &[Mesh]) -> (Vec<Case>, Coverage) {
+    let tables: Vec<ShapeTable> = meshes.iter().map(|m| shape_table(op, scope, m)).collect();
+    cases_in(op, scope, meshes, &tables)
+}
+
+/// Per mesh: every input shape tuple the op accepts, with its output shape
+/// and degree bound. It depends on the op's function, not on its types, so
+/// the typings of one function share it (SPEC.md §18.1).
+pub type ShapeTable = Vec<(Vec<Shape>, Shape, spmd_interp::Degree)>;
+
+/// The shape table of `op` on mesh `m`.
+pub fn shape_table(op: &TypedOp, scope: &Scope, m: &Mesh) -> ShapeTable {
+    shape_tuples(&op.op, m, scope)
+        .into_iter()
+        .map(|shapes| {
+            let (out_shape, deg) = op.op.infer(m, &shapes).expect("shape tuples fit");
+            (shapes, out_shape, deg)
+        })
+        .collect()
+}
+
+/// `cases` with the shape tables of `meshes` given (one per mesh, from
+/// `shape_table` of an op with the same function).
+pub fn cases_in(
+    op: &TypedOp,
+    scope: &Scope,
+    meshes: &[Mesh],
+    tables: &[ShapeTable],
+) -> (Vec<Case>, Coverage) {
     let mut tally = Coverage::default();
     let mut out = Vec::new();
     // Cases over the points cap on more than one rank, fewest points kept.
     let mut spill: Option<Case> = None;
-    for m in meshes {
-        for shapes in shape_tuples(&op.op, m, scope) {
-            let (out_shape, deg) = op.op.infer(m, &shapes).expect("shape tuples fit");
-            if !op.layouts_fit(m, &shapes, &out_shape) {
+    for (m, table) in meshes.iter().zip(tables) {
+        for (shapes, out_shape, deg) in table {
+            let shapes = shapes.clone();
+            if !op.layouts_fit(m, &shapes, out_shape) {
                 continue; // a layout names a dim these shapes lack (SPEC.md §13.1)
             }
             let frees: Vec<usize> = op
@@ -116,6 +144,31 @@ pub fn estimate(op: &TypedOp, scope: &Scope) -> u64 {
         .0
         .iter()
         .map(Case::points)
+        .fold(0u64, u64::saturating_add)
+}
+
+/// The sum of `estimate` over typings `ops` of one function with the same
+/// number of mesh axes: the shape tables are computed once, not per typing.
+pub fn estimate_typings(ops: &[TypedOp], scope: &Scope) -> u64 {
+    let Some(first) = ops.first() else {
+        return 0;
+    };
+    if tuple_guard(first, scope).is_err() {
+        return u64::MAX;
+    }
+    let meshes = meshes_for(first, scope);
+    let tables: Vec<ShapeTable> = meshes
+        .iter()
+        .map(|m| shape_table(first, scope, m))
+        .collect();
+    ops.iter()
+        .map(|op| {
+            cases_in(op, scope, &meshes, &tables)
+                .0
+                .iter()
+                .map(Case::points)
+                .fold(0u64, u64::saturating_add)
+        })
         .fold(0u64, u64::saturating_add)
 }
 

@@ -9,8 +9,8 @@ pub mod programs;
 pub mod random;
 
 pub use driver::{
-    cases, degree_guard, enumerated_cases, estimate, meshes_for, tuple_guard, Case, Coverage,
-    MAX_DEGREE, MAX_SHAPE_TUPLES,
+    cases, cases_in, degree_guard, enumerated_cases, estimate, estimate_typings, meshes_for,
+    shape_table, tuple_guard, Case, Coverage, ShapeTable, MAX_DEGREE, MAX_SHAPE_TUPLES,
 };
 pub use exhaustive::{
     all_global_types, all_types, for_each_grid_point, grid_size, shape_tuples, tuples, Exhaustive,

@@ -6,7 +6,7 @@
 //! differences of the forward (SPEC.md §5); it never calls the backward to
 //! compute one, only to compare against.
 
-use crate::fd::{derivative, poly_derivative, FdFail, PolyWeights};
+use crate::fd::{derivative, FdFail, PolyWeights};
 use serde::Serialize;
 use spmd_interp::{Degree, EvalError, TypedOp};
 use spmd_semantics::perrank::{
@@ -245,8 +245,6 @@ pub struct Checker<'a> {
     out_shape: Shape,
     deg: Degree,
     step: Q,
-    /// Per input: directions that denote zero (SPEC.md §2.5).
-    kernels: Vec<Vec<PerRank>>,
     /// Per input: the denotation basis (SPEC.md §5.1).
     bases: Vec<Vec<(perrank::DenotCoord, PerRank)>>,
     /// Free-scalar basis of the output cotangent type.
@@ -265,6 +263,48 @@ pub struct Checker<'a> {
     proj_in: Vec<Projection>,
     proj_out: Projection,
     proj_cot_in: Vec<Projection>,
+    /// Per output cotangent unit: the nonzero entries of its denotation
+    /// (flat index, value), each divided by the output type's repeat
+    /// factor, so a pairing with it is a short sum (SPEC.md §18).
+    dg_supp: Vec<Vec<(usize, Q)>>,
+    /// Per input, per basis direction: its nonzero entries (rank, element,
+    /// value) and the ranks it touches, to perturb a workspace in place.
+    basis_nz: Vec<Vec<Sparse>>,
+    /// The same for the kernel directions.
+    kernel_nz: Vec<Vec<Sparse>>,
+}
+
+/// A sparse per-rank direction: nonzero entries and the ranks it touches.
+struct Sparse {
+    entries: Vec<(usize, usize, Q)>,
+    touched: Vec<bool>,
+}
+
+impl Sparse {
+    fn of(v: &PerRank) -> Sparse {
+        let mut entries = Vec::new();
+        for (r, t) in v.tensors.iter().enumerate() {
+            for (e, q) in t.data.iter().enumerate() {
+                if !q.is_zero() {
+                    entries.push((r, e, q.clone()));
+                }
+            }
+        }
+        let touched = v.tensors.iter().map(|t| !t.is_zero()).collect();
+        Sparse { entries, touched }
+    }
+    /// `work := base + h·self` on the entries this direction touches.
+    fn set(&self, work: &mut PerRank, base: &PerRank, h: &Q) {
+        for (r, e, v) in &self.entries {
+            work.tensors[*r].data[*e] = base.tensors[*r].data[*e].add(&h.mul(v));
+        }
+    }
+    /// Undo `set`.
+    fn reset(&self, work: &mut PerRank, base: &PerRank) {
+        for (r, e, _) in &self.entries {
+            work.tensors[*r].data[*e] = base.tensors[*r].data[*e].clone();
+        }
+    }
 }
 
 enum Stop {
@@ -322,13 +362,13 @@ impl<'a> Checker<'a> {
         } else {
             Q::one()
         };
-        let kernels = op
+        let kernels: Vec<Vec<PerRank>> = op
             .inputs
             .iter()
             .zip(&shapes)
             .map(|(t, s)| kernel_basis(m, t, s))
             .collect();
-        let bases = op
+        let bases: Vec<Vec<(perrank::DenotCoord, PerRank)>> = op
             .inputs
             .iter()
             .zip(&shapes)
@@ -354,7 +394,29 @@ impl<'a> Checker<'a> {
             .collect();
         let proj_out = Projection::new(m, &op.output);
         let proj_cot_out = Projection::new(m, &tc);
-        let dgs = gs.iter().map(|g| proj_cot_out.denote(g)).collect();
+        let dgs: Vec<Denot> = gs.iter().map(|g| proj_cot_out.denote(g)).collect();
+        let rep = Q::int(perrank::repeat_factor(m, &op.output) as i64);
+        let dg_supp = dgs
+            .iter()
+            .map(|d| {
+                d.flat()
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(_, v)| !v.is_zero())
+                    .map(|(k, v)| (k, v.div(&rep).expect("repeat factor is positive")))
+                    .collect()
+            })
+            .collect();
+        let basis_nz = bases
+            .iter()
+            .map(|b: &Vec<(perrank::DenotCoord, PerRank)>| {
+                b.iter().map(|(_, e)| Sparse::of(e)).collect()
+            })
+            .collect();
+        let kernel_nz = kernels
+            .iter()
+            .map(|k: &Vec<PerRank>| k.iter().map(Sparse::of).collect())
+            .collect();
         Ok(Checker {
             op,
             m,
@@ -362,7 +424,6 @@ impl<'a> Checker<'a> {
             out_shape,
             deg,
             step,
-            kernels,
             bases,
             gs,
             dgs,
@@ -373,6 +434,9 @@ impl<'a> Checker<'a> {
             proj_in,
             proj_out,
             proj_cot_in,
+            dg_supp,
+            basis_nz,
+            kernel_nz,
         })
     }
 
@@ -461,16 +525,16 @@ impl<'a> Checker<'a> {
         let dy = self.den_out(&y);
         // F2: moving an input along a direction that denotes zero keeps the
         // output's denotation.
+        // One workspace copy of the inputs, perturbed in place and reset
+        // after each direction (SPEC.md §18).
         let mut xs2 = xs.to_vec();
         for (i, ti) in op.inputs.iter().enumerate() {
-            if i > 0 {
-                xs2[i - 1] = xs[i - 1].clone();
-            }
-            for z in &self.kernels[i] {
-                let touched: Vec<bool> = z.tensors.iter().map(|t| !t.is_zero()).collect();
-                for t in self.line_steps(i) {
-                    xs2[i] = xs[i].axpy(&t, z);
-                    let y2 = match op.op.forward_touching(m, &xs2, &y, &touched) {
+            let steps = self.line_steps(i);
+            for zs in &self.kernel_nz[i] {
+                let touched = &zs.touched;
+                for t in &steps {
+                    zs.set(&mut xs2[i], &xs[i], t);
+                    let y2 = match op.op.forward_touching(m, &xs2, &y, touched) {
                         Ok(f) => f.y,
                         Err(EvalError::DivByZero) => continue,
                         Err(e) => return Err(e.into()),
@@ -500,6 +564,7 @@ impl<'a> Checker<'a> {
                         ));
                     }
                 }
+                zs.reset(&mut xs2[i], &xs[i]);
             }
         }
         drop(xs2);
@@ -549,6 +614,7 @@ impl<'a> Checker<'a> {
         }
         // B1 and the primal half of B2, per cotangent basis direction.
         let mut results: Vec<Vec<PerRank>> = Vec::with_capacity(gs.len());
+        let mut xs2 = xs.to_vec();
         for g in gs {
             let bs = op.backward(m, xs, g)?;
             for (i, b) in bs.iter().enumerate() {
@@ -578,14 +644,11 @@ impl<'a> Checker<'a> {
                 .zip(&self.proj_cot_in)
                 .map(|(b, p)| p.denote(b))
                 .collect();
-            let mut xs2 = xs.to_vec();
             for (j, tj) in op.inputs.iter().enumerate() {
-                if j > 0 {
-                    xs2[j - 1] = xs[j - 1].clone();
-                }
-                for z in &self.kernels[j] {
-                    for t in self.line_steps(j) {
-                        xs2[j] = xs[j].axpy(&t, z);
+                let steps = self.line_steps(j);
+                for zs in &self.kernel_nz[j] {
+                    for t in &steps {
+                        zs.set(&mut xs2[j], &xs[j], t);
                         let bs2 = match op.backward(m, &xs2, g) {
                             Ok(b) => b,
                             Err(EvalError::DivByZero) => continue,
@@ -613,6 +676,7 @@ impl<'a> Checker<'a> {
                             }
                         }
                     }
+                    zs.reset(&mut xs2[j], &xs[j]);
                 }
             }
             results.push(bs);
@@ -651,19 +715,35 @@ impl<'a> Checker<'a> {
                 continue;
             }
             let basis = &self.bases[i];
-            let Some(cols) = self.columns(xs, y, &y0, i) else {
+            let Some(cols) = self.columns_flat(&mut xs2, xs, y, &y0, i) else {
                 return Ok(Pass {
                     b3_undetermined: true,
                 });
             };
             if op.has_jvp() {
-                self.j1(xs, i, &cols)?;
+                let dcols: Vec<Denot> = cols.iter().map(|c| self.unflat(c)).collect();
+                self.j1(xs, i, &dcols)?;
             }
             if op.no_grad.contains(&i) {
                 continue;
             }
-            for ((g, dg), bs) in gs.iter().zip(&self.dgs).zip(&results) {
-                let vals: Vec<Q> = cols
+            // Entrywise: the Jacobian entry ⟨column b, ⟦g_k⟧⟩ against entry
+            // b of the backward's denotation, a short sum per entry since
+            // ⟦g_k⟧ is a unit vector's denotation (SPEC.md §18).
+            let ni = spmd_semantics::tensor::numel(&self.shapes[i]);
+            for (((g, dg), bs), supp) in gs.iter().zip(&self.dgs).zip(&results).zip(&self.dg_supp) {
+                let got_flat = self.proj_cot_in[i].denote_flat(&bs[i]);
+                let agrees = basis.iter().zip(&cols).all(|((coord, _), col)| {
+                    let v = supp
+                        .iter()
+                        .fold(Q::zero(), |a, (k, w)| a.add(&col[*k].mul(w)));
+                    got_flat[coord.rank * ni + coord.elem] == v
+                });
+                if agrees {
+                    continue;
+                }
+                let dcols: Vec<Denot> = cols.iter().map(|c| self.unflat(c)).collect();
+                let vals: Vec<Q> = dcols
                     .iter()
                     .map(|c| pair_denots(m, &op.output, c, dg))
                     .collect();
@@ -751,24 +831,44 @@ impl<'a> Checker<'a> {
             });
         }
         let y0 = dy.flat();
+        let mut xs2 = xs.to_vec();
         for i in 0..self.op.inputs.len() {
-            let Some(cols) = self.columns(xs, y, &y0, i) else {
+            let Some(cols) = self.columns_flat(&mut xs2, xs, y, &y0, i) else {
                 return Ok(Pass {
                     b3_undetermined: true,
                 });
             };
-            self.j1(xs, i, &cols)?;
+            let dcols: Vec<Denot> = cols.iter().map(|c| self.unflat(c)).collect();
+            self.j1(xs, i, &dcols)?;
         }
         Ok(Pass::default())
     }
 
     /// Column k: the derivative of ⟦f⟧ along the k-th unit of ⟦x_i⟧, from
-    /// finite differences; `None` where it cannot be determined.
-    fn columns(&self, xs: &[PerRank], y: &PerRank, y0: &[Q], i: usize) -> Option<Vec<Denot>> {
-        self.bases[i]
+    /// finite differences, flat (family member after member); `None` where
+    /// it cannot be determined. `work` equals `xs` before and after.
+    fn columns_flat(
+        &self,
+        work: &mut [PerRank],
+        xs: &[PerRank],
+        y: &PerRank,
+        y0: &[Q],
+        i: usize,
+    ) -> Option<Vec<Vec<Q>>> {
+        self.basis_nz[i]
             .iter()
-            .map(|(_, e)| self.directional(xs, y, y0, i, e).ok())
+            .map(|e| self.directional_flat(work, xs, y, y0, i, e).ok())
             .collect()
+    }
+
+    /// A flat output denotation as a family.
+    fn unflat(&self, flat: &[Q]) -> Denot {
+        let shape = &self.out_shape;
+        let n = shape.iter().product::<usize>();
+        let family = (0..self.m.num_ranks())
+            .map(|r| Tensor::new(shape.clone(), flat[r * n..(r + 1) * n].to_vec()))
+            .collect();
+        Denot { family }
     }
 
     /// J1 (SPEC.md §4.8): along every basis tangent of input i, the JVP's
@@ -824,24 +924,30 @@ impl<'a> Checker<'a> {
         Ok(())
     }
 
-    /// d/dh ⟦f(x + h e)⟧ at h = 0, moving input `i` along `e` (SPEC.md §5.1).
-    fn directional(
+    /// d/dh ⟦f(x + h e)⟧ at h = 0, moving input `i` along `e` (SPEC.md
+    /// §5.1), flat. The samples perturb `work` in place; it is reset before
+    /// returning.
+    fn directional_flat(
         &self,
+        work: &mut [PerRank],
         xs: &[PerRank],
         y: &PerRank,
         y0: &[Q],
         i: usize,
-        e: &PerRank,
-    ) -> Result<Denot, FdFail> {
+        e: &Sparse,
+    ) -> Result<Vec<Q>, FdFail> {
         let m = self.m;
-        let touched: Vec<bool> = e.tensors.iter().map(|t| !t.is_zero()).collect();
-        let mut xs2 = xs.to_vec();
+        if let Some(w) = &self.weights[i] {
+            let r = self.poly_directional(work, xs, y, y0, i, e, w);
+            e.reset(&mut work[i], &xs[i]);
+            return r;
+        }
         let mut f = |h: &Q| -> Result<Option<Vec<Q>>, FdFail> {
             if h.is_zero() {
                 return Ok(Some(y0.to_vec()));
             }
-            xs2[i] = xs[i].axpy(h, e);
-            match self.op.op.forward_touching(m, &xs2, y, &touched) {
+            e.set(&mut work[i], &xs[i], h);
+            match self.op.op.forward_touching(m, work, y, &e.touched) {
                 Ok(fw) if fw.at_kink => Err(FdFail::Undetermined("a sample meets a kink".into())),
                 Ok(fw) => Ok(Some(self.proj_out.denote_flat(&fw.y))),
                 Err(EvalError::DivByZero) => Ok(None),
@@ -850,16 +956,64 @@ impl<'a> Checker<'a> {
                 }
             }
         };
-        let flat = match &self.weights[i] {
-            Some(w) => poly_derivative(&mut f, w, &self.step)?,
-            None => derivative(&mut f, self.deg.num[i], self.deg.den[i], &self.step)?,
+        let r = derivative(&mut f, self.deg.num[i], self.deg.den[i], &self.step);
+        e.reset(&mut work[i], &xs[i]);
+        r
+    }
+
+    /// `directional_flat` for a polynomial op: the samples are folded into
+    /// the derivative and the check value as they come (the weights of
+    /// `PolyWeights`), so no sample is kept. Leaves `work` perturbed; the
+    /// caller resets it.
+    #[allow(clippy::too_many_arguments)]
+    fn poly_directional(
+        &self,
+        work: &mut [PerRank],
+        xs: &[PerRank],
+        y: &PerRank,
+        y0: &[Q],
+        i: usize,
+        e: &Sparse,
+        w: &PolyWeights,
+    ) -> Result<Vec<Q>, FdFail> {
+        let n = w.deriv.len();
+        let mut d = vec![Q::zero(); y0.len()];
+        let mut p = vec![Q::zero(); y0.len()];
+        let fold = |d: &mut [Q], p: &mut [Q], k: usize, ys: &[Q]| {
+            for ((dc, pc), v) in d.iter_mut().zip(p.iter_mut()).zip(ys) {
+                if !v.is_zero() {
+                    *dc = dc.add(&w.deriv[k].mul(v));
+                    *pc = pc.add(&w.check[k].mul(v));
+                }
+            }
         };
-        let shape = self.out_shape.clone();
-        let n = shape.iter().product::<usize>();
-        let family = (0..m.num_ranks())
-            .map(|r| Tensor::new(shape.clone(), flat[r * n..(r + 1) * n].to_vec()))
-            .collect();
-        Ok(Denot { family })
+        fold(&mut d, &mut p, 0, y0);
+        for k in 1..=n {
+            let h = Q::int(k as i64).mul(&self.step);
+            e.set(&mut work[i], &xs[i], &h);
+            let ys = match self.op.op.forward_touching(self.m, work, y, &e.touched) {
+                Ok(fw) if fw.at_kink => {
+                    return Err(FdFail::Undetermined("a sample meets a kink".into()))
+                }
+                Ok(fw) => self.proj_out.denote_flat(&fw.y),
+                Err(EvalError::DivByZero) => {
+                    return Err(FdFail::Undetermined(
+                        "a polynomial map left its domain (interpreter bug)".into(),
+                    ))
+                }
+                Err(EvalError::Shape(s)) => {
+                    panic!("interpreter bug: shape error on an inferred instance: {s}")
+                }
+            };
+            if k < n {
+                fold(&mut d, &mut p, k, &ys);
+            } else if p != ys {
+                return Err(FdFail::Undetermined(
+                    "a check sample disagrees with the interpolation (wrong degree bound)".into(),
+                ));
+            }
+        }
+        Ok(d)
     }
 }
 

@@ -1,0 +1,304 @@
+//! `--partition K/N` and `spmd-check merge` (SPEC.md §18.3): N runs, each
+//! given the same scope, check the items whose index i (0-based, in the
+//! order of a single run) has i mod N = K - 1; merging their JSON outputs
+//! gives exactly the JSON of the single run.
+//!
+//! A partition's JSON is an envelope: the partition, a key naming the
+//! command and everything that fixes its scope, and per section of the
+//! report the total count and the entries it owns, each with its index.
+
+use crate::run::UsageError;
+use serde_json::{json, Map, Value};
+
+/// One part of N.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Partition {
+    /// 1-based.
+    pub k: usize,
+    pub n: usize,
+}
+
+/// The most parts a run may be split into.
+pub const MAX_PARTS: usize = 100_000;
+
+impl Partition {
+    /// Parse `K/N`, 1 ≤ K ≤ N ≤ `MAX_PARTS`; a one-line error otherwise.
+    pub fn parse(s: &str) -> Result<Partition, UsageError> {
+        let bad = |why: &str| UsageError(format!("--partition {s:?}: {why}"));
+        let (k, n) = s
+            .split_once('/')
+            .ok_or_else(|| bad("expected K/N, e.g. 1/3"))?;
+        let num = |t: &str| {
+            t.trim()
+                .parse::<usize>()
+                .map_err(|_| bad("K and N must be positive integers"))
+        };
+        let (k, n) = (num(k)?, num(n)?);
+        if n == 0 || n > MAX_PARTS {
+            return Err(bad(&format!("N must be between 1 and {MAX_PARTS}")));
+        }
+        if k == 0 || k > n {
+            return Err(bad("K must be between 1 and N"));
+        }
+        Ok(Partition { k, n })
+    }
+    /// Whether item `i` (0-based) is this part's.
+    pub fn owns(&self, i: usize) -> bool {
+        i % self.n == self.k - 1
+    }
+}
+
+/// One section of a report: its name, the number of entries a single run
+/// has, and the entries this part owns with their indices.
+pub struct Section {
+    pub name: &'static str,
+    pub total: usize,
+    pub entries: Vec<(usize, Value)>,
+}
+
+/// The envelope a partitioned run prints with `--json`.
+/// `shape`: "array" when the single run prints the one section's entries as
+/// an array (`check`), "object" when it prints an object of sections.
+pub fn envelope(
+    p: Partition,
+    command: &str,
+    key: &str,
+    shape: &str,
+    sections: Vec<Section>,
+) -> Value {
+    let mut secs = Map::new();
+    for s in sections {
+        secs.insert(
+            s.name.to_string(),
+            json!({
+                "total": s.total,
+                "entries": s.entries.into_iter().map(|(i, v)| json!([i, v])).collect::<Vec<_>>(),
+            }),
+        );
+    }
+    json!({
+        "partition": {"k": p.k, "n": p.n, "command": command, "key": key, "shape": shape},
+        "sections": Value::Object(secs),
+    })
+}
+
+/// Merge the envelopes of parts 1..=N of one run into the single run's
+/// JSON. Every part must be present once, with the same command, key and
+/// N, and together they must hold every entry exactly once.
+pub fn merge(docs: &[(String, Value)]) -> Result<Value, UsageError> {
+    let first = docs
+        .first()
+        .ok_or_else(|| UsageError("merge: no files given".into()))?;
+    let head =
+        |file: &str, v: &Value| -> Result<(usize, usize, String, String, String), UsageError> {
+            let p = v.get("partition").ok_or_else(|| {
+                UsageError(format!(
+                    "{file}: not a partition's JSON (run with --partition K/N --json)"
+                ))
+            })?;
+            let get_n = |k: &str| {
+                p.get(k)
+                    .and_then(Value::as_u64)
+                    .map(|x| x as usize)
+                    .ok_or_else(|| UsageError(format!("{file}: partition has no `{k}`")))
+            };
+            let get_s = |k: &str| {
+                p.get(k)
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                    .ok_or_else(|| UsageError(format!("{file}: partition has no `{k}`")))
+            };
+            Ok((
+                get_n("k")?,
+                get_n("n")?,
+                get_s("command")?,
+                get_s("key")?,
+                get_s("shape")?,
+            ))
+        };
+    let (_, n, command, key, shape) = head(&first.0, &first.1)?;
+    let mut seen = vec![false; n];
+    // Per section: total and the entries found, by index.
+    let mut sections: Vec<(String, usize, Vec<Option<Value>>)> = Vec::new();
+    for (file, v) in docs {
+        let (k, n2, c2, key2, _) = head(file, v)?;
+        if n2 != n || c2 != command || key2 != key {
+            return Err(UsageError(format!(
+                "{file}: part {k}/{n2} of `{c2}` is not from the same run as {} (command, scope and inputs must match)",
+                first.0
+            )));
+        }
+        if k == 0 || k > n {
+            return Err(UsageError(format!(
+                "{file}: partition {k}/{n} is out of range"
+            )));
+        }
+        if std::mem::replace(&mut seen[k - 1], true) {
+            return Err(UsageError(format!("{file}: part {k}/{n} given twice")));
+        }
+        let secs = v
+            .get("sections")
+            .and_then(Value::as_object)
+            .ok_or_else(|| UsageError(format!("{file}: no `sections`")))?;
+        for (name, s) in secs {
+            let total = s
+                .get("total")
+                .and_then(Value::as_u64)
+                .ok_or_else(|| UsageError(format!("{file}: section `{name}` has no total")))?
+                as usize;
+            if total > 100_000_000 {
+                return Err(UsageError(format!(
+                    "{file}: section `{name}`: total {total} is too large"
+                )));
+            }
+            let at = match sections.iter().position(|x| x.0 == *name) {
+                Some(i) => i,
+                None => {
+                    sections.push((name.clone(), total, vec![None; total]));
+                    sections.len() - 1
+                }
+            };
+            if sections[at].1 != total {
+                return Err(UsageError(format!(
+                    "{file}: section `{name}` has {total} entries, another part says {}",
+                    sections[at].1
+                )));
+            }
+            for e in s
+                .get("entries")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let (Some(i), Some(val)) = (e.get(0).and_then(Value::as_u64), e.get(1)) else {
+                    return Err(UsageError(format!(
+                        "{file}: section `{name}`: a malformed entry"
+                    )));
+                };
+                let i = i as usize;
+                let slot = sections[at].2.get_mut(i).ok_or_else(|| {
+                    UsageError(format!(
+                        "{file}: section `{name}`: entry {i} beyond its total {total}"
+                    ))
+                })?;
+                if slot.replace(val.clone()).is_some() {
+                    return Err(UsageError(format!(
+                        "{file}: section `{name}`: entry {i} appears in two parts"
+                    )));
+                }
+            }
+        }
+    }
+    if let Some(k) = seen.iter().position(|s| !s) {
+        return Err(UsageError(format!("merge: part {}/{n} is missing", k + 1)));
+    }
+    let mut out = Map::new();
+    for (name, _, entries) in sections {
+        let mut list = Vec::with_capacity(entries.len());
+        for (i, e) in entries.into_iter().enumerate() {
+            list.push(e.ok_or_else(|| {
+                UsageError(format!("merge: section `{name}`: no part holds entry {i}"))
+            })?);
+        }
+        out.insert(name, Value::Array(list));
+    }
+    match shape.as_str() {
+        "array" => {
+            let mut vals: Vec<Value> = out.into_iter().map(|(_, v)| v).collect();
+            if vals.len() != 1 {
+                return Err(UsageError(format!(
+                    "merge: `{command}` reports one section, found {}",
+                    vals.len()
+                )));
+            }
+            Ok(vals.pop().expect("one section"))
+        }
+        _ => Ok(Value::Object(out)),
+    }
+}
+
+/// The exit code a single run would have given, read from its merged
+/// JSON: 1 for a counterexample (`check`) or a negative twin not rejected
+/// (`conform`), 3 for a rule left vacuous or undetermined (`check`, unless
+/// `allow_vacuous`), else 0.
+pub fn exit_code(command: &str, merged: &Value, allow_vacuous: bool) -> u8 {
+    let entries: Vec<&Value> = match merged {
+        Value::Array(a) => a.iter().collect(),
+        Value::Object(o) => o.values().filter_map(Value::as_array).flatten().collect(),
+        _ => vec![],
+    };
+    if command == "check" {
+        if entries.iter().any(|e| !e["counterexample"].is_null()) {
+            return 1;
+        }
+        if !allow_vacuous && entries.iter().any(|e| e["verdict"] != json!("sound")) {
+            return 3;
+        }
+        return 0;
+    }
+    let defect = entries
+        .iter()
+        .any(|e| e["twin"]["rejected"] == json!(false));
+    // FSDP strategies and layers must come out as this suite expects.
+    let wrong = ["fsdp", "programs"].iter().any(|s| {
+        merged[*s]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["as_expected"] == json!(false))
+    });
+    u8::from(defect || wrong)
+}
+
+/// The command of a partition's JSON.
+pub fn command_of(v: &Value) -> Option<&str> {
+    v.get("partition")?.get("command")?.as_str()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parts_are_parsed_and_bad_ones_refused() {
+        assert_eq!(Partition::parse("2/3").unwrap(), Partition { k: 2, n: 3 });
+        for bad in ["0/3", "4/3", "1/0", "x/3", "3", "-1/2", "1/200000"] {
+            assert!(Partition::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn every_item_has_exactly_one_part() {
+        let n = 4;
+        for i in 0..20 {
+            let owners = (1..=n).filter(|&k| Partition { k, n }.owns(i)).count();
+            assert_eq!(owners, 1);
+        }
+    }
+
+    #[test]
+    fn merge_refuses_a_missing_or_repeated_part() {
+        let part = |k| {
+            let p = Partition { k, n: 2 };
+            let entries = (0..3)
+                .filter(|&i| p.owns(i))
+                .map(|i| (i, json!(i)))
+                .collect();
+            envelope(
+                p,
+                "check",
+                "key",
+                "array",
+                vec![Section {
+                    name: "rules",
+                    total: 3,
+                    entries,
+                }],
+            )
+        };
+        let ok = merge(&[("a".into(), part(2)), ("b".into(), part(1))]).unwrap();
+        assert_eq!(ok, json!([0, 1, 2]));
+        assert!(merge(&[("a".into(), part(1))]).is_err());
+        assert!(merge(&[("a".into(), part(1)), ("b".into(), part(1))]).is_err());
+    }
+}
