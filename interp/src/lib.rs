@@ -8,6 +8,7 @@ pub mod eval;
 pub mod expr;
 pub mod op;
 pub mod program;
+pub mod transcendental;
 
 pub use collective::{Collective, Kind};
 pub use eval::{Degree, EvalError};

@@ -642,6 +642,28 @@ pub const BUILTINS: &[(&str, &str)] = &[
     ("relu", "relu(x)"),
     ("floor", "floor(x)"),
     ("cast", "cast(x, 1)"),
+    // Transcendental and normalising ops (SPEC.md §19), and the rational
+    // ops that came with them.
+    ("exp", "exp(x)"),
+    ("log", "log(x)"),
+    ("sqrt", "sqrt(x)"),
+    ("rsqrt", "rsqrt(x)"),
+    ("tanh", "tanh(x)"),
+    ("sigmoid", "sigmoid(x)"),
+    ("sin", "sin(x)"),
+    ("cos", "cos(x)"),
+    ("gelu", "gelu(x)"),
+    ("silu", "silu(x)"),
+    ("softmax", "softmax(x, 0)"),
+    ("logsumexp", "logsumexp(x, 0)"),
+    ("layernorm", "layernorm(x, 0)"),
+    ("rmsnorm", "rmsnorm(x, 0)"),
+    ("cross_entropy", "cross_entropy(x, t, 0)"),
+    ("cumsum", "cumsum(x, 0)"),
+    ("where", "where(m, x, y)"),
+    ("floordiv", "floordiv(x, y)"),
+    ("truncdiv", "truncdiv(x, y)"),
+    ("int", "int(x)"),
 ];
 
 /// Look up a built-in op by name.

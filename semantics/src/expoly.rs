@@ -212,6 +212,17 @@ impl Poly {
         }
         Some(acc)
     }
+    /// Whether the value is zero: exact for polynomials without atoms (a
+    /// nonempty normal form is nonzero), by enclosure otherwise.
+    pub fn is_zero_decided(&self) -> Result<bool, XErr> {
+        if self.is_zero() {
+            return Ok(true);
+        }
+        if !self.has_atoms() {
+            return Ok(false);
+        }
+        self.sign().map(|s| s == Ordering::Equal)
+    }
     /// The sign: exact for polynomials without atoms, by enclosure otherwise.
     pub fn sign(&self) -> Result<Ordering, XErr> {
         if self.is_zero() {
@@ -464,7 +475,7 @@ impl X {
         .norm()
     }
     pub fn inv(&self) -> Result<X, XErr> {
-        if self.num.sign()? == Ordering::Equal {
+        if self.num.is_zero_decided()? {
             return Err(XErr::Domain);
         }
         X {
@@ -490,7 +501,7 @@ impl X {
         if self == o {
             return Ok(true);
         }
-        Ok(self.sub(o)?.sign()? == Ordering::Equal)
+        self.sub(o)?.num.is_zero_decided()
     }
     pub fn sign(&self) -> Result<Ordering, XErr> {
         let (a, b) = (self.num.sign()?, self.den.sign()?);
