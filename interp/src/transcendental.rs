@@ -207,11 +207,7 @@ impl Field for Dual {
         let t = self.v.gelu_tanh()?;
         // d/dx tanh(s(x + c x³)) = (1 - T²) s (1 + 3 c x²)
         let one = X::one();
-        let inner = one.add(
-            &X::q(gelu_c().mul(&Q::int(3)))
-                .mul(&self.v)?
-                .mul(&self.v)?,
-        )?;
+        let inner = one.add(&X::q(gelu_c().mul(&Q::int(3))).mul(&self.v)?.mul(&self.v)?)?;
         let d = one
             .sub(&t.mul(&t)?)?
             .mul(&X::sqrt_two_over_pi())?
@@ -491,13 +487,19 @@ fn select<S: Field>(
             }
             Ok((sel, s))
         }
-        Mask::Const(v) => Ok(((0..numel(shape)).map(|i| v[i % v.len()] == 1).collect(), shape.to_vec())),
+        Mask::Const(v) => Ok((
+            (0..numel(shape)).map(|i| v[i % v.len()] == 1).collect(),
+            shape.to_vec(),
+        )),
     }
 }
 
 fn round_s<S: Field>(k: Option<Rounding>, bits: Option<u32>, x: &S, ctx: &mut XCtx) -> R<S> {
     let q = x.value_q().ok_or_else(|| {
-        XErr::Unsupported("rounding of an irrational number (its nearest integers are not decided exactly)".into())
+        XErr::Unsupported(
+            "rounding of an irrational number (its nearest integers are not decided exactly)"
+                .into(),
+        )
     })?;
     let r = match (k, bits) {
         (Some(k), _) => {
@@ -584,7 +586,10 @@ pub fn eval<S: Field>(e: &Expr, xs: &[XT<S>], ctx: &mut XCtx) -> ER<XT<S>> {
         }
         Expr::Concat(args, d) => {
             let vals: Vec<XT<S>> = args.iter().map(|a| ev(a, ctx)).collect::<ER<_>>()?;
-            let (shape, map) = concat_map(&vals.iter().map(|v| v.shape.clone()).collect::<Vec<_>>(), *d);
+            let (shape, map) = concat_map(
+                &vals.iter().map(|v| v.shape.clone()).collect::<Vec<_>>(),
+                *d,
+            );
             let all: Vec<S> = vals.iter().flat_map(|v| v.data.iter().cloned()).collect();
             XT {
                 shape,
@@ -599,7 +604,13 @@ pub fn eval<S: Field>(e: &Expr, xs: &[XT<S>], ctx: &mut XCtx) -> ER<XT<S>> {
                 shape: ta.shape.clone(),
                 data: map
                     .iter()
-                    .map(|&i| if i < n { ta.data[i].clone() } else { tu.data[i - n].clone() })
+                    .map(|&i| {
+                        if i < n {
+                            ta.data[i].clone()
+                        } else {
+                            tu.data[i - n].clone()
+                        }
+                    })
                     .collect(),
             }
         }
@@ -718,7 +729,10 @@ pub fn eval<S: Field>(e: &Expr, xs: &[XT<S>], ctx: &mut XCtx) -> ER<XT<S>> {
 #[allow(clippy::type_complexity)]
 fn structural(e: &Expr) -> (&Expr, Box<dyn Fn(&Tensor) -> Tensor + '_>) {
     match e {
-        Expr::Reshape(a, s) => (a, Box::new(move |t: &Tensor| Tensor::new(s.clone(), t.data.clone()))),
+        Expr::Reshape(a, s) => (
+            a,
+            Box::new(move |t: &Tensor| Tensor::new(s.clone(), t.data.clone())),
+        ),
         Expr::Slice(a, d, s, t) => (a, Box::new(move |x: &Tensor| x.slice(*d, *s, *t))),
         Expr::Take(a, d, idx) => (
             a,
@@ -737,13 +751,20 @@ fn concat_map(shapes: &[Shape], d: usize) -> (Shape, Vec<usize>) {
         .iter()
         .map(|s| {
             let n = numel(s);
-            let t = Tensor::new(s.clone(), (off..off + n).map(|i| Q::int(i as i64)).collect());
+            let t = Tensor::new(
+                s.clone(),
+                (off..off + n).map(|i| Q::int(i as i64)).collect(),
+            );
             off += n;
             t
         })
         .collect();
     let out = Tensor::concat(&parts, d);
-    let map = out.data.iter().map(|q| q.to_i64().expect("index") as usize).collect();
+    let map = out
+        .data
+        .iter()
+        .map(|q| q.to_i64().expect("index") as usize)
+        .collect();
     (out.shape, map)
 }
 
@@ -753,7 +774,12 @@ fn update_map(sa: &[usize], su: &[usize], start: &[usize]) -> Vec<usize> {
     let st = strides(sa);
     for k in 0..numel(su) {
         let i = unravel(k, su);
-        let off: usize = i.iter().zip(start).zip(&st).map(|((a, b), s)| (a + b) * s).sum();
+        let off: usize = i
+            .iter()
+            .zip(start)
+            .zip(&st)
+            .map(|((a, b), s)| (a + b) * s)
+            .sum();
         map[off] = n + k;
     }
     map
@@ -849,8 +875,20 @@ fn back(e: &Expr, xs: &[XT<X>], g: &XT<X>, grads: &mut [XT<X>], ctx: &mut XCtx) 
         }
         Expr::Mul(a, b) => {
             let (va, vb) = (ev(a, ctx)?, ev(b, ctx)?);
-            back(a, xs, &unbroadcast(&scale_by(g, &vb)?, &va.shape)?, grads, ctx)?;
-            back(b, xs, &unbroadcast(&scale_by(g, &va)?, &vb.shape)?, grads, ctx)?;
+            back(
+                a,
+                xs,
+                &unbroadcast(&scale_by(g, &vb)?, &va.shape)?,
+                grads,
+                ctx,
+            )?;
+            back(
+                b,
+                xs,
+                &unbroadcast(&scale_by(g, &va)?, &vb.shape)?,
+                grads,
+                ctx,
+            )?;
         }
         Expr::Div(a, b) => {
             let (va, vb) = (ev(a, ctx)?, ev(b, ctx)?);
@@ -928,7 +966,10 @@ fn back(e: &Expr, xs: &[XT<X>], g: &XT<X>, grads: &mut [XT<X>], ctx: &mut XCtx) 
             back(a, xs, &scatter(g, &sa, &map)?, grads, ctx)?;
         }
         Expr::Concat(args, d) => {
-            let shapes: Vec<Shape> = args.iter().map(|a| ev(a, ctx).map(|v| v.shape)).collect::<ER<_>>()?;
+            let shapes: Vec<Shape> = args
+                .iter()
+                .map(|a| ev(a, ctx).map(|v| v.shape))
+                .collect::<ER<_>>()?;
             let (_, map) = concat_map(&shapes, *d);
             let total: usize = shapes.iter().map(|s| numel(s)).sum();
             let all = scatter(g, &[total], &map)?;

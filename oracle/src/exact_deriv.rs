@@ -302,7 +302,13 @@ fn global_x(m: &Mesh, t: &Type, d: &Fam) -> Option<XT<X>> {
 }
 
 fn steps() -> Vec<Q> {
-    vec![Q::int(1), Q::int(2), Q::int(3), Q::frac(1, 4), Q::frac(1, 3)]
+    vec![
+        Q::int(1),
+        Q::int(2),
+        Q::int(3),
+        Q::frac(1, 4),
+        Q::frac(1, 3),
+    ]
 }
 
 fn run(op: &TypedOp, m: &Mesh, xs: &[PerRank], phase: Phase) -> Result<Pass, Stop> {
@@ -434,6 +440,15 @@ fn run(op: &TypedOp, m: &Mesh, xs: &[PerRank], phase: Phase) -> Result<Pass, Sto
     let gs: Vec<PerRank> = (0..num_free(m, &tc, &out_shape))
         .map(|k| free_unit(m, &tc, &out_shape, k))
         .collect();
+    if let Err(why) = op.backward_accepts(m, &out_shape, &shapes) {
+        return Err(c.fail(
+            Property::B1,
+            format!("the backward does not fit the cotangent: {why}"),
+            vec![],
+            format!("a cotangent of the output's shape {out_shape:?}"),
+            "no well-formed result".into(),
+        ));
+    }
     let mut results: Vec<Vec<Fam>> = Vec::with_capacity(gs.len());
     let g_shown = |g: &PerRank| Shown {
         label: "g".into(),
@@ -453,7 +468,10 @@ fn run(op: &TypedOp, m: &Mesh, xs: &[PerRank], phase: Phase) -> Result<Pass, Sto
             if b[0].shape != shapes[i] {
                 return Err(c.fail(
                     Property::B1,
-                    format!("the backward's cotangent for {} has the wrong shape", op.input_name(i)),
+                    format!(
+                        "the backward's cotangent for {} has the wrong shape",
+                        op.input_name(i)
+                    ),
                     vec![g_shown(g)],
                     format!("shape {:?}", shapes[i]),
                     format!("shape {:?}", b[0].shape),

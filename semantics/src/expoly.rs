@@ -162,7 +162,11 @@ impl Poly {
     }
     pub fn neg(&self) -> Poly {
         Poly {
-            terms: self.terms.iter().map(|(m, c)| (m.clone(), c.neg())).collect(),
+            terms: self
+                .terms
+                .iter()
+                .map(|(m, c)| (m.clone(), c.neg()))
+                .collect(),
         }
     }
     pub fn scale(&self, k: &Q) -> Poly {
@@ -170,7 +174,11 @@ impl Poly {
             return Poly::zero();
         }
         Poly {
-            terms: self.terms.iter().map(|(m, c)| (m.clone(), c.mul(k))).collect(),
+            terms: self
+                .terms
+                .iter()
+                .map(|(m, c)| (m.clone(), c.mul(k)))
+                .collect(),
         }
     }
     pub fn mul(&self, o: &Poly) -> Result<Poly, XErr> {
@@ -707,7 +715,11 @@ mod tests {
         // e^1 e^(1/2) = e^(3/2); softmax of (0, 1) sums to 1.
         let e1 = q(1, 1).exp().unwrap();
         let eh = q(1, 2).exp().unwrap();
-        assert!(e1.mul(&eh).unwrap().eq_exact(&q(3, 2).exp().unwrap()).unwrap());
+        assert!(e1
+            .mul(&eh)
+            .unwrap()
+            .eq_exact(&q(3, 2).exp().unwrap())
+            .unwrap());
         let den = X::one().add(&e1).unwrap();
         let s0 = X::one().div(&den).unwrap();
         let s1 = e1.div(&den).unwrap();
@@ -743,7 +755,11 @@ mod tests {
             .unwrap()
             .eq_exact(&r2.div(&q(2, 1)).unwrap())
             .unwrap());
-        assert!(!r2.add(&r3).unwrap().eq_exact(&q(5, 1).sqrt().unwrap()).unwrap());
+        assert!(!r2
+            .add(&r3)
+            .unwrap()
+            .eq_exact(&q(5, 1).sqrt().unwrap())
+            .unwrap());
         assert_eq!(q(-1, 1).sqrt(), Err(XErr::Domain));
     }
 
@@ -751,7 +767,10 @@ mod tests {
     fn logs_are_atoms_decided_by_enclosures() {
         // log(e^2) = 2 exactly; log 2 + log 3 vs log 6: equal, but only an
         // identity between atoms, which enclosures cannot prove: undecided.
-        assert_eq!(q(2, 1).exp().unwrap().log().unwrap().as_q(), Some(Q::int(2)));
+        assert_eq!(
+            q(2, 1).exp().unwrap().log().unwrap().as_q(),
+            Some(Q::int(2))
+        );
         let l = |n| q(n, 1).log().unwrap();
         let lhs = l(2).add(&l(3)).unwrap();
         assert!(matches!(lhs.eq_exact(&l(6)), Err(XErr::Undecided(_))));

@@ -45,7 +45,10 @@ fn up(q: &Q, bits: u32) -> Q {
 
 impl Iv {
     pub fn point(q: Q) -> Iv {
-        Iv { lo: q.clone(), hi: q }
+        Iv {
+            lo: q.clone(),
+            hi: q,
+        }
     }
     /// Round the endpoints outward to multiples of 2^-bits.
     pub fn round(&self, bits: u32) -> Iv {
@@ -344,17 +347,33 @@ mod tests {
         ));
         // sin 1 = 0.8414709848078965066525..., cos 1 = 0.5403023058681397174009...
         let (s, c) = sin_cos(&Q::one(), 96);
-        assert!(contains(&s, "0.84147098480789650665", "0.84147098480789650666"));
-        assert!(contains(&c, "0.54030230586813971740", "0.54030230586813971741"));
+        assert!(contains(
+            &s,
+            "0.84147098480789650665",
+            "0.84147098480789650666"
+        ));
+        assert!(contains(
+            &c,
+            "0.54030230586813971740",
+            "0.54030230586813971741"
+        ));
         // tanh(1/2) = 0.46211715726000975850...
         let t = tanh(&Iv::point(Q::frac(1, 2)), 96);
-        assert!(contains(&t, "0.4621171572600097585", "0.4621171572600097586"));
+        assert!(contains(
+            &t,
+            "0.4621171572600097585",
+            "0.4621171572600097586"
+        ));
     }
 
     #[test]
     fn a_wrong_bracket_is_rejected() {
         // The negative twin: the enclosure of e does not sit inside a
         // bracket that misses e.
-        assert!(!contains(&exp(&Q::one(), 96), "2.7182818284590452354", "2.72"));
+        assert!(!contains(
+            &exp(&Q::one(), 96),
+            "2.7182818284590452354",
+            "2.72"
+        ));
     }
 }
