@@ -274,4 +274,14 @@ fn bad_arguments_are_one_line_errors() {
     let (code, _, err) = run(&["derive", "--expr", "softmax(x, 5)"]);
     assert!(code == 0 || code == 2 || code == 3, "{err}");
     assert!(!err.contains("panicked"), "{err}");
+    // Inside a program or a declared meaning a transcendental op is not
+    // checked yet (SPEC.md §19.6): it fits no shape, which is said, never
+    // a panic and never "sound".
+    let f = temp(
+        "prog.toml",
+        "[[rule]]\nname = \"p\"\nnames = [\"x\"]\ninputs = [\"R\"]\noutput = \"R\"\n\n[[rule.step]]\nname = \"a\"\nexpr = \"exp(x)\"\noutput = \"R\"\n",
+    );
+    let (code, out, err) = run(&["check", &f, "--scope", "small", "--cases", "0"]);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(out.contains("vacuous"), "{out}");
 }

@@ -71,7 +71,16 @@ pub struct Forward {
     pub at_kink: bool,
 }
 
+/// Why a transcendental op inside a program or a declared meaning fits no
+/// shape: only plain local ops take the exact path so far (SPEC.md §19.6).
+pub const TRANSCENDENTAL_ONLY_LOCAL: &str =
+    "transcendental ops are checked as plain local ops only, not as program steps or declared meanings (SPEC.md §19.6)";
+
 impl Op {
+    /// A local op that needs the exact transcendental path (SPEC.md §19).
+    pub fn is_transcendental_local(&self) -> bool {
+        matches!(self, Op::Local(f) if crate::transcendental::is_transcendental(&f.expr))
+    }
     pub fn arity(&self) -> usize {
         match self {
             Op::Local(f) => f.arity(),
@@ -122,7 +131,12 @@ impl Op {
                 [s] => Ok((c.infer(m, s)?, linear())),
                 _ => Err(format!("{} takes one input", c.name)),
             },
-            Op::Declared { forward, .. } => forward.infer(m, shapes),
+            Op::Declared { forward, meaning } => {
+                if forward.is_transcendental_local() || meaning.is_transcendental_local() {
+                    return Err(TRANSCENDENTAL_ONLY_LOCAL.into());
+                }
+                forward.infer(m, shapes)
+            }
             Op::Compose(ops) => {
                 let mut s = shapes.to_vec();
                 for op in ops {
@@ -130,7 +144,12 @@ impl Op {
                 }
                 Ok((s.pop().expect("one shape"), linear()))
             }
-            Op::Program(p) => p.infer(m, shapes),
+            Op::Program(p) => {
+                if p.steps.iter().any(|st| st.op.op.is_transcendental_local()) {
+                    return Err(TRANSCENDENTAL_ONLY_LOCAL.into());
+                }
+                p.infer(m, shapes)
+            }
         }
     }
     /// Communication per rank in the ring model for inputs of these shapes
