@@ -120,6 +120,10 @@ enum Cmd {
         /// Only one system: spmd_types, jax, dtensor, ltensor, nabla.
         #[arg(long)]
         dialect: Option<String>,
+        /// Instead, the transformer-block table: each op on each type
+        /// (SPEC.md §19.7).
+        #[arg(long)]
+        transformer: bool,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -303,9 +307,18 @@ fn run() -> Result<ExitCode, UsageError> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Conform {
+            transformer: true, ..
+        } => {
+            let rows =
+                spmd_check::conform::transformer_table(&spmd_check::conform::transformer_scope())?;
+            print!("{}", spmd_check::conform::transformer_text(&rows));
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Conform {
             dialect,
             json,
             scope,
+            ..
         } => {
             let scope = scope.scope();
             let rs = rows(dialect.as_deref())?;

@@ -285,3 +285,37 @@ fn bad_arguments_are_one_line_errors() {
     assert_eq!(code, 3, "{out}{err}");
     assert!(out.contains("vacuous"), "{out}");
 }
+
+#[test]
+fn the_transformer_block_table_is_pinned() {
+    // SPEC.md §19.7: every cell computed by the oracle; pinned here so a
+    // change in any verdict is noticed. The P and S(1) columns are the
+    // twins of the sound cells beside them.
+    use spmd_check::conform::{transformer_scope, transformer_table, transformer_text};
+    let rows = transformer_table(&transformer_scope()).unwrap();
+    let want = "\
+exp(x)            sound     sound     sound     sound     F2        sound
+tanh(x)           sound     sound     sound     sound     F2        sound
+sigmoid(x)        sound     sound     sound     sound     F3        sound
+gelu(x)           sound     sound     sound     sound     F2        sound
+silu(x)           sound     sound     sound     sound     F2        sound
+softmax(x, 1)     sound     sound     sound     F3        F3        sound
+layernorm(x, 1)   sound     sound     sound     F3        F2        sound
+rmsnorm(x, 1)     sound     sound     sound     F3        F2        sound
+cumsum(x, 1)      sound     sound     sound     F3        sound     sound";
+    let text = transformer_text(&rows);
+    let got: Vec<&str> = text.lines().skip(2).take(9).map(str::trim_end).collect();
+    assert_eq!(got.join("\n"), want, "{text}");
+    // Sound cells of transcendental ops are bounded, cumsum's are proofs.
+    for r in &rows {
+        if r.verdict.is_sound() {
+            assert_eq!(
+                r.verdict.proof(),
+                r.op.starts_with("cumsum"),
+                "{} {}",
+                r.op,
+                r.ty
+            );
+        }
+    }
+}
