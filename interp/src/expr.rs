@@ -817,6 +817,9 @@ pub fn parse(src: &str) -> Result<LocalFn, ParseError> {
             describe(&t)
         ));
     }
+    if let Err(message) = crate::transcendental::representable(&e) {
+        return Err(ParseError { column: 1, message });
+    }
     Ok(LocalFn {
         expr: e,
         vars: p.vars,

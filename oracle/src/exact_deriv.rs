@@ -161,11 +161,20 @@ fn show_x(v: &X) -> String {
 }
 
 fn show_t(t: &XT<X>) -> String {
-    if t.shape.is_empty() {
-        return show_x(&t.data[0]);
+    fn nest(shape: &[usize], data: &[X]) -> String {
+        match shape {
+            [] => show_x(&data[0]),
+            [_, rest @ ..] => {
+                let step: usize = rest.iter().product();
+                let parts: Vec<String> = data.chunks(step.max(1)).map(|c| nest(rest, c)).collect();
+                format!("[{}]", parts.join(", "))
+            }
+        }
     }
-    let parts: Vec<String> = t.data.iter().map(show_x).collect();
-    format!("[{}]", parts.join(", "))
+    if t.data.is_empty() {
+        return format!("empty {:?}", t.shape);
+    }
+    nest(&t.shape, &t.data)
 }
 
 /// A family at its representative ranks (coordinate 0 off the Varying axes).
