@@ -178,3 +178,95 @@ pub fn typing_of_row(r: &SeedRule) -> Option<TypingOfRow> {
         matches_claim,
     })
 }
+
+/// The transformer block's ops (SPEC.md §19.7), each checked on each
+/// one-axis type, the output typed like the input.
+pub const TRANSFORMER_OPS: &[&str] = &[
+    "exp(x)",
+    "tanh(x)",
+    "sigmoid(x)",
+    "gelu(x)",
+    "silu(x)",
+    "softmax(x, 1)",
+    "layernorm(x, 1)",
+    "rmsnorm(x, 1)",
+    "cumsum(x, 1)",
+];
+
+/// The types of the transformer table: local states, rows sharded (dim 0)
+/// and the normalised dim sharded (dim 1).
+pub const TRANSFORMER_TYPES: &[&str] = &["I", "V", "S(0)", "S(1)", "P", "R"];
+
+/// One cell of the transformer table.
+pub struct TransformerRow {
+    pub op: &'static str,
+    pub ty: &'static str,
+    pub verdict: Verdict,
+}
+
+impl TransformerRow {
+    /// `sound`, the failing property, or the verdict's name.
+    pub fn cell(&self) -> String {
+        match self.verdict.violation() {
+            Some(v) => v.property.code().to_string(),
+            None => self.verdict.name().to_string(),
+        }
+    }
+}
+
+/// The table's scope: meshes of one and two ranks, and enough points for a
+/// normalised dim of 2 on two ranks (SPEC.md §19.6).
+pub fn transformer_scope() -> Scope {
+    Scope {
+        meshes: vec![spmd_semantics::Mesh::line(1), spmd_semantics::Mesh::line(2)],
+        max_points: 1296,
+        ..Scope::default()
+    }
+}
+
+/// Every op of `TRANSFORMER_OPS` on every type of `TRANSFORMER_TYPES`, each
+/// verdict computed by the oracle.
+pub fn transformer_table(scope: &Scope) -> Result<Vec<TransformerRow>, UsageError> {
+    use rayon::prelude::*;
+    let cells: Vec<(&'static str, &'static str)> = TRANSFORMER_OPS
+        .iter()
+        .flat_map(|op| TRANSFORMER_TYPES.iter().map(move |ty| (*op, *ty)))
+        .collect();
+    cells
+        .par_iter()
+        .map(|&(op, ty)| {
+            let (top, meshes) = typed(Dialect::SpmdTypes, op, &[ty], ty, scope)?;
+            Ok(TransformerRow {
+                op,
+                ty,
+                verdict: check_op(&top, scope, &meshes, &|_| {}),
+            })
+        })
+        .collect()
+}
+
+/// The table as text: one line per op, one column per type.
+pub fn transformer_text(rows: &[TransformerRow]) -> String {
+    let mut out = format!(
+        "transformer block (SPEC.md §19.7): each op on each type, output typed like the input\n{:<18}",
+        "op"
+    );
+    for ty in TRANSFORMER_TYPES {
+        out.push_str(&format!("{ty:<10}"));
+    }
+    out.push('\n');
+    for op in TRANSFORMER_OPS {
+        out.push_str(&format!("{op:<18}"));
+        for ty in TRANSFORMER_TYPES {
+            let cell = rows
+                .iter()
+                .find(|r| r.op == *op && r.ty == *ty)
+                .map(TransformerRow::cell)
+                .unwrap_or_default();
+            out.push_str(&format!("{cell:<10}"));
+        }
+        out.push('\n');
+    }
+    out.push_str("sound = sound (bounded) for transcendental ops, a proof for cumsum; F1-B3 = the first property that fails\n");
+    out
+}

@@ -120,6 +120,10 @@ enum Cmd {
         /// Only one system: spmd_types, jax, dtensor, ltensor, nabla.
         #[arg(long)]
         dialect: Option<String>,
+        /// Instead, the transformer-block table: each op on each type
+        /// (SPEC.md §19.7).
+        #[arg(long)]
+        transformer: bool,
         #[arg(long)]
         json: bool,
         /// Check only part K of N (1-based): rows whose index i has
@@ -388,10 +392,19 @@ fn run() -> Result<ExitCode, UsageError> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Conform {
+            transformer: true, ..
+        } => {
+            let rows =
+                spmd_check::conform::transformer_table(&spmd_check::conform::transformer_scope())?;
+            print!("{}", spmd_check::conform::transformer_text(&rows));
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Conform {
             dialect,
             json,
             partition,
             scope,
+            ..
         } => {
             use spmd_check::partition::{Partition, Section};
             let part = partition.as_deref().map(Partition::parse).transpose()?;

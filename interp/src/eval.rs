@@ -1,7 +1,7 @@
 //! Shape and degree inference, exact evaluation and the local VJP of
 //! expressions (SPEC.md §6.1-§6.3). One function per judgement, one arm per op.
 
-use crate::expr::{Einsum, Expr};
+use crate::expr::{DimOp, Einsum, Expr, Mask, Rounding};
 use spmd_semantics::tensor::{numel, strides, unravel};
 use spmd_semantics::{Shape, Tensor, Q};
 use std::borrow::{Borrow, Cow};
@@ -78,6 +78,21 @@ impl Degree {
         Degree {
             num,
             den,
+            piecewise: self.piecewise,
+        }
+    }
+    /// The marker degree of a transcendental node: (1, 1) in every input it
+    /// depends on, so that it is never polynomial (SPEC.md §19.4).
+    fn transcendental(&self) -> Degree {
+        let dep: Vec<bool> = self
+            .num
+            .iter()
+            .zip(&self.den)
+            .map(|(n, d)| n + d > 0)
+            .collect();
+        Degree {
+            num: dep.iter().map(|&b| u32::from(b)).collect(),
+            den: dep.iter().map(|&b| u32::from(b)).collect(),
             piecewise: self.piecewise,
         }
     }
@@ -287,9 +302,60 @@ pub fn infer(e: &Expr, shapes: &[Shape]) -> Result<(Shape, Degree), String> {
             let (s, d) = infer(a, shapes)?;
             (s, d.kinked())
         }
-        Expr::Floor(a) | Expr::Cast(a, _) => {
+        Expr::Floor(a) | Expr::Cast(a, _) | Expr::Round(_, a) => {
             let (s, _) = infer(a, shapes)?;
             (s, Degree::constant(n).kinked())
+        }
+        Expr::Unary(_, a) => {
+            let (s, d) = infer(a, shapes)?;
+            (s, d.transcendental())
+        }
+        Expr::Dimwise(op, a, dim, _) => {
+            let (mut s, d) = infer(a, shapes)?;
+            check_dim(&s, *dim, "softmax/logsumexp/layernorm/rmsnorm")?;
+            if *op == DimOp::LogSumExp {
+                s.remove(*dim);
+            }
+            (s, d.transcendental())
+        }
+        Expr::CrossEntropy(a, t, dim) => {
+            let (sa, da) = infer(a, shapes)?;
+            let (st, dt) = infer(t, shapes)?;
+            if sa != st {
+                return Err(format!(
+                    "cross_entropy: logits {sa:?} and targets {st:?} differ in shape"
+                ));
+            }
+            let mut s = sa;
+            check_dim(&s, *dim, "cross_entropy")?;
+            s.remove(*dim);
+            (s, Degree::merge(&[da, dt]).transcendental())
+        }
+        Expr::Cumsum(a, dim) => {
+            let (s, d) = infer(a, shapes)?;
+            check_dim(&s, *dim, "cumsum")?;
+            (s, d)
+        }
+        Expr::Where(m, a, b) => {
+            let (sa, da) = infer(a, shapes)?;
+            let (sb, db) = infer(b, shapes)?;
+            let s = elementwise_shape(&sa, &sb)?;
+            match m {
+                Mask::Input(me) => {
+                    let (sm, _) = infer(me, shapes)?;
+                    let s = elementwise_shape(&s, &sm)?;
+                    (s, Degree::merge(&[da, db]).kinked())
+                }
+                Mask::Const(v) => {
+                    if s.last() != Some(&v.len()) {
+                        return Err(format!(
+                            "where: a constant mask of {} entries needs a last dim of that size, got shape {s:?}",
+                            v.len()
+                        ));
+                    }
+                    (s, Degree::merge(&[da, db]))
+                }
+            }
         }
     })
 }
@@ -512,7 +578,107 @@ fn ev<'a, T: Borrow<Tensor>>(
             ctx.at_kink |= t.data.iter().any(|v| is_midpoint(v, *bits));
             t.map(|v| v.round_to_bits(*bits))
         }
+        Expr::Round(k, a) => {
+            let t = ev(a, xs, ctx)?;
+            ctx.at_kink |= t.data.iter().any(|v| match k {
+                Rounding::Round => is_midpoint(v, 0),
+                _ => v.is_integer(),
+            });
+            t.map(|v| round_q(*k, v))
+        }
+        Expr::Cumsum(a, d) => cumsum(&*ev(a, xs, ctx)?, *d, false),
+        Expr::Where(m, a, b) => {
+            let (va, vb) = (ev(a, xs, ctx)?, ev(b, xs, ctx)?);
+            let (sel, shape) = select(m, &va, &vb, xs, ctx)?;
+            let at = |t: &Tensor, i: usize| if t.data.len() == 1 { 0 } else { i };
+            let data = sel
+                .iter()
+                .enumerate()
+                .map(|(i, &pick)| {
+                    if pick {
+                        va.data[at(&va, i)].clone()
+                    } else {
+                        vb.data[at(&vb, i)].clone()
+                    }
+                })
+                .collect();
+            Tensor::new(shape, data)
+        }
+        Expr::Unary(..) | Expr::Dimwise(..) | Expr::CrossEntropy(..) => {
+            return Err(EvalError::Shape(format!(
+                "{} has no rational value: it is evaluated by the exact transcendental path (SPEC.md §19)",
+                transcendental_name(e)
+            )))
+        }
     }))
+}
+
+/// The name of a transcendental node, for messages.
+pub fn transcendental_name(e: &Expr) -> String {
+    match e {
+        Expr::Unary(f, _) => format!("`{}`", f.name()),
+        Expr::Dimwise(op, ..) => format!("`{}`", format!("{op:?}").to_lowercase()),
+        Expr::CrossEntropy(..) => "`cross_entropy`".into(),
+        _ => "this expression".into(),
+    }
+}
+
+/// Rounding of a rational to an integer.
+pub fn round_q(k: Rounding, v: &Q) -> Q {
+    match k {
+        Rounding::Trunc if v.is_negative() => v.neg().floor().neg(),
+        Rounding::Trunc => v.floor(),
+        Rounding::Ceil => v.neg().floor().neg(),
+        Rounding::Round => v.round_to_bits(0),
+    }
+}
+
+/// Inclusive prefix sums along `dim`; `reverse`: suffix sums (its adjoint).
+fn cumsum(t: &Tensor, dim: usize, reverse: bool) -> Tensor {
+    let outer: usize = t.shape[..dim].iter().product();
+    let k = t.shape[dim];
+    let inner: usize = t.shape[dim + 1..].iter().product();
+    let mut out = t.clone();
+    for o in 0..outer {
+        for i in 0..inner {
+            let mut acc = Q::zero();
+            for j in 0..k {
+                let j = if reverse { k - 1 - j } else { j };
+                let at = (o * k + j) * inner + i;
+                acc = acc.add(&t.data[at]);
+                out.data[at] = acc.clone();
+            }
+        }
+    }
+    out
+}
+
+/// Which entries `where` takes from its first branch, and the result shape;
+/// an input mask meets a kink where it is exactly 0.
+fn select<T: Borrow<Tensor>>(
+    m: &Mask,
+    va: &Tensor,
+    vb: &Tensor,
+    xs: &[T],
+    ctx: &mut Ctx,
+) -> Result<(Vec<bool>, Shape), EvalError> {
+    let s = elementwise_shape(&va.shape, &vb.shape).map_err(EvalError::Shape)?;
+    match m {
+        Mask::Input(me) => {
+            let vm = ev(me, xs, ctx)?;
+            let s = elementwise_shape(&s, &vm.shape).map_err(EvalError::Shape)?;
+            ctx.at_kink |= vm.data.iter().any(Q::is_zero);
+            let at = |i: usize| if vm.data.len() == 1 { 0 } else { i };
+            let sel = (0..numel(&s))
+                .map(|i| !vm.data[at(i)].is_negative() && !vm.data[at(i)].is_zero())
+                .collect();
+            Ok((sel, s))
+        }
+        Mask::Const(v) => {
+            let sel = (0..numel(&s)).map(|i| v[i % v.len()] == 1).collect();
+            Ok((sel, s))
+        }
+    }
 }
 
 /// Whether `v` is exactly halfway between two multiples of 2^-bits.
@@ -714,7 +880,29 @@ fn backprop<T: Borrow<Tensor>>(
             backprop(a, xs, &g.zip(&slope, Q::mul), grads, ctx)?;
         }
         // Piecewise constant: the derivative is zero away from the kinks.
-        Expr::Floor(_) | Expr::Cast(..) => {}
+        Expr::Floor(_) | Expr::Cast(..) | Expr::Round(..) => {}
+        Expr::Cumsum(a, d) => backprop(a, xs, &cumsum(g, *d, true), grads, ctx)?,
+        Expr::Where(m, a, b) => {
+            let (va, vb) = (ev(a, xs, ctx)?, ev(b, xs, ctx)?);
+            let (sel, _) = select(m, &va, &vb, xs, ctx)?;
+            let pick = |first: bool| {
+                let data = g
+                    .data
+                    .iter()
+                    .zip(&sel)
+                    .map(|(v, &p)| if p == first { v.clone() } else { Q::zero() })
+                    .collect();
+                Tensor::new(g.shape.clone(), data)
+            };
+            backprop(a, xs, &unbroadcast(&pick(true), &va.shape), grads, ctx)?;
+            backprop(b, xs, &unbroadcast(&pick(false), &vb.shape), grads, ctx)?;
+        }
+        Expr::Unary(..) | Expr::Dimwise(..) | Expr::CrossEntropy(..) => {
+            return Err(EvalError::Shape(format!(
+                "{} has no rational VJP: it is differentiated by the exact transcendental path (SPEC.md §19)",
+                transcendental_name(e)
+            )))
+        }
     }
     Ok(())
 }

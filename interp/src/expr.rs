@@ -38,6 +38,85 @@ pub enum Expr {
     Floor(Box<Expr>),
     /// Narrowing cast: round to the nearest multiple of 2^-bits, ties to even.
     Cast(Box<Expr>, u32),
+    /// An elementwise transcendental function (SPEC.md §19.1).
+    Unary(Fun, Box<Expr>),
+    /// softmax, logsumexp, layernorm or rmsnorm over a dim; the rational is
+    /// the norms' epsilon (0 unless declared).
+    Dimwise(DimOp, Box<Expr>, usize, Q),
+    /// `cross_entropy(x, t, d)`: logsumexp(x, d) - sum(x * t, d), with `t`
+    /// the targets (one-hot rows, an index written as an input).
+    CrossEntropy(Box<Expr>, Box<Expr>, usize),
+    /// `cumsum(x, d)`: inclusive prefix sums along `d`.
+    Cumsum(Box<Expr>, usize),
+    /// `where(m, a, b)`: `a` where the mask is positive, else `b`. A mask
+    /// written as a list is a constant along the last dim.
+    Where(Mask, Box<Expr>, Box<Expr>),
+    /// Rounding to an integer: trunc (integer casts, truncating division),
+    /// round (half to even), ceil. floor is `Floor`.
+    Round(Rounding, Box<Expr>),
+}
+
+/// Elementwise transcendental functions (SPEC.md §19.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fun {
+    Exp,
+    Log,
+    Sqrt,
+    Rsqrt,
+    Tanh,
+    Sigmoid,
+    Sin,
+    Cos,
+    /// gelu, tanh form: x/2 (1 + tanh(√(2/π)(x + 0.044715 x³))).
+    Gelu,
+    /// silu: x sigmoid(x).
+    Silu,
+}
+
+impl Fun {
+    pub const ALL: [(&'static str, Fun); 10] = [
+        ("exp", Fun::Exp),
+        ("log", Fun::Log),
+        ("sqrt", Fun::Sqrt),
+        ("rsqrt", Fun::Rsqrt),
+        ("tanh", Fun::Tanh),
+        ("sigmoid", Fun::Sigmoid),
+        ("sin", Fun::Sin),
+        ("cos", Fun::Cos),
+        ("gelu", Fun::Gelu),
+        ("silu", Fun::Silu),
+    ];
+    pub fn name(self) -> &'static str {
+        Fun::ALL
+            .iter()
+            .find(|(_, f)| *f == self)
+            .map(|(n, _)| *n)
+            .expect("every function is listed")
+    }
+}
+
+/// Ops over one dim that need the exact transcendental path (SPEC.md §19.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DimOp {
+    Softmax,
+    LogSumExp,
+    LayerNorm,
+    RmsNorm,
+}
+
+/// The mask of `where`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Mask {
+    Input(Box<Expr>),
+    /// 0/1 constants along the last dim of `a`.
+    Const(Vec<usize>),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Rounding {
+    Trunc,
+    Round,
+    Ceil,
 }
 
 /// A parsed einsum spec: labels of each operand and of the output.
@@ -256,6 +335,29 @@ const FUNCTIONS: &[&str] = &[
     "cast",
     "pow",
     "neg",
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "tanh",
+    "sigmoid",
+    "sin",
+    "cos",
+    "gelu",
+    "silu",
+    "softmax",
+    "logsumexp",
+    "layernorm",
+    "rmsnorm",
+    "cross_entropy",
+    "cumsum",
+    "where",
+    "trunc",
+    "round",
+    "ceil",
+    "int",
+    "floordiv",
+    "truncdiv",
 ];
 
 impl Parser {
@@ -530,6 +632,88 @@ impl Parser {
                     _ => Expr::Floor(a),
                 }
             }
+            _ if Fun::ALL.iter().any(|(n, _)| *n == name) => {
+                let f = Fun::ALL
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .expect("just found")
+                    .1;
+                Expr::Unary(f, b(self.expr()?))
+            }
+            "softmax" | "logsumexp" | "layernorm" | "rmsnorm" => {
+                let a = self.expr()?;
+                self.expect(',')?;
+                let d = self.uint("dim")?;
+                let op = match name {
+                    "softmax" => DimOp::Softmax,
+                    "logsumexp" => DimOp::LogSumExp,
+                    "layernorm" => DimOp::LayerNorm,
+                    _ => DimOp::RmsNorm,
+                };
+                let mut eps = Q::zero();
+                if matches!(op, DimOp::LayerNorm | DimOp::RmsNorm) && self.eat(',') {
+                    match self.peek().cloned() {
+                        Some(Tok::Num(q)) if !q.is_negative() => {
+                            self.pos += 1;
+                            eps = q;
+                        }
+                        _ => return self.err("expected a non-negative number epsilon"),
+                    }
+                }
+                Expr::Dimwise(op, b(a), d, eps)
+            }
+            "cross_entropy" => {
+                let x = self.expr()?;
+                self.expect(',')?;
+                let t = self.expr()?;
+                self.expect(',')?;
+                let d = self.uint("dim")?;
+                Expr::CrossEntropy(b(x), b(t), d)
+            }
+            "cumsum" => {
+                let a = self.expr()?;
+                self.expect(',')?;
+                Expr::Cumsum(b(a), self.uint("dim")?)
+            }
+            "where" => {
+                let m = if self.peek() == Some(&Tok::Sym('[')) {
+                    let v = self.uint_list("mask entry")?;
+                    if v.iter().any(|&k| k > 1) {
+                        return Err(ParseError {
+                            column: col,
+                            message: "a constant mask holds only 0 and 1".into(),
+                        });
+                    }
+                    Mask::Const(v)
+                } else {
+                    Mask::Input(b(self.expr()?))
+                };
+                self.expect(',')?;
+                let x = self.expr()?;
+                self.expect(',')?;
+                let y = self.expr()?;
+                Expr::Where(m, b(x), b(y))
+            }
+            "trunc" | "round" | "ceil" | "int" => {
+                let a = b(self.expr()?);
+                let k = match name {
+                    "round" => Rounding::Round,
+                    "ceil" => Rounding::Ceil,
+                    _ => Rounding::Trunc,
+                };
+                Expr::Round(k, a)
+            }
+            "floordiv" | "truncdiv" => {
+                let x = self.expr()?;
+                self.expect(',')?;
+                let y = self.expr()?;
+                let q = Expr::Div(b(x), b(y));
+                if name == "floordiv" {
+                    Expr::Floor(b(q))
+                } else {
+                    Expr::Round(Rounding::Trunc, b(q))
+                }
+            }
             "cast" => {
                 let a = self.expr()?;
                 self.expect(',')?;
@@ -597,6 +781,19 @@ fn renumber(e: &Expr, map: &[usize]) -> Expr {
         Expr::Relu(a) => Expr::Relu(r(a)),
         Expr::Floor(a) => Expr::Floor(r(a)),
         Expr::Cast(a, k) => Expr::Cast(r(a), *k),
+        Expr::Unary(f, a) => Expr::Unary(*f, r(a)),
+        Expr::Dimwise(o, a, d, eps) => Expr::Dimwise(*o, r(a), *d, eps.clone()),
+        Expr::CrossEntropy(a, t, d) => Expr::CrossEntropy(r(a), r(t), *d),
+        Expr::Cumsum(a, d) => Expr::Cumsum(r(a), *d),
+        Expr::Where(m, a, c) => Expr::Where(
+            match m {
+                Mask::Input(e) => Mask::Input(r(e)),
+                Mask::Const(v) => Mask::Const(v.clone()),
+            },
+            r(a),
+            r(c),
+        ),
+        Expr::Round(k, a) => Expr::Round(*k, r(a)),
     }
 }
 
@@ -619,6 +816,9 @@ pub fn parse(src: &str) -> Result<LocalFn, ParseError> {
             "unexpected {} after a complete expression",
             describe(&t)
         ));
+    }
+    if let Err(message) = crate::transcendental::representable(&e) {
+        return Err(ParseError { column: 1, message });
     }
     Ok(LocalFn {
         expr: e,

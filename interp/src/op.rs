@@ -73,7 +73,16 @@ pub struct Forward {
     pub at_kink: bool,
 }
 
+/// Why a transcendental op inside a program or a declared meaning fits no
+/// shape: only plain local ops take the exact path so far (SPEC.md §19.6).
+pub const TRANSCENDENTAL_ONLY_LOCAL: &str =
+    "transcendental ops are checked as plain local ops only, not as program steps or declared meanings (SPEC.md §19.6)";
+
 impl Op {
+    /// A local op that needs the exact transcendental path (SPEC.md §19).
+    pub fn is_transcendental_local(&self) -> bool {
+        matches!(self, Op::Local(f) if crate::transcendental::is_transcendental(&f.expr))
+    }
     pub fn arity(&self) -> usize {
         match self {
             Op::Local(f) => f.arity(),
@@ -126,7 +135,12 @@ impl Op {
                 [s] => Ok((c.infer(m, s)?, linear())),
                 _ => Err(format!("{} takes one input", c.name)),
             },
-            Op::Declared { forward, .. } => forward.infer(m, shapes),
+            Op::Declared { forward, meaning } => {
+                if forward.is_transcendental_local() || meaning.is_transcendental_local() {
+                    return Err(TRANSCENDENTAL_ONLY_LOCAL.into());
+                }
+                forward.infer(m, shapes)
+            }
             Op::Compose(ops) => {
                 let mut s = shapes.to_vec();
                 for op in ops {
@@ -134,7 +148,12 @@ impl Op {
                 }
                 Ok((s.pop().expect("one shape"), linear()))
             }
-            Op::Program(p) => p.infer(m, shapes),
+            Op::Program(p) => {
+                if p.steps.iter().any(|st| st.op.op.is_transcendental_local()) {
+                    return Err(TRANSCENDENTAL_ONLY_LOCAL.into());
+                }
+                p.infer(m, shapes)
+            }
             Op::External(e) => e.infer(shapes),
         }
     }
@@ -651,6 +670,28 @@ pub const BUILTINS: &[(&str, &str)] = &[
     ("relu", "relu(x)"),
     ("floor", "floor(x)"),
     ("cast", "cast(x, 1)"),
+    // Transcendental and normalising ops (SPEC.md §19), and the rational
+    // ops that came with them.
+    ("exp", "exp(x)"),
+    ("log", "log(x)"),
+    ("sqrt", "sqrt(x)"),
+    ("rsqrt", "rsqrt(x)"),
+    ("tanh", "tanh(x)"),
+    ("sigmoid", "sigmoid(x)"),
+    ("sin", "sin(x)"),
+    ("cos", "cos(x)"),
+    ("gelu", "gelu(x)"),
+    ("silu", "silu(x)"),
+    ("softmax", "softmax(x, 0)"),
+    ("logsumexp", "logsumexp(x, 0)"),
+    ("layernorm", "layernorm(x, 0)"),
+    ("rmsnorm", "rmsnorm(x, 0)"),
+    ("cross_entropy", "cross_entropy(x, t, 0)"),
+    ("cumsum", "cumsum(x, 0)"),
+    ("where", "where(m, x, y)"),
+    ("floordiv", "floordiv(x, y)"),
+    ("truncdiv", "truncdiv(x, y)"),
+    ("int", "int(x)"),
 ];
 
 /// Look up a built-in op by name.

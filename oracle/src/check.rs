@@ -442,6 +442,9 @@ impl<'a> Checker<'a> {
 
     /// Check one instance: inputs `xs`, well formed for their types.
     pub fn check(&self, xs: &[PerRank], phase: Phase) -> Outcome {
+        if crate::exact_deriv::applies(self.op) {
+            return crate::exact_deriv::check(self.op, self.m, xs, phase); // SPEC.md §19.4
+        }
         match self.run(xs, phase) {
             Ok(p) => Outcome::Pass(p),
             Err(Stop::Domain) => Outcome::OutsideDomain,

@@ -4,6 +4,7 @@
 //! the CLI) feed it instances and aggregate its outcomes into verdicts.
 
 pub mod check;
+pub mod exact_deriv;
 pub mod fd;
 pub mod verdict;
 

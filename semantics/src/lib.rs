@@ -2,6 +2,8 @@
 //! tensors, meshes, states and types with their dialect names, per-rank values
 //! and what they denote.
 
+pub mod expoly;
+pub mod interval;
 pub mod mesh;
 pub mod perrank;
 pub mod q;

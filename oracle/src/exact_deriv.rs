@@ -1,0 +1,649 @@
+//! The properties of SPEC.md §4 for local ops with transcendental functions
+//! (SPEC.md §19.4). Values live in the exact field of
+//! `spmd_semantics::expoly`; equalities are decided exactly there, or by
+//! disjoint enclosures (a counterexample), and are otherwise undecided.
+//!
+//! B3's derivative is forward mode over dual numbers of that field, applied
+//! to the meaning (the local function on the denotation family) along each
+//! coordinate, and paired with the cotangent: ⟨ḡ, J e_k⟩ must equal the k-th
+//! coordinate of the backward's result. It never runs the backward.
+
+use crate::check::{Outcome, Pass, Phase, Property, Shown, Violation};
+use spmd_interp::transcendental::{eval, is_transcendental, vjp, Dual, XCtx, XEvalError, XT};
+use spmd_interp::{Backward, Jvp, Op, TypedOp};
+use spmd_semantics::expoly::{XErr, X};
+use spmd_semantics::perrank::{denot_basis, free_unit, kernel_basis, num_free};
+use spmd_semantics::{Mesh, PerRank, State, Tensor, Type, Q};
+
+/// Whether the op is checked here: a local op whose function (or
+/// hand-written backward) needs the exact transcendental path.
+pub fn applies(op: &TypedOp) -> bool {
+    let Op::Local(f) = &op.op else {
+        return false;
+    };
+    is_transcendental(&f.expr)
+        || matches!(&op.backward, Backward::Local(fs) if fs.iter().any(|b| is_transcendental(&b.expr)))
+        || matches!(&op.jvp, Some(Jvp::Local(j)) if is_transcendental(&j.expr))
+}
+
+/// Why an instance stops.
+enum Stop {
+    Domain,
+    /// Not decidable here (an enclosure straddles, or a value leaves the
+    /// field): the instance is counted as undetermined.
+    Undecided,
+    Fail(Box<Violation>),
+}
+
+impl From<XErr> for Stop {
+    fn from(e: XErr) -> Stop {
+        match e {
+            XErr::Domain => Stop::Domain,
+            XErr::Unsupported(_) | XErr::Undecided(_) => Stop::Undecided,
+        }
+    }
+}
+
+impl From<XEvalError> for Stop {
+    fn from(e: XEvalError) -> Stop {
+        match e {
+            XEvalError::X(x) => x.into(),
+            XEvalError::Shape(s) => {
+                panic!("interpreter bug: shape error on an inferred instance: {s}")
+            }
+        }
+    }
+}
+
+type Fam = Vec<XT<X>>;
+
+/// Check one instance (SPEC.md §19.4).
+pub fn check(op: &TypedOp, m: &Mesh, xs: &[PerRank], phase: Phase) -> Outcome {
+    match run(op, m, xs, phase) {
+        Ok(p) => Outcome::Pass(p),
+        Err(Stop::Domain) => Outcome::OutsideDomain,
+        Err(Stop::Undecided) => Outcome::Pass(Pass {
+            b3_undetermined: true,
+        }),
+        Err(Stop::Fail(v)) => Outcome::Fail(v),
+    }
+}
+
+fn lift(t: &Tensor) -> XT<X> {
+    XT::from_q(t)
+}
+
+/// The ranks whose tensors sum to family member `r` (SPEC.md §2.4).
+fn sources(m: &Mesh, t: &Type, r: usize) -> Vec<usize> {
+    let mut base = m.coords(r);
+    let mut p_axes = Vec::new();
+    for (a, s) in t.states.iter().enumerate() {
+        match s {
+            State::Varying => {}
+            State::Invariant | State::Reduced => base[a] = 0,
+            State::Partial => {
+                base[a] = 0;
+                p_axes.push(a);
+            }
+        }
+    }
+    m.group(m.rank(&base), &p_axes)
+}
+
+fn denote(m: &Mesh, t: &Type, y: &Fam) -> Result<Fam, XErr> {
+    (0..m.num_ranks())
+        .map(|r| {
+            let src = sources(m, t, r);
+            let mut acc = y[src[0]].clone();
+            for &s in &src[1..] {
+                for (a, b) in acc.data.iter_mut().zip(&y[s].data) {
+                    *a = a.add(b)?;
+                }
+            }
+            Ok(acc)
+        })
+        .collect()
+}
+
+fn eq_t(a: &XT<X>, b: &XT<X>) -> Result<bool, XErr> {
+    if a.shape != b.shape {
+        return Ok(false);
+    }
+    for (x, y) in a.data.iter().zip(&b.data) {
+        if !x.eq_exact(y)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+fn eq_fam(a: &Fam, b: &Fam) -> Result<bool, XErr> {
+    for (x, y) in a.iter().zip(b) {
+        if !eq_t(x, y)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// A replicated axis along which two ranks differ, if any (SPEC.md §2.3).
+fn misfit(m: &Mesh, t: &Type, y: &Fam) -> Result<Option<(usize, usize, usize)>, XErr> {
+    for (a, s) in t.states.iter().enumerate() {
+        if !s.replicated() {
+            continue;
+        }
+        for r in 0..m.num_ranks() {
+            let r0 = m.with_coord(r, a, 0);
+            if r0 != r && !eq_t(&y[r], &y[r0])? {
+                return Ok(Some((a, r0, r)));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// A value with a short decimal reading from its enclosure.
+fn show_x(v: &X) -> String {
+    match v.as_q() {
+        Some(q) => q.to_string(),
+        None => match v.enclose(40) {
+            Some(iv) => {
+                let mid = iv.lo.add(&iv.hi).mul(&Q::frac(1, 2));
+                let scaled = mid.mul(&Q::int(1_000_000)).floor();
+                let k = scaled.to_i64().unwrap_or(0);
+                let sign = if k < 0 { "-" } else { "" };
+                let k = k.unsigned_abs();
+                format!("{v} ≈ {sign}{}.{:06}", k / 1_000_000, k % 1_000_000)
+            }
+            None => v.to_string(),
+        },
+    }
+}
+
+fn show_t(t: &XT<X>) -> String {
+    fn nest(shape: &[usize], data: &[X]) -> String {
+        match shape {
+            [] => show_x(&data[0]),
+            [_, rest @ ..] => {
+                let step: usize = rest.iter().product();
+                let parts: Vec<String> = data.chunks(step.max(1)).map(|c| nest(rest, c)).collect();
+                format!("[{}]", parts.join(", "))
+            }
+        }
+    }
+    if t.data.is_empty() {
+        return format!("empty {:?}", t.shape);
+    }
+    nest(&t.shape, &t.data)
+}
+
+/// A family at its representative ranks (coordinate 0 off the Varying axes).
+fn show_fam(m: &Mesh, t: &Type, d: &Fam) -> String {
+    let reps: Vec<usize> = (0..m.num_ranks())
+        .filter(|&r| {
+            let c = m.coords(r);
+            t.states
+                .iter()
+                .enumerate()
+                .all(|(a, s)| *s == State::Varying || c[a] == 0)
+        })
+        .collect();
+    if reps.len() == 1 {
+        return show_t(&d[reps[0]]);
+    }
+    let parts: Vec<String> = reps.iter().map(|&r| show_t(&d[r])).collect();
+    format!("<{}>", parts.join(" | "))
+}
+
+struct Ctx<'a> {
+    op: &'a TypedOp,
+    m: &'a Mesh,
+    xs: &'a [PerRank],
+}
+
+impl Ctx<'_> {
+    fn shown(&self, extra: Vec<Shown>) -> Vec<Shown> {
+        let mut s: Vec<Shown> = self
+            .xs
+            .iter()
+            .enumerate()
+            .map(|(i, x)| Shown {
+                label: self.op.input_name(i),
+                input: true,
+                alternative: false,
+                ty: self.op.inputs[i].clone(),
+                value: x.clone(),
+            })
+            .collect();
+        s.extend(extra);
+        s
+    }
+    fn fail(&self, p: Property, what: String, extra: Vec<Shown>, e: String, a: String) -> Stop {
+        Stop::Fail(Box::new(Violation {
+            property: p,
+            mesh: self.m.clone(),
+            what,
+            shown: self.shown(extra),
+            expected: e,
+            actual: a,
+        }))
+    }
+}
+
+fn local_fn(op: &TypedOp) -> &spmd_interp::LocalFn {
+    match &op.op {
+        Op::Local(f) => f,
+        _ => unreachable!("applies() admits local ops only"),
+    }
+}
+
+/// The forward on every rank, with whether a kink was met.
+fn forward(op: &TypedOp, m: &Mesh, xs: &[PerRank]) -> Result<(Fam, bool), Stop> {
+    let f = local_fn(op);
+    let mut ctx = XCtx::default();
+    let y = (0..m.num_ranks())
+        .map(|r| {
+            let args: Vec<XT<X>> = xs.iter().map(|x| lift(&x.tensors[r])).collect();
+            eval(&f.expr, &args, &mut ctx)
+        })
+        .collect::<Result<Fam, _>>()?;
+    Ok((y, ctx.at_kink))
+}
+
+/// The backward on every rank for cotangent `g`.
+fn backward(op: &TypedOp, m: &Mesh, xs: &[PerRank], g: &PerRank) -> Result<Vec<Fam>, Stop> {
+    let mut out: Vec<Fam> = vec![Vec::with_capacity(m.num_ranks()); xs.len()];
+    for r in 0..m.num_ranks() {
+        let args: Vec<XT<X>> = xs.iter().map(|x| lift(&x.tensors[r])).collect();
+        let gr = lift(&g.tensors[r]);
+        let bs: Vec<XT<X>> = match &op.backward {
+            Backward::Local(fs) => {
+                let mut all = args.clone();
+                all.push(gr);
+                fs.iter()
+                    .map(|f| eval(&f.expr, &all, &mut XCtx::default()))
+                    .collect::<Result<_, _>>()?
+            }
+            _ if g.tensors[r].is_zero() => args.iter().map(|a| XT::zeros(&a.shape)).collect(),
+            _ => vjp(&local_fn(op).expr, &args, &gr)?,
+        };
+        for (i, b) in bs.into_iter().enumerate() {
+            let b = if op.no_grad.contains(&i) {
+                XT::zeros(&xs[i].tensors[r].shape)
+            } else {
+                b
+            };
+            out[i].push(b);
+        }
+    }
+    Ok(out)
+}
+
+/// The global tensor of a family under a type with layouts (SPEC.md
+/// §13.1), placed by the same map as `perrank::global` (run on indices).
+fn global_x(m: &Mesh, t: &Type, d: &Fam) -> Option<XT<X>> {
+    let n = d.first()?.data.len();
+    let idx = spmd_semantics::Denot {
+        family: d
+            .iter()
+            .enumerate()
+            .map(|(r, x)| {
+                Tensor::new(
+                    x.shape.clone(),
+                    (0..n).map(|k| Q::int((r * n + k) as i64)).collect(),
+                )
+            })
+            .collect(),
+    };
+    let g = spmd_semantics::perrank::global(m, t, &idx)?;
+    let data = g
+        .data
+        .iter()
+        .map(|q| {
+            let k = q.to_i64()? as usize;
+            Some(d[k / n].data[k % n].clone())
+        })
+        .collect::<Option<Vec<X>>>()?;
+    Some(XT {
+        shape: g.shape,
+        data,
+    })
+}
+
+fn steps() -> Vec<Q> {
+    vec![
+        Q::int(1),
+        Q::int(2),
+        Q::int(3),
+        Q::frac(1, 4),
+        Q::frac(1, 3),
+    ]
+}
+
+fn run(op: &TypedOp, m: &Mesh, xs: &[PerRank], phase: Phase) -> Result<Pass, Stop> {
+    let c = Ctx { op, m, xs };
+    let alt = |label: String, ty: &Type, v: &PerRank| Shown {
+        label,
+        input: false,
+        alternative: true,
+        ty: ty.clone(),
+        value: v.clone(),
+    };
+    let (y, mut at_kink) = forward(op, m, xs)?;
+    // F1
+    if let Some((a, r0, r)) = misfit(m, &op.output, &y)? {
+        return Err(c.fail(
+            Property::F1,
+            format!(
+                "the output differs between ranks along {} axis `{}`",
+                op.output.states[a], m.axes[a].name
+            ),
+            vec![],
+            format!("rank {r} equal to rank {r0}"),
+            format!("{} vs {}", show_t(&y[r]), show_t(&y[r0])),
+        ));
+    }
+    let dy = denote(m, &op.output, &y)?;
+    // F2
+    let shapes: Vec<Vec<usize>> = xs.iter().map(|x| x.shape().to_vec()).collect();
+    for (i, ti) in op.inputs.iter().enumerate() {
+        for z in kernel_basis(m, ti, &shapes[i]) {
+            for t in steps() {
+                let mut xs2 = xs.to_vec();
+                xs2[i] = xs[i].axpy(&t, &z);
+                let y2 = match forward(op, m, &xs2) {
+                    Ok((y2, _)) => y2,
+                    Err(Stop::Domain) => continue,
+                    Err(e) => return Err(e),
+                };
+                if misfit(m, &op.output, &y2)?.is_some() {
+                    // F1 off the grid, reported at that point.
+                    return run(op, m, &xs2, Phase::Forward);
+                }
+                let dy2 = denote(m, &op.output, &y2)?;
+                if !eq_fam(&dy, &dy2)? {
+                    return Err(c.fail(
+                        Property::F2,
+                        format!(
+                            "{0} and {0}' are equivalent (same denotation) but the outputs are not",
+                            op.input_name(i)
+                        ),
+                        vec![alt(format!("{}'", op.input_name(i)), ti, &xs2[i])],
+                        show_fam(m, &op.output, &dy),
+                        show_fam(m, &op.output, &dy2),
+                    ));
+                }
+            }
+        }
+    }
+    // F3: the local function on the denotation family, rank by rank.
+    let f = local_fn(op);
+    let dxs: Vec<Fam> = xs
+        .iter()
+        .zip(&op.inputs)
+        .map(|(x, t)| denote(m, t, &x.tensors.iter().map(lift).collect()))
+        .collect::<Result<_, _>>()?;
+    if op.is_global() {
+        // Global SPMD (SPEC.md §13.2): the function of the global tensors.
+        let gs: Option<Vec<XT<X>>> = dxs
+            .iter()
+            .zip(&op.inputs)
+            .map(|(d, t)| global_x(m, t, d))
+            .collect();
+        let (Some(gs), Some(have)) = (gs, global_x(m, &op.output, &dy)) else {
+            return Err(c.fail(
+                Property::F3,
+                "a layout does not fit the shapes".into(),
+                vec![],
+                "global tensors".into(),
+                "no global tensor".into(),
+            ));
+        };
+        let want = eval(&f.expr, &gs, &mut XCtx::default())?;
+        if !eq_t(&want, &have)? {
+            return Err(c.fail(
+                Property::F3,
+                format!(
+                    "the output's global tensor is not `{}` of the inputs' global tensors",
+                    f.text
+                ),
+                vec![],
+                show_t(&want),
+                show_t(&have),
+            ));
+        }
+    }
+    let mut want: Fam = Vec::with_capacity(m.num_ranks());
+    for r in 0..m.num_ranks() {
+        let args: Vec<XT<X>> = dxs.iter().map(|d| d[r].clone()).collect();
+        want.push(eval(&f.expr, &args, &mut XCtx::default())?);
+    }
+    if !op.is_global() && !eq_fam(&want, &dy)? {
+        return Err(c.fail(
+            Property::F3,
+            format!(
+                "the output does not denote `{}` of the inputs' denotations",
+                f.text
+            ),
+            vec![],
+            show_fam(m, &op.output, &want),
+            show_fam(m, &op.output, &dy),
+        ));
+    }
+    // A declared JVP of a transcendental op is not checked on this path
+    // (SPEC.md §19.4): the instance is left undetermined, never passed.
+    let j1_open = op.jvp.is_some();
+    match phase {
+        Phase::Forward => return Ok(Pass::default()),
+        Phase::Tangent => {
+            return Ok(Pass {
+                b3_undetermined: j1_open,
+            })
+        }
+        Phase::All => {}
+    }
+    // B1, B2 for every cotangent of the free basis.
+    let tc = op.output.cot();
+    let out_shape = y[0].shape.clone();
+    let cot_in: Vec<Type> = op.inputs.iter().map(Type::cot).collect();
+    let gs: Vec<PerRank> = (0..num_free(m, &tc, &out_shape))
+        .map(|k| free_unit(m, &tc, &out_shape, k))
+        .collect();
+    if let Err(why) = op.backward_accepts(m, &out_shape, &shapes) {
+        return Err(c.fail(
+            Property::B1,
+            format!("the backward does not fit the cotangent: {why}"),
+            vec![],
+            format!("a cotangent of the output's shape {out_shape:?}"),
+            "no well-formed result".into(),
+        ));
+    }
+    let mut results: Vec<Vec<Fam>> = Vec::with_capacity(gs.len());
+    let g_shown = |g: &PerRank| Shown {
+        label: "g".into(),
+        input: false,
+        alternative: false,
+        ty: tc.clone(),
+        value: g.clone(),
+    };
+    for g in &gs {
+        let bs = backward(op, m, xs, g)?;
+        let mut dbs = Vec::with_capacity(bs.len());
+        for (i, b) in bs.iter().enumerate() {
+            if op.no_grad.contains(&i) {
+                dbs.push(vec![]);
+                continue;
+            }
+            if b[0].shape != shapes[i] {
+                return Err(c.fail(
+                    Property::B1,
+                    format!(
+                        "the backward's cotangent for {} has the wrong shape",
+                        op.input_name(i)
+                    ),
+                    vec![g_shown(g)],
+                    format!("shape {:?}", shapes[i]),
+                    format!("shape {:?}", b[0].shape),
+                ));
+            }
+            if let Some((a, r0, r)) = misfit(m, &cot_in[i], b)? {
+                return Err(c.fail(
+                    Property::B1,
+                    format!(
+                        "the backward's cotangent for {} differs between ranks along {} axis `{}`",
+                        op.input_name(i),
+                        cot_in[i].states[a],
+                        m.axes[a].name
+                    ),
+                    vec![g_shown(g)],
+                    format!("rank {r} equal to rank {r0}"),
+                    format!("{} vs {}", show_t(&b[r]), show_t(&b[r0])),
+                ));
+            }
+            dbs.push(denote(m, &cot_in[i], b)?);
+        }
+        for (j, tj) in op.inputs.iter().enumerate() {
+            for z in kernel_basis(m, tj, &shapes[j]) {
+                for t in steps() {
+                    let mut xs2 = xs.to_vec();
+                    xs2[j] = xs[j].axpy(&t, &z);
+                    let bs2 = match backward(op, m, &xs2, g) {
+                        Ok(b) => b,
+                        Err(Stop::Domain) => continue,
+                        Err(e) => return Err(e),
+                    };
+                    for (i, b2) in bs2.iter().enumerate() {
+                        if op.no_grad.contains(&i) {
+                            continue;
+                        }
+                        let d2 = denote(m, &cot_in[i], b2)?;
+                        if misfit(m, &cot_in[i], b2)?.is_some() || !eq_fam(&dbs[i], &d2)? {
+                            return Err(c.fail(
+                                Property::B2,
+                                format!(
+                                    "{0} and {0}' are equivalent but the backward's cotangents for {1} are not",
+                                    op.input_name(j),
+                                    op.input_name(i)
+                                ),
+                                vec![alt(format!("{}'", op.input_name(j)), tj, &xs2[j]), g_shown(g)],
+                                show_fam(m, &cot_in[i], &dbs[i]),
+                                show_fam(m, &cot_in[i], &d2),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        results.push(dbs);
+    }
+    for z in kernel_basis(m, &tc, &out_shape) {
+        let bs = backward(op, m, xs, &z)?;
+        for (i, b) in bs.iter().enumerate() {
+            if op.no_grad.contains(&i) {
+                continue;
+            }
+            let d = denote(m, &cot_in[i], b)?;
+            let zero: Fam = d.iter().map(|t| XT::zeros(&t.shape)).collect();
+            if !eq_fam(&d, &zero)? {
+                return Err(c.fail(
+                    Property::B2,
+                    "the cotangent g denotes zero but the backward's result does not".into(),
+                    vec![g_shown(&z)],
+                    "0".into(),
+                    show_fam(m, &cot_in[i], &d),
+                ));
+            }
+        }
+    }
+    // B3: forward mode on the meaning, paired with the cotangent.
+    let _ = forward(op, m, xs).map(|(_, k)| at_kink |= k);
+    if at_kink {
+        return Ok(Pass {
+            b3_undetermined: true,
+        });
+    }
+    let repeat: usize = op
+        .output
+        .states
+        .iter()
+        .zip(&m.axes)
+        .filter(|(s, _)| **s != State::Varying)
+        .map(|(_, ax)| ax.size)
+        .product();
+    let inv_repeat = X::q(Q::frac(1, repeat as i64));
+    let dgs: Vec<Fam> = gs
+        .iter()
+        .map(|g| denote(m, &tc, &g.tensors.iter().map(lift).collect()))
+        .collect::<Result<_, _>>()?;
+    for (i, ti) in op.inputs.iter().enumerate() {
+        if op.no_grad.contains(&i) {
+            continue;
+        }
+        for (coord, e) in denot_basis(m, ti, &shapes[i]) {
+            // d/dh ⟦f(x + h e)⟧ at 0 (SPEC.md §5.1), by forward mode on
+            // every rank with the unit representative e as tangent.
+            let mut per_rank: Fam = Vec::with_capacity(m.num_ranks());
+            let mut kctx = XCtx::default();
+            for r in 0..m.num_ranks() {
+                let args: Vec<XT<Dual>> = xs
+                    .iter()
+                    .enumerate()
+                    .map(|(j, x)| XT {
+                        shape: x.tensors[r].shape.clone(),
+                        data: x.tensors[r]
+                            .data
+                            .iter()
+                            .enumerate()
+                            .map(|(k, v)| Dual {
+                                v: X::q(v.clone()),
+                                d: if j == i {
+                                    X::q(e.tensors[r].data[k].clone())
+                                } else {
+                                    X::zero()
+                                },
+                            })
+                            .collect(),
+                    })
+                    .collect();
+                let t = eval(&f.expr, &args, &mut kctx)?;
+                per_rank.push(XT {
+                    shape: t.shape,
+                    data: t.data.into_iter().map(|d| d.d).collect(),
+                });
+            }
+            let tangent = denote(m, &op.output, &per_rank)?;
+            if kctx.at_kink {
+                return Ok(Pass {
+                    b3_undetermined: true,
+                });
+            }
+            for ((g, dg), dbs) in gs.iter().zip(&dgs).zip(&results) {
+                let mut pair = X::zero();
+                for (tr, gr) in tangent.iter().zip(dg) {
+                    for (a, b) in tr.data.iter().zip(&gr.data) {
+                        pair = pair.add(&a.mul(b)?)?;
+                    }
+                }
+                let pair = pair.mul(&inv_repeat)?;
+                let got = &dbs[i][coord.rank].data[coord.elem];
+                if !pair.eq_exact(got)? {
+                    return Err(c.fail(
+                        Property::B3,
+                        format!(
+                            "the backward's cotangent for {} is not the gradient (element {} of rank {}'s piece)",
+                            op.input_name(i),
+                            coord.elem,
+                            coord.rank
+                        ),
+                        vec![g_shown(g)],
+                        show_x(&pair),
+                        show_x(got),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(Pass {
+        b3_undetermined: j1_open,
+    })
+}
