@@ -7,12 +7,10 @@
 //! the system's table rows with the system's own backwards.
 
 use crate::check::{check_rule, CheckConfig};
-use crate::collectives::PAIR_ROWS;
 use crate::generated::{build_spec, cast_spelling, step_rule, Origin, Typed};
 use crate::report::{rule_word, verdict_json};
 use crate::rules::{build, compose, parse_file, to_toml, Rule, RuleSpec, StepSpec, TypeSpec};
 use crate::run::UsageError;
-use crate::types::parse_types;
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use spmd_dialects::{OpClass, Outcome, System};
@@ -353,19 +351,8 @@ pub fn retype(sys: &System, spec: &RuleSpec, rule: &Rule) -> Result<(Typed, Vec<
     let mut steps: Vec<StepSpec> = vec![];
     let mut origins: Vec<Origin> = vec![];
     let mut notes: Vec<String> = vec![];
-    let rows: Vec<_> = PAIR_ROWS
-        .iter()
-        .filter(|r| r.system == sys.name && r.backward.is_some())
-        .filter(|r| !r.forward.starts_with("redistribute"))
-        // As for generated programs (SPEC.md §17.2): the literal reading of
-        // seed 003's all_to_all is left out, the swapped one kept.
-        .filter(|r| r.id != "st_all_to_all_literal")
-        .filter_map(|r| {
-            let (_, ts) = parse_types(r.dialect, &[r.src, r.dst]).ok()?;
-            (ts[0].states.len() == 1 && !ts[0].is_global() && !ts[1].is_global())
-                .then(|| (r, ts[0].states[0], ts[1].states[0]))
-        })
-        .collect();
+    // The rows generated programs use (SPEC.md §17.2).
+    let rows = crate::generated::slot_rows(sys.name);
     for (j, st) in spec.step.iter().enumerate() {
         let want = &prog.steps[j].op;
         if let Some(e) = &st.expr {

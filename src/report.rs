@@ -49,9 +49,14 @@ pub fn rule_word(rep: &crate::check::RuleReport) -> String {
     let mut w = match v {
         Verdict::Sound { proof: true, .. } => format!("{fwd}sound (proof)"),
         Verdict::Sound { .. } => format!(
-            "{fwd}sound (bounded: {} exhaustive, {} random)",
+            "{fwd}sound (bounded: {} exhaustive, {} random{})",
             t.instances(),
-            t.random
+            t.random,
+            if t.undecided > 0 {
+                format!("; {} undecided, overlapping enclosures", t.undecided)
+            } else {
+                String::new()
+            }
         ),
         Verdict::Unsound { violation, .. } => format!("unsound {}", violation.property.code()),
         Verdict::Vacuous { .. } => match vacuous_hint(v) {
@@ -120,6 +125,7 @@ pub fn verdict_json(v: &Verdict) -> Value {
         "distributed_cases": t.distributed_cases,
         "cases_beyond_cap": t.cases_beyond_cap,
         "b3_undetermined": t.b3_undetermined,
+        "undecided": t.undecided,
         "random_cases": t.random,
         "reason": v.vacuous_reason().map(String::from).or_else(|| v.undetermined_reason()),
     })

@@ -201,6 +201,10 @@ pub fn show_denot(m: &Mesh, t: &Type, d: &Denot) -> String {
 pub struct Pass {
     /// B3 could not be decided here (the point is at a kink of a piecewise op).
     pub b3_undetermined: bool,
+    /// Some comparison could be neither proved equal nor shown to differ
+    /// (overlapping enclosures, SPEC.md §19): nothing about this instance
+    /// was decided, and it counts apart from passes.
+    pub undecided: bool,
 }
 
 /// The outcome of one instance.
@@ -710,6 +714,7 @@ impl<'a> Checker<'a> {
         if at_kink {
             return Ok(Pass {
                 b3_undetermined: true,
+                ..Pass::default()
             });
         }
         // B3: ⟦backward(x, g)⟧ = Df̄(⟦x⟧)ᵀ ⟦g⟧, with Df̄ from finite differences.
@@ -721,6 +726,7 @@ impl<'a> Checker<'a> {
             let Some(cols) = self.columns_flat(&mut xs2, xs, y, &y0, i) else {
                 return Ok(Pass {
                     b3_undetermined: true,
+                    ..Pass::default()
                 });
             };
             if op.has_jvp() {
@@ -831,6 +837,7 @@ impl<'a> Checker<'a> {
         if at_kink {
             return Ok(Pass {
                 b3_undetermined: true,
+                ..Pass::default()
             });
         }
         let y0 = dy.flat();
@@ -839,6 +846,7 @@ impl<'a> Checker<'a> {
             let Some(cols) = self.columns_flat(&mut xs2, xs, y, &y0, i) else {
                 return Ok(Pass {
                     b3_undetermined: true,
+                    ..Pass::default()
                 });
             };
             let dcols: Vec<Denot> = cols.iter().map(|c| self.unflat(c)).collect();

@@ -63,7 +63,8 @@ pub fn check(op: &TypedOp, m: &Mesh, xs: &[PerRank], phase: Phase) -> Outcome {
         Ok(p) => Outcome::Pass(p),
         Err(Stop::Domain) => Outcome::OutsideDomain,
         Err(Stop::Undecided) => Outcome::Pass(Pass {
-            b3_undetermined: true,
+            undecided: true,
+            ..Pass::default()
         }),
         Err(Stop::Fail(v)) => Outcome::Fail(v),
     }
@@ -438,6 +439,7 @@ fn run(op: &TypedOp, m: &Mesh, xs: &[PerRank], phase: Phase) -> Result<Pass, Sto
         Phase::Tangent => {
             return Ok(Pass {
                 b3_undetermined: j1_open,
+                ..Pass::default()
             })
         }
         Phase::All => {}
@@ -560,6 +562,7 @@ fn run(op: &TypedOp, m: &Mesh, xs: &[PerRank], phase: Phase) -> Result<Pass, Sto
     if at_kink {
         return Ok(Pass {
             b3_undetermined: true,
+            ..Pass::default()
         });
     }
     let repeat: usize = op
@@ -615,6 +618,7 @@ fn run(op: &TypedOp, m: &Mesh, xs: &[PerRank], phase: Phase) -> Result<Pass, Sto
             if kctx.at_kink {
                 return Ok(Pass {
                     b3_undetermined: true,
+                    ..Pass::default()
                 });
             }
             for ((g, dg), dbs) in gs.iter().zip(&dgs).zip(&results) {
@@ -645,5 +649,6 @@ fn run(op: &TypedOp, m: &Mesh, xs: &[PerRank], phase: Phase) -> Result<Pass, Sto
     }
     Ok(Pass {
         b3_undetermined: j1_open,
+        ..Pass::default()
     })
 }

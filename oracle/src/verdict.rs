@@ -9,6 +9,9 @@ pub struct Tally {
     pub passed: u64,
     /// Instances where F1-B2 held but B3 was undetermined (at a kink).
     pub b3_undetermined: u64,
+    /// Instances where some comparison was undecided (overlapping
+    /// enclosures, SPEC.md §19): neither passed nor failed.
+    pub undecided: u64,
     /// Instances outside the op's domain (division by zero).
     pub outside_domain: u64,
     /// Mesh × shape cases enumerated completely ...
@@ -39,6 +42,7 @@ impl Tally {
     }
     pub fn record(&mut self, o: &Outcome) {
         match o {
+            Outcome::Pass(p) if p.undecided => self.undecided += 1,
             Outcome::Pass(p) if p.b3_undetermined => self.b3_undetermined += 1,
             Outcome::Pass(_) => self.passed += 1,
             Outcome::OutsideDomain => self.outside_domain += 1,
@@ -49,6 +53,7 @@ impl Tally {
     pub fn absorb(&mut self, o: &Tally) {
         self.passed += o.passed;
         self.b3_undetermined += o.b3_undetermined;
+        self.undecided += o.undecided;
         self.outside_domain += o.outside_domain;
         self.cases += o.cases;
         self.distributed_cases += o.distributed_cases;
@@ -62,7 +67,7 @@ impl Tally {
         }
     }
     pub fn instances(&self) -> u64 {
-        self.passed + self.b3_undetermined + self.outside_domain
+        self.passed + self.b3_undetermined + self.undecided + self.outside_domain
     }
 }
 
@@ -99,6 +104,11 @@ impl Verdict {
                 tally,
             },
             None if tally.stopped.is_some() => Verdict::Undetermined { tally },
+            None if tally.passed + tally.b3_undetermined + tally.random == 0
+                && tally.undecided > 0 =>
+            {
+                Verdict::Undetermined { tally }
+            }
             None if tally.passed + tally.b3_undetermined + tally.random == 0 => {
                 Verdict::Vacuous { tally }
             }
@@ -109,6 +119,7 @@ impl Verdict {
             None => {
                 let proof = tally.proof_grid
                     && tally.b3_undetermined == 0
+                    && tally.undecided == 0
                     && tally.cases > 0
                     && tally.distributed_cases > 0;
                 Verdict::Sound { proof, tally }
@@ -120,6 +131,14 @@ impl Verdict {
         match self {
             Verdict::Undetermined { tally } => Some(match &tally.stopped {
                 Some(why) => why.clone(),
+                None if tally.b3_undetermined == 0 && tally.undecided > 0 => format!(
+                    "no instance decided: on all {} the enclosures overlapped",
+                    tally.undecided
+                ),
+                None if tally.undecided > 0 => format!(
+                    "nothing decided: {} instances with overlapping enclosures, {} with B3 at a kink",
+                    tally.undecided, tally.b3_undetermined
+                ),
                 None => "B3 never decided: every instance is at a kink".into(),
             }),
             _ => None,
@@ -169,5 +188,53 @@ impl Verdict {
             | Verdict::Vacuous { tally }
             | Verdict::Undetermined { tally } => tally,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::Pass;
+
+    fn tally(outcomes: &[Outcome]) -> Tally {
+        let mut t = Tally::new();
+        t.cases = 1;
+        t.distributed_cases = 1;
+        for o in outcomes {
+            t.record(o);
+        }
+        t
+    }
+
+    fn undecided() -> Outcome {
+        Outcome::Pass(Pass {
+            undecided: true,
+            ..Pass::default()
+        })
+    }
+
+    /// An instance no comparison could decide is neither a pass nor a
+    /// kink: alone it makes the verdict undetermined, with its own reason.
+    #[test]
+    fn undecided_instances_are_never_passes() {
+        let v = Verdict::conclude(tally(&[undecided(), undecided()]), None);
+        assert_eq!(v.name(), "undetermined");
+        let why = v.undetermined_reason().unwrap();
+        assert!(why.contains("enclosures overlapped"), "{why}");
+        assert!(!why.contains("kink"), "{why}");
+        assert_eq!(v.tally().undecided, 2);
+        assert_eq!(v.tally().passed, 0);
+    }
+
+    /// Beside decided passes, undecided instances keep the verdict from
+    /// being a proof (the twin: the same passes alone are one).
+    #[test]
+    fn undecided_instances_forbid_a_proof() {
+        let pass = Outcome::Pass(Pass::default());
+        let with = Verdict::conclude(tally(&[pass.clone(), undecided()]), None);
+        assert_eq!(with.name(), "sound");
+        assert!(!with.proof());
+        let without = Verdict::conclude(tally(&[pass]), None);
+        assert!(without.proof());
     }
 }
