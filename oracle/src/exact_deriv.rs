@@ -74,27 +74,12 @@ fn lift(t: &Tensor) -> XT<X> {
     XT::from_q(t)
 }
 
-/// The ranks whose tensors sum to family member `r` (SPEC.md §2.4).
-fn sources(m: &Mesh, t: &Type, r: usize) -> Vec<usize> {
-    let mut base = m.coords(r);
-    let mut p_axes = Vec::new();
-    for (a, s) in t.states.iter().enumerate() {
-        match s {
-            State::Varying => {}
-            State::Invariant | State::Reduced => base[a] = 0,
-            State::Partial => {
-                base[a] = 0;
-                p_axes.push(a);
-            }
-        }
-    }
-    m.group(m.rank(&base), &p_axes)
-}
-
 fn denote(m: &Mesh, t: &Type, y: &Fam) -> Result<Fam, XErr> {
+    // The same projection as exact values' (SPEC.md §2.4), in the field.
+    let proj = spmd_semantics::perrank::Projection::new(m, t);
     (0..m.num_ranks())
         .map(|r| {
-            let src = sources(m, t, r);
+            let src = proj.sources(r);
             let mut acc = y[src[0]].clone();
             for &s in &src[1..] {
                 for (a, b) in acc.data.iter_mut().zip(&y[s].data) {

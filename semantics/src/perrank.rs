@@ -118,6 +118,10 @@ pub struct Projection {
 }
 
 impl Projection {
+    /// The ranks whose tensors sum to family member `r` (SPEC.md §2.4).
+    pub fn sources(&self, r: usize) -> &[usize] {
+        &self.sources[r]
+    }
     pub fn new(m: &Mesh, t: &Type) -> Projection {
         let sources = (0..m.num_ranks())
             .map(|r| {
