@@ -14,9 +14,9 @@
 //! rule) or `values_differ`. `--expect OUTCOME[:TEXT]` sets which outcome
 //! exits 0.
 
-use spmd_interp::{Backward, Expr, Op};
+use spmd_interp::{Backward, Collective, Expr, Kind, Op};
 use spmd_oracle::{Property, Violation};
-use spmd_semantics::{Type, Q};
+use spmd_semantics::{State, Type, Q};
 
 use crate::rules::Rule;
 
@@ -140,6 +140,54 @@ fn state_letter(t: &Type) -> Result<String, String> {
     Ok(t.states[0].letter().to_string())
 }
 
+/// A catalogue collective as the spmd_types call that performs it, on the
+/// script's process group `PG` (SPEC.md §20.2): seed 003's names are
+/// spmd_types' own; a Varying side with a `dim` is `S(dim)`, a stacking one
+/// `V` (spmd_types stacks on `src=V`).
+fn spmd_types_call(c: &Collective) -> Result<String, String> {
+    let st = |s: State| s.letter().to_string();
+    let shard = |dim: usize, stack: bool| {
+        if stack {
+            "V".to_string()
+        } else {
+            format!("S({dim})")
+        }
+    };
+    Ok(match &c.kind {
+        Kind::AllReduce => format!("all_reduce(a0, PG, src={}, dst={})", st(c.src), st(c.dst)),
+        Kind::AllGather { dim, stack } => format!(
+            "all_gather(a0, PG, src={}, dst={})",
+            shard(*dim, *stack),
+            st(c.dst)
+        ),
+        Kind::ReduceScatter { dim, stack } => format!(
+            "reduce_scatter(a0, PG, src={}, dst={})",
+            st(c.src),
+            shard(*dim, *stack)
+        ),
+        Kind::AllToAll { split, concat } => {
+            format!("all_to_all(a0, PG, src=S({concat}), dst=S({split}))")
+        }
+        Kind::Reinterpret => format!("reinterpret(a0, PG, src={}, dst={})", st(c.src), st(c.dst)),
+        Kind::Convert { dim, stack } => {
+            let side = |s: State| {
+                if s == State::Varying {
+                    shard(*dim, *stack)
+                } else {
+                    st(s)
+                }
+            };
+            format!("convert(a0, PG, src={}, dst={})", side(c.src), side(c.dst))
+        }
+        _ => {
+            return Err(format!(
+                "`{}` has no spmd_types call (ppermute, pmean and divide_by_group_size are JAX's)",
+                c.describe()
+            ))
+        }
+    })
+}
+
 /// The script reproducing `v`, a counterexample of `rule`, or why none can
 /// be written (the reason is one line).
 pub fn emit_script(
@@ -149,26 +197,39 @@ pub fn emit_script(
     v: &Violation,
 ) -> Result<String, String> {
     use serde_json::json;
-    let f = match &rule.op.op {
-        Op::Local(f) => f,
+    // The function the script runs: a local op's expression, or (PyTorch)
+    // a collective as its spmd_types call, whose own transpose the
+    // framework then uses in place of the rule's declared backward.
+    let (vars, body, text): (Vec<String>, String, String) = match (&rule.op.op, lang) {
+        (Op::Local(f), _) => {
+            if !matches!(rule.op.backward, Backward::LocalVjp) {
+                return Err(
+                    "the rule declares its own backward; the framework would use its autodiff instead"
+                        .into(),
+                );
+            }
+            (f.vars.clone(), py_expr(&f.expr, lang)?, f.text.clone())
+        }
+        (Op::Collective(c), Lang::Pytorch) => (
+            vec![rule.op.input_name(0)],
+            spmd_types_call(c)?,
+            c.describe(),
+        ),
+        (Op::Collective(_), Lang::Jax) => return Err(
+            "a collective rule is emitted for PyTorch (spmd_types' collectives), not yet for JAX"
+                .into(),
+        ),
         _ => return Err(
-            "only local-op rules are emitted (collectives, compositions and programs are not yet)"
+            "only local ops and collectives are emitted (compositions and programs are not yet)"
                 .into(),
         ),
     };
-    if !matches!(rule.op.backward, Backward::LocalVjp) {
-        return Err(
-            "the rule declares its own backward; the framework would use its autodiff instead"
-                .into(),
-        );
-    }
     if matches!(v.property, Property::J1 | Property::T1) {
         return Err(format!("{} is not emitted", v.property.code()));
     }
     if v.mesh.axes.len() != 1 {
         return Err("the counterexample's mesh has more than one axis".into());
     }
-    let body = py_expr(&f.expr, lang)?;
     let value = |s: &spmd_oracle::Shown| -> Result<serde_json::Value, String> {
         Ok(json!({
             "label": s.label,
@@ -208,17 +269,25 @@ pub fn emit_script(
         "report": v.report_in(rule.dialect),
         "ranks": v.mesh.axes[0].size,
         "axis": v.mesh.axes[0].name,
-        "vars": f.vars,
-        "expr": f.text,
+        "vars": vars,
+        "expr": text,
         "inputs": inputs,
         "alternatives": alternatives,
         "oracle": oracle,
         "output": state_letter(&rule.op.output)?,
         "backward": !matches!(v.property, Property::F1 | Property::F2 | Property::F3),
+        // A collective's declared backward, which the framework does not
+        // run (it uses its own transpose).
+        "declared_backward": match (&rule.op.op, &rule.op.backward) {
+            (Op::Collective(_), Backward::Transpose(b)) => {
+                Some(crate::transposes::describe_typed(b, rule.dialect))
+            }
+            _ => None,
+        },
         "no_grad": rule.op.no_grad,
     });
     let data = json_str(&data.to_string());
-    let args: Vec<String> = (0..f.vars.len()).map(|i| format!("a{i}")).collect();
+    let args: Vec<String> = (0..vars.len()).map(|i| format!("a{i}")).collect();
     let head = format!(
         "#!/usr/bin/env python3\n\"\"\"{} repro of a spmd-check counterexample (SPEC.md §20.2).\n\nRule: {}\nOracle: {}\n\nRun: python3 THIS_FILE [--expect reproduced|error[:TEXT]|typed_otherwise|values_differ]\n\"\"\"\n",
         lang.name(),
@@ -311,15 +380,26 @@ def judge(results, oracle):
         if DATA["backward"] and r.get("grad_error"):
             return "error", r["grad_error"]
     diffs = []
+    grads_compared = 0
     for sfx, r in results:
         got = {"out" + sfx: r["out"]}
         for i, g in enumerate(r.get("grads") or []):
             got["d" + DATA["inputs"][i]["label"] + sfx] = g
         for label, vals in got.items():
-            if label in oracle and vals is not None and not same_values(vals, oracle[label]["per_rank"]):
-                diffs.append(f"{label}: {FRAMEWORK} {vals}, oracle {oracle[label]['per_rank']}")
+            if label in oracle and vals is not None:
+                grads_compared += label.startswith("d")
+                if not same_values(vals, oracle[label]["per_rank"]):
+                    diffs.append(f"{label}: {FRAMEWORK} {vals}, oracle {oracle[label]['per_rank']}")
     if diffs:
         return "values_differ", "; ".join(diffs)
+    decl = DATA.get("declared_backward")
+    if DATA["backward"] and decl and grads_compared == 0:
+        # The violation is the declared backward's; the framework runs its
+        # own transpose, and the oracle shows no gradient to set beside it.
+        grads = [r.get("grads") for _, r in results if r.get("grads") is not None]
+        what = f"its gradients {grads}" if grads else "the oracle shows no cotangent to run it on"
+        return "values_differ", (f"{FRAMEWORK} runs its own transpose, not the rule's declared "
+                                 f"backward `{decl}`; {what}")
     return "reproduced", (f"{FRAMEWORK} computes exactly the oracle's values, which violate "
                           f"{DATA['title']}: {DATA['what']}; expected {DATA['expected']}, got {DATA['actual']}")
 
@@ -458,7 +538,8 @@ if __name__ == "__main__":
 
 const TORCH_HARNESS: &str = r#"
 from torch.distributed._local_tensor import LocalTensorMode  # noqa: E402
-from spmd_types import I, P, R, V, assert_type, get_local_type  # noqa: E402
+from spmd_types import (I, P, R, V, S, all_gather, all_reduce, all_to_all, assert_type,  # noqa: E402,F401
+                        convert, get_local_type, reduce_scatter, reinterpret)
 from spmd_types._checker import typecheck  # noqa: E402
 from spmd_types._testing import fake_pg  # noqa: E402
 
@@ -484,9 +565,14 @@ def letter(t):
     return repr(s)
 
 
+PG = None  # the process group a collective runs on
+
+
 def run(ins, ct):
+    global PG
     n = DATA["ranks"]
     with fake_pg(n) as pg:
+        PG = pg
         mode = LocalTensorMode(n)
         with mode:
             ts = []

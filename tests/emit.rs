@@ -122,7 +122,8 @@ output = "P(None, None)"
 
 #[test]
 fn what_cannot_be_spelled_says_why() {
-    // A collective rule is not emitted (yet), and says so in one line.
+    // A collective rule is not emitted for JAX (yet), nor pmean for
+    // PyTorch (spmd_types has none), and each says so in one line.
     let gather = r#"
 [[rule]]
 name = "pmean with pvary as its backward"
@@ -133,7 +134,9 @@ inputs = ["Varying"]
 output = "Invariant"
 "#;
     let why = script(gather, Lang::Jax).expect("unsound").unwrap_err();
-    assert!(why.contains("only local-op rules"), "{why}");
+    assert!(why.contains("not yet for JAX"), "{why}");
+    let why = script(gather, Lang::Pytorch).expect("unsound").unwrap_err();
+    assert!(why.contains("no spmd_types call"), "{why}");
     // A constant that float64 does not hold exactly is refused, not rounded.
     let third = r#"
 [[rule]]
@@ -286,4 +289,48 @@ mod external {
         let e = spmd_check::check_external(mul(1.0), &["P"], "P", Dialect::SpmdTypes, &cfg());
         assert!(e.is_err());
     }
+}
+
+/// A collective rule whose declared backward is wrong: all_reduce P -> R
+/// transposed by a reinterpret that keeps the cotangent local (B1). The
+/// PyTorch script runs spmd_types' own `all_reduce` (with its own
+/// transpose) and carries the declared backward, so it can say that the
+/// framework does not do what the rule declares.
+const ALL_REDUCE_WRONG: &str = r#"
+[[rule]]
+name = "all_reduce P to R, backward keeps P"
+mesh = { x = 2 }
+forward = "all_reduce(R)"
+inputs = ["P"]
+output = "R"
+backward = "reinterpret(P,R)"
+"#;
+
+/// Its sound sibling: the transpose spmd_types itself uses.
+const ALL_REDUCE_RIGHT: &str = r#"
+[[rule]]
+name = "all_reduce P to R"
+mesh = { x = 2 }
+forward = "all_reduce(R)"
+inputs = ["P"]
+output = "R"
+backward = "all_reduce(R)"
+"#;
+
+#[test]
+fn a_collective_rule_gives_a_pytorch_script_with_spmd_types_call() {
+    assert!(script(ALL_REDUCE_RIGHT, Lang::Pytorch).is_none(), "sound");
+    let s = script(ALL_REDUCE_WRONG, Lang::Pytorch)
+        .expect("unsound")
+        .expect("emitted");
+    assert!(s.contains("all_reduce(a0, PG, src=P, dst=R)"), "{s}");
+    let d = data(&s);
+    assert_eq!(d["property"], "B1");
+    assert!(d["declared_backward"]
+        .as_str()
+        .unwrap()
+        .starts_with("reinterpret"));
+    // JAX's collectives are not emitted yet, and the reason says so.
+    let why = script(ALL_REDUCE_WRONG, Lang::Jax).unwrap().unwrap_err();
+    assert!(why.contains("PyTorch"), "{why}");
 }
