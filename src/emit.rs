@@ -188,6 +188,52 @@ fn spmd_types_call(c: &Collective) -> Result<String, String> {
     })
 }
 
+/// A catalogue collective as the JAX call that performs it inside
+/// `shard_map` on the script's axis (SPEC.md §20.2), as jax 0.10.2 spells
+/// it in `tests/fixtures/jax_collectives.json` (an Unreduced operand makes
+/// psum and psum_scatter JAX's unreduced forms).
+fn jax_call(c: &Collective) -> Result<String, String> {
+    use State::{Invariant as I, Partial as P, Reduced as R, Varying as V};
+    let ax = "DATA[\"axis\"]";
+    Ok(match (&c.kind, c.src, c.dst) {
+        (Kind::AllReduce, V | P, I) => format!("lax.psum(a0, {ax})"),
+        (Kind::PMean, V, I) => format!("lax.pmean(a0, {ax})"),
+        (Kind::AllGather { dim, stack }, V, V) => {
+            let tiled = if *stack { "False" } else { "True" };
+            format!("lax.all_gather(a0, {ax}, axis={dim}, tiled={tiled})")
+        }
+        (Kind::AllGather { dim, stack: false }, V, I) => {
+            format!("lax.all_gather(a0, {ax}, axis={dim}, tiled=True, to='invarying')")
+        }
+        (Kind::AllGather { dim, stack: false }, V, R) => {
+            format!("lax.all_gather(a0, {ax}, axis={dim}, tiled=True, to='reduced')")
+        }
+        (Kind::ReduceScatter { dim, stack: false }, V | P, V) => {
+            format!("lax.psum_scatter(a0, {ax}, scatter_dimension={dim}, tiled=True)")
+        }
+        (Kind::AllToAll { split, concat }, V, V) => {
+            format!("lax.all_to_all(a0, {ax}, {split}, {concat}, tiled=True)")
+        }
+        (Kind::PPermute { perm }, V, V) => {
+            let pairs: Vec<String> = perm
+                .iter()
+                .enumerate()
+                .filter_map(|(i, d)| d.map(|d| format!("({i}, {d})")))
+                .collect();
+            format!("lax.ppermute(a0, {ax}, perm=[{}])", pairs.join(", "))
+        }
+        (Kind::Reinterpret, I | R, V) => format!("lax.pcast(a0, {ax}, to='varying')"),
+        (Kind::Reinterpret, I, R) => format!("lax.pcast(a0, {ax}, to='reduced')"),
+        (Kind::Reinterpret, V, P) => format!("lax.pcast(a0, {ax}, to='unreduced')"),
+        _ => return Err(format!(
+            "`{}` from {} to {} has no JAX call recorded in tests/fixtures/jax_collectives.json",
+            c.describe(),
+            c.src,
+            c.dst
+        )),
+    })
+}
+
 /// The script reproducing `v`, a counterexample of `rule`, or why none can
 /// be written (the reason is one line).
 pub fn emit_script(
@@ -215,10 +261,7 @@ pub fn emit_script(
             spmd_types_call(c)?,
             c.describe(),
         ),
-        (Op::Collective(_), Lang::Jax) => return Err(
-            "a collective rule is emitted for PyTorch (spmd_types' collectives), not yet for JAX"
-                .into(),
-        ),
+        (Op::Collective(c), Lang::Jax) => (vec![rule.op.input_name(0)], jax_call(c)?, c.describe()),
         _ => return Err(
             "only local ops and collectives are emitted (compositions and programs are not yet)"
                 .into(),

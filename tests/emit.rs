@@ -122,8 +122,8 @@ output = "P(None, None)"
 
 #[test]
 fn what_cannot_be_spelled_says_why() {
-    // A collective rule is not emitted for JAX (yet), nor pmean for
-    // PyTorch (spmd_types has none), and each says so in one line.
+    // pmean is emitted for JAX as `lax.pmean`, not for PyTorch (spmd_types
+    // has no pmean), which says so in one line.
     let gather = r#"
 [[rule]]
 name = "pmean with pvary as its backward"
@@ -133,8 +133,11 @@ backward = "pvary"
 inputs = ["Varying"]
 output = "Invariant"
 "#;
-    let why = script(gather, Lang::Jax).expect("unsound").unwrap_err();
-    assert!(why.contains("not yet for JAX"), "{why}");
+    let s = script(gather, Lang::Jax)
+        .expect("unsound")
+        .expect("emitted");
+    assert!(s.contains("return lax.pmean(a0, DATA[\"axis\"])"), "{s}");
+    assert_eq!(data(&s)["declared_backward"], "pvary()[Invariant->Varying]");
     let why = script(gather, Lang::Pytorch).expect("unsound").unwrap_err();
     assert!(why.contains("no spmd_types call"), "{why}");
     // A constant that float64 does not hold exactly is refused, not rounded.
@@ -330,7 +333,38 @@ fn a_collective_rule_gives_a_pytorch_script_with_spmd_types_call() {
         .as_str()
         .unwrap()
         .starts_with("reinterpret"));
-    // JAX's collectives are not emitted yet, and the reason says so.
+    // The same rule for JAX: all_reduce to Reduced has no JAX call in the
+    // recorded spellings, and the reason says so.
     let why = script(ALL_REDUCE_WRONG, Lang::Jax).unwrap().unwrap_err();
-    assert!(why.contains("PyTorch"), "{why}");
+    assert!(why.contains("no JAX call"), "{why}");
+}
+
+/// JAX collectives as jax 0.10.2 spells them (tests/fixtures/
+/// jax_collectives.json): ppermute with (source, destination) pairs.
+#[test]
+fn a_jax_collective_rule_gives_a_script_with_jaxs_call() {
+    let wrong = r#"
+[[rule]]
+name = "ppermute transposed by itself (not its inverse)"
+dialect = "jax"
+mesh = { x = 4 }
+forward = "ppermute(perm=[1,2,3,0])"
+backward = "ppermute(perm=[1,2,3,0])"
+inputs = ["Varying"]
+output = "Varying"
+"#;
+    let s = script(wrong, Lang::Jax).expect("unsound").expect("emitted");
+    assert!(
+        s.contains("lax.ppermute(a0, DATA[\"axis\"], perm=[(0, 1), (1, 2), (2, 3), (3, 0)])"),
+        "{s}"
+    );
+    assert_eq!(data(&s)["property"], "B3");
+    // Its sound sibling, transposed by the inverse, emits nothing.
+    let right = wrong
+        .replace(
+            "backward = \"ppermute(perm=[1,2,3,0])\"",
+            "backward = \"ppermute(perm=[3,0,1,2])\"",
+        )
+        .replace("(not its inverse)", "by its inverse");
+    assert!(script(&right, Lang::Jax).is_none());
 }
