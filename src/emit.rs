@@ -225,12 +225,14 @@ fn jax_call(c: &Collective) -> Result<String, String> {
         (Kind::Reinterpret, I | R, V) => format!("lax.pcast(a0, {ax}, to='varying')"),
         (Kind::Reinterpret, I, R) => format!("lax.pcast(a0, {ax}, to='reduced')"),
         (Kind::Reinterpret, V, P) => format!("lax.pcast(a0, {ax}, to='unreduced')"),
-        _ => return Err(format!(
+        _ => {
+            return Err(format!(
             "`{}` from {} to {} has no JAX call recorded in tests/fixtures/jax_collectives.json",
             c.describe(),
             c.src,
             c.dst
-        )),
+        ))
+        }
     })
 }
 
