@@ -11,6 +11,11 @@ use spmd_oracle::{Verdict, Violation};
 pub fn verdict_word(v: &Verdict) -> String {
     match v {
         Verdict::Sound { proof: true, .. } => "sound (proof)".into(),
+        Verdict::Sound { tally, .. } if tally.undecided > 0 => format!(
+            "sound (bounded; {} of {} instances undecided)",
+            tally.undecided,
+            tally.instances()
+        ),
         Verdict::Sound { .. } => "sound (bounded)".into(),
         Verdict::Unsound { violation, .. } => format!("unsound {}", violation.property.code()),
         Verdict::Vacuous { .. } => match v.vacuous_reason() {
