@@ -27,7 +27,8 @@ pub fn typed(
     output: &str,
     scope: &Scope,
 ) -> Result<(TypedOp, Vec<spmd_semantics::Mesh>), UsageError> {
-    let f = parse(op).map_err(|e| UsageError(format!("expression `{op}`: {e}")))?;
+    let f = parse(op)
+        .map_err(|e| UsageError(format!("expression `{}`: {e}", crate::report::excerpt(op))))?;
     if f.arity() != inputs.len() {
         return Err(UsageError(format!(
             "`{op}` takes {} inputs, {} types given",

@@ -161,8 +161,8 @@ enum Cmd {
         /// Seed of the random part.
         #[arg(long, default_value_t = 0)]
         seed: u64,
-        /// Random cases beyond the exhaustive scope, per rule.
-        #[arg(long, default_value_t = 256)]
+        /// Random cases beyond the exhaustive scope, per rule (at most 1,000,000).
+        #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
         cases: u32,
         #[arg(long)]
         json: bool,
@@ -295,9 +295,12 @@ fn run() -> Result<ExitCode, UsageError> {
             let sys = spmd_check::derive::dialect_for(dialect.as_deref(), op.as_deref(), global)?;
             let f = match (op, expr) {
                 (Some(name), None) => builtin(&name).map_err(UsageError)?,
-                (None, Some(e)) => {
-                    parse(&e).map_err(|err| UsageError(format!("--expr `{e}`: {err}")))?
-                }
+                (None, Some(e)) => parse(&e).map_err(|err| {
+                    UsageError(format!(
+                        "--expr `{}`: {err}",
+                        spmd_check::report::excerpt(&e)
+                    ))
+                })?,
                 (Some(_), Some(_)) => {
                     return Err(UsageError("give either OP or --expr, not both".into()))
                 }

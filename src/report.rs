@@ -7,6 +7,18 @@ use crate::programs::ProgramResult;
 use serde_json::{json, Value};
 use spmd_oracle::{Verdict, Violation};
 
+/// A user's text as quoted in a one-line error: whole up to 80 characters,
+/// else its first 60 and its length (the error's column still points into
+/// the whole text).
+pub fn excerpt(text: &str) -> String {
+    let n = text.chars().count();
+    if n <= 80 {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(60).collect();
+    format!("{head}… ({n} characters)")
+}
+
 /// `sound (proof)`, `sound (bounded)`, `unsound F2`, `vacuous`, `undetermined`.
 pub fn verdict_word(v: &Verdict) -> String {
     match v {

@@ -438,7 +438,12 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
                     None => parse(expr),
                     Some(v) => parse_with_vars(expr, v),
                 }
-                .map_err(|e| err(expr, format!("expression `{expr}`: {e}")))?,
+                .map_err(|e| {
+                    err(
+                        expr,
+                        format!("expression `{}`: {e}", crate::report::excerpt(expr)),
+                    )
+                })?,
             };
             if f.arity() != types.len() {
                 return Err(err(
@@ -647,8 +652,16 @@ fn build_program(
         };
         let step = match (&st.expr, &st.forward) {
             (Some(e), None) => {
-                let f = parse(e)
-                    .map_err(|x| err(e, format!("step `{}`: expression `{e}`: {x}", st.name)))?;
+                let f = parse(e).map_err(|x| {
+                    err(
+                        e,
+                        format!(
+                            "step `{}`: expression `{}`: {x}",
+                            st.name,
+                            crate::report::excerpt(e)
+                        ),
+                    )
+                })?;
                 let args: Vec<usize> = f.vars.iter().map(|v| index(v)).collect::<Result<_, _>>()?;
                 let ins: Vec<Type> = args.iter().map(|&a| value_types[a].clone()).collect();
                 spmd_interp::Step {
