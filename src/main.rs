@@ -110,6 +110,10 @@ enum Cmd {
         /// how it compares (spmd_types, jax, dtensor, ltensor, nabla).
         #[arg(long)]
         dialect: Option<String>,
+        /// Instead, the table of pending reductions of this kind (sum, avg,
+        /// max, min): which outputs defer it (SPEC.md §21.3).
+        #[arg(long)]
+        partial: Option<String>,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -289,9 +293,19 @@ fn run() -> Result<ExitCode, UsageError> {
             expr,
             global,
             dialect,
+            partial,
             json,
             scope,
         } => {
+            if let Some(k) = partial {
+                return spmd_check::derive::derive_partial_cmd(
+                    op.as_deref(),
+                    expr.as_deref(),
+                    &k,
+                    global || dialect.is_some(),
+                    json,
+                );
+            }
             let sys = spmd_check::derive::dialect_for(dialect.as_deref(), op.as_deref(), global)?;
             let f = match (op, expr) {
                 (Some(name), None) => builtin(&name).map_err(UsageError)?,
