@@ -593,12 +593,24 @@ fn run() -> Result<ExitCode, UsageError> {
                 return Ok(ExitCode::from(u8::from(defect || wrong)));
             }
             let code = conform_output(&results, &pairs, &jvps, &fsdp, &progs, &generated, json);
+            // Pending reductions beyond sums (SPEC.md §21.7): with every system,
+            // or with dtensor or jax, whose rules it holds.
+            let pending = match dialect.as_deref() {
+                None | Some("dtensor") | Some("jax") => {
+                    Some(spmd_check::conform::partial_kinds_section()?)
+                }
+                Some(_) => None,
+            };
+            let wrong = wrong || pending.as_ref().is_some_and(|p| !p.1);
             if !json {
                 fsdp_output(&fsdp);
                 programs_output(&progs);
                 println!("\ngenerated programs, depth 1 (SPEC.md §17; `spmd-check programs` goes deeper):");
                 for r in &generated {
                     println!("  {}", spmd_check::generated::summary_line(r));
+                }
+                if let Some((text, _)) = &pending {
+                    print!("{text}");
                 }
             }
             Ok(if wrong { ExitCode::from(1) } else { code })

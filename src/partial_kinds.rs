@@ -109,6 +109,15 @@ impl Default for Scope {
 }
 
 impl Scope {
+    /// The scope `conform` and the tests use: cases of at most 6^5 grid
+    /// points (two ranks with two scalars each, or four ranks with one).
+    pub fn conform() -> Scope {
+        Scope {
+            max_points: 7_776,
+            ..Scope::default()
+        }
+    }
+
     pub fn describe(&self) -> String {
         let vals: Vec<String> = self.values.iter().map(|v| v.to_string()).collect();
         format!(
@@ -1098,8 +1107,9 @@ impl RuleResult {
 }
 
 pub fn check_rules(rules: &[SystemRule], scope: &Scope) -> Result<Vec<RuleResult>, String> {
+    use rayon::prelude::*;
     rules
-        .iter()
+        .par_iter()
         .map(|r| {
             let verdict = check_places(&r.op, &r.inputs, &[r.output], scope)?.remove(0);
             let twin = match &r.twin {
