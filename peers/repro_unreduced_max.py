@@ -1,7 +1,7 @@
 """jax 0.11.2: reduce_max / reduce_min of an Unreduced (pending sum) array
 is typed Unreduced of kind max / min, and resharding it gives the maximum
 over ranks of each rank's partial maximum, not the maximum of the sum
-(SPEC.md §21.7; peers/README.md, findings). Run on host CPU:
+(SPEC.md §21.6; peers/README.md, findings). Run on host CPU:
 
     python3.12 -m venv v && v/bin/pip install "jax[cpu]==0.11.2"
     v/bin/python peers/repro_unreduced_max.py

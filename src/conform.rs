@@ -271,7 +271,7 @@ pub fn transformer_text(rows: &[TransformerRow]) -> String {
     out
 }
 
-/// The pending-kind section of `conform` (SPEC.md §21.7): the systems'
+/// The pending-kind section of `conform` (SPEC.md §21.6): the systems'
 /// rules for Partial(avg | max | min) from `dialects/tables/partial_kinds.toml`
 /// with their twins, the collectives of the kinds and their gradients and
 /// JVPs. Returns the text and whether every verdict came out as pinned.

@@ -306,8 +306,8 @@ pub fn dialect_for(
     Ok(Some((sys, class)))
 }
 
-/// `derive OP --partial k` (SPEC.md §21.3): the table of which outputs defer
-/// a pending reduction of kind `k`, printed (or as JSON). Its scope is §21.3's
+/// `derive OP --partial k` (SPEC.md §21.2): the table of which outputs defer
+/// a pending reduction of kind `k`, printed (or as JSON). Its scope is §21.2's
 /// own; `--global` and `--dialect` do not combine with it.
 pub fn derive_partial_cmd(
     op: Option<&str>,
@@ -326,13 +326,10 @@ pub fn derive_partial_cmd(
         .map_err(|e| UsageError(format!("--partial: {e}")))?;
     let f = match (op, expr) {
         (Some(name), None) => spmd_interp::op::builtin(name).map_err(UsageError)?,
-        (None, Some(e)) => spmd_interp::expr::parse(e)
-            .map_err(|err| UsageError(format!("--expr `{e}`: {err}")))?,
-        _ => {
-            return Err(UsageError(
-                "give either OP or --expr with --partial".into(),
-            ))
+        (None, Some(e)) => {
+            spmd_interp::expr::parse(e).map_err(|err| UsageError(format!("--expr `{e}`: {err}")))?
         }
+        _ => return Err(UsageError("give either OP or --expr with --partial".into())),
     };
     let scope = pk::Scope::default();
     let rows = pk::derive_partial(&f, k, &scope)?;

@@ -636,27 +636,43 @@ fn other_partial(p: &str) -> bool {
 }
 
 /// A DTensor case whose output is `Partial(avg | max | min)` (SPEC.md
-/// §21.6): the op runs on each rank's local tensors and must give DTensor's
-/// per-rank output exactly; the typing must defer (§21.3); and, where
+/// §21.5): the op runs on each rank's local tensors and must give DTensor's
+/// per-rank output exactly; the typing must defer (§21.2); and, where
 /// DTensor recorded a gradient, it must equal the exact derivative of the op
 /// on the global tensors paired with the cotangent (difference quotients,
-/// §21.5; DTensor's own backward is only compared, never used).
-fn dtensor_pending(c: &Value, expr: &str, ops: &[(String, Value)], out: &str, n: u64) -> (Class, String) {
+/// §21.4; DTensor's own backward is only compared, never used).
+fn dtensor_pending(
+    c: &Value,
+    expr: &str,
+    ops: &[(String, Value)],
+    out: &str,
+    n: u64,
+) -> (Class, String) {
     use crate::partial_kinds::{check_places, denote, global_gradient, Place, Scope as PScope};
     use spmd_semantics::Tensor;
     let not = |why: String| (Class::NotExpressible(why), String::new());
-    if c["real"]["inserted"].as_array().is_some_and(|a| !a.is_empty()) {
+    if c["real"]["inserted"]
+        .as_array()
+        .is_some_and(|a| !a.is_empty())
+    {
         return not(format!("DTensor gives {out} after a redistribution; only direct typings of pending kinds are replayed"));
     }
     let tensors = |v: &Value| -> Option<Vec<Tensor>> {
-        Some(exact(v)?.into_iter().map(|(s, d)| Tensor::new(s, d)).collect())
+        Some(
+            exact(v)?
+                .into_iter()
+                .map(|(s, d)| Tensor::new(s, d))
+                .collect(),
+        )
     };
     let parsed: Option<Vec<(Place, Vec<Tensor>)>> = ops
         .iter()
         .map(|(p, v)| Some((Place::parse(p).ok()?, tensors(v)?)))
         .collect();
     let (Some(parsed), Ok(out_place)) = (parsed, Place::parse(out)) else {
-        return not(format!("placements or values of `{expr}` -> {out} not readable"));
+        return not(format!(
+            "placements or values of `{expr}` -> {out} not readable"
+        ));
     };
     let Ok(f) = spmd_interp::expr::parse(expr) else {
         return not(format!("`{expr}` does not parse"));
@@ -670,7 +686,12 @@ fn dtensor_pending(c: &Value, expr: &str, ops: &[(String, Value)], out: &str, n:
         };
         match spmd_interp::eval::eval(&f.expr, &local, &mut Default::default()) {
             Ok(t) => per_rank.push(t),
-            Err(e) => return (Class::ModelMismatch(format!("`{expr}` on rank {r}: {e:?}")), String::new()),
+            Err(e) => {
+                return (
+                    Class::ModelMismatch(format!("`{expr}` on rank {r}: {e:?}")),
+                    String::new(),
+                )
+            }
         }
     }
     let real = &c["real"];
@@ -679,29 +700,41 @@ fn dtensor_pending(c: &Value, expr: &str, ops: &[(String, Value)], out: &str, n:
         && theirs.iter().zip(&per_rank).all(|(a, b)| a.data == b.data);
     if !same {
         return (
-            Class::ModelMismatch(format!("`{expr}` forward: ours {per_rank:?}, DTensor's {}", real["output_per_rank"])),
+            Class::ModelMismatch(format!(
+                "`{expr}` forward: ours {per_rank:?}, DTensor's {}",
+                real["output_per_rank"]
+            )),
             String::new(),
         );
     }
     let ins: Vec<Place> = parsed.iter().map(|p| p.0).collect();
     let mut note = format!(
         "`{expr}` on {} -> {out}; forward equals DTensor's per rank",
-        ins.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
+        ins.iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
     );
     // The gradient DTensor returned, against the exact derivative.
-    let grads = real["transpose"].as_array().filter(|_| real["transpose_error"].is_null());
+    let grads = real["transpose"]
+        .as_array()
+        .filter(|_| real["transpose_error"].is_null());
     let cot = tensors(&real["cotangent"]["per_rank"])
         .zip(Place::parse(real["cotangent"]["placement"].as_str().unwrap_or("?")).ok());
     if let (Some(gs), Some((cts, cp))) = (grads, cot) {
         let globals: Option<Vec<Tensor>> = parsed.iter().map(|(p, xs)| denote(*p, xs)).collect();
         let g = denote(cp, &cts);
-        let want = globals.zip(g).and_then(|(xs, g)| global_gradient(&f, &xs, &g));
+        let want = globals
+            .zip(g)
+            .and_then(|(xs, g)| global_gradient(&f, &xs, &g));
         let Some(want) = want else {
             return not("the derivative is undetermined here (a kink)".into());
         };
         for (k, (gk, w)) in gs.iter().zip(&want).enumerate() {
             let place = Place::parse(gk["placement"].as_str().unwrap_or("?")).ok();
-            let got = place.zip(tensors(&gk["per_rank"])).and_then(|(p, ts)| denote(p, &ts));
+            let got = place
+                .zip(tensors(&gk["per_rank"]))
+                .and_then(|(p, ts)| denote(p, &ts));
             if got.as_ref().map(|t| &t.data) != Some(&w.data) {
                 return (
                     Class::ModelMismatch(format!(
@@ -716,7 +749,7 @@ fn dtensor_pending(c: &Value, expr: &str, ops: &[(String, Value)], out: &str, n:
     match check_places(&f, &ins, &[out_place], &PScope::conform()) {
         Ok(mut v) => {
             let v = v.remove(0);
-            note += &format!("; oracle (SPEC.md §21.3): {}", v.text());
+            note += &format!("; oracle (SPEC.md §21.2): {}", v.text());
             match v.key() {
                 "defers" => (Class::Agree, note),
                 "refuted" => (Class::RealDefect(v.text()), note),

@@ -111,7 +111,7 @@ enum Cmd {
         #[arg(long)]
         dialect: Option<String>,
         /// Instead, the table of pending reductions of this kind (sum, avg,
-        /// max, min): which outputs defer it (SPEC.md §21.3).
+        /// max, min): which outputs defer it (SPEC.md §21.2).
         #[arg(long)]
         partial: Option<String>,
         #[arg(long)]
@@ -593,7 +593,7 @@ fn run() -> Result<ExitCode, UsageError> {
                 return Ok(ExitCode::from(u8::from(defect || wrong)));
             }
             let code = conform_output(&results, &pairs, &jvps, &fsdp, &progs, &generated, json);
-            // Pending reductions beyond sums (SPEC.md §21.7): with every system,
+            // Pending reductions beyond sums (SPEC.md §21.6): with every system,
             // or with dtensor or jax, whose rules it holds.
             let pending = match dialect.as_deref() {
                 None | Some("dtensor") | Some("jax") => {

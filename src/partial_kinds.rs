@@ -19,7 +19,7 @@ use spmd_semantics::pending::{combine, PartialKind, ALL_KINDS};
 use spmd_semantics::{Shape, Tensor, Q};
 use std::fmt;
 
-/// A placement on one mesh axis (SPEC.md §21.2).
+/// A placement on one mesh axis (SPEC.md §21.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Place {
     /// The same tensor on every rank (Invariant, DTensor's `Replicate()`).
@@ -76,7 +76,7 @@ impl fmt::Display for Place {
     }
 }
 
-/// The bounded scope of SPEC.md §21.3.
+/// The bounded scope of SPEC.md §21.2.
 #[derive(Clone, Debug)]
 pub struct Scope {
     pub ranks: Vec<usize>,
@@ -165,7 +165,12 @@ pub struct Counterexample {
 
 impl fmt::Display for Counterexample {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let show = |ts: &[Tensor]| ts.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ");
+        let show = |ts: &[Tensor]| {
+            ts.iter()
+                .map(|t| t.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
         write!(f, "{} ranks; ", self.n)?;
         for (i, x) in self.inputs.iter().enumerate() {
             write!(f, "input {i} per rank [{}]; ", show(x))?;
@@ -289,10 +294,12 @@ fn cases(f: &LocalFn, ins: &[Place], scope: &Scope) -> Vec<(usize, Vec<Shape>)> 
         let mut ok: Vec<(usize, Vec<Shape>)> = tuples
             .into_iter()
             .filter(|t| {
-                let globals: Option<Vec<Shape>> =
-                    ins.iter().zip(t).map(|(&p, s)| global_shape(p, s, n)).collect();
-                infer(&f.expr, t).is_ok()
-                    && globals.is_some_and(|g| infer(&f.expr, &g).is_ok())
+                let globals: Option<Vec<Shape>> = ins
+                    .iter()
+                    .zip(t)
+                    .map(|(&p, s)| global_shape(p, s, n))
+                    .collect();
+                infer(&f.expr, t).is_ok() && globals.is_some_and(|g| infer(&f.expr, &g).is_ok())
             })
             .map(|t| {
                 let fr = ins
@@ -342,7 +349,7 @@ fn run_instance(f: &LocalFn, ins: &[Place], xs: &[Vec<Tensor>], n: usize) -> Res
 }
 
 /// Checks `f` with inputs placed `ins` against every output placement of
-/// `outs` at once (SPEC.md §21.3): the output defers when, on every instance
+/// `outs` at once (SPEC.md §21.2): the output defers when, on every instance
 /// of the scope, the per-rank outputs under it denote f of the inputs'
 /// denotations. Each failing output gets the minimal counterexample: the
 /// first failing case, and in it the fewest nonzero scalars, then the
@@ -363,7 +370,7 @@ pub fn check_places(
     }
     if is_transcendental(&f.expr) {
         return Err(format!(
-            "`{}`: transcendental ops are outside the pending-kind checks (SPEC.md §21.3)",
+            "`{}`: transcendental ops are outside the pending-kind checks (SPEC.md §21.2)",
             f.text
         ));
     }
@@ -382,8 +389,8 @@ pub fn check_places(
             .map(|(&p, s)| free(p, s.iter().product(), n))
             .collect();
         let total: usize = sizes.iter().sum();
-        let points = (total as u32)
-            .checked_mul(1)
+        let points = u32::try_from(total)
+            .ok()
             .and_then(|t| nv.checked_pow(t))
             .filter(|&p| p <= scope.max_points);
         let Some(points) = points else {
@@ -409,7 +416,7 @@ pub fn check_places(
                 xs.push(match p {
                     Place::Inv => vec![Tensor::new(s.clone(), vals); n],
                     Place::Part(_) | Place::Shard(_) => vals
-                        .chunks(numel.max(1))
+                        .chunks(numel)
                         .take(n)
                         .map(|c| Tensor::new(s.clone(), c[..numel].to_vec()))
                         .collect(),
@@ -483,13 +490,16 @@ pub fn output_places() -> Vec<Place> {
     v
 }
 
-/// `derive OP --partial k` (SPEC.md §21.3): every assignment of Invariant
+/// `derive OP --partial k` (SPEC.md §21.2): every assignment of Invariant
 /// or Partial(k) to the inputs (at least one Partial), against every output
 /// placement Invariant or Partial(k') for each kind k'.
 pub fn derive_partial(f: &LocalFn, k: PartialKind, scope: &Scope) -> Result<Vec<Row>, UsageError> {
     let m = f.arity();
     if m == 0 {
-        return Err(UsageError(format!("`{}` has no input to hold a pending reduction", f.text)));
+        return Err(UsageError(format!(
+            "`{}` has no input to hold a pending reduction",
+            f.text
+        )));
     }
     if m > 3 {
         return Err(UsageError(format!(
@@ -524,18 +534,25 @@ pub fn derive_partial(f: &LocalFn, k: PartialKind, scope: &Scope) -> Result<Vec<
 fn typing(ins: &[Place], out: Place) -> String {
     format!(
         "{} -> {out}",
-        ins.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(", ")
+        ins.iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
     )
 }
 
 pub fn derive_text(f: &LocalFn, k: PartialKind, scope: &Scope, rows: &[Row]) -> String {
     let mut s = format!(
-        "`{}` with pending {k} inputs on one mesh axis (SPEC.md §21.3)\nscope: {}\n",
+        "`{}` with pending {k} inputs on one mesh axis (SPEC.md §21.2)\nscope: {}\n",
         f.text,
         scope.describe()
     );
     for r in rows {
-        s += &format!("  {:<34} {}\n", typing(&r.inputs, r.output), r.verdict.text());
+        s += &format!(
+            "  {:<34} {}\n",
+            typing(&r.inputs, r.output),
+            r.verdict.text()
+        );
     }
     let defers = rows.iter().filter(|r| r.verdict.key() == "defers").count();
     let refuted = rows.iter().filter(|r| r.verdict.key() == "refuted").count();
@@ -560,7 +577,7 @@ pub fn derive_json(f: &LocalFn, k: PartialKind, scope: &Scope, rows: &[Row]) -> 
 }
 
 // ---------------------------------------------------------------------------
-// Collectives (SPEC.md §21.4)
+// Collectives (SPEC.md §21.3)
 
 /// A collective on one axis that performs (or creates) a pending reduction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -628,24 +645,24 @@ impl Coll {
     }
 }
 
+/// A per-rank forward of a collective on one axis.
+pub type CollForward = Box<dyn Fn(&[Tensor]) -> Vec<Tensor> + Sync>;
+
 /// A collective row: a forward (possibly a deliberately wrong one) and the
 /// placements it claims.
 pub struct CollRow {
     pub name: String,
     pub system: &'static str,
     pub claim: (Place, Place),
-    pub forward: Box<dyn Fn(&[Tensor]) -> Vec<Tensor> + Sync>,
+    pub forward: CollForward,
     /// The property a twin must fail, or `None` for a rule that must hold.
     pub expect_fail: Option<&'static str>,
 }
 
 /// F1 (closure) and F3 (the value denoted is kept) for a collective on one
-/// axis, exhaustive over the scope (SPEC.md §21.4). Returns the first
+/// axis, exhaustive over the scope (SPEC.md §21.3). Returns the first
 /// failure: (property, ranks, input per rank, output per rank).
-pub fn check_collective(
-    row: &CollRow,
-    scope: &Scope,
-) -> Result<Counts, (String, String)> {
+pub fn check_collective(row: &CollRow, scope: &Scope) -> Result<Counts, (String, String)> {
     let (src, dst) = row.claim;
     let nv = scope.values.len();
     let mut counts = Counts::default();
@@ -660,7 +677,10 @@ pub fn check_collective(
             }
             let numel: usize = s.iter().product();
             let fr = free(src, numel, n);
-            let Some(points) = (nv as u64).checked_pow(fr as u32).filter(|&p| p <= scope.max_points) else {
+            let Some(points) = (nv as u64)
+                .checked_pow(fr as u32)
+                .filter(|&p| p <= scope.max_points)
+            else {
                 counts.beyond_cap += 1;
                 continue;
             };
@@ -673,15 +693,31 @@ pub fn check_collective(
                 let vals: Vec<Q> = idx.iter().map(|&i| scope.values[i].clone()).collect();
                 let xs: Vec<Tensor> = match src {
                     Place::Inv => vec![Tensor::new(s.clone(), vals); n],
-                    _ => vals.chunks(numel).map(|c| Tensor::new(s.clone(), c.to_vec())).collect(),
+                    _ => vals
+                        .chunks(numel)
+                        .map(|c| Tensor::new(s.clone(), c.to_vec()))
+                        .collect(),
                 };
                 counts.instances += 1;
                 let before = denote(src, &xs).expect("well formed by construction");
                 let ys = (row.forward)(&xs);
-                let show = |ts: &[Tensor]| ts.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ");
-                let at = || format!("{n} ranks, input per rank [{}], output per rank [{}]", show(&xs), show(&ys));
+                let show = |ts: &[Tensor]| {
+                    ts.iter()
+                        .map(|t| t.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                let at = || {
+                    format!(
+                        "{n} ranks, input per rank [{}], output per rank [{}]",
+                        show(&xs),
+                        show(&ys)
+                    )
+                };
                 match denote(dst, &ys) {
-                    None => return Err(("F1".into(), format!("not well formed for {dst}: {}", at()))),
+                    None => {
+                        return Err(("F1".into(), format!("not well formed for {dst}: {}", at())))
+                    }
                     Some(after) if after != before => {
                         return Err((
                             "F3".into(),
@@ -703,11 +739,15 @@ pub fn check_collective(
     Ok(counts)
 }
 
-/// The collective rows with their twins (SPEC.md §21.4).
+/// The collective rows with their twins (SPEC.md §21.3).
 pub fn collective_rows() -> Vec<CollRow> {
     let mut rows = Vec::new();
     for k in ALL_KINDS {
-        for c in [Coll::AllReduce(k), Coll::ReduceScatter(k, 0), Coll::Partition(k)] {
+        for c in [
+            Coll::AllReduce(k),
+            Coll::ReduceScatter(k, 0),
+            Coll::Partition(k),
+        ] {
             let system = match (c, k.jax()) {
                 (Coll::Partition(_), _) | (_, None) => "dtensor",
                 _ => "dtensor, jax",
@@ -721,7 +761,11 @@ pub fn collective_rows() -> Vec<CollRow> {
             });
         }
         // Twin: reduce with the wrong kind (sum for the others, max for sum).
-        let wrong = if k == PartialKind::Sum { PartialKind::Max } else { PartialKind::Sum };
+        let wrong = if k == PartialKind::Sum {
+            PartialKind::Max
+        } else {
+            PartialKind::Sum
+        };
         let c = Coll::AllReduce(wrong);
         rows.push(CollRow {
             name: format!("twin: all_reduce({wrong}) claimed P({k}) -> I"),
@@ -762,7 +806,7 @@ pub fn collective_rows() -> Vec<CollRow> {
 }
 
 // ---------------------------------------------------------------------------
-// Gradients and JVPs (SPEC.md §21.5)
+// Gradients and JVPs (SPEC.md §21.4)
 
 /// The step of the exact difference quotients, as in SPEC.md §5.3.
 fn step() -> Q {
@@ -819,7 +863,7 @@ pub fn exact_from_local_backward(k: PartialKind, xs: &[Tensor], g: &Tensor) -> V
     }
 }
 
-/// B3 for `from_local` to Partial(k) (SPEC.md §21.5): for every rank r and
+/// B3 for `from_local` to Partial(k) (SPEC.md §21.4): for every rank r and
 /// element i, the derivative of ⟨⊕_k x, g⟩ along x_r[i], from exact
 /// difference quotients of the denotation (never from the backward), must
 /// equal the backward's entry. Instances at a tie are undetermined and
@@ -835,17 +879,25 @@ pub fn check_from_local(
         for s in [vec![], vec![2]] {
             let numel: usize = s.iter().product();
             let fr = n * numel;
-            let Some(points) = (nv as u64).checked_pow(fr as u32).filter(|&p| p <= scope.max_points) else {
+            let Some(points) = (nv as u64)
+                .checked_pow(fr as u32)
+                .filter(|&p| p <= scope.max_points)
+            else {
                 continue;
             };
             let mut idx = vec![0usize; fr];
             for p in 0..points {
                 let vals: Vec<Q> = idx.iter().map(|&i| scope.values[i].clone()).collect();
-                let xs: Vec<Tensor> = vals.chunks(numel).map(|c| Tensor::new(s.clone(), c.to_vec())).collect();
+                let xs: Vec<Tensor> = vals
+                    .chunks(numel)
+                    .map(|c| Tensor::new(s.clone(), c.to_vec()))
+                    .collect();
                 // Cotangent: a fixed non-trivial replicated value per instance.
                 let g = Tensor::new(
                     s.clone(),
-                    (0..numel).map(|i| scope.values[(p as usize + i) % nv].clone()).collect(),
+                    (0..numel)
+                        .map(|i| scope.values[(p as usize + i) % nv].clone())
+                        .collect(),
                 );
                 let got = backward(k, &xs, &g);
                 let mut tie = false;
@@ -861,7 +913,12 @@ pub fn check_from_local(
                             break 'all;
                         };
                         if got[r].data[i] != d {
-                            let show = |ts: &[Tensor]| ts.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ");
+                            let show = |ts: &[Tensor]| {
+                                ts.iter()
+                                    .map(|t| t.to_string())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            };
                             return Err(format!(
                                 "B3: {n} ranks, x per rank [{}], cotangent {g}: the backward gives rank {r} element {i} {}, the derivative of the denotation is {d} (backward per rank [{}])",
                                 show(&xs), got[r].data[i], show(&got)
@@ -920,23 +977,33 @@ pub fn same_kind_jvp(k: PartialKind, _xs: &[Tensor], ts: &[Tensor]) -> Tensor {
     combine(k, ts).expect("same shapes")
 }
 
-/// J1 for all_reduce(k) (SPEC.md §21.5): for every instance and every
+/// J1 for all_reduce(k) (SPEC.md §21.4): for every instance and every
 /// per-rank unit tangent, the JVP must equal the derivative of the
 /// denotation along it (exact difference quotients; ties undetermined).
-pub fn check_all_reduce_jvp(k: PartialKind, jvp: CollJvp, scope: &Scope) -> Result<(u64, u64), String> {
+pub fn check_all_reduce_jvp(
+    k: PartialKind,
+    jvp: CollJvp,
+    scope: &Scope,
+) -> Result<(u64, u64), String> {
     let (mut checked, mut undetermined) = (0u64, 0u64);
     let nv = scope.values.len();
     for &n in scope.ranks.iter().filter(|&&n| n > 1) {
         for s in [vec![], vec![2]] {
             let numel: usize = s.iter().product();
             let fr = n * numel;
-            let Some(points) = (nv as u64).checked_pow(fr as u32).filter(|&p| p <= scope.max_points) else {
+            let Some(points) = (nv as u64)
+                .checked_pow(fr as u32)
+                .filter(|&p| p <= scope.max_points)
+            else {
                 continue;
             };
             let mut idx = vec![0usize; fr];
             for _ in 0..points {
                 let vals: Vec<Q> = idx.iter().map(|&i| scope.values[i].clone()).collect();
-                let xs: Vec<Tensor> = vals.chunks(numel).map(|c| Tensor::new(s.clone(), c.to_vec())).collect();
+                let xs: Vec<Tensor> = vals
+                    .chunks(numel)
+                    .map(|c| Tensor::new(s.clone(), c.to_vec()))
+                    .collect();
                 let mut tie = false;
                 'all: for r in 0..n {
                     for i in 0..numel {
@@ -957,7 +1024,12 @@ pub fn check_all_reduce_jvp(k: PartialKind, jvp: CollJvp, scope: &Scope) -> Resu
                         };
                         let got = jvp(k, &xs, &ts);
                         if got.data != want {
-                            let show = |ts: &[Tensor]| ts.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", ");
+                            let show = |ts: &[Tensor]| {
+                                ts.iter()
+                                    .map(|t| t.to_string())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            };
                             return Err(format!(
                                 "J1: {n} ranks, x per rank [{}], unit tangent at rank {r} element {i}: the JVP gives {got}, the derivative of the denotation is {}",
                                 show(&xs),
@@ -986,7 +1058,7 @@ pub fn check_all_reduce_jvp(k: PartialKind, jvp: CollJvp, scope: &Scope) -> Resu
 
 /// The derivative of `f` on global tensors at `xs` (inputs' global
 /// values), paired with the cotangent `g`: one tensor per input. Exact
-/// difference quotients; `None` at a kink (SPEC.md §21.6).
+/// difference quotients; `None` at a kink (SPEC.md §21.5).
 pub fn global_gradient(f: &LocalFn, xs: &[Tensor], g: &Tensor) -> Option<Vec<Tensor>> {
     let mut out = Vec::new();
     for i in 0..xs.len() {
@@ -1005,7 +1077,7 @@ pub fn global_gradient(f: &LocalFn, xs: &[Tensor], g: &Tensor) -> Option<Vec<Ten
 }
 
 // ---------------------------------------------------------------------------
-// The real systems' rules, as data (SPEC.md §21.7)
+// The real systems' rules, as data (SPEC.md §21.6)
 
 /// The systems' rule lists for the pending kinds.
 pub const RULES_TOML: &str = include_str!("../dialects/tables/partial_kinds.toml");
@@ -1029,7 +1101,12 @@ fn places(v: &toml::Value, what: &str) -> Result<Vec<Place>, String> {
     v.as_array()
         .ok_or(format!("{what}: a list of placements"))?
         .iter()
-        .map(|p| Place::parse(p.as_str().ok_or(format!("{what}: placements are strings"))?))
+        .map(|p| {
+            Place::parse(
+                p.as_str()
+                    .ok_or(format!("{what}: placements are strings"))?,
+            )
+        })
         .collect()
 }
 
@@ -1052,22 +1129,40 @@ pub fn read_rules(text: &str) -> Result<Vec<SystemRule>, String> {
         let at = |e: String| format!("partial_kinds.toml rule `{name}`: {e}");
         let mut op = parse(&s("op")?).map_err(|e| at(e.to_string()))?;
         op.text = s("op")?;
-        let inputs = places(r.get("inputs").ok_or(at("missing `inputs`".into()))?, "inputs").map_err(at)?;
+        let inputs = places(
+            r.get("inputs").ok_or(at("missing `inputs`".into()))?,
+            "inputs",
+        )
+        .map_err(at)?;
         let output = Place::parse(&s("output")?).map_err(at)?;
         let expect = s("expect")?;
         if expect != "defers" && expect != "refuted" {
-            return Err(at(format!("expect is `defers` or `refuted`, not `{expect}`")));
+            return Err(at(format!(
+                "expect is `defers` or `refuted`, not `{expect}`"
+            )));
         }
         let twin = match r.get("twin") {
             None => None,
             Some(t) => Some((
-                places(t.get("inputs").ok_or(at("twin: missing `inputs`".into()))?, "twin inputs").map_err(at)?,
-                Place::parse(t.get("output").and_then(|o| o.as_str()).ok_or(at("twin: missing `output`".into()))?)
-                    .map_err(at)?,
+                places(
+                    t.get("inputs").ok_or(at("twin: missing `inputs`".into()))?,
+                    "twin inputs",
+                )
+                .map_err(at)?,
+                Place::parse(
+                    t.get("output")
+                        .and_then(|o| o.as_str())
+                        .ok_or(at("twin: missing `output`".into()))?,
+                )
+                .map_err(at)?,
             )),
         };
         if inputs.len() != op.arity() {
-            return Err(at(format!("{} placements for {} inputs", inputs.len(), op.arity())));
+            return Err(at(format!(
+                "{} placements for {} inputs",
+                inputs.len(),
+                op.arity()
+            )));
         }
         out.push(SystemRule {
             name,
@@ -1125,7 +1220,7 @@ pub fn check_rules(rules: &[SystemRule], scope: &Scope) -> Result<Vec<RuleResult
         .collect()
 }
 
-/// The `conform` section (SPEC.md §21.7): every system rule, its verdict,
+/// The `conform` section (SPEC.md §21.6): every system rule, its verdict,
 /// its twin; the collectives and their twins; the gradient rows. Returns
 /// the text and whether everything came out as pinned.
 pub fn conform_section(scope: &Scope) -> Result<(String, bool), String> {
@@ -1147,7 +1242,11 @@ pub fn conform_section(scope: &Scope) -> Result<(String, bool), String> {
             s += &format!(
                 "      twin {}: {}\n",
                 typing(ins, *out),
-                if tv.key() == "refuted" { "refuted (as it must be)".into() } else { format!("NOT refuted: {}", tv.text()) }
+                if tv.key() == "refuted" {
+                    "refuted (as it must be)".into()
+                } else {
+                    format!("NOT refuted: {}", tv.text())
+                }
             );
         }
         ok &= r.as_expected() && r.twin_rejected();
@@ -1177,8 +1276,16 @@ pub fn conform_section(scope: &Scope) -> Result<(String, bool), String> {
     }
     for k in ALL_KINDS {
         for (who, bw, must_hold) in [
-            ("dtensor from_local backward (Replicate grad)", dtensor_from_local_backward as LocalBackward, k == PartialKind::Sum),
-            ("transpose of the denotation", exact_from_local_backward as LocalBackward, true),
+            (
+                "dtensor from_local backward (Replicate grad)",
+                dtensor_from_local_backward as LocalBackward,
+                k == PartialKind::Sum,
+            ),
+            (
+                "transpose of the denotation",
+                exact_from_local_backward as LocalBackward,
+                true,
+            ),
         ] {
             let res = check_from_local(k, bw, scope);
             let line = match &res {
@@ -1193,7 +1300,11 @@ pub fn conform_section(scope: &Scope) -> Result<(String, bool), String> {
         for (who, j, must_hold) in [
             ("tangent at the extremum", argext_jvp as CollJvp, true),
             ("psum of tangents (twin)", psum_jvp as CollJvp, false),
-            ("same reduction of tangents (twin)", same_kind_jvp as CollJvp, false),
+            (
+                "same reduction of tangents (twin)",
+                same_kind_jvp as CollJvp,
+                false,
+            ),
         ] {
             let res = check_all_reduce_jvp(k, j, scope);
             let line = match &res {

@@ -258,12 +258,16 @@ fn dtensor_propagation_is_replayed_and_the_dialect_follows_it() {
     let count = |k: &str| ops.iter().filter(|r| r.class.key() == k).count();
     assert_eq!(count("agree"), 87, "{ops:#?}");
     assert_eq!(count("not_expressible"), 0);
-    // Partial(avg) and Partial(max) (SPEC.md §21.6): forward and gradient
+    // Partial(avg) and Partial(max) (SPEC.md §21.5): forward and gradient
     // exact, the typing deferred by the oracle.
     for id in ["mean_S", "amax_S"] {
         let c = class_of(&rs, "dtensor", id);
         assert_eq!(c.class.key(), "agree", "{c:?}");
-        assert!(c.note.contains("every gradient equals the exact derivative"), "{c:?}");
+        assert!(
+            c.note
+                .contains("every gradient equals the exact derivative"),
+            "{c:?}"
+        );
         assert!(c.note.contains("defers (bounded"), "{c:?}");
     }
     // Replicate() + Partial(): DTensor divides the Replicate() operand by n

@@ -74,7 +74,10 @@ fn avg_is_the_sum_over_n() {
     defers("x / 2", &[Part(Sum)], Part(Sum));
     // Twin: reading a pending mean as a pending sum is off by n.
     let c = refuted("x", &[Part(Avg)], Part(Sum));
-    let (got, want) = (c.denoted.unwrap().data[0].clone(), c.expected.data[0].clone());
+    let (got, want) = (
+        c.denoted.unwrap().data[0].clone(),
+        c.expected.data[0].clone(),
+    );
     assert_eq!(got, want.mul(&Q::int(c.n as i64)));
     // The collectives: all_reduce(avg) keeps the mean; all_reduce(sum)
     // claimed for it fails F3.
@@ -88,7 +91,10 @@ fn avg_is_the_sum_over_n() {
         .iter()
         .find(|r| r.name == "twin: all_reduce(sum) claimed P(avg) -> I")
         .unwrap();
-    assert_eq!(check_collective(twin, &Scope::conform()).unwrap_err().0, "F3");
+    assert_eq!(
+        check_collective(twin, &Scope::conform()).unwrap_err().0,
+        "F3"
+    );
 }
 
 #[test]
@@ -136,7 +142,10 @@ fn derived_table_has_every_typing_and_one_deferring_output_for_neg() {
     assert_eq!(ok, vec![Part(Min)]);
     // Two inputs: three input assignments times five outputs.
     let f = parse("x * y").unwrap();
-    assert_eq!(derive_partial(&f, Avg, &Scope::conform()).unwrap().len(), 15);
+    assert_eq!(
+        derive_partial(&f, Avg, &Scope::conform()).unwrap().len(),
+        15
+    );
 }
 
 #[test]
@@ -163,7 +172,10 @@ fn from_local_gradients_dtensor_is_right_for_sum_only() {
     }
     // avg: DTensor's gradient is n times the derivative.
     let e = check_from_local(Avg, dtensor_from_local_backward, &s).unwrap_err();
-    assert!(e.contains("gives rank 0 element 0 1, the derivative of the denotation is 1/2"), "{e}");
+    assert!(
+        e.contains("gives rank 0 element 0 1, the derivative of the denotation is 1/2"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -172,8 +184,12 @@ fn all_reduce_max_jvp_is_the_tangent_at_the_maximum() {
     for k in [Max, Min] {
         let (checked, ties) = check_all_reduce_jvp(k, argext_jvp, &s).unwrap();
         assert!(checked > 0 && ties > 0, "ties are undetermined, not passes");
-        assert!(check_all_reduce_jvp(k, psum_jvp, &s).unwrap_err().starts_with("J1"));
-        assert!(check_all_reduce_jvp(k, same_kind_jvp, &s).unwrap_err().starts_with("J1"));
+        assert!(check_all_reduce_jvp(k, psum_jvp, &s)
+            .unwrap_err()
+            .starts_with("J1"));
+        assert!(check_all_reduce_jvp(k, same_kind_jvp, &s)
+            .unwrap_err()
+            .starts_with("J1"));
     }
     // The linear kinds' JVP is their own reduction.
     assert!(check_all_reduce_jvp(Avg, argext_jvp, &s).is_ok());
@@ -228,10 +244,22 @@ twin = { inputs = ["Partial(max)"], output = "Partial(min)" }
 fn bad_rule_rows_are_one_line_errors_naming_the_row() {
     let base = "[[rule]]\nname = \"r\"\nsystem = \"s\"\nsource = \"x\"\n";
     for (extra, want) in [
-        ("op = \"-x\"\ninputs = [\"Partial(prod)\"]\noutput = \"I\"\nexpect = \"defers\"\n", "unknown pending reduction"),
-        ("op = \"-x\"\ninputs = [\"I\", \"I\"]\noutput = \"I\"\nexpect = \"defers\"\n", "2 placements for 1 inputs"),
-        ("op = \"-x\"\ninputs = [\"I\"]\noutput = \"I\"\nexpect = \"maybe\"\n", "expect is"),
-        ("op = \"-(\"\ninputs = [\"I\"]\noutput = \"I\"\nexpect = \"defers\"\n", "rule `r`"),
+        (
+            "op = \"-x\"\ninputs = [\"Partial(prod)\"]\noutput = \"I\"\nexpect = \"defers\"\n",
+            "unknown pending reduction",
+        ),
+        (
+            "op = \"-x\"\ninputs = [\"I\", \"I\"]\noutput = \"I\"\nexpect = \"defers\"\n",
+            "2 placements for 1 inputs",
+        ),
+        (
+            "op = \"-x\"\ninputs = [\"I\"]\noutput = \"I\"\nexpect = \"maybe\"\n",
+            "expect is",
+        ),
+        (
+            "op = \"-(\"\ninputs = [\"I\"]\noutput = \"I\"\nexpect = \"defers\"\n",
+            "rule `r`",
+        ),
     ] {
         let e = read_rules(&format!("{base}{extra}")).unwrap_err();
         assert!(e.contains(want) && !e.contains('\n'), "{e}");
@@ -258,7 +286,10 @@ fn derive_partial_on_the_command_line() {
     assert!(v["scope"].as_str().unwrap().contains("ranks"));
     let out = cli(&["derive", "--expr", "x + 1", "--partial", "sum"]);
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.contains("P(sum) -> P(sum)                   counterexample: 2 ranks"), "{text}");
+    assert!(
+        text.contains("P(sum) -> P(sum)                   counterexample: 2 ranks"),
+        "{text}"
+    );
     // Bad input: one line, exit 2.
     for args in [
         &["derive", "relu", "--partial", "prod"][..],
@@ -274,7 +305,7 @@ fn derive_partial_on_the_command_line() {
 }
 
 /// Negative twins for the fidelity replay of DTensor's Partial(avg) and
-/// Partial(max) (SPEC.md §21.6): a gradient off by n, a wrong forward, and
+/// Partial(max) (SPEC.md §21.5): a gradient off by n, a wrong forward, and
 /// an output kind that does not denote the op.
 #[test]
 fn tampered_pending_cases_are_caught() {

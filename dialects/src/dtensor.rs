@@ -166,7 +166,7 @@ fn typing_with(op: OpClass, inputs: &[Vec<State>], reading: Reading, shard0: boo
 
 /// torch 2.14.1's pending reductions other than a sum, on one mesh dim
 /// with every Varying operand `Shard(0)` and the reduction over dim 0
-/// (SPEC.md §21.6): `mean` gives `Partial(avg)` (`mean_single_dim_strategy`)
+/// (SPEC.md §21.5): `mean` gives `Partial(avg)` (`mean_single_dim_strategy`)
 /// and `amax` `Partial(max)` (`LINEAR_REDUCTION_OP_MAP`). `one_dim` cannot
 /// say these, since its Partial is a pending sum; `None` elsewhere.
 pub fn pending_output_shard0(op: OpClass, s: &[State]) -> Option<PartialKind> {

@@ -174,7 +174,10 @@ mod tests {
             assert_eq!(PartialKind::parse(k.name()).unwrap(), k);
             assert_eq!(PartialKind::from_dtensor(&k.dtensor()), Some(k));
         }
-        assert_eq!(PartialKind::from_dtensor("Partial()"), Some(PartialKind::Sum));
+        assert_eq!(
+            PartialKind::from_dtensor("Partial()"),
+            Some(PartialKind::Sum)
+        );
         assert_eq!(
             PartialKind::from_dtensor("Partial(\"max\")"),
             Some(PartialKind::Max)
