@@ -749,7 +749,10 @@ pub fn collective_rows() -> Vec<CollRow> {
             Coll::Partition(k),
         ] {
             let system = match (c, k.jax()) {
-                (Coll::Partition(_), _) | (_, None) => "dtensor",
+                // Only sharding propagation partitions; `redistribute`
+                // refuses any move to a Partial but Shard -> Partial(sum).
+                (Coll::Partition(_), _) => "dtensor propagation",
+                (_, None) => "dtensor",
                 _ => "dtensor, jax",
             };
             rows.push(CollRow {
@@ -1056,6 +1059,47 @@ pub fn check_all_reduce_jvp(
     Ok((checked, undetermined))
 }
 
+/// The per-rank gradients of the linear kinds, by the oracle itself
+/// (SPEC.md §21.4): a Partial(sum) or Partial(avg) value's per-rank tensors
+/// are independent per-rank data, which the core reads as Varying, so the
+/// reduction collective is `psum` or `pmean` from Varying to Invariant and
+/// B1–B3 of §4 check a backward of it. DTensor's backward puts the
+/// cotangent on every rank (`pvary`). Each row: name, rule file, and
+/// whether the oracle must find it sound.
+pub const ORACLE_ROWS: &[(&str, &str, bool)] = &[
+    (
+        "all_reduce(sum) read per rank (psum V -> I), DTensor's backward: g on every rank",
+        "[[rule]]\nname = \"a\"\ndialect = \"jax\"\nforward = \"psum\"\nbackward = \"pvary\"\ninputs = [\"Varying\"]\noutput = \"Invariant\"\n",
+        true,
+    ),
+    (
+        "all_reduce(avg) read per rank (pmean V -> I), DTensor's backward: g on every rank",
+        "[[rule]]\nname = \"b\"\ndialect = \"jax\"\nforward = \"pmean\"\nbackward = \"pvary\"\ninputs = [\"Varying\"]\noutput = \"Invariant\"\n",
+        false,
+    ),
+    (
+        "all_reduce(avg) read per rank (pmean V -> I), the transpose g / n",
+        "[[rule]]\nname = \"c\"\ndialect = \"jax\"\nforward = \"pmean\"\nbackward = \"divide_by_group_size |> pvary\"\ninputs = [\"Varying\"]\noutput = \"Invariant\"\n",
+        true,
+    ),
+];
+
+/// Runs one of `ORACLE_ROWS` through the oracle: `Ok(verdict words)` when
+/// sound, `Err(counterexample)` otherwise.
+pub fn check_oracle_row(toml_text: &str) -> Result<String, String> {
+    let rules = crate::rules::load_str("<partial_kinds>", toml_text).map_err(|e| e.0)?;
+    let cfg = crate::check::CheckConfig {
+        scope: spmd_generators::Scope::default(),
+        cases: 0,
+        seed: 0,
+    };
+    let r = crate::check::check_rule(&rules[0], &cfg, &[], &|_| {});
+    match r.verdict.violation() {
+        Some(v) => Err(v.one_line_in(rules[0].dialect)),
+        None => Ok(crate::report::verdict_word(&r.verdict)),
+    }
+}
+
 /// The derivative of `f` on global tensors at `xs` (inputs' global
 /// values), paired with the cotangent `g`: one tensor per input. Exact
 /// difference quotients; `None` at a kink (SPEC.md §21.5).
@@ -1295,6 +1339,15 @@ pub fn conform_section(scope: &Scope) -> Result<(String, bool), String> {
             ok &= res.is_ok() == must_hold;
             s += &format!("  from_local P({k}), {who}: {line}\n");
         }
+    }
+    for (name, text, must_hold) in ORACLE_ROWS {
+        let res = check_oracle_row(text);
+        ok &= res.is_ok() == *must_hold;
+        let line = match res {
+            Ok(w) => w,
+            Err(e) => format!("unsound {e}"),
+        };
+        s += &format!("  {name}: {line}\n");
     }
     for k in [PartialKind::Max, PartialKind::Min] {
         for (who, j, must_hold) in [

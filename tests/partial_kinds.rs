@@ -341,3 +341,18 @@ fn tampered_pending_cases_are_caught() {
     assert_eq!(c.key(), "real_defect", "{c:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The linear kinds' per-rank gradients through the oracle's own B3
+/// (SPEC.md §21.4): psum with the cotangent on every rank is sound, pmean
+/// with it fails B3 (off by n), pmean with g / n is sound.
+#[test]
+fn linear_kinds_per_rank_gradients_by_the_oracle() {
+    let got: Vec<bool> = ORACLE_ROWS
+        .iter()
+        .map(|(_, t, _)| check_oracle_row(t).is_ok())
+        .collect();
+    assert_eq!(got, vec![true, false, true]);
+    let e = check_oracle_row(ORACLE_ROWS[1].1).unwrap_err();
+    assert!(e.starts_with("B3"), "{e}");
+    assert!(e.contains("expected <1/2 | 1/2>, got <1 | 1>"), "{e}");
+}
