@@ -557,7 +557,7 @@ pub fn derive_text(f: &LocalFn, k: PartialKind, scope: &Scope, rows: &[Row]) -> 
     let defers = rows.iter().filter(|r| r.verdict.key() == "defers").count();
     let refuted = rows.iter().filter(|r| r.verdict.key() == "refuted").count();
     s += &format!(
-        "{} typings: {defers} defer, {refuted} refuted, {} vacuous\n",
+        "{} typings: {defers} deferring, {refuted} refuted, {} vacuous\n",
         rows.len(),
         rows.len() - defers - refuted
     );
