@@ -271,3 +271,12 @@ pub fn transformer_text(rows: &[TransformerRow]) -> String {
     out.push_str("sound = sound (bounded) for transcendental ops, a proof for cumsum; F1-B3 = the first property that fails\n");
     out
 }
+
+/// The pending-kind section of `conform` (SPEC.md §21.6): the systems'
+/// rules for Partial(avg | max | min) from `dialects/tables/partial_kinds.toml`
+/// with their twins, the collectives of the kinds and their gradients and
+/// JVPs. Returns the text and whether every verdict came out as pinned.
+pub fn partial_kinds_section() -> Result<(String, bool), UsageError> {
+    crate::partial_kinds::conform_section(&crate::partial_kinds::Scope::conform())
+        .map_err(UsageError)
+}

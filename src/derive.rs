@@ -305,3 +305,39 @@ pub fn dialect_for(
     })?;
     Ok(Some((sys, class)))
 }
+
+/// `derive OP --partial k` (SPEC.md §21.2): the table of which outputs defer
+/// a pending reduction of kind `k`, printed (or as JSON). Its scope is §21.2's
+/// own; `--global` and `--dialect` do not combine with it.
+pub fn derive_partial_cmd(
+    op: Option<&str>,
+    expr: Option<&str>,
+    kind: &str,
+    other_mode: bool,
+    json: bool,
+) -> Result<std::process::ExitCode, UsageError> {
+    use crate::partial_kinds as pk;
+    if other_mode {
+        return Err(UsageError(
+            "--partial does not combine with --global or --dialect".into(),
+        ));
+    }
+    let k = spmd_semantics::pending::PartialKind::parse(kind)
+        .map_err(|e| UsageError(format!("--partial: {e}")))?;
+    let f = match (op, expr) {
+        (Some(name), None) => spmd_interp::op::builtin(name).map_err(UsageError)?,
+        (None, Some(e)) => {
+            spmd_interp::expr::parse(e).map_err(|err| UsageError(format!("--expr `{e}`: {err}")))?
+        }
+        _ => return Err(UsageError("give either OP or --expr with --partial".into())),
+    };
+    let scope = pk::Scope::default();
+    let rows = pk::derive_partial(&f, k, &scope)?;
+    if json {
+        let v = pk::derive_json(&f, k, &scope, &rows);
+        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+    } else {
+        print!("{}", pk::derive_text(&f, k, &scope, &rows));
+    }
+    Ok(std::process::ExitCode::SUCCESS)
+}

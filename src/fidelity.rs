@@ -635,6 +635,131 @@ fn other_partial(p: &str) -> bool {
     p.starts_with("Partial(") && p != "Partial()"
 }
 
+/// A DTensor case whose output is `Partial(avg | max | min)` (SPEC.md
+/// §21.5): the op runs on each rank's local tensors and must give DTensor's
+/// per-rank output exactly; the typing must defer (§21.2); and, where
+/// DTensor recorded a gradient, it must equal the exact derivative of the op
+/// on the global tensors paired with the cotangent (difference quotients,
+/// §21.4; DTensor's own backward is only compared, never used).
+fn dtensor_pending(
+    c: &Value,
+    expr: &str,
+    ops: &[(String, Value)],
+    out: &str,
+    n: u64,
+) -> (Class, String) {
+    use crate::partial_kinds::{check_places, denote, global_gradient, Place, Scope as PScope};
+    use spmd_semantics::Tensor;
+    let not = |why: String| (Class::NotExpressible(why), String::new());
+    if c["real"]["inserted"]
+        .as_array()
+        .is_some_and(|a| !a.is_empty())
+    {
+        return not(format!("DTensor gives {out} after a redistribution; only direct typings of pending kinds are replayed"));
+    }
+    let tensors = |v: &Value| -> Option<Vec<Tensor>> {
+        Some(
+            exact(v)?
+                .into_iter()
+                .map(|(s, d)| Tensor::new(s, d))
+                .collect(),
+        )
+    };
+    let parsed: Option<Vec<(Place, Vec<Tensor>)>> = ops
+        .iter()
+        .map(|(p, v)| Some((Place::parse(p).ok()?, tensors(v)?)))
+        .collect();
+    let (Some(parsed), Ok(out_place)) = (parsed, Place::parse(out)) else {
+        return not(format!(
+            "placements or values of `{expr}` -> {out} not readable"
+        ));
+    };
+    let Ok(f) = spmd_interp::expr::parse(expr) else {
+        return not(format!("`{expr}` does not parse"));
+    };
+    // Forward, rank by rank.
+    let mut per_rank = Vec::new();
+    for r in 0..n as usize {
+        let local: Option<Vec<&Tensor>> = parsed.iter().map(|(_, xs)| xs.get(r)).collect();
+        let Some(local) = local else {
+            return not("fewer per-rank values than ranks".into());
+        };
+        match spmd_interp::eval::eval(&f.expr, &local, &mut Default::default()) {
+            Ok(t) => per_rank.push(t),
+            Err(e) => {
+                return (
+                    Class::ModelMismatch(format!("`{expr}` on rank {r}: {e:?}")),
+                    String::new(),
+                )
+            }
+        }
+    }
+    let real = &c["real"];
+    let theirs = tensors(&real["output_per_rank"]).unwrap_or_default();
+    let same = theirs.len() == per_rank.len()
+        && theirs.iter().zip(&per_rank).all(|(a, b)| a.data == b.data);
+    if !same {
+        return (
+            Class::ModelMismatch(format!(
+                "`{expr}` forward: ours {per_rank:?}, DTensor's {}",
+                real["output_per_rank"]
+            )),
+            String::new(),
+        );
+    }
+    let ins: Vec<Place> = parsed.iter().map(|p| p.0).collect();
+    let mut note = format!(
+        "`{expr}` on {} -> {out}; forward equals DTensor's per rank",
+        ins.iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    // The gradient DTensor returned, against the exact derivative.
+    let grads = real["transpose"]
+        .as_array()
+        .filter(|_| real["transpose_error"].is_null());
+    let cot = tensors(&real["cotangent"]["per_rank"])
+        .zip(Place::parse(real["cotangent"]["placement"].as_str().unwrap_or("?")).ok());
+    if let (Some(gs), Some((cts, cp))) = (grads, cot) {
+        let globals: Option<Vec<Tensor>> = parsed.iter().map(|(p, xs)| denote(*p, xs)).collect();
+        let g = denote(cp, &cts);
+        let want = globals
+            .zip(g)
+            .and_then(|(xs, g)| global_gradient(&f, &xs, &g));
+        let Some(want) = want else {
+            return not("the derivative is undetermined here (a kink)".into());
+        };
+        for (k, (gk, w)) in gs.iter().zip(&want).enumerate() {
+            let place = Place::parse(gk["placement"].as_str().unwrap_or("?")).ok();
+            let got = place
+                .zip(tensors(&gk["per_rank"]))
+                .and_then(|(p, ts)| denote(p, &ts));
+            if got.as_ref().map(|t| &t.data) != Some(&w.data) {
+                return (
+                    Class::ModelMismatch(format!(
+                        "gradient of input {k}: DTensor's denotes {got:?}, the exact derivative of `{expr}` on the global tensors is {w}"
+                    )),
+                    String::new(),
+                );
+            }
+        }
+        note += "; every gradient equals the exact derivative of the op on the global tensors (DTensor's backward only compared)";
+    }
+    match check_places(&f, &ins, &[out_place], &PScope::conform()) {
+        Ok(mut v) => {
+            let v = v.remove(0);
+            note += &format!("; oracle (SPEC.md §21.2): {}", v.text());
+            match v.key() {
+                "defers" => (Class::Agree, note),
+                "refuted" => (Class::RealDefect(v.text()), note),
+                _ => (Class::NotExpressible(v.text()), note),
+            }
+        }
+        Err(e) => not(e),
+    }
+}
+
 fn run_json(job: &Value) -> Result<crate::job::JobReport, UsageError> {
     let text = job.to_string();
     parse_job("<fixture>", &text).and_then(|j| run_job(&j, "<fixture>", &text, false))
@@ -698,12 +823,7 @@ fn dtensor_typing(c: &Value) -> (Class, String) {
     }
     let out = real["output"].as_str().unwrap_or("?");
     if other_partial(out) {
-        return (
-            Class::NotExpressible(format!(
-                "DTensor gives {out}: a pending reduction other than a sum, which is no state of spmd-check (its Partial is a pending sum)"
-            )),
-            String::new(),
-        );
+        return dtensor_pending(c, expr, &ops, out, n);
     }
     // Each move goes to the first operand position reading its input that
     // has not moved yet (DTensor moves arguments, not inputs).
@@ -1211,7 +1331,12 @@ fn dtensor_dialect(c: &Value) -> Option<DialectCheck> {
     // Replicate() operand's gradient Partial(): both are said as
     // `grad Partial() on k`.
     let hook = spmd_dialects::dtensor::GRAD_HOOK;
+    let pending = match types.as_slice() {
+        [t] => spmd_dialects::dtensor::pending_output_shard0(class, t),
+        _ => None,
+    };
     let ours = match &o {
+        _ if pending.is_some() => words(&pending.expect("some").dtensor(), &[]),
         spmd_dialects::Outcome::Infers { output, casts } => {
             let mut w = words(
                 &output[0].letter().to_string(),

@@ -23,6 +23,7 @@ pub mod fsdp;
 pub mod generated;
 pub mod job;
 pub mod jvps;
+pub mod partial_kinds;
 pub mod partition;
 pub mod patterns;
 pub mod programs;

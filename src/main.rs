@@ -110,6 +110,10 @@ enum Cmd {
         /// how it compares (spmd_types, jax, dtensor, ltensor, nabla).
         #[arg(long)]
         dialect: Option<String>,
+        /// Instead, the table of pending reductions of this kind (sum, avg,
+        /// max, min): which outputs defer it (SPEC.md §21.2).
+        #[arg(long)]
+        partial: Option<String>,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -289,9 +293,19 @@ fn run() -> Result<ExitCode, UsageError> {
             expr,
             global,
             dialect,
+            partial,
             json,
             scope,
         } => {
+            if let Some(k) = partial {
+                return spmd_check::derive::derive_partial_cmd(
+                    op.as_deref(),
+                    expr.as_deref(),
+                    &k,
+                    global || dialect.is_some(),
+                    json,
+                );
+            }
             let sys = spmd_check::derive::dialect_for(dialect.as_deref(), op.as_deref(), global)?;
             let f = match (op, expr) {
                 (Some(name), None) => builtin(&name).map_err(UsageError)?,
@@ -582,12 +596,24 @@ fn run() -> Result<ExitCode, UsageError> {
                 return Ok(ExitCode::from(u8::from(defect || wrong)));
             }
             let code = conform_output(&results, &pairs, &jvps, &fsdp, &progs, &generated, json);
+            // Pending reductions beyond sums (SPEC.md §21.6): with every system,
+            // or with dtensor or jax, whose rules it holds.
+            let pending = match dialect.as_deref() {
+                None | Some("dtensor") | Some("jax") => {
+                    Some(spmd_check::conform::partial_kinds_section()?)
+                }
+                Some(_) => None,
+            };
+            let wrong = wrong || pending.as_ref().is_some_and(|p| !p.1);
             if !json {
                 fsdp_output(&fsdp);
                 programs_output(&progs);
                 println!("\ngenerated programs, depth 1 (SPEC.md §17; `spmd-check programs` goes deeper):");
                 for r in &generated {
                     println!("  {}", spmd_check::generated::summary_line(r));
+                }
+                if let Some((text, _)) = &pending {
+                    print!("{text}");
                 }
             }
             Ok(if wrong { ExitCode::from(1) } else { code })

@@ -21,6 +21,7 @@
 //! `dtensor-fsdp` (`derive OP --dialect dtensor-fsdp`).
 
 use crate::{columns, malformed, Cast, OpClass, Outcome, System};
+use spmd_semantics::pending::PartialKind;
 use spmd_semantics::{Dialect, State};
 
 pub const SYSTEM: System = System {
@@ -161,6 +162,19 @@ fn typing_with(op: OpClass, inputs: &[Vec<State>], reading: Reading, shard0: boo
         out.push(out_state);
     }
     Outcome::Infers { output: out, casts }
+}
+
+/// torch 2.14.1's pending reductions other than a sum, on one mesh dim
+/// with every Varying operand `Shard(0)` and the reduction over dim 0
+/// (SPEC.md §21.5): `mean` gives `Partial(avg)` (`mean_single_dim_strategy`)
+/// and `amax` `Partial(max)` (`LINEAR_REDUCTION_OP_MAP`). `one_dim` cannot
+/// say these, since its Partial is a pending sum; `None` elsewhere.
+pub fn pending_output_shard0(op: OpClass, s: &[State]) -> Option<PartialKind> {
+    match (op, s) {
+        (OpClass::Mean, [State::Varying]) => Some(PartialKind::Avg),
+        (OpClass::Max, [State::Varying]) => Some(PartialKind::Max),
+        _ => None,
+    }
 }
 
 /// A redistribution: the operand and the placement it is moved to.

@@ -1,0 +1,1372 @@
+//! Pending reductions beyond sums (SPEC.md §21): which local ops defer a
+//! Partial(k) value, the collectives that perform the pending reduction,
+//! their gradients where the kind is linear and their JVPs where it is not,
+//! and the real systems' rules for these kinds, checked against all of it.
+//!
+//! The kinds (`PartialKind`) and what a Partial(k) value denotes
+//! (`pending::combine`) live in `semantics/src/pending.rs`. This module never
+//! touches `State`: a placement here is `Place`, one mesh axis.
+//!
+//! Conventions: `f` the local function, `k` a kind, `n` the ranks of the
+//! axis, `xs[i][r]` input i's tensor on rank r, `g` a cotangent.
+
+use crate::run::UsageError;
+use serde_json::{json, Value};
+use spmd_interp::eval::{eval, infer, Ctx, EvalError};
+use spmd_interp::expr::{parse, LocalFn};
+use spmd_interp::transcendental::is_transcendental;
+use spmd_semantics::pending::{combine, PartialKind, ALL_KINDS};
+use spmd_semantics::{Shape, Tensor, Q};
+use std::fmt;
+
+/// A placement on one mesh axis (SPEC.md §21.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Place {
+    /// The same tensor on every rank (Invariant, DTensor's `Replicate()`).
+    Inv,
+    /// One tensor per rank, owing the reduction `k`.
+    Part(PartialKind),
+    /// One piece per rank of a global tensor split evenly along dim `d`.
+    Shard(usize),
+}
+
+impl Place {
+    /// Reads `I`, `R`, `Replicate()`, `Invariant`, `Partial()`,
+    /// `Partial(max)`, `P(avg)`, `Unreduced(min)`, `S(0)`, `Shard(0)`.
+    pub fn parse(s: &str) -> Result<Place, String> {
+        let t = s.trim();
+        match t {
+            "I" | "R" | "Invariant" | "Replicate" | "Replicate()" => return Ok(Place::Inv),
+            "P" | "Partial" | "Partial()" | "Unreduced" => {
+                return Ok(Place::Part(PartialKind::Sum))
+            }
+            _ => {}
+        }
+        let inner = |pre: &str| {
+            t.strip_prefix(pre)
+                .and_then(|r| r.strip_suffix(')'))
+                .map(|r| r.trim().trim_matches(|c| c == '"' || c == '\''))
+        };
+        for pre in ["Partial(", "P(", "Unreduced("] {
+            if let Some(k) = inner(pre) {
+                return PartialKind::parse(k).map(Place::Part);
+            }
+        }
+        for pre in ["Shard(", "S("] {
+            if let Some(d) = inner(pre) {
+                return d
+                    .parse::<usize>()
+                    .map(Place::Shard)
+                    .map_err(|_| format!("`{t}`: the dim of a shard is a number"));
+            }
+        }
+        Err(format!(
+            "unknown placement `{t}` (Replicate(), Partial(sum|avg|max|min), Shard(d))"
+        ))
+    }
+}
+
+impl fmt::Display for Place {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Place::Inv => f.write_str("I"),
+            Place::Part(k) => write!(f, "P({k})"),
+            Place::Shard(d) => write!(f, "S({d})"),
+        }
+    }
+}
+
+/// The bounded scope of SPEC.md §21.2.
+#[derive(Clone, Debug)]
+pub struct Scope {
+    pub ranks: Vec<usize>,
+    pub shapes: Vec<Shape>,
+    pub values: Vec<Q>,
+    /// Cases with more grid points are skipped and counted.
+    pub max_points: u64,
+}
+
+impl Default for Scope {
+    fn default() -> Scope {
+        Scope {
+            ranks: vec![1, 2, 3, 4],
+            shapes: vec![
+                vec![],
+                vec![1],
+                vec![2],
+                vec![1, 1],
+                vec![1, 2],
+                vec![2, 1],
+                vec![2, 2],
+            ],
+            values: [(0, 1), (1, 1), (-1, 1), (2, 1), (1, 2), (-2, 1)]
+                .iter()
+                .map(|&(a, b)| Q::frac(a, b))
+                .collect(),
+            max_points: 50_000,
+        }
+    }
+}
+
+impl Scope {
+    /// The scope `conform` and the tests use: cases of at most 6^5 grid
+    /// points (two ranks with two scalars each, or four ranks with one).
+    pub fn conform() -> Scope {
+        Scope {
+            max_points: 7_776,
+            ..Scope::default()
+        }
+    }
+
+    pub fn describe(&self) -> String {
+        let vals: Vec<String> = self.values.iter().map(|v| v.to_string()).collect();
+        format!(
+            "one axis of {} ranks; local shapes {}; every value in {{{}}}; cases over {} grid points skipped",
+            self.ranks
+                .iter()
+                .map(|n| n.to_string())
+                .collect::<Vec<_>>()
+                .join(", "),
+            self.shapes
+                .iter()
+                .map(|s| format!("{s:?}"))
+                .collect::<Vec<_>>()
+                .join(" "),
+            vals.join(", "),
+            self.max_points
+        )
+    }
+}
+
+/// What a run covered.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub cases: u64,
+    pub multi_rank_cases: u64,
+    pub instances: u64,
+    pub outside_domain: u64,
+    pub beyond_cap: u64,
+}
+
+/// A minimal instance where the output does not denote the meaning.
+#[derive(Clone, Debug)]
+pub struct Counterexample {
+    pub n: usize,
+    /// Per input, its per-rank tensors (an Invariant input on every rank).
+    pub inputs: Vec<Vec<Tensor>>,
+    /// f on the inputs' denotations.
+    pub expected: Tensor,
+    /// Per rank, f on that rank's tensors.
+    pub per_rank: Vec<Tensor>,
+    /// What the output placement makes of `per_rank` (`None`: not well
+    /// formed, e.g. an Invariant output that differs between ranks).
+    pub denoted: Option<Tensor>,
+}
+
+impl fmt::Display for Counterexample {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let show = |ts: &[Tensor]| {
+            ts.iter()
+                .map(|t| t.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        write!(f, "{} ranks; ", self.n)?;
+        for (i, x) in self.inputs.iter().enumerate() {
+            write!(f, "input {i} per rank [{}]; ", show(x))?;
+        }
+        write!(
+            f,
+            "per-rank outputs [{}] denote {}, but f of the inputs' denotations is {}",
+            show(&self.per_rank),
+            match &self.denoted {
+                Some(t) => t.to_string(),
+                None => "nothing (not the same on every rank)".into(),
+            },
+            self.expected
+        )
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum Verdict {
+    /// No instance of the scope failed, on at least one multi-rank case.
+    Defers(Counts),
+    Refuted(Box<Counterexample>, Counts),
+    /// Nothing on more than one rank was checked.
+    Vacuous(String, Counts),
+}
+
+impl Verdict {
+    pub fn key(&self) -> &'static str {
+        match self {
+            Verdict::Defers(_) => "defers",
+            Verdict::Refuted(..) => "refuted",
+            Verdict::Vacuous(..) => "vacuous",
+        }
+    }
+    pub fn counts(&self) -> &Counts {
+        match self {
+            Verdict::Defers(c) | Verdict::Refuted(_, c) | Verdict::Vacuous(_, c) => c,
+        }
+    }
+    pub fn text(&self) -> String {
+        match self {
+            Verdict::Defers(c) => format!(
+                "defers (bounded: {} instances exhaustive on {} cases, {} on more than one rank; {} outside the domain; {} cases beyond the cap)",
+                c.instances, c.cases, c.multi_rank_cases, c.outside_domain, c.beyond_cap
+            ),
+            Verdict::Refuted(cex, _) => format!("counterexample: {cex}"),
+            Verdict::Vacuous(why, _) => format!("vacuous ({why})"),
+        }
+    }
+    pub fn json(&self) -> Value {
+        let c = self.counts();
+        let mut v = json!({"verdict": self.key(), "instances": c.instances, "cases": c.cases,
+            "multi_rank_cases": c.multi_rank_cases, "outside_domain": c.outside_domain,
+            "beyond_cap": c.beyond_cap});
+        match self {
+            Verdict::Refuted(cex, _) => {
+                let ts = |x: &[Tensor]| x.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+                v["counterexample"] = json!({
+                    "ranks": cex.n,
+                    "inputs": cex.inputs.iter().map(|x| ts(x)).collect::<Vec<_>>(),
+                    "per_rank_outputs": ts(&cex.per_rank),
+                    "denoted": cex.denoted.as_ref().map(|t| t.to_string()),
+                    "expected": cex.expected.to_string(),
+                });
+            }
+            Verdict::Vacuous(why, _) => v["reason"] = json!(why),
+            Verdict::Defers(_) => {}
+        }
+        v
+    }
+}
+
+/// What `xs` (one tensor per rank) denotes under `p`; `None` where they are
+/// not well formed for it.
+pub fn denote(p: Place, xs: &[Tensor]) -> Option<Tensor> {
+    match p {
+        Place::Inv => xs.iter().all(|x| x == &xs[0]).then(|| xs[0].clone()),
+        Place::Part(k) => combine(k, xs).ok(),
+        Place::Shard(d) => {
+            let s = &xs[0].shape;
+            (d < s.len() && xs.iter().all(|x| x.shape == *s)).then(|| Tensor::concat(xs, d))
+        }
+    }
+}
+
+fn global_shape(p: Place, local: &[usize], n: usize) -> Option<Shape> {
+    let mut s = local.to_vec();
+    if let Place::Shard(d) = p {
+        *s.get_mut(d)? *= n;
+    }
+    Some(s)
+}
+
+fn free(p: Place, numel: usize, n: usize) -> usize {
+    match p {
+        Place::Inv => numel,
+        Place::Part(_) | Place::Shard(_) => numel * n,
+    }
+}
+
+/// The cases of the scope for inputs placed `ins`: (n, local shapes),
+/// ordered by ranks, then free scalars. Shape tuples the op rejects (locally
+/// or globally) are left out.
+fn cases(f: &LocalFn, ins: &[Place], scope: &Scope) -> Vec<(usize, Vec<Shape>)> {
+    let m = ins.len();
+    let mut out = Vec::new();
+    for &n in &scope.ranks {
+        let mut tuples: Vec<Vec<Shape>> = vec![vec![]];
+        for _ in 0..m {
+            tuples = tuples
+                .into_iter()
+                .flat_map(|t| {
+                    scope.shapes.iter().map(move |s| {
+                        let mut t = t.clone();
+                        t.push(s.clone());
+                        t
+                    })
+                })
+                .collect();
+        }
+        let mut ok: Vec<(usize, Vec<Shape>)> = tuples
+            .into_iter()
+            .filter(|t| {
+                let globals: Option<Vec<Shape>> = ins
+                    .iter()
+                    .zip(t)
+                    .map(|(&p, s)| global_shape(p, s, n))
+                    .collect();
+                infer(&f.expr, t).is_ok() && globals.is_some_and(|g| infer(&f.expr, &g).is_ok())
+            })
+            .map(|t| {
+                let fr = ins
+                    .iter()
+                    .zip(&t)
+                    .map(|(&p, s)| free(p, s.iter().product(), n))
+                    .sum();
+                (fr, t)
+            })
+            .collect();
+        ok.sort_by_key(|(fr, _)| *fr);
+        out.extend(ok.into_iter().map(|(_, t)| (n, t)));
+    }
+    out
+}
+
+enum Eval {
+    Outside,
+    Done {
+        expected: Tensor,
+        per_rank: Vec<Tensor>,
+    },
+}
+
+fn run_instance(f: &LocalFn, ins: &[Place], xs: &[Vec<Tensor>], n: usize) -> Result<Eval, String> {
+    let globals: Vec<Tensor> = ins
+        .iter()
+        .zip(xs)
+        .map(|(&p, x)| denote(p, x).ok_or("an input not well formed (checker bug)"))
+        .collect::<Result<_, _>>()?;
+    let mut ctx = Ctx::default();
+    let expected = match eval(&f.expr, &globals, &mut ctx) {
+        Ok(t) => t,
+        Err(EvalError::DivByZero) => return Ok(Eval::Outside),
+        Err(EvalError::Shape(s)) => return Err(s),
+    };
+    let mut per_rank = Vec::with_capacity(n);
+    for r in 0..n {
+        let local: Vec<&Tensor> = xs.iter().map(|x| &x[r]).collect();
+        match eval(&f.expr, &local, &mut ctx) {
+            Ok(t) => per_rank.push(t),
+            Err(EvalError::DivByZero) => return Ok(Eval::Outside),
+            Err(EvalError::Shape(s)) => return Err(s),
+        }
+    }
+    Ok(Eval::Done { expected, per_rank })
+}
+
+/// Checks `f` with inputs placed `ins` against every output placement of
+/// `outs` at once (SPEC.md §21.2): the output defers when, on every instance
+/// of the scope, the per-rank outputs under it denote f of the inputs'
+/// denotations. Each failing output gets the minimal counterexample: the
+/// first failing case, and in it the fewest nonzero scalars, then the
+/// earliest values.
+pub fn check_places(
+    f: &LocalFn,
+    ins: &[Place],
+    outs: &[Place],
+    scope: &Scope,
+) -> Result<Vec<Verdict>, String> {
+    if ins.len() != f.arity() {
+        return Err(format!(
+            "`{}` takes {} inputs, {} placements given",
+            f.text,
+            f.arity(),
+            ins.len()
+        ));
+    }
+    if is_transcendental(&f.expr) {
+        return Err(format!(
+            "`{}`: transcendental ops are outside the pending-kind checks (SPEC.md §21.2)",
+            f.text
+        ));
+    }
+    let nv = scope.values.len() as u64;
+    let mut counts = Counts::default();
+    // Per output: (case index, key, counterexample) of its first failure.
+    type Fail = (usize, (usize, Vec<usize>), Counterexample);
+    let mut fails: Vec<Option<Fail>> = vec![None; outs.len()];
+    for (ci, (n, shapes)) in cases(f, ins, scope).into_iter().enumerate() {
+        if fails.iter().all(|x| x.as_ref().is_some_and(|x| x.0 < ci)) {
+            break;
+        }
+        let sizes: Vec<usize> = ins
+            .iter()
+            .zip(&shapes)
+            .map(|(&p, s)| free(p, s.iter().product(), n))
+            .collect();
+        let total: usize = sizes.iter().sum();
+        let points = u32::try_from(total)
+            .ok()
+            .and_then(|t| nv.checked_pow(t))
+            .filter(|&p| p <= scope.max_points);
+        let Some(points) = points else {
+            counts.beyond_cap += 1;
+            continue;
+        };
+        counts.cases += 1;
+        if n > 1 {
+            counts.multi_rank_cases += 1;
+        }
+        let mut idx = vec![0usize; total];
+        for _ in 0..points {
+            // Build the per-rank inputs from the grid indices.
+            let mut off = 0;
+            let mut xs: Vec<Vec<Tensor>> = Vec::with_capacity(ins.len());
+            for ((&p, s), &sz) in ins.iter().zip(&shapes).zip(&sizes) {
+                let vals: Vec<Q> = idx[off..off + sz]
+                    .iter()
+                    .map(|&i| scope.values[i].clone())
+                    .collect();
+                off += sz;
+                let numel: usize = s.iter().product();
+                xs.push(match p {
+                    Place::Inv => vec![Tensor::new(s.clone(), vals); n],
+                    Place::Part(_) | Place::Shard(_) => vals
+                        .chunks(numel)
+                        .take(n)
+                        .map(|c| Tensor::new(s.clone(), c[..numel].to_vec()))
+                        .collect(),
+                });
+            }
+            match run_instance(f, ins, &xs, n)? {
+                Eval::Outside => counts.outside_domain += 1,
+                Eval::Done { expected, per_rank } => {
+                    counts.instances += 1;
+                    for (o, out) in outs.iter().enumerate() {
+                        let denoted = denote(*out, &per_rank);
+                        if denoted.as_ref() == Some(&expected) {
+                            continue;
+                        }
+                        let key = (idx.iter().filter(|&&i| i != 0).count(), idx.clone());
+                        let better = match &fails[o] {
+                            None => true,
+                            Some((c, k, _)) => *c == ci && key < *k,
+                        };
+                        if better {
+                            fails[o] = Some((
+                                ci,
+                                key,
+                                Counterexample {
+                                    n,
+                                    inputs: xs.clone(),
+                                    expected: expected.clone(),
+                                    per_rank: per_rank.clone(),
+                                    denoted,
+                                },
+                            ));
+                        }
+                    }
+                }
+            }
+            // Next grid point (odometer, first index fastest).
+            for d in idx.iter_mut() {
+                *d += 1;
+                if *d < nv as usize {
+                    break;
+                }
+                *d = 0;
+            }
+        }
+    }
+    Ok(fails
+        .into_iter()
+        .map(|fl| match fl {
+            Some((_, _, cex)) => Verdict::Refuted(Box::new(cex), counts.clone()),
+            None if counts.multi_rank_cases == 0 || counts.instances == 0 => Verdict::Vacuous(
+                "no case on more than one rank within the cap".into(),
+                counts.clone(),
+            ),
+            None => Verdict::Defers(counts.clone()),
+        })
+        .collect())
+}
+
+/// One typing of the derived table.
+#[derive(Clone, Debug)]
+pub struct Row {
+    pub inputs: Vec<Place>,
+    pub output: Place,
+    pub verdict: Verdict,
+}
+
+/// The output placements a derived table tries.
+pub fn output_places() -> Vec<Place> {
+    let mut v = vec![Place::Inv];
+    v.extend(ALL_KINDS.iter().map(|&k| Place::Part(k)));
+    v
+}
+
+/// `derive OP --partial k` (SPEC.md §21.2): every assignment of Invariant
+/// or Partial(k) to the inputs (at least one Partial), against every output
+/// placement Invariant or Partial(k') for each kind k'.
+pub fn derive_partial(f: &LocalFn, k: PartialKind, scope: &Scope) -> Result<Vec<Row>, UsageError> {
+    let m = f.arity();
+    if m == 0 {
+        return Err(UsageError(format!(
+            "`{}` has no input to hold a pending reduction",
+            f.text
+        )));
+    }
+    if m > 3 {
+        return Err(UsageError(format!(
+            "`{}` has {m} inputs; --partial takes at most 3",
+            f.text
+        )));
+    }
+    let outs = output_places();
+    let mut rows = Vec::new();
+    for mask in 1u32..(1 << m) {
+        let ins: Vec<Place> = (0..m)
+            .map(|i| {
+                if mask & (1 << i) != 0 {
+                    Place::Part(k)
+                } else {
+                    Place::Inv
+                }
+            })
+            .collect();
+        let vs = check_places(f, &ins, &outs, scope).map_err(UsageError)?;
+        for (out, verdict) in outs.iter().zip(vs) {
+            rows.push(Row {
+                inputs: ins.clone(),
+                output: *out,
+                verdict,
+            });
+        }
+    }
+    Ok(rows)
+}
+
+fn typing(ins: &[Place], out: Place) -> String {
+    format!(
+        "{} -> {out}",
+        ins.iter()
+            .map(|p| p.to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+pub fn derive_text(f: &LocalFn, k: PartialKind, scope: &Scope, rows: &[Row]) -> String {
+    let mut s = format!(
+        "`{}` with pending {k} inputs on one mesh axis (SPEC.md §21.2)\nscope: {}\n",
+        f.text,
+        scope.describe()
+    );
+    for r in rows {
+        s += &format!(
+            "  {:<34} {}\n",
+            typing(&r.inputs, r.output),
+            r.verdict.text()
+        );
+    }
+    let defers = rows.iter().filter(|r| r.verdict.key() == "defers").count();
+    let refuted = rows.iter().filter(|r| r.verdict.key() == "refuted").count();
+    s += &format!(
+        "{} typings: {defers} deferring, {refuted} refuted, {} vacuous\n",
+        rows.len(),
+        rows.len() - defers - refuted
+    );
+    s
+}
+
+pub fn derive_json(f: &LocalFn, k: PartialKind, scope: &Scope, rows: &[Row]) -> Value {
+    json!({
+        "op": f.text, "partial": k.name(), "scope": scope.describe(),
+        "rows": rows.iter().map(|r| {
+            let mut v = r.verdict.json();
+            v["inputs"] = json!(r.inputs.iter().map(|p| p.to_string()).collect::<Vec<_>>());
+            v["output"] = json!(r.output.to_string());
+            v
+        }).collect::<Vec<_>>(),
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Collectives (SPEC.md §21.3)
+
+/// A collective on one axis that performs (or creates) a pending reduction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Coll {
+    /// all_reduce(k): Partial(k) -> Replicate. JAX `unreduced_pmax`, DTensor
+    /// `redistribute(Partial(k) -> Replicate())`.
+    AllReduce(PartialKind),
+    /// reduce_scatter(k, d): Partial(k) -> Shard(d).
+    ReduceScatter(PartialKind, usize),
+    /// DTensor's `Replicate() -> Partial(k)`: `_partition_value`.
+    Partition(PartialKind),
+}
+
+/// Ring all-reduce, written pairwise: member r starts from its own tensor
+/// and folds in the others in ring order r+1, r+2, ...; avg divides once at
+/// the end (how a sum-then-scale backend computes it). Independent of
+/// `pending::combine` on purpose: F3 compares the two.
+fn fold(k: PartialKind, xs: &[Tensor], start: usize) -> Tensor {
+    let n = xs.len();
+    let mut acc = xs[start].clone();
+    for j in 1..n {
+        let y = &xs[(start + j) % n];
+        acc = match k {
+            PartialKind::Sum | PartialKind::Avg => acc.add(y),
+            PartialKind::Max => acc.zip(y, |a, b| if b > a { b.clone() } else { a.clone() }),
+            PartialKind::Min => acc.zip(y, |a, b| if b < a { b.clone() } else { a.clone() }),
+        };
+    }
+    if k == PartialKind::Avg {
+        acc = acc.scale(&Q::frac(1, n as i64));
+    }
+    acc
+}
+
+impl Coll {
+    pub fn name(&self) -> String {
+        match self {
+            Coll::AllReduce(k) => format!("all_reduce({k}): P({k}) -> I"),
+            Coll::ReduceScatter(k, d) => format!("reduce_scatter({k}, dim={d}): P({k}) -> S({d})"),
+            Coll::Partition(k) => format!("partition({k}): I -> P({k})"),
+        }
+    }
+    pub fn places(&self) -> (Place, Place) {
+        match *self {
+            Coll::AllReduce(k) => (Place::Part(k), Place::Inv),
+            Coll::ReduceScatter(k, d) => (Place::Part(k), Place::Shard(d)),
+            Coll::Partition(k) => (Place::Inv, Place::Part(k)),
+        }
+    }
+    /// The per-rank forward.
+    pub fn forward(&self, xs: &[Tensor]) -> Vec<Tensor> {
+        let n = xs.len();
+        match *self {
+            Coll::AllReduce(k) => (0..n).map(|r| fold(k, xs, r)).collect(),
+            Coll::ReduceScatter(k, d) => (0..n)
+                .map(|r| fold(k, xs, r).chunk(n, d)[r].clone())
+                .collect(),
+            Coll::Partition(k) => match k {
+                // DTensor 2.14.1 `Partial._partition_value`: v / n for sum,
+                // v itself for avg, max and min.
+                PartialKind::Sum => xs.iter().map(|x| x.scale(&Q::frac(1, n as i64))).collect(),
+                PartialKind::Avg | PartialKind::Max | PartialKind::Min => xs.to_vec(),
+            },
+        }
+    }
+}
+
+/// A per-rank forward of a collective on one axis.
+pub type CollForward = Box<dyn Fn(&[Tensor]) -> Vec<Tensor> + Sync>;
+
+/// A collective row: a forward (possibly a deliberately wrong one) and the
+/// placements it claims.
+pub struct CollRow {
+    pub name: String,
+    pub system: &'static str,
+    pub claim: (Place, Place),
+    pub forward: CollForward,
+    /// The property a twin must fail, or `None` for a rule that must hold.
+    pub expect_fail: Option<&'static str>,
+}
+
+/// F1 (closure) and F3 (the value denoted is kept) for a collective on one
+/// axis, exhaustive over the scope (SPEC.md §21.3). Returns the first
+/// failure: (property, ranks, input per rank, output per rank).
+pub fn check_collective(row: &CollRow, scope: &Scope) -> Result<Counts, (String, String)> {
+    let (src, dst) = row.claim;
+    let nv = scope.values.len();
+    let mut counts = Counts::default();
+    for &n in &scope.ranks {
+        let mut shapes: Vec<&Shape> = scope.shapes.iter().collect();
+        shapes.sort_by_key(|s| s.iter().product::<usize>());
+        for s in shapes {
+            if let Place::Shard(d) = dst {
+                if d >= s.len() || s[d] % n != 0 {
+                    continue;
+                }
+            }
+            let numel: usize = s.iter().product();
+            let fr = free(src, numel, n);
+            let Some(points) = (nv as u64)
+                .checked_pow(fr as u32)
+                .filter(|&p| p <= scope.max_points)
+            else {
+                counts.beyond_cap += 1;
+                continue;
+            };
+            counts.cases += 1;
+            if n > 1 {
+                counts.multi_rank_cases += 1;
+            }
+            let mut idx = vec![0usize; fr];
+            for _ in 0..points {
+                let vals: Vec<Q> = idx.iter().map(|&i| scope.values[i].clone()).collect();
+                let xs: Vec<Tensor> = match src {
+                    Place::Inv => vec![Tensor::new(s.clone(), vals); n],
+                    _ => vals
+                        .chunks(numel)
+                        .map(|c| Tensor::new(s.clone(), c.to_vec()))
+                        .collect(),
+                };
+                counts.instances += 1;
+                let before = denote(src, &xs).expect("well formed by construction");
+                let ys = (row.forward)(&xs);
+                let show = |ts: &[Tensor]| {
+                    ts.iter()
+                        .map(|t| t.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                };
+                let at = || {
+                    format!(
+                        "{n} ranks, input per rank [{}], output per rank [{}]",
+                        show(&xs),
+                        show(&ys)
+                    )
+                };
+                match denote(dst, &ys) {
+                    None => {
+                        return Err(("F1".into(), format!("not well formed for {dst}: {}", at())))
+                    }
+                    Some(after) if after != before => {
+                        return Err((
+                            "F3".into(),
+                            format!("denotes {after}, the input denotes {before}: {}", at()),
+                        ))
+                    }
+                    Some(_) => {}
+                }
+                for d in idx.iter_mut() {
+                    *d += 1;
+                    if *d < nv {
+                        break;
+                    }
+                    *d = 0;
+                }
+            }
+        }
+    }
+    Ok(counts)
+}
+
+/// The collective rows with their twins (SPEC.md §21.3).
+pub fn collective_rows() -> Vec<CollRow> {
+    let mut rows = Vec::new();
+    for k in ALL_KINDS {
+        for c in [
+            Coll::AllReduce(k),
+            Coll::ReduceScatter(k, 0),
+            Coll::Partition(k),
+        ] {
+            let system = match (c, k.jax()) {
+                // Only sharding propagation partitions; `redistribute`
+                // refuses any move to a Partial but Shard -> Partial(sum).
+                (Coll::Partition(_), _) => "dtensor propagation",
+                (_, None) => "dtensor",
+                _ => "dtensor, jax",
+            };
+            rows.push(CollRow {
+                name: c.name(),
+                system,
+                claim: c.places(),
+                forward: Box::new(move |xs| c.forward(xs)),
+                expect_fail: None,
+            });
+        }
+        // Twin: reduce with the wrong kind (sum for the others, max for sum).
+        let wrong = if k == PartialKind::Sum {
+            PartialKind::Max
+        } else {
+            PartialKind::Sum
+        };
+        let c = Coll::AllReduce(wrong);
+        rows.push(CollRow {
+            name: format!("twin: all_reduce({wrong}) claimed P({k}) -> I"),
+            system: "twin",
+            claim: (Place::Part(k), Place::Inv),
+            forward: Box::new(move |xs| c.forward(xs)),
+            expect_fail: Some("F3"),
+        });
+        // Twin: the other partition (v / n for max, avg, min; v for sum).
+        rows.push(CollRow {
+            name: format!("twin: partition({k}) keeping the other share"),
+            system: "twin",
+            claim: (Place::Inv, Place::Part(k)),
+            forward: Box::new(move |xs: &[Tensor]| {
+                let n = xs.len() as i64;
+                match k {
+                    PartialKind::Sum => xs.to_vec(),
+                    _ => xs.iter().map(|x| x.scale(&Q::frac(1, n))).collect(),
+                }
+            }),
+            expect_fail: Some("F3"),
+        });
+    }
+    // Twin: a reduce-scatter that keeps the wrong chunk.
+    rows.push(CollRow {
+        name: "twin: reduce_scatter(max) keeping chunk r+1".into(),
+        system: "twin",
+        claim: (Place::Part(PartialKind::Max), Place::Shard(0)),
+        forward: Box::new(|xs: &[Tensor]| {
+            let n = xs.len();
+            (0..n)
+                .map(|r| fold(PartialKind::Max, xs, r).chunk(n, 0)[(r + 1) % n].clone())
+                .collect()
+        }),
+        expect_fail: Some("F3"),
+    });
+    rows
+}
+
+// ---------------------------------------------------------------------------
+// Gradients and JVPs (SPEC.md §21.4)
+
+/// The step of the exact difference quotients, as in SPEC.md §5.3.
+fn step() -> Q {
+    Q::frac(1, 1 << 16)
+}
+
+/// d/dh g(h) at 0 from exact difference quotients at −s, s/2 and s; `None`
+/// where they differ (a kink at or near 0: undetermined).
+fn slope(g: impl Fn(&Q) -> Option<Q>) -> Option<Q> {
+    let s = step();
+    let g0 = g(&Q::zero())?;
+    let q = |h: Q| -> Option<Q> { g(&h)?.sub(&g0).div(&h).ok() };
+    let a = q(s.clone())?;
+    let b = q(s.div(&Q::int(2)).ok()?)?;
+    let c = q(s.neg())?;
+    (a == b && b == c).then_some(a)
+}
+
+/// A declared backward of `from_local(x, [Partial(k)])` (a per-rank
+/// identity from per-rank values to Partial(k)): given the per-rank inputs
+/// and the replicated cotangent, each rank's gradient.
+pub type LocalBackward = fn(k: PartialKind, xs: &[Tensor], g: &Tensor) -> Vec<Tensor>;
+
+/// DTensor 2.14.1 `_FromTorchTensor.backward`: a Partial input's gradient
+/// is normalised to Replicate(), so every rank receives the cotangent.
+pub fn dtensor_from_local_backward(_k: PartialKind, xs: &[Tensor], g: &Tensor) -> Vec<Tensor> {
+    vec![g.clone(); xs.len()]
+}
+
+/// The transpose the denotation asks for: g for sum, g / n for avg, g at
+/// the rank holding the extremum (the first, at a tie) for max and min.
+pub fn exact_from_local_backward(k: PartialKind, xs: &[Tensor], g: &Tensor) -> Vec<Tensor> {
+    let n = xs.len();
+    match k {
+        PartialKind::Sum => vec![g.clone(); n],
+        PartialKind::Avg => vec![g.scale(&Q::frac(1, n as i64)); n],
+        PartialKind::Max | PartialKind::Min => {
+            let mut out = vec![Tensor::zeros(&g.shape); n];
+            for i in 0..g.numel() {
+                let mut best = 0;
+                for r in 1..n {
+                    let better = match k {
+                        PartialKind::Max => xs[r].data[i] > xs[best].data[i],
+                        _ => xs[r].data[i] < xs[best].data[i],
+                    };
+                    if better {
+                        best = r;
+                    }
+                }
+                out[best].data[i] = g.data[i].clone();
+            }
+            out
+        }
+    }
+}
+
+/// B3 for `from_local` to Partial(k) (SPEC.md §21.4): for every rank r and
+/// element i, the derivative of ⟨⊕_k x, g⟩ along x_r[i], from exact
+/// difference quotients of the denotation (never from the backward), must
+/// equal the backward's entry. Instances at a tie are undetermined and
+/// counted. Returns (instances checked, undetermined) or the first failure.
+pub fn check_from_local(
+    k: PartialKind,
+    backward: LocalBackward,
+    scope: &Scope,
+) -> Result<(u64, u64), String> {
+    let (mut checked, mut undetermined) = (0u64, 0u64);
+    let nv = scope.values.len();
+    for &n in scope.ranks.iter().filter(|&&n| n > 1) {
+        for s in [vec![], vec![2]] {
+            let numel: usize = s.iter().product();
+            let fr = n * numel;
+            let Some(points) = (nv as u64)
+                .checked_pow(fr as u32)
+                .filter(|&p| p <= scope.max_points)
+            else {
+                continue;
+            };
+            let mut idx = vec![0usize; fr];
+            for p in 0..points {
+                let vals: Vec<Q> = idx.iter().map(|&i| scope.values[i].clone()).collect();
+                let xs: Vec<Tensor> = vals
+                    .chunks(numel)
+                    .map(|c| Tensor::new(s.clone(), c.to_vec()))
+                    .collect();
+                // Cotangent: a fixed non-trivial replicated value per instance.
+                let g = Tensor::new(
+                    s.clone(),
+                    (0..numel)
+                        .map(|i| scope.values[(p as usize + i) % nv].clone())
+                        .collect(),
+                );
+                let got = backward(k, &xs, &g);
+                let mut tie = false;
+                'all: for r in 0..n {
+                    for i in 0..numel {
+                        let d = slope(|h| {
+                            let mut ys = xs.clone();
+                            ys[r].data[i] = ys[r].data[i].add(h);
+                            Some(combine(k, &ys).ok()?.dot(&g))
+                        });
+                        let Some(d) = d else {
+                            tie = true;
+                            break 'all;
+                        };
+                        if got[r].data[i] != d {
+                            let show = |ts: &[Tensor]| {
+                                ts.iter()
+                                    .map(|t| t.to_string())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            };
+                            return Err(format!(
+                                "B3: {n} ranks, x per rank [{}], cotangent {g}: the backward gives rank {r} element {i} {}, the derivative of the denotation is {d} (backward per rank [{}])",
+                                show(&xs), got[r].data[i], show(&got)
+                            ));
+                        }
+                    }
+                }
+                if tie {
+                    undetermined += 1;
+                } else {
+                    checked += 1;
+                }
+                for d in idx.iter_mut() {
+                    *d += 1;
+                    if *d < nv {
+                        break;
+                    }
+                    *d = 0;
+                }
+            }
+        }
+    }
+    Ok((checked, undetermined))
+}
+
+/// A candidate JVP of all_reduce(k) (Partial(k) -> Replicate): per-rank
+/// primals and tangents to the output tangent.
+pub type CollJvp = fn(k: PartialKind, xs: &[Tensor], ts: &[Tensor]) -> Tensor;
+
+/// The tangent of the rank holding the extremum (sum: the sum of tangents,
+/// avg: their mean): what the denotation asks for away from ties.
+pub fn argext_jvp(k: PartialKind, xs: &[Tensor], ts: &[Tensor]) -> Tensor {
+    match k {
+        PartialKind::Sum | PartialKind::Avg => combine(k, ts).expect("same shapes"),
+        PartialKind::Max | PartialKind::Min => {
+            let g = Tensor::new(ts[0].shape.clone(), vec![Q::one(); ts[0].numel()]);
+            let w = exact_from_local_backward(k, xs, &g);
+            let mut out = Tensor::zeros(&ts[0].shape);
+            for (wr, tr) in w.iter().zip(ts) {
+                for i in 0..out.numel() {
+                    out.data[i] = out.data[i].add(&wr.data[i].mul(&tr.data[i]));
+                }
+            }
+            out
+        }
+    }
+}
+
+/// The JVP psum would have: the sum of the tangents.
+pub fn psum_jvp(_k: PartialKind, _xs: &[Tensor], ts: &[Tensor]) -> Tensor {
+    combine(PartialKind::Sum, ts).expect("same shapes")
+}
+
+/// The same reduction applied to the tangents.
+pub fn same_kind_jvp(k: PartialKind, _xs: &[Tensor], ts: &[Tensor]) -> Tensor {
+    combine(k, ts).expect("same shapes")
+}
+
+/// J1 for all_reduce(k) (SPEC.md §21.4): for every instance and every
+/// per-rank unit tangent, the JVP must equal the derivative of the
+/// denotation along it (exact difference quotients; ties undetermined).
+pub fn check_all_reduce_jvp(
+    k: PartialKind,
+    jvp: CollJvp,
+    scope: &Scope,
+) -> Result<(u64, u64), String> {
+    let (mut checked, mut undetermined) = (0u64, 0u64);
+    let nv = scope.values.len();
+    for &n in scope.ranks.iter().filter(|&&n| n > 1) {
+        for s in [vec![], vec![2]] {
+            let numel: usize = s.iter().product();
+            let fr = n * numel;
+            let Some(points) = (nv as u64)
+                .checked_pow(fr as u32)
+                .filter(|&p| p <= scope.max_points)
+            else {
+                continue;
+            };
+            let mut idx = vec![0usize; fr];
+            for _ in 0..points {
+                let vals: Vec<Q> = idx.iter().map(|&i| scope.values[i].clone()).collect();
+                let xs: Vec<Tensor> = vals
+                    .chunks(numel)
+                    .map(|c| Tensor::new(s.clone(), c.to_vec()))
+                    .collect();
+                let mut tie = false;
+                'all: for r in 0..n {
+                    for i in 0..numel {
+                        let mut ts = vec![Tensor::zeros(&s); n];
+                        ts[r].data[i] = Q::one();
+                        let want: Option<Vec<Q>> = (0..numel)
+                            .map(|j| {
+                                slope(|h| {
+                                    let mut ys = xs.clone();
+                                    ys[r].data[i] = ys[r].data[i].add(h);
+                                    Some(combine(k, &ys).ok()?.data[j].clone())
+                                })
+                            })
+                            .collect();
+                        let Some(want) = want else {
+                            tie = true;
+                            break 'all;
+                        };
+                        let got = jvp(k, &xs, &ts);
+                        if got.data != want {
+                            let show = |ts: &[Tensor]| {
+                                ts.iter()
+                                    .map(|t| t.to_string())
+                                    .collect::<Vec<_>>()
+                                    .join(", ")
+                            };
+                            return Err(format!(
+                                "J1: {n} ranks, x per rank [{}], unit tangent at rank {r} element {i}: the JVP gives {got}, the derivative of the denotation is {}",
+                                show(&xs),
+                                Tensor::new(s.clone(), want)
+                            ));
+                        }
+                    }
+                }
+                if tie {
+                    undetermined += 1;
+                } else {
+                    checked += 1;
+                }
+                for d in idx.iter_mut() {
+                    *d += 1;
+                    if *d < nv {
+                        break;
+                    }
+                    *d = 0;
+                }
+            }
+        }
+    }
+    Ok((checked, undetermined))
+}
+
+/// The per-rank gradients of the linear kinds, by the oracle itself
+/// (SPEC.md §21.4): a Partial(sum) or Partial(avg) value's per-rank tensors
+/// are independent per-rank data, which the core reads as Varying, so the
+/// reduction collective is `psum` or `pmean` from Varying to Invariant and
+/// B1–B3 of §4 check a backward of it. DTensor's backward puts the
+/// cotangent on every rank (`pvary`). Each row: name, rule file, and
+/// whether the oracle must find it sound.
+pub const ORACLE_ROWS: &[(&str, &str, bool)] = &[
+    (
+        "all_reduce(sum) read per rank (psum V -> I), DTensor's backward: g on every rank",
+        "[[rule]]\nname = \"a\"\ndialect = \"jax\"\nforward = \"psum\"\nbackward = \"pvary\"\ninputs = [\"Varying\"]\noutput = \"Invariant\"\n",
+        true,
+    ),
+    (
+        "all_reduce(avg) read per rank (pmean V -> I), DTensor's backward: g on every rank",
+        "[[rule]]\nname = \"b\"\ndialect = \"jax\"\nforward = \"pmean\"\nbackward = \"pvary\"\ninputs = [\"Varying\"]\noutput = \"Invariant\"\n",
+        false,
+    ),
+    (
+        "all_reduce(avg) read per rank (pmean V -> I), the transpose g / n",
+        "[[rule]]\nname = \"c\"\ndialect = \"jax\"\nforward = \"pmean\"\nbackward = \"divide_by_group_size |> pvary\"\ninputs = [\"Varying\"]\noutput = \"Invariant\"\n",
+        true,
+    ),
+];
+
+/// Runs one of `ORACLE_ROWS` through the oracle: `Ok(verdict words)` when
+/// sound, `Err(counterexample)` otherwise.
+pub fn check_oracle_row(toml_text: &str) -> Result<String, String> {
+    let rules = crate::rules::load_str("<partial_kinds>", toml_text).map_err(|e| e.0)?;
+    let cfg = crate::check::CheckConfig {
+        scope: spmd_generators::Scope::default(),
+        cases: 0,
+        seed: 0,
+    };
+    let r = crate::check::check_rule(&rules[0], &cfg, &[], &|_| {});
+    match r.verdict.violation() {
+        Some(v) => Err(v.one_line_in(rules[0].dialect)),
+        None => Ok(crate::report::verdict_word(&r.verdict)),
+    }
+}
+
+/// The derivative of `f` on global tensors at `xs` (inputs' global
+/// values), paired with the cotangent `g`: one tensor per input. Exact
+/// difference quotients; `None` at a kink (SPEC.md §21.5).
+pub fn global_gradient(f: &LocalFn, xs: &[Tensor], g: &Tensor) -> Option<Vec<Tensor>> {
+    let mut out = Vec::new();
+    for i in 0..xs.len() {
+        let mut gi = Tensor::zeros(&xs[i].shape);
+        for e in 0..xs[i].numel() {
+            gi.data[e] = slope(|h| {
+                let mut ys = xs.to_vec();
+                ys[i].data[e] = ys[i].data[e].add(h);
+                let y = eval(&f.expr, &ys, &mut Ctx::default()).ok()?;
+                Some(y.dot(g))
+            })?;
+        }
+        out.push(gi);
+    }
+    Some(out)
+}
+
+// ---------------------------------------------------------------------------
+// The real systems' rules, as data (SPEC.md §21.6)
+
+/// The systems' rule lists for the pending kinds.
+pub const RULES_TOML: &str = include_str!("../dialects/tables/partial_kinds.toml");
+
+/// One rule of `dialects/tables/partial_kinds.toml`.
+#[derive(Clone, Debug)]
+pub struct SystemRule {
+    pub name: String,
+    pub system: String,
+    pub source: String,
+    pub op: LocalFn,
+    pub inputs: Vec<Place>,
+    pub output: Place,
+    /// What the oracle is expected to find: `defers` or `refuted`.
+    pub expect: String,
+    /// A typing of the same op that must be refuted.
+    pub twin: Option<(Vec<Place>, Place)>,
+}
+
+fn places(v: &toml::Value, what: &str) -> Result<Vec<Place>, String> {
+    v.as_array()
+        .ok_or(format!("{what}: a list of placements"))?
+        .iter()
+        .map(|p| {
+            Place::parse(
+                p.as_str()
+                    .ok_or(format!("{what}: placements are strings"))?,
+            )
+        })
+        .collect()
+}
+
+/// Reads the rule table; every error names the row.
+pub fn read_rules(text: &str) -> Result<Vec<SystemRule>, String> {
+    let doc: toml::Value = toml::from_str(text).map_err(|e| format!("partial_kinds.toml: {e}"))?;
+    let rows = doc
+        .get("rule")
+        .and_then(|r| r.as_array())
+        .ok_or("partial_kinds.toml: no [[rule]] rows")?;
+    let mut out = Vec::new();
+    for (i, r) in rows.iter().enumerate() {
+        let s = |k: &str| -> Result<String, String> {
+            r.get(k)
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+                .ok_or(format!("partial_kinds.toml rule {}: missing `{k}`", i + 1))
+        };
+        let name = s("name")?;
+        let at = |e: String| format!("partial_kinds.toml rule `{name}`: {e}");
+        let mut op = parse(&s("op")?).map_err(|e| at(e.to_string()))?;
+        op.text = s("op")?;
+        let inputs = places(
+            r.get("inputs").ok_or(at("missing `inputs`".into()))?,
+            "inputs",
+        )
+        .map_err(at)?;
+        let output = Place::parse(&s("output")?).map_err(at)?;
+        let expect = s("expect")?;
+        if expect != "defers" && expect != "refuted" {
+            return Err(at(format!(
+                "expect is `defers` or `refuted`, not `{expect}`"
+            )));
+        }
+        let twin = match r.get("twin") {
+            None => None,
+            Some(t) => Some((
+                places(
+                    t.get("inputs").ok_or(at("twin: missing `inputs`".into()))?,
+                    "twin inputs",
+                )
+                .map_err(at)?,
+                Place::parse(
+                    t.get("output")
+                        .and_then(|o| o.as_str())
+                        .ok_or(at("twin: missing `output`".into()))?,
+                )
+                .map_err(at)?,
+            )),
+        };
+        if inputs.len() != op.arity() {
+            return Err(at(format!(
+                "{} placements for {} inputs",
+                inputs.len(),
+                op.arity()
+            )));
+        }
+        out.push(SystemRule {
+            name,
+            system: s("system")?,
+            source: s("source")?,
+            op,
+            inputs,
+            output,
+            expect,
+            twin,
+        });
+    }
+    Ok(out)
+}
+
+/// One rule checked: the oracle's verdict on it and on its twin.
+#[derive(Clone, Debug)]
+pub struct RuleResult {
+    pub rule: SystemRule,
+    pub verdict: Verdict,
+    pub twin: Option<Verdict>,
+}
+
+impl RuleResult {
+    /// The oracle's verdict is the one the table pins.
+    pub fn as_expected(&self) -> bool {
+        self.verdict.key() == self.rule.expect
+    }
+    /// The twin, where there is one, was refuted.
+    pub fn twin_rejected(&self) -> bool {
+        self.twin.as_ref().is_none_or(|t| t.key() == "refuted")
+    }
+    /// A rule the system has and the oracle refutes.
+    pub fn is_finding(&self) -> bool {
+        self.verdict.key() == "refuted"
+    }
+}
+
+pub fn check_rules(rules: &[SystemRule], scope: &Scope) -> Result<Vec<RuleResult>, String> {
+    use rayon::prelude::*;
+    rules
+        .par_iter()
+        .map(|r| {
+            let verdict = check_places(&r.op, &r.inputs, &[r.output], scope)?.remove(0);
+            let twin = match &r.twin {
+                Some((ins, out)) => Some(check_places(&r.op, ins, &[*out], scope)?.remove(0)),
+                None => None,
+            };
+            Ok(RuleResult {
+                rule: r.clone(),
+                verdict,
+                twin,
+            })
+        })
+        .collect()
+}
+
+/// The `conform` section (SPEC.md §21.6): every system rule, its verdict,
+/// its twin; the collectives and their twins; the gradient rows. Returns
+/// the text and whether everything came out as pinned.
+pub fn conform_section(scope: &Scope) -> Result<(String, bool), String> {
+    let mut s = String::from("\npending reductions beyond sums (SPEC.md §21):\n");
+    let mut ok = true;
+    let rules = read_rules(RULES_TOML)?;
+    let results = check_rules(&rules, scope)?;
+    for r in &results {
+        let t = typing(&r.rule.inputs, r.rule.output);
+        let mark = if r.is_finding() { "FINDING " } else { "" };
+        s += &format!(
+            "  {mark}[{}] {}: `{}` {t}: {}\n",
+            r.rule.system,
+            r.rule.name,
+            r.rule.op.text,
+            r.verdict.text()
+        );
+        if let (Some((ins, out)), Some(tv)) = (&r.rule.twin, &r.twin) {
+            s += &format!(
+                "      twin {}: {}\n",
+                typing(ins, *out),
+                if tv.key() == "refuted" {
+                    "refuted (as it must be)".into()
+                } else {
+                    format!("NOT refuted: {}", tv.text())
+                }
+            );
+        }
+        ok &= r.as_expected() && r.twin_rejected();
+    }
+    let findings = results.iter().filter(|r| r.is_finding()).count();
+    s += &format!(
+        "  {} system rules: {} as pinned, {findings} refuted by the oracle (findings), {} twins refuted\n",
+        results.len(),
+        results.iter().filter(|r| r.as_expected()).count(),
+        results.iter().filter(|r| r.twin.is_some() && r.twin_rejected()).count()
+    );
+    for row in collective_rows() {
+        let res = check_collective(&row, scope);
+        let line = match (&res, row.expect_fail) {
+            (Ok(c), None) => format!("F1, F3 hold ({} instances, {} cases)", c.instances, c.cases),
+            (Err((p, w)), Some(want)) if p == want => format!("fails {p} as it must: {w}"),
+            (Ok(_), Some(want)) => {
+                ok = false;
+                format!("NOT rejected (should fail {want})")
+            }
+            (Err((p, w)), _) => {
+                ok = false;
+                format!("fails {p}: {w}")
+            }
+        };
+        s += &format!("  [{}] {}: {line}\n", row.system, row.name);
+    }
+    for k in ALL_KINDS {
+        for (who, bw, must_hold) in [
+            (
+                "dtensor from_local backward (Replicate grad)",
+                dtensor_from_local_backward as LocalBackward,
+                k == PartialKind::Sum,
+            ),
+            (
+                "transpose of the denotation",
+                exact_from_local_backward as LocalBackward,
+                true,
+            ),
+        ] {
+            let res = check_from_local(k, bw, scope);
+            let line = match &res {
+                Ok((c, u)) => format!("B3 holds ({c} instances, {u} at a tie undetermined)"),
+                Err(e) => e.clone(),
+            };
+            ok &= res.is_ok() == must_hold;
+            s += &format!("  from_local P({k}), {who}: {line}\n");
+        }
+    }
+    for (name, text, must_hold) in ORACLE_ROWS {
+        let res = check_oracle_row(text);
+        ok &= res.is_ok() == *must_hold;
+        let line = match res {
+            Ok(w) => w,
+            Err(e) => format!("unsound {e}"),
+        };
+        s += &format!("  {name}: {line}\n");
+    }
+    for k in [PartialKind::Max, PartialKind::Min] {
+        for (who, j, must_hold) in [
+            ("tangent at the extremum", argext_jvp as CollJvp, true),
+            ("psum of tangents (twin)", psum_jvp as CollJvp, false),
+            (
+                "same reduction of tangents (twin)",
+                same_kind_jvp as CollJvp,
+                false,
+            ),
+        ] {
+            let res = check_all_reduce_jvp(k, j, scope);
+            let line = match &res {
+                Ok((c, u)) => format!("J1 holds ({c} instances, {u} at a tie undetermined)"),
+                Err(e) => e.clone(),
+            };
+            ok &= res.is_ok() == must_hold;
+            s += &format!("  all_reduce({k}) JVP, {who}: {line}\n");
+        }
+    }
+    Ok((s, ok))
+}
