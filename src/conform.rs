@@ -276,7 +276,7 @@ pub fn transformer_text(rows: &[TransformerRow]) -> String {
 /// rules for Partial(avg | max | min) from `dialects/tables/partial_kinds.toml`
 /// with their twins, the collectives of the kinds and their gradients and
 /// JVPs. Returns the text and whether every verdict came out as pinned.
-pub fn partial_kinds_section() -> Result<(String, bool), UsageError> {
+pub fn partial_kinds_section() -> Result<(String, serde_json::Value, bool), UsageError> {
     crate::partial_kinds::conform_section(&crate::partial_kinds::Scope::conform())
         .map_err(UsageError)
 }

@@ -455,7 +455,16 @@ fn run() -> Result<ExitCode, UsageError> {
                 rs.len() + prs.len() + jrs.len(),
                 rs.len() + prs.len() + jrs.len() + strategies.len(),
                 rs.len() + prs.len() + jrs.len() + strategies.len() + layers.len(),
+                rs.len()
+                    + prs.len()
+                    + jrs.len()
+                    + strategies.len()
+                    + layers.len()
+                    + gen_systems.len(),
             ];
+            // Pending reductions beyond sums (SPEC.md §21.6): with every
+            // system, or with dtensor or jax, whose rules it holds; one entry.
+            let with_pending = matches!(dialect.as_deref(), None | Some("dtensor") | Some("jax"));
             let owned = |sec: usize, len: usize| -> Vec<usize> {
                 (0..len)
                     .filter(|i| part.is_none_or(|p| p.owns(starts[sec] + i)))
@@ -468,6 +477,7 @@ fn run() -> Result<ExitCode, UsageError> {
                 owned(3, strategies.len()),
                 owned(4, layers.len()),
                 owned(5, gen_systems.len()),
+                owned(6, usize::from(with_pending)),
             ];
             let rs: Vec<_> = own[0].iter().map(|&i| rs[i]).collect();
             let prs: Vec<_> = own[1].iter().map(|&i| prs[i]).collect();
@@ -534,8 +544,13 @@ fn run() -> Result<ExitCode, UsageError> {
                 .iter()
                 .map(|&i| spmd_check::generated::run(gen_systems[i], 1, &scope))
                 .collect();
+            let pending = match own[6].is_empty() {
+                true => None,
+                false => Some(spmd_check::conform::partial_kinds_section()?),
+            };
             b.finish_and_clear();
-            let wrong = fsdp.iter().chain(&progs).any(|p| !p.as_expected());
+            let wrong = fsdp.iter().chain(&progs).any(|p| !p.as_expected())
+                || pending.as_ref().is_some_and(|p| !p.2);
             if let (true, Some(p)) = (json, part) {
                 let sec = |name, sec: usize, total, vals: Vec<serde_json::Value>| Section {
                     name,
@@ -587,6 +602,12 @@ fn run() -> Result<ExitCode, UsageError> {
                                 .map(spmd_check::generated::summary_json)
                                 .collect(),
                         ),
+                        sec(
+                            "pending_kinds",
+                            6,
+                            usize::from(with_pending),
+                            pending.iter().map(|p| p.1.clone()).collect(),
+                        ),
                     ],
                 );
                 println!("{}", serde_json::to_string_pretty(&v).expect("json"));
@@ -595,16 +616,16 @@ fn run() -> Result<ExitCode, UsageError> {
                     || jvps.iter().any(|j| !j.twin_rejected());
                 return Ok(ExitCode::from(u8::from(defect || wrong)));
             }
-            let code = conform_output(&results, &pairs, &jvps, &fsdp, &progs, &generated, json);
-            // Pending reductions beyond sums (SPEC.md §21.6): with every system,
-            // or with dtensor or jax, whose rules it holds.
-            let pending = match dialect.as_deref() {
-                None | Some("dtensor") | Some("jax") => {
-                    Some(spmd_check::conform::partial_kinds_section()?)
-                }
-                Some(_) => None,
-            };
-            let wrong = wrong || pending.as_ref().is_some_and(|p| !p.1);
+            let code = conform_output(
+                &results,
+                &pairs,
+                &jvps,
+                &fsdp,
+                &progs,
+                &generated,
+                pending.as_ref().map(|p| &p.1),
+                json,
+            );
             if !json {
                 fsdp_output(&fsdp);
                 programs_output(&progs);
@@ -612,7 +633,7 @@ fn run() -> Result<ExitCode, UsageError> {
                 for r in &generated {
                     println!("  {}", spmd_check::generated::summary_line(r));
                 }
-                if let Some((text, _)) = &pending {
+                if let Some((text, _, _)) = &pending {
                     print!("{text}");
                 }
             }
@@ -736,6 +757,7 @@ fn run() -> Result<ExitCode, UsageError> {
     }
 }
 
+#[allow(clippy::too_many_arguments)] // one slice per conform section
 fn conform_output(
     results: &[RowResult],
     pairs: &[PairResult],
@@ -743,6 +765,7 @@ fn conform_output(
     fsdp: &[ProgramResult],
     progs: &[ProgramResult],
     generated: &[spmd_check::generated::Report],
+    pending: Option<&serde_json::Value>,
     json: bool,
 ) -> ExitCode {
     let defects = results
@@ -759,6 +782,7 @@ fn conform_output(
             "fsdp": fsdp.iter().map(report::program_json).collect::<Vec<_>>(),
             "programs": progs.iter().map(report::program_json).collect::<Vec<_>>(),
             "generated_programs": generated.iter().map(spmd_check::generated::summary_json).collect::<Vec<_>>(),
+            "pending_kinds": pending.into_iter().cloned().collect::<Vec<_>>(),
         });
         println!("{}", serde_json::to_string_pretty(&v).expect("json"));
     } else {

@@ -1267,9 +1267,14 @@ pub fn check_rules(rules: &[SystemRule], scope: &Scope) -> Result<Vec<RuleResult
 /// The `conform` section (SPEC.md §21.6): every system rule, its verdict,
 /// its twin; the collectives and their twins; the gradient rows. Returns
 /// the text and whether everything came out as pinned.
-pub fn conform_section(scope: &Scope) -> Result<(String, bool), String> {
+pub fn conform_section(scope: &Scope) -> Result<(String, serde_json::Value, bool), String> {
     let mut s = String::from("\npending reductions beyond sums (SPEC.md §21):\n");
     let mut ok = true;
+    // The same lines for --json: (group, name, result, as pinned).
+    let mut entries: Vec<serde_json::Value> = Vec::new();
+    let mut entry = |group: &str, name: String, result: String, pinned: bool| {
+        entries.push(serde_json::json!({"group": group, "name": name, "result": result, "as_pinned": pinned}));
+    };
     let rules = read_rules(RULES_TOML)?;
     let results = check_rules(&rules, scope)?;
     for r in &results {
@@ -1294,6 +1299,12 @@ pub fn conform_section(scope: &Scope) -> Result<(String, bool), String> {
             );
         }
         ok &= r.as_expected() && r.twin_rejected();
+        entry(
+            "rule",
+            format!("[{}] {}", r.rule.system, r.rule.name),
+            r.verdict.text(),
+            r.as_expected() && r.twin_rejected(),
+        );
     }
     let findings = results.iter().filter(|r| r.is_finding()).count();
     s += &format!(
@@ -1316,6 +1327,17 @@ pub fn conform_section(scope: &Scope) -> Result<(String, bool), String> {
                 format!("fails {p}: {w}")
             }
         };
+        let pinned = match (&res, row.expect_fail) {
+            (Ok(_), None) => true,
+            (Err((p, _)), Some(want)) => *p == want,
+            _ => false,
+        };
+        entry(
+            "collective",
+            format!("[{}] {}", row.system, row.name),
+            line.clone(),
+            pinned,
+        );
         s += &format!("  [{}] {}: {line}\n", row.system, row.name);
     }
     for k in ALL_KINDS {
@@ -1337,16 +1359,24 @@ pub fn conform_section(scope: &Scope) -> Result<(String, bool), String> {
                 Err(e) => e.clone(),
             };
             ok &= res.is_ok() == must_hold;
+            entry(
+                "from_local",
+                format!("P({k}), {who}"),
+                line.clone(),
+                res.is_ok() == must_hold,
+            );
             s += &format!("  from_local P({k}), {who}: {line}\n");
         }
     }
     for (name, text, must_hold) in ORACLE_ROWS {
         let res = check_oracle_row(text);
         ok &= res.is_ok() == *must_hold;
+        let pinned = res.is_ok() == *must_hold;
         let line = match res {
             Ok(w) => w,
             Err(e) => format!("unsound {e}"),
         };
+        entry("gradient", name.to_string(), line.clone(), pinned);
         s += &format!("  {name}: {line}\n");
     }
     for k in [PartialKind::Max, PartialKind::Min] {
@@ -1365,8 +1395,14 @@ pub fn conform_section(scope: &Scope) -> Result<(String, bool), String> {
                 Err(e) => e.clone(),
             };
             ok &= res.is_ok() == must_hold;
+            entry(
+                "jvp",
+                format!("all_reduce({k}), {who}"),
+                line.clone(),
+                res.is_ok() == must_hold,
+            );
             s += &format!("  all_reduce({k}) JVP, {who}: {line}\n");
         }
     }
-    Ok((s, ok))
+    Ok((s, serde_json::json!({"ok": ok, "entries": entries}), ok))
 }

@@ -247,7 +247,13 @@ pub fn exit_code(command: &str, merged: &Value, allow_vacuous: bool) -> u8 {
             .flatten()
             .any(|e| e["as_expected"] == json!(false))
     });
-    u8::from(defect || wrong)
+    // The pending-kind section must come out as pinned (SPEC.md §21.6).
+    let pending = merged["pending_kinds"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|e| e["ok"] == json!(false));
+    u8::from(defect || wrong || pending)
 }
 
 /// The command of a partition's JSON.

@@ -198,7 +198,11 @@ fn all_reduce_max_jvp_is_the_tangent_at_the_maximum() {
 
 #[test]
 fn conform_section_comes_out_as_pinned() {
-    let (text, ok) = conform_section(&Scope::conform()).unwrap();
+    let (text, json, ok) = conform_section(&Scope::conform()).unwrap();
+    assert_eq!(json["ok"], serde_json::json!(ok));
+    assert!(json["entries"]
+        .as_array()
+        .is_some_and(|e| e.iter().all(|x| x["as_pinned"] == serde_json::json!(true))));
     assert!(ok, "{text}");
     let rules = read_rules(RULES_TOML).unwrap();
     let results = check_rules(&rules, &Scope::conform()).unwrap();
