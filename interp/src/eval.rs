@@ -462,7 +462,225 @@ fn all_sizes(spec: &Einsum, ops: &[&Tensor]) -> Vec<(char, usize)> {
 
 /// Exact value of `e` on the inputs `xs`. SPEC.md §6.1.
 pub fn eval<T: Borrow<Tensor>>(e: &Expr, xs: &[T], ctx: &mut Ctx) -> Result<Tensor, EvalError> {
+    if let Some(shape) = pointwise_shape(e, xs, false) {
+        let n = numel(shape);
+        if n > 0 {
+            let shape = shape.to_vec();
+            let data = (0..n)
+                .map(|i| at_point(e, xs, i, ctx))
+                .collect::<Result<_, _>>()?;
+            return Ok(Tensor { shape, data });
+        }
+    }
     Ok(ev(e, xs, ctx)?.into_owned())
+}
+
+// ---------------------------------------------------------------------
+// The pointwise path (SPEC.md §18): an expression built only of
+// elementwise nodes is evaluated one output entry at a time, with no
+// intermediate tensor. Every node is then either a scalar or of the
+// output's shape, so entry `i` of a node is its entry `i` or its one
+// entry; each node's every entry is computed, so a division by zero or a
+// kink anywhere is found exactly as by `ev`, which stays the definition.
+
+/// The output shape of `e` when it is pointwise on inputs of these shapes:
+/// variables, constants, + - * /, powers, negation, abs and relu (and, with
+/// `!for_vjp`, floor, cast and rounding, whose VJP skips their argument).
+/// `None` for any other node or for shapes `ev` would reject.
+fn pointwise_shape<'a, T: Borrow<Tensor>>(
+    e: &Expr,
+    xs: &'a [T],
+    for_vjp: bool,
+) -> Option<&'a [usize]> {
+    Some(match e {
+        Expr::Var(i) => &xs.get(*i)?.borrow().shape,
+        Expr::Const(_) => &[],
+        Expr::Neg(a) | Expr::Pow(a, _) | Expr::Abs(a) | Expr::Relu(a) => {
+            pointwise_shape(a, xs, for_vjp)?
+        }
+        Expr::Floor(a) | Expr::Cast(a, _) | Expr::Round(_, a) if !for_vjp => {
+            pointwise_shape(a, xs, for_vjp)?
+        }
+        Expr::Add(a, b) | Expr::Sub(a, b) | Expr::Mul(a, b) | Expr::Div(a, b) => {
+            let (sa, sb) = (
+                pointwise_shape(a, xs, for_vjp)?,
+                pointwise_shape(b, xs, for_vjp)?,
+            );
+            // `elementwise_shape`'s rule: equal shapes or a scalar.
+            if sa == sb || sb.is_empty() {
+                sa
+            } else if sa.is_empty() {
+                sb
+            } else {
+                return None;
+            }
+        }
+        _ => return None,
+    })
+}
+
+/// Entry `i` of a tensor that is either a scalar or of the output's shape.
+#[inline]
+fn entry(t: &Tensor, i: usize) -> &Q {
+    &t.data[if t.data.len() == 1 { 0 } else { i }]
+}
+
+/// Entry `i` of a pointwise expression (see `pointwise_shape`).
+fn at_point<T: Borrow<Tensor>>(
+    e: &Expr,
+    xs: &[T],
+    i: usize,
+    ctx: &mut Ctx,
+) -> Result<Q, EvalError> {
+    Ok(match e {
+        Expr::Var(k) => entry(xs[*k].borrow(), i).clone(),
+        Expr::Const(q) => q.clone(),
+        Expr::Neg(a) => at_point(a, xs, i, ctx)?.neg(),
+        Expr::Add(a, b) => at_point(a, xs, i, ctx)?.add(&at_point(b, xs, i, ctx)?),
+        Expr::Sub(a, b) => at_point(a, xs, i, ctx)?.sub(&at_point(b, xs, i, ctx)?),
+        Expr::Mul(a, b) => at_point(a, xs, i, ctx)?.mul(&at_point(b, xs, i, ctx)?),
+        Expr::Div(a, b) => {
+            let (x, y) = (at_point(a, xs, i, ctx)?, at_point(b, xs, i, ctx)?);
+            x.div(&y).map_err(|_| EvalError::DivByZero)?
+        }
+        Expr::Pow(a, k) => {
+            let x = at_point(a, xs, i, ctx)?;
+            (0..*k).fold(Q::one(), |acc, _| acc.mul(&x))
+        }
+        Expr::Abs(a) => {
+            let x = at_point(a, xs, i, ctx)?;
+            ctx.at_kink |= x.is_zero();
+            x.abs()
+        }
+        Expr::Relu(a) => {
+            let x = at_point(a, xs, i, ctx)?;
+            ctx.at_kink |= x.is_zero();
+            if x.is_negative() {
+                Q::zero()
+            } else {
+                x
+            }
+        }
+        Expr::Floor(a) => {
+            let x = at_point(a, xs, i, ctx)?;
+            ctx.at_kink |= x.is_integer();
+            x.floor()
+        }
+        Expr::Cast(a, bits) => {
+            let x = at_point(a, xs, i, ctx)?;
+            ctx.at_kink |= is_midpoint(&x, *bits);
+            x.round_to_bits(*bits)
+        }
+        Expr::Round(k, a) => {
+            let x = at_point(a, xs, i, ctx)?;
+            ctx.at_kink |= match k {
+                Rounding::Round => is_midpoint(&x, 0),
+                _ => x.is_integer(),
+            };
+            round_q(*k, &x)
+        }
+        _ => unreachable!("pointwise_shape admits only the nodes above"),
+    })
+}
+
+/// Entry `i` of a pointwise expression (no floor, cast or rounding) and its
+/// derivative in input `v`'s entry (forward mode: one dual number per node).
+fn dual_at<T: Borrow<Tensor>>(
+    e: &Expr,
+    xs: &[T],
+    i: usize,
+    v: usize,
+) -> Result<(Q, Q), EvalError> {
+    Ok(match e {
+        Expr::Var(k) => (
+            entry(xs[*k].borrow(), i).clone(),
+            if *k == v { Q::one() } else { Q::zero() },
+        ),
+        Expr::Const(q) => (q.clone(), Q::zero()),
+        Expr::Neg(a) => {
+            let (x, dx) = dual_at(a, xs, i, v)?;
+            (x.neg(), dx.neg())
+        }
+        Expr::Add(a, b) | Expr::Sub(a, b) => {
+            let ((x, dx), (y, dy)) = (dual_at(a, xs, i, v)?, dual_at(b, xs, i, v)?);
+            if matches!(e, Expr::Add(..)) {
+                (x.add(&y), dx.add(&dy))
+            } else {
+                (x.sub(&y), dx.sub(&dy))
+            }
+        }
+        Expr::Mul(a, b) => {
+            let ((x, dx), (y, dy)) = (dual_at(a, xs, i, v)?, dual_at(b, xs, i, v)?);
+            let d = dx.mul(&y).add(&x.mul(&dy));
+            (x.mul(&y), d)
+        }
+        Expr::Div(a, b) => {
+            let ((x, dx), (y, dy)) = (dual_at(a, xs, i, v)?, dual_at(b, xs, i, v)?);
+            let z = |_| EvalError::DivByZero;
+            // (x/y)' = dx/y - x dy/y².
+            let q = x.div(&y).map_err(z)?;
+            let d = if dy.is_zero() {
+                dx.div(&y).map_err(z)?
+            } else {
+                dx.sub(&q.mul(&dy)).div(&y).map_err(z)?
+            };
+            (q, d)
+        }
+        Expr::Pow(a, k) => {
+            let (x, dx) = dual_at(a, xs, i, v)?;
+            let val = (0..*k).fold(Q::one(), |acc, _| acc.mul(&x));
+            // k x^(k-1) dx, as `backprop` forms the slope.
+            let slope = (1..*k).fold(Q::int(i64::from(*k)), |acc, _| acc.mul(&x));
+            (val, slope.mul(&dx))
+        }
+        Expr::Abs(a) | Expr::Relu(a) => {
+            let (x, dx) = dual_at(a, xs, i, v)?;
+            let relu = matches!(e, Expr::Relu(..));
+            // The slope at 0 is 0, as in `backprop`.
+            if x.is_zero() {
+                (x, Q::zero())
+            } else if x.is_negative() {
+                if relu {
+                    (Q::zero(), Q::zero())
+                } else {
+                    (x.neg(), dx.neg())
+                }
+            } else {
+                (x, dx)
+            }
+        }
+        _ => unreachable!("pointwise_shape(.., true) admits only the nodes above"),
+    })
+}
+
+/// `vjp` on the pointwise path: for every output entry and input, the
+/// derivative times the cotangent's entry, added into that input's entry
+/// (summed over the entries a scalar input is broadcast to). Every node is
+/// evaluated at every entry, so a division by zero is found as by
+/// `backprop`, which checks each quotient's denominator everywhere.
+fn vjp_pointwise<T: Borrow<Tensor>>(
+    e: &Expr,
+    xs: &[T],
+    g: &Tensor,
+    n: usize,
+) -> Result<Vec<Tensor>, EvalError> {
+    let mut grads: Vec<Tensor> = xs
+        .iter()
+        .map(|x| Tensor::zeros(&x.borrow().shape))
+        .collect();
+    for (v, grad) in grads.iter_mut().enumerate() {
+        let scalar = grad.data.len() == 1;
+        for i in 0..n {
+            let (_, d) = dual_at(e, xs, i, v)?;
+            let gi = entry(g, i);
+            if d.is_zero() || gi.is_zero() {
+                continue;
+            }
+            let at = if scalar { 0 } else { i };
+            grad.data[at] = grad.data[at].add(&d.mul(gi));
+        }
+    }
+    Ok(grads)
 }
 
 /// `eval` that borrows inputs instead of copying them: a variable is its
@@ -692,6 +910,20 @@ fn is_midpoint(v: &Q, bits: u32) -> bool {
 /// default backward of a local op; the oracle never calls it to compute a
 /// derivative.
 pub fn vjp<T: Borrow<Tensor>>(e: &Expr, xs: &[T], g: &Tensor) -> Result<Vec<Tensor>, EvalError> {
+    if let Some(shape) = pointwise_shape(e, xs, true) {
+        let n = numel(shape);
+        // Only a cotangent of the output's shape, and at least one input
+        // (the duals are taken per input).
+        if n > 0 && !xs.is_empty() && g.shape == shape {
+            return vjp_pointwise(e, xs, g, n);
+        }
+    }
+    vjp_tree(e, xs, g)
+}
+
+/// `vjp` by reverse mode over whole tensors: the definition the pointwise
+/// path must agree with.
+fn vjp_tree<T: Borrow<Tensor>>(e: &Expr, xs: &[T], g: &Tensor) -> Result<Vec<Tensor>, EvalError> {
     let mut grads: Vec<Tensor> = xs
         .iter()
         .map(|x| Tensor::zeros(&x.borrow().shape))
@@ -955,5 +1187,80 @@ mod tests {
         let mut c = Ctx::default();
         eval(&f.expr, &[Tensor::scalar(Q::frac(1, 2))], &mut c).unwrap();
         assert!(!c.at_kink);
+    }
+    /// The pointwise path against the tree definition (`ev`, `backprop`):
+    /// values, kinks, divisions by zero and VJPs on scalars, vectors and a
+    /// broadcast scalar, over a small grid with zeros and fractions.
+    #[test]
+    fn pointwise_path_agrees_with_the_tree() {
+        let exprs = [
+            "x * y",
+            "x + y",
+            "x / y",
+            "relu(x)",
+            "x / (y + 1)",
+            "-(x * x) - y / 2 + 3",
+            "abs(x - y) * x",
+            "(x + y) ^ 3",
+            "relu(x * y - 1) / (x - 2)",
+            "floor(x / 2) + y",
+            "cast(x, 1) * y",
+        ];
+        let grid = [Q::zero(), Q::one(), Q::int(-2), Q::frac(1, 2), Q::int(2)];
+        let shapes: [(&[usize], &[usize]); 3] = [(&[], &[]), (&[2], &[2]), (&[2], &[])];
+        let mut compared = 0;
+        for src in exprs {
+            let f = parse(src).unwrap();
+            for (sx, sy) in shapes {
+                let n = numel(sx).max(numel(sy));
+                for a in &grid {
+                    for b in &grid {
+                        let mk = |s: &[usize], v: &Q, w: &Q| {
+                            let data = (0..numel(s))
+                                .map(|k| if k == 0 { v.clone() } else { w.clone() })
+                                .collect();
+                            Tensor::new(s.to_vec(), data)
+                        };
+                        let xs = [mk(sx, a, b), mk(sy, b, a)];
+                        assert!(pointwise_shape(&f.expr, &xs, false).is_some(), "{src}");
+                        let (mut c1, mut c2) = (Ctx::default(), Ctx::default());
+                        let fast = eval(&f.expr, &xs, &mut c1);
+                        let tree = ev(&f.expr, &xs, &mut c2).map(Cow::into_owned);
+                        assert_eq!(fast, tree, "{src} at {a}, {b}");
+                        // The kink flag means something only with a value.
+                        let Ok(y) = tree else { continue };
+                        assert_eq!(c1.at_kink, c2.at_kink, "{src} at {a}, {b}");
+                        if pointwise_shape(&f.expr, &xs, true).is_none() {
+                            continue;
+                        }
+                        let g = Tensor::new(
+                            y.shape.clone(),
+                            (0..n).map(|k| Q::int(k as i64 + 1)).collect(),
+                        );
+                        assert_eq!(
+                            vjp(&f.expr, &xs, &g),
+                            vjp_tree(&f.expr, &xs, &g),
+                            "{src} at {a}, {b}"
+                        );
+                        compared += 1;
+                    }
+                }
+            }
+        }
+        assert!(compared > 300, "{compared}");
+        // The twin: the comparison sees a wrong derivative (d/dx of x*y is
+        // not that of x*x).
+        let xs = [t(&[], &[2]), t(&[], &[3])];
+        let g = t(&[], &[1]);
+        assert_ne!(
+            vjp(&parse("x * y").unwrap().expr, &xs, &g),
+            vjp_tree(&parse("x * x").unwrap().expr, &xs, &g)
+        );
+        // A division by zero in the VJP is found where the tree finds it.
+        let xs = [t(&[2], &[1, 1]), t(&[2], &[1, 0])];
+        let g = t(&[2], &[1, 0]);
+        let f = parse("x / y").unwrap();
+        assert_eq!(vjp(&f.expr, &xs, &g), Err(EvalError::DivByZero));
+        assert_eq!(vjp_tree(&f.expr, &xs, &g), Err(EvalError::DivByZero));
     }
 }

@@ -276,6 +276,10 @@ pub struct Checker<'a> {
     basis_nz: Vec<Vec<Sparse>>,
     /// The same for the kernel directions.
     kernel_nz: Vec<Vec<Sparse>>,
+    /// Per input: the steps along its kernel lines (`line_steps`).
+    steps: Vec<Vec<Q>>,
+    /// The inputs' cotangent types.
+    cot_in: Vec<Type>,
 }
 
 /// A sparse per-rank direction: nonzero entries and the ranks it touches.
@@ -421,6 +425,10 @@ impl<'a> Checker<'a> {
             .iter()
             .map(|k: &Vec<PerRank>| k.iter().map(Sparse::of).collect())
             .collect();
+        let steps = (0..op.inputs.len())
+            .map(|i| line_steps(&deg, i))
+            .collect();
+        let cot_in = op.inputs.iter().map(Type::cot).collect();
         Ok(Checker {
             op,
             m,
@@ -441,6 +449,8 @@ impl<'a> Checker<'a> {
             dg_supp,
             basis_nz,
             kernel_nz,
+            steps,
+            cot_in,
         })
     }
 
@@ -483,19 +493,6 @@ impl<'a> Checker<'a> {
     fn den_out(&self, y: &PerRank) -> Denot {
         self.proj_out.denote(y)
     }
-    /// Steps `t` at which to compare along a kernel line (SPEC.md §4.3): for a
-    /// polynomial of degree d in the step, t = 1..d with t = 0 decides it.
-    /// Off polynomials the check is bounded; fractional steps then also
-    /// leave the value grid, where rounding and kinks show.
-    fn line_steps(&self, i: usize) -> Vec<Q> {
-        let d = self.deg.num[i] + self.deg.den[i];
-        if self.deg.is_polynomial() {
-            return (1..=d as i64).map(Q::int).collect();
-        }
-        let mut t: Vec<Q> = (1..=d.max(1) as i64 + 1).map(Q::int).collect();
-        t.extend([Q::frac(1, 4), Q::frac(1, 3)]);
-        t
-    }
 
     fn run(&self, xs: &[PerRank], phase: Phase) -> Result<Pass, Stop> {
         let m = self.m;
@@ -536,10 +533,9 @@ impl<'a> Checker<'a> {
         // after each direction (SPEC.md §18).
         let mut xs2 = xs.to_vec();
         for (i, ti) in op.inputs.iter().enumerate() {
-            let steps = self.line_steps(i);
             for zs in &self.kernel_nz[i] {
                 let touched = &zs.touched;
-                for t in &steps {
+                for t in &self.steps[i] {
                     zs.set(&mut xs2[i], &xs[i], t);
                     let y2 = match op.op.forward_touching(m, &xs2, &y, touched) {
                         Ok(f) => f.y,
@@ -609,7 +605,7 @@ impl<'a> Checker<'a> {
         let op = self.op;
         let tc = op.output.cot();
         let gs = &self.gs;
-        let cot_in: Vec<Type> = op.inputs.iter().map(Type::cot).collect();
+        let cot_in = &self.cot_in;
         if let Some(why) = &self.bwd_shape_err {
             return Err(self.fail(
                 Property::B1,
@@ -652,9 +648,8 @@ impl<'a> Checker<'a> {
                 .map(|(b, p)| p.denote(b))
                 .collect();
             for (j, tj) in op.inputs.iter().enumerate() {
-                let steps = self.line_steps(j);
                 for zs in &self.kernel_nz[j] {
-                    for t in &steps {
+                    for t in &self.steps[j] {
                         zs.set(&mut xs2[j], &xs[j], t);
                         let bs2 = match op.backward(m, &xs2, g) {
                             Ok(b) => b,
@@ -740,8 +735,9 @@ impl<'a> Checker<'a> {
             // b of the backward's denotation, a short sum per entry since
             // ⟦g_k⟧ is a unit vector's denotation (SPEC.md §18).
             let ni = spmd_semantics::tensor::numel(&self.shapes[i]);
+            let mut got_flat = Vec::new();
             for (((g, dg), bs), supp) in gs.iter().zip(&self.dgs).zip(&results).zip(&self.dg_supp) {
-                let got_flat = self.proj_cot_in[i].denote_flat(&bs[i]);
+                self.proj_cot_in[i].denote_flat_into(&bs[i], &mut got_flat);
                 let agrees = basis.iter().zip(&cols).all(|((coord, _), col)| {
                     let v = supp
                         .iter()
@@ -999,14 +995,15 @@ impl<'a> Checker<'a> {
             }
         };
         fold(&mut d, &mut p, 0, y0);
+        let mut ys = Vec::with_capacity(y0.len());
         for k in 1..=n {
             let h = Q::int(k as i64).mul(&self.step);
             e.set(&mut work[i], &xs[i], &h);
-            let ys = match self.op.op.forward_touching(self.m, work, y, &e.touched) {
+            match self.op.op.forward_touching(self.m, work, y, &e.touched) {
                 Ok(fw) if fw.at_kink => {
                     return Err(FdFail::Undetermined("a sample meets a kink".into()))
                 }
-                Ok(fw) => self.proj_out.denote_flat(&fw.y),
+                Ok(fw) => self.proj_out.denote_flat_into(&fw.y, &mut ys),
                 Err(EvalError::DivByZero) => {
                     return Err(FdFail::Undetermined(
                         "a polynomial map left its domain (interpreter bug)".into(),
@@ -1015,7 +1012,7 @@ impl<'a> Checker<'a> {
                 Err(EvalError::Shape(s)) => {
                     panic!("interpreter bug: shape error on an inferred instance: {s}")
                 }
-            };
+            }
             if k < n {
                 fold(&mut d, &mut p, k, &ys);
             } else if p != ys {
@@ -1026,6 +1023,20 @@ impl<'a> Checker<'a> {
         }
         Ok(d)
     }
+}
+
+/// Steps `t` at which to compare along a kernel line of input `i` (SPEC.md
+/// §4.3): for a polynomial of degree d in the step, t = 1..d with t = 0
+/// decides it. Off polynomials the check is bounded; fractional steps then
+/// also leave the value grid, where rounding and kinks show.
+fn line_steps(deg: &Degree, i: usize) -> Vec<Q> {
+    let d = deg.num[i] + deg.den[i];
+    if deg.is_polynomial() {
+        return (1..=d as i64).map(Q::int).collect();
+    }
+    let mut t: Vec<Q> = (1..=d.max(1) as i64 + 1).map(Q::int).collect();
+    t.extend([Q::frac(1, 4), Q::frac(1, 3)]);
+    t
 }
 
 /// Why `v` is not a well-formed value of type `t` and shape `shape` (the

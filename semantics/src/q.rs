@@ -135,10 +135,15 @@ impl Q {
             return Err(DivByZero);
         }
         if let (Q::Small(a), Q::Small(b)) = (self, o) {
-            // a / (bn/bd) = a · (bd/bn), the sign moved to the numerator.
-            let (bn, bd) = (*b.numer() as i128, *b.denom() as i128);
-            let (rn, rd) = if bn < 0 { (-bd, -bn) } else { (bd, bn) };
-            if let Some(r) = mul_parts(*a.numer() as i128, *a.denom() as i128, rn, rd) {
+            // a / (bn/bd) = a · (bd/bn), the sign kept apart.
+            if let Some(r) = mul_parts(
+                *a.numer() < 0,
+                a.numer().unsigned_abs(),
+                *a.denom() as u64,
+                *b.numer() < 0,
+                *b.denom() as u64,
+                b.numer().unsigned_abs(),
+            ) {
                 return Ok(r);
             }
         }
@@ -302,43 +307,70 @@ fn gcd_u128(mut a: u128, mut b: u128) -> u128 {
 
 /// `n / d` reduced (d > 0), as a small `Q` when both parts fit in `i64`.
 #[inline]
-fn reduced(n: i128, d: i128) -> Option<Q> {
-    debug_assert!(d > 0);
-    let g = if let (Ok(nu), Ok(du)) = (u64::try_from(n.unsigned_abs()), u64::try_from(d)) {
-        gcd_u64(nu, du) as i128
-    } else {
-        gcd_u128(n.unsigned_abs(), d as u128) as i128
+fn reduced(n: i128, d: u128) -> Option<Q> {
+    let (nu, neg) = (n.unsigned_abs(), n < 0);
+    let (nu, d) = match (u64::try_from(nu), u64::try_from(d)) {
+        // The common case: 64-bit gcd and divisions.
+        (Ok(a), Ok(b)) => {
+            let g = gcd_u64(a, b);
+            ((a / g) as u128, (b / g) as u128)
+        }
+        _ => {
+            let g = gcd_u128(nu, d);
+            (nu / g, d / g)
+        }
     };
-    let (n, d) = (n / g, d / g);
-    Some(Q::Small(Ratio::new_raw(
-        i64::try_from(n).ok()?,
-        i64::try_from(d).ok()?,
-    )))
+    small_of(neg, nu, d)
 }
 
-/// `a + n/d` for canonical small parts (d > 0), formed in `i128` where no
-/// product of two `i64` overflows; `None` when the reduced result does not
-/// fit in `i64`.
+/// The small `Q` with sign `neg`, magnitude `n` and denominator `d` (in
+/// lowest terms), when both fit in `i64`.
+#[inline]
+fn small_of(neg: bool, n: u128, d: u128) -> Option<Q> {
+    let d = i64::try_from(d).ok()?;
+    let n = if neg {
+        // -2^63 fits; its magnitude does not fit in i64.
+        i64::try_from(-(i128::try_from(n).ok()?)).ok()?
+    } else {
+        i64::try_from(n).ok()?
+    };
+    Some(Q::Small(Ratio::new_raw(n, d)))
+}
+
+/// `an/ad + bn/bd` for lowest-terms parts (denominators positive, `bn` a
+/// possibly negated `i64`), by Knuth's method (TAOCP 4.5.1): the gcd of the
+/// denominators first, so the result needs at most one more small gcd.
+/// Every product of two parts fits in `i128`; `None` when the result does
+/// not fit in `i64`.
+#[inline]
+fn add_parts(an: i64, ad: i64, bn: i128, bd: i64) -> Option<Q> {
+    let (an, adu, bdu) = (an as i128, ad as u64, bd as u64);
+    if ad == bd {
+        return reduced(an + bn, adu as u128);
+    }
+    let g = gcd_u64(adu, bdu);
+    if g == 1 {
+        // Coprime denominators: the sum is already in lowest terms.
+        let t = an * bd as i128 + bn * ad as i128;
+        return small_of(t < 0, t.unsigned_abs(), adu as u128 * bdu as u128);
+    }
+    let (ad1, bd1) = (adu / g, bdu / g);
+    let t = an * bd1 as i128 + bn * ad1 as i128;
+    let tu = t.unsigned_abs();
+    let g2 = gcd_u64((tu % g as u128) as u64, g);
+    small_of(t < 0, tu / g2 as u128, ad1 as u128 * (bdu / g2) as u128)
+}
+
+/// `a + n/d` for canonical small parts.
 #[inline]
 fn small_add(a: &Ratio<i64>, n: i64, d: i64) -> Option<Q> {
-    let (an, ad) = (*a.numer() as i128, *a.denom() as i128);
-    let (n, d) = (n as i128, d as i128);
-    if ad == d {
-        return reduced(an + n, d);
-    }
-    // |an·d|, |n·ad| < 2^126, so the sum fits in i128.
-    reduced(an * d + n * ad, ad * d)
+    add_parts(*a.numer(), *a.denom(), n as i128, d)
 }
 
-/// `a - n/d`, as `small_add` with the numerator negated in `i128`.
+/// `a - n/d`: the numerator negated in `i128`, so i64::MIN needs no care.
 #[inline]
 fn small_add_neg(a: &Ratio<i64>, n: i64, d: i64) -> Option<Q> {
-    let (an, ad) = (*a.numer() as i128, *a.denom() as i128);
-    let (n, d) = (-(n as i128), d as i128);
-    if ad == d {
-        return reduced(an + n, d);
-    }
-    reduced(an * d + n * ad, ad * d)
+    add_parts(*a.numer(), *a.denom(), -(n as i128), d)
 }
 
 /// `a · b` for canonical small parts: cross-cancel first (Knuth), so the
@@ -346,26 +378,25 @@ fn small_add_neg(a: &Ratio<i64>, n: i64, d: i64) -> Option<Q> {
 #[inline]
 fn small_mul(a: &Ratio<i64>, b: &Ratio<i64>) -> Option<Q> {
     mul_parts(
-        *a.numer() as i128,
-        *a.denom() as i128,
-        *b.numer() as i128,
-        *b.denom() as i128,
+        *a.numer() < 0,
+        a.numer().unsigned_abs(),
+        *a.denom() as u64,
+        *b.numer() < 0,
+        b.numer().unsigned_abs(),
+        *b.denom() as u64,
     )
 }
 
-/// `(an/ad) · (bn/bd)` for lowest-terms parts of magnitude at most 2^63
-/// with positive denominators: each part's magnitude fits in `u64`, each
-/// product in `i128`.
+/// `(±an/ad) · (±bn/bd)` for lowest-terms magnitudes and positive
+/// denominators, all below 2^64: 64-bit gcds and divisions, one 128-bit
+/// product each.
 #[inline]
-fn mul_parts(an: i128, ad: i128, bn: i128, bd: i128) -> Option<Q> {
-    let g1 = gcd_u64(an.unsigned_abs() as u64, bd as u64) as i128;
-    let g2 = gcd_u64(bn.unsigned_abs() as u64, ad as u64) as i128;
-    let n = (an / g1) * (bn / g2);
-    let d = (ad / g2) * (bd / g1);
-    Some(Q::Small(Ratio::new_raw(
-        i64::try_from(n).ok()?,
-        i64::try_from(d).ok()?,
-    )))
+fn mul_parts(an_neg: bool, an: u64, ad: u64, bn_neg: bool, bn: u64, bd: u64) -> Option<Q> {
+    let g1 = gcd_u64(an, bd);
+    let g2 = gcd_u64(bn, ad);
+    let n = (an / g1) as u128 * (bn / g2) as u128;
+    let d = (ad / g2) as u128 * (bd / g1) as u128;
+    small_of(an_neg != bn_neg && n != 0, n, d)
 }
 
 impl PartialOrd for Q {
