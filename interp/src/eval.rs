@@ -475,6 +475,33 @@ pub fn eval<T: Borrow<Tensor>>(e: &Expr, xs: &[T], ctx: &mut Ctx) -> Result<Tens
     Ok(ev(e, xs, ctx)?.into_owned())
 }
 
+/// `eval` into `out`, reusing its buffers on the pointwise path (below):
+/// a workspace sample allocates nothing there. On an error `out` holds
+/// partial data and must be restored by the caller.
+pub fn eval_into<T: Borrow<Tensor>>(
+    e: &Expr,
+    xs: &[T],
+    ctx: &mut Ctx,
+    out: &mut Tensor,
+) -> Result<(), EvalError> {
+    if let Some(shape) = pointwise_shape(e, xs, false) {
+        let n = numel(shape);
+        if n > 0 {
+            out.shape.clear();
+            out.shape.extend_from_slice(shape);
+            out.data.clear();
+            out.data.reserve(n);
+            for i in 0..n {
+                let v = at_point(e, xs, i, ctx)?;
+                out.data.push(v);
+            }
+            return Ok(());
+        }
+    }
+    *out = ev(e, xs, ctx)?.into_owned();
+    Ok(())
+}
+
 // ---------------------------------------------------------------------
 // The pointwise path (SPEC.md §18): an expression built only of
 // elementwise nodes is evaluated one output entry at a time, with no
@@ -583,81 +610,90 @@ fn at_point<T: Borrow<Tensor>>(
     })
 }
 
-/// Entry `i` of a pointwise expression (no floor, cast or rounding) and its
-/// derivative in input `v`'s entry (forward mode: one dual number per node).
-fn dual_at<T: Borrow<Tensor>>(
+/// Reverse mode at output entry `i` of a pointwise expression (no floor,
+/// cast or rounding): `gbar` is the cotangent of `e`'s entry; each input's
+/// entry receives its share. Operand values are evaluated where a node
+/// needs them, so every quotient's denominator is evaluated (and a zero
+/// one found) whatever the cotangent; a zero cotangent skips the products.
+fn rev_at<T: Borrow<Tensor>>(
     e: &Expr,
     xs: &[T],
     i: usize,
-    v: usize,
-) -> Result<(Q, Q), EvalError> {
-    Ok(match e {
-        Expr::Var(k) => (
-            entry(xs[*k].borrow(), i).clone(),
-            if *k == v { Q::one() } else { Q::zero() },
-        ),
-        Expr::Const(q) => (q.clone(), Q::zero()),
-        Expr::Neg(a) => {
-            let (x, dx) = dual_at(a, xs, i, v)?;
-            (x.neg(), dx.neg())
-        }
-        Expr::Add(a, b) | Expr::Sub(a, b) => {
-            let ((x, dx), (y, dy)) = (dual_at(a, xs, i, v)?, dual_at(b, xs, i, v)?);
-            if matches!(e, Expr::Add(..)) {
-                (x.add(&y), dx.add(&dy))
-            } else {
-                (x.sub(&y), dx.sub(&dy))
+    gbar: &Q,
+    grads: &mut [Tensor],
+) -> Result<(), EvalError> {
+    let val = |a: &Expr| at_point(a, xs, i, &mut Ctx::default());
+    match e {
+        Expr::Var(k) => {
+            if !gbar.is_zero() {
+                let g = &mut grads[*k];
+                let at = if g.data.len() == 1 { 0 } else { i };
+                g.data[at] = g.data[at].add(gbar);
             }
+        }
+        Expr::Const(_) => {}
+        Expr::Neg(a) => rev_at(a, xs, i, &gbar.neg(), grads)?,
+        Expr::Add(a, b) => {
+            rev_at(a, xs, i, gbar, grads)?;
+            rev_at(b, xs, i, gbar, grads)?;
+        }
+        Expr::Sub(a, b) => {
+            rev_at(a, xs, i, gbar, grads)?;
+            rev_at(b, xs, i, &gbar.neg(), grads)?;
         }
         Expr::Mul(a, b) => {
-            let ((x, dx), (y, dy)) = (dual_at(a, xs, i, v)?, dual_at(b, xs, i, v)?);
-            let d = dx.mul(&y).add(&x.mul(&dy));
-            (x.mul(&y), d)
+            let (va, vb) = (val(a)?, val(b)?);
+            rev_at(a, xs, i, &gbar.mul(&vb), grads)?;
+            rev_at(b, xs, i, &gbar.mul(&va), grads)?;
         }
         Expr::Div(a, b) => {
-            let ((x, dx), (y, dy)) = (dual_at(a, xs, i, v)?, dual_at(b, xs, i, v)?);
+            let (va, vb) = (val(a)?, val(b)?);
             let z = |_| EvalError::DivByZero;
-            // (x/y)' = dx/y - x dy/y².
-            let q = x.div(&y).map_err(z)?;
-            let d = if dy.is_zero() {
-                dx.div(&y).map_err(z)?
-            } else {
-                dx.sub(&q.mul(&dy)).div(&y).map_err(z)?
-            };
-            (q, d)
+            // d(a/b)/da = 1/b, d(a/b)/db = -a/b², as `backprop` has them.
+            let ga = gbar.div(&vb).map_err(z)?;
+            let gb = gbar.mul(&va.div(&vb.mul(&vb)).map_err(z)?).neg();
+            rev_at(a, xs, i, &ga, grads)?;
+            rev_at(b, xs, i, &gb, grads)?;
         }
         Expr::Pow(a, k) => {
-            let (x, dx) = dual_at(a, xs, i, v)?;
-            let val = (0..*k).fold(Q::one(), |acc, _| acc.mul(&x));
-            // k x^(k-1) dx, as `backprop` forms the slope.
-            let slope = (1..*k).fold(Q::int(i64::from(*k)), |acc, _| acc.mul(&x));
-            (val, slope.mul(&dx))
+            let va = val(a)?;
+            let slope = (1..*k).fold(Q::int(i64::from(*k)), |acc, _| acc.mul(&va));
+            rev_at(a, xs, i, &gbar.mul(&slope), grads)?;
         }
         Expr::Abs(a) | Expr::Relu(a) => {
-            let (x, dx) = dual_at(a, xs, i, v)?;
-            let relu = matches!(e, Expr::Relu(..));
+            let va = val(a)?;
             // The slope at 0 is 0, as in `backprop`.
-            if x.is_zero() {
-                (x, Q::zero())
-            } else if x.is_negative() {
-                if relu {
-                    (Q::zero(), Q::zero())
-                } else {
-                    (x.neg(), dx.neg())
-                }
+            let g = if va.is_zero() || (va.is_negative() && matches!(e, Expr::Relu(..))) {
+                Q::zero()
+            } else if va.is_negative() {
+                gbar.neg()
             } else {
-                (x, dx)
-            }
+                gbar.clone()
+            };
+            rev_at(a, xs, i, &g, grads)?;
         }
         _ => unreachable!("pointwise_shape(.., true) admits only the nodes above"),
-    })
+    }
+    Ok(())
 }
 
-/// `vjp` on the pointwise path: for every output entry and input, the
-/// derivative times the cotangent's entry, added into that input's entry
-/// (summed over the entries a scalar input is broadcast to). Every node is
-/// evaluated at every entry, so a division by zero is found as by
-/// `backprop`, which checks each quotient's denominator everywhere.
+/// Whether `e` divides anywhere (only then can its VJP leave the domain).
+fn divides(e: &Expr) -> bool {
+    match e {
+        Expr::Var(_) | Expr::Const(_) => false,
+        Expr::Div(..) => true,
+        Expr::Neg(a) | Expr::Pow(a, _) | Expr::Abs(a) | Expr::Relu(a) => divides(a),
+        Expr::Add(a, b) | Expr::Sub(a, b) | Expr::Mul(a, b) => divides(a) || divides(b),
+        _ => true,
+    }
+}
+
+/// `vjp` on the pointwise path: reverse mode entry by entry, each input's
+/// share added into its entry (summed over the entries a scalar input is
+/// broadcast to). Where the cotangent's entry is zero nothing is added, but
+/// an expression that divides is still evaluated there, so a division by
+/// zero is found wherever `backprop` finds it (it checks each quotient's
+/// denominator at every entry).
 fn vjp_pointwise<T: Borrow<Tensor>>(
     e: &Expr,
     xs: &[T],
@@ -668,17 +704,16 @@ fn vjp_pointwise<T: Borrow<Tensor>>(
         .iter()
         .map(|x| Tensor::zeros(&x.borrow().shape))
         .collect();
-    for (v, grad) in grads.iter_mut().enumerate() {
-        let scalar = grad.data.len() == 1;
-        for i in 0..n {
-            let (_, d) = dual_at(e, xs, i, v)?;
-            let gi = entry(g, i);
-            if d.is_zero() || gi.is_zero() {
-                continue;
+    let div = divides(e);
+    for i in 0..n {
+        let gi = entry(g, i);
+        if gi.is_zero() {
+            if div {
+                at_point(e, xs, i, &mut Ctx::default())?;
             }
-            let at = if scalar { 0 } else { i };
-            grad.data[at] = grad.data[at].add(&d.mul(gi));
+            continue;
         }
+        rev_at(e, xs, i, gi, &mut grads)?;
     }
     Ok(grads)
 }
@@ -1227,22 +1262,30 @@ mod tests {
                         let fast = eval(&f.expr, &xs, &mut c1);
                         let tree = ev(&f.expr, &xs, &mut c2).map(Cow::into_owned);
                         assert_eq!(fast, tree, "{src} at {a}, {b}");
+                        let mut into = t(&[3], &[7, 8, 9]);
+                        let r = eval_into(&f.expr, &xs, &mut Ctx::default(), &mut into);
+                        if let Ok(y) = &tree {
+                            assert_eq!((r, &into), (Ok(()), y), "{src} at {a}, {b}");
+                        }
                         // The kink flag means something only with a value.
                         let Ok(y) = tree else { continue };
                         assert_eq!(c1.at_kink, c2.at_kink, "{src} at {a}, {b}");
                         if pointwise_shape(&f.expr, &xs, true).is_none() {
                             continue;
                         }
-                        let g = Tensor::new(
-                            y.shape.clone(),
-                            (0..n).map(|k| Q::int(k as i64 + 1)).collect(),
-                        );
-                        assert_eq!(
-                            vjp(&f.expr, &xs, &g),
-                            vjp_tree(&f.expr, &xs, &g),
-                            "{src} at {a}, {b}"
-                        );
-                        compared += 1;
+                        // Cotangents with and without zero entries.
+                        for off in [1, 0] {
+                            let g = Tensor::new(
+                                y.shape.clone(),
+                                (0..n).map(|k| Q::int((k as i64 + off) % 3)).collect(),
+                            );
+                            assert_eq!(
+                                vjp(&f.expr, &xs, &g),
+                                vjp_tree(&f.expr, &xs, &g),
+                                "{src} at {a}, {b}, g {g}"
+                            );
+                            compared += 1;
+                        }
                     }
                 }
             }

@@ -8,7 +8,8 @@
 
 use crate::fd::{derivative, FdFail, PolyWeights};
 use serde::Serialize;
-use spmd_interp::{Degree, EvalError, TypedOp};
+use spmd_interp::eval::{eval_into, Ctx};
+use spmd_interp::{Degree, EvalError, Op, TypedOp};
 use spmd_semantics::perrank::{
     self, denot_basis, denote, free_unit, kernel_basis, num_free, pair_denots, Denot, Projection,
 };
@@ -315,6 +316,9 @@ impl Sparse {
     }
 }
 
+/// Inputs of a local op evaluated without a heap list of arguments.
+const MAX_ARGS: usize = 8;
+
 enum Stop {
     Domain,
     Fail(Box<Violation>),
@@ -532,32 +536,39 @@ impl<'a> Checker<'a> {
         // One workspace copy of the inputs, perturbed in place and reset
         // after each direction (SPEC.md §18).
         let mut xs2 = xs.to_vec();
+        // And one of the output, holding each sample (`sample`).
+        let mut yw = y.clone();
         for (i, ti) in op.inputs.iter().enumerate() {
             for zs in &self.kernel_nz[i] {
                 let touched = &zs.touched;
                 for t in &self.steps[i] {
                     zs.set(&mut xs2[i], &xs[i], t);
-                    let y2 = match op.op.forward_touching(m, &xs2, &y, touched) {
-                        Ok(f) => f.y,
-                        Err(EvalError::DivByZero) => continue,
+                    match self.sample(&xs2, &y, touched, &mut yw) {
+                        Ok(_) => {}
+                        Err(EvalError::DivByZero) => {
+                            self.unsample(&y, touched, &mut yw);
+                            continue;
+                        }
                         Err(e) => return Err(e.into()),
-                    };
-                    if perrank::well_formed(m, &op.output, &y2).is_err() {
+                    }
+                    let y2 = &yw;
+                    if perrank::well_formed(m, &op.output, y2).is_err() {
                         // An F1 failure off the grid. For a polynomial F1 is
                         // itself polynomial, so the grid has a failing point
                         // that is smaller in the order of §7.2; otherwise
                         // report it here.
                         if self.deg.is_polynomial() {
+                            self.unsample(&y, touched, &mut yw);
                             continue;
                         }
                         return self.run(&xs2, Phase::Forward);
                     }
-                    if !self.proj_out.matches(&y2, &dy) {
-                        let dy2 = self.den_out(&y2);
+                    if !self.proj_out.matches(y2, &dy) {
+                        let dy2 = self.den_out(y2);
                         let mut s = self.inputs_shown(xs);
                         s.push(alternative(format!("{}'", self.nm(i)), ti, &xs2[i]));
                         s.push(shown("out", &op.output, &y));
-                        s.push(shown("out'", &op.output, &y2));
+                        s.push(shown("out'", &op.output, y2));
                         return Err(self.fail(
                             Property::F2,
                             format!("{0} and {0}' are equivalent (same denotation) but the outputs are not", self.nm(i)),
@@ -566,6 +577,7 @@ impl<'a> Checker<'a> {
                             show_denot(m, &op.output, &dy2),
                         ));
                     }
+                    self.unsample(&y, touched, &mut yw);
                 }
                 zs.reset(&mut xs2[i], &xs[i]);
             }
@@ -588,8 +600,8 @@ impl<'a> Checker<'a> {
         }
         match phase {
             Phase::Forward => Ok(Pass::default()),
-            Phase::Tangent => self.tangent_props(xs, &y, &dy, fwd.at_kink),
-            Phase::All => self.backward_props(xs, &y, &dy, fwd.at_kink),
+            Phase::Tangent => self.tangent_props(xs, &y, &mut yw, &dy, fwd.at_kink),
+            Phase::All => self.backward_props(xs, &y, &mut yw, &dy, fwd.at_kink),
         }
     }
 
@@ -597,6 +609,7 @@ impl<'a> Checker<'a> {
         &self,
         xs: &[PerRank],
         y: &PerRank,
+        yw: &mut PerRank,
         dy: &Denot,
         at_kink: bool,
     ) -> Result<Pass, Stop> {
@@ -642,11 +655,16 @@ impl<'a> Checker<'a> {
                     ));
                 }
             }
-            let dbs: Vec<Denot> = bs
-                .iter()
-                .zip(&self.proj_cot_in)
-                .map(|(b, p)| p.denote(b))
-                .collect();
+            // Only the primal half of B2 reads these: none without kernel
+            // directions.
+            let dbs: Vec<Denot> = if self.kernel_nz.iter().all(Vec::is_empty) {
+                Vec::new()
+            } else {
+                bs.iter()
+                    .zip(&self.proj_cot_in)
+                    .map(|(b, p)| p.denote(b))
+                    .collect()
+            };
             for (j, tj) in op.inputs.iter().enumerate() {
                 for zs in &self.kernel_nz[j] {
                     for t in &self.steps[j] {
@@ -718,7 +736,7 @@ impl<'a> Checker<'a> {
                 continue;
             }
             let basis = &self.bases[i];
-            let Some(cols) = self.columns_flat(&mut xs2, xs, y, &y0, i) else {
+            let Some(cols) = self.columns_flat(&mut xs2, xs, y, yw, &y0, i) else {
                 return Ok(Pass {
                     b3_undetermined: true,
                     ..Pass::default()
@@ -824,6 +842,7 @@ impl<'a> Checker<'a> {
         &self,
         xs: &[PerRank],
         y: &PerRank,
+        yw: &mut PerRank,
         dy: &Denot,
         at_kink: bool,
     ) -> Result<Pass, Stop> {
@@ -839,7 +858,7 @@ impl<'a> Checker<'a> {
         let y0 = dy.flat();
         let mut xs2 = xs.to_vec();
         for i in 0..self.op.inputs.len() {
-            let Some(cols) = self.columns_flat(&mut xs2, xs, y, &y0, i) else {
+            let Some(cols) = self.columns_flat(&mut xs2, xs, y, yw, &y0, i) else {
                 return Ok(Pass {
                     b3_undetermined: true,
                     ..Pass::default()
@@ -859,13 +878,62 @@ impl<'a> Checker<'a> {
         work: &mut [PerRank],
         xs: &[PerRank],
         y: &PerRank,
+        yw: &mut PerRank,
         y0: &[Q],
         i: usize,
     ) -> Option<Vec<Vec<Q>>> {
-        self.basis_nz[i]
-            .iter()
-            .map(|e| self.directional_flat(work, xs, y, y0, i, e).ok())
-            .collect()
+        let mut cols = Vec::with_capacity(self.basis_nz[i].len());
+        for e in &self.basis_nz[i] {
+            cols.push(self.directional_flat(work, xs, y, yw, y0, i, e).ok()?);
+        }
+        Some(cols)
+    }
+
+    /// The forward at `work`, which differs from the instance's inputs
+    /// only on the ranks marked in `touched`, into `out`, which holds the
+    /// instance's output `base` on entry. A local op recomputes only the
+    /// touched ranks, in place and without allocating on the pointwise path
+    /// (SPEC.md §18), exactly as `Op::forward_touching` does; other ops run
+    /// that. Returns whether a kink was met. `unsample` restores `out`.
+    fn sample(
+        &self,
+        work: &[PerRank],
+        base: &PerRank,
+        touched: &[bool],
+        out: &mut PerRank,
+    ) -> Result<bool, EvalError> {
+        match &self.op.op {
+            Op::Local(f) if !work.is_empty() && work.len() <= MAX_ARGS => {
+                let mut ctx = Ctx::default();
+                for r in (0..self.m.num_ranks()).filter(|&r| touched[r]) {
+                    let mut args: [&Tensor; MAX_ARGS] = [&work[0].tensors[r]; MAX_ARGS];
+                    for (a, x) in args.iter_mut().zip(work) {
+                        *a = &x.tensors[r];
+                    }
+                    eval_into(&f.expr, &args[..work.len()], &mut ctx, &mut out.tensors[r])?;
+                }
+                Ok(ctx.at_kink)
+            }
+            op => {
+                let fw = op.forward_touching(self.m, work, base, touched)?;
+                *out = fw.y;
+                Ok(fw.at_kink)
+            }
+        }
+    }
+
+    /// Put `base` back into `out` after `sample` (also after a failed one).
+    fn unsample(&self, base: &PerRank, touched: &[bool], out: &mut PerRank) {
+        match &self.op.op {
+            Op::Local(_) => {
+                for (r, t) in touched.iter().enumerate() {
+                    if *t {
+                        out.tensors[r].clone_from(&base.tensors[r]);
+                    }
+                }
+            }
+            _ => out.tensors.clone_from(&base.tensors),
+        }
     }
 
     /// A flat output denotation as a family.
@@ -934,18 +1002,19 @@ impl<'a> Checker<'a> {
     /// d/dh ⟦f(x + h e)⟧ at h = 0, moving input `i` along `e` (SPEC.md
     /// §5.1), flat. The samples perturb `work` in place; it is reset before
     /// returning.
+    #[allow(clippy::too_many_arguments)]
     fn directional_flat(
         &self,
         work: &mut [PerRank],
         xs: &[PerRank],
         y: &PerRank,
+        yw: &mut PerRank,
         y0: &[Q],
         i: usize,
         e: &Sparse,
     ) -> Result<Vec<Q>, FdFail> {
-        let m = self.m;
         if let Some(w) = &self.weights[i] {
-            let r = self.poly_directional(work, xs, y, y0, i, e, w);
+            let r = self.poly_directional(work, xs, y, yw, y0, i, e, w);
             e.reset(&mut work[i], &xs[i]);
             return r;
         }
@@ -954,14 +1023,17 @@ impl<'a> Checker<'a> {
                 return Ok(Some(y0.to_vec()));
             }
             e.set(&mut work[i], &xs[i], h);
-            match self.op.op.forward_touching(m, work, y, &e.touched) {
-                Ok(fw) if fw.at_kink => Err(FdFail::Undetermined("a sample meets a kink".into())),
-                Ok(fw) => Ok(Some(self.proj_out.denote_flat(&fw.y))),
+            let r = self.sample(work, y, &e.touched, yw);
+            let out = match r {
+                Ok(true) => Err(FdFail::Undetermined("a sample meets a kink".into())),
+                Ok(false) => Ok(Some(self.proj_out.denote_flat(yw))),
                 Err(EvalError::DivByZero) => Ok(None),
                 Err(EvalError::Shape(s)) => {
                     panic!("interpreter bug: shape error on an inferred instance: {s}")
                 }
-            }
+            };
+            self.unsample(y, &e.touched, yw);
+            out
         };
         let r = derivative(&mut f, self.deg.num[i], self.deg.den[i], &self.step);
         e.reset(&mut work[i], &xs[i]);
@@ -978,6 +1050,7 @@ impl<'a> Checker<'a> {
         work: &mut [PerRank],
         xs: &[PerRank],
         y: &PerRank,
+        yw: &mut PerRank,
         y0: &[Q],
         i: usize,
         e: &Sparse,
@@ -999,11 +1072,14 @@ impl<'a> Checker<'a> {
         for k in 1..=n {
             let h = Q::int(k as i64).mul(&self.step);
             e.set(&mut work[i], &xs[i], &h);
-            match self.op.op.forward_touching(self.m, work, y, &e.touched) {
-                Ok(fw) if fw.at_kink => {
-                    return Err(FdFail::Undetermined("a sample meets a kink".into()))
-                }
-                Ok(fw) => self.proj_out.denote_flat_into(&fw.y, &mut ys),
+            let r = self.sample(work, y, &e.touched, yw);
+            if let Ok(false) = r {
+                self.proj_out.denote_flat_into(yw, &mut ys);
+            }
+            self.unsample(y, &e.touched, yw);
+            match r {
+                Ok(true) => return Err(FdFail::Undetermined("a sample meets a kink".into())),
+                Ok(false) => {}
                 Err(EvalError::DivByZero) => {
                     return Err(FdFail::Undetermined(
                         "a polynomial map left its domain (interpreter bug)".into(),
