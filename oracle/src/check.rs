@@ -582,7 +582,7 @@ impl<'a> Checker<'a> {
                 zs.reset(&mut xs2[i], &xs[i]);
             }
         }
-        drop(xs2);
+        // `xs2` equals `xs` again: the backward properties reuse it.
         // F3: the output denotes the declared global meaning.
         let dxs: Vec<Denot> = xs
             .iter()
@@ -600,14 +600,16 @@ impl<'a> Checker<'a> {
         }
         match phase {
             Phase::Forward => Ok(Pass::default()),
-            Phase::Tangent => self.tangent_props(xs, &y, &mut yw, &dy, fwd.at_kink),
-            Phase::All => self.backward_props(xs, &y, &mut yw, &dy, fwd.at_kink),
+            Phase::Tangent => self.tangent_props(xs, &mut xs2, &y, &mut yw, &dy, fwd.at_kink),
+            Phase::All => self.backward_props(xs, &mut xs2, &y, &mut yw, &dy, fwd.at_kink),
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn backward_props(
         &self,
         xs: &[PerRank],
+        xs2: &mut [PerRank],
         y: &PerRank,
         yw: &mut PerRank,
         dy: &Denot,
@@ -630,7 +632,6 @@ impl<'a> Checker<'a> {
         }
         // B1 and the primal half of B2, per cotangent basis direction.
         let mut results: Vec<Vec<PerRank>> = Vec::with_capacity(gs.len());
-        let mut xs2 = xs.to_vec();
         for g in gs {
             let bs = op.backward(m, xs, g)?;
             for (i, b) in bs.iter().enumerate() {
@@ -669,7 +670,7 @@ impl<'a> Checker<'a> {
                 for zs in &self.kernel_nz[j] {
                     for t in &self.steps[j] {
                         zs.set(&mut xs2[j], &xs[j], t);
-                        let bs2 = match op.backward(m, &xs2, g) {
+                        let bs2 = match op.backward(m, xs2, g) {
                             Ok(b) => b,
                             Err(EvalError::DivByZero) => continue,
                             Err(e) => return Err(e.into()),
@@ -736,7 +737,7 @@ impl<'a> Checker<'a> {
                 continue;
             }
             let basis = &self.bases[i];
-            let Some(cols) = self.columns_flat(&mut xs2, xs, y, yw, &y0, i) else {
+            let Some(cols) = self.columns_flat(xs2, xs, y, yw, &y0, i) else {
                 return Ok(Pass {
                     b3_undetermined: true,
                     ..Pass::default()
@@ -838,9 +839,11 @@ impl<'a> Checker<'a> {
     }
     /// F1-F3 passed; J1 alone (SPEC.md §4.8), for ops checked without a
     /// backward.
+    #[allow(clippy::too_many_arguments)]
     fn tangent_props(
         &self,
         xs: &[PerRank],
+        xs2: &mut [PerRank],
         y: &PerRank,
         yw: &mut PerRank,
         dy: &Denot,
@@ -856,9 +859,8 @@ impl<'a> Checker<'a> {
             });
         }
         let y0 = dy.flat();
-        let mut xs2 = xs.to_vec();
         for i in 0..self.op.inputs.len() {
-            let Some(cols) = self.columns_flat(&mut xs2, xs, y, yw, &y0, i) else {
+            let Some(cols) = self.columns_flat(xs2, xs, y, yw, &y0, i) else {
                 return Ok(Pass {
                     b3_undetermined: true,
                     ..Pass::default()
