@@ -1361,15 +1361,28 @@ mod tests {
         let a = t(&[2, 3], &[1, -2, 3, 0, 5, -1]);
         let b = t(&[3, 2], &[2, 1, 0, -3, 4, 1]);
         let v = t(&[3], &[1, 2, -1]);
-        let cases: [(&str, Vec<&Tensor>, Vec<(char, usize)>); 4] = [
-            ("ij,jk->ik", vec![&a, &b], vec![('i', 2), ('j', 3), ('k', 2)]),
+        type Case<'a> = (&'a str, Vec<&'a Tensor>, Vec<(char, usize)>);
+        let cases: [Case; 4] = [
+            (
+                "ij,jk->ik",
+                vec![&a, &b],
+                vec![('i', 2), ('j', 3), ('k', 2)],
+            ),
             ("ij->ji", vec![&a], vec![('i', 2), ('j', 3)]),
             ("ij,j->i", vec![&a, &v], vec![('i', 2), ('j', 3)]),
-            ("ij,jk,j->ki", vec![&a, &b, &v], vec![('i', 2), ('j', 3), ('k', 2)]),
+            (
+                "ij,jk,j->ki",
+                vec![&a, &b, &v],
+                vec![('i', 2), ('j', 3), ('k', 2)],
+            ),
         ];
         for (src, ops, sizes) in cases {
             let spec = Einsum::parse(src).unwrap();
-            assert_eq!(einsum(&spec, &ops, &sizes), naive(&spec, &ops, &sizes), "{src}");
+            assert_eq!(
+                einsum(&spec, &ops, &sizes),
+                naive(&spec, &ops, &sizes),
+                "{src}"
+            );
         }
         // The twin: a transposed result is told apart.
         let spec = Einsum::parse("ij->ji").unwrap();

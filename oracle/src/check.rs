@@ -429,9 +429,7 @@ impl<'a> Checker<'a> {
             .iter()
             .map(|k: &Vec<PerRank>| k.iter().map(Sparse::of).collect())
             .collect();
-        let steps = (0..op.inputs.len())
-            .map(|i| line_steps(&deg, i))
-            .collect();
+        let steps = (0..op.inputs.len()).map(|i| line_steps(&deg, i)).collect();
         let cot_in = op.inputs.iter().map(Type::cot).collect();
         Ok(Checker {
             op,

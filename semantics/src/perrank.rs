@@ -193,9 +193,9 @@ impl Projection {
     }
     /// Whether `x` denotes zero.
     pub fn denotes_zero(&self, x: &PerRank) -> bool {
-        self.sources.iter().all(|src| {
-            (0..x.tensors[src[0]].numel()).all(|e| Self::entry_sum(x, src, e).is_zero())
-        })
+        self.sources
+            .iter()
+            .all(|src| (0..x.tensors[src[0]].numel()).all(|e| Self::entry_sum(x, src, e).is_zero()))
     }
     /// The denotation's entries, family member after member, in one flat
     /// vector (what finite differences work on).

@@ -490,7 +490,10 @@ mod tests {
         let mut vals = Vec::new();
         for &n in &parts {
             for &d in &dens {
-                vals.push(Q::from_big(BigRational::new(BigInt::from(n), BigInt::from(d))));
+                vals.push(Q::from_big(BigRational::new(
+                    BigInt::from(n),
+                    BigInt::from(d),
+                )));
             }
         }
         let canon = |b: BigRational| Q::from_big(b);
