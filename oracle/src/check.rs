@@ -923,16 +923,15 @@ impl<'a> Checker<'a> {
     }
 
     /// Put `base` back into `out` after `sample` (also after a failed one).
+    /// Only a local op's sample reads `out`; any other op's sample replaces
+    /// it whole, so there is nothing to restore.
     fn unsample(&self, base: &PerRank, touched: &[bool], out: &mut PerRank) {
-        match &self.op.op {
-            Op::Local(_) => {
-                for (r, t) in touched.iter().enumerate() {
-                    if *t {
-                        out.tensors[r].clone_from(&base.tensors[r]);
-                    }
+        if let Op::Local(_) = &self.op.op {
+            for (r, t) in touched.iter().enumerate() {
+                if *t {
+                    out.tensors[r].clone_from(&base.tensors[r]);
                 }
             }
-            _ => out.tensors.clone_from(&base.tensors),
         }
     }
 
