@@ -100,21 +100,27 @@ fn strs(v: &[String]) -> Vec<&str> {
     v.iter().map(String::as_str).collect()
 }
 
-/// Check one row and its twin.
+/// Check one row and its twin. The two are independent, so they run side
+/// by side on the rayon pool (a row and its twin are often the two largest
+/// items of a table; SPEC.md §18.2).
 pub fn check_row(
     r: &'static SeedRule,
     scope: &Scope,
-    progress: &dyn Fn(u64),
+    progress: &(dyn Fn(u64) + Sync),
 ) -> Result<RowResult, UsageError> {
     let (op, meshes) = typed(r.dialect, &r.op, &strs(&r.inputs), &r.output, scope)?;
-    let verdict = check_op(&op, scope, &meshes, progress);
-    let twin = match &r.twin {
-        Some(t) => {
-            let (op, meshes) = typed(r.dialect, &t.op, &strs(&t.inputs), &t.output, scope)?;
-            Some(check_op(&op, scope, &meshes, progress))
-        }
+    let twin_op = match &r.twin {
+        Some(t) => Some(typed(r.dialect, &t.op, &strs(&t.inputs), &t.output, scope)?),
         None => None,
     };
+    let (verdict, twin) = rayon::join(
+        || check_op(&op, scope, &meshes, progress),
+        || {
+            twin_op
+                .as_ref()
+                .map(|(op, meshes)| check_op(op, scope, meshes, progress))
+        },
+    );
     Ok(RowResult {
         rule: r,
         verdict,

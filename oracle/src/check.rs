@@ -8,7 +8,8 @@
 
 use crate::fd::{derivative, FdFail, PolyWeights};
 use serde::Serialize;
-use spmd_interp::{Degree, EvalError, TypedOp};
+use spmd_interp::eval::{eval_into, Ctx};
+use spmd_interp::{Degree, EvalError, Op, TypedOp};
 use spmd_semantics::perrank::{
     self, denot_basis, denote, free_unit, kernel_basis, num_free, pair_denots, Denot, Projection,
 };
@@ -276,6 +277,10 @@ pub struct Checker<'a> {
     basis_nz: Vec<Vec<Sparse>>,
     /// The same for the kernel directions.
     kernel_nz: Vec<Vec<Sparse>>,
+    /// Per input: the steps along its kernel lines (`line_steps`).
+    steps: Vec<Vec<Q>>,
+    /// The inputs' cotangent types.
+    cot_in: Vec<Type>,
 }
 
 /// A sparse per-rank direction: nonzero entries and the ranks it touches.
@@ -310,6 +315,9 @@ impl Sparse {
         }
     }
 }
+
+/// Inputs of a local op evaluated without a heap list of arguments.
+const MAX_ARGS: usize = 8;
 
 enum Stop {
     Domain,
@@ -421,6 +429,8 @@ impl<'a> Checker<'a> {
             .iter()
             .map(|k: &Vec<PerRank>| k.iter().map(Sparse::of).collect())
             .collect();
+        let steps = (0..op.inputs.len()).map(|i| line_steps(&deg, i)).collect();
+        let cot_in = op.inputs.iter().map(Type::cot).collect();
         Ok(Checker {
             op,
             m,
@@ -441,6 +451,8 @@ impl<'a> Checker<'a> {
             dg_supp,
             basis_nz,
             kernel_nz,
+            steps,
+            cot_in,
         })
     }
 
@@ -483,19 +495,6 @@ impl<'a> Checker<'a> {
     fn den_out(&self, y: &PerRank) -> Denot {
         self.proj_out.denote(y)
     }
-    /// Steps `t` at which to compare along a kernel line (SPEC.md §4.3): for a
-    /// polynomial of degree d in the step, t = 1..d with t = 0 decides it.
-    /// Off polynomials the check is bounded; fractional steps then also
-    /// leave the value grid, where rounding and kinks show.
-    fn line_steps(&self, i: usize) -> Vec<Q> {
-        let d = self.deg.num[i] + self.deg.den[i];
-        if self.deg.is_polynomial() {
-            return (1..=d as i64).map(Q::int).collect();
-        }
-        let mut t: Vec<Q> = (1..=d.max(1) as i64 + 1).map(Q::int).collect();
-        t.extend([Q::frac(1, 4), Q::frac(1, 3)]);
-        t
-    }
 
     fn run(&self, xs: &[PerRank], phase: Phase) -> Result<Pass, Stop> {
         let m = self.m;
@@ -535,33 +534,39 @@ impl<'a> Checker<'a> {
         // One workspace copy of the inputs, perturbed in place and reset
         // after each direction (SPEC.md §18).
         let mut xs2 = xs.to_vec();
+        // And one of the output, holding each sample (`sample`).
+        let mut yw = y.clone();
         for (i, ti) in op.inputs.iter().enumerate() {
-            let steps = self.line_steps(i);
             for zs in &self.kernel_nz[i] {
                 let touched = &zs.touched;
-                for t in &steps {
+                for t in &self.steps[i] {
                     zs.set(&mut xs2[i], &xs[i], t);
-                    let y2 = match op.op.forward_touching(m, &xs2, &y, touched) {
-                        Ok(f) => f.y,
-                        Err(EvalError::DivByZero) => continue,
+                    match self.sample(&xs2, &y, touched, &mut yw) {
+                        Ok(_) => {}
+                        Err(EvalError::DivByZero) => {
+                            self.unsample(&y, touched, &mut yw);
+                            continue;
+                        }
                         Err(e) => return Err(e.into()),
-                    };
-                    if perrank::well_formed(m, &op.output, &y2).is_err() {
+                    }
+                    let y2 = &yw;
+                    if perrank::well_formed(m, &op.output, y2).is_err() {
                         // An F1 failure off the grid. For a polynomial F1 is
                         // itself polynomial, so the grid has a failing point
                         // that is smaller in the order of §7.2; otherwise
                         // report it here.
                         if self.deg.is_polynomial() {
+                            self.unsample(&y, touched, &mut yw);
                             continue;
                         }
                         return self.run(&xs2, Phase::Forward);
                     }
-                    if !self.proj_out.matches(&y2, &dy) {
-                        let dy2 = self.den_out(&y2);
+                    if !self.proj_out.matches(y2, &dy) {
+                        let dy2 = self.den_out(y2);
                         let mut s = self.inputs_shown(xs);
                         s.push(alternative(format!("{}'", self.nm(i)), ti, &xs2[i]));
                         s.push(shown("out", &op.output, &y));
-                        s.push(shown("out'", &op.output, &y2));
+                        s.push(shown("out'", &op.output, y2));
                         return Err(self.fail(
                             Property::F2,
                             format!("{0} and {0}' are equivalent (same denotation) but the outputs are not", self.nm(i)),
@@ -570,11 +575,12 @@ impl<'a> Checker<'a> {
                             show_denot(m, &op.output, &dy2),
                         ));
                     }
+                    self.unsample(&y, touched, &mut yw);
                 }
                 zs.reset(&mut xs2[i], &xs[i]);
             }
         }
-        drop(xs2);
+        // `xs2` equals `xs` again: the backward properties reuse it.
         // F3: the output denotes the declared global meaning.
         let dxs: Vec<Denot> = xs
             .iter()
@@ -592,15 +598,18 @@ impl<'a> Checker<'a> {
         }
         match phase {
             Phase::Forward => Ok(Pass::default()),
-            Phase::Tangent => self.tangent_props(xs, &y, &dy, fwd.at_kink),
-            Phase::All => self.backward_props(xs, &y, &dy, fwd.at_kink),
+            Phase::Tangent => self.tangent_props(xs, &mut xs2, &y, &mut yw, &dy, fwd.at_kink),
+            Phase::All => self.backward_props(xs, &mut xs2, &y, &mut yw, &dy, fwd.at_kink),
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn backward_props(
         &self,
         xs: &[PerRank],
+        xs2: &mut [PerRank],
         y: &PerRank,
+        yw: &mut PerRank,
         dy: &Denot,
         at_kink: bool,
     ) -> Result<Pass, Stop> {
@@ -609,7 +618,7 @@ impl<'a> Checker<'a> {
         let op = self.op;
         let tc = op.output.cot();
         let gs = &self.gs;
-        let cot_in: Vec<Type> = op.inputs.iter().map(Type::cot).collect();
+        let cot_in = &self.cot_in;
         if let Some(why) = &self.bwd_shape_err {
             return Err(self.fail(
                 Property::B1,
@@ -621,7 +630,6 @@ impl<'a> Checker<'a> {
         }
         // B1 and the primal half of B2, per cotangent basis direction.
         let mut results: Vec<Vec<PerRank>> = Vec::with_capacity(gs.len());
-        let mut xs2 = xs.to_vec();
         for g in gs {
             let bs = op.backward(m, xs, g)?;
             for (i, b) in bs.iter().enumerate() {
@@ -646,17 +654,21 @@ impl<'a> Checker<'a> {
                     ));
                 }
             }
-            let dbs: Vec<Denot> = bs
-                .iter()
-                .zip(&self.proj_cot_in)
-                .map(|(b, p)| p.denote(b))
-                .collect();
+            // Only the primal half of B2 reads these: none without kernel
+            // directions.
+            let dbs: Vec<Denot> = if self.kernel_nz.iter().all(Vec::is_empty) {
+                Vec::new()
+            } else {
+                bs.iter()
+                    .zip(&self.proj_cot_in)
+                    .map(|(b, p)| p.denote(b))
+                    .collect()
+            };
             for (j, tj) in op.inputs.iter().enumerate() {
-                let steps = self.line_steps(j);
                 for zs in &self.kernel_nz[j] {
-                    for t in &steps {
+                    for t in &self.steps[j] {
                         zs.set(&mut xs2[j], &xs[j], t);
-                        let bs2 = match op.backward(m, &xs2, g) {
+                        let bs2 = match op.backward(m, xs2, g) {
                             Ok(b) => b,
                             Err(EvalError::DivByZero) => continue,
                             Err(e) => return Err(e.into()),
@@ -723,7 +735,7 @@ impl<'a> Checker<'a> {
                 continue;
             }
             let basis = &self.bases[i];
-            let Some(cols) = self.columns_flat(&mut xs2, xs, y, &y0, i) else {
+            let Some(cols) = self.columns_flat(xs2, xs, y, yw, &y0, i) else {
                 return Ok(Pass {
                     b3_undetermined: true,
                     ..Pass::default()
@@ -740,8 +752,9 @@ impl<'a> Checker<'a> {
             // b of the backward's denotation, a short sum per entry since
             // ⟦g_k⟧ is a unit vector's denotation (SPEC.md §18).
             let ni = spmd_semantics::tensor::numel(&self.shapes[i]);
+            let mut got_flat = Vec::new();
             for (((g, dg), bs), supp) in gs.iter().zip(&self.dgs).zip(&results).zip(&self.dg_supp) {
-                let got_flat = self.proj_cot_in[i].denote_flat(&bs[i]);
+                self.proj_cot_in[i].denote_flat_into(&bs[i], &mut got_flat);
                 let agrees = basis.iter().zip(&cols).all(|((coord, _), col)| {
                     let v = supp
                         .iter()
@@ -824,10 +837,13 @@ impl<'a> Checker<'a> {
     }
     /// F1-F3 passed; J1 alone (SPEC.md §4.8), for ops checked without a
     /// backward.
+    #[allow(clippy::too_many_arguments)]
     fn tangent_props(
         &self,
         xs: &[PerRank],
+        xs2: &mut [PerRank],
         y: &PerRank,
+        yw: &mut PerRank,
         dy: &Denot,
         at_kink: bool,
     ) -> Result<Pass, Stop> {
@@ -841,9 +857,8 @@ impl<'a> Checker<'a> {
             });
         }
         let y0 = dy.flat();
-        let mut xs2 = xs.to_vec();
         for i in 0..self.op.inputs.len() {
-            let Some(cols) = self.columns_flat(&mut xs2, xs, y, &y0, i) else {
+            let Some(cols) = self.columns_flat(xs2, xs, y, yw, &y0, i) else {
                 return Ok(Pass {
                     b3_undetermined: true,
                     ..Pass::default()
@@ -863,13 +878,61 @@ impl<'a> Checker<'a> {
         work: &mut [PerRank],
         xs: &[PerRank],
         y: &PerRank,
+        yw: &mut PerRank,
         y0: &[Q],
         i: usize,
     ) -> Option<Vec<Vec<Q>>> {
-        self.basis_nz[i]
-            .iter()
-            .map(|e| self.directional_flat(work, xs, y, y0, i, e).ok())
-            .collect()
+        let mut cols = Vec::with_capacity(self.basis_nz[i].len());
+        for e in &self.basis_nz[i] {
+            cols.push(self.directional_flat(work, xs, y, yw, y0, i, e).ok()?);
+        }
+        Some(cols)
+    }
+
+    /// The forward at `work`, which differs from the instance's inputs
+    /// only on the ranks marked in `touched`, into `out`, which holds the
+    /// instance's output `base` on entry. A local op recomputes only the
+    /// touched ranks, in place and without allocating on the pointwise path
+    /// (SPEC.md §18), exactly as `Op::forward_touching` does; other ops run
+    /// that. Returns whether a kink was met. `unsample` restores `out`.
+    fn sample(
+        &self,
+        work: &[PerRank],
+        base: &PerRank,
+        touched: &[bool],
+        out: &mut PerRank,
+    ) -> Result<bool, EvalError> {
+        match &self.op.op {
+            Op::Local(f) if !work.is_empty() && work.len() <= MAX_ARGS => {
+                let mut ctx = Ctx::default();
+                for r in (0..self.m.num_ranks()).filter(|&r| touched[r]) {
+                    let mut args: [&Tensor; MAX_ARGS] = [&work[0].tensors[r]; MAX_ARGS];
+                    for (a, x) in args.iter_mut().zip(work) {
+                        *a = &x.tensors[r];
+                    }
+                    eval_into(&f.expr, &args[..work.len()], &mut ctx, &mut out.tensors[r])?;
+                }
+                Ok(ctx.at_kink)
+            }
+            op => {
+                let fw = op.forward_touching(self.m, work, base, touched)?;
+                *out = fw.y;
+                Ok(fw.at_kink)
+            }
+        }
+    }
+
+    /// Put `base` back into `out` after `sample` (also after a failed one).
+    /// Only a local op's sample reads `out`; any other op's sample replaces
+    /// it whole, so there is nothing to restore.
+    fn unsample(&self, base: &PerRank, touched: &[bool], out: &mut PerRank) {
+        if let Op::Local(_) = &self.op.op {
+            for (r, t) in touched.iter().enumerate() {
+                if *t {
+                    out.tensors[r].clone_from(&base.tensors[r]);
+                }
+            }
+        }
     }
 
     /// A flat output denotation as a family.
@@ -938,18 +1001,19 @@ impl<'a> Checker<'a> {
     /// d/dh ⟦f(x + h e)⟧ at h = 0, moving input `i` along `e` (SPEC.md
     /// §5.1), flat. The samples perturb `work` in place; it is reset before
     /// returning.
+    #[allow(clippy::too_many_arguments)]
     fn directional_flat(
         &self,
         work: &mut [PerRank],
         xs: &[PerRank],
         y: &PerRank,
+        yw: &mut PerRank,
         y0: &[Q],
         i: usize,
         e: &Sparse,
     ) -> Result<Vec<Q>, FdFail> {
-        let m = self.m;
         if let Some(w) = &self.weights[i] {
-            let r = self.poly_directional(work, xs, y, y0, i, e, w);
+            let r = self.poly_directional(work, xs, y, yw, y0, i, e, w);
             e.reset(&mut work[i], &xs[i]);
             return r;
         }
@@ -958,14 +1022,17 @@ impl<'a> Checker<'a> {
                 return Ok(Some(y0.to_vec()));
             }
             e.set(&mut work[i], &xs[i], h);
-            match self.op.op.forward_touching(m, work, y, &e.touched) {
-                Ok(fw) if fw.at_kink => Err(FdFail::Undetermined("a sample meets a kink".into())),
-                Ok(fw) => Ok(Some(self.proj_out.denote_flat(&fw.y))),
+            let r = self.sample(work, y, &e.touched, yw);
+            let out = match r {
+                Ok(true) => Err(FdFail::Undetermined("a sample meets a kink".into())),
+                Ok(false) => Ok(Some(self.proj_out.denote_flat(yw))),
                 Err(EvalError::DivByZero) => Ok(None),
                 Err(EvalError::Shape(s)) => {
                     panic!("interpreter bug: shape error on an inferred instance: {s}")
                 }
-            }
+            };
+            self.unsample(y, &e.touched, yw);
+            out
         };
         let r = derivative(&mut f, self.deg.num[i], self.deg.den[i], &self.step);
         e.reset(&mut work[i], &xs[i]);
@@ -982,6 +1049,7 @@ impl<'a> Checker<'a> {
         work: &mut [PerRank],
         xs: &[PerRank],
         y: &PerRank,
+        yw: &mut PerRank,
         y0: &[Q],
         i: usize,
         e: &Sparse,
@@ -999,14 +1067,18 @@ impl<'a> Checker<'a> {
             }
         };
         fold(&mut d, &mut p, 0, y0);
+        let mut ys = Vec::with_capacity(y0.len());
         for k in 1..=n {
             let h = Q::int(k as i64).mul(&self.step);
             e.set(&mut work[i], &xs[i], &h);
-            let ys = match self.op.op.forward_touching(self.m, work, y, &e.touched) {
-                Ok(fw) if fw.at_kink => {
-                    return Err(FdFail::Undetermined("a sample meets a kink".into()))
-                }
-                Ok(fw) => self.proj_out.denote_flat(&fw.y),
+            let r = self.sample(work, y, &e.touched, yw);
+            if let Ok(false) = r {
+                self.proj_out.denote_flat_into(yw, &mut ys);
+            }
+            self.unsample(y, &e.touched, yw);
+            match r {
+                Ok(true) => return Err(FdFail::Undetermined("a sample meets a kink".into())),
+                Ok(false) => {}
                 Err(EvalError::DivByZero) => {
                     return Err(FdFail::Undetermined(
                         "a polynomial map left its domain (interpreter bug)".into(),
@@ -1015,7 +1087,7 @@ impl<'a> Checker<'a> {
                 Err(EvalError::Shape(s)) => {
                     panic!("interpreter bug: shape error on an inferred instance: {s}")
                 }
-            };
+            }
             if k < n {
                 fold(&mut d, &mut p, k, &ys);
             } else if p != ys {
@@ -1026,6 +1098,20 @@ impl<'a> Checker<'a> {
         }
         Ok(d)
     }
+}
+
+/// Steps `t` at which to compare along a kernel line of input `i` (SPEC.md
+/// §4.3): for a polynomial of degree d in the step, t = 1..d with t = 0
+/// decides it. Off polynomials the check is bounded; fractional steps then
+/// also leave the value grid, where rounding and kinks show.
+fn line_steps(deg: &Degree, i: usize) -> Vec<Q> {
+    let d = deg.num[i] + deg.den[i];
+    if deg.is_polynomial() {
+        return (1..=d as i64).map(Q::int).collect();
+    }
+    let mut t: Vec<Q> = (1..=d.max(1) as i64 + 1).map(Q::int).collect();
+    t.extend([Q::frac(1, 4), Q::frac(1, 3)]);
+    t
 }
 
 /// Why `v` is not a well-formed value of type `t` and shape `shape` (the

@@ -164,24 +164,51 @@ impl Projection {
             .collect();
         Denot { family }
     }
+    /// Entry `e` of the sum over the source ranks `src`; no tensor is built.
+    #[inline]
+    fn entry_sum(x: &PerRank, src: &[usize], e: usize) -> Q {
+        let mut acc = x.tensors[src[0]].data[e].clone();
+        for &r in &src[1..] {
+            let b = &x.tensors[r].data[e];
+            if !b.is_zero() {
+                acc = acc.add(b);
+            }
+        }
+        acc
+    }
     /// `self.denote(x) == *d`, without building the family.
     pub fn matches(&self, x: &PerRank, d: &Denot) -> bool {
-        self.sources
-            .iter()
-            .zip(&d.family)
-            .all(|(src, want)| *Self::source_sum(x, src) == *want)
+        self.sources.iter().zip(&d.family).all(|(src, want)| {
+            let first = &x.tensors[src[0]];
+            if src.len() == 1 {
+                return first == want;
+            }
+            crate::tensor::same_shape(&first.shape, &want.shape)
+                && want
+                    .data
+                    .iter()
+                    .enumerate()
+                    .all(|(e, w)| Self::entry_sum(x, src, e) == *w)
+        })
     }
     /// Whether `x` denotes zero.
     pub fn denotes_zero(&self, x: &PerRank) -> bool {
         self.sources
             .iter()
-            .all(|src| Self::source_sum(x, src).is_zero())
+            .all(|src| (0..x.tensors[src[0]].numel()).all(|e| Self::entry_sum(x, src, e).is_zero()))
     }
     /// The denotation's entries, family member after member, in one flat
     /// vector (what finite differences work on).
     pub fn denote_flat(&self, x: &PerRank) -> Vec<Q> {
+        let mut out = Vec::new();
+        self.denote_flat_into(x, &mut out);
+        out
+    }
+    /// `denote_flat` into a buffer that is reused (SPEC.md §18).
+    pub fn denote_flat_into(&self, x: &PerRank, out: &mut Vec<Q>) {
         let n = x.tensors.first().map_or(0, Tensor::numel);
-        let mut out = Vec::with_capacity(n * self.sources.len());
+        out.clear();
+        out.reserve(n * self.sources.len());
         for src in &self.sources {
             let at = out.len();
             out.extend_from_slice(&x.tensors[src[0]].data);
@@ -193,7 +220,6 @@ impl Projection {
                 }
             }
         }
-        out
     }
 }
 

@@ -4,18 +4,24 @@
 //! rational on the first operation that would overflow, so arithmetic is
 //! exact and never wraps. The representation is canonical (small whenever it
 //! fits), which makes the derived `Eq` and `Hash` agree with numeric equality.
+//!
+//! The big rational is boxed so that a `Q` is three words: vectors of
+//! values are copied and compared in the oracle's inner loops (SPEC.md §18).
+//! Sums and products of small values are formed in `i128`, where they
+//! cannot overflow, reduced by a binary gcd, and kept small when the
+//! reduced parts fit in `i64`; otherwise the result is the big rational.
 
 use num_bigint::BigInt;
 use num_integer::Integer;
 use num_rational::{BigRational, Ratio};
-use num_traits::{CheckedAdd, CheckedDiv, CheckedMul, CheckedSub, One, Signed, ToPrimitive, Zero};
+use num_traits::{One, Signed, ToPrimitive, Zero};
 use std::cmp::Ordering;
 use std::fmt;
 
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub enum Q {
     Small(Ratio<i64>),
-    Big(BigRational),
+    Big(Box<BigRational>),
 }
 
 /// Error of a partial arithmetic operation (division by zero).
@@ -40,13 +46,13 @@ impl Q {
     fn big(&self) -> BigRational {
         match self {
             Q::Small(r) => BigRational::new(BigInt::from(*r.numer()), BigInt::from(*r.denom())),
-            Q::Big(b) => b.clone(),
+            Q::Big(b) => (**b).clone(),
         }
     }
     fn from_big(b: BigRational) -> Q {
         match (b.numer().to_i64(), b.denom().to_i64()) {
             (Some(n), Some(d)) => Q::Small(Ratio::new_raw(n, d)),
-            _ => Q::Big(b),
+            _ => Q::Big(Box::new(b)),
         }
     }
     pub fn is_zero(&self) -> bool {
@@ -87,8 +93,8 @@ impl Q {
                     return Q::Small(Ratio::new_raw(n, 1));
                 }
             }
-            if let Some(r) = a.checked_add(b) {
-                return Q::Small(r);
+            if let Some(r) = small_add(a, *b.numer(), *b.denom()) {
+                return r;
             }
         }
         Q::from_big(self.big() + o.big())
@@ -100,8 +106,10 @@ impl Q {
                     return Q::Small(Ratio::new_raw(n, 1));
                 }
             }
-            if let Some(r) = a.checked_sub(b) {
-                return Q::Small(r);
+            // -b's numerator is formed in i128 inside `small_add`, so
+            // i64::MIN needs no special case.
+            if let Some(r) = small_add_neg(a, *b.numer(), *b.denom()) {
+                return r;
             }
         }
         Q::from_big(self.big() - o.big())
@@ -116,8 +124,8 @@ impl Q {
                     return Q::Small(Ratio::new_raw(n, 1));
                 }
             }
-            if let Some(r) = a.checked_mul(b) {
-                return Q::Small(r);
+            if let Some(r) = small_mul(a, b) {
+                return r;
             }
         }
         Q::from_big(self.big() * o.big())
@@ -127,8 +135,16 @@ impl Q {
             return Err(DivByZero);
         }
         if let (Q::Small(a), Q::Small(b)) = (self, o) {
-            if let Some(r) = a.checked_div(b) {
-                return Ok(Q::Small(r));
+            // a / (bn/bd) = a · (bd/bn), the sign kept apart.
+            if let Some(r) = mul_parts(
+                *a.numer() < 0,
+                a.numer().unsigned_abs(),
+                *a.denom() as u64,
+                *b.numer() < 0,
+                *b.denom() as u64,
+                b.numer().unsigned_abs(),
+            ) {
+                return Ok(r);
             }
         }
         Ok(Q::from_big(self.big() / o.big()))
@@ -241,6 +257,148 @@ impl Q {
     }
 }
 
+/// Binary gcd of two nonnegative integers; `gcd(0, b) = b`.
+#[inline]
+fn gcd_u64(mut a: u64, mut b: u64) -> u64 {
+    if a == 0 {
+        return b;
+    }
+    if b == 0 {
+        return a;
+    }
+    let k = (a | b).trailing_zeros();
+    a >>= a.trailing_zeros();
+    loop {
+        b >>= b.trailing_zeros();
+        if a > b {
+            std::mem::swap(&mut a, &mut b);
+        }
+        b -= a;
+        if b == 0 {
+            return a << k;
+        }
+    }
+}
+
+/// `gcd_u64` for 128-bit values; falls to the 64-bit loop once both fit.
+fn gcd_u128(mut a: u128, mut b: u128) -> u128 {
+    if a == 0 {
+        return b;
+    }
+    if b == 0 {
+        return a;
+    }
+    let k = (a | b).trailing_zeros();
+    a >>= a.trailing_zeros();
+    loop {
+        b >>= b.trailing_zeros();
+        if a > b {
+            std::mem::swap(&mut a, &mut b);
+        }
+        if b <= u64::MAX as u128 {
+            return (gcd_u64(a as u64, b as u64) as u128) << k;
+        }
+        b -= a;
+        if b == 0 {
+            return a << k;
+        }
+    }
+}
+
+/// `n / d` reduced (d > 0), as a small `Q` when both parts fit in `i64`.
+#[inline]
+fn reduced(n: i128, d: u128) -> Option<Q> {
+    let (nu, neg) = (n.unsigned_abs(), n < 0);
+    let (nu, d) = match (u64::try_from(nu), u64::try_from(d)) {
+        // The common case: 64-bit gcd and divisions.
+        (Ok(a), Ok(b)) => {
+            let g = gcd_u64(a, b);
+            ((a / g) as u128, (b / g) as u128)
+        }
+        _ => {
+            let g = gcd_u128(nu, d);
+            (nu / g, d / g)
+        }
+    };
+    small_of(neg, nu, d)
+}
+
+/// The small `Q` with sign `neg`, magnitude `n` and denominator `d` (in
+/// lowest terms), when both fit in `i64`.
+#[inline]
+fn small_of(neg: bool, n: u128, d: u128) -> Option<Q> {
+    let d = i64::try_from(d).ok()?;
+    let n = if neg {
+        // -2^63 fits; its magnitude does not fit in i64.
+        i64::try_from(-(i128::try_from(n).ok()?)).ok()?
+    } else {
+        i64::try_from(n).ok()?
+    };
+    Some(Q::Small(Ratio::new_raw(n, d)))
+}
+
+/// `an/ad + bn/bd` for lowest-terms parts (denominators positive, `bn` a
+/// possibly negated `i64`), by Knuth's method (TAOCP 4.5.1): the gcd of the
+/// denominators first, so the result needs at most one more small gcd.
+/// Every product of two parts fits in `i128`; `None` when the result does
+/// not fit in `i64`.
+#[inline]
+fn add_parts(an: i64, ad: i64, bn: i128, bd: i64) -> Option<Q> {
+    let (an, adu, bdu) = (an as i128, ad as u64, bd as u64);
+    if ad == bd {
+        return reduced(an + bn, adu as u128);
+    }
+    let g = gcd_u64(adu, bdu);
+    if g == 1 {
+        // Coprime denominators: the sum is already in lowest terms.
+        let t = an * bd as i128 + bn * ad as i128;
+        return small_of(t < 0, t.unsigned_abs(), adu as u128 * bdu as u128);
+    }
+    let (ad1, bd1) = (adu / g, bdu / g);
+    let t = an * bd1 as i128 + bn * ad1 as i128;
+    let tu = t.unsigned_abs();
+    let g2 = gcd_u64((tu % g as u128) as u64, g);
+    small_of(t < 0, tu / g2 as u128, ad1 as u128 * (bdu / g2) as u128)
+}
+
+/// `a + n/d` for canonical small parts.
+#[inline]
+fn small_add(a: &Ratio<i64>, n: i64, d: i64) -> Option<Q> {
+    add_parts(*a.numer(), *a.denom(), n as i128, d)
+}
+
+/// `a - n/d`: the numerator negated in `i128`, so i64::MIN needs no care.
+#[inline]
+fn small_add_neg(a: &Ratio<i64>, n: i64, d: i64) -> Option<Q> {
+    add_parts(*a.numer(), *a.denom(), -(n as i128), d)
+}
+
+/// `a · b` for canonical small parts: cross-cancel first (Knuth), so the
+/// product is already in lowest terms; `None` when it does not fit.
+#[inline]
+fn small_mul(a: &Ratio<i64>, b: &Ratio<i64>) -> Option<Q> {
+    mul_parts(
+        *a.numer() < 0,
+        a.numer().unsigned_abs(),
+        *a.denom() as u64,
+        *b.numer() < 0,
+        b.numer().unsigned_abs(),
+        *b.denom() as u64,
+    )
+}
+
+/// `(±an/ad) · (±bn/bd)` for lowest-terms magnitudes and positive
+/// denominators, all below 2^64: 64-bit gcds and divisions, one 128-bit
+/// product each.
+#[inline]
+fn mul_parts(an_neg: bool, an: u64, ad: u64, bn_neg: bool, bn: u64, bd: u64) -> Option<Q> {
+    let g1 = gcd_u64(an, bd);
+    let g2 = gcd_u64(bn, ad);
+    let n = (an / g1) as u128 * (bn / g2) as u128;
+    let d = (ad / g2) as u128 * (bd / g1) as u128;
+    small_of(an_neg != bn_neg && n != 0, n, d)
+}
+
 impl PartialOrd for Q {
     fn partial_cmp(&self, o: &Q) -> Option<Ordering> {
         Some(self.cmp(o))
@@ -309,5 +467,71 @@ mod tests {
         assert_eq!(Q::frac(-3, 2).to_string(), "-3/2");
         assert!(Q::parse("1/0").is_none());
         assert!(Q::parse("x").is_none());
+    }
+    /// The i128 fast paths against the big rationals they stand in for:
+    /// edge values (i64::MIN and MAX, large coprime denominators) whose sums
+    /// and products overflow i64 must come back big and exact, and results
+    /// that fit must come back small (the canonical form `Eq` relies on).
+    #[test]
+    fn small_paths_agree_with_big_rationals() {
+        let parts: [i64; 10] = [
+            0,
+            1,
+            -1,
+            3,
+            -7,
+            i64::MAX,
+            i64::MIN,
+            i64::MAX - 1,
+            (1 << 40) + 1,
+            -(1 << 33) - 5,
+        ];
+        let dens: [i64; 6] = [1, 2, 3, i64::MAX, (1 << 40) + 7, 1 << 62];
+        let mut vals = Vec::new();
+        for &n in &parts {
+            for &d in &dens {
+                vals.push(Q::from_big(BigRational::new(
+                    BigInt::from(n),
+                    BigInt::from(d),
+                )));
+            }
+        }
+        let canon = |b: BigRational| Q::from_big(b);
+        let mut went_big = 0;
+        for a in &vals {
+            for b in &vals {
+                let (ba, bb) = (a.big(), b.big());
+                for (got, want) in [
+                    (a.add(b), canon(&ba + &bb)),
+                    (a.sub(b), canon(&ba - &bb)),
+                    (a.mul(b), canon(&ba * &bb)),
+                ] {
+                    assert_eq!(got, want, "{a} and {b}");
+                    assert_eq!(matches!(got, Q::Small(_)), matches!(want, Q::Small(_)));
+                    went_big += usize::from(matches!(got, Q::Big(_)));
+                }
+                if !b.is_zero() {
+                    assert_eq!(a.div(b).unwrap(), canon(&ba / &bb), "{a} / {b}");
+                }
+            }
+        }
+        // The twin: the overflow path was really taken.
+        assert!(went_big > 100, "only {went_big} results overflowed i64");
+        assert_eq!(
+            Q::frac(1, i64::MAX).add(&Q::frac(1, i64::MAX - 1)),
+            canon(
+                BigRational::new(1.into(), i64::MAX.into())
+                    + BigRational::new(1.into(), (i64::MAX - 1).into())
+            )
+        );
+    }
+
+    #[test]
+    fn gcds() {
+        assert_eq!(gcd_u64(0, 5), 5);
+        assert_eq!(gcd_u64(12, 18), 6);
+        assert_eq!(gcd_u128(1 << 100, 3 << 70), 1 << 70);
+        assert_eq!(gcd_u128(u128::MAX, 5), 5);
+        assert_eq!(gcd_u128(0, 0), 0);
     }
 }

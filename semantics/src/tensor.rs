@@ -6,10 +6,25 @@ use std::fmt;
 pub type Shape = Vec<usize>;
 
 /// A dense row-major tensor of exact rationals. Rank 0 is a scalar.
-#[derive(Clone, Eq)]
+#[derive(Eq)]
 pub struct Tensor {
     pub shape: Shape,
     pub data: Vec<Q>,
+}
+
+// Written out so that `clone_from` reuses both buffers (workspaces in the
+// oracle are overwritten in place, SPEC.md §18).
+impl Clone for Tensor {
+    fn clone(&self) -> Tensor {
+        Tensor {
+            shape: self.shape.clone(),
+            data: self.data.clone(),
+        }
+    }
+    fn clone_from(&mut self, o: &Tensor) {
+        self.shape.clone_from(&o.shape);
+        self.data.clone_from(&o.data);
+    }
 }
 
 // Written out rather than derived so shape comparison avoids `memcmp` (hot in
