@@ -199,13 +199,15 @@ impl Scan {
             }
             Some(o)
         };
-        let outcomes: Vec<Option<Outcome>> = if points.len() < 32 {
+        // A point costs at least ~10 µs, far above rayon's cost of a split,
+        // so even two points are worth spreading (a program whose cases are
+        // small otherwise ran on one core).
+        let outcomes: Vec<Option<Outcome>> = if points.len() < 2 {
             points.iter().enumerate().map(|(k, p)| one(k, p)).collect()
         } else {
             points
                 .par_iter()
                 .enumerate()
-                .with_min_len(8)
                 .map(|(k, p)| one(k, p))
                 .collect()
         };
