@@ -94,10 +94,9 @@ fn grid_degree(
     }
     let k = shapes.len();
     let mut d = fwd.num.clone();
-    let poly_in_primals = |g: &Degree| g.is_polynomial();
     if let Op::Declared { meaning, .. } = &op.op {
         let (_, dm) = meaning.infer(m, shapes).ok()?;
-        if !poly_in_primals(&dm) {
+        if !dm.is_polynomial() {
             return None;
         }
         for (a, b) in d.iter_mut().zip(&dm.num) {
@@ -117,7 +116,7 @@ fn grid_degree(
         with_g.push(out.clone());
         for f in fs {
             let (_, db) = spmd_interp::eval::infer(&f.expr, &with_g).ok()?;
-            if !poly_in_primals(&db) || (0..k).any(|i| db.num[i] > fwd.num[i]) {
+            if !db.is_polynomial() || (0..k).any(|i| db.num[i] > fwd.num[i]) {
                 return None;
             }
         }
@@ -126,7 +125,7 @@ fn grid_degree(
         let mut with_t = shapes.to_vec();
         with_t.extend_from_slice(shapes);
         let (_, dj) = spmd_interp::eval::infer(&f.expr, &with_t).ok()?;
-        if !poly_in_primals(&dj) {
+        if !dj.is_polynomial() {
             return None;
         }
         for (a, b) in d.iter_mut().zip(&dj.num[..k]) {

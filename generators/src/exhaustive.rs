@@ -436,9 +436,9 @@ mod tests {
             for i in 0..a.len() {
                 if i != r && !a[i][c].is_zero() {
                     let f = a[i][c].mul(&inv);
-                    for j in 0..cols {
-                        let t = f.mul(&a[r][j]);
-                        a[i][j] = a[i][j].sub(&t);
+                    let pivot = a[r].clone();
+                    for (x, y) in a[i].iter_mut().zip(&pivot) {
+                        *x = x.sub(&f.mul(y));
                     }
                 }
             }
