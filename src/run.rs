@@ -2,7 +2,7 @@
 //! (SPEC.md §8), the oracle decides each instance, and the tally becomes a
 //! verdict (SPEC.md §7).
 
-use spmd_generators::{cases, for_each_grid_point, Scope};
+use spmd_generators::{cases, Scope};
 pub use spmd_generators::{enumerated_cases, estimate, meshes_for, MAX_DEGREE, MAX_SHAPE_TUPLES};
 use spmd_interp::TypedOp;
 use spmd_oracle::{Checker, Outcome, Phase, Property, Tally, Verdict};
@@ -125,17 +125,12 @@ fn scan_case(
     backward: bool,
     tally: &mut Tally,
 ) -> (u64, Option<Box<spmd_oracle::Violation>>) {
-    let flat: Vec<&[Q]> = c
-        .lists
-        .iter()
-        .flat_map(|(k, v)| std::iter::repeat_n(v.as_slice(), *k))
-        .collect();
     // Points are taken in blocks, so memory stays bounded on any grid.
     const BLOCK: usize = 4096;
     let mut scan = Scan { held: None, n: 0 };
     let mut block: Vec<Vec<Q>> = Vec::with_capacity(BLOCK.min(c.points() as usize));
     let mut found: Option<Box<spmd_oracle::Violation>> = None;
-    let r = for_each_grid_point(&flat, &mut |p| {
+    let r = c.for_each_point(&mut |p| {
         block.push(p.to_vec());
         if block.len() < BLOCK {
             return ControlFlow::Continue(());

@@ -3,10 +3,11 @@
 //! finite. It enumerates; asking the oracle about each instance is the
 //! caller's (the dependency rule keeps the oracle out of generators).
 
-use crate::exhaustive::{grid_size, shape_tuples, Scope};
-use spmd_interp::TypedOp;
+use crate::exhaustive::{for_each_lower_point, lower_size, shape_tuples, Scope};
+use spmd_interp::{Backward, Degree, Jvp, Op, TypedOp};
 use spmd_semantics::perrank::{from_free, num_free};
 use spmd_semantics::{Mesh, PerRank, Shape, Q};
+use std::ops::ControlFlow;
 
 /// Cases set aside by the caps (SPEC.md §8.1).
 #[derive(Clone, Copy, Debug, Default)]
@@ -23,6 +24,11 @@ pub struct Case {
     pub shapes: Vec<Shape>,
     /// Per input: free-scalar count and its value list.
     pub lists: Vec<(usize, Vec<Q>)>,
+    /// Per input: `Some(d)` when only the points whose value indices (over
+    /// that input's scalars) sum to at most d are visited, the lower set
+    /// that decides a polynomial of total degree d in the input (SPEC.md
+    /// §8.3); `None` when every combination of the values is.
+    pub budgets: Vec<Option<usize>>,
     /// Whether the grid decides polynomial identities (SPEC.md §8.3).
     pub proof_grid: bool,
 }
@@ -30,13 +36,103 @@ pub struct Case {
 impl Case {
     /// Grid points of the case.
     pub fn points(&self) -> u64 {
+        let blocks: Vec<(usize, usize, Option<usize>)> = self
+            .lists
+            .iter()
+            .zip(&self.budgets)
+            .map(|((k, v), &b)| (*k, v.len(), b))
+            .collect();
+        lower_size(&blocks)
+    }
+    /// Visit the case's points (each a value per free scalar, all inputs
+    /// in order) in the order of SPEC.md §7.2.
+    pub fn for_each_point<B>(&self, f: &mut dyn FnMut(&[Q]) -> ControlFlow<B>) -> ControlFlow<B> {
         let flat: Vec<&[Q]> = self
             .lists
             .iter()
             .flat_map(|(k, v)| std::iter::repeat_n(v.as_slice(), *k))
             .collect();
-        grid_size(&flat)
+        let blocks: Vec<(usize, Option<usize>)> = self
+            .lists
+            .iter()
+            .zip(&self.budgets)
+            .map(|((k, _), &b)| (*k, b))
+            .collect();
+        for_each_lower_point(&flat, &blocks, f)
     }
+}
+
+/// Whether `op` calls an external kernel anywhere. A kernel's declared
+/// degree is the user's claim along each coordinate (SPEC.md §20.4), not a
+/// total degree, so its cases keep the full product grid.
+fn has_external(op: &Op) -> bool {
+    match op {
+        Op::External(_) => true,
+        Op::Local(_) | Op::Collective(_) => false,
+        Op::Compose(ops) => ops.iter().any(has_external),
+        Op::Declared { forward, meaning } => has_external(forward) || has_external(meaning),
+        Op::Program(p) => p.steps.iter().any(|s| has_external(&s.op.op)),
+    }
+}
+
+/// The degree per input that the grid must decide: the forward's bound
+/// `fwd`, raised to the declared meaning's (F3 compares with it) and a
+/// declared local JVP's (J1), each read in the primal inputs. `None` when
+/// no polynomial grid decides the properties: a declared part that is not
+/// polynomial; a hand-written backward of higher degree than the forward
+/// (B2 is decided in its step t by the forward's degree, §4.3); or a
+/// program with a declared step or a hand-written step backward.
+fn grid_degree(
+    op: &TypedOp,
+    m: &Mesh,
+    shapes: &[Shape],
+    out: &Shape,
+    fwd: &Degree,
+) -> Option<Vec<u32>> {
+    if !fwd.is_polynomial() {
+        return None;
+    }
+    let k = shapes.len();
+    let mut d = fwd.num.clone();
+    if let Op::Declared { meaning, .. } = &op.op {
+        let (_, dm) = meaning.infer(m, shapes).ok()?;
+        if !dm.is_polynomial() {
+            return None;
+        }
+        for (a, b) in d.iter_mut().zip(&dm.num) {
+            *a = (*a).max(*b);
+        }
+    }
+    if let Op::Program(p) = &op.op {
+        let plain = p.steps.iter().all(|s| {
+            !matches!(s.op.op, Op::Declared { .. }) && !matches!(s.op.backward, Backward::Local(_))
+        });
+        if !plain {
+            return None;
+        }
+    }
+    if let Backward::Local(fs) = &op.backward {
+        let mut with_g = shapes.to_vec();
+        with_g.push(out.clone());
+        for f in fs {
+            let (_, db) = spmd_interp::eval::infer(&f.expr, &with_g).ok()?;
+            if !db.is_polynomial() || (0..k).any(|i| db.num[i] > fwd.num[i]) {
+                return None;
+            }
+        }
+    }
+    if let Some(Jvp::Local(f)) = &op.jvp {
+        let mut with_t = shapes.to_vec();
+        with_t.extend_from_slice(shapes);
+        let (_, dj) = spmd_interp::eval::infer(&f.expr, &with_t).ok()?;
+        if !dj.is_polynomial() {
+            return None;
+        }
+        for (a, b) in d.iter_mut().zip(&dj.num[..k]) {
+            *a = (*a).max(*b);
+        }
+    }
+    Some(d)
 }
 
 /// The cases of a typed op in a scope: meshes with as many axes as the types,
@@ -91,17 +187,30 @@ pub fn cases_in(
                 tally.distributed_beyond_cap += u64::from(m.num_ranks() > 1);
                 continue;
             }
-            let poly =
-                deg.is_polynomial() && deg.num.iter().all(|&d| (d as usize) < scope.values.len());
-            let lists = frees
+            let degree = grid_degree(op, m, &shapes, out_shape, deg);
+            let poly = degree
+                .as_ref()
+                .is_some_and(|d| d.iter().all(|&d| (d as usize) < scope.values.len()));
+            // Total-degree bounds (every inferred bound is one, §8.3) make
+            // the lower set enough; a kernel's per-coordinate claim needs
+            // the full product of the first d + 1 values.
+            let lower = poly && !has_external(&op.op);
+            let (lists, budgets) = frees
                 .iter()
-                .zip(&deg.num)
-                .map(|(&k, &d)| (k, scope.grid_values(poly, d)))
-                .collect();
+                .enumerate()
+                .map(|(i, &k)| match &degree {
+                    Some(d) if poly => (
+                        (k, scope.grid_values(true, d[i])),
+                        lower.then_some(d[i] as usize),
+                    ),
+                    _ => ((k, scope.grid_values(false, 0)), None),
+                })
+                .unzip();
             let case = Case {
                 mesh: m.clone(),
                 shapes,
                 lists,
+                budgets,
                 proof_grid: poly,
             };
             if case.points() > scope.max_points {

@@ -216,52 +216,139 @@ pub fn for_each_grid_point<B>(
     lists: &[&[Q]],
     f: &mut dyn FnMut(&[Q]) -> ControlFlow<B>,
 ) -> ControlFlow<B> {
-    let mut point: Vec<Q> = vec![Q::zero(); lists.len()];
+    for_each_lower_point(lists, &[(lists.len(), None)], f)
+}
+
+/// The positions of a grid grouped in blocks (one per input): `blocks[b] =
+/// (k, budget)` is k consecutive positions. With `budget = Some(d)` only
+/// the points where the value indices of the block's positions (the index
+/// into `lists[p]`, 0 for the value 0) sum to at most d are kept: a lower
+/// set of multi-indices, which decides the polynomials of total degree at
+/// most d in the block (SPEC.md §8.3). With `None` every combination is
+/// kept. The block sizes must add up to `lists.len()`.
+///
+/// Visits the kept points in the order of `for_each_grid_point` (fewest
+/// nonzeros first, then value order), so the first counterexample met is
+/// the one `for_each_grid_point` would meet first among them.
+pub fn for_each_lower_point<B>(
+    lists: &[&[Q]],
+    blocks: &[(usize, Option<usize>)],
+    f: &mut dyn FnMut(&[Q]) -> ControlFlow<B>,
+) -> ControlFlow<B> {
+    let block_of: Vec<usize> = blocks
+        .iter()
+        .enumerate()
+        .flat_map(|(b, &(k, _))| std::iter::repeat_n(b, k))
+        .collect();
+    assert_eq!(block_of.len(), lists.len(), "blocks cover the grid");
+    let mut w = Walk {
+        lists,
+        block_of,
+        budget: blocks
+            .iter()
+            .map(|&(_, d)| d.unwrap_or(usize::MAX))
+            .collect(),
+        used: vec![0; blocks.len()],
+        nonzero: vec![0; blocks.len()],
+        chosen: Vec::new(),
+        point: vec![Q::zero(); lists.len()],
+    };
     for nnz in 0..=lists.len() {
-        subsets(lists, nnz, 0, &mut Vec::new(), &mut point, f)?;
+        w.subsets(nnz, 0, f)?;
     }
     ControlFlow::Continue(())
 }
 
-/// Every set of `nnz` positions from `start` on, in lexicographic order.
-fn subsets<B>(
-    lists: &[&[Q]],
-    nnz: usize,
-    start: usize,
-    chosen: &mut Vec<usize>,
-    point: &mut Vec<Q>,
-    f: &mut dyn FnMut(&[Q]) -> ControlFlow<B>,
-) -> ControlFlow<B> {
-    if chosen.len() == nnz {
-        return walk(lists, chosen, 0, point, f);
-    }
-    for p in start..lists.len() {
-        if lists[p].len() > 1 {
-            chosen.push(p);
-            subsets(lists, nnz, p + 1, chosen, point, f)?;
-            chosen.pop();
+/// The state of `for_each_lower_point`: the point, its nonzero positions,
+/// and per block the sum of value indices and the count of nonzeros so far.
+struct Walk<'a> {
+    lists: &'a [&'a [Q]],
+    block_of: Vec<usize>,
+    budget: Vec<usize>,
+    used: Vec<usize>,
+    nonzero: Vec<usize>,
+    chosen: Vec<usize>,
+    point: Vec<Q>,
+}
+
+impl Walk<'_> {
+    /// Every set of `nnz` positions from `start` on, in lexicographic order;
+    /// a block never gets more nonzeros than its budget (each takes index
+    /// 1 at least).
+    fn subsets<B>(
+        &mut self,
+        nnz: usize,
+        start: usize,
+        f: &mut dyn FnMut(&[Q]) -> ControlFlow<B>,
+    ) -> ControlFlow<B> {
+        if self.chosen.len() == nnz {
+            return self.walk(0, f);
         }
+        for p in start..self.lists.len() {
+            let b = self.block_of[p];
+            if self.lists[p].len() > 1 && self.nonzero[b] < self.budget[b] {
+                self.chosen.push(p);
+                self.nonzero[b] += 1;
+                self.subsets(nnz, p + 1, f)?;
+                self.nonzero[b] -= 1;
+                self.chosen.pop();
+            }
+        }
+        ControlFlow::Continue(())
     }
-    ControlFlow::Continue(())
+
+    /// Every nonzero value for the chosen positions from `at` on, within
+    /// the budgets (the positions still to come need index 1 at least).
+    fn walk<B>(&mut self, at: usize, f: &mut dyn FnMut(&[Q]) -> ControlFlow<B>) -> ControlFlow<B> {
+        if at == self.chosen.len() {
+            return f(&self.point);
+        }
+        let p = self.chosen[at];
+        let b = self.block_of[p];
+        let later = self.chosen[at + 1..]
+            .iter()
+            .filter(|&&q| self.block_of[q] == b)
+            .count();
+        for j in 1..self.lists[p].len() {
+            if self.used[b].saturating_add(j).saturating_add(later) > self.budget[b] {
+                break;
+            }
+            self.point[p] = self.lists[p][j].clone();
+            self.used[b] += j;
+            let r = self.walk(at + 1, f);
+            self.used[b] -= j;
+            r?;
+        }
+        self.point[p] = Q::zero();
+        ControlFlow::Continue(())
+    }
 }
 
-fn walk<B>(
-    lists: &[&[Q]],
-    chosen: &[usize],
-    at: usize,
-    point: &mut Vec<Q>,
-    f: &mut dyn FnMut(&[Q]) -> ControlFlow<B>,
-) -> ControlFlow<B> {
-    if at == chosen.len() {
-        return f(point);
-    }
-    let p = chosen[at];
-    for v in &lists[p][1..] {
-        point[p] = v.clone();
-        walk(lists, chosen, at + 1, point, f)?;
-    }
-    point[p] = Q::zero();
-    ControlFlow::Continue(())
+/// Number of points `for_each_lower_point` visits: per block of k
+/// positions with `n` values each, n^k, or with budget d the index vectors
+/// in 0..n with sum at most d (C(k + d, d) when d < n).
+pub fn lower_size(blocks: &[(usize, usize, Option<usize>)]) -> u64 {
+    blocks.iter().fold(1u64, |acc, &(k, n, budget)| {
+        let here = match budget {
+            None => (n as u64).checked_pow(k as u32).unwrap_or(u64::MAX),
+            Some(d) => {
+                // ways[s]: index vectors of the positions so far summing to s.
+                let mut ways = vec![0u64; d + 1];
+                ways[0] = 1;
+                for _ in 0..k {
+                    let mut next = vec![0u64; d + 1];
+                    for (s, &w) in ways.iter().enumerate() {
+                        for j in 0..n.min(d + 1 - s) {
+                            next[s + j] = next[s + j].saturating_add(w);
+                        }
+                    }
+                    ways = next;
+                }
+                ways.iter().fold(0u64, |a, &w| a.saturating_add(w))
+            }
+        };
+        acc.saturating_mul(here)
+    })
 }
 
 #[cfg(test)]
@@ -288,6 +375,124 @@ mod tests {
             .map(|p| p.iter().filter(|q| !q.is_zero()).count())
             .collect();
         assert!(nnz.windows(2).all(|w| w[0] <= w[1]));
+    }
+
+    fn visit(lists: &[&[Q]], blocks: &[(usize, Option<usize>)]) -> Vec<Vec<Q>> {
+        let mut seen = Vec::new();
+        let _ = for_each_lower_point::<()>(lists, blocks, &mut |p| {
+            seen.push(p.to_vec());
+            ControlFlow::Continue(())
+        });
+        seen
+    }
+
+    fn values(n: usize) -> Vec<Q> {
+        Scope::default().values[..n].to_vec()
+    }
+
+    /// The lower set is the full grid filtered by the per-block sums of
+    /// value indices, visited in the same order, and `lower_size` counts it.
+    #[test]
+    fn lower_set_is_the_filtered_grid_in_grid_order() {
+        let three = values(3);
+        let two = values(2);
+        let lists: Vec<&[Q]> = vec![&three, &three, &three, &two, &two];
+        let blocks = [(3, Some(2)), (2, Some(1))];
+        let full = visit(&lists, &[(5, None)]);
+        let index = |p: usize, q: &Q| lists[p].iter().position(|v| v == q).unwrap();
+        let kept: Vec<Vec<Q>> = full
+            .into_iter()
+            .filter(|pt| {
+                let s0: usize = (0..3).map(|p| index(p, &pt[p])).sum();
+                let s1: usize = (3..5).map(|p| index(p, &pt[p])).sum();
+                s0 <= 2 && s1 <= 1
+            })
+            .collect();
+        let lower = visit(&lists, &blocks);
+        assert_eq!(lower, kept);
+        // C(3 + 2, 2) = 10 points for the first block, 2 + 1 for the second.
+        assert_eq!(lower.len(), 30);
+        assert_eq!(lower_size(&[(3, 3, Some(2)), (2, 2, Some(1))]), 30);
+        // The example: 4 scalars of degree 2 take 15 points, not 81;
+        // degree 1 takes zero and the 4 unit vectors.
+        assert_eq!(lower_size(&[(4, 3, Some(2))]), 15);
+        assert_eq!(lower_size(&[(4, 2, Some(1))]), 5);
+        assert_eq!(lower_size(&[(4, 3, None)]), 81);
+        let four = values(3);
+        let l4: Vec<&[Q]> = vec![&four; 4];
+        assert_eq!(visit(&l4, &[(4, Some(2))]).len(), 15);
+    }
+
+    /// Rank of a matrix over Q by exact elimination.
+    fn rank(mut a: Vec<Vec<Q>>) -> usize {
+        let cols = a.first().map_or(0, Vec::len);
+        let mut r = 0;
+        for c in 0..cols {
+            let Some(p) = (r..a.len()).find(|&i| !a[i][c].is_zero()) else {
+                continue;
+            };
+            a.swap(r, p);
+            let inv = Q::one().div(&a[r][c]).unwrap();
+            for i in 0..a.len() {
+                if i != r && !a[i][c].is_zero() {
+                    let f = a[i][c].mul(&inv);
+                    let pivot = a[r].clone();
+                    for (x, y) in a[i].iter_mut().zip(&pivot) {
+                        *x = x.sub(&f.mul(y));
+                    }
+                }
+            }
+            r += 1;
+        }
+        r
+    }
+
+    fn monomial(x: &[Q], alpha: &[usize]) -> Q {
+        x.iter()
+            .zip(alpha)
+            .fold(Q::one(), |acc, (v, &e)| (0..e).fold(acc, |a, _| a.mul(v)))
+    }
+
+    /// Unisolvence (SPEC.md §8.3): on the lower set of blocks of total
+    /// degree d, the monomials of that degree are independent, so a
+    /// polynomial of those degrees that vanishes on the set is zero.
+    #[test]
+    fn lower_set_decides_total_degree_polynomials() {
+        for (k0, d0, k1, d1) in [(2, 2, 1, 1), (3, 1, 2, 2), (2, 3, 2, 1), (4, 2, 0, 0)] {
+            let a = values(d0 + 1);
+            let b = values(d1 + 1);
+            let mut lists: Vec<&[Q]> = vec![&a; k0];
+            lists.extend(std::iter::repeat_n(b.as_slice(), k1));
+            let points = visit(&lists, &[(k0, Some(d0)), (k1, Some(d1))]);
+            // The exponents: the same lower set, read as multi-indices.
+            let idx: Vec<Q> = (0..=d0.max(d1)).map(|i| Q::int(i as i64)).collect();
+            let ia: Vec<&[Q]> = lists.iter().map(|l| &idx[..l.len()]).collect();
+            let alphas: Vec<Vec<usize>> = visit(&ia, &[(k0, Some(d0)), (k1, Some(d1))])
+                .iter()
+                .map(|p| p.iter().map(|q| q.to_string().parse().unwrap()).collect())
+                .collect();
+            assert_eq!(alphas.len(), points.len());
+            let m: Vec<Vec<Q>> = points
+                .iter()
+                .map(|x| alphas.iter().map(|al| monomial(x, al)).collect())
+                .collect();
+            assert_eq!(rank(m), points.len(), "blocks {k0}x{d0}, {k1}x{d1}");
+        }
+    }
+
+    /// Negative twin: the lower set needs a TOTAL degree bound. x0·x1 has
+    /// degree 1 in each scalar but total degree 2; it vanishes on the lower
+    /// set of degree 1 (zero and the unit points) though it is not zero,
+    /// while the product grid of two values per scalar sees it.
+    #[test]
+    fn lower_set_misses_a_per_scalar_degree_bound() {
+        let two = values(2);
+        let lists: Vec<&[Q]> = vec![&two, &two];
+        let p = |x: &[Q]| x[0].mul(&x[1]);
+        let lower = visit(&lists, &[(2, Some(1))]);
+        assert!(lower.iter().all(|x| p(x).is_zero()));
+        let full = visit(&lists, &[(2, None)]);
+        assert!(full.iter().any(|x| !p(x).is_zero()));
     }
 
     #[test]
