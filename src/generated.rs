@@ -1165,6 +1165,14 @@ pub fn part_json(r: &Run, p: crate::partition::Partition, scope: &Scope) -> serd
 /// one computation print differently. Any other field of the rule is
 /// appended as it is.
 pub fn canonical_key(spec: &RuleSpec) -> String {
+    canonical_form(spec, true)
+}
+
+/// `canonical_key`, or with `reorder` false the same form with the steps
+/// kept in program order (equal only up to renaming, the inputs' order and
+/// a sum's or product's arguments): the two count how many checks
+/// reordering saves.
+pub fn canonical_form(spec: &RuleSpec, reorder: bool) -> String {
     let k = spec.names.len();
     let ty = |t: &TypeSpec| match t {
         TypeSpec::One(s) => s.clone(),
@@ -1256,7 +1264,13 @@ pub fn canonical_key(spec: &RuleSpec) -> String {
     for _ in 0..nodes.len() {
         let next = (0..nodes.len())
             .filter(|&j| !placed[k + j] && nodes[j].args.iter().all(|&a| placed[a]))
-            .min_by(|&a, &b| tree[k + a].cmp(&tree[k + b]).then(a.cmp(&b)));
+            .min_by(|&a, &b| {
+                if reorder {
+                    tree[k + a].cmp(&tree[k + b]).then(a.cmp(&b))
+                } else {
+                    a.cmp(&b)
+                }
+            });
         let Some(j) = next else {
             break; // an argument never defined: printed as it is below
         };

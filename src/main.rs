@@ -421,7 +421,7 @@ fn run() -> Result<ExitCode, UsageError> {
                 }
                 return Ok(ExitCode::SUCCESS);
             }
-            let b = bar(0, false);
+            let b = bar(1, false);
             let opts = spmd_check::generated::RunOptions {
                 partition: part,
                 progress: Some(&b),
