@@ -1410,7 +1410,7 @@ impl Report {
 
     pub fn text(&self) -> String {
         let mut s = format!(
-            "generated programs of {} (depth {}, SPEC.md §17):\n  generated {}, accepted {}, rejected {} ({} unknown), checked {} ({} distinct up to renaming), sound {}, unsound {}, vacuous {}, undetermined {}\n",
+            "generated programs of {} (depth {}, SPEC.md §17):\n  generated {}, accepted {}, rejected {} ({} unknown), checked {} ({} classes, one oracle check each, §17.3), sound {}, unsound {}, vacuous {}, undetermined {}\n",
             self.system,
             self.depth,
             self.generated,
