@@ -448,20 +448,15 @@ pub fn step_rule(t: &Typed, k: usize) -> RuleSpec {
     }
 }
 
-/// A checked program.
-#[derive(Clone, Debug)]
-pub struct Checked {
-    pub index: usize,
-    pub typed: Typed,
-    /// `Err`: the rule could not be built in scope (the reason).
-    pub verdict: Result<Verdict, String>,
-}
-
 /// An unsound program's blame: the first step unsound alone, or `None`
 /// (composition).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Blame {
-    pub step: Option<(usize, Origin)>,
+    /// The blamed step's position in the program.
+    pub step: Option<usize>,
+    /// What findings are grouped by: the blamed origin (typing rule, cast or
+    /// row), or "composition".
+    pub key: String,
     /// The blamed step and its origin, or "composition".
     pub text: String,
     /// The blamed step's own counterexample, checked alone.
@@ -479,8 +474,8 @@ pub struct Report {
     /// Rejections where the system's answer is `Unknown` (also in `rejected`).
     pub unknown: usize,
     pub checked: usize,
-    /// Classes of checked programs equal up to renaming (§17.3): how many
-    /// times the oracle ran.
+    /// Classes of accepted programs with the same canonical form (§17.3):
+    /// how many times the oracle runs.
     pub distinct: usize,
     pub sound: usize,
     pub unsound: usize,
@@ -510,226 +505,825 @@ pub struct Finding {
     pub count: usize,
 }
 
-/// Type every skeleton of `depth` with `sys`, check every accepted program
-/// in `scope` (no random cases), and blame each unsound one.
-pub fn run(sys: &System, depth: usize, scope: &Scope) -> Report {
-    let items = generate(sys, depth);
-    let accepted: Vec<(usize, Typed)> = items
-        .iter()
-        .filter_map(|i| match &i.typing {
-            Typing::Accepted(t) => Some((i.index, (**t).clone())),
-            Typing::Rejected(_) => None,
-        })
-        .collect();
-    let mut reasons = BTreeMap::new();
-    let mut unknown = 0;
-    for i in &items {
-        if let Typing::Rejected(r) = &i.typing {
-            // Grouped by the system's words, without the step and states.
-            let key = r
-                .split_once("): ")
-                .or_else(|| r.split_once(": "))
-                .map_or(r.as_str(), |x| x.1)
-                .to_string();
-            if key.starts_with("unknown: ") {
-                unknown += 1;
-            }
-            *reasons.entry(key).or_insert(0) += 1;
-        }
-    }
-    // Programs equal up to renaming the two inputs and the order of a sum's
-    // or product's arguments have the same verdict (SPEC.md §17.3): the
-    // oracle checks the first of each class once.
-    let keys: Vec<String> = accepted
-        .par_iter()
-        .map(|(_, t)| canonical_key(&t.spec))
-        .collect();
-    let mut first: BTreeMap<&str, usize> = BTreeMap::new();
-    for (k, key) in keys.iter().enumerate() {
-        first.entry(key.as_str()).or_insert(k);
-    }
-    let reps: Vec<usize> = first.values().copied().collect();
-    let rep_verdicts: BTreeMap<usize, Result<Verdict, String>> = reps
-        .par_iter()
-        .map(|&k| {
-            let t = &accepted[k].1;
-            (k, build_spec(&t.spec, scope).map(|r| verdict(&r, scope)))
-        })
-        .collect();
-    let distinct = reps.len();
-    let checked: Vec<Checked> = accepted
-        .iter()
-        .zip(&keys)
-        .map(|((index, t), key)| Checked {
-            index: *index,
-            typed: t.clone(),
-            verdict: rep_verdicts[&first[key.as_str()]].clone(),
-        })
-        .collect();
-    let mut rep = Report {
+/// Pass 1 of a run (SPEC.md §17.2, §17.3): every program of `depth` typed
+/// by one system, the rejections counted, and the accepted programs sorted
+/// into classes by their canonical form.
+pub struct Typings {
+    pub system: &'static str,
+    pub depth: usize,
+    pub generated: usize,
+    pub unknown: usize,
+    /// Rejection reasons, with counts.
+    pub reasons: BTreeMap<String, usize>,
+    /// The accepted programs in enumeration order: index and program.
+    pub accepted: Vec<(usize, Typed)>,
+    /// Per class, in order of first appearance: its members' positions in
+    /// `accepted`, first member (the one the oracle checks) first.
+    pub classes: Vec<Vec<u32>>,
+}
+
+/// A rejection reason grouped by the system's words, without the step and
+/// states.
+fn reason_key(r: &str) -> &str {
+    r.split_once("): ")
+        .or_else(|| r.split_once(": "))
+        .map_or(r, |x| x.1)
+}
+
+/// Type every program of `depth` with `sys` and sort the accepted ones
+/// into classes. Only the typed programs are kept, not the skeletons.
+pub fn classify(sys: &System, depth: usize) -> Typings {
+    let mut t = Typings {
         system: sys.name,
         depth,
-        generated: items.len(),
-        accepted: accepted.len(),
-        rejected: items.len() - accepted.len(),
-        unknown,
-        checked: 0,
-        distinct,
-        sound: 0,
-        unsound: 0,
-        vacuous: 0,
-        other: 0,
-        not_checked: vec![],
-        findings: vec![],
-        reasons,
-        covered: BTreeSet::new(),
-        uncovered: vec![],
+        generated: 0,
+        unknown: 0,
+        reasons: BTreeMap::new(),
+        accepted: vec![],
+        classes: vec![],
     };
-    let mut unsound: Vec<&Checked> = vec![];
-    for c in &checked {
-        match &c.verdict {
-            Err(e) => rep.not_checked.push((c.index, e.clone())),
-            Ok(v) => {
-                rep.checked += 1;
-                for o in &c.typed.origins {
-                    match o {
-                        Origin::Row(id) => {
-                            rep.covered.insert((*id).to_string());
-                        }
-                        Origin::Cast { name, .. } => {
-                            rep.covered.insert(format!("inserted {name}"));
-                        }
-                        Origin::Typing { .. } => {}
+    let mut class_of: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+    for c in candidates(depth) {
+        for typing in type_candidate(sys, &c) {
+            let index = t.generated;
+            t.generated += 1;
+            match typing {
+                Typing::Accepted(mut p) => {
+                    p.spec.name = format!("{} program {index}", sys.name);
+                    let next = t.classes.len() as u32;
+                    let k = *class_of.entry(canonical_key(&p.spec)).or_insert(next);
+                    if k == next {
+                        t.classes.push(vec![]);
                     }
+                    t.classes[k as usize].push(t.accepted.len() as u32);
+                    t.accepted.push((index, *p));
                 }
-                if v.is_sound() {
-                    rep.sound += 1;
-                } else if v.violation().is_some() {
-                    rep.unsound += 1;
-                    unsound.push(c);
-                } else if matches!(v, Verdict::Vacuous { .. }) {
-                    rep.vacuous += 1;
-                } else {
-                    rep.other += 1;
+                Typing::Rejected(r) => {
+                    let key = reason_key(&r);
+                    if key.starts_with("unknown: ") {
+                        t.unknown += 1;
+                    }
+                    *t.reasons.entry(key.to_string()).or_insert(0) += 1;
                 }
             }
         }
     }
-    rep.uncovered = slot_rows(sys.name)
-        .iter()
-        .map(|(r, _, _)| r.id.to_string())
-        .filter(|id| !rep.covered.contains(id))
+    t
+}
+
+/// What the oracle said about a class.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClassVerdict {
+    Sound,
+    Unsound,
+    Vacuous,
+    Undetermined,
+    /// The rule could not be built in scope (the reason).
+    NotChecked(String),
+}
+
+/// Unsound members of a class that share a blame: the first (enumeration
+/// index), how many, and, for the first of its blame among the classes a run
+/// checked, the finding's rule text and own counterexample.
+#[derive(Clone, Debug)]
+pub struct BlameGroup {
+    pub blame: Blame,
+    pub first: usize,
+    pub count: usize,
+    pub finding: Option<(String, String)>,
+}
+
+/// One class checked: the unit a partitioned run splits (SPEC.md §18.3).
+#[derive(Clone, Debug)]
+pub struct ClassResult {
+    pub class: usize,
+    pub members: usize,
+    pub verdict: ClassVerdict,
+    /// The members' enumeration indices, kept only when not checked.
+    pub not_checked: Vec<usize>,
+    /// Table rows and inserted casts of its members (when checked).
+    pub covered: BTreeSet<String>,
+    /// Unsound classes: the members grouped by blame.
+    pub blames: Vec<BlameGroup>,
+}
+
+/// Seconds spent in each phase of a run.
+#[derive(Clone, Debug, Default)]
+pub struct Timings {
+    pub typing: f64,
+    pub checks: f64,
+    pub blame: f64,
+    pub findings: f64,
+}
+
+impl Timings {
+    pub fn line(&self) -> String {
+        format!(
+            "time: typing and classes {:.1} s, oracle checks {:.1} s, blame {:.1} s, findings {:.1} s",
+            self.typing, self.checks, self.blame, self.findings
+        )
+    }
+}
+
+/// Check the classes `owns` picks (every one in a single run): the oracle
+/// checks each class's first member once; every unsound member is blamed
+/// (steps checked alone, once each); and per blame, the first unsound
+/// member among these classes gets its own counterexample (a second check
+/// only when it is not the member the oracle checked).
+pub fn check_classes(
+    t: &Typings,
+    scope: &Scope,
+    owns: &(dyn Fn(usize) -> bool + Sync),
+    bar: Option<&indicatif::ProgressBar>,
+    times: &mut Timings,
+) -> Vec<ClassResult> {
+    let mine: Vec<usize> = (0..t.classes.len()).filter(|&c| owns(c)).collect();
+    let clock = std::time::Instant::now();
+    if let Some(b) = bar {
+        b.set_length(mine.len() as u64);
+        b.set_position(0);
+        b.set_message(format!("{} depth {}: oracle checks", t.system, t.depth));
+    }
+    let verdicts: Vec<Result<Verdict, String>> = mine
+        .par_iter()
+        .map(|&c| {
+            let rep = &t.accepted[t.classes[c][0] as usize].1;
+            let v = build_spec(&rep.spec, scope).map(|r| verdict(&r, scope));
+            if let Some(b) = bar {
+                b.inc(1);
+            }
+            v
+        })
         .collect();
+    times.checks += clock.elapsed().as_secs_f64();
+    let clock = std::time::Instant::now();
+    let mut out: Vec<ClassResult> = Vec::with_capacity(mine.len());
+    // Unsound members: (class position in `out`, accepted position).
+    let mut unsound: Vec<(usize, u32)> = vec![];
+    for (&c, v) in mine.iter().zip(&verdicts) {
+        let members = &t.classes[c];
+        let verdict = match v {
+            Err(e) => ClassVerdict::NotChecked(e.clone()),
+            Ok(v) if v.is_sound() => ClassVerdict::Sound,
+            Ok(v) if v.violation().is_some() => ClassVerdict::Unsound,
+            Ok(Verdict::Vacuous { .. }) => ClassVerdict::Vacuous,
+            Ok(_) => ClassVerdict::Undetermined,
+        };
+        let mut covered = BTreeSet::new();
+        let mut not_checked = vec![];
+        for &m in members {
+            let (index, typed) = &t.accepted[m as usize];
+            if matches!(verdict, ClassVerdict::NotChecked(_)) {
+                not_checked.push(*index);
+                continue;
+            }
+            for o in &typed.origins {
+                match o {
+                    Origin::Row(id) => {
+                        covered.insert((*id).to_string());
+                    }
+                    Origin::Cast { name, .. } => {
+                        covered.insert(format!("inserted {name}"));
+                    }
+                    Origin::Typing { .. } => {}
+                }
+            }
+            if verdict == ClassVerdict::Unsound {
+                unsound.push((out.len(), m));
+            }
+        }
+        out.push(ClassResult {
+            class: c,
+            members: members.len(),
+            verdict,
+            not_checked,
+            covered,
+            blames: vec![],
+        });
+    }
     // Blame: each distinct step checked alone once.
+    if let Some(b) = bar {
+        b.set_length(unsound.len() as u64);
+        b.set_position(0);
+        b.set_message(format!("{} depth {}: blame", t.system, t.depth));
+    }
     let cache = std::sync::Mutex::new(std::collections::HashMap::new());
     let blames: Vec<Blame> = unsound
         .par_iter()
-        .map(|c| blame_cached(&c.typed, scope, &cache))
+        .map(|&(_, m)| {
+            let b = blame_cached(&t.accepted[m as usize].1, scope, &cache);
+            if let Some(bar) = bar {
+                bar.inc(1);
+            }
+            b
+        })
         .collect();
-    let mut by_key: BTreeMap<String, usize> = BTreeMap::new();
-    for (c, b) in unsound.iter().zip(blames) {
-        // One finding per blamed origin (typing rule, cast or row).
-        let key = match &b.step {
-            Some((_, o)) => o.describe(),
-            None => b.text.clone(),
+    // Per blame: the first member over these classes (enumeration order).
+    let mut first_of: BTreeMap<String, (usize, usize, usize)> = BTreeMap::new();
+    for (&(at, m), b) in unsound.iter().zip(blames) {
+        let index = t.accepted[m as usize].0;
+        let groups = &mut out[at].blames;
+        let g = match groups.iter().position(|g| g.blame.key == b.key) {
+            Some(g) => g,
+            None => {
+                groups.push(BlameGroup {
+                    blame: b.clone(),
+                    first: index,
+                    count: 0,
+                    finding: None,
+                });
+                groups.len() - 1
+            }
         };
-        if let Some(&k) = by_key.get(&key) {
-            rep.findings[k].count += 1;
-            continue;
+        groups[g].count += 1;
+        let e = first_of.entry(b.key).or_insert((index, at, m as usize));
+        if index < e.0 {
+            *e = (index, at, m as usize);
         }
-        by_key.insert(key, rep.findings.len());
-        // The verdict may be its class's; the counterexample printed is
-        // this program's own.
-        let own = build_spec(&c.typed.spec, scope).map(|r| verdict(&r, scope));
-        let v = match &own {
-            Ok(v) if v.violation().is_some() => v,
-            _ => c.verdict.as_ref().expect("checked"),
-        };
-        rep.findings.push(Finding {
-            index: c.index,
-            toml: to_toml(&c.typed.spec),
-            counterexample: v.violation().map(|x| x.one_line()).unwrap_or_default(),
-            blame: b,
-            count: 1,
-        });
     }
-    rep.findings.sort_by_key(|f| f.index);
-    rep
+    times.blame += clock.elapsed().as_secs_f64();
+    let clock = std::time::Instant::now();
+    // The finding's counterexample is its own program's. Where that program
+    // is the one the oracle checked, its verdict is reused.
+    let firsts: Vec<(String, usize, usize)> = first_of
+        .into_iter()
+        .map(|(k, (_, at, m))| (k, at, m))
+        .collect();
+    let texts: Vec<(String, String)> = firsts
+        .par_iter()
+        .map(|(_, at, m)| {
+            let pos = mine.binary_search(&out[*at].class).expect("mine");
+            let class_v = verdicts[pos].as_ref().expect("checked");
+            let typed = &t.accepted[*m].1;
+            let rep = t.classes[out[*at].class][0] as usize;
+            let line = if rep == *m {
+                class_v.violation().map(|x| x.one_line())
+            } else {
+                let own = build_spec(&typed.spec, scope).map(|r| verdict(&r, scope));
+                match &own {
+                    Ok(v) if v.violation().is_some() => v.violation().map(|x| x.one_line()),
+                    _ => class_v.violation().map(|x| x.one_line()),
+                }
+            };
+            (to_toml(&typed.spec), line.unwrap_or_default())
+        })
+        .collect();
+    for ((key, at, _), text) in firsts.into_iter().zip(texts) {
+        let g = out[at]
+            .blames
+            .iter_mut()
+            .find(|g| g.blame.key == key)
+            .expect("group");
+        g.finding = Some(text);
+    }
+    times.findings += clock.elapsed().as_secs_f64();
+    out
 }
 
-/// A key equal for programs that differ only by swapping the names of the
-/// two inputs (with their types) and the order of the arguments of `+` and
-/// `*`: the least rule text over both namings, with every sum and product's
-/// arguments sorted. The oracle's verdict does not depend on either.
-pub fn canonical_key(spec: &RuleSpec) -> String {
-    let mut variants = vec![spec.clone()];
-    if let [a, b] = spec.names.as_slice() {
-        let mut w = spec.clone();
-        w.inputs.swap(0, 1);
-        let swap = |n: &str| {
-            if n == a {
-                b.clone()
-            } else if n == b {
-                a.clone()
-            } else {
-                n.to_string()
-            }
-        };
-        for st in &mut w.step {
-            if let Some(e) = &mut st.expr {
-                *e = swap_names(e, a, b);
-            }
-            if let Some(i) = &mut st.input {
-                *i = swap(i);
-            }
+/// The report of a run from its typings and checked classes (all of them,
+/// or one part's).
+pub fn aggregate(t: &Typings, classes: &[ClassResult]) -> Report {
+    let summary = TypingSummary::of(t);
+    summary.report(classes)
+}
+
+/// What pass 1 counted, without the programs: all a merge needs besides
+/// the classes.
+#[derive(Clone, Debug)]
+pub struct TypingSummary {
+    pub system: &'static str,
+    pub depth: usize,
+    pub generated: usize,
+    pub accepted: usize,
+    pub unknown: usize,
+    pub distinct: usize,
+    pub reasons: BTreeMap<String, usize>,
+    /// The slot rows of the system's table (for coverage).
+    pub rows: Vec<String>,
+}
+
+impl TypingSummary {
+    pub fn of(t: &Typings) -> TypingSummary {
+        TypingSummary {
+            system: t.system,
+            depth: t.depth,
+            generated: t.generated,
+            accepted: t.accepted.len(),
+            unknown: t.unknown,
+            distinct: t.classes.len(),
+            reasons: t.reasons.clone(),
+            rows: slot_rows(t.system)
+                .iter()
+                .map(|(r, _, _)| r.id.to_string())
+                .collect(),
         }
-        variants.push(w);
     }
-    variants
-        .into_iter()
-        .map(|mut v| {
-            v.name.clear();
-            for st in &mut v.step {
-                if let Some(e) = &mut st.expr {
-                    for op in [" + ", " * "] {
-                        if let Some((l, r)) = e.split_once(op) {
-                            if !l.contains(' ') && !r.contains(' ') && r < l {
-                                *e = format!("{r}{op}{l}");
-                            }
-                        }
-                    }
+
+    /// The report: counts summed over the classes, and per blame the first
+    /// unsound program (enumeration order) with the number sharing it.
+    pub fn report(&self, classes: &[ClassResult]) -> Report {
+        let mut rep = Report {
+            system: self.system,
+            depth: self.depth,
+            generated: self.generated,
+            accepted: self.accepted,
+            rejected: self.generated - self.accepted,
+            unknown: self.unknown,
+            checked: 0,
+            distinct: self.distinct,
+            sound: 0,
+            unsound: 0,
+            vacuous: 0,
+            other: 0,
+            not_checked: vec![],
+            findings: vec![],
+            reasons: self.reasons.clone(),
+            covered: BTreeSet::new(),
+            uncovered: vec![],
+        };
+        let mut findings: BTreeMap<&str, Finding> = BTreeMap::new();
+        for c in classes {
+            match &c.verdict {
+                ClassVerdict::NotChecked(e) => {
+                    rep.not_checked
+                        .extend(c.not_checked.iter().map(|&i| (i, e.clone())));
+                    continue;
+                }
+                ClassVerdict::Sound => rep.sound += c.members,
+                ClassVerdict::Unsound => rep.unsound += c.members,
+                ClassVerdict::Vacuous => rep.vacuous += c.members,
+                ClassVerdict::Undetermined => rep.other += c.members,
+            }
+            rep.checked += c.members;
+            rep.covered.extend(c.covered.iter().cloned());
+            for g in &c.blames {
+                let f = findings.entry(&g.blame.key).or_insert_with(|| Finding {
+                    index: usize::MAX,
+                    toml: String::new(),
+                    counterexample: String::new(),
+                    blame: g.blame.clone(),
+                    count: 0,
+                });
+                f.count += g.count;
+                if g.first < f.index {
+                    f.index = g.first;
+                    f.blame = g.blame.clone();
+                    let (toml, cx) = g.finding.clone().unwrap_or_default();
+                    f.toml = toml;
+                    f.counterexample = cx;
                 }
             }
-            to_toml(&v)
+        }
+        rep.not_checked.sort();
+        rep.findings = findings.into_values().collect();
+        rep.findings.sort_by_key(|f| f.index);
+        rep.uncovered = self
+            .rows
+            .iter()
+            .filter(|id| !rep.covered.contains(*id))
+            .cloned()
+            .collect();
+        rep
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "system": self.system,
+            "depth": self.depth,
+            "generated": self.generated,
+            "accepted": self.accepted,
+            "unknown": self.unknown,
+            "distinct": self.distinct,
+            "rejections": self.reasons,
+            "rows": self.rows,
         })
-        .min()
-        .expect("one naming")
+    }
+
+    pub fn from_json(v: &serde_json::Value) -> Result<TypingSummary, String> {
+        let n = |k: &str| {
+            v[k].as_u64()
+                .map(|x| x as usize)
+                .ok_or_else(|| format!("typing: no `{k}`"))
+        };
+        let name = v["system"].as_str().ok_or("typing: no `system`")?;
+        let sys = crate::dialects::system(name)?;
+        let reasons = v["rejections"]
+            .as_object()
+            .ok_or("typing: no `rejections`")?
+            .iter()
+            .map(|(k, c)| {
+                c.as_u64()
+                    .map(|c| (k.clone(), c as usize))
+                    .ok_or_else(|| format!("typing: rejection count of {k:?}"))
+            })
+            .collect::<Result<_, String>>()?;
+        let rows = strings(&v["rows"]).ok_or("typing: no `rows`")?;
+        let s = TypingSummary {
+            system: sys.name,
+            depth: n("depth")?,
+            generated: n("generated")?,
+            accepted: n("accepted")?,
+            unknown: n("unknown")?,
+            distinct: n("distinct")?,
+            reasons,
+            rows,
+        };
+        if s.accepted > s.generated {
+            return Err("typing: more accepted than generated".into());
+        }
+        Ok(s)
+    }
 }
 
-/// An expression with the identifiers `a` and `b` swapped.
-fn swap_names(e: &str, a: &str, b: &str) -> String {
-    let mut out = String::new();
-    let mut word = String::new();
-    let flush = |w: &mut String, out: &mut String| {
-        out.push_str(if w == a {
-            b
-        } else if w == b {
-            a
+fn strings(v: &serde_json::Value) -> Option<Vec<String>> {
+    v.as_array()?
+        .iter()
+        .map(|s| s.as_str().map(str::to_string))
+        .collect()
+}
+
+impl ClassResult {
+    pub fn json(&self) -> serde_json::Value {
+        let (verdict, reason) = match &self.verdict {
+            ClassVerdict::Sound => ("sound", None),
+            ClassVerdict::Unsound => ("unsound", None),
+            ClassVerdict::Vacuous => ("vacuous", None),
+            ClassVerdict::Undetermined => ("undetermined", None),
+            ClassVerdict::NotChecked(e) => ("not_checked", Some(e)),
+        };
+        serde_json::json!({
+            "class": self.class,
+            "members": self.members,
+            "verdict": verdict,
+            "reason": reason,
+            "not_checked": self.not_checked,
+            "covered": self.covered,
+            "blames": self.blames.iter().map(|g| serde_json::json!({
+                "key": g.blame.key,
+                "blame": g.blame.text,
+                "blamed_step": g.blame.step,
+                "blamed_step_alone": g.blame.alone,
+                "first": g.first,
+                "programs": g.count,
+                "finding": g.finding.as_ref().map(|(r, c)| serde_json::json!({"rule": r, "counterexample": c})),
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    pub fn from_json(v: &serde_json::Value) -> Result<ClassResult, String> {
+        let bad = |what: &str| format!("class entry: bad or missing `{what}`");
+        let n = |x: &serde_json::Value, k: &str| {
+            x[k].as_u64().map(|x| x as usize).ok_or_else(|| bad(k))
+        };
+        let verdict = match v["verdict"].as_str().ok_or_else(|| bad("verdict"))? {
+            "sound" => ClassVerdict::Sound,
+            "unsound" => ClassVerdict::Unsound,
+            "vacuous" => ClassVerdict::Vacuous,
+            "undetermined" => ClassVerdict::Undetermined,
+            "not_checked" => ClassVerdict::NotChecked(
+                v["reason"]
+                    .as_str()
+                    .ok_or_else(|| bad("reason"))?
+                    .to_string(),
+            ),
+            other => return Err(format!("class entry: unknown verdict {other:?}")),
+        };
+        let not_checked = v["not_checked"]
+            .as_array()
+            .ok_or_else(|| bad("not_checked"))?
+            .iter()
+            .map(|x| {
+                x.as_u64()
+                    .map(|x| x as usize)
+                    .ok_or_else(|| bad("not_checked"))
+            })
+            .collect::<Result<_, _>>()?;
+        let covered = strings(&v["covered"]).ok_or_else(|| bad("covered"))?;
+        let blames = v["blames"]
+            .as_array()
+            .ok_or_else(|| bad("blames"))?
+            .iter()
+            .map(|g| {
+                let s = |k: &str| g[k].as_str().map(str::to_string).ok_or_else(|| bad(k));
+                let finding = match &g["finding"] {
+                    serde_json::Value::Null => None,
+                    f => Some((
+                        f["rule"].as_str().ok_or_else(|| bad("rule"))?.to_string(),
+                        f["counterexample"]
+                            .as_str()
+                            .ok_or_else(|| bad("counterexample"))?
+                            .to_string(),
+                    )),
+                };
+                Ok(BlameGroup {
+                    blame: Blame {
+                        step: g["blamed_step"].as_u64().map(|x| x as usize),
+                        key: s("key")?,
+                        text: s("blame")?,
+                        alone: g["blamed_step_alone"].as_str().map(str::to_string),
+                    },
+                    first: n(g, "first")?,
+                    count: n(g, "programs")?,
+                    finding,
+                })
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(ClassResult {
+            class: n(v, "class")?,
+            members: n(v, "members")?,
+            verdict,
+            not_checked,
+            covered: covered.into_iter().collect(),
+            blames,
+        })
+    }
+}
+
+/// The single run's JSON from the merged sections of a partitioned
+/// `programs` run: `typing` (one entry) and `classes` (one per class).
+pub fn merged_json(
+    sections: &serde_json::Map<String, serde_json::Value>,
+) -> Result<serde_json::Value, String> {
+    let typing = sections
+        .get("typing")
+        .and_then(|v| v.as_array())
+        .and_then(|v| v.first())
+        .ok_or("programs: no `typing` section")?;
+    let summary = TypingSummary::from_json(typing)?;
+    let classes = sections
+        .get("classes")
+        .and_then(|v| v.as_array())
+        .ok_or("programs: no `classes` section")?
+        .iter()
+        .map(ClassResult::from_json)
+        .collect::<Result<Vec<_>, String>>()?;
+    if classes.len() != summary.distinct {
+        return Err(format!(
+            "programs: {} classes for {} distinct",
+            classes.len(),
+            summary.distinct
+        ));
+    }
+    Ok(summary.report(&classes).json())
+}
+
+/// Options of a run beyond its system, depth and scope.
+#[derive(Default)]
+pub struct RunOptions<'a> {
+    /// Check only the classes this part owns (SPEC.md §18.3).
+    pub partition: Option<crate::partition::Partition>,
+    /// Progress (a hidden bar draws nothing).
+    pub progress: Option<&'a indicatif::ProgressBar>,
+}
+
+/// A run's results: the typings' summary, the classes it checked, and the
+/// report over them.
+pub struct Run {
+    pub summary: TypingSummary,
+    pub classes: Vec<ClassResult>,
+    pub report: Report,
+    pub timings: Timings,
+}
+
+/// Type every skeleton of `depth` with `sys`, check the classes `opts`
+/// picks in `scope` (no random cases), and blame each unsound program.
+pub fn run_with(sys: &System, depth: usize, scope: &Scope, opts: &RunOptions) -> Run {
+    let mut timings = Timings::default();
+    let clock = std::time::Instant::now();
+    if let Some(b) = opts.progress {
+        b.set_message(format!("{} depth {depth}: typing", sys.name));
+    }
+    let t = classify(sys, depth);
+    timings.typing = clock.elapsed().as_secs_f64();
+    let part = opts.partition;
+    let classes = check_classes(
+        &t,
+        scope,
+        &|c| part.is_none_or(|p| p.owns(c)),
+        opts.progress,
+        &mut timings,
+    );
+    let summary = TypingSummary::of(&t);
+    let report = summary.report(&classes);
+    Run {
+        summary,
+        classes,
+        report,
+        timings,
+    }
+}
+
+/// Type every skeleton of `depth` with `sys`, check every accepted program
+/// in `scope` (no random cases, one check per class), and blame each
+/// unsound one.
+pub fn run(sys: &System, depth: usize, scope: &Scope) -> Report {
+    run_with(sys, depth, scope, &RunOptions::default()).report
+}
+
+/// A part's `--json` (SPEC.md §18.3): the envelope with two sections,
+/// `typing` (pass 1's counts, one entry, which part 1 holds) and `classes`
+/// (one entry per class this part checked).
+pub fn part_json(r: &Run, p: crate::partition::Partition, scope: &Scope) -> serde_json::Value {
+    use crate::partition::{envelope, Section};
+    let key = format!(
+        "system={} depth={} scope={scope:?}",
+        r.summary.system, r.summary.depth
+    );
+    let typing = Section {
+        name: "typing",
+        total: 1,
+        entries: if p.owns(0) {
+            vec![(0, r.summary.json())]
         } else {
-            w
-        });
-        w.clear();
+            vec![]
+        },
     };
-    for ch in e.chars() {
-        if ch.is_ascii_alphanumeric() || ch == '_' {
-            word.push(ch);
-        } else {
-            flush(&mut word, &mut out);
-            out.push(ch);
+    let classes = Section {
+        name: "classes",
+        total: r.summary.distinct,
+        entries: r.classes.iter().map(|c| (c.class, c.json())).collect(),
+    };
+    envelope(p, "programs", &key, "object", vec![typing, classes])
+}
+
+/// The canonical form of a typed program (SPEC.md §17.3), equal for
+/// programs that differ only by
+/// - the names of their values (inputs and steps),
+/// - the order of the two inputs (with their types),
+/// - the order of the arguments of a two-argument `+` or `*`,
+/// - the order of steps that do not depend on each other.
+///
+/// Steps are put in a canonical order that respects their dependencies:
+/// among the steps whose arguments are all defined, the one whose
+/// expression tree (its op, output type and, recursively, its arguments'
+/// trees, a sum's or product's two sorted, the inputs by type only) is
+/// least comes first, ties kept in program order. Values are then numbered
+/// in that order, and the program is printed with each step's op, its
+/// arguments' numbers (a sum's or product's sorted) and its output type,
+/// under both orders of the inputs; the lesser text is the key. The text
+/// keeps every argument, so a value shared by two steps and two copies of
+/// one computation print differently. Any other field of the rule is
+/// appended as it is.
+pub fn canonical_key(spec: &RuleSpec) -> String {
+    canonical_form(spec, true)
+}
+
+/// `canonical_key`, or with `reorder` false the same form with the steps
+/// kept in program order (equal only up to renaming, the inputs' order and
+/// a sum's or product's arguments): the two count how many checks
+/// reordering saves.
+pub fn canonical_form(spec: &RuleSpec, reorder: bool) -> String {
+    let k = spec.names.len();
+    let ty = |t: &TypeSpec| match t {
+        TypeSpec::One(s) => s.clone(),
+        t => format!("{t:?}"),
+    };
+    let mut id: std::collections::HashMap<&str, usize> = spec
+        .names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (n.as_str(), i))
+        .collect();
+    // Per step: op text with `{i}` for its i-th distinct argument, the
+    // arguments' value numbers, whether the two commute, and its type.
+    struct Node {
+        head: String,
+        args: Vec<usize>,
+        commutes: bool,
+        ty: String,
+    }
+    let mut nodes: Vec<Node> = Vec::with_capacity(spec.step.len());
+    for st in &spec.step {
+        let mut args: Vec<usize> = vec![];
+        let head = match (&st.expr, &st.forward) {
+            (Some(e), _) => {
+                let mut head = String::new();
+                let mut word = String::new();
+                let flush = |w: &mut String, head: &mut String, args: &mut Vec<usize>| {
+                    if let Some(&v) = id.get(w.as_str()) {
+                        let i = args.iter().position(|&a| a == v).unwrap_or_else(|| {
+                            args.push(v);
+                            args.len() - 1
+                        });
+                        head.push_str(&format!("{{{i}}}"));
+                    } else {
+                        head.push_str(w);
+                    }
+                    w.clear();
+                };
+                for ch in e.chars() {
+                    if ch.is_ascii_alphanumeric() || ch == '_' {
+                        word.push(ch);
+                    } else {
+                        flush(&mut word, &mut head, &mut args);
+                        head.push(ch);
+                    }
+                }
+                flush(&mut word, &mut head, &mut args);
+                format!("expr {head}")
+            }
+            (None, f) => {
+                if let Some(&v) = st.input.as_deref().and_then(|n| id.get(n)) {
+                    args.push(v);
+                }
+                format!(
+                    "collective {:?} input {:?} backward {:?}",
+                    f,
+                    st.input.as_deref().map(|n| id.contains_key(n)),
+                    st.backward
+                )
+            }
+        };
+        let commutes = args.len() == 2 && (head == "expr {0} + {1}" || head == "expr {0} * {1}");
+        id.insert(st.name.as_str(), k + nodes.len());
+        nodes.push(Node {
+            head,
+            args,
+            commutes,
+            ty: ty(&st.output),
+        });
+    }
+    // Expression trees, inputs by type only.
+    let mut tree: Vec<String> = spec
+        .inputs
+        .iter()
+        .map(|t| format!("in {}", ty(t)))
+        .collect();
+    for n in &nodes {
+        let mut a: Vec<&str> = n.args.iter().map(|&v| tree[v].as_str()).collect();
+        if n.commutes {
+            a.sort_unstable();
+        }
+        let t = format!("({} : {} ; {})", n.head, n.ty, a.join(" , "));
+        tree.push(t);
+    }
+    // Canonical order: the least ready tree first.
+    let mut placed = vec![false; k + nodes.len()];
+    placed[..k].iter_mut().for_each(|p| *p = true);
+    let mut order: Vec<usize> = Vec::with_capacity(nodes.len());
+    for _ in 0..nodes.len() {
+        let next = (0..nodes.len())
+            .filter(|&j| !placed[k + j] && nodes[j].args.iter().all(|&a| placed[a]))
+            .min_by(|&a, &b| {
+                if reorder {
+                    tree[k + a].cmp(&tree[k + b]).then(a.cmp(&b))
+                } else {
+                    a.cmp(&b)
+                }
+            });
+        let Some(j) = next else {
+            break; // an argument never defined: printed as it is below
+        };
+        placed[k + j] = true;
+        order.push(j);
+    }
+    let rest: Vec<usize> = (0..nodes.len()).filter(|&j| !placed[k + j]).collect();
+    order.extend(rest);
+    let perms: Vec<Vec<usize>> = if k == 2 {
+        vec![vec![0, 1], vec![1, 0]]
+    } else {
+        vec![(0..k).collect()]
+    };
+    let mut best: Option<String> = None;
+    for perm in perms {
+        // new number of each old value
+        let mut num = vec![usize::MAX; k + nodes.len()];
+        for (new, &old) in perm.iter().enumerate() {
+            num[old] = new;
+        }
+        for (pos, &j) in order.iter().enumerate() {
+            num[k + j] = k + pos;
+        }
+        let mut s = String::new();
+        for &old in &perm {
+            s.push_str(&format!("in {};", ty(&spec.inputs[old])));
+        }
+        for &j in &order {
+            let n = &nodes[j];
+            let mut a: Vec<usize> = n.args.iter().map(|&v| num[v]).collect();
+            if n.commutes {
+                a.sort_unstable();
+            }
+            s.push_str(&format!("|{} {:?} : {}", n.head, a, n.ty));
+        }
+        if best.as_ref().is_none_or(|b| s < *b) {
+            best = Some(s);
         }
     }
-    flush(&mut word, &mut out);
-    out
+    let mut key = best.unwrap_or_default();
+    key.push_str(&format!(" => {}", ty(&spec.output)));
+    let rest = RuleSpec {
+        name: String::new(),
+        names: vec![],
+        inputs: vec![],
+        output: TypeSpec::default(),
+        step: vec![],
+        ..spec.clone()
+    };
+    if format!("{rest:?}") != format!("{:?}", RuleSpec::default()) {
+        key.push_str(&format!(" + {}", to_toml(&rest)));
+    }
+    key
 }
 
 /// The first step of a program that is unsound alone, or "composition".
@@ -770,17 +1364,19 @@ fn blame_cached(t: &Typed, scope: &Scope, cache: &StepCache) -> Blame {
             return Blame {
                 text: format!("step `{}`: {}", t.spec.step[k].name, o.describe()),
                 alone: Some(x),
-                step: Some((k, o)),
+                key: o.describe(),
+                step: Some(k),
             };
         }
     }
+    let text = "composition: every step is sound alone".to_string();
     Blame {
         step: None,
-        text: "composition: every step is sound alone".into(),
+        key: text.clone(),
+        text,
         alone: None,
     }
 }
-
 impl Report {
     pub fn json(&self) -> serde_json::Value {
         serde_json::json!({
@@ -803,7 +1399,7 @@ impl Report {
                 "counterexample": f.counterexample,
                 "blame": f.blame.text,
                 "blamed_step_alone": f.blame.alone,
-                "blamed_step": f.blame.step.as_ref().map(|(k, _)| k),
+                "blamed_step": f.blame.step,
                 "programs": f.count,
             })).collect::<Vec<_>>(),
             "rejections": self.reasons,
@@ -814,7 +1410,7 @@ impl Report {
 
     pub fn text(&self) -> String {
         let mut s = format!(
-            "generated programs of {} (depth {}, SPEC.md §17):\n  generated {}, accepted {}, rejected {} ({} unknown), checked {} ({} distinct up to renaming), sound {}, unsound {}, vacuous {}, undetermined {}\n",
+            "generated programs of {} (depth {}, SPEC.md §17):\n  generated {}, accepted {}, rejected {} ({} unknown), checked {} ({} classes, one oracle check each, §17.3), sound {}, unsound {}, vacuous {}, undetermined {}\n",
             self.system,
             self.depth,
             self.generated,
@@ -1101,7 +1697,7 @@ impl RandomReport {
                 "report": self.report,
                 "blame": f.blame.text,
                 "blamed_step_alone": f.blame.alone,
-                "blamed_step": f.blame.step.as_ref().map(|(k, _)| k),
+                "blamed_step": f.blame.step,
             })),
         })
     }

@@ -244,6 +244,14 @@ enum Cmd {
         /// Most steps of a --random program (1 to 8).
         #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=8))]
         max_steps: u64,
+        /// Check only the program classes whose index i has i mod N = K - 1;
+        /// `merge` joins the parts' --json (SPEC.md §17.3, §18.3).
+        #[arg(long, value_name = "K/N")]
+        partition: Option<String>,
+        /// Only generate, type and classify: print the counts and the
+        /// number of classes the oracle would check, check nothing.
+        #[arg(long)]
+        dry_run: bool,
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -380,10 +388,43 @@ fn run() -> Result<ExitCode, UsageError> {
             random,
             seed,
             max_steps,
+            partition,
+            dry_run,
             json,
             scope,
         } => {
             let sys = spmd_check::dialects::system(&dialect).map_err(UsageError)?;
+            if dry_run {
+                let t = std::time::Instant::now();
+                let s = spmd_check::generated::TypingSummary::of(&spmd_check::generated::classify(
+                    sys,
+                    depth as usize,
+                ));
+                if json {
+                    println!("{}", serde_json::to_string_pretty(&s.json()).expect("json"));
+                } else {
+                    println!(
+                        "{} depth {} (typing only, nothing checked): generated {}, accepted {}, rejected {}, classes to check {} ({:.1} s)",
+                        s.system,
+                        s.depth,
+                        s.generated,
+                        s.accepted,
+                        s.generated - s.accepted,
+                        s.distinct,
+                        t.elapsed().as_secs_f64()
+                    );
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            let part = partition
+                .as_deref()
+                .map(spmd_check::partition::Partition::parse)
+                .transpose()?;
+            if part.is_some() && random.is_some() {
+                return Err(UsageError(
+                    "--partition splits the exhaustive run; it does not go with --random".into(),
+                ));
+            }
             if let Some(n) = random {
                 let rep =
                     spmd_check::generated::random(sys, n, seed, max_steps as usize, &scope.scope());
@@ -397,14 +438,29 @@ fn run() -> Result<ExitCode, UsageError> {
                 }
                 return Ok(ExitCode::SUCCESS);
             }
-            let rep = spmd_check::generated::run(sys, depth as usize, &scope.scope());
-            if json {
-                println!(
+            let b = bar(1, false);
+            let opts = spmd_check::generated::RunOptions {
+                partition: part,
+                progress: Some(&b),
+            };
+            let scope = scope.scope();
+            let r = spmd_check::generated::run_with(sys, depth as usize, &scope, &opts);
+            b.finish_and_clear();
+            eprintln!("{}", r.timings.line());
+            match (json, part) {
+                (true, Some(p)) => {
+                    let v = spmd_check::generated::part_json(&r, p, &scope);
+                    println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                }
+                (true, None) => println!(
                     "{}",
-                    serde_json::to_string_pretty(&rep.json()).expect("json")
-                );
-            } else {
-                print!("{}", rep.text());
+                    serde_json::to_string_pretty(&r.report.json()).expect("json")
+                ),
+                (false, Some(p)) => print!(
+                    "part {}/{}: the oracle checked {} of the {} classes (those whose index i has i mod {} = {}); the counts below are theirs\n{}",
+                    p.k, p.n, r.classes.len(), r.summary.distinct, p.n, p.k - 1, r.report.text()
+                ),
+                (false, None) => print!("{}", r.report.text()),
             }
             Ok(ExitCode::SUCCESS)
         }
