@@ -597,7 +597,7 @@ fn run() -> Result<ExitCode, UsageError> {
                 vec![]
             };
             let generated: Vec<spmd_check::generated::Report> = own[5]
-                .iter()
+                .par_iter()
                 .map(|&i| spmd_check::generated::run(gen_systems[i], 1, &scope))
                 .collect();
             let pending = match own[6].is_empty() {
