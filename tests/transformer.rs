@@ -323,3 +323,19 @@ cumsum(x, 1)      sound     sound     sound     F3        sound     sound";
         }
     }
 }
+
+/// SPEC.md §19.6: on the default scope (no scope flags) a transcendental op
+/// takes three values per scalar, so lanes of length 2 on two ranks are
+/// checked: softmax of Varying rows typed Invariant is refuted (F1), where
+/// with six values those cases were beyond the cap and it passed. Its twin,
+/// the same rows kept Varying, stays sound.
+#[test]
+fn default_scope_reaches_sharded_lanes_of_dim_ops() {
+    let text = rule("softmax V to I", "softmax(x, 0)", &["V"], "I", "")
+        + &rule("softmax V to V", "softmax(x, 0)", &["V"], "V", "");
+    let rows = check("default_scope.toml", &text, &[]);
+    let bad = verdict_of(&rows, "softmax V to I");
+    assert_eq!(bad.1, "unsound", "{bad:?}");
+    assert_eq!(bad.2.as_deref(), Some("F1"), "{bad:?}");
+    assert_sound(&rows, "softmax V to V");
+}

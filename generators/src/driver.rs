@@ -195,6 +195,7 @@ pub fn cases_in(
             // the lower set enough; a kernel's per-coordinate claim needs
             // the full product of the first d + 1 values.
             let lower = poly && !has_external(&op.op);
+            let transcendental = op.op.is_transcendental_local();
             let (lists, budgets) = frees
                 .iter()
                 .enumerate()
@@ -203,6 +204,12 @@ pub fn cases_in(
                         (k, scope.grid_values(true, d[i])),
                         lower.then_some(d[i] as usize),
                     ),
+                    // A transcendental op takes the first three values in
+                    // every combination (SPEC.md §19.6), so that a lane of
+                    // length 2 on two ranks fits under the caps.
+                    _ if transcendental => {
+                        ((k, scope.values.iter().take(3).cloned().collect()), None)
+                    }
                     _ => ((k, scope.grid_values(false, 0)), None),
                 })
                 .unzip();
