@@ -315,6 +315,7 @@ pub fn derive_partial_cmd(
     kind: &str,
     other_mode: bool,
     json: bool,
+    scope: crate::partial_kinds::Scope,
 ) -> Result<std::process::ExitCode, UsageError> {
     use crate::partial_kinds as pk;
     if other_mode {
@@ -326,12 +327,10 @@ pub fn derive_partial_cmd(
         .map_err(|e| UsageError(format!("--partial: {e}")))?;
     let f = match (op, expr) {
         (Some(name), None) => spmd_interp::op::builtin(name).map_err(UsageError)?,
-        (None, Some(e)) => {
-            spmd_interp::expr::parse(e).map_err(|err| UsageError(format!("--expr `{e}`: {err}")))?
-        }
+        (None, Some(e)) => spmd_interp::expr::parse(e)
+            .map_err(|err| UsageError(format!("--expr `{}`: {err}", crate::report::excerpt(e))))?,
         _ => return Err(UsageError("give either OP or --expr with --partial".into())),
     };
-    let scope = pk::Scope::default();
     let rows = pk::derive_partial(&f, k, &scope)?;
     if json {
         let v = pk::derive_json(&f, k, &scope, &rows);

@@ -58,6 +58,28 @@ struct ScopeArgs {
 }
 
 impl ScopeArgs {
+    /// The scope of `derive --partial` (SPEC.md §21.2): its own defaults
+    /// (1-4 ranks, shapes up to [2, 2], 50,000 points per case); `--scope
+    /// small` keeps 1-2 ranks, and `--max-points`, `--max-rank`, `--max-dim`
+    /// replace its caps where given other than their defaults.
+    fn partial_scope(&self) -> spmd_check::partial_kinds::Scope {
+        // The defaults of the flags below (their `default_value_t`).
+        let (points, rank, dim) = (256, 2, 3);
+        let mut s = spmd_check::partial_kinds::Scope::default();
+        if self.scope == "small" {
+            s.ranks.retain(|&r| r <= 2);
+        }
+        if self.max_points != points {
+            s.max_points = self.max_points;
+        }
+        if self.max_rank != rank || self.max_dim != dim {
+            let (rank, dim) = (self.max_rank as usize, self.max_dim as usize);
+            s.shapes = (0..=rank)
+                .flat_map(|r| spmd_generators::tuples(&(1..=dim).collect::<Vec<_>>(), r))
+                .collect();
+        }
+        s
+    }
     fn scope(&self) -> Scope {
         // Presets set the caps; explicit --max-free / --max-points override them.
         let (free, points) = match self.scope.as_str() {
@@ -312,6 +334,7 @@ fn run() -> Result<ExitCode, UsageError> {
                     &k,
                     global || dialect.is_some(),
                     json,
+                    scope.partial_scope(),
                 );
             }
             let sys = spmd_check::derive::dialect_for(dialect.as_deref(), op.as_deref(), global)?;

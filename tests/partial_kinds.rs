@@ -308,6 +308,34 @@ fn derive_partial_on_the_command_line() {
     }
 }
 
+/// `derive --partial` follows the scope flags (SPEC.md §21.2): `--scope
+/// small` keeps 1-2 ranks and `--max-points` replaces its cap. The twin: a cap
+/// too small for any multi-rank case makes every row vacuous, which the
+/// report says instead of "defers".
+#[test]
+fn derive_partial_follows_the_scope_flags() {
+    let scope_of = |args: &[&str]| -> serde_json::Value {
+        let mut a = vec!["derive", "relu", "--partial", "max", "--json"];
+        a.extend_from_slice(args);
+        let out = cli(&a);
+        assert_eq!(out.status.code(), Some(0), "{args:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let small = scope_of(&["--scope", "small"]);
+    let s = small["scope"].as_str().unwrap();
+    assert!(s.contains("1, 2 ranks") && !s.contains("3"), "{s}");
+    let rows = |v: &serde_json::Value| v["rows"].as_array().unwrap().clone();
+    let at = |v: &serde_json::Value, o: &str| {
+        rows(v).iter().find(|r| r["output"] == o).unwrap()["verdict"].clone()
+    };
+    assert_eq!(at(&small, "P(max)"), "defers");
+    let tiny = scope_of(&["--max-points", "10"]);
+    assert!(
+        rows(&tiny).iter().all(|r| r["verdict"] == "vacuous"),
+        "{tiny}"
+    );
+}
+
 /// Negative twins for the fidelity replay of DTensor's Partial(avg) and
 /// Partial(max) (SPEC.md §21.5): a gradient off by n, a wrong forward, and
 /// an output kind that does not denote the op.
