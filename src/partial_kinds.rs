@@ -876,6 +876,57 @@ pub fn check_from_local(
     backward: LocalBackward,
     scope: &Scope,
 ) -> Result<(u64, u64), String> {
+    let nv = scope.values.len();
+    for_each_per_rank(scope, |n, p, xs| {
+        let s = xs[0].shape.clone();
+        let numel = xs[0].numel();
+        // Cotangent: a fixed non-trivial replicated value per instance.
+        let g = Tensor::new(
+            s,
+            (0..numel)
+                .map(|i| scope.values[(p as usize + i) % nv].clone())
+                .collect(),
+        );
+        let got = backward(k, xs, &g);
+        for r in 0..n {
+            for i in 0..numel {
+                let d = slope(|h| {
+                    let mut ys = xs.to_vec();
+                    ys[r].data[i] = ys[r].data[i].add(h);
+                    Some(combine(k, &ys).ok()?.dot(&g))
+                });
+                let Some(d) = d else {
+                    return Ok(true);
+                };
+                if got[r].data[i] != d {
+                    return Err(format!(
+                        "B3: {n} ranks, x per rank [{}], cotangent {g}: the backward gives rank {r} element {i} {}, the derivative of the denotation is {d} (backward per rank [{}])",
+                        show(xs), got[r].data[i], show(&got)
+                    ));
+                }
+            }
+        }
+        Ok(false)
+    })
+}
+
+/// Tensors joined for a message.
+fn show(ts: &[Tensor]) -> String {
+    ts.iter()
+        .map(|t| t.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Every per-rank instance of the collective checks (SPEC.md §21.4): 2 or
+/// more ranks of `scope`, scalar and [2] pieces, every combination of the
+/// scope's values within its points cap. `check(n, index, xs)` answers
+/// `Ok(true)` at a tie (counted undetermined), `Ok(false)` when the
+/// instance was checked, or the failure. Returns (checked, undetermined).
+fn for_each_per_rank(
+    scope: &Scope,
+    mut check: impl FnMut(usize, u64, &[Tensor]) -> Result<bool, String>,
+) -> Result<(u64, u64), String> {
     let (mut checked, mut undetermined) = (0u64, 0u64);
     let nv = scope.values.len();
     for &n in scope.ranks.iter().filter(|&&n| n > 1) {
@@ -895,41 +946,7 @@ pub fn check_from_local(
                     .chunks(numel)
                     .map(|c| Tensor::new(s.clone(), c.to_vec()))
                     .collect();
-                // Cotangent: a fixed non-trivial replicated value per instance.
-                let g = Tensor::new(
-                    s.clone(),
-                    (0..numel)
-                        .map(|i| scope.values[(p as usize + i) % nv].clone())
-                        .collect(),
-                );
-                let got = backward(k, &xs, &g);
-                let mut tie = false;
-                'all: for r in 0..n {
-                    for i in 0..numel {
-                        let d = slope(|h| {
-                            let mut ys = xs.clone();
-                            ys[r].data[i] = ys[r].data[i].add(h);
-                            Some(combine(k, &ys).ok()?.dot(&g))
-                        });
-                        let Some(d) = d else {
-                            tie = true;
-                            break 'all;
-                        };
-                        if got[r].data[i] != d {
-                            let show = |ts: &[Tensor]| {
-                                ts.iter()
-                                    .map(|t| t.to_string())
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            };
-                            return Err(format!(
-                                "B3: {n} ranks, x per rank [{}], cotangent {g}: the backward gives rank {r} element {i} {}, the derivative of the denotation is {d} (backward per rank [{}])",
-                                show(&xs), got[r].data[i], show(&got)
-                            ));
-                        }
-                    }
-                }
-                if tie {
+                if check(n, p, &xs)? {
                     undetermined += 1;
                 } else {
                     checked += 1;
@@ -988,75 +1005,37 @@ pub fn check_all_reduce_jvp(
     jvp: CollJvp,
     scope: &Scope,
 ) -> Result<(u64, u64), String> {
-    let (mut checked, mut undetermined) = (0u64, 0u64);
-    let nv = scope.values.len();
-    for &n in scope.ranks.iter().filter(|&&n| n > 1) {
-        for s in [vec![], vec![2]] {
-            let numel: usize = s.iter().product();
-            let fr = n * numel;
-            let Some(points) = (nv as u64)
-                .checked_pow(fr as u32)
-                .filter(|&p| p <= scope.max_points)
-            else {
-                continue;
-            };
-            let mut idx = vec![0usize; fr];
-            for _ in 0..points {
-                let vals: Vec<Q> = idx.iter().map(|&i| scope.values[i].clone()).collect();
-                let xs: Vec<Tensor> = vals
-                    .chunks(numel)
-                    .map(|c| Tensor::new(s.clone(), c.to_vec()))
+    for_each_per_rank(scope, |n, _, xs| {
+        let s = xs[0].shape.clone();
+        let numel = xs[0].numel();
+        for r in 0..n {
+            for i in 0..numel {
+                let mut ts = vec![Tensor::zeros(&s); n];
+                ts[r].data[i] = Q::one();
+                let want: Option<Vec<Q>> = (0..numel)
+                    .map(|j| {
+                        slope(|h| {
+                            let mut ys = xs.to_vec();
+                            ys[r].data[i] = ys[r].data[i].add(h);
+                            Some(combine(k, &ys).ok()?.data[j].clone())
+                        })
+                    })
                     .collect();
-                let mut tie = false;
-                'all: for r in 0..n {
-                    for i in 0..numel {
-                        let mut ts = vec![Tensor::zeros(&s); n];
-                        ts[r].data[i] = Q::one();
-                        let want: Option<Vec<Q>> = (0..numel)
-                            .map(|j| {
-                                slope(|h| {
-                                    let mut ys = xs.clone();
-                                    ys[r].data[i] = ys[r].data[i].add(h);
-                                    Some(combine(k, &ys).ok()?.data[j].clone())
-                                })
-                            })
-                            .collect();
-                        let Some(want) = want else {
-                            tie = true;
-                            break 'all;
-                        };
-                        let got = jvp(k, &xs, &ts);
-                        if got.data != want {
-                            let show = |ts: &[Tensor]| {
-                                ts.iter()
-                                    .map(|t| t.to_string())
-                                    .collect::<Vec<_>>()
-                                    .join(", ")
-                            };
-                            return Err(format!(
-                                "J1: {n} ranks, x per rank [{}], unit tangent at rank {r} element {i}: the JVP gives {got}, the derivative of the denotation is {}",
-                                show(&xs),
-                                Tensor::new(s.clone(), want)
-                            ));
-                        }
-                    }
-                }
-                if tie {
-                    undetermined += 1;
-                } else {
-                    checked += 1;
-                }
-                for d in idx.iter_mut() {
-                    *d += 1;
-                    if *d < nv {
-                        break;
-                    }
-                    *d = 0;
+                let Some(want) = want else {
+                    return Ok(true);
+                };
+                let got = jvp(k, xs, &ts);
+                if got.data != want {
+                    return Err(format!(
+                        "J1: {n} ranks, x per rank [{}], unit tangent at rank {r} element {i}: the JVP gives {got}, the derivative of the denotation is {}",
+                        show(xs),
+                        Tensor::new(s.clone(), want)
+                    ));
                 }
             }
         }
-    }
-    Ok((checked, undetermined))
+        Ok(false)
+    })
 }
 
 /// The per-rank gradients of the linear kinds, by the oracle itself
