@@ -253,3 +253,50 @@ fn programs_in_rule_files() {
     let (toml, stored) = common::emitted_literals(&out);
     spmd_check::check::assert_counterexample(&toml, &stored);
 }
+
+/// SPEC.md §4.7: a hand-written backward is probed for linearity in g. At
+/// unit cotangents `g * g` and `relu(g)` equal `g`, so without the probe
+/// both were called proofs; the twin, the linear backward, stays a proof.
+#[test]
+fn a_backward_not_linear_in_g_fails_b3() {
+    let text = r#"
+[[rule]]
+name = "squares g"
+op = { expr = "3 * x" }
+backward = ["3 * g * g"]
+inputs = ["V"]
+output = "V"
+
+[[rule]]
+name = "relu of g"
+op = { expr = "3 * x" }
+backward = ["3 * relu(g)"]
+inputs = ["V"]
+output = "V"
+
+[[rule]]
+name = "linear twin"
+op = { expr = "3 * x" }
+backward = ["3 * g"]
+inputs = ["V"]
+output = "V"
+"#;
+    let f = temp_copy("nonlinear_g.toml", text);
+    let (code, out, err) = run(&["check", &f, "--cases", "0", "--json"]);
+    assert_eq!(code, 1, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let by = |n: &str| {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == n)
+            .unwrap()
+            .clone()
+    };
+    for n in ["squares g", "relu of g"] {
+        assert_eq!(by(n)["verdict"], "unsound", "{n}");
+        assert_eq!(by(n)["property"], "B3", "{n}");
+    }
+    assert_eq!(by("linear twin")["verdict"], "sound");
+    assert_eq!(by("linear twin")["proof"], true);
+}

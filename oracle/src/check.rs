@@ -630,8 +630,12 @@ impl<'a> Checker<'a> {
         }
         // B1 and the primal half of B2, per cotangent basis direction.
         let mut results: Vec<Vec<PerRank>> = Vec::with_capacity(gs.len());
+        let probe_linearity = hand_written_backward(op);
         for g in gs {
             let bs = op.backward(m, xs, g)?;
+            if probe_linearity {
+                self.linear_in_g(xs, g, &bs)?;
+            }
             for (i, b) in bs.iter().enumerate() {
                 if op.no_grad.contains(&i) {
                     continue; // no gradient flows to it (SPEC.md §4.5)
@@ -789,6 +793,42 @@ impl<'a> Checker<'a> {
             }
         }
         Ok(Pass::default())
+    }
+
+    /// A hand-written backward must be linear in g: B3 compares it at unit
+    /// cotangents only (SPEC.md §4.7), where `g * g` or `relu(g)` equal `g`.
+    /// So it must give −b at −g and 2b at 2g, exactly.
+    fn linear_in_g(&self, xs: &[PerRank], g: &PerRank, bs: &[PerRank]) -> Result<(), Stop> {
+        let (m, op) = (self.m, self.op);
+        for c in [Q::int(-1), Q::int(2)] {
+            let gc = g.scale(&c);
+            let bc = match op.backward(m, xs, &gc) {
+                Ok(b) => b,
+                Err(EvalError::DivByZero) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            for (i, (b, b2)) in bs.iter().zip(&bc).enumerate() {
+                if op.no_grad.contains(&i) || b2.tensors == b.scale(&c).tensors {
+                    continue;
+                }
+                let tc = op.output.cot();
+                let mut s = self.inputs_shown(xs);
+                s.push(shown("g", &tc, g));
+                s.push(shown(format!("d{}", self.nm(i)), &self.cot_in[i], b));
+                s.push(shown("g'", &tc, &gc));
+                return Err(self.fail(
+                    Property::B3,
+                    format!(
+                        "the backward is not linear in g: at g' = {c}·g its cotangent for {} is not {c} times the one at g",
+                        self.nm(i)
+                    ),
+                    s,
+                    show_per_rank(&b.scale(&c)),
+                    show_per_rank(b2),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// F3 of a program under global types (SPEC.md §13.2): every step
@@ -1270,4 +1310,26 @@ fn f3_mismatch(
             show_denot(m, &op.output, dy),
         )
     }))
+}
+
+/// Whether `op`'s backward, or a program step's, is a rule designer's
+/// hand-written function of g (built-in VJPs and transposes are linear by
+/// construction).
+fn hand_written_backward(op: &TypedOp) -> bool {
+    match (&op.backward, &op.op) {
+        (spmd_interp::op::Backward::Local(_), _) => true,
+        (spmd_interp::op::Backward::Steps, Op::Program(p)) => {
+            p.steps.iter().any(|s| hand_written_backward(&s.op))
+        }
+        _ => false,
+    }
+}
+
+/// Per-rank tensors as `a | b | ...`.
+fn show_per_rank(x: &PerRank) -> String {
+    x.tensors
+        .iter()
+        .map(|t| t.to_string())
+        .collect::<Vec<_>>()
+        .join(" | ")
 }
