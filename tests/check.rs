@@ -2,22 +2,13 @@
 //! written, regression replay, JSON, emitted tests, bad input.
 
 mod common;
-use common::run;
-
-fn temp_copy(name: &str, text: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("spmd-check-test-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    let _ = std::fs::remove_file(format!("{}.regressions.json", p.display()));
-    p.display().to_string()
-}
+use common::{rule_named, run, temp_rule_file};
 
 const EXAMPLE: &str = include_str!("../examples/rules.toml");
 
 #[test]
 fn the_example_rule_file_is_checked_as_written() {
-    let f = temp_copy("rules.toml", EXAMPLE);
+    let f = temp_rule_file("rules.toml", EXAMPLE);
     let (code, out, err) = run(&["check", &f, "--json", "--cases", "32"]);
     assert_eq!(code, 1, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -52,7 +43,7 @@ fn the_example_rule_file_is_checked_as_written() {
 
 #[test]
 fn emitted_tests_replay_their_counterexample() {
-    let f = temp_copy("emit.toml", EXAMPLE);
+    let f = temp_rule_file("emit.toml", EXAMPLE);
     let (_, out, _) = run(&["check", &f, "--emit", "rstest", "--cases", "0"]);
     assert!(out.contains("#[test]\nfn cx_"), "{out}");
     // Run the emitted call the way the pasted test would.
@@ -68,7 +59,7 @@ fn emitted_tests_are_safe_for_any_rule_name() {
     let text = format!(
         "[[rule]]\nname = \"{name}\"\nop = \"mul\"\ninputs = [\"P\", \"P\"]\noutput = \"P\"\n"
     );
-    let f = temp_copy("evil.toml", &text);
+    let f = temp_rule_file("evil.toml", &text);
     let (code, out, err) = run(&["check", &f, "--emit", "rstest", "--cases", "0"]);
     assert_eq!(code, 1, "{err}");
     assert!(!out.lines().any(|l| l.starts_with("fn injected")), "{out}");
@@ -108,7 +99,7 @@ fn bad_rule_files_name_file_line_and_column() {
         ("trap.json", "{\"rule\": [{\"name\": \"f\", \"op\": \"mul\", \"inputs\": [\"P\", \"Unreduced\"], \"output\": \"P\"}]}", ":1:", "in dialect jax it means Partial"),
     ];
     for (name, text, loc, what) in cases {
-        let f = temp_copy(name, text);
+        let f = temp_rule_file(name, text);
         let (code, _, err) = run(&["check", &f]);
         assert_eq!(code, 2, "{name}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{name}: {err}");
@@ -119,7 +110,7 @@ fn bad_rule_files_name_file_line_and_column() {
 
 #[test]
 fn declared_jvps_are_checked_by_j1() {
-    let f = temp_copy("jvps.toml", include_str!("../examples/jvps.toml"));
+    let f = temp_rule_file("jvps.toml", include_str!("../examples/jvps.toml"));
     let (code, out, err) = run(&["check", &f, "--json"]);
     assert_eq!(code, 1, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
@@ -147,7 +138,7 @@ fn declared_jvps_are_checked_by_j1() {
 /// (Shard(0), Reduced()).
 #[test]
 fn global_rules_on_a_2d_mesh() {
-    let f = temp_copy("global.toml", include_str!("../examples/global.toml"));
+    let f = temp_rule_file("global.toml", include_str!("../examples/global.toml"));
     let (code, out, err) = run(&["check", &f, "--json"]);
     assert_eq!(code, 1, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
@@ -221,7 +212,7 @@ forward = "all_to_all(split=1, concat=0)"
 inputs = ["S(0)"]
 output = "S(1)"
 "#;
-    let f = temp_copy("global_collectives.toml", text);
+    let f = temp_rule_file("global_collectives.toml", text);
     let (code, out, err) = run(&["check", &f, "--json"]);
     assert_eq!(code, 1, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
@@ -239,7 +230,7 @@ output = "S(1)"
 /// the same without f's psum fails B1, and the emitted test replays it.
 #[test]
 fn programs_in_rule_files() {
-    let f = temp_copy("programs.toml", include_str!("../examples/programs.toml"));
+    let f = temp_rule_file("programs.toml", include_str!("../examples/programs.toml"));
     let (code, out, err) = run(&["check", &f, "--emit", "rstest", "--cases", "16"]);
     assert_eq!(code, 1, "{err}");
     assert!(
@@ -281,18 +272,11 @@ backward = ["3 * g"]
 inputs = ["V"]
 output = "V"
 "#;
-    let f = temp_copy("nonlinear_g.toml", text);
+    let f = temp_rule_file("nonlinear_g.toml", text);
     let (code, out, err) = run(&["check", &f, "--cases", "0", "--json"]);
     assert_eq!(code, 1, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let by = |n: &str| {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["name"] == n)
-            .unwrap()
-            .clone()
-    };
+    let by = |n: &str| rule_named(&v, n);
     for n in ["squares g", "relu of g"] {
         assert_eq!(by(n)["verdict"], "unsound", "{n}");
         assert_eq!(by(n)["property"], "B3", "{n}");

@@ -3,7 +3,7 @@
 //! declared parts of a rule whose degrees the grid must cover.
 
 mod common;
-use common::run;
+use common::{rule_named, run, temp_rule_file};
 
 use spmd_check::generators::{cases, Case, Scope};
 use spmd_check::interp::eval::{eval, infer, Ctx};
@@ -12,15 +12,6 @@ use spmd_check::interp::{parse, Backward, Op, TypedOp, BUILTINS};
 use spmd_check::oracle::{Checker, Outcome, Phase};
 use spmd_check::semantics::{Dialect, Mesh, Shape, State, Tensor, Type, Q};
 use std::ops::ControlFlow;
-
-fn temp_file(name: &str, text: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("spmd-check-lower-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    let _ = std::fs::remove_file(format!("{}.regressions.json", p.display()));
-    p.display().to_string()
-}
 
 /// Each wrong rule agrees with the right one on the first d + 1 values of
 /// the forward's degree d (0 and 1), so a grid built from the forward's
@@ -71,18 +62,11 @@ output = "V"
 
 #[test]
 fn declared_parts_of_higher_degree_widen_the_grid_or_end_the_proof() {
-    let f = temp_file("declared.toml", DECLARED);
+    let f = temp_rule_file("declared.toml", DECLARED);
     let (code, out, err) = run(&["check", &f, "--json", "--cases", "0"]);
     assert_eq!(code, 1, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    let by = |n: &str| {
-        v.as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["name"] == n)
-            .unwrap_or_else(|| panic!("{n} in {out}"))
-            .clone()
-    };
+    let by = |n: &str| rule_named(&v, n);
     for (name, property) in [
         ("meaning of higher degree, wrong", "F3"),
         ("backward of higher degree, wrong", "B3"),

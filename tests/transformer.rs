@@ -3,20 +3,8 @@
 //! has a twin the oracle must reject, with the property that fails named.
 
 mod common;
-use common::run;
+use common::{run, temp_rule_file};
 use serde_json::Value;
-
-fn temp(name: &str, text: &str) -> String {
-    let dir = std::env::temp_dir().join(format!(
-        "spmd-check-transformer-{}-{name}",
-        std::process::id()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    let _ = std::fs::remove_file(format!("{}.regressions.json", p.display()));
-    p.display().to_string()
-}
 
 fn rule(name: &str, expr: &str, inputs: &[&str], output: &str, extra: &str) -> String {
     let ins: Vec<String> = inputs.iter().map(|s| format!("\"{s}\"")).collect();
@@ -28,7 +16,7 @@ fn rule(name: &str, expr: &str, inputs: &[&str], output: &str, extra: &str) -> S
 
 /// Check a rule file; the verdict and failing property of each rule by name.
 fn check(file: &str, text: &str, flags: &[&str]) -> Vec<(String, String, Option<String>, bool)> {
-    let f = temp(file, text);
+    let f = temp_rule_file(file, text);
     let mut args = vec!["check", &f, "--json", "--cases", "0"];
     args.extend_from_slice(flags);
     let (code, out, err) = run(&args);
@@ -281,7 +269,7 @@ fn bad_arguments_are_one_line_errors() {
     // Inside a program or a declared meaning a transcendental op is not
     // checked yet (SPEC.md §19.6): it fits no shape, which is said, never
     // a panic and never "sound".
-    let f = temp(
+    let f = temp_rule_file(
         "prog.toml",
         "[[rule]]\nname = \"p\"\nnames = [\"x\"]\ninputs = [\"R\"]\noutput = \"R\"\n\n[[rule.step]]\nname = \"a\"\nexpr = \"exp(x)\"\noutput = \"R\"\n",
     );

@@ -2,6 +2,29 @@
 
 use std::process::Command;
 
+/// Write `text` to a fresh file `name` in a directory of this test process,
+/// with no saved regressions beside it; its path.
+#[allow(dead_code)]
+pub fn temp_rule_file(name: &str, text: &str) -> String {
+    let dir = std::env::temp_dir().join(format!("spmd-check-test-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    let _ = std::fs::remove_file(format!("{}.regressions.json", p.display()));
+    p.display().to_string()
+}
+
+/// The report of rule `name` in `check --json` output.
+#[allow(dead_code)]
+pub fn rule_named(v: &serde_json::Value, name: &str) -> serde_json::Value {
+    v.as_array()
+        .expect("check --json gives an array")
+        .iter()
+        .find(|r| r["name"] == name)
+        .unwrap_or_else(|| panic!("no rule {name} in {v}"))
+        .clone()
+}
+
 /// Exit code, stdout and stderr of `spmd-check ARGS`.
 pub fn run(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_spmd-check"))
