@@ -412,16 +412,24 @@ fn expand(t: &Tensor, dim: usize, k: usize) -> Tensor {
     Tensor::stack(&vec![t.clone(); k], dim)
 }
 
-/// General einsum; `sizes` gives every label's size (labels of the output
-/// that occur in no operand broadcast).
-pub fn einsum(spec: &Einsum, ops: &[&Tensor], sizes: &[(char, usize)]) -> Tensor {
-    let labels: Vec<char> = sizes.iter().map(|x| x.0).collect();
-    let dims: Vec<usize> = sizes.iter().map(|x| x.1).collect();
+/// The loop of an einsum over every label (in the order of `sizes`): each
+/// label's size, the output's shape, and the output's and each operand's
+/// stride per label (0 where the label is absent).
+pub struct EinsumPlan {
+    pub dims: Vec<usize>,
+    pub out_shape: Shape,
+    pub out_st: Vec<usize>,
+    pub op_st: Vec<Vec<usize>>,
+}
+
+/// The plan of `spec` on operands of `shapes`; `sizes` gives every label's
+/// size.
+pub fn einsum_plan(spec: &Einsum, shapes: &[&[usize]], sizes: &[(char, usize)]) -> EinsumPlan {
     let stride_of = |ls: &[char], shape: &[usize]| -> Vec<usize> {
         let st = strides(shape);
-        labels
+        sizes
             .iter()
-            .map(|c| ls.iter().position(|l| l == c).map(|p| st[p]).unwrap_or(0))
+            .map(|(c, _)| ls.iter().position(|l| l == c).map(|p| st[p]).unwrap_or(0))
             .collect()
     };
     let out_shape: Shape = spec
@@ -429,13 +437,29 @@ pub fn einsum(spec: &Einsum, ops: &[&Tensor], sizes: &[(char, usize)]) -> Tensor
         .iter()
         .map(|c| sizes.iter().find(|x| x.0 == *c).expect("label size").1)
         .collect();
-    let out_st = stride_of(&spec.output, &out_shape);
-    let op_st: Vec<Vec<usize>> = spec
-        .inputs
-        .iter()
-        .zip(ops)
-        .map(|(ls, t)| stride_of(ls, &t.shape))
-        .collect();
+    EinsumPlan {
+        dims: sizes.iter().map(|x| x.1).collect(),
+        out_st: stride_of(&spec.output, &out_shape),
+        op_st: spec
+            .inputs
+            .iter()
+            .zip(shapes)
+            .map(|(ls, sh)| stride_of(ls, sh))
+            .collect(),
+        out_shape,
+    }
+}
+
+/// General einsum; `sizes` gives every label's size (labels of the output
+/// that occur in no operand broadcast).
+pub fn einsum(spec: &Einsum, ops: &[&Tensor], sizes: &[(char, usize)]) -> Tensor {
+    let shapes: Vec<&[usize]> = ops.iter().map(|t| t.shape.as_slice()).collect();
+    let EinsumPlan {
+        dims,
+        out_shape,
+        out_st,
+        op_st,
+    } = einsum_plan(spec, &shapes, sizes);
     let mut out = Tensor::zeros(&out_shape);
     // Row-major over every label (the last fastest), with the operands'
     // and the output's offsets kept up to date as the index advances:

@@ -428,26 +428,13 @@ fn einsum<S: Field>(spec: &Einsum, ops: &[&XT<S>]) -> ER<XT<S>> {
             return Err(XEvalError::Shape(format!("einsum `{spec}` label {c}")));
         }
     }
-    let dims: Vec<usize> = sizes.iter().map(|x| x.1).collect();
-    let stride_of = |ls: &[char], shape: &[usize]| -> Vec<usize> {
-        let st = strides(shape);
-        sizes
-            .iter()
-            .map(|(c, _)| ls.iter().position(|l| l == c).map(|p| st[p]).unwrap_or(0))
-            .collect()
-    };
-    let out_shape: Shape = spec
-        .output
-        .iter()
-        .map(|c| sizes.iter().find(|x| x.0 == *c).expect("label").1)
-        .collect();
-    let out_st = stride_of(&spec.output, &out_shape);
-    let op_st: Vec<Vec<usize>> = spec
-        .inputs
-        .iter()
-        .zip(ops)
-        .map(|(ls, t)| stride_of(ls, &t.shape))
-        .collect();
+    let shapes: Vec<&[usize]> = ops.iter().map(|t| t.shape.as_slice()).collect();
+    let crate::eval::EinsumPlan {
+        dims,
+        out_shape,
+        out_st,
+        op_st,
+    } = crate::eval::einsum_plan(spec, &shapes, &sizes);
     let mut out = XT::<S>::zeros(&out_shape);
     for flat in 0..numel(&dims) {
         let idx = unravel(flat, &dims);
