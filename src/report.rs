@@ -531,3 +531,47 @@ pub fn conform_totals(results: &[RowResult]) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spmd_oracle::Tally;
+
+    /// A bounded-sound verdict with undecided instances says how many; its
+    /// twin without any says plain "sound (bounded)".
+    #[test]
+    fn undecided_instances_are_named_in_the_verdict() {
+        let with = Verdict::Sound {
+            proof: false,
+            tally: Tally {
+                passed: 3,
+                undecided: 2,
+                ..Tally::default()
+            },
+        };
+        assert_eq!(
+            verdict_word(&with),
+            "sound (bounded; 2 of 5 instances undecided)"
+        );
+        let without = Verdict::Sound {
+            proof: false,
+            tally: Tally {
+                passed: 5,
+                ..Tally::default()
+            },
+        };
+        assert_eq!(verdict_word(&without), "sound (bounded)");
+    }
+
+    /// Long user text is quoted by its head and length; short text whole.
+    #[test]
+    fn long_text_is_quoted_by_its_head() {
+        let long = "x+".repeat(100) + "x";
+        let e = excerpt(&long);
+        assert!(
+            e.starts_with(&long[..60]) && e.ends_with("(201 characters)"),
+            "{e}"
+        );
+        assert_eq!(excerpt("x * y"), "x * y");
+    }
+}

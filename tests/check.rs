@@ -284,3 +284,15 @@ output = "V"
     assert_eq!(by("linear twin")["verdict"], "sound");
     assert_eq!(by("linear twin")["proof"], true);
 }
+
+/// `--cases` beyond 1,000,000 is bad input (exit 2, one line) rather than
+/// hours of random cases; the cap itself is accepted.
+#[test]
+fn too_many_random_cases_are_refused() {
+    let f = temp_rule_file("cases.toml", EXAMPLE);
+    let (code, _, err) = run(&["check", &f, "--cases", "1000001"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("--cases"), "{err}");
+    let (code, _, err) = run(&["check", &f, "--cases", "1000000", "--time-limit", "1"]);
+    assert!(code <= 3, "{err}");
+}
