@@ -23,30 +23,33 @@ pub enum FdFail {
     Undetermined(String),
 }
 
-/// Solve `A z = rhs` over Q by Gaussian elimination; free variables are set
-/// to zero. `None` when inconsistent.
-fn solve(mut a: Vec<Vec<Q>>, mut rhs: Vec<Q>) -> Option<Vec<Q>> {
-    let rows = a.len();
-    let cols = if rows == 0 { 0 } else { a[0].len() };
-    let mut pivots = Vec::new();
+/// Solve `A z = rhs` over Q by Gaussian elimination, in place; `a` is
+/// `rows × cols`, row-major. Free variables are set to zero in `z`. `false`
+/// when inconsistent.
+fn solve(a: &mut [Q], rhs: &mut [Q], rows: usize, cols: usize, z: &mut [Q]) -> bool {
+    let mut pivots: Vec<usize> = Vec::with_capacity(cols);
     let mut r = 0;
     for c in 0..cols {
-        let Some(p) = (r..rows).find(|&i| !a[i][c].is_zero()) else {
+        let Some(p) = (r..rows).find(|&i| !a[i * cols + c].is_zero()) else {
             continue;
         };
-        a.swap(r, p);
-        rhs.swap(r, p);
-        let inv = Q::one().div(&a[r][c]).expect("pivot is nonzero");
+        if p != r {
+            for k in 0..cols {
+                a.swap(r * cols + k, p * cols + k);
+            }
+            rhs.swap(r, p);
+        }
+        let inv = Q::one().div(&a[r * cols + c]).expect("pivot is nonzero");
         for k in c..cols {
-            a[r][k] = a[r][k].mul(&inv);
+            a[r * cols + k] = a[r * cols + k].mul(&inv);
         }
         rhs[r] = rhs[r].mul(&inv);
         for i in 0..rows {
-            if i != r && !a[i][c].is_zero() {
-                let f = a[i][c].clone();
+            if i != r && !a[i * cols + c].is_zero() {
+                let f = a[i * cols + c].clone();
                 for k in c..cols {
-                    let v = a[r][k].mul(&f);
-                    a[i][k] = a[i][k].sub(&v);
+                    let v = a[r * cols + k].mul(&f);
+                    a[i * cols + k] = a[i * cols + k].sub(&v);
                 }
                 let v = rhs[r].mul(&f);
                 rhs[i] = rhs[i].sub(&v);
@@ -59,17 +62,13 @@ fn solve(mut a: Vec<Vec<Q>>, mut rhs: Vec<Q>) -> Option<Vec<Q>> {
         }
     }
     if (r..rows).any(|i| !rhs[i].is_zero()) {
-        return None;
+        return false;
     }
-    let mut z = vec![Q::zero(); cols];
+    z.iter_mut().for_each(|v| *v = Q::zero());
     for (i, &c) in pivots.iter().enumerate() {
         z[c] = rhs[i].clone();
     }
-    Some(z)
-}
-
-fn pow(h: &Q, k: u32) -> Q {
-    (0..k).fold(Q::one(), |acc, _| acc.mul(h))
+    true
 }
 
 /// For a polynomial of degree ≤ d sampled at h = k·step, k = 0..=d+1: the
@@ -182,33 +181,65 @@ pub fn derivative(f: &mut Sampler<'_>, num: u32, den: u32, step: &Q) -> Result<V
     }
     let fit = need - 1;
     let dim = ys[0].len();
+    let (a_n, b_n) = (num as usize, den as usize);
+    let cols = a_n + 1 + b_n;
+    // h_j^k for every sample and k ≤ max(num, den), shared by all
+    // coordinates; the fit's matrix and right side are reused.
+    let kmax = a_n.max(b_n);
+    let pw: Vec<Vec<Q>> = hs
+        .iter()
+        .map(|h| {
+            let mut v = Vec::with_capacity(kmax + 1);
+            let mut acc = Q::one();
+            for _ in 0..=kmax {
+                let next = acc.mul(h);
+                v.push(acc);
+                acc = next;
+            }
+            v
+        })
+        .collect();
+    let mut a = vec![Q::zero(); fit * cols];
+    let mut rhs = vec![Q::zero(); fit];
+    let mut z = vec![Q::zero(); cols];
     let mut out = Vec::with_capacity(dim);
     for c in 0..dim {
+        // A coordinate whose samples are all equal has derivative 0 and
+        // passes the check: any p/q of the degree bounds through the fit
+        // samples has p − y·q (degree ≤ max(num, den) < fit) vanishing at
+        // fit points, so p = y·q everywhere, and p₁ − p₀q₁ = y·q₁ − y·q₁.
+        // So skipping the elimination gives exactly what it would.
+        let y0 = &ys[0][c];
+        if ys[1..].iter().all(|y| y[c] == *y0) {
+            out.push(Q::zero());
+            continue;
+        }
         // Unknowns: p_0..p_num, q_1..q_den (q_0 = 1). Equation per sample:
         // Σ p_k h^k - y Σ_{k≥1} q_k h^k = y.
-        let row = |j: usize| -> Vec<Q> {
-            let h = &hs[j];
+        for j in 0..fit {
             let y = &ys[j][c];
-            let mut r: Vec<Q> = (0..=num).map(|k| pow(h, k)).collect();
-            r.extend((1..=den).map(|k| pow(h, k).mul(y).neg()));
-            r
-        };
-        let a: Vec<Vec<Q>> = (0..fit).map(row).collect();
-        let rhs: Vec<Q> = (0..fit).map(|j| ys[j][c].clone()).collect();
-        let z = solve(a, rhs).ok_or_else(|| {
-            FdFail::Undetermined("samples fit no function of the degree bound".into())
-        })?;
-        let (p, q) = z.split_at(num as usize + 1);
+            let row = &mut a[j * cols..(j + 1) * cols];
+            row[..=a_n].clone_from_slice(&pw[j][..=a_n]);
+            for k in 1..=b_n {
+                row[a_n + k] = pw[j][k].mul(y).neg();
+            }
+            rhs[j] = y.clone();
+        }
+        if !solve(&mut a, &mut rhs, fit, cols, &mut z) {
+            return Err(FdFail::Undetermined(
+                "samples fit no function of the degree bound".into(),
+            ));
+        }
+        let (p, q) = z.split_at(a_n + 1);
         // Check the last sample: p(h) = y q(h).
-        let h = &hs[fit];
         let ph = p
             .iter()
             .enumerate()
-            .fold(Q::zero(), |s, (k, pk)| s.add(&pk.mul(&pow(h, k as u32))));
+            .fold(Q::zero(), |s, (k, pk)| s.add(&pk.mul(&pw[fit][k])));
         let qh = q
             .iter()
             .enumerate()
-            .fold(Q::one(), |s, (k, qk)| s.add(&qk.mul(&pow(h, k as u32 + 1))));
+            .fold(Q::one(), |s, (k, qk)| s.add(&qk.mul(&pw[fit][k + 1])));
         if ph != ys[fit][c].mul(&qh) {
             return Err(FdFail::Undetermined(
                 "a check sample disagrees with the reconstruction (a kink between samples, or a wrong degree bound)".into(),
@@ -275,5 +306,38 @@ mod tests {
     fn a_wrong_degree_bound_is_detected() {
         let r = run(|h| Some(h.mul(h).mul(h)), 2, 0, Q::one());
         assert!(matches!(r, Err(FdFail::Undetermined(_))));
+    }
+
+    #[test]
+    fn a_constant_coordinate_has_derivative_zero_beside_a_moving_one() {
+        // (5, 1/(h - 2)) with bounds (0, 1): the first coordinate is constant.
+        let mut g = |h: &Q| {
+            Ok(Some(vec![
+                Q::int(5),
+                Q::one().div(&h.sub(&Q::int(2))).unwrap(),
+            ]))
+        };
+        let d = derivative(&mut g, 0, 1, &Q::frac(1, 3)).unwrap();
+        assert_eq!(d, vec![Q::zero(), Q::frac(-1, 4)]);
+    }
+
+    #[test]
+    fn a_coordinate_constant_only_on_the_fitted_samples_is_not_skipped() {
+        // Twin of the shortcut: equal on h = 0, 1 (bounds (0, 1) fit
+        // two samples) but not at the check sample h = 2, so the
+        // derivative is undetermined, never 0.
+        let mut g = |h: &Q| {
+            let v = if *h == Q::int(2) {
+                Q::int(8)
+            } else {
+                Q::int(7)
+            };
+            Ok(Some(vec![v]))
+        };
+        let r = derivative(&mut g, 0, 1, &Q::one());
+        assert!(
+            matches!(r, Err(FdFail::Undetermined(ref m)) if m.contains("check sample")),
+            "{r:?}"
+        );
     }
 }
