@@ -571,62 +571,80 @@ fn run() -> Result<ExitCode, UsageError> {
             // One step per table row; FSDP and the programs count one each.
             let steps = rs.len() + prs.len() + jrs.len() + 1 + usize::from(with_programs);
             let b = bar(steps as u64, json);
-            b.set_message("seed rules");
-            let results: Vec<RowResult> = rs
-                .par_iter()
-                .map(|r| {
-                    let res = check_row(r, &scope, &|_| {});
-                    b.inc(1);
-                    res
-                })
-                .collect::<Result<_, _>>()?;
-            b.set_message("collectives");
-            let pairs: Vec<PairResult> = prs
-                .par_iter()
-                .map(|r| {
-                    let res = check_pair(r, &scope);
-                    b.inc(1);
-                    res
-                })
-                .collect::<Result<_, _>>()?;
-            b.set_message("JVP rules");
-            let jvps: Vec<JvpResult> = jrs
-                .par_iter()
-                .map(|r| {
-                    let res = check_jvp(r, &scope);
-                    b.inc(1);
-                    res
-                })
-                .collect::<Result<_, _>>()?;
-            b.set_message("FSDP");
-            let fsdp = spmd_check::programs::check_table(
-                "examples/fsdp.toml",
-                spmd_check::fsdp::FSDP_TOML,
-                &my_strategies,
-                &scope,
-            )?;
-            b.inc(1);
-            let progs = if with_programs {
-                b.set_message("programs");
-                let p = spmd_check::programs::check_table(
+            // The sections run side by side, not one after another, so that
+            // one section's slowest row does not leave the other cores idle.
+            b.set_message("checking");
+            let seed_rows = || -> Result<Vec<RowResult>, UsageError> {
+                rs.par_iter()
+                    .map(|r| {
+                        let res = check_row(r, &scope, &|_| {});
+                        b.inc(1);
+                        res
+                    })
+                    .collect()
+            };
+            let pair_rows = || -> Result<Vec<PairResult>, UsageError> {
+                prs.par_iter()
+                    .map(|r| {
+                        let res = check_pair(r, &scope);
+                        b.inc(1);
+                        res
+                    })
+                    .collect()
+            };
+            let jvp_rows = || -> Result<Vec<JvpResult>, UsageError> {
+                jrs.par_iter()
+                    .map(|r| {
+                        let res = check_jvp(r, &scope);
+                        b.inc(1);
+                        res
+                    })
+                    .collect()
+            };
+            let fsdp_rows = || {
+                let r = spmd_check::programs::check_table(
+                    "examples/fsdp.toml",
+                    spmd_check::fsdp::FSDP_TOML,
+                    &my_strategies,
+                    &scope,
+                );
+                b.inc(1);
+                r
+            };
+            let layer_rows = || {
+                if !with_programs {
+                    return Ok(vec![]);
+                }
+                let r = spmd_check::programs::check_table(
                     "examples/programs.toml",
                     spmd_check::programs::LAYERS_TOML,
                     &my_layers,
                     &scope,
-                )?;
+                );
                 b.inc(1);
-                p
-            } else {
-                vec![]
+                r
             };
-            let generated: Vec<spmd_check::generated::Report> = own[5]
-                .par_iter()
-                .map(|&i| spmd_check::generated::run(gen_systems[i], 1, &scope))
-                .collect();
-            let pending = match own[6].is_empty() {
-                true => None,
-                false => Some(spmd_check::conform::partial_kinds_section()?),
+            let generated_rows = || -> Vec<spmd_check::generated::Report> {
+                own[5]
+                    .par_iter()
+                    .map(|&i| spmd_check::generated::run(gen_systems[i], 1, &scope))
+                    .collect()
             };
+            let pending_rows = || match own[6].is_empty() {
+                true => Ok(None),
+                false => spmd_check::conform::partial_kinds_section().map(Some),
+            };
+            let ((results, pairs), ((jvps, fsdp), ((progs, generated), pending))) = rayon::join(
+                || rayon::join(seed_rows, pair_rows),
+                || {
+                    rayon::join(
+                        || rayon::join(jvp_rows, fsdp_rows),
+                        || rayon::join(|| rayon::join(layer_rows, generated_rows), pending_rows),
+                    )
+                },
+            );
+            let (results, pairs, jvps) = (results?, pairs?, jvps?);
+            let (fsdp, progs, pending) = (fsdp?, progs?, pending?);
             b.finish_and_clear();
             let wrong = fsdp.iter().chain(&progs).any(|p| !p.as_expected())
                 || pending.as_ref().is_some_and(|p| !p.2);
