@@ -2,8 +2,9 @@
 //! the same structure as JSON, turned into typed operations. Every error
 //! names the file, line and column.
 
+use crate::partial_kinds::Place;
 use crate::run::UsageError;
-use crate::types::{meshes_named, parse_types_in};
+use crate::types::{has_kinds, kind_places, meshes_named, parse_types_in, strip_kinds};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use spmd_generators::Scope;
@@ -125,6 +126,23 @@ pub struct Rule {
     pub has_backward: bool,
     /// The dialect its types were written in; reports use its names.
     pub dialect: Dialect,
+    /// A rule whose types name a pending kind other than sum (SPEC.md
+    /// §21.7): checked by the pending-kind checks instead of the core. Its
+    /// `op` then reads every kind as the core's Partial and is never checked.
+    pub pending: Option<PendingRule>,
+}
+
+/// A rule with pending kinds (SPEC.md §21.7): a local op on the one mesh axis
+/// whose placements are not all Replicate.
+#[derive(Clone, Debug)]
+pub struct PendingRule {
+    pub f: spmd_interp::LocalFn,
+    /// The axis checked; every other axis of the rule is Replicate.
+    pub axis: String,
+    pub inputs: Vec<Place>,
+    pub output: Place,
+    /// The axis size when the rule's `mesh` fixes it.
+    pub ranks: Option<usize>,
 }
 
 /// `file:line:col` of a byte offset.
@@ -340,6 +358,9 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
     let mut texts: Vec<String> = s.inputs.iter().map(type_text).collect();
     texts.push(type_text(&s.output));
     texts.extend(s.step.iter().map(|st| type_text(&st.output)));
+    // Pending kinds (SPEC.md §21.7): the core reads each marked axis as its
+    // Partial; the marks say which kind it owes.
+    let (texts, marks) = strip_kinds(dialect, &texts).map_err(|(n, m)| err(&n, m))?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     // The mesh, as written, fixes the axis order (SPEC.md §1.2).
     let mesh_axes: Option<Vec<String>> = s.mesh.as_ref().map(|m| m.keys().cloned().collect());
@@ -360,6 +381,9 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
     })?;
     let step_types = types.split_off(s.inputs.len() + 1);
     let output = types.pop().expect("output type");
+    if has_kinds(&marks) {
+        return build_pending(s, dialect, &axes, types, output, &marks, scope, &err);
+    }
     // Global SPMD (SPEC.md §13): once a type carries a layout, every Varying
     // axis of the rule must say which dim it shards.
     if types
@@ -606,6 +630,138 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
         meshes,
         has_backward,
         dialect,
+        pending: None,
+    })
+}
+
+/// A rule with pending kinds (SPEC.md §21.7): a local op whose placements
+/// on one mesh axis go to `partial_kinds::check_places`; every other axis
+/// must be Replicate on every input and the output.
+#[allow(clippy::too_many_arguments)]
+fn build_pending(
+    s: &RuleSpec,
+    dialect: Dialect,
+    axes: &[String],
+    types: Vec<Type>,
+    output: Type,
+    marks: &[crate::types::KindMarks],
+    scope: &Scope,
+    err: &dyn Fn(&str, String) -> UsageError,
+) -> Result<Rule, UsageError> {
+    let why =
+        "pending kinds other than sum are checked forward only, on a local op (SPEC.md §21.7)";
+    let unsupported = [
+        (
+            "step",
+            !s.step.is_empty() || !s.names.is_empty(),
+            "a program",
+        ),
+        ("forward", s.forward.is_some(), "a collective (`forward`)"),
+        ("backward", s.backward.is_some(), "`backward`"),
+        ("jvp", s.jvp.is_some(), "`jvp`"),
+        ("no_grad", !s.no_grad.is_empty(), "`no_grad`"),
+        ("meaning", s.meaning.is_some(), "`meaning`"),
+    ];
+    if let Some((needle, _, what)) = unsupported.iter().find(|u| u.1) {
+        return Err(err(needle, format!("{what} is not supported here: {why}")));
+    }
+    let f = match &s.op {
+        Some(OpSpec::Name(n)) => builtin(n).map_err(|e| err(n, e))?,
+        Some(OpSpec::Expr { expr }) => match &s.vars {
+            None => parse(expr),
+            Some(v) => parse_with_vars(expr, v),
+        }
+        .map_err(|e| {
+            err(
+                expr,
+                format!("expression `{}`: {e}", crate::report::excerpt(expr)),
+            )
+        })?,
+        None => return Err(err("name", format!("a rule needs `op`: {why}"))),
+    };
+    if f.arity() != types.len() {
+        return Err(err(
+            "inputs",
+            format!(
+                "`{}` takes {} inputs, {} types given",
+                f.text,
+                f.arity(),
+                types.len()
+            ),
+        ));
+    }
+    if spmd_interp::transcendental::is_transcendental(&f.expr) {
+        return Err(err(
+            "op",
+            format!(
+                "`{}`: transcendental ops are outside the pending-kind checks (SPEC.md §21.2)",
+                f.text
+            ),
+        ));
+    }
+    let all: Vec<&Type> = types.iter().chain([&output]).collect();
+    let places = kind_places(axes, &all, marks).map_err(|e| err("inputs", e))?;
+    // The axis checked: the one where some placement is not Replicate.
+    let active: Vec<usize> = (0..axes.len())
+        .filter(|&a| places.iter().any(|p| p[a] != Place::Inv))
+        .collect();
+    let a = match active.as_slice() {
+        [a] => *a,
+        _ => {
+            return Err(err(
+                "inputs",
+                format!(
+                    "pending kinds are checked on one mesh axis, with every other axis Replicate; axes {} carry other placements (SPEC.md §21.7)",
+                    active
+                        .iter()
+                        .map(|&i| format!("`{}`", axes[i]))
+                        .collect::<Vec<_>>()
+                        .join(" and ")
+                ),
+            ))
+        }
+    };
+    let (meshes, ranks) = match &s.mesh {
+        Some(m) => {
+            let ordered: Vec<(&str, usize)> = m.iter().map(|(a, n)| (a.as_str(), *n)).collect();
+            if ordered.len() != axes.len() {
+                return Err(err(
+                    "mesh",
+                    format!(
+                        "the mesh has {} axes, the types name {}",
+                        ordered.len(),
+                        axes.len()
+                    ),
+                ));
+            }
+            if ordered.iter().any(|(_, n)| *n == 0 || *n > 8) {
+                return Err(err("mesh", "mesh axis sizes must be 1 to 8".into()));
+            }
+            if ordered.iter().map(|(_, n)| *n).product::<usize>() > MAX_RANKS {
+                return Err(err(
+                    "mesh",
+                    format!("a mesh of more than {MAX_RANKS} ranks is beyond what exact checking finishes"),
+                ));
+            }
+            (vec![Mesh::new(&ordered)], Some(ordered[a].1))
+        }
+        None => (meshes_named(&scope.meshes, axes), None),
+    };
+    let mut places: Vec<Place> = places.iter().map(|p| p[a]).collect();
+    let out_place = places.pop().expect("the output's placement");
+    Ok(Rule {
+        name: s.name.clone(),
+        op: TypedOp::local(f.clone(), types, output),
+        meshes,
+        has_backward: false,
+        dialect,
+        pending: Some(PendingRule {
+            f,
+            axis: axes[a].clone(),
+            inputs: places,
+            output: out_place,
+            ranks,
+        }),
     })
 }
 
