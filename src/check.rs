@@ -588,7 +588,12 @@ impl PendingReport {
                 }
             ),
             PendingOutcome::Vacuous(why) => format!(
-                "vacuous ({why}; nothing on more than one rank was checked: raise --max-points)"
+                "vacuous ({why}; nothing on more than one rank was checked: {})",
+                if self.rule.ranks == Some(1) {
+                    format!("the rule's mesh gives axis `{}` one rank", self.rule.axis)
+                } else {
+                    "raise --max-points".into()
+                }
             ),
             PendingOutcome::Undetermined(why) => format!("undetermined ({why})"),
         };
