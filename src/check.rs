@@ -493,7 +493,7 @@ pub fn assert_rules_sound(path: &str) {
         let rep = check_rule(r, &library_config(), &stored, &|_| {});
         let found = match &rep.pending {
             Some(p) => p.stored(),
-            None => rep.verdict.violation().map(|v| Stored::from_violation(v)),
+            None => rep.verdict.violation().map(Stored::from_violation),
         };
         if let Some(s) = found {
             let list = regs.entry(r.name.clone()).or_default();
