@@ -1118,3 +1118,29 @@ fn check_pending(rule: &Rule, p: &PendingRule, cfg: &CheckConfig, stored: &[Stor
         pending: Some(rep),
     }
 }
+
+/// How many instances the exhaustive part of a pending-kind rule runs: the
+/// grid points of every case within the cap (SPEC.md §21.7), saturating.
+pub fn pending_estimate(r: &PendingRule, scope: &partial_kinds::Scope) -> u64 {
+    let nv = scope.values.len() as u64;
+    let mut total = 0u64;
+    for &n in &scope.ranks {
+        for shapes in spmd_generators::tuples(&scope.shapes, r.inputs.len()) {
+            if !pending_fits(r, n, &shapes) {
+                continue;
+            }
+            let free: usize = r
+                .inputs
+                .iter()
+                .zip(&shapes)
+                .map(|(&p, s)| pending_free(p, s, n))
+                .sum();
+            let points = u32::try_from(free)
+                .ok()
+                .and_then(|f| nv.checked_pow(f))
+                .filter(|&p| p <= scope.max_points);
+            total = total.saturating_add(points.unwrap_or(0));
+        }
+    }
+    total
+}

@@ -749,19 +749,32 @@ fn build_pending(
     };
     let mut places: Vec<Place> = places.iter().map(|p| p[a]).collect();
     let out_place = places.pop().expect("the output's placement");
+    let pending = PendingRule {
+        f: f.clone(),
+        axis: axes[a].clone(),
+        inputs: places,
+        output: out_place,
+        ranks,
+    };
+    // Refuse what cannot finish, as for the core (SPEC.md §11.2).
+    let total =
+        crate::check::pending_estimate(&pending, &crate::check::pending_scope(scope, ranks));
+    if total > scope.max_instances {
+        return Err(err(
+            "name",
+            format!(
+                "scope too large: about {total} instances (limit {}); raise it with --max-instances {total} or lower --max-points",
+                scope.max_instances
+            ),
+        ));
+    }
     Ok(Rule {
         name: s.name.clone(),
-        op: TypedOp::local(f.clone(), types, output),
+        op: TypedOp::local(f, types, output),
         meshes,
         has_backward: false,
         dialect,
-        pending: Some(PendingRule {
-            f,
-            axis: axes[a].clone(),
-            inputs: places,
-            output: out_place,
-            ranks,
-        }),
+        pending: Some(pending),
     })
 }
 
