@@ -581,10 +581,10 @@ impl PendingReport {
             PendingOutcome::Refuted { property, .. } => format!(
                 "unsound {property} (the per-rank outputs under {} {}, SPEC.md §21.2)",
                 place_in(self.dialect, self.rule.output),
-                if *property == "F1" {
-                    "are not well formed"
-                } else {
-                    "do not denote the op of the inputs' denotations"
+                match (*property, self.rule.forward) {
+                    ("F1", _) => "are not well formed",
+                    (_, Some(_)) => "do not denote the value the input denotes",
+                    _ => "do not denote the op of the inputs' denotations",
                 }
             ),
             PendingOutcome::Vacuous(why) => format!(
@@ -634,12 +634,16 @@ impl PendingReport {
             ));
         }
         s.push_str(&format!(
-            "  output : {}   per rank {}   denotes {}\n  expected (the op on the inputs' denotations): {}\n  actual:   {}\n",
+            "  output : {}   per rank {}   denotes {}\n  expected ({}): {}\n  actual:   {}\n",
             place_in(d, r.output),
             ranks(&cex.per_rank),
             cex.denoted
                 .as_ref()
                 .map_or("nothing (not well formed)".into(), |t| t.to_string()),
+            match r.forward {
+                Some(_) => "the value the input denotes",
+                None => "the op on the inputs' denotations",
+            },
             cex.expected,
             cex.denoted
                 .as_ref()
@@ -838,6 +842,12 @@ fn pending_fits(r: &PendingRule, n: usize, shapes: &[Shape]) -> bool {
         .zip(shapes)
         .map(|(&p, s)| pending_global(p, s, n))
         .collect();
+    if let Some(partial_kinds::Coll::ReduceScatter(_, d)) = r.forward {
+        // Each rank keeps its chunk of the reduced tensor along d.
+        if shapes.first().is_none_or(|s| d >= s.len() || s[d] % n != 0) {
+            return false;
+        }
+    }
     shapes.len() == r.inputs.len()
         && infer(&r.f.expr, shapes).is_ok()
         && globals.is_some_and(|g| infer(&r.f.expr, &g).is_ok())
@@ -865,12 +875,16 @@ fn pending_instance(
         Err(EvalError::Shape(s)) => return Err(s),
     };
     let mut per_rank = Vec::with_capacity(n);
-    for k in 0..n {
-        let local: Vec<&Tensor> = xs.iter().map(|x| &x[k]).collect();
-        match eval(&r.f.expr, &local, &mut ctx) {
-            Ok(t) => per_rank.push(t),
-            Err(EvalError::DivByZero) => return Ok(None),
-            Err(EvalError::Shape(s)) => return Err(s),
+    if let Some(c) = r.forward {
+        per_rank = c.forward(&xs[0]);
+    } else {
+        for k in 0..n {
+            let local: Vec<&Tensor> = xs.iter().map(|x| &x[k]).collect();
+            match eval(&r.f.expr, &local, &mut ctx) {
+                Ok(t) => per_rank.push(t),
+                Err(EvalError::DivByZero) => return Ok(None),
+                Err(EvalError::Shape(s)) => return Err(s),
+            }
         }
     }
     let denoted = partial_kinds::denote(r.output, &per_rank);
@@ -1067,7 +1081,11 @@ fn check_pending(rule: &Rule, p: &PendingRule, cfg: &CheckConfig, stored: &[Stor
         };
         rep.replayed = true;
     } else {
-        match partial_kinds::check_places(&p.f, &p.inputs, &[p.output], &scope) {
+        let exhaustive = match p.forward {
+            Some(_) => Ok(collective_exhaustive(p, &scope)),
+            None => partial_kinds::check_places(&p.f, &p.inputs, &[p.output], &scope),
+        };
+        match exhaustive {
             Err(e) => rep.outcome = PendingOutcome::Undetermined(e),
             Ok(mut vs) => {
                 let v = vs.remove(0);
@@ -1143,4 +1161,72 @@ pub fn pending_estimate(r: &PendingRule, scope: &partial_kinds::Scope) -> u64 {
         }
     }
     total
+}
+
+/// The exhaustive part for a collective of a pending kind (SPEC.md §21.7):
+/// §21.2's scope and order (fewest ranks, then fewest free scalars; in the
+/// first failing case the fewest nonzero scalars, then the earliest values),
+/// the per-rank forward against the value the input denotes.
+fn collective_exhaustive(
+    r: &PendingRule,
+    scope: &partial_kinds::Scope,
+) -> Vec<partial_kinds::Verdict> {
+    let nv = scope.values.len();
+    let mut counts = partial_kinds::Counts::default();
+    type Fail = ((usize, Vec<usize>), partial_kinds::Counterexample);
+    let mut fail: Option<Fail> = None;
+    'ranks: for &n in &scope.ranks {
+        let mut shapes: Vec<&Shape> = scope
+            .shapes
+            .iter()
+            .filter(|s| pending_fits(r, n, std::slice::from_ref(*s)))
+            .collect();
+        shapes.sort_by_key(|s| pending_free(r.inputs[0], s, n));
+        for s in shapes {
+            let fr = pending_free(r.inputs[0], s, n);
+            let Some(points) = u32::try_from(fr)
+                .ok()
+                .and_then(|f| (nv as u64).checked_pow(f))
+                .filter(|&p| p <= scope.max_points)
+            else {
+                counts.beyond_cap += 1;
+                continue;
+            };
+            counts.cases += 1;
+            counts.multi_rank_cases += u64::from(n > 1);
+            let mut idx = vec![0usize; fr];
+            for _ in 0..points {
+                let c = PendingCase {
+                    n,
+                    shapes: vec![s.clone()],
+                    vals: idx.iter().map(|&i| scope.values[i].clone()).collect(),
+                };
+                counts.instances += 1;
+                if let Ok(Some((_, cex))) = pending_instance(r, pending_inputs(r, &c), n) {
+                    let key = (idx.iter().filter(|&&i| i != 0).count(), idx.clone());
+                    if fail.as_ref().is_none_or(|f| key < f.0) {
+                        fail = Some((key, cex));
+                    }
+                }
+                for d in idx.iter_mut() {
+                    *d += 1;
+                    if *d < nv {
+                        break;
+                    }
+                    *d = 0;
+                }
+            }
+            if fail.is_some() {
+                break 'ranks;
+            }
+        }
+    }
+    vec![match fail {
+        Some((_, cex)) => partial_kinds::Verdict::Refuted(Box::new(cex), counts),
+        None if counts.multi_rank_cases == 0 => partial_kinds::Verdict::Vacuous(
+            "no case on more than one rank within the cap".into(),
+            counts,
+        ),
+        None => partial_kinds::Verdict::Defers(counts),
+    }]
 }

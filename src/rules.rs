@@ -2,7 +2,7 @@
 //! the same structure as JSON, turned into typed operations. Every error
 //! names the file, line and column.
 
-use crate::partial_kinds::Place;
+use crate::partial_kinds::{Coll, Place};
 use crate::run::UsageError;
 use crate::types::{has_kinds, kind_places, meshes_named, parse_types_in, strip_kinds};
 use indexmap::IndexMap;
@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use spmd_generators::Scope;
 use spmd_interp::catalogue::{check_group_sizes, collective_typed};
 use spmd_interp::{builtin, parse, parse_with_vars, Backward, Jvp, Op, TypedOp};
+use spmd_semantics::pending::PartialKind;
 use spmd_semantics::{Dialect, Mesh, Type, ALL_STATES};
 
 /// An op: a built-in name or `{ expr = "..." }`.
@@ -143,6 +144,65 @@ pub struct PendingRule {
     pub output: Place,
     /// The axis size when the rule's `mesh` fixes it.
     pub ranks: Option<usize>,
+    /// For a collective rule, its per-rank forward; `f` is then the identity,
+    /// its meaning (a collective keeps the value it is given).
+    pub forward: Option<Coll>,
+}
+
+/// A collective of a pending kind named in a rule's `forward` (SPEC.md
+/// §21.7), for the claimed placements `src -> dst`: `all_reduce(k)`,
+/// `reduce_scatter(k, dim=d)`, `partition(k)`, JAX's `unreduced_psum`,
+/// `unreduced_pmax`, `unreduced_pmin`, and DTensor's `redistribute`, which
+/// the placements determine.
+fn kind_collective(text: &str, src: Place, dst: Place) -> Result<Coll, String> {
+    let t: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+    let kind = |w: &str| PartialKind::parse(w.trim_matches(|c| c == '"' || c == '\''));
+    let arg = |pre: &str| t.strip_prefix(pre).and_then(|r| r.strip_suffix(')'));
+    let c = if t == "redistribute" {
+        match (src, dst) {
+            (Place::Part(k), Place::Inv) => Coll::AllReduce(k),
+            (Place::Part(k), Place::Shard(d)) => Coll::ReduceScatter(k, d),
+            _ => {
+                return Err(format!(
+                    "`redistribute` from {src} to {dst} is not a pending-kind collective here (from Partial(k) to Replicate() or Shard(d); DTensor's redistribute refuses Replicate() to Partial(k), SPEC.md §21.3)"
+                ))
+            }
+        }
+    } else if let Some(k) = t.strip_prefix("unreduced_p") {
+        Coll::AllReduce(kind(k)?)
+    } else if let Some(a) = arg("all_reduce(") {
+        Coll::AllReduce(kind(a)?)
+    } else if let Some(a) = arg("partition(") {
+        Coll::Partition(kind(a)?)
+    } else if let Some(a) = arg("reduce_scatter(") {
+        let (k, d) = a
+            .split_once(',')
+            .ok_or_else(|| format!("`{text}`: reduce_scatter(k, dim=d)"))?;
+        let d = d.trim_start_matches("dim=");
+        Coll::ReduceScatter(
+            kind(k)?,
+            d.parse()
+                .map_err(|_| format!("`{text}`: the dim of reduce_scatter is a number"))?,
+        )
+    } else {
+        return Err(format!(
+            "`{text}` is not a pending-kind collective (all_reduce(k), reduce_scatter(k, dim=d), partition(k), unreduced_psum|pmax|pmin, redistribute; SPEC.md §21.7)"
+        ));
+    };
+    // The kinds may differ from the claim (that is what is checked); the
+    // shape of the move may not.
+    let (cs, cd) = c.places();
+    let same = |a: Place, b: Place| match (a, b) {
+        (Place::Part(_), Place::Part(_)) | (Place::Inv, Place::Inv) => true,
+        (Place::Shard(x), Place::Shard(y)) => x == y,
+        _ => false,
+    };
+    if !same(cs, src) || !same(cd, dst) {
+        return Err(format!(
+            "`{text}` goes from {cs} to {cd}; the rule claims {src} -> {dst}"
+        ));
+    }
+    Ok(c)
 }
 
 /// `file:line:col` of a byte offset.
@@ -648,15 +708,13 @@ fn build_pending(
     scope: &Scope,
     err: &dyn Fn(&str, String) -> UsageError,
 ) -> Result<Rule, UsageError> {
-    let why =
-        "pending kinds other than sum are checked forward only, on a local op (SPEC.md §21.7)";
+    let why = "pending kinds other than sum are checked forward only (SPEC.md §21.7)";
     let unsupported = [
         (
             "step",
             !s.step.is_empty() || !s.names.is_empty(),
             "a program",
         ),
-        ("forward", s.forward.is_some(), "a collective (`forward`)"),
         ("backward", s.backward.is_some(), "`backward`"),
         ("jvp", s.jvp.is_some(), "`jvp`"),
         ("no_grad", !s.no_grad.is_empty(), "`no_grad`"),
@@ -665,9 +723,24 @@ fn build_pending(
     if let Some((needle, _, what)) = unsupported.iter().find(|u| u.1) {
         return Err(err(needle, format!("{what} is not supported here: {why}")));
     }
-    let f = match &s.op {
-        Some(OpSpec::Name(n)) => builtin(n).map_err(|e| err(n, e))?,
-        Some(OpSpec::Expr { expr }) => match &s.vars {
+    let f = match (&s.op, &s.forward) {
+        (Some(_), Some(_)) => {
+            return Err(err(
+                "forward",
+                "give either `op` or `forward`, not both".into(),
+            ))
+        }
+        (None, Some(fw)) => {
+            if types.len() != 1 {
+                return Err(err("inputs", "a collective takes one input".into()));
+            }
+            // Its meaning: it keeps the value (SPEC.md §21.3).
+            let mut id = parse("x").map_err(|e| err(fw, e.to_string()))?;
+            id.text = fw.clone();
+            id
+        }
+        (Some(OpSpec::Name(n)), None) => builtin(n).map_err(|e| err(n, e))?,
+        (Some(OpSpec::Expr { expr }), None) => match &s.vars {
             None => parse(expr),
             Some(v) => parse_with_vars(expr, v),
         }
@@ -677,7 +750,12 @@ fn build_pending(
                 format!("expression `{}`: {e}", crate::report::excerpt(expr)),
             )
         })?,
-        None => return Err(err("name", format!("a rule needs `op`: {why}"))),
+        (None, None) => {
+            return Err(err(
+                "name",
+                "a rule needs `op` (a local op) or `forward` (a collective)".into(),
+            ))
+        }
     };
     if f.arity() != types.len() {
         return Err(err(
@@ -749,12 +827,17 @@ fn build_pending(
     };
     let mut places: Vec<Place> = places.iter().map(|p| p[a]).collect();
     let out_place = places.pop().expect("the output's placement");
+    let forward = match &s.forward {
+        Some(fw) => Some(kind_collective(fw, places[0], out_place).map_err(|e| err(fw, e))?),
+        None => None,
+    };
     let pending = PendingRule {
         f: f.clone(),
         axis: axes[a].clone(),
         inputs: places,
         output: out_place,
         ranks,
+        forward,
     };
     // Refuse what cannot finish, as for the core (SPEC.md §11.2).
     let total =

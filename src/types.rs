@@ -391,7 +391,12 @@ pub fn strip_kinds(
                     format!("`{t}`: unreduced_kind needs a non-empty unreduced set (as in JAX)"),
                 ));
             }
-            out.push(format!("P({})", kept.join(", ")));
+            // Texts without kinds stay exactly as written (error messages quote them).
+            out.push(if m.is_empty() {
+                text.clone()
+            } else {
+                format!("P({})", kept.join(", "))
+            });
         } else if let Some(body) = t.strip_prefix('{').and_then(|b| b.strip_suffix('}')) {
             let mut parts = Vec::new();
             for part in split_top(body) {
@@ -408,7 +413,11 @@ pub fn strip_kinds(
                     None => parts.push(part),
                 }
             }
-            out.push(format!("{{{}}}", parts.join(", ")));
+            out.push(if m.is_empty() {
+                text.clone()
+            } else {
+                format!("{{{}}}", parts.join(", "))
+            });
         } else {
             match state_kind(d, t)? {
                 Some(k) => {

@@ -146,6 +146,98 @@ fn each_kind_defers_and_its_twin_is_refuted() {
     assert_eq!(c["per_rank_outputs"], json!(["0", "1"]), "{c}");
 }
 
+fn coll(name: &str, dialect: &str, forward: &str, input: &str, output: &str) -> String {
+    format!(
+        "[[rule]]\nname = \"{name}\"\ndialect = \"{dialect}\"\nforward = \"{forward}\"\ninputs = ['{input}']\noutput = '{output}'\n\n"
+    )
+}
+
+#[test]
+fn collectives_of_a_kind_and_their_twins() {
+    let mut text = String::new();
+    text += &coll(
+        "redistribute max",
+        "dtensor",
+        "redistribute",
+        "Partial(max)",
+        "Replicate()",
+    );
+    // Twin: an all-reduce of the wrong kind.
+    text += &coll(
+        "psum of a pending max",
+        "dtensor",
+        "all_reduce(sum)",
+        "Partial(max)",
+        "Replicate()",
+    );
+    text += &coll(
+        "reduce_scatter avg",
+        "dtensor",
+        "reduce_scatter(avg, dim=0)",
+        "Partial(avg)",
+        "Shard(0)",
+    );
+    text += &coll(
+        "reduce_scatter sum of avg",
+        "dtensor",
+        "reduce_scatter(sum, dim=0)",
+        "Partial(avg)",
+        "Shard(0)",
+    );
+    text += &coll(
+        "unreduced_pmin",
+        "jax",
+        "unreduced_pmin",
+        "Unreduced(min)",
+        "Invariant",
+    );
+    text += &coll(
+        "unreduced_pmax of a min",
+        "jax",
+        "unreduced_pmax",
+        "Unreduced(min)",
+        "Invariant",
+    );
+    text += &coll(
+        "partition max",
+        "dtensor",
+        "partition(max)",
+        "Replicate()",
+        "Partial(max)",
+    );
+    // Twin: v/n on every rank is a pending sum, not a pending mean.
+    text += &coll(
+        "partition sum as avg",
+        "dtensor",
+        "partition(sum)",
+        "Replicate()",
+        "Partial(avg)",
+    );
+    let (code, v) = check_json("colls.toml", &text);
+    assert_eq!(code, 1, "{v}");
+    for n in [
+        "redistribute max",
+        "reduce_scatter avg",
+        "unreduced_pmin",
+        "partition max",
+    ] {
+        assert_defers(&rule_named(&v, n));
+    }
+    let c = assert_refuted(&rule_named(&v, "psum of a pending max"), "F3", 2);
+    assert_eq!(c["inputs"][0]["per_rank"], json!(["0", "-1"]), "{c}");
+    assert_eq!(
+        (c["expected"].clone(), c["denoted"].clone()),
+        (json!("0"), json!("-1"))
+    );
+    let c = assert_refuted(&rule_named(&v, "reduce_scatter sum of avg"), "F3", 2);
+    assert_eq!(c["per_rank_outputs"], json!(["[0]", "[1]"]), "{c}");
+    let c = assert_refuted(&rule_named(&v, "unreduced_pmax of a min"), "F3", 2);
+    assert_eq!(c["inputs"][0]["type"], "Unreduced(min)");
+    let c = assert_refuted(&rule_named(&v, "partition sum as avg"), "F3", 2);
+    assert_eq!(c["per_rank_outputs"], json!(["1/2", "1/2"]), "{c}");
+    assert_eq!(c["expected"], "1");
+}
+
 #[test]
 fn a_pending_sum_alone_is_the_core_partial() {
     // Partial("sum") with no other kind is the core's P: a proof, with its
@@ -314,6 +406,21 @@ fn bad_kind_rules_are_one_line_errors() {
             rule("backward", "dtensor", "x", &["Partial(max)"], "Partial(max)") + "backward = [\"g\"]\n",
             "`backward` is not supported",
         ),
+        (
+            "redistribute to max",
+            coll("redistribute to max", "dtensor", "redistribute", "Replicate()", "Partial(max)"),
+            "refuses Replicate() to Partial(k)",
+        ),
+        (
+            "all_reduce to shard",
+            coll("all_reduce to shard", "dtensor", "all_reduce(max)", "Partial(max)", "Shard(0)"),
+            "goes from P(max) to I",
+        ),
+        (
+            "psum",
+            coll("psum", "jax", "psum", "Unreduced(max)", "Invariant"),
+            "not a pending-kind collective",
+        ),
         ("varying", rule("varying", "spmd_types", "x + y", &["Partial(max)", "V"], "Partial(max)"), "Varying without a layout"),
     ];
     for (name, text, needle) in cases {
@@ -351,7 +458,7 @@ fn the_example_file_as_written() {
             assert_eq!(r["verdict"], "sound", "{n}");
         }
     }
-    assert_eq!(v.as_array().unwrap().len(), 10);
+    assert_eq!(v.as_array().unwrap().len(), 11);
 }
 
 fn check_json_file(f: &str) -> (i32, Value) {
