@@ -168,7 +168,7 @@ fn kind_collective(text: &str, src: Place, dst: Place) -> Result<Coll, String> {
                 ))
             }
         }
-    } else if let Some(k) = t.strip_prefix("unreduced_p") {
+    } else if let Some(k @ ("sum" | "max" | "min")) = t.strip_prefix("unreduced_p") {
         Coll::AllReduce(kind(k)?)
     } else if let Some(a) = arg("all_reduce(") {
         Coll::AllReduce(kind(a)?)

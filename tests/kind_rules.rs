@@ -421,6 +421,11 @@ fn bad_kind_rules_are_one_line_errors() {
             coll("psum", "jax", "psum", "Unreduced(max)", "Invariant"),
             "not a pending-kind collective",
         ),
+        (
+            "pmean",
+            coll("pmean", "jax", "unreduced_pmean", "Unreduced(max)", "Invariant"),
+            "not a pending-kind collective",
+        ),
         ("varying", rule("varying", "spmd_types", "x + y", &["Partial(max)", "V"], "Partial(max)"), "Varying without a layout"),
     ];
     for (name, text, needle) in cases {
@@ -495,4 +500,53 @@ fn the_library_assertions_read_kinds() {
         msg.contains("unsound F3") && msg.contains("violates F3"),
         "{msg}"
     );
+}
+
+#[test]
+fn partitions_of_a_kind_file_merge_to_the_single_run() {
+    let f = temp_rule_file("merge.toml", include_str!("../examples/partial_kinds.toml"));
+    let dir = std::path::Path::new(&f).parent().unwrap().to_path_buf();
+    let mut parts = Vec::new();
+    for k in 1..=2 {
+        let (code, out, err) = run(&[
+            "check",
+            &f,
+            "--json",
+            "--cases",
+            "8",
+            "--partition",
+            &format!("{k}/2"),
+        ]);
+        assert!(code == 0 || code == 1, "{err}");
+        let p = dir.join(format!("part{k}.json"));
+        std::fs::write(&p, out).unwrap();
+        parts.push(p.display().to_string());
+    }
+    let (code, out, err) = run(&["merge", &parts[0], &parts[1]]);
+    assert_eq!(code, 1, "{out} {err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let all = v.as_array().unwrap();
+    assert_eq!(all.len(), 11, "{v}");
+    assert_eq!(all.iter().filter(|r| r["verdict"] == "unsound").count(), 2);
+    // The twin: without the two wrong rules the merge exits 0.
+    let text = include_str!("../examples/partial_kinds.toml");
+    let cut = text.find("# Deliberately wrong").unwrap();
+    let g = temp_rule_file("merge_ok.toml", &text[..cut]);
+    let mut parts = Vec::new();
+    for k in 1..=2 {
+        let (_, out, _) = run(&[
+            "check",
+            &g,
+            "--json",
+            "--cases",
+            "8",
+            "--partition",
+            &format!("{k}/2"),
+        ]);
+        let p = dir.join(format!("ok{k}.json"));
+        std::fs::write(&p, out).unwrap();
+        parts.push(p.display().to_string());
+    }
+    let (code, out, _) = run(&["merge", &parts[0], &parts[1]]);
+    assert_eq!(code, 0, "{out}");
 }
