@@ -550,3 +550,44 @@ fn partitions_of_a_kind_file_merge_to_the_single_run() {
     let (code, out, _) = run(&["merge", &parts[0], &parts[1]]);
     assert_eq!(code, 0, "{out}");
 }
+
+/// Malformed kind spellings are bad input or ordinary states, never a panic.
+#[test]
+fn odd_kind_spellings_never_panic() {
+    let odd = [
+        "Partial(",
+        "Partial(()",
+        "Partial(\"\")",
+        "Partial(max",
+        "Partial(max))",
+        "Unreduced()",
+        "Unreduced(",
+        "P(unreduced_kind=)",
+        "P(unreduced={'x'}, unreduced_kind=)",
+        "P(unreduced={'x'}, unreduced_kind=UnreducedKind.)",
+        "P(unreduced={}, unreduced_kind=max)",
+        "P('x', unreduced={'x'}, unreduced_kind=max)",
+        "{x: Partial(max}",
+        "{x: Partial(max), x: Partial(min)}",
+        "{: Partial(max)}",
+        "Shard(0)",
+        "Shard(9)",
+    ];
+    for dialect in ["dtensor", "jax", "spmd_types"] {
+        for o in odd {
+            let text = format!(
+                "[[rule]]\nname = \"odd\"\ndialect = \"{dialect}\"\nop = \"relu\"\ninputs = [\"Partial(max)\"]\noutput = {}\n",
+                toml::Value::String(o.to_string())
+            );
+            let f = temp_rule_file("odd.toml", &text);
+            let (code, out, err) = run(&["check", &f, "--cases", "4"]);
+            assert!(
+                [0, 1, 2, 3].contains(&code),
+                "{dialect} {o}: {code} {out} {err}"
+            );
+            if code == 2 {
+                assert_eq!(err.trim().lines().count(), 1, "{dialect} {o}: {err}");
+            }
+        }
+    }
+}
