@@ -133,8 +133,8 @@ pub struct Rule {
     pub pending: Option<PendingRule>,
 }
 
-/// A rule with pending kinds (SPEC.md §21.7): a local op on the one mesh axis
-/// whose placements are not all Replicate.
+/// A rule with pending kinds (SPEC.md §21.7): a local op or a collective of
+/// a kind, on the one mesh axis whose placements are not all Replicate.
 #[derive(Clone, Debug)]
 pub struct PendingRule {
     pub f: spmd_interp::LocalFn,
@@ -694,9 +694,9 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
     })
 }
 
-/// A rule with pending kinds (SPEC.md §21.7): a local op whose placements
-/// on one mesh axis go to `partial_kinds::check_places`; every other axis
-/// must be Replicate on every input and the output.
+/// A rule with pending kinds (SPEC.md §21.7): a local op (checked by
+/// `partial_kinds::check_places`) or a collective of a kind, on one mesh
+/// axis; every other axis must be Replicate on every input and the output.
 #[allow(clippy::too_many_arguments)]
 fn build_pending(
     s: &RuleSpec,
