@@ -2,7 +2,8 @@
 //! (SPEC.md §11.2-11.4): saved counterexamples replayed first, then the
 //! exhaustive scope, then random cases beyond it (proptest, shrinking).
 
-use crate::rules::Rule;
+use crate::partial_kinds::{self, Place};
+use crate::rules::{PendingRule, Rule};
 use crate::run::{check_forward, check_op, UsageError};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
@@ -42,6 +43,10 @@ pub struct RuleReport {
     pub no_grad: Vec<String>,
     /// The rule's dialect, whose names the report uses.
     pub dialect: spmd_semantics::Dialect,
+    /// For a rule with pending kinds (SPEC.md §21.7), what their check
+    /// found; `verdict` then only summarises it for callers that do not
+    /// read this.
+    pub pending: Option<PendingReport>,
 }
 
 /// A counterexample stored by value (SPEC.md §11.3).
@@ -138,6 +143,9 @@ pub fn save_regressions(path: &str, r: &Regressions) -> Result<(), UsageError> {
 
 /// Run the oracle on one stored instance; `Some` if it still fails.
 pub fn replay(rule: &Rule, s: &Stored) -> Option<Box<Violation>> {
+    if rule.pending.is_some() {
+        return None;
+    }
     let m = s.mesh();
     let xs = s.values()?;
     if xs.len() != rule.op.inputs.len() || rule.op.inputs.iter().any(|t| t.states.len() != m.ndim())
@@ -333,6 +341,9 @@ pub fn check_rule(
     stored: &[Stored],
     progress: &dyn Fn(u64),
 ) -> RuleReport {
+    if let Some(p) = &rule.pending {
+        return check_pending(rule, p, cfg, stored);
+    }
     let mut report = RuleReport {
         name: rule.name.clone(),
         verdict: Verdict::conclude(Tally::new(), None),
@@ -348,6 +359,7 @@ pub fn check_rule(
             .map(|&i| rule.op.input_name(i))
             .collect(),
         dialect: rule.dialect,
+        pending: None,
     };
     for s in stored {
         if let Some(v) = replay(rule, s) {
@@ -441,6 +453,16 @@ fn library_config() -> CheckConfig {
 
 #[track_caller]
 fn assert_report(rule: &Rule, r: &RuleReport) {
+    if let Some(p) = &r.pending {
+        assert!(
+            matches!(p.outcome, PendingOutcome::Defers),
+            "rule `{}` is {}\n{}",
+            rule.name,
+            p.word(),
+            p.report(rule.dialect)
+        );
+        return;
+    }
     if let Some(v) = r.verdict.violation() {
         panic!(
             "rule `{}` is {}:\n{}",
@@ -469,8 +491,11 @@ pub fn assert_rules_sound(path: &str) {
     for r in &rules {
         let stored = regs.get(&r.name).cloned().unwrap_or_default();
         let rep = check_rule(r, &library_config(), &stored, &|_| {});
-        if let Some(v) = rep.verdict.violation() {
-            let s = Stored::from_violation(v);
+        let found = match &rep.pending {
+            Some(p) => p.stored(),
+            None => rep.verdict.violation().map(Stored::from_violation),
+        };
+        if let Some(s) = found {
             let list = regs.entry(r.name.clone()).or_default();
             if !list.contains(&s) {
                 list.push(s);
@@ -479,4 +504,729 @@ pub fn assert_rules_sound(path: &str) {
         }
         assert_report(r, &rep);
     }
+}
+
+// ---------------------------------------------------------------------------
+// Rules with pending kinds (SPEC.md §21.7)
+
+/// What the check of a rule with pending kinds found.
+#[derive(Clone, Debug)]
+pub enum PendingOutcome {
+    /// No instance failed, and some case on more than one rank ran: bounded.
+    Defers,
+    /// `property` is F1 (the per-rank outputs are not well formed for the
+    /// output placement) or F3 (they denote something else).
+    Refuted {
+        property: &'static str,
+        cex: Box<partial_kinds::Counterexample>,
+    },
+    /// Nothing on more than one rank was checked.
+    Vacuous(String),
+    /// Stopped (time limit, Ctrl-C) before the check was complete.
+    Undetermined(String),
+}
+
+/// The report of a rule with pending kinds (SPEC.md §21.7).
+#[derive(Clone, Debug)]
+pub struct PendingReport {
+    pub rule: PendingRule,
+    pub outcome: PendingOutcome,
+    /// The exhaustive part (`partial_kinds::check_places`).
+    pub counts: partial_kinds::Counts,
+    /// Random cases that ran and passed, and how many on more than one rank.
+    pub random: u64,
+    pub random_multi: u64,
+    pub random_note: Option<String>,
+    /// The counterexample came from the regression file ...
+    pub replayed: bool,
+    /// ... or from the random part.
+    pub from_random: bool,
+    /// The exhaustive scope, in words.
+    pub scope: String,
+    /// The rule's dialect, whose names the words use.
+    pub dialect: spmd_semantics::Dialect,
+}
+
+/// A placement in a dialect's words.
+pub fn place_in(d: spmd_semantics::Dialect, p: Place) -> String {
+    use spmd_semantics::{Dialect, State};
+    match (d, p) {
+        (Dialect::Dtensor, Place::Part(k)) => format!("Partial({k})"),
+        (Dialect::Dtensor, Place::Shard(i)) => format!("Shard({i})"),
+        (Dialect::Jax, Place::Part(k)) => format!("Unreduced({k})"),
+        (_, Place::Inv) => d.state_name(State::Invariant).unwrap_or("I").to_string(),
+        _ => p.to_string(),
+    }
+}
+
+impl PendingReport {
+    pub fn failed(&self) -> bool {
+        matches!(self.outcome, PendingOutcome::Refuted { .. })
+    }
+    /// Vacuous or undetermined: `check` exits 3 unless --allow-vacuous.
+    pub fn inconclusive(&self) -> bool {
+        matches!(
+            self.outcome,
+            PendingOutcome::Vacuous(_) | PendingOutcome::Undetermined(_)
+        )
+    }
+    /// The verdict in words: what was checked, never "proof".
+    pub fn word(&self) -> String {
+        let c = &self.counts;
+        let mut w = match &self.outcome {
+            PendingOutcome::Defers => format!(
+                "defers (bounded: {} instances exhaustive on {} cases, {} on more than one rank, and {} random; {} outside the domain; {} cases beyond the cap); backward not checked (pending kinds are checked forward only, SPEC.md §21.7)",
+                c.instances, c.cases, c.multi_rank_cases, self.random, c.outside_domain, c.beyond_cap
+            ),
+            PendingOutcome::Refuted { property, .. } => format!(
+                "unsound {property} (the per-rank outputs under {} {}, SPEC.md §21.2)",
+                place_in(self.dialect, self.rule.output),
+                match (*property, self.rule.forward) {
+                    ("F1", _) => "are not well formed",
+                    (_, Some(_)) => "do not denote the value the input denotes",
+                    _ => "do not denote the op of the inputs' denotations",
+                }
+            ),
+            PendingOutcome::Vacuous(why) => format!(
+                "vacuous ({why}; nothing on more than one rank was checked: {})",
+                if self.rule.ranks == Some(1) {
+                    format!("the rule's mesh gives axis `{}` one rank", self.rule.axis)
+                } else {
+                    "raise --max-points".into()
+                }
+            ),
+            PendingOutcome::Undetermined(why) => format!("undetermined ({why})"),
+        };
+        if let Some(n) = &self.random_note {
+            w.push_str(&format!(" [{n}]"));
+        }
+        if self.replayed {
+            w.push_str(" (replayed from the regression file)");
+        } else if self.from_random {
+            w.push_str(" (found by a random case, shrunk)");
+        }
+        w
+    }
+    /// The counterexample, one line per value, in the rule's dialect.
+    pub fn report(&self, d: spmd_semantics::Dialect) -> String {
+        let PendingOutcome::Refuted { property, cex } = &self.outcome else {
+            return String::new();
+        };
+        let r = &self.rule;
+        let ranks = |ts: &[Tensor]| {
+            ts.iter()
+                .map(|t| t.to_string())
+                .collect::<Vec<_>>()
+                .join(" | ")
+        };
+        let mut s = format!(
+            "violates {property} (SPEC.md §21.2) on {} ranks of axis `{}`\n",
+            cex.n, r.axis
+        );
+        for (i, x) in cex.inputs.iter().enumerate() {
+            let den =
+                partial_kinds::denote(r.inputs[i], x).map_or("nothing".into(), |t| t.to_string());
+            s.push_str(&format!(
+                "  {} : {}   per rank {}   denotes {den}\n",
+                r.f.vars.get(i).map_or("?", String::as_str),
+                place_in(d, r.inputs[i]),
+                ranks(x)
+            ));
+        }
+        s.push_str(&format!(
+            "  output : {}   per rank {}   denotes {}\n  expected ({}): {}\n  actual:   {}\n",
+            place_in(d, r.output),
+            ranks(&cex.per_rank),
+            cex.denoted
+                .as_ref()
+                .map_or("nothing (not well formed)".into(), |t| t.to_string()),
+            match r.forward {
+                Some(_) => "the value the input denotes",
+                None => "the op on the inputs' denotations",
+            },
+            cex.expected,
+            cex.denoted
+                .as_ref()
+                .map_or("no value".into(), |t| t.to_string()),
+        ));
+        s
+    }
+    /// The `--json` entry (without name and file).
+    pub fn json(&self, d: spmd_semantics::Dialect) -> serde_json::Value {
+        use serde_json::json;
+        let c = &self.counts;
+        let r = &self.rule;
+        let (verdict, reason) = match &self.outcome {
+            PendingOutcome::Defers => ("sound", None),
+            PendingOutcome::Refuted { .. } => ("unsound", None),
+            PendingOutcome::Vacuous(w) => ("vacuous", Some(w.clone())),
+            PendingOutcome::Undetermined(w) => ("undetermined", Some(w.clone())),
+        };
+        let (property, cex) = match &self.outcome {
+            PendingOutcome::Refuted { property, cex } => {
+                let ts = |x: &[Tensor]| x.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+                (
+                    Some(*property),
+                    json!({
+                        "ranks": cex.n,
+                        "axis": r.axis,
+                        "inputs": cex.inputs.iter().enumerate().map(|(i, x)| json!({
+                            "label": r.f.vars.get(i),
+                            "type": place_in(d, r.inputs[i]),
+                            "per_rank": ts(x),
+                        })).collect::<Vec<_>>(),
+                        "per_rank_outputs": ts(&cex.per_rank),
+                        "denoted": cex.denoted.as_ref().map(|t| t.to_string()),
+                        "expected": cex.expected.to_string(),
+                        "report": self.report(d),
+                    }),
+                )
+            }
+            _ => (None, serde_json::Value::Null),
+        };
+        json!({
+            "verdict": verdict,
+            "proof": false,
+            "property": property,
+            "counterexample": cex,
+            "pending": {
+                "verdict": match &self.outcome {
+                    PendingOutcome::Defers => "defers",
+                    PendingOutcome::Refuted { .. } => "refuted",
+                    PendingOutcome::Vacuous(_) => "vacuous",
+                    PendingOutcome::Undetermined(_) => "undetermined",
+                },
+                "axis": r.axis,
+                "inputs": r.inputs.iter().map(|p| place_in(d, *p)).collect::<Vec<_>>(),
+                "output": place_in(d, r.output),
+                "scope": self.scope,
+            },
+            "instances": c.instances,
+            "cases": c.cases,
+            "distributed_cases": c.multi_rank_cases,
+            "cases_beyond_cap": c.beyond_cap,
+            "outside_domain": c.outside_domain,
+            "random_cases": self.random,
+            "random_distributed": self.random_multi,
+            "random_note": self.random_note,
+            "replayed": self.replayed,
+            "backward_checked": false,
+            "reason": reason,
+            "summary": self.word(),
+        })
+    }
+    /// The counterexample by value, for the regression file (SPEC.md §11.3).
+    pub fn stored(&self) -> Option<Stored> {
+        let PendingOutcome::Refuted { property, cex } = &self.outcome else {
+            return None;
+        };
+        Some(Stored {
+            mesh: vec![(self.rule.axis.clone(), cex.n)],
+            inputs: cex
+                .inputs
+                .iter()
+                .map(|x| {
+                    (
+                        x[0].shape.clone(),
+                        x.iter()
+                            .map(|t| t.data.iter().map(|q| q.to_string()).collect())
+                            .collect(),
+                    )
+                })
+                .collect(),
+            property: property.to_string(),
+        })
+    }
+    /// The core verdict shown to callers that do not read `pending` (the
+    /// library's `RuleReport::verdict`): sound (bounded, never a proof) for
+    /// a deferring rule, vacuous, or undetermined with the counterexample
+    /// in words, since the core's counterexamples have no kinds.
+    fn core_verdict(&self) -> Verdict {
+        let c = &self.counts;
+        let tally = Tally {
+            passed: c.instances + self.random,
+            outside_domain: c.outside_domain,
+            cases: c.cases,
+            distributed_cases: c.multi_rank_cases,
+            cases_beyond_cap: c.beyond_cap,
+            proof_grid: false,
+            random: self.random,
+            random_distributed: self.random_multi,
+            ..Tally::default()
+        };
+        match &self.outcome {
+            PendingOutcome::Defers => Verdict::Sound {
+                proof: false,
+                tally,
+            },
+            PendingOutcome::Vacuous(_) => Verdict::Vacuous { tally },
+            PendingOutcome::Undetermined(w) => Verdict::Undetermined {
+                tally: Tally {
+                    stopped: Some(w.clone()),
+                    ..tally
+                },
+            },
+            PendingOutcome::Refuted { cex, .. } => Verdict::Undetermined {
+                tally: Tally {
+                    stopped: Some(format!(
+                        "{}: {cex} (a pending-kind counterexample; see RuleReport::pending)",
+                        self.word()
+                    )),
+                    ..tally
+                },
+            },
+        }
+    }
+}
+
+/// The scope of a pending-kind rule (SPEC.md §21.7): `partial_kinds`'
+/// default (1-4 ranks, local shapes up to [2, 2], six values, 50,000 points
+/// per case), with the ranks of `check`'s one-axis meshes (`--scope small`
+/// keeps 1-2), the rule's own axis size when its mesh fixes it, and
+/// `--max-points`, `--max-rank`, `--max-dim` where given other than their
+/// defaults.
+pub fn pending_scope(s: &spmd_generators::Scope, ranks: Option<usize>) -> partial_kinds::Scope {
+    let d = spmd_generators::Scope::default();
+    let mut p = partial_kinds::Scope::default();
+    match ranks {
+        Some(n) => p.ranks = vec![n],
+        None => {
+            let mut r: Vec<usize> = s
+                .meshes
+                .iter()
+                .filter(|m| m.ndim() == 1)
+                .map(|m| m.num_ranks())
+                .collect();
+            r.sort_unstable();
+            r.dedup();
+            if !r.is_empty() {
+                p.ranks = r;
+            }
+        }
+    }
+    if s.max_points != d.max_points {
+        p.max_points = s.max_points;
+    }
+    if s.max_rank != d.max_rank || s.max_dim != d.max_dim {
+        p.shapes = (0..=s.max_rank)
+            .flat_map(|k| spmd_generators::tuples(&(1..=s.max_dim).collect::<Vec<_>>(), k))
+            .collect();
+    }
+    p
+}
+
+/// The global shape of a local one under a placement on `n` ranks.
+fn pending_global(p: Place, local: &[usize], n: usize) -> Option<Shape> {
+    let mut s = local.to_vec();
+    if let Place::Shard(d) = p {
+        *s.get_mut(d)? *= n;
+    }
+    Some(s)
+}
+
+/// The scalars an input of this placement and local shape takes on `n` ranks.
+fn pending_free(p: Place, shape: &[usize], n: usize) -> usize {
+    let numel: usize = shape.iter().product();
+    match p {
+        Place::Inv => numel,
+        Place::Part(_) | Place::Shard(_) => numel * n,
+    }
+}
+
+/// Whether the op takes these local shapes, and the global ones they make.
+fn pending_fits(r: &PendingRule, n: usize, shapes: &[Shape]) -> bool {
+    use spmd_interp::eval::infer;
+    let globals: Option<Vec<Shape>> = r
+        .inputs
+        .iter()
+        .zip(shapes)
+        .map(|(&p, s)| pending_global(p, s, n))
+        .collect();
+    if let Some(partial_kinds::Coll::ReduceScatter(_, d)) = r.forward {
+        // Each rank keeps its chunk of the reduced tensor along d.
+        if shapes.first().is_none_or(|s| d >= s.len() || s[d] % n != 0) {
+            return false;
+        }
+    }
+    shapes.len() == r.inputs.len()
+        && infer(&r.f.expr, shapes).is_ok()
+        && globals.is_some_and(|g| infer(&r.f.expr, &g).is_ok())
+}
+
+/// One instance: the per-rank inputs `xs[i][rank]`. `Ok(None)`: the op
+/// divides by zero (outside the domain), or the instance passes;
+/// `Ok(Some(..))`: the failing property and the counterexample.
+fn pending_instance(
+    r: &PendingRule,
+    xs: Vec<Vec<Tensor>>,
+    n: usize,
+) -> Result<Option<(&'static str, partial_kinds::Counterexample)>, String> {
+    use spmd_interp::eval::{eval, Ctx, EvalError};
+    let globals: Vec<Tensor> = r
+        .inputs
+        .iter()
+        .zip(&xs)
+        .map(|(&p, x)| partial_kinds::denote(p, x).ok_or("an input is not well formed"))
+        .collect::<Result<_, _>>()?;
+    let mut ctx = Ctx::default();
+    let expected = match eval(&r.f.expr, &globals, &mut ctx) {
+        Ok(t) => t,
+        Err(EvalError::DivByZero) => return Ok(None),
+        Err(EvalError::Shape(s)) => return Err(s),
+    };
+    let mut per_rank = Vec::with_capacity(n);
+    if let Some(c) = r.forward {
+        per_rank = c.forward(&xs[0]);
+    } else {
+        for k in 0..n {
+            let local: Vec<&Tensor> = xs.iter().map(|x| &x[k]).collect();
+            match eval(&r.f.expr, &local, &mut ctx) {
+                Ok(t) => per_rank.push(t),
+                Err(EvalError::DivByZero) => return Ok(None),
+                Err(EvalError::Shape(s)) => return Err(s),
+            }
+        }
+    }
+    let denoted = partial_kinds::denote(r.output, &per_rank);
+    if denoted.as_ref() == Some(&expected) {
+        return Ok(None);
+    }
+    let property = if denoted.is_none() { "F1" } else { "F3" };
+    Ok(Some((
+        property,
+        partial_kinds::Counterexample {
+            n,
+            inputs: xs,
+            expected,
+            per_rank,
+            denoted,
+        },
+    )))
+}
+
+/// Replays a stored counterexample on a pending-kind rule; `Some` if it
+/// still fails. A stored instance that does not fit the rule (another axis,
+/// arity, shape, or an input its placement cannot hold) is passed over.
+fn replay_pending(
+    r: &PendingRule,
+    s: &Stored,
+) -> Option<(&'static str, partial_kinds::Counterexample)> {
+    let [(axis, n)] = s.mesh.as_slice() else {
+        return None;
+    };
+    if *axis != r.axis || *n == 0 || r.ranks.is_some_and(|k| k != *n) {
+        return None;
+    }
+    let xs: Vec<Vec<Tensor>> = s.values()?.into_iter().map(|p| p.tensors).collect();
+    if xs.len() != r.inputs.len() || xs.iter().any(|x| x.len() != *n) {
+        return None;
+    }
+    if r.inputs
+        .iter()
+        .zip(&xs)
+        .any(|(&p, x)| partial_kinds::denote(p, x).is_none())
+    {
+        return None;
+    }
+    let shapes: Vec<Shape> = xs.iter().map(|x| x[0].shape.clone()).collect();
+    if !pending_fits(r, *n, &shapes) {
+        return None;
+    }
+    pending_instance(r, xs, *n).ok().flatten()
+}
+
+/// A random instance of a pending-kind rule: ranks, local shapes, scalars.
+#[derive(Clone, Debug)]
+struct PendingCase {
+    n: usize,
+    shapes: Vec<Shape>,
+    vals: Vec<Q>,
+}
+
+fn pending_inputs(r: &PendingRule, c: &PendingCase) -> Vec<Vec<Tensor>> {
+    let mut at = 0;
+    r.inputs
+        .iter()
+        .zip(&c.shapes)
+        .map(|(&p, s)| {
+            let numel: usize = s.iter().product();
+            let k = pending_free(p, s, c.n);
+            let vals = &c.vals[at..at + k];
+            at += k;
+            match p {
+                Place::Inv => vec![Tensor::new(s.clone(), vals.to_vec()); c.n],
+                _ => vals
+                    .chunks(numel.max(1))
+                    .take(c.n)
+                    .map(|ch| Tensor::new(s.clone(), ch[..numel].to_vec()))
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+/// The random part (SPEC.md §8.4 for pending kinds): ranks from the scope,
+/// shapes of rank 0-2 with dims up to 4, scalars from `arb_q`; a failure is
+/// shrunk. Returns (passed, passed on more than one rank, failure, note).
+#[allow(clippy::type_complexity)]
+fn pending_random(
+    r: &PendingRule,
+    ranks: &[usize],
+    cfg: &CheckConfig,
+) -> (
+    u64,
+    u64,
+    Option<(&'static str, partial_kinds::Counterexample)>,
+    Option<String>,
+) {
+    if cfg.cases == 0 || ranks.is_empty() {
+        return (0, 0, None, None);
+    }
+    let mut seed = [0u8; 32];
+    seed[..8].copy_from_slice(&cfg.seed.to_le_bytes());
+    let config = Config {
+        cases: cfg.cases,
+        failure_persistence: None,
+        max_shrink_iters: 4096,
+        max_global_rejects: cfg.cases.saturating_mul(16).max(1024),
+        ..Config::default()
+    };
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed));
+    let (rf, rm) = (r.clone(), r.clone());
+    let strategy = (
+        prop::sample::select(ranks.to_vec()),
+        prop::collection::vec(prop::collection::vec(1usize..=4, 0..=2), r.inputs.len()),
+    )
+        .prop_filter("shapes fit the op", move |(n, shapes)| {
+            pending_fits(&rf, *n, shapes)
+                && rf
+                    .inputs
+                    .iter()
+                    .zip(shapes)
+                    .map(|(&p, s)| pending_free(p, s, *n))
+                    .sum::<usize>()
+                    <= 64
+        })
+        .prop_flat_map(move |(n, shapes)| {
+            let k: usize = rm
+                .inputs
+                .iter()
+                .zip(&shapes)
+                .map(|(&p, s)| pending_free(p, s, n))
+                .sum();
+            (Just(n), Just(shapes), prop::collection::vec(arb_q(), k))
+        })
+        .prop_map(|(n, shapes, vals)| PendingCase { n, shapes, vals });
+    let counts = std::cell::Cell::new((0u64, 0u64));
+    let failed = std::cell::Cell::new(false);
+    let stopped: RefCell<Option<String>> = RefCell::new(None);
+    let result = runner.run(&strategy, |c| {
+        if let Some(why) = crate::run::stop_reason() {
+            *stopped.borrow_mut() = Some(why);
+            return Ok(());
+        }
+        match pending_instance(r, pending_inputs(r, &c), c.n) {
+            Ok(Some((p, _))) => {
+                failed.set(true);
+                Err(TestCaseError::fail(p))
+            }
+            Ok(None) => {
+                if !failed.get() {
+                    let (a, b) = counts.get();
+                    counts.set((a + 1, b + u64::from(c.n > 1)));
+                }
+                Ok(())
+            }
+            Err(e) => Err(TestCaseError::reject(e)),
+        }
+    });
+    let (ran, multi) = counts.get();
+    let mut note = stopped.into_inner().map(|w| format!("random part {w}"));
+    let mut found = None;
+    match result {
+        Err(TestError::Fail(_, minimal)) => {
+            found = pending_instance(r, pending_inputs(r, &minimal), minimal.n)
+                .ok()
+                .flatten();
+        }
+        Err(TestError::Abort(why)) => {
+            note = Some(format!("random part stopped after {ran} cases: {why}"));
+        }
+        Ok(()) => {}
+    }
+    (ran, multi, found, note)
+}
+
+/// Checks a rule with pending kinds: stored counterexamples first, then
+/// `partial_kinds::check_places` on the exhaustive scope, then random cases.
+fn check_pending(rule: &Rule, p: &PendingRule, cfg: &CheckConfig, stored: &[Stored]) -> RuleReport {
+    let scope = pending_scope(&cfg.scope, p.ranks);
+    let mut rep = PendingReport {
+        rule: p.clone(),
+        outcome: PendingOutcome::Vacuous("nothing checked".into()),
+        counts: partial_kinds::Counts::default(),
+        random: 0,
+        random_multi: 0,
+        random_note: None,
+        replayed: false,
+        from_random: false,
+        scope: scope.describe(),
+        dialect: rule.dialect,
+    };
+    if let Some((property, cex)) = stored.iter().find_map(|s| replay_pending(p, s)) {
+        rep.outcome = PendingOutcome::Refuted {
+            property,
+            cex: Box::new(cex),
+        };
+        rep.replayed = true;
+    } else {
+        let exhaustive = match p.forward {
+            Some(_) => Ok(collective_exhaustive(p, &scope)),
+            None => partial_kinds::check_places(&p.f, &p.inputs, &[p.output], &scope),
+        };
+        match exhaustive {
+            Err(e) => rep.outcome = PendingOutcome::Undetermined(e),
+            Ok(mut vs) => {
+                let v = vs.remove(0);
+                rep.counts = v.counts().clone();
+                rep.outcome = match v {
+                    partial_kinds::Verdict::Defers(_) => PendingOutcome::Defers,
+                    partial_kinds::Verdict::Vacuous(why, _) => PendingOutcome::Vacuous(why),
+                    partial_kinds::Verdict::Refuted(cex, _) => {
+                        let property = if cex.denoted.is_none() { "F1" } else { "F3" };
+                        PendingOutcome::Refuted { property, cex }
+                    }
+                };
+            }
+        }
+        if !rep.failed() {
+            let (ran, multi, found, note) = pending_random(p, &scope.ranks, cfg);
+            rep.random = ran;
+            rep.random_multi = multi;
+            rep.random_note = note;
+            if let Some((property, cex)) = found {
+                rep.outcome = PendingOutcome::Refuted {
+                    property,
+                    cex: Box::new(cex),
+                };
+                rep.from_random = true;
+            } else if let Some(w) = rep
+                .random_note
+                .clone()
+                .filter(|_| crate::run::stop_reason().is_some())
+            {
+                rep.outcome = PendingOutcome::Undetermined(w);
+            } else if matches!(rep.outcome, PendingOutcome::Vacuous(_)) && multi > 0 {
+                // Random cases on more than one rank decide it, bounded.
+                rep.outcome = PendingOutcome::Defers;
+            }
+        }
+    }
+    RuleReport {
+        name: rule.name.clone(),
+        verdict: rep.core_verdict(),
+        random_cases: rep.random,
+        random_requested: cfg.cases,
+        random_note: rep.random_note.clone(),
+        replayed: rep.replayed,
+        backward_checked: false,
+        no_grad: vec![],
+        dialect: rule.dialect,
+        pending: Some(rep),
+    }
+}
+
+/// How many instances the exhaustive part of a pending-kind rule runs: the
+/// grid points of every case within the cap (SPEC.md §21.7), saturating.
+pub fn pending_estimate(r: &PendingRule, scope: &partial_kinds::Scope) -> u64 {
+    let nv = scope.values.len() as u64;
+    let mut total = 0u64;
+    for &n in &scope.ranks {
+        for shapes in spmd_generators::tuples(&scope.shapes, r.inputs.len()) {
+            if !pending_fits(r, n, &shapes) {
+                continue;
+            }
+            let free: usize = r
+                .inputs
+                .iter()
+                .zip(&shapes)
+                .map(|(&p, s)| pending_free(p, s, n))
+                .sum();
+            let points = u32::try_from(free)
+                .ok()
+                .and_then(|f| nv.checked_pow(f))
+                .filter(|&p| p <= scope.max_points);
+            total = total.saturating_add(points.unwrap_or(0));
+        }
+    }
+    total
+}
+
+/// The exhaustive part for a collective of a pending kind (SPEC.md §21.7):
+/// §21.2's scope and order (fewest ranks, then fewest free scalars; in the
+/// first failing case the fewest nonzero scalars, then the earliest values),
+/// the per-rank forward against the value the input denotes.
+fn collective_exhaustive(
+    r: &PendingRule,
+    scope: &partial_kinds::Scope,
+) -> Vec<partial_kinds::Verdict> {
+    let nv = scope.values.len();
+    let mut counts = partial_kinds::Counts::default();
+    type Fail = ((usize, Vec<usize>), partial_kinds::Counterexample);
+    let mut fail: Option<Fail> = None;
+    'ranks: for &n in &scope.ranks {
+        let mut shapes: Vec<&Shape> = scope
+            .shapes
+            .iter()
+            .filter(|s| pending_fits(r, n, std::slice::from_ref(*s)))
+            .collect();
+        shapes.sort_by_key(|s| pending_free(r.inputs[0], s, n));
+        for s in shapes {
+            let fr = pending_free(r.inputs[0], s, n);
+            let Some(points) = u32::try_from(fr)
+                .ok()
+                .and_then(|f| (nv as u64).checked_pow(f))
+                .filter(|&p| p <= scope.max_points)
+            else {
+                counts.beyond_cap += 1;
+                continue;
+            };
+            counts.cases += 1;
+            counts.multi_rank_cases += u64::from(n > 1);
+            let mut idx = vec![0usize; fr];
+            for _ in 0..points {
+                let c = PendingCase {
+                    n,
+                    shapes: vec![s.clone()],
+                    vals: idx.iter().map(|&i| scope.values[i].clone()).collect(),
+                };
+                counts.instances += 1;
+                if let Ok(Some((_, cex))) = pending_instance(r, pending_inputs(r, &c), n) {
+                    let key = (idx.iter().filter(|&&i| i != 0).count(), idx.clone());
+                    if fail.as_ref().is_none_or(|f| key < f.0) {
+                        fail = Some((key, cex));
+                    }
+                }
+                for d in idx.iter_mut() {
+                    *d += 1;
+                    if *d < nv {
+                        break;
+                    }
+                    *d = 0;
+                }
+            }
+            if fail.is_some() {
+                break 'ranks;
+            }
+        }
+    }
+    vec![match fail {
+        Some((_, cex)) => partial_kinds::Verdict::Refuted(Box::new(cex), counts),
+        None if counts.multi_rank_cases == 0 => partial_kinds::Verdict::Vacuous(
+            "no case on more than one rank within the cap".into(),
+            counts,
+        ),
+        None => partial_kinds::Verdict::Defers(counts),
+    }]
 }

@@ -77,6 +77,7 @@ pub fn check_external(
         },
         meshes,
         dialect,
+        pending: None,
     };
     let mut rep = check::check_rule(&rule, cfg, &[], &|_| {});
     if let (n @ 1.., why) = ext.refused() {

@@ -1027,6 +1027,33 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
                 .iter()
                 .find(|s| s.name == rep.name)
                 .expect("a spec per rule");
+            // Pending kinds (SPEC.md §21.7): their own verdict and report.
+            if let Some(p) = &rep.pending {
+                failed |= p.failed();
+                inconclusive |= p.inconclusive();
+                if let Some(s) = p.stored() {
+                    let list = regs.entry(rep.name.clone()).or_default();
+                    if !list.contains(&s) {
+                        list.push(s);
+                        changed = true;
+                    }
+                }
+                if o.json {
+                    let mut j = p.json(rep.dialect);
+                    j["name"] = serde_json::json!(rep.name);
+                    j["file"] = serde_json::json!(f);
+                    j["random_requested"] = serde_json::json!(rep.random_requested);
+                    out_json.push(j);
+                } else {
+                    let name = rep.name.escape_debug();
+                    println!("{f}: rule \"{name}\": {}", p.word());
+                    print!("{}", p.report(rep.dialect));
+                    if p.failed() && o.emit.is_some() {
+                        println!("  (--emit: no test or script is emitted for pending kinds yet)");
+                    }
+                }
+                continue;
+            }
             let v = &rep.verdict;
             if let Some(x) = v.violation() {
                 failed = true;

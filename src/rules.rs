@@ -2,13 +2,15 @@
 //! the same structure as JSON, turned into typed operations. Every error
 //! names the file, line and column.
 
+use crate::partial_kinds::{Coll, Place};
 use crate::run::UsageError;
-use crate::types::{meshes_named, parse_types_in};
+use crate::types::{has_kinds, kind_places, meshes_named, parse_types_in, strip_kinds};
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 use spmd_generators::Scope;
 use spmd_interp::catalogue::{check_group_sizes, collective_typed};
 use spmd_interp::{builtin, parse, parse_with_vars, Backward, Jvp, Op, TypedOp};
+use spmd_semantics::pending::PartialKind;
 use spmd_semantics::{Dialect, Mesh, Type, ALL_STATES};
 
 /// An op: a built-in name or `{ expr = "..." }`.
@@ -125,6 +127,82 @@ pub struct Rule {
     pub has_backward: bool,
     /// The dialect its types were written in; reports use its names.
     pub dialect: Dialect,
+    /// A rule whose types name a pending kind other than sum (SPEC.md
+    /// §21.7): checked by the pending-kind checks instead of the core. Its
+    /// `op` then reads every kind as the core's Partial and is never checked.
+    pub pending: Option<PendingRule>,
+}
+
+/// A rule with pending kinds (SPEC.md §21.7): a local op or a collective of
+/// a kind, on the one mesh axis whose placements are not all Replicate.
+#[derive(Clone, Debug)]
+pub struct PendingRule {
+    pub f: spmd_interp::LocalFn,
+    /// The axis checked; every other axis of the rule is Replicate.
+    pub axis: String,
+    pub inputs: Vec<Place>,
+    pub output: Place,
+    /// The axis size when the rule's `mesh` fixes it.
+    pub ranks: Option<usize>,
+    /// For a collective rule, its per-rank forward; `f` is then the identity,
+    /// its meaning (a collective keeps the value it is given).
+    pub forward: Option<Coll>,
+}
+
+/// A collective of a pending kind named in a rule's `forward` (SPEC.md
+/// §21.7), for the claimed placements `src -> dst`: `all_reduce(k)`,
+/// `reduce_scatter(k, dim=d)`, `partition(k)`, JAX's `unreduced_psum`,
+/// `unreduced_pmax`, `unreduced_pmin`, and DTensor's `redistribute`, which
+/// the placements determine.
+fn kind_collective(text: &str, src: Place, dst: Place) -> Result<Coll, String> {
+    let t: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+    let kind = |w: &str| PartialKind::parse(w.trim_matches(|c| c == '"' || c == '\''));
+    let arg = |pre: &str| t.strip_prefix(pre).and_then(|r| r.strip_suffix(')'));
+    let c = if t == "redistribute" {
+        match (src, dst) {
+            (Place::Part(k), Place::Inv) => Coll::AllReduce(k),
+            (Place::Part(k), Place::Shard(d)) => Coll::ReduceScatter(k, d),
+            _ => {
+                return Err(format!(
+                    "`redistribute` from {src} to {dst} is not a pending-kind collective here (from Partial(k) to Replicate() or Shard(d); DTensor's redistribute refuses Replicate() to Partial(k), SPEC.md §21.3)"
+                ))
+            }
+        }
+    } else if let Some(k @ ("sum" | "max" | "min")) = t.strip_prefix("unreduced_p") {
+        Coll::AllReduce(kind(k)?)
+    } else if let Some(a) = arg("all_reduce(") {
+        Coll::AllReduce(kind(a)?)
+    } else if let Some(a) = arg("partition(") {
+        Coll::Partition(kind(a)?)
+    } else if let Some(a) = arg("reduce_scatter(") {
+        let (k, d) = a
+            .split_once(',')
+            .ok_or_else(|| format!("`{text}`: reduce_scatter(k, dim=d)"))?;
+        let d = d.trim_start_matches("dim=");
+        Coll::ReduceScatter(
+            kind(k)?,
+            d.parse()
+                .map_err(|_| format!("`{text}`: the dim of reduce_scatter is a number"))?,
+        )
+    } else {
+        return Err(format!(
+            "`{text}` is not a pending-kind collective (all_reduce(k), reduce_scatter(k, dim=d), partition(k), unreduced_psum|pmax|pmin, redistribute; SPEC.md §21.7)"
+        ));
+    };
+    // The kinds may differ from the claim (that is what is checked); the
+    // shape of the move may not.
+    let (cs, cd) = c.places();
+    let same = |a: Place, b: Place| match (a, b) {
+        (Place::Part(_), Place::Part(_)) | (Place::Inv, Place::Inv) => true,
+        (Place::Shard(x), Place::Shard(y)) => x == y,
+        _ => false,
+    };
+    if !same(cs, src) || !same(cd, dst) {
+        return Err(format!(
+            "`{text}` goes from {cs} to {cd}; the rule claims {src} -> {dst}"
+        ));
+    }
+    Ok(c)
 }
 
 /// `file:line:col` of a byte offset.
@@ -340,6 +418,9 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
     let mut texts: Vec<String> = s.inputs.iter().map(type_text).collect();
     texts.push(type_text(&s.output));
     texts.extend(s.step.iter().map(|st| type_text(&st.output)));
+    // Pending kinds (SPEC.md §21.7): the core reads each marked axis as its
+    // Partial; the marks say which kind it owes.
+    let (texts, marks) = strip_kinds(dialect, &texts).map_err(|(n, m)| err(&n, m))?;
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     // The mesh, as written, fixes the axis order (SPEC.md §1.2).
     let mesh_axes: Option<Vec<String>> = s.mesh.as_ref().map(|m| m.keys().cloned().collect());
@@ -360,6 +441,9 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
     })?;
     let step_types = types.split_off(s.inputs.len() + 1);
     let output = types.pop().expect("output type");
+    if has_kinds(&marks) {
+        return build_pending(s, dialect, &axes, types, output, &marks, scope, &err);
+    }
     // Global SPMD (SPEC.md §13): once a type carries a layout, every Varying
     // axis of the rule must say which dim it shards.
     if types
@@ -606,6 +690,174 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
         meshes,
         has_backward,
         dialect,
+        pending: None,
+    })
+}
+
+/// A rule with pending kinds (SPEC.md §21.7): a local op (checked by
+/// `partial_kinds::check_places`) or a collective of a kind, on one mesh
+/// axis; every other axis must be Replicate on every input and the output.
+#[allow(clippy::too_many_arguments)]
+fn build_pending(
+    s: &RuleSpec,
+    dialect: Dialect,
+    axes: &[String],
+    types: Vec<Type>,
+    output: Type,
+    marks: &[crate::types::KindMarks],
+    scope: &Scope,
+    err: &dyn Fn(&str, String) -> UsageError,
+) -> Result<Rule, UsageError> {
+    let why = "pending kinds other than sum are checked forward only (SPEC.md §21.7)";
+    let unsupported = [
+        (
+            "step",
+            !s.step.is_empty() || !s.names.is_empty(),
+            "a program",
+        ),
+        ("backward", s.backward.is_some(), "`backward`"),
+        ("jvp", s.jvp.is_some(), "`jvp`"),
+        ("no_grad", !s.no_grad.is_empty(), "`no_grad`"),
+        ("meaning", s.meaning.is_some(), "`meaning`"),
+    ];
+    if let Some((needle, _, what)) = unsupported.iter().find(|u| u.1) {
+        return Err(err(needle, format!("{what} is not supported here: {why}")));
+    }
+    let f = match (&s.op, &s.forward) {
+        (Some(_), Some(_)) => {
+            return Err(err(
+                "forward",
+                "give either `op` or `forward`, not both".into(),
+            ))
+        }
+        (None, Some(fw)) => {
+            if types.len() != 1 {
+                return Err(err("inputs", "a collective takes one input".into()));
+            }
+            // Its meaning: it keeps the value (SPEC.md §21.3).
+            let mut id = parse("x").map_err(|e| err(fw, e.to_string()))?;
+            id.text = fw.clone();
+            id
+        }
+        (Some(OpSpec::Name(n)), None) => builtin(n).map_err(|e| err(n, e))?,
+        (Some(OpSpec::Expr { expr }), None) => match &s.vars {
+            None => parse(expr),
+            Some(v) => parse_with_vars(expr, v),
+        }
+        .map_err(|e| {
+            err(
+                expr,
+                format!("expression `{}`: {e}", crate::report::excerpt(expr)),
+            )
+        })?,
+        (None, None) => {
+            return Err(err(
+                "name",
+                "a rule needs `op` (a local op) or `forward` (a collective)".into(),
+            ))
+        }
+    };
+    if f.arity() != types.len() {
+        return Err(err(
+            "inputs",
+            format!(
+                "`{}` takes {} inputs, {} types given",
+                f.text,
+                f.arity(),
+                types.len()
+            ),
+        ));
+    }
+    if spmd_interp::transcendental::is_transcendental(&f.expr) {
+        return Err(err(
+            "op",
+            format!(
+                "`{}`: transcendental ops are outside the pending-kind checks (SPEC.md §21.2)",
+                f.text
+            ),
+        ));
+    }
+    let all: Vec<&Type> = types.iter().chain([&output]).collect();
+    let places = kind_places(axes, &all, marks).map_err(|e| err("inputs", e))?;
+    // The axis checked: the one where some placement is not Replicate.
+    let active: Vec<usize> = (0..axes.len())
+        .filter(|&a| places.iter().any(|p| p[a] != Place::Inv))
+        .collect();
+    let a = match active.as_slice() {
+        [a] => *a,
+        _ => {
+            return Err(err(
+                "inputs",
+                format!(
+                    "pending kinds are checked on one mesh axis, with every other axis Replicate; axes {} carry other placements (SPEC.md §21.7)",
+                    active
+                        .iter()
+                        .map(|&i| format!("`{}`", axes[i]))
+                        .collect::<Vec<_>>()
+                        .join(" and ")
+                ),
+            ))
+        }
+    };
+    let (meshes, ranks) = match &s.mesh {
+        Some(m) => {
+            let ordered: Vec<(&str, usize)> = m.iter().map(|(a, n)| (a.as_str(), *n)).collect();
+            if ordered.len() != axes.len() {
+                return Err(err(
+                    "mesh",
+                    format!(
+                        "the mesh has {} axes, the types name {}",
+                        ordered.len(),
+                        axes.len()
+                    ),
+                ));
+            }
+            if ordered.iter().any(|(_, n)| *n == 0 || *n > 8) {
+                return Err(err("mesh", "mesh axis sizes must be 1 to 8".into()));
+            }
+            if ordered.iter().map(|(_, n)| *n).product::<usize>() > MAX_RANKS {
+                return Err(err(
+                    "mesh",
+                    format!("a mesh of more than {MAX_RANKS} ranks is beyond what exact checking finishes"),
+                ));
+            }
+            (vec![Mesh::new(&ordered)], Some(ordered[a].1))
+        }
+        None => (meshes_named(&scope.meshes, axes), None),
+    };
+    let mut places: Vec<Place> = places.iter().map(|p| p[a]).collect();
+    let out_place = places.pop().expect("the output's placement");
+    let forward = match &s.forward {
+        Some(fw) => Some(kind_collective(fw, places[0], out_place).map_err(|e| err(fw, e))?),
+        None => None,
+    };
+    let pending = PendingRule {
+        f: f.clone(),
+        axis: axes[a].clone(),
+        inputs: places,
+        output: out_place,
+        ranks,
+        forward,
+    };
+    // Refuse what cannot finish, as for the core (SPEC.md §11.2).
+    let total =
+        crate::check::pending_estimate(&pending, &crate::check::pending_scope(scope, ranks));
+    if total > scope.max_instances {
+        return Err(err(
+            "name",
+            format!(
+                "scope too large: about {total} instances (limit {}); raise it with --max-instances {total} or lower --max-points",
+                scope.max_instances
+            ),
+        ));
+    }
+    Ok(Rule {
+        name: s.name.clone(),
+        op: TypedOp::local(f, types, output),
+        meshes,
+        has_backward: false,
+        dialect,
+        pending: Some(pending),
     })
 }
 

@@ -1,7 +1,9 @@
 //! Types written in any dialect (SPEC.md §1.2): `P` on one axis, or
 //! `{dp: V, tp: P}` naming every axis of a mesh.
 
+use crate::partial_kinds::Place;
 use crate::run::UsageError;
+use spmd_semantics::pending::PartialKind;
 use spmd_semantics::{Dialect, Mesh, State, Type};
 
 /// Parse a type. A single state applies to a one-axis mesh; an axis map
@@ -287,5 +289,185 @@ pub fn meshes_named(meshes: &[Mesh], axes: &[String]) -> Vec<Mesh> {
                 && (axes.len() == 1 || m.axes.iter().zip(axes).all(|(a, n)| a.name == *n))
         })
         .cloned()
+        .collect()
+}
+
+// ---------------------------------------------------------------------------
+// Pending kinds in rule files (SPEC.md §21.7)
+
+/// Which axes of one written type carry a pending kind: `(Some(axis), k)` for
+/// an axis of a table `{x = "Partial(max)"}`, `(None, k)` for every Partial
+/// axis of the type (a one-state type, or a partition spec's
+/// `unreduced_kind`).
+pub type KindMarks = Vec<(Option<String>, PartialKind)>;
+
+/// A kind written inside one state: `Partial(max)`, `Partial("avg")`
+/// (every dialect but JAX) or `Unreduced(min)` (JAX). `Ok(None)`: no kind
+/// is written (`Partial()`, `Shard(0)`, ...). `Err((needle, message))`.
+fn state_kind(d: Dialect, state: &str) -> Result<Option<PartialKind>, (String, String)> {
+    let t = state.trim();
+    for pre in ["Partial(", "Unreduced("] {
+        let Some(inner) = t.strip_prefix(pre).and_then(|r| r.strip_suffix(')')) else {
+            continue;
+        };
+        let word = inner.trim().trim_matches(|c| c == '"' || c == '\'').trim();
+        if word.is_empty() {
+            return Ok(None);
+        }
+        let jax = d == Dialect::Jax;
+        if jax != (pre == "Unreduced(") {
+            let want = if jax { "Unreduced(k)" } else { "Partial(k)" };
+            return Err((
+                t.to_string(),
+                format!(
+                    "`{t}`: in dialect {} a pending kind is written {want} (SPEC.md §21.7)",
+                    d.name()
+                ),
+            ));
+        }
+        let k = PartialKind::parse(word).map_err(|e| (t.to_string(), format!("`{t}`: {e}")))?;
+        if jax && k == PartialKind::Avg {
+            return Err((
+                word.to_string(),
+                format!("`{t}`: JAX has no unreduced kind avg (UnreducedKind: sum, max, min)"),
+            ));
+        }
+        return Ok(Some(k));
+    }
+    Ok(None)
+}
+
+/// The kind of a partition spec's `unreduced_kind=` value: `max`,
+/// `UnreducedKind.max`, `jax.sharding.UnreducedKind.max` (JAX 0.11,
+/// `jax/_src/partition_spec.py`).
+fn unreduced_kind(v: &str) -> Result<PartialKind, String> {
+    let w = v.trim().trim_matches(|c| c == '"' || c == '\'');
+    let w = w.rsplit('.').next().unwrap_or(w).trim();
+    match w {
+        "sum" => Ok(PartialKind::Sum),
+        "max" => Ok(PartialKind::Max),
+        "min" => Ok(PartialKind::Min),
+        _ => Err(format!(
+            "unknown unreduced_kind `{}` (JAX's UnreducedKind: sum, max, min)",
+            v.trim()
+        )),
+    }
+}
+
+/// Removes the pending kinds from a rule's written types, so that the core
+/// reads each such axis as its Partial state, and says where they were. A
+/// kind `sum` is the core's Partial itself. Errors are `(needle, message)`:
+/// what to point at in the file, and why.
+pub fn strip_kinds(
+    d: Dialect,
+    texts: &[String],
+) -> Result<(Vec<String>, Vec<KindMarks>), (String, String)> {
+    let partial = d.state_name(State::Partial).unwrap_or("Partial");
+    let mut out = Vec::new();
+    let mut marks = Vec::new();
+    for text in texts {
+        let t = text.trim();
+        let mut m = KindMarks::new();
+        if let Some(body) = t.strip_prefix("P(").and_then(|b| b.strip_suffix(')')) {
+            // A partition spec: `unreduced_kind=` applies to its unreduced axes.
+            let mut kept = Vec::new();
+            let mut has_unreduced = false;
+            for part in split_top_all(body) {
+                match part.split_once('=') {
+                    Some((k, v)) if k.trim() == "unreduced_kind" => {
+                        let kind = unreduced_kind(v).map_err(|e| (v.trim().to_string(), e))?;
+                        m.push((None, kind));
+                    }
+                    Some((k, v)) => {
+                        has_unreduced |= k.trim() == "unreduced" && !axis_names(v).is_empty();
+                        kept.push(part);
+                    }
+                    None => kept.push(part),
+                }
+            }
+            if !m.is_empty() && !has_unreduced {
+                return Err((
+                    "unreduced_kind".into(),
+                    format!("`{t}`: unreduced_kind needs a non-empty unreduced set (as in JAX)"),
+                ));
+            }
+            // Texts without kinds stay exactly as written (error messages quote them).
+            out.push(if m.is_empty() {
+                text.clone()
+            } else {
+                format!("P({})", kept.join(", "))
+            });
+        } else if let Some(body) = t.strip_prefix('{').and_then(|b| b.strip_suffix('}')) {
+            let mut parts = Vec::new();
+            for part in split_top(body) {
+                let Some((axis, st)) = part.split_once(':').or_else(|| part.split_once('=')) else {
+                    parts.push(part);
+                    continue;
+                };
+                let st = st.trim().trim_matches('"');
+                match state_kind(d, st)? {
+                    Some(k) => {
+                        m.push((Some(axis.trim().to_string()), k));
+                        parts.push(format!("{}: {partial}", axis.trim()));
+                    }
+                    None => parts.push(part),
+                }
+            }
+            out.push(if m.is_empty() {
+                text.clone()
+            } else {
+                format!("{{{}}}", parts.join(", "))
+            });
+        } else {
+            match state_kind(d, t)? {
+                Some(k) => {
+                    m.push((None, k));
+                    out.push(partial.to_string());
+                }
+                None => out.push(text.clone()),
+            }
+        }
+        marks.push(m);
+    }
+    Ok((out, marks))
+}
+
+/// Whether a rule's types name a kind other than sum (SPEC.md §21.7): then
+/// it is checked by the pending-kind checks, not by the core.
+pub fn has_kinds(marks: &[KindMarks]) -> bool {
+    marks.iter().flatten().any(|(_, k)| *k != PartialKind::Sum)
+}
+
+/// Each type as placements per axis (SPEC.md §21.7): Invariant and Reduced
+/// are Replicate (the same value on every rank), Partial is Partial of its
+/// marked kind (sum where none is marked), a Varying axis with a layout is
+/// Shard(d). A Varying axis without a layout has no global value: an error.
+pub fn kind_places(
+    axes: &[String],
+    types: &[&Type],
+    marks: &[KindMarks],
+) -> Result<Vec<Vec<Place>>, String> {
+    types
+        .iter()
+        .zip(marks)
+        .map(|(t, m)| {
+            (0..t.states.len())
+                .map(|a| match (t.states[a], t.layout.get(a).copied().flatten()) {
+                    (State::Invariant | State::Reduced, _) => Ok(Place::Inv),
+                    (State::Varying, Some(d)) => Ok(Place::Shard(d)),
+                    (State::Varying, None) => Err(format!(
+                        "axis `{}` is Varying without a layout; with pending kinds every Varying axis shards a dim (Shard(d))",
+                        axes.get(a).map_or("?", String::as_str)
+                    )),
+                    (State::Partial, _) => {
+                        let k = m
+                            .iter()
+                            .find(|(ax, _)| ax.as_deref().is_none_or(|n| axes.get(a).is_some_and(|x| x == n)))
+                            .map_or(PartialKind::Sum, |(_, k)| *k);
+                        Ok(Place::Part(k))
+                    }
+                })
+                .collect()
+        })
         .collect()
 }
