@@ -4,7 +4,7 @@
 //! cotangents of values used more than once; the oracle checks that
 //! composition against the derivative of the program's meaning.
 
-use crate::eval::{Degree, EvalError};
+use crate::eval::{eval, eval_into, Ctx, Degree, EvalError};
 use crate::expr::Expr;
 use crate::op::{Forward, Op, TypedOp};
 use spmd_semantics::perrank::Denot;
@@ -169,16 +169,19 @@ impl Program {
 
     /// Every value's per-rank data: the inputs, then each step's output.
     pub fn values(&self, m: &Mesh, xs: &[PerRank]) -> Result<Vec<PerRank>, EvalError> {
-        Ok(self.run(m, xs)?.0)
+        let mut vals = xs.to_vec();
+        vals.extend(self.run_steps(m, xs)?.0);
+        Ok(vals)
     }
 
-    /// Every value's per-rank data, and whether a step met a kink.
-    fn run(&self, m: &Mesh, xs: &[PerRank]) -> Result<(Vec<PerRank>, bool), EvalError> {
-        let mut vals = xs.to_vec();
+    /// Each step's output (the values after the inputs), and whether a
+    /// step met a kink. Arguments are read in place, never copied.
+    pub fn run_steps(&self, m: &Mesh, xs: &[PerRank]) -> Result<(Vec<PerRank>, bool), EvalError> {
+        let k = xs.len();
+        let mut vals: Vec<PerRank> = Vec::with_capacity(self.steps.len());
         let mut kink = false;
         for s in &self.steps {
-            let args: Vec<PerRank> = s.args.iter().map(|&a| vals[a].clone()).collect();
-            let f = s.op.op.forward(m, &args)?;
+            let f = step_forward(m, s, xs, &vals, k)?;
             kink |= f.at_kink;
             vals.push(f.y);
         }
@@ -186,7 +189,7 @@ impl Program {
     }
 
     pub fn forward(&self, m: &Mesh, xs: &[PerRank]) -> Result<Forward, EvalError> {
-        let (mut vals, at_kink) = self.run(m, xs)?;
+        let (mut vals, at_kink) = self.run_steps(m, xs)?;
         Ok(Forward {
             y: vals.pop().expect("nonempty"),
             at_kink,
@@ -195,10 +198,32 @@ impl Program {
 
     /// The declared meaning: the steps' meanings composed.
     pub fn spec(&self, m: &Mesh, ds: &[Denot]) -> Result<Denot, EvalError> {
-        let mut vals = ds.to_vec();
+        let k = ds.len();
+        let mut vals: Vec<Denot> = Vec::with_capacity(self.steps.len());
         for s in &self.steps {
-            let args: Vec<Denot> = s.args.iter().map(|&a| vals[a].clone()).collect();
-            vals.push(s.op.op.spec(m, &args)?);
+            let at = |a: usize| if a < k { &ds[a] } else { &vals[a - k] };
+            let d = match &s.op.op {
+                // A local op's meaning, rank by rank of the full-rank family,
+                // as `Op::spec` computes it, on borrowed arguments.
+                Op::Local(f) => {
+                    let family = (0..m.num_ranks())
+                        .map(|r| {
+                            let args: Vec<&Tensor> =
+                                s.args.iter().map(|&a| &at(a).family[r]).collect();
+                            eval(&f.expr, &args, &mut Ctx::default())
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Denot { family }
+                }
+                op => match s.args.as_slice() {
+                    [a] => op.spec(m, std::slice::from_ref(at(*a)))?,
+                    args => {
+                        let args: Vec<Denot> = args.iter().map(|&a| at(a).clone()).collect();
+                        op.spec(m, &args)?
+                    }
+                },
+            };
+            vals.push(d);
         }
         Ok(vals.pop().expect("nonempty"))
     }
@@ -211,16 +236,34 @@ impl Program {
         xs: &[PerRank],
         g: &PerRank,
     ) -> Result<Vec<PerRank>, EvalError> {
-        let (vals, _) = self.run(m, xs)?;
-        let mut cot: Vec<Option<PerRank>> = vec![None; vals.len()];
+        let (vals, _) = self.run_steps(m, xs)?;
+        self.backward_from(m, xs, &vals, g)
+    }
+
+    /// `backward` given the steps' outputs at `xs` (`run_steps`), so that
+    /// several cotangents at one instance share one forward pass.
+    pub fn backward_from(
+        &self,
+        m: &Mesh,
+        xs: &[PerRank],
+        steps: &[PerRank],
+        g: &PerRank,
+    ) -> Result<Vec<PerRank>, EvalError> {
+        let k = xs.len();
+        let at = |a: usize| if a < k { &xs[a] } else { &steps[a - k] };
+        let mut cot: Vec<Option<PerRank>> = vec![None; k + steps.len()];
         *cot.last_mut().expect("nonempty") = Some(g.clone());
-        let k = self.inputs.len();
         for (j, s) in self.steps.iter().enumerate().rev() {
             let Some(gj) = cot[k + j].take() else {
                 continue; // the value does not reach the output
             };
-            let args: Vec<PerRank> = s.args.iter().map(|&a| vals[a].clone()).collect();
-            let gs = s.op.backward(m, &args, &gj)?;
+            let gs = match s.args.as_slice() {
+                [a] => s.op.backward(m, std::slice::from_ref(at(*a)), &gj)?,
+                args => {
+                    let args: Vec<PerRank> = args.iter().map(|&a| at(a).clone()).collect();
+                    s.op.backward(m, &args, &gj)?
+                }
+            };
             for (&a, ga) in s.args.iter().zip(gs) {
                 cot[a] = Some(match cot[a].take() {
                     None => ga,
@@ -231,7 +274,7 @@ impl Program {
         Ok((0..k)
             .map(|i| {
                 cot[i].take().unwrap_or_else(|| PerRank {
-                    tensors: vals[i]
+                    tensors: xs[i]
                         .tensors
                         .iter()
                         .map(|t| Tensor::zeros(&t.shape))
@@ -239,6 +282,102 @@ impl Program {
                 })
             })
             .collect())
+    }
+
+    /// A workspace for sampling the forward near the instance whose step
+    /// outputs are `steps` (`run_steps`), see `sample`.
+    pub fn sampler(&self, steps: Vec<PerRank>) -> Sampler {
+        Sampler {
+            work: steps.clone(),
+            dirty: steps.iter().map(|v| vec![false; v.tensors.len()]).collect(),
+            base: steps,
+        }
+    }
+
+    /// The forward at inputs `xs` that equal the sampler's instance except
+    /// on the ranks of input `i` marked in `touched`, written into the
+    /// sampler's workspace (SPEC.md §18.1). Only what can differ is
+    /// recomputed: a local step (rank by rank) on the ranks where an
+    /// argument differs, in place; any other step in full where an argument
+    /// differs at all; the rest is the instance's. Returns whether a
+    /// recomputed step met a kink (the instance's own kinks are not
+    /// repeated: the callers that read it sample only kink-free instances).
+    /// `unsample` restores the workspace, also after an error.
+    pub fn sample(
+        &self,
+        m: &Mesh,
+        s: &mut Sampler,
+        xs: &[PerRank],
+        i: usize,
+        touched: &[bool],
+    ) -> Result<bool, EvalError> {
+        let k = xs.len();
+        let n = m.num_ranks();
+        let mut kink = false;
+        for (j, st) in self.steps.iter().enumerate() {
+            let (done, rest) = s.work.split_at_mut(j);
+            let (dirty_done, dirty_rest) = s.dirty.split_at_mut(j);
+            let arg_dirty = |a: usize, r: usize| -> bool {
+                if a < k {
+                    a == i && touched[r]
+                } else {
+                    dirty_done[a - k][r]
+                }
+            };
+            let mask = &mut dirty_rest[0];
+            match local_expr(&st.op.op) {
+                Some(e) => {
+                    let mut any = false;
+                    for (r, d) in mask.iter_mut().enumerate() {
+                        *d = st.args.iter().any(|&a| arg_dirty(a, r));
+                        any |= *d;
+                    }
+                    if !any {
+                        continue;
+                    }
+                    let mut ctx = Ctx::default();
+                    let out = &mut rest[0];
+                    let at = |a: usize| if a < k { &xs[a] } else { &done[a - k] };
+                    for r in (0..n).filter(|&r| mask[r]) {
+                        if st.args.len() <= MAX_ARGS {
+                            let mut args: [&Tensor; MAX_ARGS] = [&EMPTY; MAX_ARGS];
+                            for (slot, &a) in args.iter_mut().zip(&st.args) {
+                                *slot = &at(a).tensors[r];
+                            }
+                            eval_into(e, &args[..st.args.len()], &mut ctx, &mut out.tensors[r])?;
+                        } else {
+                            let args: Vec<&Tensor> =
+                                st.args.iter().map(|&a| &at(a).tensors[r]).collect();
+                            eval_into(e, &args, &mut ctx, &mut out.tensors[r])?;
+                        }
+                    }
+                    kink |= ctx.at_kink;
+                }
+                None => {
+                    let any = (0..n).any(|r| st.args.iter().any(|&a| arg_dirty(a, r)));
+                    if !any {
+                        continue;
+                    }
+                    mask.iter_mut().for_each(|d| *d = true);
+                    let f = step_forward(m, st, xs, done, k)?;
+                    kink |= f.at_kink;
+                    rest[0] = f.y;
+                }
+            }
+        }
+        Ok(kink)
+    }
+
+    /// Put the instance's values back into the sampler's workspace.
+    pub fn unsample(&self, s: &mut Sampler) {
+        for ((w, b), d) in s.work.iter_mut().zip(&s.base).zip(&mut s.dirty) {
+            for (r, dr) in d.iter_mut().enumerate() {
+                if *dr {
+                    w.tensors[r].clone_from(&b.tensors[r]);
+                    *dr = false;
+                }
+            }
+        }
     }
 
     /// Elements sent per rank: the forward's collectives, and the backward's
@@ -253,6 +392,89 @@ impl Program {
             bwd = bwd.add(&s.op.backward_cost(m, &args, &all[k + j]));
         }
         Ok((fwd, bwd))
+    }
+}
+
+/// A step's arguments evaluated without a heap list of them.
+const MAX_ARGS: usize = 8;
+
+/// A placeholder argument slot, overwritten before use.
+static EMPTY: Tensor = Tensor {
+    shape: Vec::new(),
+    data: Vec::new(),
+};
+
+/// The local function a step's forward runs rank by rank, if any: a local
+/// op's, or that of a declared op whose forward is local (its declared
+/// meaning changes only F3).
+fn local_expr(op: &Op) -> Option<&Expr> {
+    match op {
+        Op::Local(f) => Some(&f.expr),
+        Op::Declared { forward, .. } => local_expr(forward),
+        _ => None,
+    }
+}
+
+/// One step's forward on values read in place: value `a` is input `a` of
+/// `xs` below `k`, else step output `a - k`. A local step runs rank by rank
+/// exactly as `Op::forward` does (one kink flag over the ranks); any other
+/// step gets its arguments as a slice, borrowed when it has one.
+fn step_forward(
+    m: &Mesh,
+    s: &Step,
+    xs: &[PerRank],
+    steps: &[PerRank],
+    k: usize,
+) -> Result<Forward, EvalError> {
+    let at = |a: usize| if a < k { &xs[a] } else { &steps[a - k] };
+    if let Some(e) = local_expr(&s.op.op) {
+        let mut ctx = Ctx::default();
+        let y = (0..m.num_ranks())
+            .map(|r| {
+                let args: Vec<&Tensor> = s.args.iter().map(|&a| &at(a).tensors[r]).collect();
+                eval(e, &args, &mut ctx)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        return Ok(Forward {
+            y: PerRank { tensors: y },
+            at_kink: ctx.at_kink,
+        });
+    }
+    match s.args.as_slice() {
+        [a] => s.op.op.forward(m, std::slice::from_ref(at(*a))),
+        args => {
+            let args: Vec<PerRank> = args.iter().map(|&a| at(a).clone()).collect();
+            s.op.op.forward(m, &args)
+        }
+    }
+}
+
+/// A program's sampling workspace (`Program::sampler`): the instance's step
+/// outputs, a working copy that `Program::sample` overwrites in place, and
+/// per step the ranks it overwrote.
+#[derive(Clone, Debug)]
+pub struct Sampler {
+    base: Vec<PerRank>,
+    work: Vec<PerRank>,
+    dirty: Vec<Vec<bool>>,
+}
+
+impl Sampler {
+    /// The steps' outputs at the last sample (the instance's after `unsample`).
+    pub fn steps(&self) -> &[PerRank] {
+        &self.work
+    }
+    /// The program's output at the last sample.
+    pub fn output(&self) -> &PerRank {
+        self.work.last().expect("nonempty")
+    }
+    /// The ranks where the last sample's output may differ from the instance's.
+    pub fn output_changed(&self) -> &[bool] {
+        self.dirty.last().expect("nonempty")
+    }
+    /// The instance's steps' outputs.
+    pub fn base(&self) -> &[PerRank] {
+        &self.base
     }
 }
 
