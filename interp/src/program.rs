@@ -4,9 +4,9 @@
 //! cotangents of values used more than once; the oracle checks that
 //! composition against the derivative of the program's meaning.
 
-use crate::eval::{eval, eval_into, Ctx, Degree, EvalError};
+use crate::eval::{eval, eval_into, vjp, Ctx, Degree, EvalError};
 use crate::expr::Expr;
-use crate::op::{Forward, Op, TypedOp};
+use crate::op::{Backward, Forward, Op, TypedOp};
 use spmd_semantics::perrank::Denot;
 use spmd_semantics::{Mesh, PerRank, Shape, Tensor, Type, Q};
 
@@ -251,19 +251,23 @@ impl Program {
     ) -> Result<Vec<PerRank>, EvalError> {
         let k = xs.len();
         let at = |a: usize| if a < k { &xs[a] } else { &steps[a - k] };
+        let last = self.steps.len() - 1;
         let mut cot: Vec<Option<PerRank>> = vec![None; k + steps.len()];
-        *cot.last_mut().expect("nonempty") = Some(g.clone());
         for (j, s) in self.steps.iter().enumerate().rev() {
-            let Some(gj) = cot[k + j].take() else {
-                continue; // the value does not reach the output
-            };
-            let gs = match s.args.as_slice() {
-                [a] => s.op.backward(m, std::slice::from_ref(at(*a)), &gj)?,
-                args => {
-                    let args: Vec<PerRank> = args.iter().map(|&a| at(a).clone()).collect();
-                    s.op.backward(m, &args, &gj)?
+            // The output's cotangent is `g` itself, read in place.
+            let held;
+            let gj = if j == last {
+                g
+            } else {
+                match cot[k + j].take() {
+                    Some(c) => {
+                        held = c;
+                        &held
+                    }
+                    None => continue, // the value does not reach the output
                 }
             };
+            let gs = step_backward(m, s, &at, gj)?;
             for (&a, ga) in s.args.iter().zip(gs) {
                 cot[a] = Some(match cot[a].take() {
                     None => ga,
@@ -446,6 +450,51 @@ fn step_forward(
             let args: Vec<PerRank> = args.iter().map(|&a| at(a).clone()).collect();
             s.op.op.forward(m, &args)
         }
+    }
+}
+
+/// One step's declared backward at cotangent `g`, its arguments read in
+/// place through `at`. A local op's own VJP (no `no_grad`) runs rank by
+/// rank exactly as `TypedOp::backward` does, a zero cotangent giving exact
+/// zeros; any other backward gets its arguments as a slice, borrowed when
+/// the step has one.
+fn step_backward<'a>(
+    m: &Mesh,
+    s: &Step,
+    at: &impl Fn(usize) -> &'a PerRank,
+    g: &PerRank,
+) -> Result<Vec<PerRank>, EvalError> {
+    match (&s.op.backward, &s.op.op) {
+        (Backward::LocalVjp, Op::Local(f)) if s.op.no_grad.is_empty() => {
+            let n = m.num_ranks();
+            let mut out: Vec<PerRank> = s
+                .args
+                .iter()
+                .map(|_| PerRank {
+                    tensors: Vec::with_capacity(n),
+                })
+                .collect();
+            for r in 0..n {
+                if g.tensors[r].is_zero() {
+                    for (o, &a) in out.iter_mut().zip(&s.args) {
+                        o.tensors.push(Tensor::zeros(&at(a).tensors[r].shape));
+                    }
+                    continue;
+                }
+                let args: Vec<&Tensor> = s.args.iter().map(|&a| &at(a).tensors[r]).collect();
+                for (o, gi) in out.iter_mut().zip(vjp(&f.expr, &args, &g.tensors[r])?) {
+                    o.tensors.push(gi);
+                }
+            }
+            Ok(out)
+        }
+        _ => match s.args.as_slice() {
+            [a] => s.op.backward(m, std::slice::from_ref(at(*a)), g),
+            args => {
+                let args: Vec<PerRank> = args.iter().map(|&a| at(a).clone()).collect();
+                s.op.backward(m, &args, g)
+            }
+        },
     }
 }
 
