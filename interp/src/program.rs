@@ -4,6 +4,7 @@
 //! cotangents of values used more than once; the oracle checks that
 //! composition against the derivative of the program's meaning.
 
+use crate::collective::Kind;
 use crate::eval::{eval, eval_into, vjp, Ctx, Degree, EvalError};
 use crate::expr::Expr;
 use crate::op::{Backward, Forward, Op, TypedOp};
@@ -329,19 +330,22 @@ impl Program {
                 }
             };
             let mask = &mut dirty_rest[0];
-            match local_expr(&st.op.op) {
-                Some(e) => {
-                    let mut any = false;
-                    for (r, d) in mask.iter_mut().enumerate() {
-                        *d = st.args.iter().any(|&a| arg_dirty(a, r));
-                        any |= *d;
-                    }
-                    if !any {
-                        continue;
-                    }
+            let rank_wise = rank_wise(m, &st.op.op);
+            if rank_wise.is_some() {
+                let mut any = false;
+                for (r, d) in mask.iter_mut().enumerate() {
+                    *d = st.args.iter().any(|&a| arg_dirty(a, r));
+                    any |= *d;
+                }
+                if !any {
+                    continue;
+                }
+            }
+            let out = &mut rest[0];
+            let at = |a: usize| if a < k { &xs[a] } else { &done[a - k] };
+            match rank_wise {
+                Some(RankWise::Expr(e)) => {
                     let mut ctx = Ctx::default();
-                    let out = &mut rest[0];
-                    let at = |a: usize| if a < k { &xs[a] } else { &done[a - k] };
                     for r in (0..n).filter(|&r| mask[r]) {
                         if st.args.len() <= MAX_ARGS {
                             let mut args: [&Tensor; MAX_ARGS] = [&EMPTY; MAX_ARGS];
@@ -357,6 +361,16 @@ impl Program {
                     }
                     kink |= ctx.at_kink;
                 }
+                Some(RankWise::Copy) => {
+                    for r in (0..n).filter(|&r| mask[r]) {
+                        out.tensors[r].clone_from(&at(st.args[0]).tensors[r]);
+                    }
+                }
+                Some(RankWise::Scale(q)) => {
+                    for r in (0..n).filter(|&r| mask[r]) {
+                        out.tensors[r] = at(st.args[0]).tensors[r].scale(&q);
+                    }
+                }
                 None => {
                     let any = (0..n).any(|r| st.args.iter().any(|&a| arg_dirty(a, r)));
                     if !any {
@@ -365,7 +379,7 @@ impl Program {
                     mask.iter_mut().for_each(|d| *d = true);
                     let f = step_forward(m, st, xs, done, k)?;
                     kink |= f.at_kink;
-                    rest[0] = f.y;
+                    *out = f.y;
                 }
             }
         }
@@ -415,6 +429,29 @@ fn local_expr(op: &Op) -> Option<&Expr> {
     match op {
         Op::Local(f) => Some(&f.expr),
         Op::Declared { forward, .. } => local_expr(forward),
+        _ => None,
+    }
+}
+
+/// How a step's forward computes rank r from its arguments' rank r alone,
+/// if it does: a local function; a reinterpretation (the identity on each
+/// rank); a division by the group size (a scaling on each rank). These are
+/// exactly what `Op::forward` computes on those ranks.
+enum RankWise<'a> {
+    Expr(&'a Expr),
+    Copy,
+    Scale(Q),
+}
+
+fn rank_wise<'a>(m: &Mesh, op: &'a Op) -> Option<RankWise<'a>> {
+    match op {
+        Op::Local(f) => Some(RankWise::Expr(&f.expr)),
+        Op::Declared { forward, .. } => rank_wise(m, forward),
+        Op::Collective(c) => match c.kind {
+            Kind::Reinterpret => Some(RankWise::Copy),
+            Kind::DivideByGroupSize => Some(RankWise::Scale(Q::frac(1, c.group_size(m) as i64))),
+            _ => None,
+        },
         _ => None,
     }
 }
