@@ -104,7 +104,7 @@ fn compare_samples(op: &TypedOp, p: &Program, m: &Mesh, rng: &mut Lcg, wrong_mas
             })
             .collect();
         let (steps, _) = p.run_steps(m, &xs).expect("polynomial");
-        let mut s = p.sampler(steps.clone());
+        let mut s = p.sampler(&xs, steps.clone());
         for i in 0..xs.len() {
             for _ in 0..3 {
                 let touched: Vec<bool> = (0..m.num_ranks()).map(|_| rng.next(2) == 0).collect();
@@ -262,4 +262,70 @@ fn a_one_step_program_with_a_wrong_transpose_fails_b3() {
         right.violation().map(|v| v.one_line())
     );
     assert!(right.tally().distributed_cases > 0);
+}
+
+/// The planned einsum of the workspace is `einsum`'s value, also into a
+/// buffer that held another tensor; a plan for other shapes is not (twin).
+#[test]
+fn a_planned_einsum_is_the_einsum() {
+    use spmd_check::interp::eval::{einsum_plan_for, einsum_planned_into, eval, Ctx};
+    use spmd_check::semantics::Tensor;
+    let mut rng = Lcg(3);
+    let mut t = |shape: &[usize]| {
+        let n = shape.iter().product();
+        Tensor::new(shape.to_vec(), (0..n).map(|_| rng.q()).collect())
+    };
+    let cases: Vec<(&str, Vec<Tensor>)> = vec![
+        ("matmul(a, b)", vec![t(&[2, 3]), t(&[3, 2])]),
+        ("matmul(a, b)^2", vec![t(&[1, 3]), t(&[3, 3])]),
+        ("einsum(\"ij,ij->i\", a, b)", vec![t(&[3, 2]), t(&[3, 2])]),
+        (
+            "einsum(\"i,j,k->ijk\", a, b, c)",
+            vec![t(&[2]), t(&[3]), t(&[2])],
+        ),
+    ];
+    for (text, xs) in &cases {
+        let f = parse(text).unwrap();
+        let (spec, args, pow) = match &f.expr {
+            spmd_check::interp::Expr::Einsum(s, a) => (s, a, None),
+            spmd_check::interp::Expr::Pow(inner, k) => match &**inner {
+                spmd_check::interp::Expr::Einsum(s, a) => (s, a, Some(*k)),
+                _ => unreachable!(),
+            },
+            _ => unreachable!(),
+        };
+        assert_eq!(args.len(), xs.len());
+        let shapes: Vec<&[usize]> = xs.iter().map(|x| x.shape.as_slice()).collect();
+        let plan = einsum_plan_for(spec, &shapes).unwrap();
+        let refs: Vec<&Tensor> = xs.iter().collect();
+        let mut out = Tensor::new(vec![7], vec![Q::int(5); 7]);
+        einsum_planned_into(&plan, &refs, &mut out);
+        if let Some(k) = pow {
+            for v in out.data.iter_mut() {
+                *v = (0..k).fold(Q::one(), |acc, _| acc.mul(v));
+            }
+        }
+        let want = eval(&f.expr, &refs, &mut Ctx::default()).unwrap();
+        assert_eq!(out, want, "{text}");
+    }
+    // Twin: a plan for another contraction over operands of the same
+    // shapes (b read transposed) gives another tensor, and this
+    // comparison sees it.
+    let a = t(&[2, 2]);
+    let b = Tensor::new(vec![2, 2], vec![Q::int(1), Q::int(2), Q::int(3), Q::int(4)]);
+    let other = spmd_check::interp::expr::Einsum::parse("ij,kj->ik").unwrap();
+    let wrong = einsum_plan_for(&other, &[&[2, 2][..], &[2, 2][..]]).unwrap();
+    let mut out = Tensor::scalar(Q::zero());
+    einsum_planned_into(&wrong, &[&a, &b], &mut out);
+    let id = Tensor::new(vec![2, 2], vec![Q::int(1), Q::int(0), Q::int(0), Q::int(1)]);
+    let want = eval(
+        &parse("matmul(a, b)").unwrap().expr,
+        &[&id, &b],
+        &mut Ctx::default(),
+    )
+    .unwrap();
+    let mut got = Tensor::scalar(Q::zero());
+    einsum_planned_into(&wrong, &[&id, &b], &mut got);
+    assert_ne!(got, want, "b transposed must differ from b");
+    assert_eq!(out.shape, vec![2, 2]);
 }

@@ -5,7 +5,9 @@
 //! composition against the derivative of the program's meaning.
 
 use crate::collective::Kind;
-use crate::eval::{eval, eval_into, vjp, Ctx, Degree, EvalError};
+use crate::eval::{
+    einsum_plan_for, einsum_planned_into, eval, eval_into, vjp, Ctx, Degree, EinsumPlan, EvalError,
+};
 use crate::expr::Expr;
 use crate::op::{Backward, Forward, Op, TypedOp};
 use spmd_semantics::perrank::Denot;
@@ -289,13 +291,57 @@ impl Program {
             .collect())
     }
 
-    /// A workspace for sampling the forward near the instance whose step
-    /// outputs are `steps` (`run_steps`), see `sample`.
-    pub fn sampler(&self, steps: Vec<PerRank>) -> Sampler {
+    /// A workspace for sampling the forward near the instance with inputs
+    /// `xs` and step outputs `steps` (`run_steps`), see `sample`. A local
+    /// step that is an einsum of its arguments (or a power of one) gets its
+    /// einsum planned here, once for the operands' shapes.
+    pub fn sampler(&self, xs: &[PerRank], steps: Vec<PerRank>) -> Sampler {
+        let k = xs.len();
+        let shape_of = |a: usize| -> Option<Shape> {
+            let v = if a < k { &xs[a] } else { &steps[a - k] };
+            v.tensors.first().map(|t| t.shape.clone())
+        };
+        let plans = self
+            .steps
+            .iter()
+            .map(|st| {
+                let Op::Local(f) = &st.op.op else {
+                    return None;
+                };
+                let (spec, args, pow) = match &f.expr {
+                    Expr::Einsum(spec, args) => (spec, args, None),
+                    Expr::Pow(inner, p) => match &**inner {
+                        Expr::Einsum(spec, args) => (spec, args, Some(*p)),
+                        _ => return None,
+                    },
+                    _ => return None,
+                };
+                let vars: Vec<usize> = args
+                    .iter()
+                    .map(|a| match a {
+                        Expr::Var(v) if *v < st.args.len() => Some(*v),
+                        _ => None,
+                    })
+                    .collect::<Option<_>>()?;
+                let shapes: Vec<Shape> = vars
+                    .iter()
+                    .map(|&v| shape_of(st.args[v]))
+                    .collect::<Option<_>>()?;
+                let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+                let plan = einsum_plan_for(spec, &refs).ok()?;
+                Some(StepPlan {
+                    plan,
+                    vars,
+                    shapes,
+                    pow,
+                })
+            })
+            .collect();
         Sampler {
             work: steps.clone(),
             dirty: steps.iter().map(|v| vec![false; v.tensors.len()]).collect(),
             base: steps,
+            plans,
         }
     }
 
@@ -322,6 +368,7 @@ impl Program {
         for (j, st) in self.steps.iter().enumerate() {
             let (done, rest) = s.work.split_at_mut(j);
             let (dirty_done, dirty_rest) = s.dirty.split_at_mut(j);
+            let plan = s.plans[j].as_ref();
             let arg_dirty = |a: usize, r: usize| -> bool {
                 if a < k {
                     a == i && touched[r]
@@ -347,6 +394,11 @@ impl Program {
                 Some(RankWise::Expr(e)) => {
                     let mut ctx = Ctx::default();
                     for r in (0..n).filter(|&r| mask[r]) {
+                        if let Some(p) = plan {
+                            if p.eval_into(&st.args, &at, r, &mut out.tensors[r]) {
+                                continue;
+                            }
+                        }
                         if st.args.len() <= MAX_ARGS {
                             let mut args: [&Tensor; MAX_ARGS] = [&EMPTY; MAX_ARGS];
                             for (slot, &a) in args.iter_mut().zip(&st.args) {
@@ -535,14 +587,58 @@ fn step_backward<'a>(
     }
 }
 
+/// A local step `einsum(...)` or `einsum(...)^k` over its arguments, planned
+/// for the operands' shapes at the sampler's instance.
+struct StepPlan {
+    plan: EinsumPlan,
+    /// Per operand: the local function's variable (an index into the
+    /// step's arguments).
+    vars: Vec<usize>,
+    shapes: Vec<Shape>,
+    pow: Option<u32>,
+}
+
+impl StepPlan {
+    /// Rank `r` of the step into `out`, exactly as `eval` computes it (the
+    /// einsum, then each entry to the power); `false`, with nothing
+    /// written, where an operand's shape is not the planned one.
+    fn eval_into<'a>(
+        &self,
+        args: &[usize],
+        at: &impl Fn(usize) -> &'a PerRank,
+        r: usize,
+        out: &mut Tensor,
+    ) -> bool {
+        let mut ops: [&Tensor; MAX_ARGS] = [&EMPTY; MAX_ARGS];
+        if self.vars.len() > MAX_ARGS {
+            return false;
+        }
+        for ((slot, &v), shape) in ops.iter_mut().zip(&self.vars).zip(&self.shapes) {
+            let t = &at(args[v]).tensors[r];
+            if t.shape != *shape {
+                return false;
+            }
+            *slot = t;
+        }
+        einsum_planned_into(&self.plan, &ops[..self.vars.len()], out);
+        if let Some(k) = self.pow {
+            for v in out.data.iter_mut() {
+                *v = (0..k).fold(Q::one(), |acc, _| acc.mul(v));
+            }
+        }
+        true
+    }
+}
+
 /// A program's sampling workspace (`Program::sampler`): the instance's step
 /// outputs, a working copy that `Program::sample` overwrites in place, and
 /// per step the ranks it overwrote.
-#[derive(Clone, Debug)]
 pub struct Sampler {
     base: Vec<PerRank>,
     work: Vec<PerRank>,
     dirty: Vec<Vec<bool>>,
+    /// Per step: its planned einsum, if it is one.
+    plans: Vec<Option<StepPlan>>,
 }
 
 impl Sampler {

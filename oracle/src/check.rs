@@ -555,7 +555,7 @@ impl<'a> Checker<'a> {
         // And one of the output, holding each sample (`sample`).
         let mut yw = Work {
             y: y.clone(),
-            prog: steps.map(|(p, vals)| p.sampler(vals)),
+            prog: steps.map(|(p, vals)| p.sampler(xs, vals)),
         };
         for (i, ti) in op.inputs.iter().enumerate() {
             for zs in &self.kernel_nz[i] {
