@@ -3,7 +3,7 @@
 //! finite. It enumerates; asking the oracle about each instance is the
 //! caller's (the dependency rule keeps the oracle out of generators).
 
-use crate::exhaustive::{for_each_lower_point, lower_size, shape_tuples, Scope};
+use crate::exhaustive::{for_each_lower_point, lower_size, shape_tuples, tuples, Scope};
 use spmd_interp::{Backward, Degree, Jvp, Op, TypedOp};
 use spmd_semantics::perrank::{from_free, num_free};
 use spmd_semantics::{Mesh, PerRank, Shape, Q};
@@ -147,15 +147,51 @@ pub fn cases(op: &TypedOp, scope: &Scope, meshes: &[Mesh]) -> (Vec<Case>, Covera
 /// the typings of one function share it (SPEC.md §18.1).
 pub type ShapeTable = Vec<(Vec<Shape>, Shape, spmd_interp::Degree)>;
 
-/// The shape table of `op` on mesh `m`.
+/// The shape table of `op` on mesh `m`: the tuples of `shape_tuples`, in
+/// its order, each inferred once. A run asks for the same table twice (the
+/// estimate, then the cases), so each thread keeps its last few tables; a
+/// table depends only on the function, the mesh and the scope's shapes,
+/// which key it.
 pub fn shape_table(op: &TypedOp, scope: &Scope, m: &Mesh) -> ShapeTable {
-    shape_tuples(&op.op, m, scope)
+    type Entry = (Op, Mesh, Vec<Shape>, std::rc::Rc<ShapeTable>);
+    thread_local! {
+        static TABLES: std::cell::RefCell<Vec<Entry>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    const KEEP: usize = 8;
+    let shapes = scope.shapes_for(m);
+    let hit = TABLES.with(|t| {
+        t.borrow()
+            .iter()
+            .find(|(o, mm, s, _)| *o == op.op && mm == m && *s == shapes)
+            .map(|e| e.3.clone())
+    });
+    if let Some(t) = hit {
+        return (*t).clone();
+    }
+    let mut table: ShapeTable = tuples(&shapes, op.op.arity())
         .into_iter()
-        .map(|shapes| {
-            let (out_shape, deg) = op.op.infer(m, &shapes).expect("shape tuples fit");
-            (shapes, out_shape, deg)
-        })
-        .collect()
+        .filter_map(|t| op.op.infer(m, &t).ok().map(|(out, deg)| (t, out, deg)))
+        .collect();
+    // The order of `shape_tuples` (a stable sort on the same key).
+    table.sort_by_key(|(t, _, _)| {
+        (
+            t.iter().map(|s| s.iter().product::<usize>()).sum::<usize>(),
+            t.clone(),
+        )
+    });
+    TABLES.with(|t| {
+        let mut t = t.borrow_mut();
+        if t.len() >= KEEP {
+            t.remove(0);
+        }
+        t.push((
+            op.op.clone(),
+            m.clone(),
+            shapes,
+            std::rc::Rc::new(table.clone()),
+        ));
+    });
+    table
 }
 
 /// `cases` with the shape tables of `meshes` given (one per mesh, from

@@ -1219,6 +1219,77 @@ fn backprop<T: Borrow<Tensor>>(
     Ok(())
 }
 
+/// The plan `einsum` makes for operands of these shapes (the label sizes it
+/// finds, then `einsum_plan`), made once for a workspace whose operands
+/// keep their shapes (SPEC.md §18.1).
+pub fn einsum_plan_for(spec: &Einsum, shapes: &[&[usize]]) -> Result<EinsumPlan, String> {
+    let owned: Vec<Shape> = shapes.iter().map(|s| s.to_vec()).collect();
+    let sizes = einsum_sizes(spec, &owned)?;
+    Ok(einsum_plan(spec, shapes, &sizes))
+}
+
+/// `einsum` by a plan made beforehand (`einsum_plan_for` on these operands'
+/// shapes), written into `out`, whose buffers are reused: the same
+/// products, added in the same order.
+pub fn einsum_planned_into(plan: &EinsumPlan, ops: &[&Tensor], out: &mut Tensor) {
+    let EinsumPlan {
+        dims,
+        out_shape,
+        out_st,
+        op_st,
+    } = plan;
+    out.shape.clone_from(out_shape);
+    out.data.clear();
+    out.data.resize(numel(out_shape), Q::zero());
+    let nd = dims.len();
+    let mut idx = [0usize; 16];
+    let mut idx_heap = Vec::new();
+    let idx: &mut [usize] = if nd <= idx.len() {
+        &mut idx[..nd]
+    } else {
+        idx_heap.resize(nd, 0);
+        &mut idx_heap
+    };
+    let mut offs = [0usize; 8];
+    let mut offs_heap = Vec::new();
+    let offs: &mut [usize] = if ops.len() <= offs.len() {
+        &mut offs[..ops.len()]
+    } else {
+        offs_heap.resize(ops.len(), 0);
+        &mut offs_heap
+    };
+    let mut o = 0usize;
+    for _ in 0..numel(dims) {
+        let mut prod = Q::one();
+        for (t, off) in ops.iter().zip(offs.iter()) {
+            prod = prod.mul(&t.data[*off]);
+            if prod.is_zero() {
+                break;
+            }
+        }
+        if !prod.is_zero() {
+            out.data[o] = out.data[o].add(&prod);
+        }
+        let mut d = nd;
+        while d > 0 {
+            d -= 1;
+            idx[d] += 1;
+            for (off, st) in offs.iter_mut().zip(op_st) {
+                *off += st[d];
+            }
+            o += out_st[d];
+            if idx[d] < dims[d] {
+                break;
+            }
+            for (off, st) in offs.iter_mut().zip(op_st) {
+                *off -= st[d] * dims[d];
+            }
+            o -= out_st[d] * dims[d];
+            idx[d] = 0;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,9 +4,12 @@
 //! cotangents of values used more than once; the oracle checks that
 //! composition against the derivative of the program's meaning.
 
-use crate::eval::{Degree, EvalError};
+use crate::collective::Kind;
+use crate::eval::{
+    einsum_plan_for, einsum_planned_into, eval, eval_into, vjp, Ctx, Degree, EinsumPlan, EvalError,
+};
 use crate::expr::Expr;
-use crate::op::{Forward, Op, TypedOp};
+use crate::op::{Backward, Forward, Op, TypedOp};
 use spmd_semantics::perrank::Denot;
 use spmd_semantics::{Mesh, PerRank, Shape, Tensor, Type, Q};
 
@@ -169,16 +172,19 @@ impl Program {
 
     /// Every value's per-rank data: the inputs, then each step's output.
     pub fn values(&self, m: &Mesh, xs: &[PerRank]) -> Result<Vec<PerRank>, EvalError> {
-        Ok(self.run(m, xs)?.0)
+        let mut vals = xs.to_vec();
+        vals.extend(self.run_steps(m, xs)?.0);
+        Ok(vals)
     }
 
-    /// Every value's per-rank data, and whether a step met a kink.
-    fn run(&self, m: &Mesh, xs: &[PerRank]) -> Result<(Vec<PerRank>, bool), EvalError> {
-        let mut vals = xs.to_vec();
+    /// Each step's output (the values after the inputs), and whether a
+    /// step met a kink. Arguments are read in place, never copied.
+    pub fn run_steps(&self, m: &Mesh, xs: &[PerRank]) -> Result<(Vec<PerRank>, bool), EvalError> {
+        let k = xs.len();
+        let mut vals: Vec<PerRank> = Vec::with_capacity(self.steps.len());
         let mut kink = false;
         for s in &self.steps {
-            let args: Vec<PerRank> = s.args.iter().map(|&a| vals[a].clone()).collect();
-            let f = s.op.op.forward(m, &args)?;
+            let f = step_forward(m, s, xs, &vals, k)?;
             kink |= f.at_kink;
             vals.push(f.y);
         }
@@ -186,7 +192,7 @@ impl Program {
     }
 
     pub fn forward(&self, m: &Mesh, xs: &[PerRank]) -> Result<Forward, EvalError> {
-        let (mut vals, at_kink) = self.run(m, xs)?;
+        let (mut vals, at_kink) = self.run_steps(m, xs)?;
         Ok(Forward {
             y: vals.pop().expect("nonempty"),
             at_kink,
@@ -195,10 +201,32 @@ impl Program {
 
     /// The declared meaning: the steps' meanings composed.
     pub fn spec(&self, m: &Mesh, ds: &[Denot]) -> Result<Denot, EvalError> {
-        let mut vals = ds.to_vec();
+        let k = ds.len();
+        let mut vals: Vec<Denot> = Vec::with_capacity(self.steps.len());
         for s in &self.steps {
-            let args: Vec<Denot> = s.args.iter().map(|&a| vals[a].clone()).collect();
-            vals.push(s.op.op.spec(m, &args)?);
+            let at = |a: usize| if a < k { &ds[a] } else { &vals[a - k] };
+            let d = match &s.op.op {
+                // A local op's meaning, rank by rank of the full-rank family,
+                // as `Op::spec` computes it, on borrowed arguments.
+                Op::Local(f) => {
+                    let family = (0..m.num_ranks())
+                        .map(|r| {
+                            let args: Vec<&Tensor> =
+                                s.args.iter().map(|&a| &at(a).family[r]).collect();
+                            eval(&f.expr, &args, &mut Ctx::default())
+                        })
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Denot { family }
+                }
+                op => match s.args.as_slice() {
+                    [a] => op.spec(m, std::slice::from_ref(at(*a)))?,
+                    args => {
+                        let args: Vec<Denot> = args.iter().map(|&a| at(a).clone()).collect();
+                        op.spec(m, &args)?
+                    }
+                },
+            };
+            vals.push(d);
         }
         Ok(vals.pop().expect("nonempty"))
     }
@@ -211,16 +239,38 @@ impl Program {
         xs: &[PerRank],
         g: &PerRank,
     ) -> Result<Vec<PerRank>, EvalError> {
-        let (vals, _) = self.run(m, xs)?;
-        let mut cot: Vec<Option<PerRank>> = vec![None; vals.len()];
-        *cot.last_mut().expect("nonempty") = Some(g.clone());
-        let k = self.inputs.len();
+        let (vals, _) = self.run_steps(m, xs)?;
+        self.backward_from(m, xs, &vals, g)
+    }
+
+    /// `backward` given the steps' outputs at `xs` (`run_steps`), so that
+    /// several cotangents at one instance share one forward pass.
+    pub fn backward_from(
+        &self,
+        m: &Mesh,
+        xs: &[PerRank],
+        steps: &[PerRank],
+        g: &PerRank,
+    ) -> Result<Vec<PerRank>, EvalError> {
+        let k = xs.len();
+        let at = |a: usize| if a < k { &xs[a] } else { &steps[a - k] };
+        let last = self.steps.len() - 1;
+        let mut cot: Vec<Option<PerRank>> = vec![None; k + steps.len()];
         for (j, s) in self.steps.iter().enumerate().rev() {
-            let Some(gj) = cot[k + j].take() else {
-                continue; // the value does not reach the output
+            // The output's cotangent is `g` itself, read in place.
+            let held;
+            let gj = if j == last {
+                g
+            } else {
+                match cot[k + j].take() {
+                    Some(c) => {
+                        held = c;
+                        &held
+                    }
+                    None => continue, // the value does not reach the output
+                }
             };
-            let args: Vec<PerRank> = s.args.iter().map(|&a| vals[a].clone()).collect();
-            let gs = s.op.backward(m, &args, &gj)?;
+            let gs = step_backward(m, s, &at, gj)?;
             for (&a, ga) in s.args.iter().zip(gs) {
                 cot[a] = Some(match cot[a].take() {
                     None => ga,
@@ -231,7 +281,7 @@ impl Program {
         Ok((0..k)
             .map(|i| {
                 cot[i].take().unwrap_or_else(|| PerRank {
-                    tensors: vals[i]
+                    tensors: xs[i]
                         .tensors
                         .iter()
                         .map(|t| Tensor::zeros(&t.shape))
@@ -239,6 +289,165 @@ impl Program {
                 })
             })
             .collect())
+    }
+
+    /// A workspace for sampling the forward near the instance with inputs
+    /// `xs` and step outputs `steps` (`run_steps`), see `sample`. A local
+    /// step that is an einsum of its arguments (or a power of one) gets its
+    /// einsum planned here, once for the operands' shapes.
+    pub fn sampler(&self, xs: &[PerRank], steps: Vec<PerRank>) -> Sampler {
+        let k = xs.len();
+        let shape_of = |a: usize| -> Option<Shape> {
+            let v = if a < k { &xs[a] } else { &steps[a - k] };
+            v.tensors.first().map(|t| t.shape.clone())
+        };
+        let plans = self
+            .steps
+            .iter()
+            .map(|st| {
+                let Op::Local(f) = &st.op.op else {
+                    return None;
+                };
+                let (spec, args, pow) = match &f.expr {
+                    Expr::Einsum(spec, args) => (spec, args, None),
+                    Expr::Pow(inner, p) => match &**inner {
+                        Expr::Einsum(spec, args) => (spec, args, Some(*p)),
+                        _ => return None,
+                    },
+                    _ => return None,
+                };
+                let vars: Vec<usize> = args
+                    .iter()
+                    .map(|a| match a {
+                        Expr::Var(v) if *v < st.args.len() => Some(*v),
+                        _ => None,
+                    })
+                    .collect::<Option<_>>()?;
+                let shapes: Vec<Shape> = vars
+                    .iter()
+                    .map(|&v| shape_of(st.args[v]))
+                    .collect::<Option<_>>()?;
+                let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+                let plan = einsum_plan_for(spec, &refs).ok()?;
+                Some(StepPlan {
+                    plan,
+                    vars,
+                    shapes,
+                    pow,
+                })
+            })
+            .collect();
+        Sampler {
+            work: steps.clone(),
+            dirty: steps.iter().map(|v| vec![false; v.tensors.len()]).collect(),
+            base: steps,
+            plans,
+        }
+    }
+
+    /// The forward at inputs `xs` that equal the sampler's instance except
+    /// on the ranks of input `i` marked in `touched`, written into the
+    /// sampler's workspace (SPEC.md §18.1). Only what can differ is
+    /// recomputed: a local step (rank by rank) on the ranks where an
+    /// argument differs, in place; any other step in full where an argument
+    /// differs at all; the rest is the instance's. Returns whether a
+    /// recomputed step met a kink (the instance's own kinks are not
+    /// repeated: the callers that read it sample only kink-free instances).
+    /// `unsample` restores the workspace, also after an error.
+    pub fn sample(
+        &self,
+        m: &Mesh,
+        s: &mut Sampler,
+        xs: &[PerRank],
+        i: usize,
+        touched: &[bool],
+    ) -> Result<bool, EvalError> {
+        let k = xs.len();
+        let n = m.num_ranks();
+        let mut kink = false;
+        for (j, st) in self.steps.iter().enumerate() {
+            let (done, rest) = s.work.split_at_mut(j);
+            let (dirty_done, dirty_rest) = s.dirty.split_at_mut(j);
+            let plan = s.plans[j].as_ref();
+            let arg_dirty = |a: usize, r: usize| -> bool {
+                if a < k {
+                    a == i && touched[r]
+                } else {
+                    dirty_done[a - k][r]
+                }
+            };
+            let mask = &mut dirty_rest[0];
+            let rank_wise = rank_wise(m, &st.op.op);
+            if rank_wise.is_some() {
+                let mut any = false;
+                for (r, d) in mask.iter_mut().enumerate() {
+                    *d = st.args.iter().any(|&a| arg_dirty(a, r));
+                    any |= *d;
+                }
+                if !any {
+                    continue;
+                }
+            }
+            let out = &mut rest[0];
+            let at = |a: usize| if a < k { &xs[a] } else { &done[a - k] };
+            match rank_wise {
+                Some(RankWise::Expr(e)) => {
+                    let mut ctx = Ctx::default();
+                    for r in (0..n).filter(|&r| mask[r]) {
+                        if let Some(p) = plan {
+                            if p.eval_into(&st.args, &at, r, &mut out.tensors[r]) {
+                                continue;
+                            }
+                        }
+                        if st.args.len() <= MAX_ARGS {
+                            let mut args: [&Tensor; MAX_ARGS] = [&EMPTY; MAX_ARGS];
+                            for (slot, &a) in args.iter_mut().zip(&st.args) {
+                                *slot = &at(a).tensors[r];
+                            }
+                            eval_into(e, &args[..st.args.len()], &mut ctx, &mut out.tensors[r])?;
+                        } else {
+                            let args: Vec<&Tensor> =
+                                st.args.iter().map(|&a| &at(a).tensors[r]).collect();
+                            eval_into(e, &args, &mut ctx, &mut out.tensors[r])?;
+                        }
+                    }
+                    kink |= ctx.at_kink;
+                }
+                Some(RankWise::Copy) => {
+                    for r in (0..n).filter(|&r| mask[r]) {
+                        out.tensors[r].clone_from(&at(st.args[0]).tensors[r]);
+                    }
+                }
+                Some(RankWise::Scale(q)) => {
+                    for r in (0..n).filter(|&r| mask[r]) {
+                        out.tensors[r] = at(st.args[0]).tensors[r].scale(&q);
+                    }
+                }
+                None => {
+                    let any = (0..n).any(|r| st.args.iter().any(|&a| arg_dirty(a, r)));
+                    if !any {
+                        continue;
+                    }
+                    mask.iter_mut().for_each(|d| *d = true);
+                    let f = step_forward(m, st, xs, done, k)?;
+                    kink |= f.at_kink;
+                    *out = f.y;
+                }
+            }
+        }
+        Ok(kink)
+    }
+
+    /// Put the instance's values back into the sampler's workspace.
+    pub fn unsample(&self, s: &mut Sampler) {
+        for ((w, b), d) in s.work.iter_mut().zip(&s.base).zip(&mut s.dirty) {
+            for (r, dr) in d.iter_mut().enumerate() {
+                if *dr {
+                    w.tensors[r].clone_from(&b.tensors[r]);
+                    *dr = false;
+                }
+            }
+        }
     }
 
     /// Elements sent per rank: the forward's collectives, and the backward's
@@ -253,6 +462,201 @@ impl Program {
             bwd = bwd.add(&s.op.backward_cost(m, &args, &all[k + j]));
         }
         Ok((fwd, bwd))
+    }
+}
+
+/// A step's arguments evaluated without a heap list of them.
+const MAX_ARGS: usize = 8;
+
+/// A placeholder argument slot, overwritten before use.
+static EMPTY: Tensor = Tensor {
+    shape: Vec::new(),
+    data: Vec::new(),
+};
+
+/// The local function a step's forward runs rank by rank, if any: a local
+/// op's, or that of a declared op whose forward is local (its declared
+/// meaning changes only F3).
+fn local_expr(op: &Op) -> Option<&Expr> {
+    match op {
+        Op::Local(f) => Some(&f.expr),
+        Op::Declared { forward, .. } => local_expr(forward),
+        _ => None,
+    }
+}
+
+/// How a step's forward computes rank r from its arguments' rank r alone,
+/// if it does: a local function; a reinterpretation (the identity on each
+/// rank); a division by the group size (a scaling on each rank). These are
+/// exactly what `Op::forward` computes on those ranks.
+enum RankWise<'a> {
+    Expr(&'a Expr),
+    Copy,
+    Scale(Q),
+}
+
+fn rank_wise<'a>(m: &Mesh, op: &'a Op) -> Option<RankWise<'a>> {
+    match op {
+        Op::Local(f) => Some(RankWise::Expr(&f.expr)),
+        Op::Declared { forward, .. } => rank_wise(m, forward),
+        Op::Collective(c) => match c.kind {
+            Kind::Reinterpret => Some(RankWise::Copy),
+            Kind::DivideByGroupSize => Some(RankWise::Scale(Q::frac(1, c.group_size(m) as i64))),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// One step's forward on values read in place: value `a` is input `a` of
+/// `xs` below `k`, else step output `a - k`. A local step runs rank by rank
+/// exactly as `Op::forward` does (one kink flag over the ranks); any other
+/// step gets its arguments as a slice, borrowed when it has one.
+fn step_forward(
+    m: &Mesh,
+    s: &Step,
+    xs: &[PerRank],
+    steps: &[PerRank],
+    k: usize,
+) -> Result<Forward, EvalError> {
+    let at = |a: usize| if a < k { &xs[a] } else { &steps[a - k] };
+    if let Some(e) = local_expr(&s.op.op) {
+        let mut ctx = Ctx::default();
+        let y = (0..m.num_ranks())
+            .map(|r| {
+                let args: Vec<&Tensor> = s.args.iter().map(|&a| &at(a).tensors[r]).collect();
+                eval(e, &args, &mut ctx)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        return Ok(Forward {
+            y: PerRank { tensors: y },
+            at_kink: ctx.at_kink,
+        });
+    }
+    match s.args.as_slice() {
+        [a] => s.op.op.forward(m, std::slice::from_ref(at(*a))),
+        args => {
+            let args: Vec<PerRank> = args.iter().map(|&a| at(a).clone()).collect();
+            s.op.op.forward(m, &args)
+        }
+    }
+}
+
+/// One step's declared backward at cotangent `g`, its arguments read in
+/// place through `at`. A local op's own VJP (no `no_grad`) runs rank by
+/// rank exactly as `TypedOp::backward` does, a zero cotangent giving exact
+/// zeros; any other backward gets its arguments as a slice, borrowed when
+/// the step has one.
+fn step_backward<'a>(
+    m: &Mesh,
+    s: &Step,
+    at: &impl Fn(usize) -> &'a PerRank,
+    g: &PerRank,
+) -> Result<Vec<PerRank>, EvalError> {
+    match (&s.op.backward, &s.op.op) {
+        (Backward::LocalVjp, Op::Local(f)) if s.op.no_grad.is_empty() => {
+            let n = m.num_ranks();
+            let mut out: Vec<PerRank> = s
+                .args
+                .iter()
+                .map(|_| PerRank {
+                    tensors: Vec::with_capacity(n),
+                })
+                .collect();
+            for r in 0..n {
+                if g.tensors[r].is_zero() {
+                    for (o, &a) in out.iter_mut().zip(&s.args) {
+                        o.tensors.push(Tensor::zeros(&at(a).tensors[r].shape));
+                    }
+                    continue;
+                }
+                let args: Vec<&Tensor> = s.args.iter().map(|&a| &at(a).tensors[r]).collect();
+                for (o, gi) in out.iter_mut().zip(vjp(&f.expr, &args, &g.tensors[r])?) {
+                    o.tensors.push(gi);
+                }
+            }
+            Ok(out)
+        }
+        _ => match s.args.as_slice() {
+            [a] => s.op.backward(m, std::slice::from_ref(at(*a)), g),
+            args => {
+                let args: Vec<PerRank> = args.iter().map(|&a| at(a).clone()).collect();
+                s.op.backward(m, &args, g)
+            }
+        },
+    }
+}
+
+/// A local step `einsum(...)` or `einsum(...)^k` over its arguments, planned
+/// for the operands' shapes at the sampler's instance.
+struct StepPlan {
+    plan: EinsumPlan,
+    /// Per operand: the local function's variable (an index into the
+    /// step's arguments).
+    vars: Vec<usize>,
+    shapes: Vec<Shape>,
+    pow: Option<u32>,
+}
+
+impl StepPlan {
+    /// Rank `r` of the step into `out`, exactly as `eval` computes it (the
+    /// einsum, then each entry to the power); `false`, with nothing
+    /// written, where an operand's shape is not the planned one.
+    fn eval_into<'a>(
+        &self,
+        args: &[usize],
+        at: &impl Fn(usize) -> &'a PerRank,
+        r: usize,
+        out: &mut Tensor,
+    ) -> bool {
+        let mut ops: [&Tensor; MAX_ARGS] = [&EMPTY; MAX_ARGS];
+        if self.vars.len() > MAX_ARGS {
+            return false;
+        }
+        for ((slot, &v), shape) in ops.iter_mut().zip(&self.vars).zip(&self.shapes) {
+            let t = &at(args[v]).tensors[r];
+            if t.shape != *shape {
+                return false;
+            }
+            *slot = t;
+        }
+        einsum_planned_into(&self.plan, &ops[..self.vars.len()], out);
+        if let Some(k) = self.pow {
+            for v in out.data.iter_mut() {
+                *v = (0..k).fold(Q::one(), |acc, _| acc.mul(v));
+            }
+        }
+        true
+    }
+}
+
+/// A program's sampling workspace (`Program::sampler`): the instance's step
+/// outputs, a working copy that `Program::sample` overwrites in place, and
+/// per step the ranks it overwrote.
+pub struct Sampler {
+    base: Vec<PerRank>,
+    work: Vec<PerRank>,
+    dirty: Vec<Vec<bool>>,
+    /// Per step: its planned einsum, if it is one.
+    plans: Vec<Option<StepPlan>>,
+}
+
+impl Sampler {
+    /// The steps' outputs at the last sample (the instance's after `unsample`).
+    pub fn steps(&self) -> &[PerRank] {
+        &self.work
+    }
+    /// The program's output at the last sample.
+    pub fn output(&self) -> &PerRank {
+        self.work.last().expect("nonempty")
+    }
+    /// The ranks where the last sample's output may differ from the instance's.
+    pub fn output_changed(&self) -> &[bool] {
+        self.dirty.last().expect("nonempty")
+    }
+    /// The instance's steps' outputs.
+    pub fn base(&self) -> &[PerRank] {
+        &self.base
     }
 }
 

@@ -283,6 +283,14 @@ pub struct Checker<'a> {
     cot_in: Vec<Type>,
 }
 
+/// An instance's sampling state: the output workspace (`sample`), and for a
+/// program the workspace of its steps, whose clean state holds the
+/// instance's step outputs.
+struct Work {
+    y: PerRank,
+    prog: Option<spmd_interp::program::Sampler>,
+}
+
 /// A sparse per-rank direction: nonzero entries and the ranks it touches.
 struct Sparse {
     entries: Vec<(usize, usize, Q)>,
@@ -499,7 +507,17 @@ impl<'a> Checker<'a> {
     fn run(&self, xs: &[PerRank], phase: Phase) -> Result<Pass, Stop> {
         let m = self.m;
         let op = self.op;
-        let fwd = op.op.forward(m, xs)?;
+        // A program's step outputs are kept: its samples recompute only
+        // what a perturbation reaches, and its backward at this instance
+        // reuses them (SPEC.md §18.1).
+        let (fwd, steps) = match &op.op {
+            Op::Program(p) => {
+                let (vals, at_kink) = p.run_steps(m, xs)?;
+                let y = vals.last().expect("nonempty").clone();
+                (spmd_interp::op::Forward { y, at_kink }, Some((p, vals)))
+            }
+            _ => (op.op.forward(m, xs)?, None),
+        };
         let y = fwd.y;
         // F1: the output is well formed.
         if let Err(e) = perrank::well_formed(m, &op.output, &y) {
@@ -535,13 +553,16 @@ impl<'a> Checker<'a> {
         // after each direction (SPEC.md §18).
         let mut xs2 = xs.to_vec();
         // And one of the output, holding each sample (`sample`).
-        let mut yw = y.clone();
+        let mut yw = Work {
+            y: y.clone(),
+            prog: steps.map(|(p, vals)| p.sampler(xs, vals)),
+        };
         for (i, ti) in op.inputs.iter().enumerate() {
             for zs in &self.kernel_nz[i] {
                 let touched = &zs.touched;
                 for t in &self.steps[i] {
                     zs.set(&mut xs2[i], &xs[i], t);
-                    match self.sample(&xs2, &y, touched, &mut yw) {
+                    match self.sample(&xs2, i, &y, touched, &mut yw) {
                         Ok(_) => {}
                         Err(EvalError::DivByZero) => {
                             self.unsample(&y, touched, &mut yw);
@@ -549,7 +570,7 @@ impl<'a> Checker<'a> {
                         }
                         Err(e) => return Err(e.into()),
                     }
-                    let y2 = &yw;
+                    let y2 = &yw.y;
                     if perrank::well_formed(m, &op.output, y2).is_err() {
                         // An F1 failure off the grid. For a polynomial F1 is
                         // itself polynomial, so the grid has a failing point
@@ -609,7 +630,7 @@ impl<'a> Checker<'a> {
         xs: &[PerRank],
         xs2: &mut [PerRank],
         y: &PerRank,
-        yw: &mut PerRank,
+        yw: &mut Work,
         dy: &Denot,
         at_kink: bool,
     ) -> Result<Pass, Stop> {
@@ -632,9 +653,9 @@ impl<'a> Checker<'a> {
         let mut results: Vec<Vec<PerRank>> = Vec::with_capacity(gs.len());
         let probe_linearity = hand_written_backward(op);
         for g in gs {
-            let bs = op.backward(m, xs, g)?;
+            let bs = self.backward_here(xs, yw, g)?;
             if probe_linearity {
-                self.linear_in_g(xs, g, &bs)?;
+                self.linear_in_g(xs, yw, g, &bs)?;
             }
             for (i, b) in bs.iter().enumerate() {
                 if op.no_grad.contains(&i) {
@@ -672,7 +693,7 @@ impl<'a> Checker<'a> {
                 for zs in &self.kernel_nz[j] {
                     for t in &self.steps[j] {
                         zs.set(&mut xs2[j], &xs[j], t);
-                        let bs2 = match op.backward(m, xs2, g) {
+                        let bs2 = match self.backward_near(xs2, j, &zs.touched, yw, g) {
                             Ok(b) => b,
                             Err(EvalError::DivByZero) => continue,
                             Err(e) => return Err(e.into()),
@@ -707,7 +728,7 @@ impl<'a> Checker<'a> {
         // The cotangent half of B2: a cotangent that denotes zero gives
         // results that denote zero (the backward is linear in g).
         for z in &self.g_kernel {
-            let bs = op.backward(m, xs, z)?;
+            let bs = self.backward_here(xs, yw, z)?;
             for (i, b) in bs.iter().enumerate() {
                 if op.no_grad.contains(&i) {
                     continue;
@@ -798,11 +819,17 @@ impl<'a> Checker<'a> {
     /// A hand-written backward must be linear in g: B3 compares it at unit
     /// cotangents only (SPEC.md §4.7), where `g * g` or `relu(g)` equal `g`.
     /// So it must give −b at −g and 2b at 2g, exactly.
-    fn linear_in_g(&self, xs: &[PerRank], g: &PerRank, bs: &[PerRank]) -> Result<(), Stop> {
-        let (m, op) = (self.m, self.op);
+    fn linear_in_g(
+        &self,
+        xs: &[PerRank],
+        yw: &Work,
+        g: &PerRank,
+        bs: &[PerRank],
+    ) -> Result<(), Stop> {
+        let op = self.op;
         for c in [Q::int(-1), Q::int(2)] {
             let gc = g.scale(&c);
-            let bc = match op.backward(m, xs, &gc) {
+            let bc = match self.backward_here(xs, yw, &gc) {
                 Ok(b) => b,
                 Err(EvalError::DivByZero) => continue,
                 Err(e) => return Err(e.into()),
@@ -883,7 +910,7 @@ impl<'a> Checker<'a> {
         xs: &[PerRank],
         xs2: &mut [PerRank],
         y: &PerRank,
-        yw: &mut PerRank,
+        yw: &mut Work,
         dy: &Denot,
         at_kink: bool,
     ) -> Result<Pass, Stop> {
@@ -918,7 +945,7 @@ impl<'a> Checker<'a> {
         work: &mut [PerRank],
         xs: &[PerRank],
         y: &PerRank,
-        yw: &mut PerRank,
+        yw: &mut Work,
         y0: &[Q],
         i: usize,
     ) -> Option<Vec<Vec<Q>>> {
@@ -930,49 +957,133 @@ impl<'a> Checker<'a> {
     }
 
     /// The forward at `work`, which differs from the instance's inputs
-    /// only on the ranks marked in `touched`, into `out`, which holds the
-    /// instance's output `base` on entry. A local op recomputes only the
-    /// touched ranks, in place and without allocating on the pointwise path
-    /// (SPEC.md §18), exactly as `Op::forward_touching` does; other ops run
-    /// that. Returns whether a kink was met. `unsample` restores `out`.
+    /// only on the ranks of input `i` marked in `touched`, into `out.y`,
+    /// which holds the instance's output `base` on entry. A local op
+    /// recomputes only the touched ranks, in place and without allocating
+    /// on the pointwise path (SPEC.md §18), exactly as `Op::forward_touching`
+    /// does; a program recomputes only what the perturbation reaches, in
+    /// its workspace (`Program::sample`, SPEC.md §18.1); other ops run
+    /// `forward_touching`. Returns whether a kink was met. `unsample`
+    /// restores `out`.
     fn sample(
         &self,
         work: &[PerRank],
+        i: usize,
         base: &PerRank,
         touched: &[bool],
-        out: &mut PerRank,
+        out: &mut Work,
     ) -> Result<bool, EvalError> {
-        match &self.op.op {
-            Op::Local(f) if !work.is_empty() && work.len() <= MAX_ARGS => {
+        match (&self.op.op, out.prog.as_mut()) {
+            (Op::Local(f), _) if !work.is_empty() && work.len() <= MAX_ARGS => {
                 let mut ctx = Ctx::default();
                 for r in (0..self.m.num_ranks()).filter(|&r| touched[r]) {
                     let mut args: [&Tensor; MAX_ARGS] = [&work[0].tensors[r]; MAX_ARGS];
                     for (a, x) in args.iter_mut().zip(work) {
                         *a = &x.tensors[r];
                     }
-                    eval_into(&f.expr, &args[..work.len()], &mut ctx, &mut out.tensors[r])?;
+                    eval_into(
+                        &f.expr,
+                        &args[..work.len()],
+                        &mut ctx,
+                        &mut out.y.tensors[r],
+                    )?;
                 }
                 Ok(ctx.at_kink)
             }
-            op => {
+            (Op::Program(p), Some(s)) => {
+                let r = p.sample(self.m, s, work, i, touched);
+                for (r, c) in s.output_changed().iter().enumerate() {
+                    if *c {
+                        out.y.tensors[r].clone_from(&s.output().tensors[r]);
+                    }
+                }
+                r
+            }
+            (op, _) => {
                 let fw = op.forward_touching(self.m, work, base, touched)?;
-                *out = fw.y;
+                out.y = fw.y;
                 Ok(fw.at_kink)
             }
         }
     }
 
     /// Put `base` back into `out` after `sample` (also after a failed one).
-    /// Only a local op's sample reads `out`; any other op's sample replaces
-    /// it whole, so there is nothing to restore.
-    fn unsample(&self, base: &PerRank, touched: &[bool], out: &mut PerRank) {
-        if let Op::Local(_) = &self.op.op {
-            for (r, t) in touched.iter().enumerate() {
-                if *t {
-                    out.tensors[r].clone_from(&base.tensors[r]);
+    /// Only a local op's and a program's samples read `out`; any other op's
+    /// sample replaces it whole, so there is nothing to restore.
+    fn unsample(&self, base: &PerRank, touched: &[bool], out: &mut Work) {
+        match (&self.op.op, out.prog.as_mut()) {
+            (Op::Local(_), _) => {
+                for (r, t) in touched.iter().enumerate() {
+                    if *t {
+                        out.y.tensors[r].clone_from(&base.tensors[r]);
+                    }
                 }
             }
+            (Op::Program(p), Some(s)) => {
+                for (r, c) in s.output_changed().iter().enumerate() {
+                    if *c {
+                        out.y.tensors[r].clone_from(&base.tensors[r]);
+                    }
+                }
+                p.unsample(s);
+            }
+            _ => {}
         }
+    }
+
+    /// The backward at the instance's inputs `xs`. A program with its
+    /// steps' backwards reuses the step outputs kept in `yw` instead of
+    /// running its forward again; the result is `TypedOp::backward`'s.
+    fn backward_here(
+        &self,
+        xs: &[PerRank],
+        yw: &Work,
+        g: &PerRank,
+    ) -> Result<Vec<PerRank>, EvalError> {
+        match (&self.op.op, &self.op.backward, &yw.prog) {
+            (Op::Program(p), spmd_interp::Backward::Steps, Some(s)) => {
+                let out = p.backward_from(self.m, xs, s.base(), g)?;
+                Ok(self.zero_no_grad(xs, out))
+            }
+            _ => self.op.backward(self.m, xs, g),
+        }
+    }
+
+    /// The backward at `work`, which differs from the instance's inputs
+    /// only on the ranks of input `j` marked in `touched`: a program's
+    /// forward is sampled in its workspace (`Program::sample`) and restored
+    /// after; the result is `TypedOp::backward`'s.
+    fn backward_near(
+        &self,
+        work: &[PerRank],
+        j: usize,
+        touched: &[bool],
+        yw: &mut Work,
+        g: &PerRank,
+    ) -> Result<Vec<PerRank>, EvalError> {
+        match (&self.op.op, &self.op.backward, yw.prog.as_mut()) {
+            (Op::Program(p), spmd_interp::Backward::Steps, Some(s)) => {
+                let r = p
+                    .sample(self.m, s, work, j, touched)
+                    .and_then(|_| p.backward_from(self.m, work, s.steps(), g));
+                p.unsample(s);
+                Ok(self.zero_no_grad(work, r?))
+            }
+            _ => self.op.backward(self.m, work, g),
+        }
+    }
+
+    /// Zeros for the inputs that get no gradient, as `TypedOp::backward`
+    /// gives them.
+    fn zero_no_grad(&self, xs: &[PerRank], mut out: Vec<PerRank>) -> Vec<PerRank> {
+        for &i in &self.op.no_grad {
+            if let (Some(o), Some(x)) = (out.get_mut(i), xs.get(i)) {
+                *o = PerRank {
+                    tensors: x.tensors.iter().map(|t| Tensor::zeros(&t.shape)).collect(),
+                };
+            }
+        }
+        out
     }
 
     /// A flat output denotation as a family.
@@ -1047,7 +1158,7 @@ impl<'a> Checker<'a> {
         work: &mut [PerRank],
         xs: &[PerRank],
         y: &PerRank,
-        yw: &mut PerRank,
+        yw: &mut Work,
         y0: &[Q],
         i: usize,
         e: &Sparse,
@@ -1062,10 +1173,10 @@ impl<'a> Checker<'a> {
                 return Ok(Some(y0.to_vec()));
             }
             e.set(&mut work[i], &xs[i], h);
-            let r = self.sample(work, y, &e.touched, yw);
+            let r = self.sample(work, i, y, &e.touched, yw);
             let out = match r {
                 Ok(true) => Err(FdFail::Undetermined("a sample meets a kink".into())),
-                Ok(false) => Ok(Some(self.proj_out.denote_flat(yw))),
+                Ok(false) => Ok(Some(self.proj_out.denote_flat(&yw.y))),
                 Err(EvalError::DivByZero) => Ok(None),
                 Err(EvalError::Shape(s)) => {
                     panic!("interpreter bug: shape error on an inferred instance: {s}")
@@ -1089,7 +1200,7 @@ impl<'a> Checker<'a> {
         work: &mut [PerRank],
         xs: &[PerRank],
         y: &PerRank,
-        yw: &mut PerRank,
+        yw: &mut Work,
         y0: &[Q],
         i: usize,
         e: &Sparse,
@@ -1111,9 +1222,9 @@ impl<'a> Checker<'a> {
         for k in 1..=n {
             let h = Q::int(k as i64).mul(&self.step);
             e.set(&mut work[i], &xs[i], &h);
-            let r = self.sample(work, y, &e.touched, yw);
+            let r = self.sample(work, i, y, &e.touched, yw);
             if let Ok(false) = r {
-                self.proj_out.denote_flat_into(yw, &mut ys);
+                self.proj_out.denote_flat_into(&yw.y, &mut ys);
             }
             self.unsample(y, &e.touched, yw);
             match r {

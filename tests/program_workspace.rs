@@ -1,0 +1,331 @@
+//! The program workspace of SPEC.md §18.1: a sample recomputes only what a
+//! perturbation reaches, and the backward at an instance reuses its
+//! forward. Both must give exactly what the full forward and backward give;
+//! the oracle's verdicts on programs go through them, so a wrong program
+//! backward must still be rejected for the right property.
+
+use spmd_check::check::{check_rule, CheckConfig};
+use spmd_check::generators::{shape_table, Scope};
+use spmd_check::interp::program::{Program, Step};
+use spmd_check::interp::{parse, Backward, Op, TypedOp};
+use spmd_check::oracle::check::{check, Outcome};
+use spmd_check::oracle::Property;
+use spmd_check::rules::{build, parse_file, Rule};
+use spmd_check::semantics::perrank::{from_free, num_free};
+use spmd_check::semantics::{Mesh, PerRank, State, Type, Q};
+
+/// A small deterministic generator (no float, no clock).
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+    fn q(&mut self) -> Q {
+        Q::int(self.next(7) as i64 - 3)
+    }
+}
+
+/// Every program of the layer and FSDP tables, plus one whose values fan
+/// out to two steps and that divides by the group size (both rank-wise
+/// collectives of `Program::sample`: a reinterpretation and a scaling).
+fn programs() -> Vec<TypedOp> {
+    let scope = Scope::default();
+    let mut out = vec![];
+    for (file, text) in [
+        ("examples/programs.toml", spmd_check::programs::LAYERS_TOML),
+        ("examples/fsdp.toml", spmd_check::fsdp::FSDP_TOML),
+    ] {
+        let specs = parse_file(file, text).expect("parses");
+        for r in build(file, text, &specs, &scope).expect("builds") {
+            out.push(r.op);
+        }
+    }
+    let fan = r#"[[rule]]
+name = "fan out"
+names = ["x", "w"]
+inputs = ["V", "V"]
+output = "V"
+[[rule.step]]
+name = "a"
+expr = "x * w"
+output = "V"
+[[rule.step]]
+name = "p"
+forward = "reinterpret(V,P)"
+input = "a"
+backward = "reinterpret(R,V)"
+output = "P"
+[[rule.step]]
+name = "s"
+forward = "all_reduce(I)"
+input = "p"
+backward = "reinterpret(I,R)"
+output = "I"
+[[rule.step]]
+name = "v"
+forward = "pvary"
+input = "s"
+backward = "psum_invariant"
+output = "V"
+[[rule.step]]
+name = "d"
+forward = "divide_by_group_size"
+input = "v"
+backward = "divide_by_group_size"
+output = "V"
+[[rule.step]]
+name = "y"
+expr = "d * a + x"
+output = "V"
+"#;
+    out.push(Rule::from_toml_str(fan).expect("fan out builds").op);
+    out
+}
+
+/// `Program::sample` after perturbing input `i` on the ranks `touched`
+/// against the full forward there; each step's output, and the backward
+/// from the sampled steps against the full backward; then `unsample` must
+/// give the instance back. Returns how many samples were compared.
+fn compare_samples(op: &TypedOp, p: &Program, m: &Mesh, rng: &mut Lcg, wrong_mask: bool) -> usize {
+    let mut compared = 0;
+    let table = shape_table(op, &Scope::default(), m);
+    for (shapes, _, _) in table.iter().take(6) {
+        let xs: Vec<PerRank> = op
+            .inputs
+            .iter()
+            .zip(shapes)
+            .map(|(t, s)| {
+                let vals: Vec<Q> = (0..num_free(m, t, s)).map(|_| rng.q()).collect();
+                from_free(m, t, s, &vals)
+            })
+            .collect();
+        let (steps, _) = p.run_steps(m, &xs).expect("polynomial");
+        let mut s = p.sampler(&xs, steps.clone());
+        for i in 0..xs.len() {
+            for _ in 0..3 {
+                let touched: Vec<bool> = (0..m.num_ranks()).map(|_| rng.next(2) == 0).collect();
+                let mut work = xs.clone();
+                for (r, t) in work[i].tensors.iter_mut().enumerate() {
+                    if touched[r] {
+                        for v in t.data.iter_mut() {
+                            *v = v.add(&rng.q());
+                        }
+                    }
+                }
+                let mask: Vec<bool> = if wrong_mask {
+                    vec![false; m.num_ranks()]
+                } else {
+                    touched.clone()
+                };
+                p.sample(m, &mut s, &work, i, &mask).expect("polynomial");
+                let (full, _) = p.run_steps(m, &work).expect("polynomial");
+                if wrong_mask {
+                    // The negative twin: a mask that hides the change must
+                    // leave a stale output somewhere, and this comparison
+                    // must see it.
+                    if s.steps() != full.as_slice() {
+                        compared += 1;
+                    }
+                } else {
+                    assert_eq!(s.steps(), full.as_slice(), "{} on {m}", p.describe());
+                    assert_eq!(s.output(), full.last().unwrap());
+                    // The backward from the sampled steps, against the
+                    // one that runs its own forward (an error, such as a
+                    // step with no backward, must be the same error).
+                    let g = full.last().unwrap().clone();
+                    let want = p.backward(m, &work, &g);
+                    let got = p.backward_from(m, &work, s.steps(), &g);
+                    assert_eq!(got, want, "{} on {m}", p.describe());
+                    compared += 1;
+                }
+                p.unsample(&mut s);
+                assert_eq!(s.steps(), steps.as_slice(), "unsample restores");
+            }
+        }
+    }
+    compared
+}
+
+#[test]
+fn a_program_sample_is_the_full_forward() {
+    let mut rng = Lcg(7);
+    let meshes = [
+        Mesh::line(2),
+        Mesh::line(4),
+        Mesh::new(&[("a", 2), ("b", 2)]),
+    ];
+    let mut total = 0;
+    let mut stale = 0;
+    for op in programs() {
+        let Op::Program(p) = &op.op else {
+            panic!("a program")
+        };
+        for m in meshes
+            .iter()
+            .filter(|m| m.axes.len() == op.output.states.len())
+        {
+            total += compare_samples(&op, p, m, &mut rng, false);
+            stale += compare_samples(&op, p, m, &mut rng, true);
+        }
+    }
+    assert!(total > 100, "only {total} samples compared");
+    // Twin: hiding the perturbed ranks from the sampler is caught.
+    assert!(stale > 0, "a stale workspace went unnoticed");
+}
+
+/// A one-step program whose hand-written step backward is wrong: d(x·x) is
+/// 2·g·x, not g·x. The oracle rejects it for B3 through the program path;
+/// the twin with the right backward is sound.
+fn square_program(backward: &str) -> TypedOp {
+    let v = Type::one(State::Varying);
+    let step = Step {
+        name: "y = x * x".into(),
+        op: TypedOp {
+            backward: Backward::Local(vec![spmd_check::interp::parse_with_vars(
+                backward,
+                &["x".into(), "g".into()],
+            )
+            .unwrap()]),
+            ..TypedOp::local(parse("x * x").unwrap(), vec![v.clone()], v.clone())
+        },
+        args: vec![0],
+    };
+    let p = Program::new(vec![v.clone()], vec![step]).unwrap();
+    TypedOp {
+        op: Op::Program(Box::new(p)),
+        inputs: vec![v.clone()],
+        output: v,
+        backward: Backward::Steps,
+        jvp: None,
+        no_grad: vec![],
+    }
+}
+
+#[test]
+fn a_wrong_step_backward_fails_b3_through_the_workspace() {
+    let m = Mesh::line(2);
+    let x = PerRank {
+        tensors: vec![
+            spmd_check::semantics::Tensor::scalar(Q::int(1)),
+            spmd_check::semantics::Tensor::scalar(Q::int(3)),
+        ],
+    };
+    let wrong = square_program("g * x");
+    match check(&wrong, &m, std::slice::from_ref(&x)) {
+        Outcome::Fail(v) => assert_eq!(v.property, Property::B3, "{}", v.one_line()),
+        o => panic!("g * x passed: {o:?}"),
+    }
+    let right = square_program("2 * g * x");
+    match check(&right, &m, std::slice::from_ref(&x)) {
+        Outcome::Pass(p) => assert!(!p.b3_undetermined),
+        o => panic!("2 * g * x failed: {o:?}"),
+    }
+}
+
+/// Depth one through a rule file: an all-reduce to Invariant whose
+/// declared backward sums the cotangent again (every gradient n times too
+/// large) is unsound for B3; with the reinterpretation as its backward it
+/// is sound, as a proof.
+#[test]
+fn a_one_step_program_with_a_wrong_transpose_fails_b3() {
+    let text = |bwd: &str| {
+        format!(
+            "[[rule]]\nname = \"reduce\"\nnames = [\"x\"]\ninputs = [\"P\"]\noutput = \"I\"\n\
+             [[rule.step]]\nname = \"y\"\nforward = \"all_reduce(I)\"\ninput = \"x\"\nbackward = \"{bwd}\"\noutput = \"I\"\n"
+        )
+    };
+    let cfg = CheckConfig {
+        scope: Scope::default(),
+        cases: 0,
+        seed: 0,
+    };
+    let verdict = |t: &str| {
+        let rule = Rule::from_toml_str(t).expect("builds");
+        check_rule(&rule, &cfg, &[], &|_| {}).verdict
+    };
+    let wrong = verdict(&text("pvary |> reinterpret(V,P) |> all_reduce(R)"));
+    assert_eq!(
+        wrong.violation().map(|v| v.property),
+        Some(Property::B3),
+        "{}",
+        wrong.name()
+    );
+    let right = verdict(&text("reinterpret(I,R)"));
+    assert!(
+        right.proof(),
+        "{}: {:?}",
+        right.name(),
+        right.violation().map(|v| v.one_line())
+    );
+    assert!(right.tally().distributed_cases > 0);
+}
+
+/// The planned einsum of the workspace is `einsum`'s value, also into a
+/// buffer that held another tensor; a plan for other shapes is not (twin).
+#[test]
+fn a_planned_einsum_is_the_einsum() {
+    use spmd_check::interp::eval::{einsum_plan_for, einsum_planned_into, eval, Ctx};
+    use spmd_check::semantics::Tensor;
+    let mut rng = Lcg(3);
+    let mut t = |shape: &[usize]| {
+        let n = shape.iter().product();
+        Tensor::new(shape.to_vec(), (0..n).map(|_| rng.q()).collect())
+    };
+    let cases: Vec<(&str, Vec<Tensor>)> = vec![
+        ("matmul(a, b)", vec![t(&[2, 3]), t(&[3, 2])]),
+        ("matmul(a, b)^2", vec![t(&[1, 3]), t(&[3, 3])]),
+        ("einsum(\"ij,ij->i\", a, b)", vec![t(&[3, 2]), t(&[3, 2])]),
+        (
+            "einsum(\"i,j,k->ijk\", a, b, c)",
+            vec![t(&[2]), t(&[3]), t(&[2])],
+        ),
+    ];
+    for (text, xs) in &cases {
+        let f = parse(text).unwrap();
+        let (spec, args, pow) = match &f.expr {
+            spmd_check::interp::Expr::Einsum(s, a) => (s, a, None),
+            spmd_check::interp::Expr::Pow(inner, k) => match &**inner {
+                spmd_check::interp::Expr::Einsum(s, a) => (s, a, Some(*k)),
+                _ => unreachable!(),
+            },
+            _ => unreachable!(),
+        };
+        assert_eq!(args.len(), xs.len());
+        let shapes: Vec<&[usize]> = xs.iter().map(|x| x.shape.as_slice()).collect();
+        let plan = einsum_plan_for(spec, &shapes).unwrap();
+        let refs: Vec<&Tensor> = xs.iter().collect();
+        let mut out = Tensor::new(vec![7], vec![Q::int(5); 7]);
+        einsum_planned_into(&plan, &refs, &mut out);
+        if let Some(k) = pow {
+            for v in out.data.iter_mut() {
+                *v = (0..k).fold(Q::one(), |acc, _| acc.mul(v));
+            }
+        }
+        let want = eval(&f.expr, &refs, &mut Ctx::default()).unwrap();
+        assert_eq!(out, want, "{text}");
+    }
+    // Twin: a plan for another contraction over operands of the same
+    // shapes (b read transposed) gives another tensor, and this
+    // comparison sees it.
+    let a = t(&[2, 2]);
+    let b = Tensor::new(vec![2, 2], vec![Q::int(1), Q::int(2), Q::int(3), Q::int(4)]);
+    let other = spmd_check::interp::expr::Einsum::parse("ij,kj->ik").unwrap();
+    let wrong = einsum_plan_for(&other, &[&[2, 2][..], &[2, 2][..]]).unwrap();
+    let mut out = Tensor::scalar(Q::zero());
+    einsum_planned_into(&wrong, &[&a, &b], &mut out);
+    let id = Tensor::new(vec![2, 2], vec![Q::int(1), Q::int(0), Q::int(0), Q::int(1)]);
+    let want = eval(
+        &parse("matmul(a, b)").unwrap().expr,
+        &[&id, &b],
+        &mut Ctx::default(),
+    )
+    .unwrap();
+    let mut got = Tensor::scalar(Q::zero());
+    einsum_planned_into(&wrong, &[&id, &b], &mut got);
+    assert_ne!(got, want, "b transposed must differ from b");
+    assert_eq!(out.shape, vec![2, 2]);
+}
