@@ -1045,7 +1045,7 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
                     j["random_requested"] = serde_json::json!(rep.random_requested);
                     out_json.push(j);
                 } else {
-                    let name = rep.name.escape_debug();
+                    let name = report::quoted_name(&rep.name);
                     println!("{f}: rule \"{name}\": {}", p.word());
                     print!("{}", p.report(rep.dialect));
                     if p.failed() && o.emit.is_some() {
@@ -1092,7 +1092,7 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
             } else {
                 println!(
                     "{f}: rule \"{}\": {}",
-                    rep.name.escape_debug(),
+                    report::quoted_name(&rep.name),
                     report::rule_word(rep)
                 );
                 if let Some(x) = v.violation() {

@@ -7,6 +7,19 @@ use crate::programs::ProgramResult;
 use serde_json::{json, Value};
 use spmd_oracle::{Verdict, Violation};
 
+/// A rule's name as printed between double quotes: control characters,
+/// backslashes and double quotes escaped (so it stays on one line and inside
+/// its quotes), an apostrophe left as it is.
+pub fn quoted_name(name: &str) -> String {
+    name.chars()
+        .map(|c| match c {
+            '\'' => c.to_string(),
+            c if c.is_control() || c == '"' || c == '\\' => c.escape_debug().to_string(),
+            c => c.to_string(),
+        })
+        .collect()
+}
+
 /// A user's text as quoted in a one-line error: whole up to 80 characters,
 /// else its first 60 and its length (the error's column still points into
 /// the whole text).
@@ -573,5 +586,17 @@ mod tests {
             "{e}"
         );
         assert_eq!(excerpt("x * y"), "x * y");
+    }
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::quoted_name;
+
+    #[test]
+    fn a_name_keeps_its_apostrophe_and_stays_on_one_quoted_line() {
+        assert_eq!(quoted_name("DTensor's rule"), "DTensor's rule");
+        // The twin: what could break the line or the quotes is escaped.
+        assert_eq!(quoted_name("a\"b\nc\\d\u{1b}"), "a\\\"b\\nc\\\\d\\u{1b}");
     }
 }

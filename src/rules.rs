@@ -266,7 +266,7 @@ fn check_list(file: &str, text: &str, rules: Vec<RuleSpec>) -> Result<Vec<RuleSp
             return Err(UsageError(format!(
                 "{}: rule name \"{}\" is used twice; names must be unique (they key regressions)",
                 locate(file, text, second),
-                r.name.escape_debug()
+                crate::report::quoted_name(&r.name)
             )));
         }
     }
