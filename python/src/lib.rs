@@ -9,7 +9,9 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use serde_json::{json, Value};
-use spmd_check::check::{check_rule, CheckConfig, RuleReport};
+use spmd_check::check::{
+    check_rule, place_in, CheckConfig, PendingOutcome, PendingReport, RuleReport,
+};
 use spmd_check::generators::Scope;
 use spmd_check::interp::external::{from_f64, to_f64, External, KernelError};
 use spmd_check::oracle::Violation;
@@ -90,12 +92,85 @@ fn check_text_inner(file: &str, text: &str, cases: u32, seed: u64, sc: &str) -> 
     Ok(Value::Array(out).to_string())
 }
 
+/// A pending-kinds counterexample (SPEC.md §21.7) in the fields of
+/// `violation_value`: the inputs and the per-rank outputs, exact.
+fn pending_violation_value(p: &PendingReport, rep: &RuleReport) -> Value {
+    let PendingOutcome::Refuted { property, cex } = &p.outcome else {
+        return Value::Null;
+    };
+    let r = &p.rule;
+    let value = |label: &str, input: bool, ty: String, ts: &[Tensor]| {
+        json!({
+            "label": label,
+            "input": input,
+            "alternative": false,
+            "type": ty,
+            "shape": ts.first().map_or(vec![], |t| t.shape.to_vec()),
+            "per_rank": ts.iter()
+                .map(|t| t.data.iter().map(|q| q.to_string()).collect::<Vec<_>>())
+                .collect::<Vec<_>>(),
+        })
+    };
+    let mut values: Vec<Value> = cex
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, x)| {
+            let label = r.f.vars.get(i).map_or("?", String::as_str);
+            value(label, true, place_in(rep.dialect, r.inputs[i]), x)
+        })
+        .collect();
+    values.push(value(
+        "output",
+        false,
+        place_in(rep.dialect, r.output),
+        &cex.per_rank,
+    ));
+    json!({
+        "property": property,
+        "title": if *property == "F1" {
+            "F1 closure (SPEC.md §21.2)"
+        } else {
+            "F3 spec (SPEC.md §21.2)"
+        },
+        "mesh": [[r.axis, cex.n]],
+        "what": p.word(),
+        "expected": cex.expected.to_string(),
+        "actual": cex.denoted.as_ref().map_or("no value (not well formed)".into(), |t| t.to_string()),
+        "values": values,
+        "report": p.report(rep.dialect),
+    })
+}
+
 /// One rule's verdict as the Python half reads it.
 fn report_value(rep: &RuleReport, file: &str, rule_toml: &str) -> Value {
+    if let Some(p) = &rep.pending {
+        // A rule with pending kinds: its own report, never the core
+        // verdict's summary of it.
+        let mut j = p.json(rep.dialect);
+        let summary = p.word();
+        let mut report = format!(
+            "rule \"{}\": {summary}\n",
+            spmd_check::report::quoted_name(&rep.name)
+        );
+        report.push_str(&p.report(rep.dialect));
+        j["counterexample"] = pending_violation_value(p, rep);
+        j["name"] = json!(rep.name);
+        j["file"] = json!(file);
+        j["sound"] = json!(j["verdict"] == "sound");
+        j["summary"] = json!(summary);
+        j["report"] = json!(report);
+        j["no_grad"] = json!(rep.no_grad);
+        j["rule_toml"] = json!(rule_toml);
+        return j;
+    }
     let v = &rep.verdict;
     let summary = spmd_check::report::rule_word(rep);
     let mut j = spmd_check::report::verdict_json(v);
-    let mut report = format!("rule \"{}\": {summary}\n", rep.name.escape_debug());
+    let mut report = format!(
+        "rule \"{}\": {summary}\n",
+        spmd_check::report::quoted_name(&rep.name)
+    );
     if let Some(x) = v.violation() {
         report.push_str(&x.report_in(rep.dialect));
         j["counterexample"] = violation_value(x, rep);

@@ -130,3 +130,50 @@ def test_emit_writes_a_script_for_the_twin_only():
     assert g["script"] is None and "no spmd_types call" in g["why"]
     with pytest.raises(spmd_check.BadInput):
         spmd_check.emit(floor, "tensorflow")
+
+
+# Pending kinds beyond sums (SPEC.md §21.7): bounded, never a proof, and a
+# wrong kind rule is refuted with its counterexample, exact, per rank.
+RELU_MAX = """
+[[rule]]
+name = "relu keeps a pending max"
+dialect = "dtensor"
+op = { expr = "relu(x)" }
+inputs = [{ x = 'Partial("max")' }]
+output = { x = 'Partial("max")' }
+"""
+
+# The twin: a sum over a dim does not commute with a pending max.
+SUM_OF_MAX = """
+[[rule]]
+name = "sum over a dim of a pending max"
+dialect = "dtensor"
+op = { expr = "sum(x, 0)" }
+inputs = [{ x = 'Partial("max")' }]
+output = { x = 'Partial("max")' }
+"""
+
+
+def test_a_pending_max_rule_defers_bounded():
+    [v] = spmd_check.check(RELU_MAX, cases=16)
+    assert v.sound and v.verdict == "sound" and not v.proof
+    assert v.summary.startswith("defers (bounded") and not v.backward_checked
+    assert v.counterexample is None
+
+
+def test_a_wrong_pending_max_rule_is_refuted_with_exact_values():
+    [v] = spmd_check.check(SUM_OF_MAX, cases=16)
+    assert not v.sound and v.verdict == "unsound" and v.property == "F3"
+    cx = v.counterexample
+    assert cx is not None and cx.property == "F3"
+    [x, out] = cx.values
+    assert x.is_input and x.type == 'Partial(max)' and not out.is_input
+    # The minimal instance is a vector per rank. The input denotes the
+    # elementwise max over ranks, so the op should give the sum of that;
+    # the per-rank sums, read under Partial(max), give their max instead.
+    assert len(x.shape) == 1 and out.shape == ()
+    denoted = [max(r[i] for r in x.per_rank) for i in range(x.shape[0])]
+    assert Fraction(cx.expected) == sum(denoted, Fraction(0))
+    assert out.per_rank == [sum(r, Fraction(0)) for r in x.per_rank]
+    assert Fraction(cx.actual) == max(out.per_rank)
+    assert Fraction(cx.expected) != Fraction(cx.actual)
