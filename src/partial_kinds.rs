@@ -12,10 +12,11 @@
 
 use crate::run::UsageError;
 use serde_json::{json, Value};
-use spmd_interp::eval::{eval, infer, Ctx, EvalError};
+use spmd_interp::eval::{eval, eval_into, infer, Ctx, EvalError};
 use spmd_interp::expr::{parse, LocalFn};
 use spmd_interp::transcendental::is_transcendental;
 use spmd_semantics::pending::{combine, PartialKind, ALL_KINDS};
+use spmd_semantics::tensor::same_shape;
 use spmd_semantics::{Shape, Tensor, Q};
 use std::fmt;
 
@@ -316,36 +317,515 @@ fn cases(f: &LocalFn, ins: &[Place], scope: &Scope) -> Vec<(usize, Vec<Shape>)> 
     out
 }
 
-enum Eval {
-    Outside,
-    Done {
-        expected: Tensor,
-        per_rank: Vec<Tensor>,
-    },
+/// A memo is kept when it has at most this many entries (one per code of
+/// the values it depends on); above it every instance is evaluated afresh.
+const MEMO_CAP: u64 = 1 << 20;
+
+/// Outputs of f memoised by a code of its inputs' values, in one flat
+/// buffer (SPEC.md §18): every entry has the same shape.
+struct Arena {
+    shape: Shape,
+    numel: usize,
+    /// Per entry: 0 not yet evaluated, 1 outside the domain, 2 evaluated.
+    state: Vec<u8>,
+    data: Vec<Q>,
 }
 
-fn run_instance(f: &LocalFn, ins: &[Place], xs: &[Vec<Tensor>], n: usize) -> Result<Eval, String> {
-    let globals: Vec<Tensor> = ins
-        .iter()
-        .zip(xs)
-        .map(|(&p, x)| denote(p, x).ok_or("an input not well formed (checker bug)"))
-        .collect::<Result<_, _>>()?;
-    let mut ctx = Ctx::default();
-    let expected = match eval(&f.expr, &globals, &mut ctx) {
-        Ok(t) => t,
-        Err(EvalError::DivByZero) => return Ok(Eval::Outside),
-        Err(EvalError::Shape(s)) => return Err(s),
-    };
-    let mut per_rank = Vec::with_capacity(n);
-    for r in 0..n {
-        let local: Vec<&Tensor> = xs.iter().map(|x| &x[r]).collect();
-        match eval(&f.expr, &local, &mut ctx) {
-            Ok(t) => per_rank.push(t),
-            Err(EvalError::DivByZero) => return Ok(Eval::Outside),
-            Err(EvalError::Shape(s)) => return Err(s),
+impl Arena {
+    fn new(shape: Shape, entries: usize) -> Arena {
+        let numel = shape.iter().product();
+        Arena {
+            shape,
+            numel,
+            state: vec![0; entries],
+            data: vec![Q::zero(); entries * numel],
         }
     }
-    Ok(Eval::Done { expected, per_rank })
+    fn get(&self, slot: usize) -> &[Q] {
+        &self.data[slot * self.numel..(slot + 1) * self.numel]
+    }
+    /// Stores `t` (or outside the domain); a shape other than the arena's
+    /// is a checker bug.
+    fn put(&mut self, slot: usize, t: Result<&Tensor, ()>) -> Result<(), String> {
+        match t {
+            Err(()) => self.state[slot] = 1,
+            Ok(t) => {
+                if t.shape != self.shape {
+                    return Err(format!(
+                        "an output of shape {:?} where {:?} was inferred (checker bug)",
+                        t.shape, self.shape
+                    ));
+                }
+                self.data[slot * self.numel..(slot + 1) * self.numel].clone_from_slice(&t.data);
+                self.state[slot] = 2;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The per-rank outputs of one op, memoised by the local shapes and the
+/// local values (a rank's output depends on nothing else), shared by every
+/// placement of the op checked on the same scope values.
+#[derive(Default)]
+pub struct LocalMemo {
+    by_shapes: Vec<(Vec<Shape>, Arena)>,
+}
+
+/// Everything one case (ranks and local shapes) of `check_places` reuses
+/// from instance to instance (SPEC.md §18): the digit positions each
+/// input's scalars come from, the inputs' denotations filled in place, f of
+/// the denotations memoised by a code of the denoted values, and the
+/// per-rank outputs memoised by the rank's local values (`LocalMemo`).
+struct CaseWs<'a> {
+    f: &'a LocalFn,
+    ins: &'a [Place],
+    n: usize,
+    values: &'a [Q],
+    shapes: &'a [Shape],
+    /// Per input, the position of its first scalar in the grid index.
+    offs: Vec<usize>,
+    /// Per input, the local element count.
+    numels: Vec<usize>,
+    /// Per input, per element of its denotation, the grid position it
+    /// reads (for a Partial input: rank 0's, rank r's is `numel * r` on).
+    gpos: Vec<Vec<usize>>,
+    globals: Vec<Tensor>,
+    locals: Vec<Tensor>,
+    /// f of the denotations, by the code of the denoted values
+    /// (`global_code`); `None` above the cap or on one rank, where the
+    /// denotations are rank 0's own tensors and f of them is rank 0's output.
+    gmemo: Option<Arena>,
+    gslot: usize,
+    /// Without a memo: f of the denotations on this instance.
+    expected: Tensor,
+    /// Per input, the number of codes one element of its denotation has.
+    gradix: Vec<usize>,
+    /// binom[a][b] = a choose b, for the codes of multisets.
+    binom: Vec<Vec<usize>>,
+    /// Scratch for one element's digits over the ranks.
+    dig: Vec<usize>,
+    /// The per-rank outputs' memo (`None` above the cap), its index in the
+    /// op's `LocalMemo`, and each rank's slot on this instance.
+    memo: Option<usize>,
+    slots: Vec<usize>,
+    /// Without a memo: per rank, its output on this instance.
+    bufs: Vec<Tensor>,
+    /// The shape of every per-rank output.
+    out_shape: Shape,
+    /// Per shard dim of an output, where each element of the concatenation
+    /// comes from: (rank, local index).
+    shard_maps: Vec<(usize, Vec<(usize, usize)>)>,
+    scratch: Tensor,
+    ctx: Ctx,
+}
+
+/// Per global element, the position it has among `n` pieces of `shape`
+/// concatenated along `d`, read back from a concatenation of
+/// position-valued tensors so that the layout is `Tensor::concat`'s own.
+fn concat_positions(shape: &[usize], n: usize, d: usize) -> Vec<usize> {
+    let numel: usize = shape.iter().product();
+    let pieces: Vec<Tensor> = (0..n)
+        .map(|r| {
+            Tensor::new(
+                shape.to_vec(),
+                (0..numel).map(|l| Q::int((r * numel + l) as i64)).collect(),
+            )
+        })
+        .collect();
+    Tensor::concat(&pieces, d)
+        .data
+        .iter()
+        .map(|q| q.to_i64().expect("a position") as usize)
+        .collect()
+}
+
+/// ⊕ₖ of one column (`pending::combine` on one element).
+fn fold_col<'q>(k: PartialKind, n: usize, col: impl Iterator<Item = &'q Q>) -> Q {
+    match k {
+        PartialKind::Sum => col.fold(Q::zero(), |a, b| a.add(b)),
+        PartialKind::Avg => col
+            .fold(Q::zero(), |a, b| a.add(b))
+            .div(&Q::int(n as i64))
+            .expect("n >= 1"),
+        PartialKind::Max => col.max().expect("n >= 1").clone(),
+        PartialKind::Min => col.min().expect("n >= 1").clone(),
+    }
+}
+
+impl<'a> CaseWs<'a> {
+    fn new(
+        f: &'a LocalFn,
+        ins: &'a [Place],
+        n: usize,
+        shapes: &'a [Shape],
+        sizes: &[usize],
+        values: &'a [Q],
+        lmemo: &mut LocalMemo,
+    ) -> Result<CaseWs<'a>, String> {
+        let mut offs = Vec::with_capacity(ins.len());
+        let mut off = 0;
+        for &sz in sizes {
+            offs.push(off);
+            off += sz;
+        }
+        let numels: Vec<usize> = shapes.iter().map(|s| s.iter().product()).collect();
+        let mut gpos = Vec::new();
+        let mut globals = Vec::new();
+        let mut gshapes = Vec::new();
+        for (i, (&p, s)) in ins.iter().zip(shapes).enumerate() {
+            let (o, numel) = (offs[i], numels[i]);
+            let pos: Vec<usize> = match p {
+                Place::Inv | Place::Part(_) => (o..o + numel).collect(),
+                Place::Shard(d) => concat_positions(s, n, d).iter().map(|g| o + g).collect(),
+            };
+            let gs = global_shape(p, s, n).expect("cases keep valid shapes");
+            globals.push(Tensor::new(gs.clone(), vec![Q::zero(); pos.len()]));
+            gshapes.push(gs);
+            gpos.push(pos);
+        }
+        let locals = shapes
+            .iter()
+            .zip(&numels)
+            .map(|(s, &k)| Tensor::new(s.clone(), vec![Q::zero(); k]))
+            .collect();
+        let out_shape = infer(&f.expr, shapes)?.0;
+        let nvu = values.len();
+        let nv = nvu as u64;
+        let local_free: usize = numels.iter().sum();
+        let entries = u32::try_from(local_free)
+            .ok()
+            .and_then(|e| nv.checked_pow(e))
+            .filter(|&m| m <= MEMO_CAP);
+        let memo = entries.map(
+            |m| match lmemo.by_shapes.iter().position(|(s, _)| s == shapes) {
+                Some(at) => at,
+                None => {
+                    lmemo
+                        .by_shapes
+                        .push((shapes.to_vec(), Arena::new(out_shape.clone(), m as usize)));
+                    lmemo.by_shapes.len() - 1
+                }
+            },
+        );
+        // A Partial(sum | avg) element's denotation depends only on the
+        // multiset of its n digits: C(nv + n - 1, n) codes; the others read
+        // one digit: nv codes.
+        let mut binom = vec![vec![0usize; n + 1]; nvu + n];
+        for a in 0..nvu + n {
+            binom[a][0] = 1;
+            for b in 1..=n.min(a) {
+                binom[a][b] = binom[a - 1][b - 1].saturating_add(binom[a - 1][b]);
+            }
+        }
+        let gradix: Vec<usize> = ins
+            .iter()
+            .map(|p| match p {
+                Place::Part(PartialKind::Sum | PartialKind::Avg) if nvu > 0 => {
+                    binom[nvu + n - 1][n]
+                }
+                _ => nvu,
+            })
+            .collect();
+        let gmemo = match n {
+            1 => None,
+            _ => gpos
+                .iter()
+                .zip(&gradix)
+                .try_fold(1u64, |acc, (pos, &rad)| {
+                    (0..pos.len()).try_fold(acc, |a, _| a.checked_mul(rad as u64))
+                })
+                .filter(|&m| m <= MEMO_CAP)
+                .map(|m| -> Result<Arena, String> {
+                    Ok(Arena::new(infer(&f.expr, &gshapes)?.0, m as usize))
+                })
+                .transpose()?,
+        };
+        Ok(CaseWs {
+            f,
+            ins,
+            n,
+            values,
+            shapes,
+            offs,
+            numels,
+            gpos,
+            globals,
+            locals,
+            gmemo,
+            gslot: 0,
+            expected: Tensor::zeros(&[]),
+            gradix,
+            binom,
+            dig: Vec::with_capacity(n),
+            memo,
+            slots: vec![0; n],
+            bufs: vec![Tensor::zeros(&[]); n],
+            out_shape,
+            shard_maps: Vec::new(),
+            scratch: Tensor::zeros(&[]),
+            ctx: Ctx::default(),
+        })
+    }
+
+    /// The grid position of input `i`'s element `e` on rank `r`.
+    fn pos(&self, i: usize, r: usize, e: usize) -> usize {
+        match self.ins[i] {
+            Place::Inv => self.offs[i] + e,
+            Place::Part(_) | Place::Shard(_) => self.offs[i] + r * self.numels[i] + e,
+        }
+    }
+
+    /// Fills rank `r`'s local inputs from the grid index.
+    fn fill_locals(&mut self, idx: &[usize], r: usize) {
+        for i in 0..self.ins.len() {
+            for e in 0..self.numels[i] {
+                let v = &self.values[idx[self.pos(i, r, e)]];
+                self.locals[i].data[e].clone_from(v);
+            }
+        }
+    }
+
+    /// The code of the inputs' denotations on this instance: per element
+    /// of each denotation, the digit it reads (Replicate, Shard, and max or
+    /// min: the digit of the extreme value), or for a Partial(sum | avg)
+    /// the rank of the multiset of its digits over the ranks; equal codes
+    /// denote equal values.
+    fn global_code(&mut self, idx: &[usize]) -> usize {
+        let n = self.n;
+        let mut code = 0usize;
+        for i in 0..self.ins.len() {
+            let numel = self.numels[i];
+            let rad = self.gradix[i];
+            for &p in &self.gpos[i] {
+                let c = match self.ins[i] {
+                    Place::Inv | Place::Shard(_) => idx[p],
+                    Place::Part(k @ (PartialKind::Max | PartialKind::Min)) => {
+                        let mut best = idx[p];
+                        for r in 1..n {
+                            let d = idx[p + r * numel];
+                            let (v, b) = (&self.values[d], &self.values[best]);
+                            if (k == PartialKind::Max && v > b) || (k == PartialKind::Min && v < b)
+                            {
+                                best = d;
+                            }
+                        }
+                        best
+                    }
+                    Place::Part(_) => {
+                        self.dig.clear();
+                        self.dig.extend((0..n).map(|r| idx[p + r * numel]));
+                        self.dig.sort_unstable();
+                        self.dig
+                            .iter()
+                            .enumerate()
+                            .map(|(j, &d)| self.binom[d + j][j + 1])
+                            .sum()
+                    }
+                };
+                code = code * rad + c;
+            }
+        }
+        code
+    }
+
+    /// Fills the inputs' denotations from the grid index and evaluates f on
+    /// them into `out`.
+    fn eval_globals(&mut self, idx: &[usize], to_scratch: bool) -> Result<(), EvalError> {
+        let n = self.n;
+        for i in 0..self.ins.len() {
+            let numel = self.numels[i];
+            let g = &mut self.globals[i];
+            match self.ins[i] {
+                Place::Inv | Place::Shard(_) => {
+                    for (slot, &p) in g.data.iter_mut().zip(&self.gpos[i]) {
+                        slot.clone_from(&self.values[idx[p]]);
+                    }
+                }
+                Place::Part(k) => {
+                    for (slot, &p) in g.data.iter_mut().zip(&self.gpos[i]) {
+                        *slot = fold_col(k, n, (0..n).map(|r| &self.values[idx[p + r * numel]]));
+                    }
+                }
+            }
+        }
+        let out = match to_scratch {
+            true => &mut self.scratch,
+            false => &mut self.expected,
+        };
+        eval_into(&self.f.expr, &self.globals, &mut self.ctx, out)
+    }
+
+    /// Evaluates one instance: `Ok(false)` when it is outside the domain
+    /// (f divides by zero on the denotations or on some rank, tried in that
+    /// order), `Ok(true)` when f of the denotations and the per-rank
+    /// outputs are ready.
+    fn instance(&mut self, idx: &[usize], lmemo: &mut LocalMemo) -> Result<bool, String> {
+        if self.gmemo.is_some() {
+            let slot = self.global_code(idx);
+            self.gslot = slot;
+            if self.gmemo.as_ref().expect("memo").state[slot] == 0 {
+                let res = self.eval_globals(idx, true);
+                let gm = self.gmemo.as_mut().expect("memo");
+                match res {
+                    Ok(()) => gm.put(slot, Ok(&self.scratch))?,
+                    Err(EvalError::DivByZero) => gm.put(slot, Err(()))?,
+                    Err(EvalError::Shape(s)) => return Err(s),
+                }
+            }
+            if self.gmemo.as_ref().expect("memo").state[slot] == 1 {
+                return Ok(false);
+            }
+        } else if self.n > 1 || self.memo.is_none() {
+            match self.eval_globals(idx, false) {
+                Ok(()) => {}
+                Err(EvalError::DivByZero) => return Ok(false),
+                Err(EvalError::Shape(s)) => return Err(s),
+            }
+        }
+        // On one rank with a memo, f of the denotations is rank 0's output
+        // (the same tensors), evaluated next and in the same order.
+        let nv = self.values.len();
+        for r in 0..self.n {
+            match self.memo {
+                Some(m) => {
+                    let mut slot = 0usize;
+                    for i in 0..self.ins.len() {
+                        for e in 0..self.numels[i] {
+                            slot = slot * nv + idx[self.pos(i, r, e)];
+                        }
+                    }
+                    self.slots[r] = slot;
+                    if lmemo.by_shapes[m].1.state[slot] == 0 {
+                        self.fill_locals(idx, r);
+                        let res =
+                            eval_into(&self.f.expr, &self.locals, &mut self.ctx, &mut self.scratch);
+                        let arena = &mut lmemo.by_shapes[m].1;
+                        match res {
+                            Ok(()) => arena.put(slot, Ok(&self.scratch))?,
+                            Err(EvalError::DivByZero) => arena.put(slot, Err(()))?,
+                            Err(EvalError::Shape(s)) => return Err(s),
+                        }
+                    }
+                    if lmemo.by_shapes[m].1.state[slot] == 1 {
+                        return Ok(false);
+                    }
+                }
+                None => {
+                    self.fill_locals(idx, r);
+                    match eval_into(&self.f.expr, &self.locals, &mut self.ctx, &mut self.bufs[r]) {
+                        Ok(()) => {}
+                        Err(EvalError::DivByZero) => return Ok(false),
+                        Err(EvalError::Shape(s)) => return Err(s),
+                    }
+                    if self.bufs[r].shape != self.out_shape {
+                        return Err("a per-rank output of another shape (checker bug)".into());
+                    }
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Rank `r`'s output on the current instance (of shape `out_shape`).
+    fn rank_out<'m>(&'m self, lmemo: &'m LocalMemo, r: usize) -> &'m [Q] {
+        match self.memo {
+            Some(m) => lmemo.by_shapes[m].1.get(self.slots[r]),
+            None => &self.bufs[r].data,
+        }
+    }
+
+    /// f of the denotations on the current instance: (shape, data).
+    fn expected<'m>(&'m self, lmemo: &'m LocalMemo) -> (&'m [usize], &'m [Q]) {
+        match (&self.gmemo, self.n, self.memo) {
+            (Some(g), _, _) => (&g.shape, g.get(self.gslot)),
+            (None, 1, Some(_)) => (&self.out_shape, self.rank_out(lmemo, 0)),
+            _ => (&self.expected.shape, &self.expected.data),
+        }
+    }
+
+    /// Whether the per-rank outputs, read under `out`, denote f of the
+    /// denotations: `denote(out, per_rank) == Some(expected)`, compared in
+    /// place.
+    fn matches(&mut self, lmemo: &LocalMemo, out: Place) -> bool {
+        let n = self.n;
+        if let Place::Shard(d) = out {
+            if d < self.out_shape.len() && !self.shard_maps.iter().any(|(dd, _)| *dd == d) {
+                let numel: usize = self.out_shape.iter().product::<usize>().max(1);
+                let map = concat_positions(&self.out_shape, n, d)
+                    .into_iter()
+                    .map(|g| (g / numel, g % numel))
+                    .collect();
+                self.shard_maps.push((d, map));
+            }
+        }
+        let (eshape, exp) = self.expected(lmemo);
+        let first = &self.out_shape;
+        match out {
+            Place::Inv => {
+                same_shape(first, eshape) && (0..n).all(|r| self.rank_out(lmemo, r) == exp)
+            }
+            Place::Part(k) => {
+                same_shape(first, eshape)
+                    && (0..exp.len()).all(|e| {
+                        let col = (0..n).map(|r| &self.rank_out(lmemo, r)[e]);
+                        match k {
+                            PartialKind::Max => col.max().expect("n >= 1") == &exp[e],
+                            PartialKind::Min => col.min().expect("n >= 1") == &exp[e],
+                            _ => fold_col(k, n, col) == exp[e],
+                        }
+                    })
+            }
+            Place::Shard(d) => {
+                if d >= first.len()
+                    || first.len() != eshape.len()
+                    || (0..first.len())
+                        .any(|j| eshape[j] != if j == d { first[j] * n } else { first[j] })
+                {
+                    return false;
+                }
+                let map = &self
+                    .shard_maps
+                    .iter()
+                    .find(|(dd, _)| *dd == d)
+                    .expect("made above")
+                    .1;
+                map.iter()
+                    .enumerate()
+                    .all(|(g, &(r, l))| self.rank_out(lmemo, r)[l] == exp[g])
+            }
+        }
+    }
+
+    /// The counterexample of the current instance for `out`.
+    fn counterexample(&self, lmemo: &LocalMemo, idx: &[usize], out: Place) -> Counterexample {
+        let n = self.n;
+        let inputs: Vec<Vec<Tensor>> = (0..self.ins.len())
+            .map(|i| {
+                (0..n)
+                    .map(|r| {
+                        Tensor::new(
+                            self.shapes[i].clone(),
+                            (0..self.numels[i])
+                                .map(|e| self.values[idx[self.pos(i, r, e)]].clone())
+                                .collect(),
+                        )
+                    })
+                    .collect()
+            })
+            .collect();
+        let per_rank: Vec<Tensor> = (0..n)
+            .map(|r| Tensor::new(self.out_shape.clone(), self.rank_out(lmemo, r).to_vec()))
+            .collect();
+        let (es, ed) = self.expected(lmemo);
+        Counterexample {
+            n,
+            inputs,
+            expected: Tensor::new(es.to_vec(), ed.to_vec()),
+            denoted: denote(out, &per_rank),
+            per_rank,
+        }
+    }
 }
 
 /// Checks `f` with inputs placed `ins` against every output placement of
@@ -359,6 +839,18 @@ pub fn check_places(
     ins: &[Place],
     outs: &[Place],
     scope: &Scope,
+) -> Result<Vec<Verdict>, String> {
+    check_places_memo(f, ins, outs, scope, &mut LocalMemo::default())
+}
+
+/// `check_places` with the per-rank outputs' memo of `f` given: calls for
+/// the same `f` and `scope.values` may share one.
+pub fn check_places_memo(
+    f: &LocalFn,
+    ins: &[Place],
+    outs: &[Place],
+    scope: &Scope,
+    lmemo: &mut LocalMemo,
 ) -> Result<Vec<Verdict>, String> {
     if ins.len() != f.arity() {
         return Err(format!(
@@ -401,56 +893,35 @@ pub fn check_places(
         if n > 1 {
             counts.multi_rank_cases += 1;
         }
+        let mut ws = CaseWs::new(f, ins, n, &shapes, &sizes, &scope.values, lmemo)?;
+        // The outputs still to compare in this case: those that have not
+        // failed in an earlier one.
+        let live: Vec<usize> = (0..outs.len())
+            .filter(|&o| fails[o].as_ref().is_none_or(|x| x.0 == ci))
+            .collect();
         let mut idx = vec![0usize; total];
         for _ in 0..points {
-            // Build the per-rank inputs from the grid indices.
-            let mut off = 0;
-            let mut xs: Vec<Vec<Tensor>> = Vec::with_capacity(ins.len());
-            for ((&p, s), &sz) in ins.iter().zip(&shapes).zip(&sizes) {
-                let vals: Vec<Q> = idx[off..off + sz]
-                    .iter()
-                    .map(|&i| scope.values[i].clone())
-                    .collect();
-                off += sz;
-                let numel: usize = s.iter().product();
-                xs.push(match p {
-                    Place::Inv => vec![Tensor::new(s.clone(), vals); n],
-                    Place::Part(_) | Place::Shard(_) => vals
-                        .chunks(numel)
-                        .take(n)
-                        .map(|c| Tensor::new(s.clone(), c[..numel].to_vec()))
-                        .collect(),
-                });
-            }
-            match run_instance(f, ins, &xs, n)? {
-                Eval::Outside => counts.outside_domain += 1,
-                Eval::Done { expected, per_rank } => {
-                    counts.instances += 1;
-                    for (o, out) in outs.iter().enumerate() {
-                        let denoted = denote(*out, &per_rank);
-                        if denoted.as_ref() == Some(&expected) {
-                            continue;
-                        }
-                        let key = (idx.iter().filter(|&&i| i != 0).count(), idx.clone());
-                        let better = match &fails[o] {
-                            None => true,
-                            Some((c, k, _)) => *c == ci && key < *k,
-                        };
-                        if better {
-                            fails[o] = Some((
-                                ci,
-                                key,
-                                Counterexample {
-                                    n,
-                                    inputs: xs.clone(),
-                                    expected: expected.clone(),
-                                    per_rank: per_rank.clone(),
-                                    denoted,
-                                },
-                            ));
-                        }
+            if ws.instance(&idx, lmemo)? {
+                counts.instances += 1;
+                for &o in &live {
+                    if ws.matches(lmemo, outs[o]) {
+                        continue;
+                    }
+                    let nonzero = idx.iter().filter(|&&i| i != 0).count();
+                    let better = match &fails[o] {
+                        None => true,
+                        Some((_, (c, k), _)) => (nonzero, &idx[..]) < (*c, &k[..]),
+                    };
+                    if better {
+                        fails[o] = Some((
+                            ci,
+                            (nonzero, idx.clone()),
+                            ws.counterexample(lmemo, &idx, outs[o]),
+                        ));
                     }
                 }
+            } else {
+                counts.outside_domain += 1;
             }
             // Next grid point (odometer, first index fastest).
             for d in idx.iter_mut() {
@@ -507,26 +978,37 @@ pub fn derive_partial(f: &LocalFn, k: PartialKind, scope: &Scope) -> Result<Vec<
             f.text
         )));
     }
+    use rayon::prelude::*;
     let outs = output_places();
+    // The input assignments run in parallel; rows keep the mask order.
+    let per_mask: Vec<Result<Vec<Row>, UsageError>> = (1u32..(1 << m))
+        .into_par_iter()
+        .map(|mask| {
+            let ins: Vec<Place> = (0..m)
+                .map(|i| {
+                    if mask & (1 << i) != 0 {
+                        Place::Part(k)
+                    } else {
+                        Place::Inv
+                    }
+                })
+                .collect();
+            let vs = check_places(f, &ins, &outs, scope).map_err(UsageError)?;
+            Ok(outs
+                .iter()
+                .zip(vs)
+                .map(|(out, verdict)| Row {
+                    inputs: ins.clone(),
+                    output: *out,
+                    verdict,
+                })
+                .collect())
+        })
+        .collect();
+    // The first error in mask order, whatever thread met it first.
     let mut rows = Vec::new();
-    for mask in 1u32..(1 << m) {
-        let ins: Vec<Place> = (0..m)
-            .map(|i| {
-                if mask & (1 << i) != 0 {
-                    Place::Part(k)
-                } else {
-                    Place::Inv
-                }
-            })
-            .collect();
-        let vs = check_places(f, &ins, &outs, scope).map_err(UsageError)?;
-        for (out, verdict) in outs.iter().zip(vs) {
-            rows.push(Row {
-                inputs: ins.clone(),
-                output: *out,
-                verdict,
-            });
-        }
+    for r in per_mask {
+        rows.extend(r?);
     }
     Ok(rows)
 }
@@ -1224,22 +1706,53 @@ impl RuleResult {
     }
 }
 
+/// Checks every rule and its twin. Rules of the same op share one memo of
+/// per-rank outputs and run in order; different ops run in parallel; the
+/// results keep the rules' order.
 pub fn check_rules(rules: &[SystemRule], scope: &Scope) -> Result<Vec<RuleResult>, String> {
     use rayon::prelude::*;
-    rules
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, r) in rules.iter().enumerate() {
+        match groups.iter_mut().find(|g| rules[g[0]].op == r.op) {
+            Some(g) => g.push(i),
+            None => groups.push(vec![i]),
+        }
+    }
+    let done: Vec<Vec<(usize, Result<RuleResult, String>)>> = groups
         .par_iter()
-        .map(|r| {
-            let verdict = check_places(&r.op, &r.inputs, &[r.output], scope)?.remove(0);
-            let twin = match &r.twin {
-                Some((ins, out)) => Some(check_places(&r.op, ins, &[*out], scope)?.remove(0)),
-                None => None,
-            };
-            Ok(RuleResult {
-                rule: r.clone(),
-                verdict,
-                twin,
-            })
+        .map(|g| {
+            let mut memo = LocalMemo::default();
+            g.iter()
+                .map(|&i| {
+                    let r = &rules[i];
+                    let mut one = || -> Result<RuleResult, String> {
+                        let verdict =
+                            check_places_memo(&r.op, &r.inputs, &[r.output], scope, &mut memo)?
+                                .remove(0);
+                        let twin = match &r.twin {
+                            Some((ins, out)) => Some(
+                                check_places_memo(&r.op, ins, &[*out], scope, &mut memo)?.remove(0),
+                            ),
+                            None => None,
+                        };
+                        Ok(RuleResult {
+                            rule: r.clone(),
+                            verdict,
+                            twin,
+                        })
+                    };
+                    (i, one())
+                })
+                .collect()
         })
+        .collect();
+    let mut out: Vec<Option<Result<RuleResult, String>>> = (0..rules.len()).map(|_| None).collect();
+    for (i, r) in done.into_iter().flatten() {
+        out[i] = Some(r);
+    }
+    // The first error in the rules' order.
+    out.into_iter()
+        .map(|r| r.expect("every rule ran"))
         .collect()
 }
 
