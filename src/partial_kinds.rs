@@ -257,6 +257,62 @@ pub fn denote(p: Place, xs: &[Tensor]) -> Option<Tensor> {
     }
 }
 
+/// `denote` into `out`, reusing its buffers: `false` where `xs` are not
+/// well formed for `p` (then `out` is unspecified).
+fn denote_into(p: Place, xs: &[Tensor], out: &mut Tensor) -> bool {
+    let first = &xs[0];
+    match p {
+        Place::Inv => {
+            if !xs.iter().all(|x| x == first) {
+                return false;
+            }
+            out.clone_from(first);
+        }
+        Place::Part(k) => {
+            if !xs.iter().all(|x| same_shape(&x.shape, &first.shape)) {
+                return false;
+            }
+            out.shape.clone_from(&first.shape);
+            out.data.clear();
+            let n = xs.len();
+            out.data
+                .extend((0..first.numel()).map(|e| fold_col(k, n, xs.iter().map(|x| &x.data[e]))));
+        }
+        Place::Shard(_) => match denote(p, xs) {
+            Some(t) => *out = t,
+            None => return false,
+        },
+    }
+    true
+}
+
+/// Whether `xs` under `p` denote `want` (`None`: not well formed), that
+/// is `denote(p, xs).map(|t| t == *want)`, compared in place.
+fn denotes(p: Place, xs: &[Tensor], want: &Tensor) -> Option<bool> {
+    let first = &xs[0];
+    match p {
+        Place::Inv => xs.iter().all(|x| x == first).then(|| first == want),
+        Place::Part(k) => {
+            if !xs.iter().all(|x| same_shape(&x.shape, &first.shape)) {
+                return None;
+            }
+            let n = xs.len();
+            Some(
+                same_shape(&first.shape, &want.shape)
+                    && (0..first.numel()).all(|e| {
+                        let col = xs.iter().map(|x| &x.data[e]);
+                        match k {
+                            PartialKind::Max => col.max().expect("n >= 1") == &want.data[e],
+                            PartialKind::Min => col.min().expect("n >= 1") == &want.data[e],
+                            _ => fold_col(k, n, col) == want.data[e],
+                        }
+                    }),
+            )
+        }
+        Place::Shard(_) => denote(p, xs).map(|t| t == *want),
+    }
+}
+
 fn global_shape(p: Place, local: &[usize], n: usize) -> Option<Shape> {
     let mut s = local.to_vec();
     if let Place::Shard(d) = p {
@@ -1171,17 +1227,25 @@ pub fn check_collective(row: &CollRow, scope: &Scope) -> Result<Counts, (String,
                 counts.multi_rank_cases += 1;
             }
             let mut idx = vec![0usize; fr];
+            // One workspace per case: the per-rank inputs are overwritten in
+            // place and the denotations compared in place (SPEC.md §18).
+            let mut xs = vec![Tensor::new(s.clone(), vec![Q::zero(); numel]); n];
+            let mut before = Tensor::zeros(&[]);
             for _ in 0..points {
-                let vals: Vec<Q> = idx.iter().map(|&i| scope.values[i].clone()).collect();
-                let xs: Vec<Tensor> = match src {
-                    Place::Inv => vec![Tensor::new(s.clone(), vals); n],
-                    _ => vals
-                        .chunks(numel)
-                        .map(|c| Tensor::new(s.clone(), c.to_vec()))
-                        .collect(),
-                };
+                for (r, x) in xs.iter_mut().enumerate() {
+                    let base = match src {
+                        Place::Inv => 0,
+                        _ => r * numel,
+                    };
+                    for (e, v) in x.data.iter_mut().enumerate() {
+                        v.clone_from(&scope.values[idx[base + e]]);
+                    }
+                }
                 counts.instances += 1;
-                let before = denote(src, &xs).expect("well formed by construction");
+                assert!(
+                    denote_into(src, &xs, &mut before),
+                    "well formed by construction"
+                );
                 let ys = (row.forward)(&xs);
                 let show = |ts: &[Tensor]| {
                     ts.iter()
@@ -1196,17 +1260,18 @@ pub fn check_collective(row: &CollRow, scope: &Scope) -> Result<Counts, (String,
                         show(&ys)
                     )
                 };
-                match denote(dst, &ys) {
+                match denotes(dst, &ys, &before) {
                     None => {
                         return Err(("F1".into(), format!("not well formed for {dst}: {}", at())))
                     }
-                    Some(after) if after != before => {
+                    Some(false) => {
+                        let after = denote(dst, &ys).expect("well formed");
                         return Err((
                             "F3".into(),
                             format!("denotes {after}, the input denotes {before}: {}", at()),
-                        ))
+                        ));
                     }
-                    Some(_) => {}
+                    Some(true) => {}
                 }
                 for d in idx.iter_mut() {
                     *d += 1;
@@ -1359,6 +1424,7 @@ pub fn check_from_local(
     scope: &Scope,
 ) -> Result<(u64, u64), String> {
     let nv = scope.values.len();
+    let mut col: Vec<Q> = Vec::new();
     for_each_per_rank(scope, |n, p, xs| {
         let s = xs[0].shape.clone();
         let numel = xs[0].numel();
@@ -1372,12 +1438,12 @@ pub fn check_from_local(
         let got = backward(k, xs, &g);
         for r in 0..n {
             for i in 0..numel {
-                let d = slope(|h| {
-                    let mut ys = xs.to_vec();
-                    ys[r].data[i] = ys[r].data[i].add(h);
-                    Some(combine(k, &ys).ok()?.dot(&g))
-                });
-                let Some(d) = d else {
+                // Only element i of ⊕ₖ x moves along x_r[i], so the
+                // quotients of ⟨⊕ₖ x, g⟩ are those of its column i times
+                // g[i], exactly.
+                col.clear();
+                col.extend(xs.iter().map(|x| x.data[i].clone()));
+                let Some(d) = col_slope(k, &mut col, r, &g.data[i]) else {
                     return Ok(true);
                 };
                 if got[r].data[i] != d {
@@ -1390,6 +1456,27 @@ pub fn check_from_local(
         }
         Ok(false)
     })
+}
+
+/// The slope at 0 of h ↦ ⊕ₖ(col with col[r] + h) · w, from the same
+/// exact difference quotients as `slope` (`None` where they differ). `col`
+/// is restored.
+fn col_slope(k: PartialKind, col: &mut [Q], r: usize, w: &Q) -> Option<Q> {
+    let n = col.len();
+    let base = col[r].clone();
+    let mut at = |h: &Q| -> Q {
+        col[r] = base.add(h);
+        fold_col(k, n, col.iter()).mul(w)
+    };
+    let s = step();
+    let g0 = at(&Q::zero());
+    let mut q = |h: Q| -> Option<Q> { at(&h).sub(&g0).div(&h).ok() };
+    let a = q(s.clone());
+    let b = s.div(&Q::int(2)).ok().and_then(&mut q);
+    let c = q(s.neg());
+    col[r] = base;
+    let (a, b, c) = (a?, b?, c?);
+    (a == b && b == c).then_some(a)
 }
 
 /// Tensors joined for a message.
@@ -1422,12 +1509,13 @@ fn for_each_per_rank(
                 continue;
             };
             let mut idx = vec![0usize; fr];
+            let mut xs = vec![Tensor::new(s.clone(), vec![Q::zero(); numel]); n];
             for p in 0..points {
-                let vals: Vec<Q> = idx.iter().map(|&i| scope.values[i].clone()).collect();
-                let xs: Vec<Tensor> = vals
-                    .chunks(numel)
-                    .map(|c| Tensor::new(s.clone(), c.to_vec()))
-                    .collect();
+                for (r, x) in xs.iter_mut().enumerate() {
+                    for (e, v) in x.data.iter_mut().enumerate() {
+                        v.clone_from(&scope.values[idx[r * numel + e]]);
+                    }
+                }
                 if check(n, p, &xs)? {
                     undetermined += 1;
                 } else {
@@ -1487,25 +1575,23 @@ pub fn check_all_reduce_jvp(
     jvp: CollJvp,
     scope: &Scope,
 ) -> Result<(u64, u64), String> {
+    let mut col: Vec<Q> = Vec::new();
     for_each_per_rank(scope, |n, _, xs| {
         let s = xs[0].shape.clone();
         let numel = xs[0].numel();
+        let mut ts = vec![Tensor::zeros(&s); n];
         for r in 0..n {
             for i in 0..numel {
-                let mut ts = vec![Tensor::zeros(&s); n];
                 ts[r].data[i] = Q::one();
-                let want: Option<Vec<Q>> = (0..numel)
-                    .map(|j| {
-                        slope(|h| {
-                            let mut ys = xs.to_vec();
-                            ys[r].data[i] = ys[r].data[i].add(h);
-                            Some(combine(k, &ys).ok()?.data[j].clone())
-                        })
-                    })
-                    .collect();
-                let Some(want) = want else {
+                // Along x_r[i] only element i of the denotation moves: the
+                // quotients of every other element are 0, exactly.
+                col.clear();
+                col.extend(xs.iter().map(|x| x.data[i].clone()));
+                let Some(d) = col_slope(k, &mut col, r, &Q::one()) else {
                     return Ok(true);
                 };
+                let mut want = vec![Q::zero(); numel];
+                want[i] = d;
                 let got = jvp(k, xs, &ts);
                 if got.data != want {
                     return Err(format!(
@@ -1514,6 +1600,7 @@ pub fn check_all_reduce_jvp(
                         Tensor::new(s.clone(), want)
                     ));
                 }
+                ts[r].data[i] = Q::zero();
             }
         }
         Ok(false)
