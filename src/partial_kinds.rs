@@ -14,7 +14,10 @@ use crate::run::UsageError;
 use serde_json::{json, Value};
 use spmd_interp::eval::{eval, eval_into, infer, Ctx, EvalError};
 use spmd_interp::expr::{parse, LocalFn};
-use spmd_interp::transcendental::is_transcendental;
+use spmd_interp::transcendental::{
+    eval as xeval_expr, is_transcendental, representable, XCtx, XEvalError, XT,
+};
+use spmd_semantics::expoly::{XErr, X};
 use spmd_semantics::pending::{combine, PartialKind, ALL_KINDS};
 use spmd_semantics::tensor::same_shape;
 use spmd_semantics::{Shape, Tensor, Q};
@@ -147,6 +150,10 @@ pub struct Counts {
     pub instances: u64,
     pub outside_domain: u64,
     pub beyond_cap: u64,
+    /// Instances of a transcendental op (SPEC.md §21.2) whose evaluation
+    /// left the exact field or whose comparison the enclosures could not
+    /// decide: neither passes nor failures.
+    pub undecided: u64,
 }
 
 /// A minimal instance where the output does not denote the meaning.
@@ -162,6 +169,22 @@ pub struct Counterexample {
     /// What the output placement makes of `per_rank` (`None`: not well
     /// formed, e.g. an Invariant output that differs between ranks).
     pub denoted: Option<Tensor>,
+    /// For a transcendental op (SPEC.md §21.2) the values live in the exact
+    /// field of §19.2, and this holds them as the field writes them; the
+    /// three tensors above are then empty.
+    pub field: Option<FieldValues>,
+}
+
+/// A transcendental counterexample's values (SPEC.md §21.2).
+#[derive(Clone, Debug)]
+pub struct FieldValues {
+    pub expected: String,
+    pub per_rank: Vec<String>,
+    /// `None`: the per-rank outputs are not well formed for the placement.
+    pub denoted: Option<String>,
+    /// How the difference was decided: `exactly` (normal forms, §19.2) or
+    /// `by disjoint enclosures` (§19.3).
+    pub decided: &'static str,
 }
 
 impl fmt::Display for Counterexample {
@@ -175,6 +198,19 @@ impl fmt::Display for Counterexample {
         write!(f, "{} ranks; ", self.n)?;
         for (i, x) in self.inputs.iter().enumerate() {
             write!(f, "input {i} per rank [{}]; ", show(x))?;
+        }
+        if let Some(fv) = &self.field {
+            return write!(
+                f,
+                "per-rank outputs [{}] denote {}, but f of the inputs' denotations is {} (decided {})",
+                fv.per_rank.join(", "),
+                match &fv.denoted {
+                    Some(t) => t.clone(),
+                    None => "nothing (not the same on every rank)".into(),
+                },
+                fv.expected,
+                fv.decided
+            );
         }
         write!(
             f,
@@ -214,8 +250,9 @@ impl Verdict {
     pub fn text(&self) -> String {
         match self {
             Verdict::Defers(c) => format!(
-                "defers (bounded: {} instances exhaustive on {} cases, {} on more than one rank; {} outside the domain; {} cases beyond the cap)",
-                c.instances, c.cases, c.multi_rank_cases, c.outside_domain, c.beyond_cap
+                "defers (bounded: {} instances exhaustive on {} cases, {} on more than one rank; {} outside the domain; {} cases beyond the cap{})",
+                c.instances, c.cases, c.multi_rank_cases, c.outside_domain, c.beyond_cap,
+                undecided_note(c)
             ),
             Verdict::Refuted(cex, _) => format!("counterexample: {cex}"),
             Verdict::Vacuous(why, _) => format!("vacuous ({why})"),
@@ -226,7 +263,22 @@ impl Verdict {
         let mut v = json!({"verdict": self.key(), "instances": c.instances, "cases": c.cases,
             "multi_rank_cases": c.multi_rank_cases, "outside_domain": c.outside_domain,
             "beyond_cap": c.beyond_cap});
+        if c.undecided > 0 {
+            v["undecided"] = json!(c.undecided);
+        }
         match self {
+            Verdict::Refuted(cex, _) if cex.field.is_some() => {
+                let fv = cex.field.as_ref().expect("field values");
+                let ts = |x: &[Tensor]| x.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+                v["counterexample"] = json!({
+                    "ranks": cex.n,
+                    "inputs": cex.inputs.iter().map(|x| ts(x)).collect::<Vec<_>>(),
+                    "per_rank_outputs": fv.per_rank,
+                    "denoted": fv.denoted,
+                    "expected": fv.expected,
+                    "decided": fv.decided,
+                });
+            }
             Verdict::Refuted(cex, _) => {
                 let ts = |x: &[Tensor]| x.iter().map(|t| t.to_string()).collect::<Vec<_>>();
                 v["counterexample"] = json!({
@@ -241,6 +293,16 @@ impl Verdict {
             Verdict::Defers(_) => {}
         }
         v
+    }
+}
+
+/// The undecided instances of a transcendental check, where there are any.
+fn undecided_note(c: &Counts) -> String {
+    match c.undecided {
+        0 => String::new(),
+        u => format!(
+            "; {u} undecided (overlapping enclosures or a value beyond the exact field), not counted as passes"
+        ),
     }
 }
 
@@ -886,6 +948,7 @@ impl<'a> CaseWs<'a> {
             expected: Tensor::new(es.to_vec(), ed.to_vec()),
             denoted: denote(out, &per_rank),
             per_rank,
+            field: None,
         }
     }
 }
@@ -923,10 +986,7 @@ pub fn check_places_memo(
         ));
     }
     if is_transcendental(&f.expr) {
-        return Err(format!(
-            "`{}`: transcendental ops are outside the pending-kind checks (SPEC.md §21.2)",
-            f.text
-        ));
+        return check_places_field(f, ins, outs, scope);
     }
     let nv = scope.values.len() as u64;
     let mut counts = Counts::default();
@@ -1004,6 +1064,467 @@ pub fn check_places_memo(
                 counts.clone(),
             ),
             None => Verdict::Defers(counts.clone()),
+        })
+        .collect())
+}
+
+// ---------------------------------------------------------------------------
+// Transcendental ops (SPEC.md §21.2, §19): the same instances, evaluated in
+// the exact field of `spmd_semantics::expoly`, every comparison decided
+// exactly or by disjoint enclosures, or else counted undecided.
+
+/// Memos of one transcendental check: f on given inputs, and the
+/// decisions between two field values (the same few values recur on every
+/// instance of a grid).
+#[derive(Default)]
+struct FieldCache {
+    evals: std::collections::HashMap<Vec<Tensor>, XVal>,
+    signs: std::collections::HashMap<(X, X), Option<(std::cmp::Ordering, bool)>>,
+    eqs: std::collections::HashMap<(X, X), Dec>,
+}
+
+thread_local! {
+    static FIELD_CACHE: std::cell::RefCell<FieldCache> = std::cell::RefCell::new(FieldCache::default());
+}
+
+/// A field value's evaluation on one side of an instance.
+#[derive(Clone)]
+enum XVal {
+    Outside,
+    Undecided,
+    Val(XT<X>),
+}
+
+fn xeval(f: &LocalFn, xs: Vec<Tensor>) -> Result<XVal, String> {
+    if let Some(v) = FIELD_CACHE.with(|c| c.borrow().evals.get(&xs).cloned()) {
+        return Ok(v);
+    }
+    let xt: Vec<XT<X>> = xs.iter().map(XT::from_q).collect();
+    let v = match xeval_expr(&f.expr, &xt, &mut XCtx::default()) {
+        Ok(t) => XVal::Val(t),
+        Err(XEvalError::X(XErr::Domain)) => XVal::Outside,
+        Err(XEvalError::X(_)) => XVal::Undecided,
+        Err(XEvalError::Shape(s)) => return Err(s),
+    };
+    FIELD_CACHE.with(|c| c.borrow_mut().evals.insert(xs, v.clone()));
+    Ok(v)
+}
+
+/// A decision on the field: `Some((holds, by_enclosure))`, `None` when
+/// undecided.
+type Dec = Option<(bool, bool)>;
+
+/// The sign of a − b: exact when the difference is zero or one monomial
+/// without atoms, else by enclosure (SPEC.md §19.3); `None` undecided.
+fn sign_diff(a: &X, b: &X) -> Option<(std::cmp::Ordering, bool)> {
+    let key = (a.clone(), b.clone());
+    if let Some(v) = FIELD_CACHE.with(|c| c.borrow().signs.get(&key).cloned()) {
+        return v;
+    }
+    let v = sign_diff_uncached(a, b);
+    FIELD_CACHE.with(|c| c.borrow_mut().signs.insert(key, v));
+    v
+}
+
+fn sign_diff_uncached(a: &X, b: &X) -> Option<(std::cmp::Ordering, bool)> {
+    let d = a.sub(b).ok()?;
+    if d.num.is_zero() {
+        return Some((std::cmp::Ordering::Equal, false));
+    }
+    let exact = !d.has_atoms() && d.num.terms.len() == 1 && d.den.terms.len() == 1;
+    d.sign().ok().map(|s| (s, !exact))
+}
+
+/// a = b: exact without atoms (a nonzero normal form is nonzero, §19.2),
+/// by enclosure otherwise.
+fn eq_dec(a: &X, b: &X) -> Dec {
+    if a == b {
+        return Some((true, false));
+    }
+    let key = (a.clone(), b.clone());
+    if let Some(v) = FIELD_CACHE.with(|c| c.borrow().eqs.get(&key).cloned()) {
+        return v;
+    }
+    let v = eq_dec_uncached(a, b);
+    FIELD_CACHE.with(|c| c.borrow_mut().eqs.insert(key, v));
+    v
+}
+
+fn eq_dec_uncached(a: &X, b: &X) -> Dec {
+    let d = a.sub(b).ok()?;
+    if d.num.is_zero() {
+        return Some((true, false));
+    }
+    if !d.has_atoms() {
+        return Some((false, false));
+    }
+    match d.sign().ok()? {
+        std::cmp::Ordering::Equal => None,
+        _ => Some((false, true)),
+    }
+}
+
+/// Every decision holds (all decided), one fails (decided), or undecided.
+fn all_dec(ds: impl Iterator<Item = Dec>) -> Dec {
+    let (mut undecided, mut enc) = (false, false);
+    for d in ds {
+        match d {
+            Some((false, e)) => return Some((false, e)),
+            Some((true, e)) => enc |= e,
+            None => undecided = true,
+        }
+    }
+    (!undecided).then_some((true, enc))
+}
+
+/// Whether the extreme (k = max or min) of `ys` equals `e`.
+fn extreme_dec(k: PartialKind, ys: &[&X], e: &X) -> Dec {
+    let beyond = match k {
+        PartialKind::Max => std::cmp::Ordering::Greater,
+        _ => std::cmp::Ordering::Less,
+    };
+    let (mut undecided, mut hit, mut enc) = (false, false, false);
+    for y in ys {
+        match sign_diff(y, e) {
+            // One value beyond e: the extreme is beyond it too.
+            Some((s, en)) if s == beyond => return Some((false, en)),
+            Some((std::cmp::Ordering::Equal, en)) => {
+                hit = true;
+                enc |= en;
+            }
+            Some((_, en)) => enc |= en,
+            None => undecided = true,
+        }
+    }
+    match (undecided, hit) {
+        (false, h) => Some((h, enc)),
+        (true, _) => None,
+    }
+}
+
+/// ⊕ₖ of field values (sum, mean), or `None` where the field refuses.
+fn x_sum(k: PartialKind, ys: &[&X]) -> Option<X> {
+    let mut acc = X::zero();
+    for y in ys {
+        acc = acc.add(y).ok()?;
+    }
+    match k {
+        PartialKind::Avg => acc.div(&X::q(Q::int(ys.len() as i64))).ok(),
+        _ => Some(acc),
+    }
+}
+
+/// Whether the per-rank outputs under `out` denote `exp` (SPEC.md §21.2).
+fn field_matches(out: Place, per_rank: &[XT<X>], exp: &XT<X>) -> Dec {
+    let n = per_rank.len();
+    let first = &per_rank[0].shape;
+    match out {
+        Place::Inv => {
+            if *first != exp.shape {
+                return Some((false, false));
+            }
+            all_dec(
+                per_rank
+                    .iter()
+                    .flat_map(|y| y.data.iter().zip(&exp.data).map(|(a, b)| eq_dec(a, b))),
+            )
+        }
+        Place::Part(k) => {
+            if *first != exp.shape {
+                return Some((false, false));
+            }
+            all_dec((0..exp.data.len()).map(|e| {
+                let col: Vec<&X> = per_rank.iter().map(|y| &y.data[e]).collect();
+                match k {
+                    PartialKind::Max | PartialKind::Min => extreme_dec(k, &col, &exp.data[e]),
+                    _ => eq_dec(&x_sum(k, &col)?, &exp.data[e]),
+                }
+            }))
+        }
+        Place::Shard(d) => {
+            let mut gs = first.clone();
+            if d >= gs.len() {
+                return Some((false, false));
+            }
+            gs[d] *= n;
+            if gs != exp.shape {
+                return Some((false, false));
+            }
+            let numel: usize = first.iter().product::<usize>().max(1);
+            let map = concat_positions(first, n, d);
+            all_dec(
+                map.iter()
+                    .enumerate()
+                    .map(|(g, &p)| eq_dec(&per_rank[p / numel].data[p % numel], &exp.data[g])),
+            )
+        }
+    }
+}
+
+/// A field tensor written like `Tensor`'s Display, entries as the field
+/// writes them.
+fn xshow(t: &XT<X>) -> String {
+    fn go(shape: &[usize], data: &[X]) -> String {
+        if shape.is_empty() {
+            return data[0].to_string();
+        }
+        let inner: usize = shape[1..].iter().product();
+        let parts: Vec<String> = (0..shape[0])
+            .map(|i| go(&shape[1..], &data[i * inner..(i + 1) * inner]))
+            .collect();
+        format!("[{}]", parts.join(", "))
+    }
+    go(&t.shape, &t.data)
+}
+
+/// What the per-rank outputs denote under `out`, as text, for a
+/// counterexample: `None` where they are not the same on every rank (for a
+/// Replicate output); an extreme the enclosures cannot order is written
+/// `max(..)` / `min(..)`.
+fn field_denoted(out: Place, per_rank: &[XT<X>]) -> Option<String> {
+    let n = per_rank.len();
+    let first = &per_rank[0];
+    match out {
+        Place::Inv => {
+            let same = all_dec(
+                per_rank
+                    .iter()
+                    .flat_map(|y| y.data.iter().zip(&first.data).map(|(a, b)| eq_dec(a, b))),
+            );
+            match same {
+                Some((true, _)) => Some(xshow(first)),
+                Some((false, _)) => None,
+                None => Some(format!("{} (the ranks' equality undecided)", xshow(first))),
+            }
+        }
+        Place::Part(k) => {
+            let data: Vec<String> = (0..first.data.len())
+                .map(|e| {
+                    let col: Vec<&X> = per_rank.iter().map(|y| &y.data[e]).collect();
+                    match k {
+                        PartialKind::Sum | PartialKind::Avg => x_sum(k, &col)
+                            .map(|x| x.to_string())
+                            .unwrap_or_else(|| "(beyond the field)".into()),
+                        _ => {
+                            let want = match k {
+                                PartialKind::Max => std::cmp::Ordering::Greater,
+                                _ => std::cmp::Ordering::Less,
+                            };
+                            let mut best = col[0];
+                            for y in &col[1..] {
+                                match sign_diff(y, best) {
+                                    Some((s, _)) if s == want => best = y,
+                                    Some(_) => {}
+                                    None => {
+                                        let all: Vec<String> =
+                                            col.iter().map(|x| x.to_string()).collect();
+                                        return format!("{k}({})", all.join(", "));
+                                    }
+                                }
+                            }
+                            best.to_string()
+                        }
+                    }
+                })
+                .collect();
+            Some(show_strings(&first.shape, &data))
+        }
+        Place::Shard(d) => {
+            if d >= first.shape.len() {
+                return None;
+            }
+            let numel: usize = first.shape.iter().product::<usize>().max(1);
+            let mut gs = first.shape.clone();
+            gs[d] *= n;
+            let data: Vec<String> = concat_positions(&first.shape, n, d)
+                .iter()
+                .map(|&p| per_rank[p / numel].data[p % numel].to_string())
+                .collect();
+            Some(show_strings(&gs, &data))
+        }
+    }
+}
+
+fn show_strings(shape: &[usize], data: &[String]) -> String {
+    if shape.is_empty() {
+        return data[0].clone();
+    }
+    let inner: usize = shape[1..].iter().product();
+    let parts: Vec<String> = (0..shape[0])
+        .map(|i| show_strings(&shape[1..], &data[i * inner..(i + 1) * inner]))
+        .collect();
+    format!("[{}]", parts.join(", "))
+}
+
+/// `check_places` for a transcendental op (SPEC.md §21.2): the scope's
+/// cases and instances, f evaluated in the
+/// exact field on the denotations and on every rank; an output defers when
+/// every decided instance agrees, is refuted only by a decided difference,
+/// and counts the undecided instances apart.
+fn check_places_field(
+    f: &LocalFn,
+    ins: &[Place],
+    outs: &[Place],
+    scope: &Scope,
+) -> Result<Vec<Verdict>, String> {
+    representable(&f.expr).map_err(|e| format!("`{}`: {e}", f.text))?;
+    // The memos belong to this call (its op and scope), so they stay
+    // bounded by one call's values.
+    FIELD_CACHE.with(|c| *c.borrow_mut() = FieldCache::default());
+    let values = &scope.values;
+    let nv = values.len() as u64;
+    let mut counts = Counts::default();
+    // Per output: undecided comparisons, and its first failure.
+    let mut undecided = vec![0u64; outs.len()];
+    type Fail = (usize, (usize, Vec<usize>), Counterexample);
+    let mut fails: Vec<Option<Fail>> = vec![None; outs.len()];
+    for (ci, (n, shapes)) in cases(f, ins, scope).into_iter().enumerate() {
+        if fails.iter().all(|x| x.as_ref().is_some_and(|x| x.0 < ci)) {
+            break;
+        }
+        let sizes: Vec<usize> = ins
+            .iter()
+            .zip(&shapes)
+            .map(|(&p, s)| free(p, s.iter().product(), n))
+            .collect();
+        let total: usize = sizes.iter().sum();
+        let points = u32::try_from(total)
+            .ok()
+            .and_then(|t| nv.checked_pow(t))
+            .filter(|&p| p <= scope.max_points);
+        let Some(points) = points else {
+            counts.beyond_cap += 1;
+            continue;
+        };
+        counts.cases += 1;
+        if n > 1 {
+            counts.multi_rank_cases += 1;
+        }
+        let live: Vec<usize> = (0..outs.len())
+            .filter(|&o| fails[o].as_ref().is_none_or(|x| x.0 == ci))
+            .collect();
+        let mut idx = vec![0usize; total];
+        for _ in 0..points {
+            // Per input, its per-rank tensors (an Invariant one on every rank).
+            let mut off = 0;
+            let mut xs: Vec<Vec<Tensor>> = Vec::with_capacity(ins.len());
+            for ((&p, s), &sz) in ins.iter().zip(&shapes).zip(&sizes) {
+                let numel: usize = s.iter().product();
+                let vals: Vec<Q> = idx[off..off + sz]
+                    .iter()
+                    .map(|&i| values[i].clone())
+                    .collect();
+                off += sz;
+                xs.push(match p {
+                    Place::Inv => vec![Tensor::new(s.clone(), vals); n],
+                    _ => vals
+                        .chunks(numel)
+                        .map(|c| Tensor::new(s.clone(), c.to_vec()))
+                        .collect(),
+                });
+            }
+            let globals: Vec<Tensor> = ins
+                .iter()
+                .zip(&xs)
+                .map(|(&p, x)| denote(p, x).ok_or("an input not well formed (checker bug)"))
+                .collect::<Result<_, _>>()?;
+            // f of the denotations, then every rank, in that order: the
+            // first outside the domain or undecided settles the instance.
+            let mut sides = Vec::with_capacity(n + 1);
+            let mut settled = None;
+            for side in std::iter::once(globals)
+                .chain((0..n).map(|r| xs.iter().map(|x| x[r].clone()).collect::<Vec<Tensor>>()))
+            {
+                match xeval(f, side)? {
+                    XVal::Val(t) => sides.push(t),
+                    other => {
+                        settled = Some(other);
+                        break;
+                    }
+                }
+            }
+            match settled {
+                Some(XVal::Outside) => counts.outside_domain += 1,
+                Some(_) => counts.undecided += 1,
+                None => {
+                    counts.instances += 1;
+                    let expected = &sides[0];
+                    let per_rank = &sides[1..];
+                    for &o in &live {
+                        let decided = match field_matches(outs[o], per_rank, expected) {
+                            None => {
+                                undecided[o] += 1;
+                                continue;
+                            }
+                            Some((true, _)) => continue,
+                            Some((false, enc)) => enc,
+                        };
+                        let nonzero = idx.iter().filter(|&&i| i != 0).count();
+                        let better = match &fails[o] {
+                            None => true,
+                            Some((_, (c, k), _)) => (nonzero, &idx[..]) < (*c, &k[..]),
+                        };
+                        if better {
+                            let field = FieldValues {
+                                expected: xshow(expected),
+                                per_rank: per_rank.iter().map(xshow).collect(),
+                                denoted: field_denoted(outs[o], per_rank),
+                                decided: if decided {
+                                    "by disjoint enclosures"
+                                } else {
+                                    "exactly"
+                                },
+                            };
+                            let empty = Tensor::new(vec![0], vec![]);
+                            fails[o] = Some((
+                                ci,
+                                (nonzero, idx.clone()),
+                                Counterexample {
+                                    n,
+                                    inputs: xs.clone(),
+                                    expected: empty.clone(),
+                                    per_rank: vec![],
+                                    denoted: None,
+                                    field: Some(field),
+                                },
+                            ));
+                        }
+                    }
+                }
+            }
+            for d in idx.iter_mut() {
+                *d += 1;
+                if *d < nv as usize {
+                    break;
+                }
+                *d = 0;
+            }
+        }
+    }
+    Ok(fails
+        .into_iter()
+        .zip(undecided)
+        .map(|(fl, u)| {
+            // Instances whose evaluation was undecided, and those whose
+            // comparison for this output was.
+            let mut c = counts.clone();
+            c.undecided += u;
+            c.instances -= u;
+            match fl {
+                Some((_, _, cex)) => Verdict::Refuted(Box::new(cex), c),
+                None if c.multi_rank_cases == 0 => Verdict::Vacuous(
+                    "no case on more than one rank within the cap".into(),
+                    c,
+                ),
+                None if c.instances == 0 => Verdict::Vacuous(
+                    format!(
+                        "no instance decided: on all {} the values left the exact field or the enclosures overlapped",
+                        c.undecided
+                    ),
+                    c,
+                ),
+                None => Verdict::Defers(c),
+            }
         })
         .collect())
 }
