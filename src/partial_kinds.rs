@@ -12,10 +12,14 @@
 
 use crate::run::UsageError;
 use serde_json::{json, Value};
-use spmd_interp::eval::{eval, infer, Ctx, EvalError};
+use spmd_interp::eval::{eval, eval_into, infer, Ctx, EvalError};
 use spmd_interp::expr::{parse, LocalFn};
-use spmd_interp::transcendental::is_transcendental;
+use spmd_interp::transcendental::{
+    eval as xeval_expr, is_transcendental, representable, XCtx, XEvalError, XT,
+};
+use spmd_semantics::expoly::{XErr, X};
 use spmd_semantics::pending::{combine, PartialKind, ALL_KINDS};
+use spmd_semantics::tensor::same_shape;
 use spmd_semantics::{Shape, Tensor, Q};
 use std::fmt;
 
@@ -146,6 +150,10 @@ pub struct Counts {
     pub instances: u64,
     pub outside_domain: u64,
     pub beyond_cap: u64,
+    /// Instances of a transcendental op (SPEC.md §21.2) whose evaluation
+    /// left the exact field or whose comparison the enclosures could not
+    /// decide: neither passes nor failures.
+    pub undecided: u64,
 }
 
 /// A minimal instance where the output does not denote the meaning.
@@ -161,6 +169,22 @@ pub struct Counterexample {
     /// What the output placement makes of `per_rank` (`None`: not well
     /// formed, e.g. an Invariant output that differs between ranks).
     pub denoted: Option<Tensor>,
+    /// For a transcendental op (SPEC.md §21.2) the values live in the exact
+    /// field of §19.2, and this holds them as the field writes them; the
+    /// three tensors above are then empty.
+    pub field: Option<FieldValues>,
+}
+
+/// A transcendental counterexample's values (SPEC.md §21.2).
+#[derive(Clone, Debug)]
+pub struct FieldValues {
+    pub expected: String,
+    pub per_rank: Vec<String>,
+    /// `None`: the per-rank outputs are not well formed for the placement.
+    pub denoted: Option<String>,
+    /// How the difference was decided: `exactly` (normal forms, §19.2) or
+    /// `by disjoint enclosures` (§19.3).
+    pub decided: &'static str,
 }
 
 impl fmt::Display for Counterexample {
@@ -174,6 +198,19 @@ impl fmt::Display for Counterexample {
         write!(f, "{} ranks; ", self.n)?;
         for (i, x) in self.inputs.iter().enumerate() {
             write!(f, "input {i} per rank [{}]; ", show(x))?;
+        }
+        if let Some(fv) = &self.field {
+            return write!(
+                f,
+                "per-rank outputs [{}] denote {}, but f of the inputs' denotations is {} (decided {})",
+                fv.per_rank.join(", "),
+                match &fv.denoted {
+                    Some(t) => t.clone(),
+                    None => "nothing (not the same on every rank)".into(),
+                },
+                fv.expected,
+                fv.decided
+            );
         }
         write!(
             f,
@@ -213,8 +250,9 @@ impl Verdict {
     pub fn text(&self) -> String {
         match self {
             Verdict::Defers(c) => format!(
-                "defers (bounded: {} instances exhaustive on {} cases, {} on more than one rank; {} outside the domain; {} cases beyond the cap)",
-                c.instances, c.cases, c.multi_rank_cases, c.outside_domain, c.beyond_cap
+                "defers (bounded: {} instances exhaustive on {} cases, {} on more than one rank; {} outside the domain; {} cases beyond the cap{})",
+                c.instances, c.cases, c.multi_rank_cases, c.outside_domain, c.beyond_cap,
+                undecided_note(c)
             ),
             Verdict::Refuted(cex, _) => format!("counterexample: {cex}"),
             Verdict::Vacuous(why, _) => format!("vacuous ({why})"),
@@ -225,7 +263,22 @@ impl Verdict {
         let mut v = json!({"verdict": self.key(), "instances": c.instances, "cases": c.cases,
             "multi_rank_cases": c.multi_rank_cases, "outside_domain": c.outside_domain,
             "beyond_cap": c.beyond_cap});
+        if c.undecided > 0 {
+            v["undecided"] = json!(c.undecided);
+        }
         match self {
+            Verdict::Refuted(cex, _) if cex.field.is_some() => {
+                let fv = cex.field.as_ref().expect("field values");
+                let ts = |x: &[Tensor]| x.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+                v["counterexample"] = json!({
+                    "ranks": cex.n,
+                    "inputs": cex.inputs.iter().map(|x| ts(x)).collect::<Vec<_>>(),
+                    "per_rank_outputs": fv.per_rank,
+                    "denoted": fv.denoted,
+                    "expected": fv.expected,
+                    "decided": fv.decided,
+                });
+            }
             Verdict::Refuted(cex, _) => {
                 let ts = |x: &[Tensor]| x.iter().map(|t| t.to_string()).collect::<Vec<_>>();
                 v["counterexample"] = json!({
@@ -243,6 +296,16 @@ impl Verdict {
     }
 }
 
+/// The undecided instances of a transcendental check, where there are any.
+fn undecided_note(c: &Counts) -> String {
+    match c.undecided {
+        0 => String::new(),
+        u => format!(
+            "; {u} undecided (overlapping enclosures or a value beyond the exact field), not counted as passes"
+        ),
+    }
+}
+
 /// What `xs` (one tensor per rank) denotes under `p`; `None` where they are
 /// not well formed for it.
 pub fn denote(p: Place, xs: &[Tensor]) -> Option<Tensor> {
@@ -253,6 +316,62 @@ pub fn denote(p: Place, xs: &[Tensor]) -> Option<Tensor> {
             let s = &xs[0].shape;
             (d < s.len() && xs.iter().all(|x| x.shape == *s)).then(|| Tensor::concat(xs, d))
         }
+    }
+}
+
+/// `denote` into `out`, reusing its buffers: `false` where `xs` are not
+/// well formed for `p` (then `out` is unspecified).
+fn denote_into(p: Place, xs: &[Tensor], out: &mut Tensor) -> bool {
+    let first = &xs[0];
+    match p {
+        Place::Inv => {
+            if !xs.iter().all(|x| x == first) {
+                return false;
+            }
+            out.clone_from(first);
+        }
+        Place::Part(k) => {
+            if !xs.iter().all(|x| same_shape(&x.shape, &first.shape)) {
+                return false;
+            }
+            out.shape.clone_from(&first.shape);
+            out.data.clear();
+            let n = xs.len();
+            out.data
+                .extend((0..first.numel()).map(|e| fold_col(k, n, xs.iter().map(|x| &x.data[e]))));
+        }
+        Place::Shard(_) => match denote(p, xs) {
+            Some(t) => *out = t,
+            None => return false,
+        },
+    }
+    true
+}
+
+/// Whether `xs` under `p` denote `want` (`None`: not well formed), that
+/// is `denote(p, xs).map(|t| t == *want)`, compared in place.
+fn denotes(p: Place, xs: &[Tensor], want: &Tensor) -> Option<bool> {
+    let first = &xs[0];
+    match p {
+        Place::Inv => xs.iter().all(|x| x == first).then(|| first == want),
+        Place::Part(k) => {
+            if !xs.iter().all(|x| same_shape(&x.shape, &first.shape)) {
+                return None;
+            }
+            let n = xs.len();
+            Some(
+                same_shape(&first.shape, &want.shape)
+                    && (0..first.numel()).all(|e| {
+                        let col = xs.iter().map(|x| &x.data[e]);
+                        match k {
+                            PartialKind::Max => col.max().expect("n >= 1") == &want.data[e],
+                            PartialKind::Min => col.min().expect("n >= 1") == &want.data[e],
+                            _ => fold_col(k, n, col) == want.data[e],
+                        }
+                    }),
+            )
+        }
+        Place::Shard(_) => denote(p, xs).map(|t| t == *want),
     }
 }
 
@@ -316,36 +435,522 @@ fn cases(f: &LocalFn, ins: &[Place], scope: &Scope) -> Vec<(usize, Vec<Shape>)> 
     out
 }
 
-enum Eval {
-    Outside,
-    Done {
-        expected: Tensor,
-        per_rank: Vec<Tensor>,
-    },
+/// A memo is kept when it has at most this many entries (one per code of
+/// the values it depends on); above it every instance is evaluated afresh.
+const MEMO_CAP: u64 = 1 << 20;
+
+/// Outputs of f memoised by a code of its inputs' values, in one flat
+/// buffer (SPEC.md §18): every entry has the same shape.
+struct Arena {
+    shape: Shape,
+    numel: usize,
+    /// Per entry: 0 not yet evaluated, 1 outside the domain, 2 evaluated.
+    state: Vec<u8>,
+    data: Vec<Q>,
 }
 
-fn run_instance(f: &LocalFn, ins: &[Place], xs: &[Vec<Tensor>], n: usize) -> Result<Eval, String> {
-    let globals: Vec<Tensor> = ins
-        .iter()
-        .zip(xs)
-        .map(|(&p, x)| denote(p, x).ok_or("an input not well formed (checker bug)"))
-        .collect::<Result<_, _>>()?;
-    let mut ctx = Ctx::default();
-    let expected = match eval(&f.expr, &globals, &mut ctx) {
-        Ok(t) => t,
-        Err(EvalError::DivByZero) => return Ok(Eval::Outside),
-        Err(EvalError::Shape(s)) => return Err(s),
-    };
-    let mut per_rank = Vec::with_capacity(n);
-    for r in 0..n {
-        let local: Vec<&Tensor> = xs.iter().map(|x| &x[r]).collect();
-        match eval(&f.expr, &local, &mut ctx) {
-            Ok(t) => per_rank.push(t),
-            Err(EvalError::DivByZero) => return Ok(Eval::Outside),
-            Err(EvalError::Shape(s)) => return Err(s),
+impl Arena {
+    fn new(shape: Shape, entries: usize) -> Arena {
+        let numel = shape.iter().product();
+        Arena {
+            shape,
+            numel,
+            state: vec![0; entries],
+            data: vec![Q::zero(); entries * numel],
         }
     }
-    Ok(Eval::Done { expected, per_rank })
+    fn get(&self, slot: usize) -> &[Q] {
+        &self.data[slot * self.numel..(slot + 1) * self.numel]
+    }
+    /// Stores `t` (or outside the domain); a shape other than the arena's
+    /// is a checker bug.
+    fn put(&mut self, slot: usize, t: Result<&Tensor, ()>) -> Result<(), String> {
+        match t {
+            Err(()) => self.state[slot] = 1,
+            Ok(t) => {
+                if t.shape != self.shape {
+                    return Err(format!(
+                        "an output of shape {:?} where {:?} was inferred (checker bug)",
+                        t.shape, self.shape
+                    ));
+                }
+                self.data[slot * self.numel..(slot + 1) * self.numel].clone_from_slice(&t.data);
+                self.state[slot] = 2;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The per-rank outputs of one op, memoised by the local shapes and the
+/// local values (a rank's output depends on nothing else), shared by every
+/// placement of the op checked on the same scope values.
+#[derive(Default)]
+pub struct LocalMemo {
+    by_shapes: Vec<(Vec<Shape>, Arena)>,
+}
+
+/// Everything one case (ranks and local shapes) of `check_places` reuses
+/// from instance to instance (SPEC.md §18): the digit positions each
+/// input's scalars come from, the inputs' denotations filled in place, f of
+/// the denotations memoised by a code of the denoted values, and the
+/// per-rank outputs memoised by the rank's local values (`LocalMemo`).
+struct CaseWs<'a> {
+    f: &'a LocalFn,
+    ins: &'a [Place],
+    n: usize,
+    values: &'a [Q],
+    shapes: &'a [Shape],
+    /// Per input, the position of its first scalar in the grid index.
+    offs: Vec<usize>,
+    /// Per input, the local element count.
+    numels: Vec<usize>,
+    /// Per input, per element of its denotation, the grid position it
+    /// reads (for a Partial input: rank 0's, rank r's is `numel * r` on).
+    gpos: Vec<Vec<usize>>,
+    globals: Vec<Tensor>,
+    locals: Vec<Tensor>,
+    /// f of the denotations, by the code of the denoted values
+    /// (`global_code`); `None` above the cap or on one rank, where the
+    /// denotations are rank 0's own tensors and f of them is rank 0's output.
+    gmemo: Option<Arena>,
+    gslot: usize,
+    /// Without a memo: f of the denotations on this instance.
+    expected: Tensor,
+    /// Per input, the number of codes one element of its denotation has.
+    gradix: Vec<usize>,
+    /// binom[a][b] = a choose b, for the codes of multisets.
+    binom: Vec<Vec<usize>>,
+    /// Scratch for one element's digits over the ranks.
+    dig: Vec<usize>,
+    /// The per-rank outputs' memo (`None` above the cap), its index in the
+    /// op's `LocalMemo`, and each rank's slot on this instance.
+    memo: Option<usize>,
+    slots: Vec<usize>,
+    /// Without a memo: per rank, its output on this instance.
+    bufs: Vec<Tensor>,
+    /// The shape of every per-rank output.
+    out_shape: Shape,
+    /// Per shard dim of an output, where each element of the concatenation
+    /// comes from: (rank, local index).
+    shard_maps: Vec<(usize, Vec<(usize, usize)>)>,
+    scratch: Tensor,
+    ctx: Ctx,
+}
+
+/// Per global element, the position it has among `n` pieces of `shape`
+/// concatenated along `d`, read back from a concatenation of
+/// position-valued tensors so that the layout is `Tensor::concat`'s own.
+fn concat_positions(shape: &[usize], n: usize, d: usize) -> Vec<usize> {
+    let numel: usize = shape.iter().product();
+    let pieces: Vec<Tensor> = (0..n)
+        .map(|r| {
+            Tensor::new(
+                shape.to_vec(),
+                (0..numel).map(|l| Q::int((r * numel + l) as i64)).collect(),
+            )
+        })
+        .collect();
+    Tensor::concat(&pieces, d)
+        .data
+        .iter()
+        .map(|q| q.to_i64().expect("a position") as usize)
+        .collect()
+}
+
+/// ⊕ₖ of one column (`pending::combine` on one element).
+fn fold_col<'q>(k: PartialKind, n: usize, col: impl Iterator<Item = &'q Q>) -> Q {
+    match k {
+        PartialKind::Sum => col.fold(Q::zero(), |a, b| a.add(b)),
+        PartialKind::Avg => col
+            .fold(Q::zero(), |a, b| a.add(b))
+            .div(&Q::int(n as i64))
+            .expect("n >= 1"),
+        PartialKind::Max => col.max().expect("n >= 1").clone(),
+        PartialKind::Min => col.min().expect("n >= 1").clone(),
+    }
+}
+
+impl<'a> CaseWs<'a> {
+    fn new(
+        f: &'a LocalFn,
+        ins: &'a [Place],
+        n: usize,
+        shapes: &'a [Shape],
+        sizes: &[usize],
+        values: &'a [Q],
+        lmemo: &mut LocalMemo,
+    ) -> Result<CaseWs<'a>, String> {
+        let mut offs = Vec::with_capacity(ins.len());
+        let mut off = 0;
+        for &sz in sizes {
+            offs.push(off);
+            off += sz;
+        }
+        let numels: Vec<usize> = shapes.iter().map(|s| s.iter().product()).collect();
+        let mut gpos = Vec::new();
+        let mut globals = Vec::new();
+        let mut gshapes = Vec::new();
+        for (i, (&p, s)) in ins.iter().zip(shapes).enumerate() {
+            let (o, numel) = (offs[i], numels[i]);
+            let pos: Vec<usize> = match p {
+                Place::Inv | Place::Part(_) => (o..o + numel).collect(),
+                Place::Shard(d) => concat_positions(s, n, d).iter().map(|g| o + g).collect(),
+            };
+            let gs = global_shape(p, s, n).expect("cases keep valid shapes");
+            globals.push(Tensor::new(gs.clone(), vec![Q::zero(); pos.len()]));
+            gshapes.push(gs);
+            gpos.push(pos);
+        }
+        let locals = shapes
+            .iter()
+            .zip(&numels)
+            .map(|(s, &k)| Tensor::new(s.clone(), vec![Q::zero(); k]))
+            .collect();
+        let out_shape = infer(&f.expr, shapes)?.0;
+        let nvu = values.len();
+        let nv = nvu as u64;
+        let local_free: usize = numels.iter().sum();
+        let entries = u32::try_from(local_free)
+            .ok()
+            .and_then(|e| nv.checked_pow(e))
+            .filter(|&m| m <= MEMO_CAP);
+        let memo = entries.map(
+            |m| match lmemo.by_shapes.iter().position(|(s, _)| s == shapes) {
+                Some(at) => at,
+                None => {
+                    lmemo
+                        .by_shapes
+                        .push((shapes.to_vec(), Arena::new(out_shape.clone(), m as usize)));
+                    lmemo.by_shapes.len() - 1
+                }
+            },
+        );
+        // A Partial(sum | avg) element's denotation depends only on the
+        // multiset of its n digits: C(nv + n - 1, n) codes; the others read
+        // one digit: nv codes.
+        let mut binom = vec![vec![0usize; n + 1]; nvu + n];
+        for a in 0..nvu + n {
+            binom[a][0] = 1;
+            for b in 1..=n.min(a) {
+                binom[a][b] = binom[a - 1][b - 1].saturating_add(binom[a - 1][b]);
+            }
+        }
+        let gradix: Vec<usize> = ins
+            .iter()
+            .map(|p| match p {
+                Place::Part(PartialKind::Sum | PartialKind::Avg) if nvu > 0 => {
+                    binom[nvu + n - 1][n]
+                }
+                _ => nvu,
+            })
+            .collect();
+        let gmemo = match n {
+            1 => None,
+            _ => gpos
+                .iter()
+                .zip(&gradix)
+                .try_fold(1u64, |acc, (pos, &rad)| {
+                    (0..pos.len()).try_fold(acc, |a, _| a.checked_mul(rad as u64))
+                })
+                .filter(|&m| m <= MEMO_CAP)
+                .map(|m| -> Result<Arena, String> {
+                    Ok(Arena::new(infer(&f.expr, &gshapes)?.0, m as usize))
+                })
+                .transpose()?,
+        };
+        Ok(CaseWs {
+            f,
+            ins,
+            n,
+            values,
+            shapes,
+            offs,
+            numels,
+            gpos,
+            globals,
+            locals,
+            gmemo,
+            gslot: 0,
+            expected: Tensor::zeros(&[]),
+            gradix,
+            binom,
+            dig: Vec::with_capacity(n),
+            memo,
+            slots: vec![0; n],
+            bufs: vec![Tensor::zeros(&[]); n],
+            out_shape,
+            shard_maps: Vec::new(),
+            scratch: Tensor::zeros(&[]),
+            ctx: Ctx::default(),
+        })
+    }
+
+    /// The grid position of input `i`'s element `e` on rank `r`.
+    fn pos(&self, i: usize, r: usize, e: usize) -> usize {
+        match self.ins[i] {
+            Place::Inv => self.offs[i] + e,
+            Place::Part(_) | Place::Shard(_) => self.offs[i] + r * self.numels[i] + e,
+        }
+    }
+
+    /// Fills rank `r`'s local inputs from the grid index.
+    fn fill_locals(&mut self, idx: &[usize], r: usize) {
+        for i in 0..self.ins.len() {
+            for e in 0..self.numels[i] {
+                let v = &self.values[idx[self.pos(i, r, e)]];
+                self.locals[i].data[e].clone_from(v);
+            }
+        }
+    }
+
+    /// The code of the inputs' denotations on this instance: per element
+    /// of each denotation, the digit it reads (Replicate, Shard, and max or
+    /// min: the digit of the extreme value), or for a Partial(sum | avg)
+    /// the rank of the multiset of its digits over the ranks; equal codes
+    /// denote equal values.
+    fn global_code(&mut self, idx: &[usize]) -> usize {
+        let n = self.n;
+        let mut code = 0usize;
+        for i in 0..self.ins.len() {
+            let numel = self.numels[i];
+            let rad = self.gradix[i];
+            for &p in &self.gpos[i] {
+                let c = match self.ins[i] {
+                    Place::Inv | Place::Shard(_) => idx[p],
+                    Place::Part(k @ (PartialKind::Max | PartialKind::Min)) => {
+                        let mut best = idx[p];
+                        for r in 1..n {
+                            let d = idx[p + r * numel];
+                            let (v, b) = (&self.values[d], &self.values[best]);
+                            if (k == PartialKind::Max && v > b) || (k == PartialKind::Min && v < b)
+                            {
+                                best = d;
+                            }
+                        }
+                        best
+                    }
+                    Place::Part(_) => {
+                        self.dig.clear();
+                        self.dig.extend((0..n).map(|r| idx[p + r * numel]));
+                        self.dig.sort_unstable();
+                        self.dig
+                            .iter()
+                            .enumerate()
+                            .map(|(j, &d)| self.binom[d + j][j + 1])
+                            .sum()
+                    }
+                };
+                code = code * rad + c;
+            }
+        }
+        code
+    }
+
+    /// Fills the inputs' denotations from the grid index and evaluates f on
+    /// them into `out`.
+    fn eval_globals(&mut self, idx: &[usize], to_scratch: bool) -> Result<(), EvalError> {
+        let n = self.n;
+        for i in 0..self.ins.len() {
+            let numel = self.numels[i];
+            let g = &mut self.globals[i];
+            match self.ins[i] {
+                Place::Inv | Place::Shard(_) => {
+                    for (slot, &p) in g.data.iter_mut().zip(&self.gpos[i]) {
+                        slot.clone_from(&self.values[idx[p]]);
+                    }
+                }
+                Place::Part(k) => {
+                    for (slot, &p) in g.data.iter_mut().zip(&self.gpos[i]) {
+                        *slot = fold_col(k, n, (0..n).map(|r| &self.values[idx[p + r * numel]]));
+                    }
+                }
+            }
+        }
+        let out = match to_scratch {
+            true => &mut self.scratch,
+            false => &mut self.expected,
+        };
+        eval_into(&self.f.expr, &self.globals, &mut self.ctx, out)
+    }
+
+    /// Evaluates one instance: `Ok(false)` when it is outside the domain
+    /// (f divides by zero on the denotations or on some rank, tried in that
+    /// order), `Ok(true)` when f of the denotations and the per-rank
+    /// outputs are ready.
+    fn instance(&mut self, idx: &[usize], lmemo: &mut LocalMemo) -> Result<bool, String> {
+        if self.gmemo.is_some() {
+            let slot = self.global_code(idx);
+            self.gslot = slot;
+            if self.gmemo.as_ref().expect("memo").state[slot] == 0 {
+                let res = self.eval_globals(idx, true);
+                let gm = self.gmemo.as_mut().expect("memo");
+                match res {
+                    Ok(()) => gm.put(slot, Ok(&self.scratch))?,
+                    Err(EvalError::DivByZero) => gm.put(slot, Err(()))?,
+                    Err(EvalError::Shape(s)) => return Err(s),
+                }
+            }
+            if self.gmemo.as_ref().expect("memo").state[slot] == 1 {
+                return Ok(false);
+            }
+        } else if self.n > 1 || self.memo.is_none() {
+            match self.eval_globals(idx, false) {
+                Ok(()) => {}
+                Err(EvalError::DivByZero) => return Ok(false),
+                Err(EvalError::Shape(s)) => return Err(s),
+            }
+        }
+        // On one rank with a memo, f of the denotations is rank 0's output
+        // (the same tensors), evaluated next and in the same order.
+        let nv = self.values.len();
+        for r in 0..self.n {
+            match self.memo {
+                Some(m) => {
+                    let mut slot = 0usize;
+                    for i in 0..self.ins.len() {
+                        for e in 0..self.numels[i] {
+                            slot = slot * nv + idx[self.pos(i, r, e)];
+                        }
+                    }
+                    self.slots[r] = slot;
+                    if lmemo.by_shapes[m].1.state[slot] == 0 {
+                        self.fill_locals(idx, r);
+                        let res =
+                            eval_into(&self.f.expr, &self.locals, &mut self.ctx, &mut self.scratch);
+                        let arena = &mut lmemo.by_shapes[m].1;
+                        match res {
+                            Ok(()) => arena.put(slot, Ok(&self.scratch))?,
+                            Err(EvalError::DivByZero) => arena.put(slot, Err(()))?,
+                            Err(EvalError::Shape(s)) => return Err(s),
+                        }
+                    }
+                    if lmemo.by_shapes[m].1.state[slot] == 1 {
+                        return Ok(false);
+                    }
+                }
+                None => {
+                    self.fill_locals(idx, r);
+                    match eval_into(&self.f.expr, &self.locals, &mut self.ctx, &mut self.bufs[r]) {
+                        Ok(()) => {}
+                        Err(EvalError::DivByZero) => return Ok(false),
+                        Err(EvalError::Shape(s)) => return Err(s),
+                    }
+                    if self.bufs[r].shape != self.out_shape {
+                        return Err("a per-rank output of another shape (checker bug)".into());
+                    }
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    /// Rank `r`'s output on the current instance (of shape `out_shape`).
+    fn rank_out<'m>(&'m self, lmemo: &'m LocalMemo, r: usize) -> &'m [Q] {
+        match self.memo {
+            Some(m) => lmemo.by_shapes[m].1.get(self.slots[r]),
+            None => &self.bufs[r].data,
+        }
+    }
+
+    /// f of the denotations on the current instance: (shape, data).
+    fn expected<'m>(&'m self, lmemo: &'m LocalMemo) -> (&'m [usize], &'m [Q]) {
+        match (&self.gmemo, self.n, self.memo) {
+            (Some(g), _, _) => (&g.shape, g.get(self.gslot)),
+            (None, 1, Some(_)) => (&self.out_shape, self.rank_out(lmemo, 0)),
+            _ => (&self.expected.shape, &self.expected.data),
+        }
+    }
+
+    /// Whether the per-rank outputs, read under `out`, denote f of the
+    /// denotations: `denote(out, per_rank) == Some(expected)`, compared in
+    /// place.
+    fn matches(&mut self, lmemo: &LocalMemo, out: Place) -> bool {
+        let n = self.n;
+        // On one rank with a memo, f of the denotations is rank 0's output
+        // itself, and Replicate and every Partial(k) of one tensor denote
+        // that tensor (exactly: 0 + x = x, x / 1 = x): nothing to compare.
+        if n == 1 && self.memo.is_some() && !matches!(out, Place::Shard(_)) {
+            return true;
+        }
+        if let Place::Shard(d) = out {
+            if d < self.out_shape.len() && !self.shard_maps.iter().any(|(dd, _)| *dd == d) {
+                let numel: usize = self.out_shape.iter().product::<usize>().max(1);
+                let map = concat_positions(&self.out_shape, n, d)
+                    .into_iter()
+                    .map(|g| (g / numel, g % numel))
+                    .collect();
+                self.shard_maps.push((d, map));
+            }
+        }
+        let (eshape, exp) = self.expected(lmemo);
+        let first = &self.out_shape;
+        match out {
+            Place::Inv => {
+                same_shape(first, eshape) && (0..n).all(|r| self.rank_out(lmemo, r) == exp)
+            }
+            Place::Part(k) => {
+                same_shape(first, eshape)
+                    && (0..exp.len()).all(|e| {
+                        let col = (0..n).map(|r| &self.rank_out(lmemo, r)[e]);
+                        match k {
+                            PartialKind::Max => col.max().expect("n >= 1") == &exp[e],
+                            PartialKind::Min => col.min().expect("n >= 1") == &exp[e],
+                            _ => fold_col(k, n, col) == exp[e],
+                        }
+                    })
+            }
+            Place::Shard(d) => {
+                if d >= first.len()
+                    || first.len() != eshape.len()
+                    || (0..first.len())
+                        .any(|j| eshape[j] != if j == d { first[j] * n } else { first[j] })
+                {
+                    return false;
+                }
+                let map = &self
+                    .shard_maps
+                    .iter()
+                    .find(|(dd, _)| *dd == d)
+                    .expect("made above")
+                    .1;
+                map.iter()
+                    .enumerate()
+                    .all(|(g, &(r, l))| self.rank_out(lmemo, r)[l] == exp[g])
+            }
+        }
+    }
+
+    /// The counterexample of the current instance for `out`.
+    fn counterexample(&self, lmemo: &LocalMemo, idx: &[usize], out: Place) -> Counterexample {
+        let n = self.n;
+        let inputs: Vec<Vec<Tensor>> = (0..self.ins.len())
+            .map(|i| {
+                (0..n)
+                    .map(|r| {
+                        Tensor::new(
+                            self.shapes[i].clone(),
+                            (0..self.numels[i])
+                                .map(|e| self.values[idx[self.pos(i, r, e)]].clone())
+                                .collect(),
+                        )
+                    })
+                    .collect()
+            })
+            .collect();
+        let per_rank: Vec<Tensor> = (0..n)
+            .map(|r| Tensor::new(self.out_shape.clone(), self.rank_out(lmemo, r).to_vec()))
+            .collect();
+        let (es, ed) = self.expected(lmemo);
+        Counterexample {
+            n,
+            inputs,
+            expected: Tensor::new(es.to_vec(), ed.to_vec()),
+            denoted: denote(out, &per_rank),
+            per_rank,
+            field: None,
+        }
+    }
 }
 
 /// Checks `f` with inputs placed `ins` against every output placement of
@@ -360,6 +965,18 @@ pub fn check_places(
     outs: &[Place],
     scope: &Scope,
 ) -> Result<Vec<Verdict>, String> {
+    check_places_memo(f, ins, outs, scope, &mut LocalMemo::default())
+}
+
+/// `check_places` with the per-rank outputs' memo of `f` given: calls for
+/// the same `f` and `scope.values` may share one.
+pub fn check_places_memo(
+    f: &LocalFn,
+    ins: &[Place],
+    outs: &[Place],
+    scope: &Scope,
+    lmemo: &mut LocalMemo,
+) -> Result<Vec<Verdict>, String> {
     if ins.len() != f.arity() {
         return Err(format!(
             "`{}` takes {} inputs, {} placements given",
@@ -369,10 +986,7 @@ pub fn check_places(
         ));
     }
     if is_transcendental(&f.expr) {
-        return Err(format!(
-            "`{}`: transcendental ops are outside the pending-kind checks (SPEC.md §21.2)",
-            f.text
-        ));
+        return check_places_field(f, ins, outs, scope);
     }
     let nv = scope.values.len() as u64;
     let mut counts = Counts::default();
@@ -401,56 +1015,35 @@ pub fn check_places(
         if n > 1 {
             counts.multi_rank_cases += 1;
         }
+        let mut ws = CaseWs::new(f, ins, n, &shapes, &sizes, &scope.values, lmemo)?;
+        // The outputs still to compare in this case: those that have not
+        // failed in an earlier one.
+        let live: Vec<usize> = (0..outs.len())
+            .filter(|&o| fails[o].as_ref().is_none_or(|x| x.0 == ci))
+            .collect();
         let mut idx = vec![0usize; total];
         for _ in 0..points {
-            // Build the per-rank inputs from the grid indices.
-            let mut off = 0;
-            let mut xs: Vec<Vec<Tensor>> = Vec::with_capacity(ins.len());
-            for ((&p, s), &sz) in ins.iter().zip(&shapes).zip(&sizes) {
-                let vals: Vec<Q> = idx[off..off + sz]
-                    .iter()
-                    .map(|&i| scope.values[i].clone())
-                    .collect();
-                off += sz;
-                let numel: usize = s.iter().product();
-                xs.push(match p {
-                    Place::Inv => vec![Tensor::new(s.clone(), vals); n],
-                    Place::Part(_) | Place::Shard(_) => vals
-                        .chunks(numel)
-                        .take(n)
-                        .map(|c| Tensor::new(s.clone(), c[..numel].to_vec()))
-                        .collect(),
-                });
-            }
-            match run_instance(f, ins, &xs, n)? {
-                Eval::Outside => counts.outside_domain += 1,
-                Eval::Done { expected, per_rank } => {
-                    counts.instances += 1;
-                    for (o, out) in outs.iter().enumerate() {
-                        let denoted = denote(*out, &per_rank);
-                        if denoted.as_ref() == Some(&expected) {
-                            continue;
-                        }
-                        let key = (idx.iter().filter(|&&i| i != 0).count(), idx.clone());
-                        let better = match &fails[o] {
-                            None => true,
-                            Some((c, k, _)) => *c == ci && key < *k,
-                        };
-                        if better {
-                            fails[o] = Some((
-                                ci,
-                                key,
-                                Counterexample {
-                                    n,
-                                    inputs: xs.clone(),
-                                    expected: expected.clone(),
-                                    per_rank: per_rank.clone(),
-                                    denoted,
-                                },
-                            ));
-                        }
+            if ws.instance(&idx, lmemo)? {
+                counts.instances += 1;
+                for &o in &live {
+                    if ws.matches(lmemo, outs[o]) {
+                        continue;
+                    }
+                    let nonzero = idx.iter().filter(|&&i| i != 0).count();
+                    let better = match &fails[o] {
+                        None => true,
+                        Some((_, (c, k), _)) => (nonzero, &idx[..]) < (*c, &k[..]),
+                    };
+                    if better {
+                        fails[o] = Some((
+                            ci,
+                            (nonzero, idx.clone()),
+                            ws.counterexample(lmemo, &idx, outs[o]),
+                        ));
                     }
                 }
+            } else {
+                counts.outside_domain += 1;
             }
             // Next grid point (odometer, first index fastest).
             for d in idx.iter_mut() {
@@ -471,6 +1064,467 @@ pub fn check_places(
                 counts.clone(),
             ),
             None => Verdict::Defers(counts.clone()),
+        })
+        .collect())
+}
+
+// ---------------------------------------------------------------------------
+// Transcendental ops (SPEC.md §21.2, §19): the same instances, evaluated in
+// the exact field of `spmd_semantics::expoly`, every comparison decided
+// exactly or by disjoint enclosures, or else counted undecided.
+
+/// Memos of one transcendental check: f on given inputs, and the
+/// decisions between two field values (the same few values recur on every
+/// instance of a grid).
+#[derive(Default)]
+struct FieldCache {
+    evals: std::collections::HashMap<Vec<Tensor>, XVal>,
+    signs: std::collections::HashMap<(X, X), Option<(std::cmp::Ordering, bool)>>,
+    eqs: std::collections::HashMap<(X, X), Dec>,
+}
+
+thread_local! {
+    static FIELD_CACHE: std::cell::RefCell<FieldCache> = std::cell::RefCell::new(FieldCache::default());
+}
+
+/// A field value's evaluation on one side of an instance.
+#[derive(Clone)]
+enum XVal {
+    Outside,
+    Undecided,
+    Val(XT<X>),
+}
+
+fn xeval(f: &LocalFn, xs: Vec<Tensor>) -> Result<XVal, String> {
+    if let Some(v) = FIELD_CACHE.with(|c| c.borrow().evals.get(&xs).cloned()) {
+        return Ok(v);
+    }
+    let xt: Vec<XT<X>> = xs.iter().map(XT::from_q).collect();
+    let v = match xeval_expr(&f.expr, &xt, &mut XCtx::default()) {
+        Ok(t) => XVal::Val(t),
+        Err(XEvalError::X(XErr::Domain)) => XVal::Outside,
+        Err(XEvalError::X(_)) => XVal::Undecided,
+        Err(XEvalError::Shape(s)) => return Err(s),
+    };
+    FIELD_CACHE.with(|c| c.borrow_mut().evals.insert(xs, v.clone()));
+    Ok(v)
+}
+
+/// A decision on the field: `Some((holds, by_enclosure))`, `None` when
+/// undecided.
+type Dec = Option<(bool, bool)>;
+
+/// The sign of a − b: exact when the difference is zero or one monomial
+/// without atoms, else by enclosure (SPEC.md §19.3); `None` undecided.
+fn sign_diff(a: &X, b: &X) -> Option<(std::cmp::Ordering, bool)> {
+    let key = (a.clone(), b.clone());
+    if let Some(v) = FIELD_CACHE.with(|c| c.borrow().signs.get(&key).cloned()) {
+        return v;
+    }
+    let v = sign_diff_uncached(a, b);
+    FIELD_CACHE.with(|c| c.borrow_mut().signs.insert(key, v));
+    v
+}
+
+fn sign_diff_uncached(a: &X, b: &X) -> Option<(std::cmp::Ordering, bool)> {
+    let d = a.sub(b).ok()?;
+    if d.num.is_zero() {
+        return Some((std::cmp::Ordering::Equal, false));
+    }
+    let exact = !d.has_atoms() && d.num.terms.len() == 1 && d.den.terms.len() == 1;
+    d.sign().ok().map(|s| (s, !exact))
+}
+
+/// a = b: exact without atoms (a nonzero normal form is nonzero, §19.2),
+/// by enclosure otherwise.
+fn eq_dec(a: &X, b: &X) -> Dec {
+    if a == b {
+        return Some((true, false));
+    }
+    let key = (a.clone(), b.clone());
+    if let Some(v) = FIELD_CACHE.with(|c| c.borrow().eqs.get(&key).cloned()) {
+        return v;
+    }
+    let v = eq_dec_uncached(a, b);
+    FIELD_CACHE.with(|c| c.borrow_mut().eqs.insert(key, v));
+    v
+}
+
+fn eq_dec_uncached(a: &X, b: &X) -> Dec {
+    let d = a.sub(b).ok()?;
+    if d.num.is_zero() {
+        return Some((true, false));
+    }
+    if !d.has_atoms() {
+        return Some((false, false));
+    }
+    match d.sign().ok()? {
+        std::cmp::Ordering::Equal => None,
+        _ => Some((false, true)),
+    }
+}
+
+/// Every decision holds (all decided), one fails (decided), or undecided.
+fn all_dec(ds: impl Iterator<Item = Dec>) -> Dec {
+    let (mut undecided, mut enc) = (false, false);
+    for d in ds {
+        match d {
+            Some((false, e)) => return Some((false, e)),
+            Some((true, e)) => enc |= e,
+            None => undecided = true,
+        }
+    }
+    (!undecided).then_some((true, enc))
+}
+
+/// Whether the extreme (k = max or min) of `ys` equals `e`.
+fn extreme_dec(k: PartialKind, ys: &[&X], e: &X) -> Dec {
+    let beyond = match k {
+        PartialKind::Max => std::cmp::Ordering::Greater,
+        _ => std::cmp::Ordering::Less,
+    };
+    let (mut undecided, mut hit, mut enc) = (false, false, false);
+    for y in ys {
+        match sign_diff(y, e) {
+            // One value beyond e: the extreme is beyond it too.
+            Some((s, en)) if s == beyond => return Some((false, en)),
+            Some((std::cmp::Ordering::Equal, en)) => {
+                hit = true;
+                enc |= en;
+            }
+            Some((_, en)) => enc |= en,
+            None => undecided = true,
+        }
+    }
+    match (undecided, hit) {
+        (false, h) => Some((h, enc)),
+        (true, _) => None,
+    }
+}
+
+/// ⊕ₖ of field values (sum, mean), or `None` where the field refuses.
+fn x_sum(k: PartialKind, ys: &[&X]) -> Option<X> {
+    let mut acc = X::zero();
+    for y in ys {
+        acc = acc.add(y).ok()?;
+    }
+    match k {
+        PartialKind::Avg => acc.div(&X::q(Q::int(ys.len() as i64))).ok(),
+        _ => Some(acc),
+    }
+}
+
+/// Whether the per-rank outputs under `out` denote `exp` (SPEC.md §21.2).
+fn field_matches(out: Place, per_rank: &[XT<X>], exp: &XT<X>) -> Dec {
+    let n = per_rank.len();
+    let first = &per_rank[0].shape;
+    match out {
+        Place::Inv => {
+            if *first != exp.shape {
+                return Some((false, false));
+            }
+            all_dec(
+                per_rank
+                    .iter()
+                    .flat_map(|y| y.data.iter().zip(&exp.data).map(|(a, b)| eq_dec(a, b))),
+            )
+        }
+        Place::Part(k) => {
+            if *first != exp.shape {
+                return Some((false, false));
+            }
+            all_dec((0..exp.data.len()).map(|e| {
+                let col: Vec<&X> = per_rank.iter().map(|y| &y.data[e]).collect();
+                match k {
+                    PartialKind::Max | PartialKind::Min => extreme_dec(k, &col, &exp.data[e]),
+                    _ => eq_dec(&x_sum(k, &col)?, &exp.data[e]),
+                }
+            }))
+        }
+        Place::Shard(d) => {
+            let mut gs = first.clone();
+            if d >= gs.len() {
+                return Some((false, false));
+            }
+            gs[d] *= n;
+            if gs != exp.shape {
+                return Some((false, false));
+            }
+            let numel: usize = first.iter().product::<usize>().max(1);
+            let map = concat_positions(first, n, d);
+            all_dec(
+                map.iter()
+                    .enumerate()
+                    .map(|(g, &p)| eq_dec(&per_rank[p / numel].data[p % numel], &exp.data[g])),
+            )
+        }
+    }
+}
+
+/// A field tensor written like `Tensor`'s Display, entries as the field
+/// writes them.
+fn xshow(t: &XT<X>) -> String {
+    fn go(shape: &[usize], data: &[X]) -> String {
+        if shape.is_empty() {
+            return data[0].to_string();
+        }
+        let inner: usize = shape[1..].iter().product();
+        let parts: Vec<String> = (0..shape[0])
+            .map(|i| go(&shape[1..], &data[i * inner..(i + 1) * inner]))
+            .collect();
+        format!("[{}]", parts.join(", "))
+    }
+    go(&t.shape, &t.data)
+}
+
+/// What the per-rank outputs denote under `out`, as text, for a
+/// counterexample: `None` where they are not the same on every rank (for a
+/// Replicate output); an extreme the enclosures cannot order is written
+/// `max(..)` / `min(..)`.
+fn field_denoted(out: Place, per_rank: &[XT<X>]) -> Option<String> {
+    let n = per_rank.len();
+    let first = &per_rank[0];
+    match out {
+        Place::Inv => {
+            let same = all_dec(
+                per_rank
+                    .iter()
+                    .flat_map(|y| y.data.iter().zip(&first.data).map(|(a, b)| eq_dec(a, b))),
+            );
+            match same {
+                Some((true, _)) => Some(xshow(first)),
+                Some((false, _)) => None,
+                None => Some(format!("{} (the ranks' equality undecided)", xshow(first))),
+            }
+        }
+        Place::Part(k) => {
+            let data: Vec<String> = (0..first.data.len())
+                .map(|e| {
+                    let col: Vec<&X> = per_rank.iter().map(|y| &y.data[e]).collect();
+                    match k {
+                        PartialKind::Sum | PartialKind::Avg => x_sum(k, &col)
+                            .map(|x| x.to_string())
+                            .unwrap_or_else(|| "(beyond the field)".into()),
+                        _ => {
+                            let want = match k {
+                                PartialKind::Max => std::cmp::Ordering::Greater,
+                                _ => std::cmp::Ordering::Less,
+                            };
+                            let mut best = col[0];
+                            for y in &col[1..] {
+                                match sign_diff(y, best) {
+                                    Some((s, _)) if s == want => best = y,
+                                    Some(_) => {}
+                                    None => {
+                                        let all: Vec<String> =
+                                            col.iter().map(|x| x.to_string()).collect();
+                                        return format!("{k}({})", all.join(", "));
+                                    }
+                                }
+                            }
+                            best.to_string()
+                        }
+                    }
+                })
+                .collect();
+            Some(show_strings(&first.shape, &data))
+        }
+        Place::Shard(d) => {
+            if d >= first.shape.len() {
+                return None;
+            }
+            let numel: usize = first.shape.iter().product::<usize>().max(1);
+            let mut gs = first.shape.clone();
+            gs[d] *= n;
+            let data: Vec<String> = concat_positions(&first.shape, n, d)
+                .iter()
+                .map(|&p| per_rank[p / numel].data[p % numel].to_string())
+                .collect();
+            Some(show_strings(&gs, &data))
+        }
+    }
+}
+
+fn show_strings(shape: &[usize], data: &[String]) -> String {
+    if shape.is_empty() {
+        return data[0].clone();
+    }
+    let inner: usize = shape[1..].iter().product();
+    let parts: Vec<String> = (0..shape[0])
+        .map(|i| show_strings(&shape[1..], &data[i * inner..(i + 1) * inner]))
+        .collect();
+    format!("[{}]", parts.join(", "))
+}
+
+/// `check_places` for a transcendental op (SPEC.md §21.2): the scope's
+/// cases and instances, f evaluated in the
+/// exact field on the denotations and on every rank; an output defers when
+/// every decided instance agrees, is refuted only by a decided difference,
+/// and counts the undecided instances apart.
+fn check_places_field(
+    f: &LocalFn,
+    ins: &[Place],
+    outs: &[Place],
+    scope: &Scope,
+) -> Result<Vec<Verdict>, String> {
+    representable(&f.expr).map_err(|e| format!("`{}`: {e}", f.text))?;
+    // The memos belong to this call (its op and scope), so they stay
+    // bounded by one call's values.
+    FIELD_CACHE.with(|c| *c.borrow_mut() = FieldCache::default());
+    let values = &scope.values;
+    let nv = values.len() as u64;
+    let mut counts = Counts::default();
+    // Per output: undecided comparisons, and its first failure.
+    let mut undecided = vec![0u64; outs.len()];
+    type Fail = (usize, (usize, Vec<usize>), Counterexample);
+    let mut fails: Vec<Option<Fail>> = vec![None; outs.len()];
+    for (ci, (n, shapes)) in cases(f, ins, scope).into_iter().enumerate() {
+        if fails.iter().all(|x| x.as_ref().is_some_and(|x| x.0 < ci)) {
+            break;
+        }
+        let sizes: Vec<usize> = ins
+            .iter()
+            .zip(&shapes)
+            .map(|(&p, s)| free(p, s.iter().product(), n))
+            .collect();
+        let total: usize = sizes.iter().sum();
+        let points = u32::try_from(total)
+            .ok()
+            .and_then(|t| nv.checked_pow(t))
+            .filter(|&p| p <= scope.max_points);
+        let Some(points) = points else {
+            counts.beyond_cap += 1;
+            continue;
+        };
+        counts.cases += 1;
+        if n > 1 {
+            counts.multi_rank_cases += 1;
+        }
+        let live: Vec<usize> = (0..outs.len())
+            .filter(|&o| fails[o].as_ref().is_none_or(|x| x.0 == ci))
+            .collect();
+        let mut idx = vec![0usize; total];
+        for _ in 0..points {
+            // Per input, its per-rank tensors (an Invariant one on every rank).
+            let mut off = 0;
+            let mut xs: Vec<Vec<Tensor>> = Vec::with_capacity(ins.len());
+            for ((&p, s), &sz) in ins.iter().zip(&shapes).zip(&sizes) {
+                let numel: usize = s.iter().product();
+                let vals: Vec<Q> = idx[off..off + sz]
+                    .iter()
+                    .map(|&i| values[i].clone())
+                    .collect();
+                off += sz;
+                xs.push(match p {
+                    Place::Inv => vec![Tensor::new(s.clone(), vals); n],
+                    _ => vals
+                        .chunks(numel)
+                        .map(|c| Tensor::new(s.clone(), c.to_vec()))
+                        .collect(),
+                });
+            }
+            let globals: Vec<Tensor> = ins
+                .iter()
+                .zip(&xs)
+                .map(|(&p, x)| denote(p, x).ok_or("an input not well formed (checker bug)"))
+                .collect::<Result<_, _>>()?;
+            // f of the denotations, then every rank, in that order: the
+            // first outside the domain or undecided settles the instance.
+            let mut sides = Vec::with_capacity(n + 1);
+            let mut settled = None;
+            for side in std::iter::once(globals)
+                .chain((0..n).map(|r| xs.iter().map(|x| x[r].clone()).collect::<Vec<Tensor>>()))
+            {
+                match xeval(f, side)? {
+                    XVal::Val(t) => sides.push(t),
+                    other => {
+                        settled = Some(other);
+                        break;
+                    }
+                }
+            }
+            match settled {
+                Some(XVal::Outside) => counts.outside_domain += 1,
+                Some(_) => counts.undecided += 1,
+                None => {
+                    counts.instances += 1;
+                    let expected = &sides[0];
+                    let per_rank = &sides[1..];
+                    for &o in &live {
+                        let decided = match field_matches(outs[o], per_rank, expected) {
+                            None => {
+                                undecided[o] += 1;
+                                continue;
+                            }
+                            Some((true, _)) => continue,
+                            Some((false, enc)) => enc,
+                        };
+                        let nonzero = idx.iter().filter(|&&i| i != 0).count();
+                        let better = match &fails[o] {
+                            None => true,
+                            Some((_, (c, k), _)) => (nonzero, &idx[..]) < (*c, &k[..]),
+                        };
+                        if better {
+                            let field = FieldValues {
+                                expected: xshow(expected),
+                                per_rank: per_rank.iter().map(xshow).collect(),
+                                denoted: field_denoted(outs[o], per_rank),
+                                decided: if decided {
+                                    "by disjoint enclosures"
+                                } else {
+                                    "exactly"
+                                },
+                            };
+                            let empty = Tensor::new(vec![0], vec![]);
+                            fails[o] = Some((
+                                ci,
+                                (nonzero, idx.clone()),
+                                Counterexample {
+                                    n,
+                                    inputs: xs.clone(),
+                                    expected: empty.clone(),
+                                    per_rank: vec![],
+                                    denoted: None,
+                                    field: Some(field),
+                                },
+                            ));
+                        }
+                    }
+                }
+            }
+            for d in idx.iter_mut() {
+                *d += 1;
+                if *d < nv as usize {
+                    break;
+                }
+                *d = 0;
+            }
+        }
+    }
+    Ok(fails
+        .into_iter()
+        .zip(undecided)
+        .map(|(fl, u)| {
+            // Instances whose evaluation was undecided, and those whose
+            // comparison for this output was.
+            let mut c = counts.clone();
+            c.undecided += u;
+            c.instances -= u;
+            match fl {
+                Some((_, _, cex)) => Verdict::Refuted(Box::new(cex), c),
+                None if c.multi_rank_cases == 0 => Verdict::Vacuous(
+                    "no case on more than one rank within the cap".into(),
+                    c,
+                ),
+                None if c.instances == 0 => Verdict::Vacuous(
+                    format!(
+                        "no instance decided: on all {} the values left the exact field or the enclosures overlapped",
+                        c.undecided
+                    ),
+                    c,
+                ),
+                None => Verdict::Defers(c),
+            }
         })
         .collect())
 }
@@ -507,26 +1561,37 @@ pub fn derive_partial(f: &LocalFn, k: PartialKind, scope: &Scope) -> Result<Vec<
             f.text
         )));
     }
+    use rayon::prelude::*;
     let outs = output_places();
+    // The input assignments run in parallel; rows keep the mask order.
+    let per_mask: Vec<Result<Vec<Row>, UsageError>> = (1u32..(1 << m))
+        .into_par_iter()
+        .map(|mask| {
+            let ins: Vec<Place> = (0..m)
+                .map(|i| {
+                    if mask & (1 << i) != 0 {
+                        Place::Part(k)
+                    } else {
+                        Place::Inv
+                    }
+                })
+                .collect();
+            let vs = check_places(f, &ins, &outs, scope).map_err(UsageError)?;
+            Ok(outs
+                .iter()
+                .zip(vs)
+                .map(|(out, verdict)| Row {
+                    inputs: ins.clone(),
+                    output: *out,
+                    verdict,
+                })
+                .collect())
+        })
+        .collect();
+    // The first error in mask order, whatever thread met it first.
     let mut rows = Vec::new();
-    for mask in 1u32..(1 << m) {
-        let ins: Vec<Place> = (0..m)
-            .map(|i| {
-                if mask & (1 << i) != 0 {
-                    Place::Part(k)
-                } else {
-                    Place::Inv
-                }
-            })
-            .collect();
-        let vs = check_places(f, &ins, &outs, scope).map_err(UsageError)?;
-        for (out, verdict) in outs.iter().zip(vs) {
-            rows.push(Row {
-                inputs: ins.clone(),
-                output: *out,
-                verdict,
-            });
-        }
+    for r in per_mask {
+        rows.extend(r?);
     }
     Ok(rows)
 }
@@ -689,17 +1754,25 @@ pub fn check_collective(row: &CollRow, scope: &Scope) -> Result<Counts, (String,
                 counts.multi_rank_cases += 1;
             }
             let mut idx = vec![0usize; fr];
+            // One workspace per case: the per-rank inputs are overwritten in
+            // place and the denotations compared in place (SPEC.md §18).
+            let mut xs = vec![Tensor::new(s.clone(), vec![Q::zero(); numel]); n];
+            let mut before = Tensor::zeros(&[]);
             for _ in 0..points {
-                let vals: Vec<Q> = idx.iter().map(|&i| scope.values[i].clone()).collect();
-                let xs: Vec<Tensor> = match src {
-                    Place::Inv => vec![Tensor::new(s.clone(), vals); n],
-                    _ => vals
-                        .chunks(numel)
-                        .map(|c| Tensor::new(s.clone(), c.to_vec()))
-                        .collect(),
-                };
+                for (r, x) in xs.iter_mut().enumerate() {
+                    let base = match src {
+                        Place::Inv => 0,
+                        _ => r * numel,
+                    };
+                    for (e, v) in x.data.iter_mut().enumerate() {
+                        v.clone_from(&scope.values[idx[base + e]]);
+                    }
+                }
                 counts.instances += 1;
-                let before = denote(src, &xs).expect("well formed by construction");
+                assert!(
+                    denote_into(src, &xs, &mut before),
+                    "well formed by construction"
+                );
                 let ys = (row.forward)(&xs);
                 let show = |ts: &[Tensor]| {
                     ts.iter()
@@ -714,17 +1787,18 @@ pub fn check_collective(row: &CollRow, scope: &Scope) -> Result<Counts, (String,
                         show(&ys)
                     )
                 };
-                match denote(dst, &ys) {
+                match denotes(dst, &ys, &before) {
                     None => {
                         return Err(("F1".into(), format!("not well formed for {dst}: {}", at())))
                     }
-                    Some(after) if after != before => {
+                    Some(false) => {
+                        let after = denote(dst, &ys).expect("well formed");
                         return Err((
                             "F3".into(),
                             format!("denotes {after}, the input denotes {before}: {}", at()),
-                        ))
+                        ));
                     }
-                    Some(_) => {}
+                    Some(true) => {}
                 }
                 for d in idx.iter_mut() {
                     *d += 1;
@@ -877,6 +1951,7 @@ pub fn check_from_local(
     scope: &Scope,
 ) -> Result<(u64, u64), String> {
     let nv = scope.values.len();
+    let mut col: Vec<Q> = Vec::new();
     for_each_per_rank(scope, |n, p, xs| {
         let s = xs[0].shape.clone();
         let numel = xs[0].numel();
@@ -890,12 +1965,12 @@ pub fn check_from_local(
         let got = backward(k, xs, &g);
         for r in 0..n {
             for i in 0..numel {
-                let d = slope(|h| {
-                    let mut ys = xs.to_vec();
-                    ys[r].data[i] = ys[r].data[i].add(h);
-                    Some(combine(k, &ys).ok()?.dot(&g))
-                });
-                let Some(d) = d else {
+                // Only element i of ⊕ₖ x moves along x_r[i], so the
+                // quotients of ⟨⊕ₖ x, g⟩ are those of its column i times
+                // g[i], exactly.
+                col.clear();
+                col.extend(xs.iter().map(|x| x.data[i].clone()));
+                let Some(d) = col_slope(k, &mut col, r, &g.data[i]) else {
                     return Ok(true);
                 };
                 if got[r].data[i] != d {
@@ -908,6 +1983,27 @@ pub fn check_from_local(
         }
         Ok(false)
     })
+}
+
+/// The slope at 0 of h ↦ ⊕ₖ(col with col[r] + h) · w, from the same
+/// exact difference quotients as `slope` (`None` where they differ). `col`
+/// is restored.
+fn col_slope(k: PartialKind, col: &mut [Q], r: usize, w: &Q) -> Option<Q> {
+    let n = col.len();
+    let base = col[r].clone();
+    let mut at = |h: &Q| -> Q {
+        col[r] = base.add(h);
+        fold_col(k, n, col.iter()).mul(w)
+    };
+    let s = step();
+    let g0 = at(&Q::zero());
+    let mut q = |h: Q| -> Option<Q> { at(&h).sub(&g0).div(&h).ok() };
+    let a = q(s.clone());
+    let b = s.div(&Q::int(2)).ok().and_then(&mut q);
+    let c = q(s.neg());
+    col[r] = base;
+    let (a, b, c) = (a?, b?, c?);
+    (a == b && b == c).then_some(a)
 }
 
 /// Tensors joined for a message.
@@ -940,12 +2036,13 @@ fn for_each_per_rank(
                 continue;
             };
             let mut idx = vec![0usize; fr];
+            let mut xs = vec![Tensor::new(s.clone(), vec![Q::zero(); numel]); n];
             for p in 0..points {
-                let vals: Vec<Q> = idx.iter().map(|&i| scope.values[i].clone()).collect();
-                let xs: Vec<Tensor> = vals
-                    .chunks(numel)
-                    .map(|c| Tensor::new(s.clone(), c.to_vec()))
-                    .collect();
+                for (r, x) in xs.iter_mut().enumerate() {
+                    for (e, v) in x.data.iter_mut().enumerate() {
+                        v.clone_from(&scope.values[idx[r * numel + e]]);
+                    }
+                }
                 if check(n, p, &xs)? {
                     undetermined += 1;
                 } else {
@@ -1005,25 +2102,23 @@ pub fn check_all_reduce_jvp(
     jvp: CollJvp,
     scope: &Scope,
 ) -> Result<(u64, u64), String> {
+    let mut col: Vec<Q> = Vec::new();
     for_each_per_rank(scope, |n, _, xs| {
         let s = xs[0].shape.clone();
         let numel = xs[0].numel();
+        let mut ts = vec![Tensor::zeros(&s); n];
         for r in 0..n {
             for i in 0..numel {
-                let mut ts = vec![Tensor::zeros(&s); n];
                 ts[r].data[i] = Q::one();
-                let want: Option<Vec<Q>> = (0..numel)
-                    .map(|j| {
-                        slope(|h| {
-                            let mut ys = xs.to_vec();
-                            ys[r].data[i] = ys[r].data[i].add(h);
-                            Some(combine(k, &ys).ok()?.data[j].clone())
-                        })
-                    })
-                    .collect();
-                let Some(want) = want else {
+                // Along x_r[i] only element i of the denotation moves: the
+                // quotients of every other element are 0, exactly.
+                col.clear();
+                col.extend(xs.iter().map(|x| x.data[i].clone()));
+                let Some(d) = col_slope(k, &mut col, r, &Q::one()) else {
                     return Ok(true);
                 };
+                let mut want = vec![Q::zero(); numel];
+                want[i] = d;
                 let got = jvp(k, xs, &ts);
                 if got.data != want {
                     return Err(format!(
@@ -1032,6 +2127,7 @@ pub fn check_all_reduce_jvp(
                         Tensor::new(s.clone(), want)
                     ));
                 }
+                ts[r].data[i] = Q::zero();
             }
         }
         Ok(false)
@@ -1224,22 +2320,53 @@ impl RuleResult {
     }
 }
 
+/// Checks every rule and its twin. Rules of the same op share one memo of
+/// per-rank outputs and run in order; different ops run in parallel; the
+/// results keep the rules' order.
 pub fn check_rules(rules: &[SystemRule], scope: &Scope) -> Result<Vec<RuleResult>, String> {
     use rayon::prelude::*;
-    rules
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, r) in rules.iter().enumerate() {
+        match groups.iter_mut().find(|g| rules[g[0]].op == r.op) {
+            Some(g) => g.push(i),
+            None => groups.push(vec![i]),
+        }
+    }
+    let done: Vec<Vec<(usize, Result<RuleResult, String>)>> = groups
         .par_iter()
-        .map(|r| {
-            let verdict = check_places(&r.op, &r.inputs, &[r.output], scope)?.remove(0);
-            let twin = match &r.twin {
-                Some((ins, out)) => Some(check_places(&r.op, ins, &[*out], scope)?.remove(0)),
-                None => None,
-            };
-            Ok(RuleResult {
-                rule: r.clone(),
-                verdict,
-                twin,
-            })
+        .map(|g| {
+            let mut memo = LocalMemo::default();
+            g.iter()
+                .map(|&i| {
+                    let r = &rules[i];
+                    let mut one = || -> Result<RuleResult, String> {
+                        let verdict =
+                            check_places_memo(&r.op, &r.inputs, &[r.output], scope, &mut memo)?
+                                .remove(0);
+                        let twin = match &r.twin {
+                            Some((ins, out)) => Some(
+                                check_places_memo(&r.op, ins, &[*out], scope, &mut memo)?.remove(0),
+                            ),
+                            None => None,
+                        };
+                        Ok(RuleResult {
+                            rule: r.clone(),
+                            verdict,
+                            twin,
+                        })
+                    };
+                    (i, one())
+                })
+                .collect()
         })
+        .collect();
+    let mut out: Vec<Option<Result<RuleResult, String>>> = (0..rules.len()).map(|_| None).collect();
+    for (i, r) in done.into_iter().flatten() {
+        out[i] = Some(r);
+    }
+    // The first error in the rules' order.
+    out.into_iter()
+        .map(|r| r.expect("every rule ran"))
         .collect()
 }
 

@@ -297,7 +297,7 @@ fn derive_partial_on_the_command_line() {
     // Bad input: one line, exit 2.
     for args in [
         &["derive", "relu", "--partial", "prod"][..],
-        &["derive", "exp", "--partial", "max"][..],
+        &["derive", "--expr", "exp(exp(x))", "--partial", "max"][..],
         &["derive", "relu", "--partial", "max", "--global"][..],
         &["derive", "--partial", "max"][..],
     ] {
@@ -387,4 +387,105 @@ fn linear_kinds_per_rank_gradients_by_the_oracle() {
     let e = check_oracle_row(ORACLE_ROWS[1].1).unwrap_err();
     assert!(e.starts_with("B3"), "{e}");
     assert!(e.contains("expected <1/2 | 1/2>, got <1 | 1>"), "{e}");
+}
+
+// ---------------------------------------------------------------------------
+// Transcendental ops under a pending kind (SPEC.md §21.2): the exact field,
+// comparisons decided exactly or by disjoint enclosures, undecided counted.
+
+/// The field values of a transcendental counterexample.
+fn field(c: &Counterexample) -> &FieldValues {
+    c.field.as_ref().expect("a transcendental counterexample")
+}
+
+#[test]
+fn exp_defers_a_pending_max_and_fails_on_a_pending_sum() {
+    // exp is increasing: exp(max x) = max exp(x), on every decided instance.
+    let v = verdict("exp(x)", &[Part(Max)], Part(Max));
+    assert_eq!(v.key(), "defers", "{}", v.text());
+    assert!(v.counts().multi_rank_cases > 0 && v.counts().instances > 0);
+    assert_eq!(v.counts().undecided, 0, "{}", v.text());
+    defers("exp(x)", &[Part(Min)], Part(Min));
+    // Twin: exp(a + b) is not exp a + exp b. The first instance of two
+    // ranks already differs, exactly: e^0 + e^0 = 2 against e^(0 + 0) = 1.
+    let c = refuted("exp(x)", &[Part(Sum)], Part(Sum));
+    assert_eq!(c.n, 2);
+    assert_eq!(c.inputs[0][0].to_string(), "0");
+    assert_eq!(c.inputs[0][1].to_string(), "0");
+    let fv = field(&c);
+    assert_eq!(fv.decided, "exactly");
+    assert_eq!(fv.expected, "1");
+    assert_eq!(fv.denoted.as_deref(), Some("2"));
+    // Twin: a claimed output kind of min for a pending max is refuted on
+    // x = (0, 1): per-rank e^0 and e^1 denote 1 under min, exp(max) = e.
+    // Ordering e against 1 rests on an enclosure.
+    let c = refuted("exp(x)", &[Part(Max)], Part(Min));
+    assert_eq!(c.n, 2);
+    assert_eq!(
+        (c.inputs[0][0].to_string(), c.inputs[0][1].to_string()),
+        ("0".into(), "1".into())
+    );
+    let fv = field(&c);
+    assert_eq!(fv.decided, "by disjoint enclosures");
+    assert_eq!(fv.denoted.as_deref(), Some("1"));
+    assert_eq!(fv.expected, "e^(1)");
+}
+
+#[test]
+fn tanh_and_sigmoid_keep_their_kind_and_a_wrong_kind_is_refuted() {
+    defers("tanh(x)", &[Part(Min)], Part(Min));
+    defers("sigmoid(x)", &[Part(Max)], Part(Max));
+    // Twins: the other extreme, and avg (tanh is not linear).
+    let c = refuted("tanh(x)", &[Part(Min)], Part(Max));
+    assert_eq!(c.n, 2);
+    assert!(field(&c).per_rank.iter().any(|v| v.contains("e^(2)")));
+    let c = refuted("tanh(x)", &[Part(Avg)], Part(Avg));
+    assert_eq!(c.n, 2);
+    let c = refuted("sigmoid(x)", &[Part(Max)], Inv);
+    // The per-rank outputs differ, so a Replicate output denotes nothing.
+    assert_eq!(field(&c).denoted, None);
+}
+
+#[test]
+fn cos_is_not_monotone_and_is_refuted_on_a_pending_max() {
+    // cos decreases on [0, π]: max(cos 0, cos 1) = 1, cos(max(0, 1)) = cos 1.
+    let c = refuted("cos(x)", &[Part(Max)], Part(Max));
+    assert_eq!(c.n, 2);
+    assert_eq!(field(&c).expected, "cos(1)");
+    assert_eq!(field(&c).decided, "by disjoint enclosures");
+}
+
+#[test]
+fn undecided_instances_are_named_never_passed() {
+    // log(x²) − 2 log x is 0 for x > 0, but its normal form is not empty
+    // (log 4 and log 2 are different atoms), so comparing two ranks'
+    // values needs enclosures, which all contain 0: undecided.
+    let v = verdict("log(x * x) - 2 * log(x)", &[Part(Max)], Part(Max));
+    assert_eq!(v.key(), "defers", "{}", v.text());
+    assert!(v.counts().undecided > 0, "{}", v.text());
+    assert!(v.text().contains("undecided"), "{}", v.text());
+    assert_eq!(v.json()["undecided"], v.counts().undecided);
+    // Twin: adding 1 and claiming a pending sum counts the 1 once per rank,
+    // decided exactly on x = (1, 1) (log 1 = 0): 1 + 1 against 1.
+    let c = refuted("log(x * x) - 2 * log(x) + 1", &[Part(Max)], Part(Sum));
+    assert_eq!(c.n, 2);
+    assert_eq!(field(&c).decided, "exactly");
+    assert_eq!(field(&c).denoted.as_deref(), Some("2"));
+}
+
+#[test]
+fn derive_exp_partial_max_on_the_command_line() {
+    let out = cli(&["derive", "exp", "--partial", "max", "--json"]);
+    assert_eq!(out.status.code(), Some(0));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    let at = |o: &str| rows.iter().find(|r| r["output"] == o).unwrap().clone();
+    assert_eq!(at("P(max)")["verdict"], "defers");
+    let sum = at("P(sum)");
+    assert_eq!(sum["verdict"], "refuted");
+    assert_eq!(sum["counterexample"]["decided"], "exactly");
+    assert_eq!(
+        at("P(min)")["counterexample"]["decided"],
+        "by disjoint enclosures"
+    );
 }
