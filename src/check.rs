@@ -575,8 +575,12 @@ impl PendingReport {
         let c = &self.counts;
         let mut w = match &self.outcome {
             PendingOutcome::Defers => format!(
-                "defers (bounded: {} instances exhaustive on {} cases, {} on more than one rank, and {} random; {} outside the domain; {} cases beyond the cap); backward not checked (pending kinds are checked forward only, SPEC.md §21.7)",
-                c.instances, c.cases, c.multi_rank_cases, self.random, c.outside_domain, c.beyond_cap
+                "defers (bounded: {} instances exhaustive on {} cases, {} on more than one rank, and {} random; {} outside the domain; {} cases beyond the cap{}); backward not checked (pending kinds are checked forward only, SPEC.md §21.7)",
+                c.instances, c.cases, c.multi_rank_cases, self.random, c.outside_domain, c.beyond_cap,
+                match c.undecided {
+                    0 => String::new(),
+                    u => format!("; {u} undecided (overlapping enclosures or a value beyond the exact field), not counted as passes"),
+                }
             ),
             PendingOutcome::Refuted { property, .. } => format!(
                 "unsound {property} (the per-rank outputs under {} {}, SPEC.md §21.2)",
@@ -597,6 +601,11 @@ impl PendingReport {
             ),
             PendingOutcome::Undetermined(why) => format!("undetermined ({why})"),
         };
+        if let PendingOutcome::Refuted { cex, .. } = &self.outcome {
+            if let Some(fv) = &cex.field {
+                w.push_str(&format!(" (decided {})", fv.decided));
+            }
+        }
         if let Some(n) = &self.random_note {
             w.push_str(&format!(" [{n}]"));
         }
@@ -632,6 +641,22 @@ impl PendingReport {
                 place_in(d, r.inputs[i]),
                 ranks(x)
             ));
+        }
+        if let Some(fv) = &cex.field {
+            // A transcendental op: the values are in the exact field (§19).
+            s.push_str(&format!(
+                "  output : {}   per rank {}   denotes {}\n  expected ({}): {}\n  actual:   {}\n",
+                place_in(d, r.output),
+                fv.per_rank.join(" | "),
+                fv.denoted.as_deref().unwrap_or("nothing (not well formed)"),
+                match r.forward {
+                    Some(_) => "the value the input denotes",
+                    None => "the op on the inputs' denotations",
+                },
+                fv.expected,
+                fv.denoted.as_deref().unwrap_or("no value"),
+            ));
+            return s;
         }
         s.push_str(&format!(
             "  output : {}   per rank {}   denotes {}\n  expected ({}): {}\n  actual:   {}\n",
@@ -675,9 +700,19 @@ impl PendingReport {
                             "type": place_in(d, r.inputs[i]),
                             "per_rank": ts(x),
                         })).collect::<Vec<_>>(),
-                        "per_rank_outputs": ts(&cex.per_rank),
-                        "denoted": cex.denoted.as_ref().map(|t| t.to_string()),
-                        "expected": cex.expected.to_string(),
+                        "per_rank_outputs": match &cex.field {
+                            Some(fv) => json!(fv.per_rank),
+                            None => json!(ts(&cex.per_rank)),
+                        },
+                        "denoted": match &cex.field {
+                            Some(fv) => json!(fv.denoted),
+                            None => json!(cex.denoted.as_ref().map(|t| t.to_string())),
+                        },
+                        "expected": match &cex.field {
+                            Some(fv) => fv.expected.clone(),
+                            None => cex.expected.to_string(),
+                        },
+                        "decided": cex.field.as_ref().map(|fv| fv.decided),
                         "report": self.report(d),
                     }),
                 )
@@ -706,6 +741,7 @@ impl PendingReport {
             "distributed_cases": c.multi_rank_cases,
             "cases_beyond_cap": c.beyond_cap,
             "outside_domain": c.outside_domain,
+            "undecided": c.undecided,
             "random_cases": self.random,
             "random_distributed": self.random_multi,
             "random_note": self.random_note,
@@ -720,6 +756,11 @@ impl PendingReport {
         let PendingOutcome::Refuted { property, cex } = &self.outcome else {
             return None;
         };
+        if cex.field.is_some() {
+            // A transcendental counterexample is found again by the
+            // exhaustive part; replay evaluates rationals only.
+            return None;
+        }
         Some(Stored {
             mesh: vec![(self.rule.axis.clone(), cex.n)],
             inputs: cex
@@ -900,6 +941,7 @@ fn pending_instance(
             expected,
             per_rank,
             denoted,
+            field: None,
         },
     )))
 }
@@ -1074,6 +1116,8 @@ fn check_pending(rule: &Rule, p: &PendingRule, cfg: &CheckConfig, stored: &[Stor
         scope: scope.describe(),
         dialect: rule.dialect,
     };
+    let transcendental = spmd_interp::transcendental::is_transcendental(&p.f.expr);
+    let stored = if transcendental { &[][..] } else { stored };
     if let Some((property, cex)) = stored.iter().find_map(|s| replay_pending(p, s)) {
         rep.outcome = PendingOutcome::Refuted {
             property,
@@ -1094,13 +1138,24 @@ fn check_pending(rule: &Rule, p: &PendingRule, cfg: &CheckConfig, stored: &[Stor
                     partial_kinds::Verdict::Defers(_) => PendingOutcome::Defers,
                     partial_kinds::Verdict::Vacuous(why, _) => PendingOutcome::Vacuous(why),
                     partial_kinds::Verdict::Refuted(cex, _) => {
-                        let property = if cex.denoted.is_none() { "F1" } else { "F3" };
+                        // Not well formed: no value denoted (in the exact
+                        // field for a transcendental op).
+                        let ill = match &cex.field {
+                            Some(fv) => fv.denoted.is_none(),
+                            None => cex.denoted.is_none(),
+                        };
+                        let property = if ill { "F1" } else { "F3" };
                         PendingOutcome::Refuted { property, cex }
                     }
                 };
             }
         }
-        if !rep.failed() {
+        if !rep.failed() && transcendental && cfg.cases > 0 {
+            rep.random_note = Some(
+                "no random cases: a transcendental op is checked on the exhaustive grid only, SPEC.md §21.7"
+                    .into(),
+            );
+        } else if !rep.failed() {
             let (ran, multi, found, note) = pending_random(p, &scope.ranks, cfg);
             rep.random = ran;
             rep.random_multi = multi;

@@ -768,15 +768,6 @@ fn build_pending(
             ),
         ));
     }
-    if spmd_interp::transcendental::is_transcendental(&f.expr) {
-        return Err(err(
-            "op",
-            format!(
-                "`{}`: transcendental ops are outside the pending-kind checks (SPEC.md §21.2)",
-                f.text
-            ),
-        ));
-    }
     let all: Vec<&Type> = types.iter().chain([&output]).collect();
     let places = kind_places(axes, &all, marks).map_err(|e| err("inputs", e))?;
     // The axis checked: the one where some placement is not Replicate.

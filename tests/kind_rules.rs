@@ -400,7 +400,6 @@ fn bad_kind_rules_are_one_line_errors() {
         ("jax word", rule("jax word", "dtensor", "x", &["Unreduced(max)"], "Partial(max)"), "Partial(k)"),
         ("avg in jax", rule("avg in jax", "jax", "x", &["P(unreduced={\"x\"}, unreduced_kind=avg)"], "Unreduced(max)"), "unreduced_kind `avg`"),
         ("kind alone", rule("kind alone", "jax", "x", &["P(None, unreduced_kind=max)"], "Unreduced(max)"), "non-empty unreduced"),
-        ("exp", rule("exp", "dtensor", "exp(x)", &["Partial(max)"], "Partial(max)"), "transcendental"),
         (
             "backward",
             rule("backward", "dtensor", "x", &["Partial(max)"], "Partial(max)") + "backward = [\"g\"]\n",
@@ -590,4 +589,32 @@ fn odd_kind_spellings_never_panic() {
             }
         }
     }
+}
+
+#[test]
+fn transcendental_kind_rules_are_decided_exactly_and_never_replayed() {
+    // exp is non-decreasing, so it keeps a pending max (DTensor's rule) ...
+    let mut text = rule("exp max", "dtensor", "exp(x)", &["Partial(max)"], "Partial(max)");
+    // ... but not a pending max read as a pending avg: the twin.
+    text += &rule("exp avg", "dtensor", "exp(x)", &["Partial(max)"], "Partial(avg)");
+    let (code, v) = check_json("kind_exp", &text);
+    assert_eq!(code, 1, "{v}");
+    let r = rule_named(&v, "exp max");
+    assert_defers(&r);
+    assert_eq!(r["random_cases"], 0, "{r}");
+    assert!(r["random_note"].as_str().unwrap().contains("exhaustive grid only"), "{r}");
+    let t = rule_named(&v, "exp avg");
+    let cx = assert_refuted(&t, "F3", 2);
+    // Ranks hold 0 and 1: the max is 1, so exp gives e; the per-rank outputs
+    // 1 and e read as a pending avg give (1 + e)/2, decided exactly.
+    assert_eq!(cx["inputs"][0]["per_rank"], json!(["0", "1"]), "{cx}");
+    assert_eq!(cx["per_rank_outputs"], json!(["1", "e^(1)"]), "{cx}");
+    assert_eq!(cx["expected"], "e^(1)", "{cx}");
+    assert_eq!(cx["decided"], "exactly", "{cx}");
+    assert!(t["summary"].as_str().unwrap().ends_with("(decided exactly)"), "{t}");
+    // Nothing is saved for replay: replay evaluates rationals only, and the
+    // exhaustive part finds it again.
+    let (code2, v2) = check_json("kind_exp", &text);
+    assert_eq!(code2, 1);
+    assert_eq!(rule_named(&v2, "exp avg")["replayed"], false, "{v2}");
 }

@@ -120,12 +120,17 @@ fn pending_violation_value(p: &PendingReport, rep: &RuleReport) -> Value {
             value(label, true, place_in(rep.dialect, r.inputs[i]), x)
         })
         .collect();
-    values.push(value(
-        "output",
-        false,
-        place_in(rep.dialect, r.output),
-        &cex.per_rank,
-    ));
+    // A transcendental op's outputs are in the exact field of SPEC.md §19,
+    // not rationals: they are in `expected`, `actual` and `report` only.
+    let (expected, actual) = match &cex.field {
+        Some(fv) => (fv.expected.clone(), fv.denoted.clone()),
+        None => {
+            let out = place_in(rep.dialect, r.output);
+            values.push(value("output", false, out, &cex.per_rank));
+            let den = cex.denoted.as_ref().map(|t| t.to_string());
+            (cex.expected.to_string(), den)
+        }
+    };
     json!({
         "property": property,
         "title": if *property == "F1" {
@@ -135,8 +140,8 @@ fn pending_violation_value(p: &PendingReport, rep: &RuleReport) -> Value {
         },
         "mesh": [[r.axis, cex.n]],
         "what": p.word(),
-        "expected": cex.expected.to_string(),
-        "actual": cex.denoted.as_ref().map_or("no value (not well formed)".into(), |t| t.to_string()),
+        "expected": expected,
+        "actual": actual.unwrap_or_else(|| "no value (not well formed)".into()),
         "values": values,
         "report": p.report(rep.dialect),
     })
