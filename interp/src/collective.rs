@@ -50,13 +50,6 @@ pub struct Collective {
     pub dst: State,
 }
 
-/// The ranks of `r`'s group and `r`'s index in it.
-fn group(m: &Mesh, axes: &[usize], r: usize) -> (Vec<usize>, usize) {
-    let c = m.coords(r);
-    let k = axes.iter().fold(0, |acc, &a| acc * m.axes[a].size + c[a]);
-    (m.group(r, axes), k)
-}
-
 fn sum(ts: &[&Tensor]) -> Tensor {
     ts[1..].iter().fold(ts[0].clone(), |a, t| a.add(t))
 }
@@ -216,9 +209,10 @@ impl Collective {
 
     /// The per-rank forward.
     pub fn forward(&self, m: &Mesh, x: &PerRank) -> PerRank {
+        let groups = m.groups(&self.axes);
         let tensors = (0..m.num_ranks())
             .map(|r| {
-                let (g, k) = group(m, &self.axes, r);
+                let (g, k) = (groups.members(r), groups.index(r));
                 let n = g.len();
                 let xs: Vec<&Tensor> = g.iter().map(|&q| &x.tensors[q]).collect();
                 match &self.kind {
@@ -273,9 +267,10 @@ impl Collective {
 
     /// The declared global meaning (SPEC.md §10.2), on full-rank families.
     pub fn spec(&self, m: &Mesh, d: &Denot) -> Denot {
+        let groups = m.groups(&self.axes);
         let family = (0..m.num_ranks())
             .map(|r| {
-                let (g, k) = group(m, &self.axes, r);
+                let (g, k) = (groups.members(r), groups.index(r));
                 let n = g.len();
                 let ds: Vec<&Tensor> = g.iter().map(|&q| &d.family[q]).collect();
                 let here = &d.family[r];
