@@ -50,8 +50,32 @@ pub struct Collective {
     pub dst: State,
 }
 
+/// The group's tensors summed in group order, into one buffer.
 fn sum(ts: &[&Tensor]) -> Tensor {
-    ts[1..].iter().fold(ts[0].clone(), |a, t| a.add(t))
+    let mut acc = ts[0].clone();
+    for t in &ts[1..] {
+        assert_eq!(
+            acc.shape, t.shape,
+            "collective sum: shape mismatch (interpreter bug)"
+        );
+        for (a, b) in acc.data.iter_mut().zip(&t.data) {
+            *a = a.add(b);
+        }
+    }
+    acc
+}
+
+/// Each group's sum, computed once per call at the group's first member and
+/// shared by every member (they all sum the same tensors in the same order).
+struct GroupSums(Vec<Option<Tensor>>);
+
+impl GroupSums {
+    fn new(ranks: usize) -> GroupSums {
+        GroupSums(vec![None; ranks])
+    }
+    fn get(&mut self, g: &[usize], ts: &[&Tensor]) -> &Tensor {
+        self.0[g[0]].get_or_insert_with(|| sum(ts))
+    }
 }
 
 /// Entry `k` along `dim` (of size n), with the dim dropped.
@@ -210,6 +234,7 @@ impl Collective {
     /// The per-rank forward.
     pub fn forward(&self, m: &Mesh, x: &PerRank) -> PerRank {
         let groups = m.groups(&self.axes);
+        let mut sums = GroupSums::new(m.num_ranks());
         let tensors = (0..m.num_ranks())
             .map(|r| {
                 let (g, k) = (groups.members(r), groups.index(r));
@@ -224,11 +249,15 @@ impl Collective {
                             Tensor::concat(&parts, *dim)
                         }
                     }
-                    Kind::AllReduce => sum(&xs),
-                    Kind::PMean => sum(&xs).scale(&Q::frac(1, n as i64)),
+                    Kind::AllReduce => sums.get(g, &xs).clone(),
+                    Kind::PMean => sums.get(g, &xs).scale(&Q::frac(1, n as i64)),
                     Kind::DivideByGroupSize => x.tensors[r].scale(&Q::frac(1, n as i64)),
-                    Kind::ReduceScatter { dim, stack: true } => unstack(&sum(&xs), n, k, *dim),
-                    Kind::ReduceScatter { dim, stack: false } => sum(&xs).chunk(n, *dim)[k].clone(),
+                    Kind::ReduceScatter { dim, stack: true } => {
+                        unstack(sums.get(g, &xs), n, k, *dim)
+                    }
+                    Kind::ReduceScatter { dim, stack: false } => {
+                        sums.get(g, &xs).chunk(n, *dim)[k].clone()
+                    }
                     Kind::AllToAll { split, concat } => {
                         let parts: Vec<Tensor> =
                             xs.iter().map(|t| t.chunk(n, *split)[k].clone()).collect();
@@ -268,6 +297,7 @@ impl Collective {
     /// The declared global meaning (SPEC.md §10.2), on full-rank families.
     pub fn spec(&self, m: &Mesh, d: &Denot) -> Denot {
         let groups = m.groups(&self.axes);
+        let mut sums = GroupSums::new(m.num_ranks());
         let family = (0..m.num_ranks())
             .map(|r| {
                 let (g, k) = (groups.members(r), groups.index(r));
@@ -286,18 +316,22 @@ impl Collective {
                     }
                     // A Partial value is already its sum: all_reduce keeps it.
                     (Kind::AllReduce, State::Partial) => here.clone(),
-                    (Kind::AllReduce, _) => sum(&ds),
+                    (Kind::AllReduce, _) => sums.get(g, &ds).clone(),
                     (Kind::PMean, State::Partial) => here.scale(&Q::frac(1, n as i64)),
-                    (Kind::PMean, _) => sum(&ds).scale(&Q::frac(1, n as i64)),
+                    (Kind::PMean, _) => sums.get(g, &ds).scale(&Q::frac(1, n as i64)),
                     (Kind::DivideByGroupSize, _) => here.scale(&Q::frac(1, n as i64)),
                     (Kind::ReduceScatter { dim, stack: true }, State::Partial) => {
                         unstack(here, n, k, *dim)
                     }
-                    (Kind::ReduceScatter { dim, stack: true }, _) => unstack(&sum(&ds), n, k, *dim),
+                    (Kind::ReduceScatter { dim, stack: true }, _) => {
+                        unstack(sums.get(g, &ds), n, k, *dim)
+                    }
                     (Kind::ReduceScatter { dim, .. }, State::Partial) => {
                         here.chunk(n, *dim)[k].clone()
                     }
-                    (Kind::ReduceScatter { dim, .. }, _) => sum(&ds).chunk(n, *dim)[k].clone(),
+                    (Kind::ReduceScatter { dim, .. }, _) => {
+                        sums.get(g, &ds).chunk(n, *dim)[k].clone()
+                    }
                     (Kind::AllToAll { split, concat }, _) => {
                         let parts: Vec<Tensor> =
                             ds.iter().map(|t| t.chunk(n, *split)[k].clone()).collect();
@@ -310,7 +344,7 @@ impl Collective {
                         _ => here.clone(),
                     },
                     (Kind::Reinterpret, State::Varying) => match self.dst {
-                        State::Partial => sum(&ds),
+                        State::Partial => sums.get(g, &ds).clone(),
                         _ => here.clone(),
                     },
                     (Kind::Reinterpret, State::Partial) => here.clone(),
