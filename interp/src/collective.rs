@@ -65,16 +65,36 @@ fn sum(ts: &[&Tensor]) -> Tensor {
     acc
 }
 
-/// Each group's sum, computed once per call at the group's first member and
-/// shared by every member (they all sum the same tensors in the same order).
-struct GroupSums(Vec<Option<Tensor>>);
+/// The group's tensors concatenated (or stacked) along `dim`, in group order.
+fn gather(ts: &[&Tensor], dim: usize, stack: bool) -> Tensor {
+    let parts: Vec<Tensor> = ts.iter().map(|t| (*t).clone()).collect();
+    if stack {
+        Tensor::stack(&parts, dim)
+    } else {
+        Tensor::concat(&parts, dim)
+    }
+}
+
+/// Each group's sum and gather, computed once per call at the group's first
+/// member and shared by every member (they all combine the same tensors in
+/// the same order).
+struct GroupSums {
+    sums: Vec<Option<Tensor>>,
+    gathers: Vec<Option<Tensor>>,
+}
 
 impl GroupSums {
     fn new(ranks: usize) -> GroupSums {
-        GroupSums(vec![None; ranks])
+        GroupSums {
+            sums: vec![None; ranks],
+            gathers: vec![None; ranks],
+        }
     }
     fn get(&mut self, g: &[usize], ts: &[&Tensor]) -> &Tensor {
-        self.0[g[0]].get_or_insert_with(|| sum(ts))
+        self.sums[g[0]].get_or_insert_with(|| sum(ts))
+    }
+    fn gather(&mut self, g: &[usize], ts: &[&Tensor], dim: usize, stack: bool) -> &Tensor {
+        self.gathers[g[0]].get_or_insert_with(|| gather(ts, dim, stack))
     }
 }
 
@@ -241,14 +261,7 @@ impl Collective {
                 let n = g.len();
                 let xs: Vec<&Tensor> = g.iter().map(|&q| &x.tensors[q]).collect();
                 match &self.kind {
-                    Kind::AllGather { dim, stack } => {
-                        let parts: Vec<Tensor> = xs.iter().map(|t| (*t).clone()).collect();
-                        if *stack {
-                            Tensor::stack(&parts, *dim)
-                        } else {
-                            Tensor::concat(&parts, *dim)
-                        }
-                    }
+                    Kind::AllGather { dim, stack } => sums.gather(g, &xs, *dim, *stack).clone(),
                     Kind::AllReduce => sums.get(g, &xs).clone(),
                     Kind::PMean => sums.get(g, &xs).scale(&Q::frac(1, n as i64)),
                     Kind::DivideByGroupSize => x.tensors[r].scale(&Q::frac(1, n as i64)),
@@ -307,12 +320,7 @@ impl Collective {
                 match (&self.kind, self.src) {
                     // Gathering concatenates the Varying pieces.
                     (Kind::AllGather { dim, stack }, _) => {
-                        let parts: Vec<Tensor> = ds.iter().map(|t| (*t).clone()).collect();
-                        if *stack {
-                            Tensor::stack(&parts, *dim)
-                        } else {
-                            Tensor::concat(&parts, *dim)
-                        }
+                        sums.gather(g, &ds, *dim, *stack).clone()
                     }
                     // A Partial value is already its sum: all_reduce keeps it.
                     (Kind::AllReduce, State::Partial) => here.clone(),
@@ -358,14 +366,7 @@ impl Collective {
                         }
                     }
                     (Kind::Convert { dim, stack }, State::Varying) => match self.dst {
-                        State::Partial => {
-                            let parts: Vec<Tensor> = ds.iter().map(|t| (*t).clone()).collect();
-                            if *stack {
-                                Tensor::stack(&parts, *dim)
-                            } else {
-                                Tensor::concat(&parts, *dim)
-                            }
-                        }
+                        State::Partial => sums.gather(g, &ds, *dim, *stack).clone(),
                         // Not a convert (it needs communication): refused
                         // by `infer`, so never run.
                         _ => here.clone(),

@@ -1,6 +1,6 @@
-//! The collectives' forwards and specs share each group's sum among the
-//! group's members (computed once per group); here they are compared with
-//! a per-rank sum written out from `Mesh::group`, on several meshes and
+//! The collectives' forwards and specs share each group's sum (and gather)
+//! among the group's members (computed once per group); here they are
+//! compared with a per-rank sum (gather) written out from `Mesh::group`, on several meshes and
 //! axis sets. The twin: sharing the sum by the rank's index in its group
 //! (rather than by its group) is caught.
 
@@ -32,6 +32,14 @@ fn kinds() -> Vec<Kind> {
         Kind::ReduceScatter {
             dim: 0,
             stack: false,
+        },
+        Kind::AllGather {
+            dim: 0,
+            stack: false,
+        },
+        Kind::AllGather {
+            dim: 0,
+            stack: true,
         },
     ]
 }
@@ -67,6 +75,14 @@ fn reference(c: &Collective, m: &Mesh, ts: &[Tensor], r: usize) -> Tensor {
         .iter()
         .fold(0, |acc, &a| acc * m.axes[a].size + co[a]);
     let n = g.len();
+    if let Kind::AllGather { stack, .. } = c.kind {
+        let parts: Vec<Tensor> = g.iter().map(|&q| ts[q].clone()).collect();
+        return if stack {
+            Tensor::stack(&parts, 0)
+        } else {
+            Tensor::concat(&parts, 0)
+        };
+    }
     let mut s = ts[g[0]].clone();
     for &q in &g[1..] {
         s = s.add(&ts[q]);
