@@ -50,15 +50,52 @@ pub struct Collective {
     pub dst: State,
 }
 
-/// The ranks of `r`'s group and `r`'s index in it.
-fn group(m: &Mesh, axes: &[usize], r: usize) -> (Vec<usize>, usize) {
-    let c = m.coords(r);
-    let k = axes.iter().fold(0, |acc, &a| acc * m.axes[a].size + c[a]);
-    (m.group(r, axes), k)
+/// The group's tensors summed in group order, into one buffer.
+fn sum(ts: &[&Tensor]) -> Tensor {
+    let mut acc = ts[0].clone();
+    for t in &ts[1..] {
+        assert_eq!(
+            acc.shape, t.shape,
+            "collective sum: shape mismatch (interpreter bug)"
+        );
+        for (a, b) in acc.data.iter_mut().zip(&t.data) {
+            *a = a.add(b);
+        }
+    }
+    acc
 }
 
-fn sum(ts: &[&Tensor]) -> Tensor {
-    ts[1..].iter().fold(ts[0].clone(), |a, t| a.add(t))
+/// The group's tensors concatenated (or stacked) along `dim`, in group order.
+fn gather(ts: &[&Tensor], dim: usize, stack: bool) -> Tensor {
+    let parts: Vec<Tensor> = ts.iter().map(|t| (*t).clone()).collect();
+    if stack {
+        Tensor::stack(&parts, dim)
+    } else {
+        Tensor::concat(&parts, dim)
+    }
+}
+
+/// Each group's sum and gather, computed once per call at the group's first
+/// member and shared by every member (they all combine the same tensors in
+/// the same order).
+struct GroupSums {
+    sums: Vec<Option<Tensor>>,
+    gathers: Vec<Option<Tensor>>,
+}
+
+impl GroupSums {
+    fn new(ranks: usize) -> GroupSums {
+        GroupSums {
+            sums: vec![None; ranks],
+            gathers: vec![None; ranks],
+        }
+    }
+    fn get(&mut self, g: &[usize], ts: &[&Tensor]) -> &Tensor {
+        self.sums[g[0]].get_or_insert_with(|| sum(ts))
+    }
+    fn gather(&mut self, g: &[usize], ts: &[&Tensor], dim: usize, stack: bool) -> &Tensor {
+        self.gathers[g[0]].get_or_insert_with(|| gather(ts, dim, stack))
+    }
 }
 
 /// Entry `k` along `dim` (of size n), with the dim dropped.
@@ -216,25 +253,24 @@ impl Collective {
 
     /// The per-rank forward.
     pub fn forward(&self, m: &Mesh, x: &PerRank) -> PerRank {
+        let groups = m.groups(&self.axes);
+        let mut sums = GroupSums::new(m.num_ranks());
         let tensors = (0..m.num_ranks())
             .map(|r| {
-                let (g, k) = group(m, &self.axes, r);
+                let (g, k) = (groups.members(r), groups.index(r));
                 let n = g.len();
                 let xs: Vec<&Tensor> = g.iter().map(|&q| &x.tensors[q]).collect();
                 match &self.kind {
-                    Kind::AllGather { dim, stack } => {
-                        let parts: Vec<Tensor> = xs.iter().map(|t| (*t).clone()).collect();
-                        if *stack {
-                            Tensor::stack(&parts, *dim)
-                        } else {
-                            Tensor::concat(&parts, *dim)
-                        }
-                    }
-                    Kind::AllReduce => sum(&xs),
-                    Kind::PMean => sum(&xs).scale(&Q::frac(1, n as i64)),
+                    Kind::AllGather { dim, stack } => sums.gather(g, &xs, *dim, *stack).clone(),
+                    Kind::AllReduce => sums.get(g, &xs).clone(),
+                    Kind::PMean => sums.get(g, &xs).scale(&Q::frac(1, n as i64)),
                     Kind::DivideByGroupSize => x.tensors[r].scale(&Q::frac(1, n as i64)),
-                    Kind::ReduceScatter { dim, stack: true } => unstack(&sum(&xs), n, k, *dim),
-                    Kind::ReduceScatter { dim, stack: false } => sum(&xs).chunk(n, *dim)[k].clone(),
+                    Kind::ReduceScatter { dim, stack: true } => {
+                        unstack(sums.get(g, &xs), n, k, *dim)
+                    }
+                    Kind::ReduceScatter { dim, stack: false } => {
+                        sums.get(g, &xs).chunk(n, *dim)[k].clone()
+                    }
                     Kind::AllToAll { split, concat } => {
                         let parts: Vec<Tensor> =
                             xs.iter().map(|t| t.chunk(n, *split)[k].clone()).collect();
@@ -273,36 +309,37 @@ impl Collective {
 
     /// The declared global meaning (SPEC.md §10.2), on full-rank families.
     pub fn spec(&self, m: &Mesh, d: &Denot) -> Denot {
+        let groups = m.groups(&self.axes);
+        let mut sums = GroupSums::new(m.num_ranks());
         let family = (0..m.num_ranks())
             .map(|r| {
-                let (g, k) = group(m, &self.axes, r);
+                let (g, k) = (groups.members(r), groups.index(r));
                 let n = g.len();
                 let ds: Vec<&Tensor> = g.iter().map(|&q| &d.family[q]).collect();
                 let here = &d.family[r];
                 match (&self.kind, self.src) {
                     // Gathering concatenates the Varying pieces.
                     (Kind::AllGather { dim, stack }, _) => {
-                        let parts: Vec<Tensor> = ds.iter().map(|t| (*t).clone()).collect();
-                        if *stack {
-                            Tensor::stack(&parts, *dim)
-                        } else {
-                            Tensor::concat(&parts, *dim)
-                        }
+                        sums.gather(g, &ds, *dim, *stack).clone()
                     }
                     // A Partial value is already its sum: all_reduce keeps it.
                     (Kind::AllReduce, State::Partial) => here.clone(),
-                    (Kind::AllReduce, _) => sum(&ds),
+                    (Kind::AllReduce, _) => sums.get(g, &ds).clone(),
                     (Kind::PMean, State::Partial) => here.scale(&Q::frac(1, n as i64)),
-                    (Kind::PMean, _) => sum(&ds).scale(&Q::frac(1, n as i64)),
+                    (Kind::PMean, _) => sums.get(g, &ds).scale(&Q::frac(1, n as i64)),
                     (Kind::DivideByGroupSize, _) => here.scale(&Q::frac(1, n as i64)),
                     (Kind::ReduceScatter { dim, stack: true }, State::Partial) => {
                         unstack(here, n, k, *dim)
                     }
-                    (Kind::ReduceScatter { dim, stack: true }, _) => unstack(&sum(&ds), n, k, *dim),
+                    (Kind::ReduceScatter { dim, stack: true }, _) => {
+                        unstack(sums.get(g, &ds), n, k, *dim)
+                    }
                     (Kind::ReduceScatter { dim, .. }, State::Partial) => {
                         here.chunk(n, *dim)[k].clone()
                     }
-                    (Kind::ReduceScatter { dim, .. }, _) => sum(&ds).chunk(n, *dim)[k].clone(),
+                    (Kind::ReduceScatter { dim, .. }, _) => {
+                        sums.get(g, &ds).chunk(n, *dim)[k].clone()
+                    }
                     (Kind::AllToAll { split, concat }, _) => {
                         let parts: Vec<Tensor> =
                             ds.iter().map(|t| t.chunk(n, *split)[k].clone()).collect();
@@ -315,7 +352,7 @@ impl Collective {
                         _ => here.clone(),
                     },
                     (Kind::Reinterpret, State::Varying) => match self.dst {
-                        State::Partial => sum(&ds),
+                        State::Partial => sums.get(g, &ds).clone(),
                         _ => here.clone(),
                     },
                     (Kind::Reinterpret, State::Partial) => here.clone(),
@@ -329,14 +366,7 @@ impl Collective {
                         }
                     }
                     (Kind::Convert { dim, stack }, State::Varying) => match self.dst {
-                        State::Partial => {
-                            let parts: Vec<Tensor> = ds.iter().map(|t| (*t).clone()).collect();
-                            if *stack {
-                                Tensor::stack(&parts, *dim)
-                            } else {
-                                Tensor::concat(&parts, *dim)
-                            }
-                        }
+                        State::Partial => sums.gather(g, &ds, *dim, *stack).clone(),
                         // Not a convert (it needs communication): refused
                         // by `infer`, so never run.
                         _ => here.clone(),

@@ -1,6 +1,8 @@
 //! Device meshes and ranks (SPEC.md §2.1).
 
+use std::cell::RefCell;
 use std::fmt;
+use std::rc::Rc;
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Axis {
@@ -68,11 +70,72 @@ impl Mesh {
             })
             .collect()
     }
+    /// Every rank's group over `axes` (what [`Mesh::group`] gives, for all
+    /// ranks at once) and its index in it, from a small per-thread cache
+    /// keyed by the mesh and the axes: collectives ask for the same groups
+    /// on every call, and computing them allocates per rank and member.
+    pub fn groups(&self, axes: &[usize]) -> Rc<RankGroups> {
+        GROUP_CACHE.with(|c| {
+            let mut c = c.borrow_mut();
+            if let Some((_, _, g)) = c.iter().find(|(m, a, _)| m == self && a == axes) {
+                return g.clone();
+            }
+            let g = Rc::new(RankGroups::compute(self, axes));
+            if c.len() >= GROUP_CACHE_CAP {
+                c.clear();
+            }
+            c.push((self.clone(), axes.to_vec(), g.clone()));
+            g
+        })
+    }
     /// The rank reached from `rank` by setting coordinate `axis` to `c`.
     pub fn with_coord(&self, rank: usize, axis: usize, c: usize) -> usize {
         let mut co = self.coords(rank);
         co[axis] = c;
         self.rank(&co)
+    }
+}
+
+/// How many (mesh, axes) entries a thread keeps before starting afresh.
+const GROUP_CACHE_CAP: usize = 64;
+
+type GroupCacheEntries = Vec<(Mesh, Vec<usize>, Rc<RankGroups>)>;
+
+thread_local! {
+    static GROUP_CACHE: RefCell<GroupCacheEntries> = const { RefCell::new(Vec::new()) };
+}
+
+/// The groups of one set of mesh axes: for each rank, the ranks of its
+/// group (row-major over the axes, as [`Mesh::group`]) and its index there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RankGroups {
+    /// The group size.
+    pub n: usize,
+    /// Rank r's group is `members[r * n..(r + 1) * n]`.
+    members: Vec<usize>,
+    index: Vec<usize>,
+}
+
+impl RankGroups {
+    /// Computed afresh from [`Mesh::group`] and [`Mesh::coords`] (no cache).
+    pub fn compute(m: &Mesh, axes: &[usize]) -> RankGroups {
+        let n = axes.iter().map(|&a| m.axes[a].size).product();
+        let mut members = Vec::with_capacity(m.num_ranks() * n);
+        let mut index = Vec::with_capacity(m.num_ranks());
+        for r in 0..m.num_ranks() {
+            members.extend(m.group(r, axes));
+            let c = m.coords(r);
+            index.push(axes.iter().fold(0, |acc, &a| acc * m.axes[a].size + c[a]));
+        }
+        RankGroups { n, members, index }
+    }
+    /// The ranks of `r`'s group.
+    pub fn members(&self, r: usize) -> &[usize] {
+        &self.members[r * self.n..(r + 1) * self.n]
+    }
+    /// `r`'s index in its group.
+    pub fn index(&self, r: usize) -> usize {
+        self.index[r]
     }
 }
 
