@@ -246,6 +246,21 @@ struct RandomRun {
     note: Option<String>,
 }
 
+/// The random part's proptest runner: `cfg.cases` cases from `cfg.seed`
+/// (ChaCha), shrinking up to 4096 steps, nothing persisted.
+fn random_runner(cfg: &CheckConfig) -> TestRunner {
+    let mut seed = [0u8; 32];
+    seed[..8].copy_from_slice(&cfg.seed.to_le_bytes());
+    let config = Config {
+        cases: cfg.cases,
+        failure_persistence: None,
+        max_shrink_iters: 4096,
+        max_global_rejects: cfg.cases.saturating_mul(16).max(1024),
+        ..Config::default()
+    };
+    TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed))
+}
+
 /// Random cases with proptest; a failure is shrunk (smaller meshes, shapes,
 /// values toward 0) and returned.
 fn random_part(rule: &Rule, cfg: &CheckConfig) -> RandomRun {
@@ -258,17 +273,7 @@ fn random_part(rule: &Rule, cfg: &CheckConfig) -> RandomRun {
     if cfg.cases == 0 {
         return out;
     }
-    let mut seed = [0u8; 32];
-    seed[..8].copy_from_slice(&cfg.seed.to_le_bytes());
-    let config = Config {
-        cases: cfg.cases,
-        failure_persistence: None,
-        max_shrink_iters: 4096,
-        max_global_rejects: cfg.cases.saturating_mul(16).max(1024),
-        ..Config::default()
-    };
-    let mut runner =
-        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed));
+    let mut runner = random_runner(cfg);
     let phase = rule.phase();
     let last: RefCell<Option<Box<Violation>>> = RefCell::new(None);
     // Counted until the first failure; shrinking re-runs cases.
@@ -1024,17 +1029,7 @@ fn pending_random(
     if cfg.cases == 0 || ranks.is_empty() {
         return (0, 0, None, None);
     }
-    let mut seed = [0u8; 32];
-    seed[..8].copy_from_slice(&cfg.seed.to_le_bytes());
-    let config = Config {
-        cases: cfg.cases,
-        failure_persistence: None,
-        max_shrink_iters: 4096,
-        max_global_rejects: cfg.cases.saturating_mul(16).max(1024),
-        ..Config::default()
-    };
-    let mut runner =
-        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &seed));
+    let mut runner = random_runner(cfg);
     let (rf, rm) = (r.clone(), r.clone());
     let strategy = (
         prop::sample::select(ranks.to_vec()),

@@ -594,15 +594,33 @@ fn odd_kind_spellings_never_panic() {
 #[test]
 fn transcendental_kind_rules_are_decided_exactly_and_never_replayed() {
     // exp is non-decreasing, so it keeps a pending max (DTensor's rule) ...
-    let mut text = rule("exp max", "dtensor", "exp(x)", &["Partial(max)"], "Partial(max)");
+    let mut text = rule(
+        "exp max",
+        "dtensor",
+        "exp(x)",
+        &["Partial(max)"],
+        "Partial(max)",
+    );
     // ... but not a pending max read as a pending avg: the twin.
-    text += &rule("exp avg", "dtensor", "exp(x)", &["Partial(max)"], "Partial(avg)");
+    text += &rule(
+        "exp avg",
+        "dtensor",
+        "exp(x)",
+        &["Partial(max)"],
+        "Partial(avg)",
+    );
     let (code, v) = check_json("kind_exp", &text);
     assert_eq!(code, 1, "{v}");
     let r = rule_named(&v, "exp max");
     assert_defers(&r);
     assert_eq!(r["random_cases"], 0, "{r}");
-    assert!(r["random_note"].as_str().unwrap().contains("exhaustive grid only"), "{r}");
+    assert!(
+        r["random_note"]
+            .as_str()
+            .unwrap()
+            .contains("exhaustive grid only"),
+        "{r}"
+    );
     let t = rule_named(&v, "exp avg");
     let cx = assert_refuted(&t, "F3", 2);
     // Ranks hold 0 and 1: the max is 1, so exp gives e; the per-rank outputs
@@ -611,7 +629,13 @@ fn transcendental_kind_rules_are_decided_exactly_and_never_replayed() {
     assert_eq!(cx["per_rank_outputs"], json!(["1", "e^(1)"]), "{cx}");
     assert_eq!(cx["expected"], "e^(1)", "{cx}");
     assert_eq!(cx["decided"], "exactly", "{cx}");
-    assert!(t["summary"].as_str().unwrap().ends_with("(decided exactly)"), "{t}");
+    assert!(
+        t["summary"]
+            .as_str()
+            .unwrap()
+            .ends_with("(decided exactly)"),
+        "{t}"
+    );
     // Nothing is saved for replay: replay evaluates rationals only, and the
     // exhaustive part finds it again.
     let (code2, v2) = check_json("kind_exp", &text);
