@@ -454,49 +454,9 @@ pub fn einsum_plan(spec: &Einsum, shapes: &[&[usize]], sizes: &[(char, usize)]) 
 /// that occur in no operand broadcast).
 pub fn einsum(spec: &Einsum, ops: &[&Tensor], sizes: &[(char, usize)]) -> Tensor {
     let shapes: Vec<&[usize]> = ops.iter().map(|t| t.shape.as_slice()).collect();
-    let EinsumPlan {
-        dims,
-        out_shape,
-        out_st,
-        op_st,
-    } = einsum_plan(spec, &shapes, sizes);
-    let mut out = Tensor::zeros(&out_shape);
-    // Row-major over every label (the last fastest), with the operands'
-    // and the output's offsets kept up to date as the index advances:
-    // no index vector per entry (SPEC.md §18).
-    let nd = dims.len();
-    let mut idx = vec![0usize; nd];
-    let mut offs = vec![0usize; ops.len()];
-    let mut o = 0usize;
-    for _ in 0..numel(&dims) {
-        let mut prod = Q::one();
-        for (t, off) in ops.iter().zip(&offs) {
-            prod = prod.mul(&t.data[*off]);
-            if prod.is_zero() {
-                break;
-            }
-        }
-        if !prod.is_zero() {
-            out.data[o] = out.data[o].add(&prod);
-        }
-        let mut d = nd;
-        while d > 0 {
-            d -= 1;
-            idx[d] += 1;
-            for (off, st) in offs.iter_mut().zip(&op_st) {
-                *off += st[d];
-            }
-            o += out_st[d];
-            if idx[d] < dims[d] {
-                break;
-            }
-            for (off, st) in offs.iter_mut().zip(&op_st) {
-                *off -= st[d] * dims[d];
-            }
-            o -= out_st[d] * dims[d];
-            idx[d] = 0;
-        }
-    }
+    let plan = einsum_plan(spec, &shapes, sizes);
+    let mut out = Tensor::zeros(&[]);
+    einsum_planned_into(&plan, ops, &mut out);
     out
 }
 
