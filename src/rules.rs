@@ -469,26 +469,7 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
     let meshes = match &s.mesh {
         Some(m) => {
             // `axes` is the mesh's own order (SPEC.md §1.2).
-            let ordered: Vec<(&str, usize)> = m.iter().map(|(a, n)| (a.as_str(), *n)).collect();
-            if ordered.len() != axes.len() {
-                return Err(err(
-                    "mesh",
-                    format!(
-                        "the mesh has {} axes, the types name {}",
-                        ordered.len(),
-                        axes.len()
-                    ),
-                ));
-            }
-            if ordered.iter().any(|(_, n)| *n == 0 || *n > 8) {
-                return Err(err("mesh", "mesh axis sizes must be 1 to 8".into()));
-            }
-            if ordered.iter().map(|(_, n)| *n).product::<usize>() > MAX_RANKS {
-                return Err(err(
-                    "mesh",
-                    format!("a mesh of more than {MAX_RANKS} ranks is beyond what exact checking finishes"),
-                ));
-            }
+            let ordered = rule_mesh(m, axes.len()).map_err(|e| err("mesh", e))?;
             vec![Mesh::new(&ordered)]
         }
         None => meshes_named(&scope.meshes, &axes),
@@ -697,6 +678,27 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
 /// A rule with pending kinds (SPEC.md §21.7): a local op (checked by
 /// `partial_kinds::check_places`) or a collective of a kind, on one mesh
 /// axis; every other axis must be Replicate on every input and the output.
+/// A rule's `mesh`, in its own order (SPEC.md §1.2), checked against the
+/// number of axes its types name and the limits of exact checking.
+fn rule_mesh(m: &IndexMap<String, usize>, axes: usize) -> Result<Vec<(&str, usize)>, String> {
+    let ordered: Vec<(&str, usize)> = m.iter().map(|(a, n)| (a.as_str(), *n)).collect();
+    if ordered.len() != axes {
+        return Err(format!(
+            "the mesh has {} axes, the types name {axes}",
+            ordered.len()
+        ));
+    }
+    if ordered.iter().any(|(_, n)| *n == 0 || *n > 8) {
+        return Err("mesh axis sizes must be 1 to 8".into());
+    }
+    if ordered.iter().map(|(_, n)| *n).product::<usize>() > MAX_RANKS {
+        return Err(format!(
+            "a mesh of more than {MAX_RANKS} ranks is beyond what exact checking finishes"
+        ));
+    }
+    Ok(ordered)
+}
+
 #[allow(clippy::too_many_arguments)]
 fn build_pending(
     s: &RuleSpec,
@@ -792,26 +794,7 @@ fn build_pending(
     };
     let (meshes, ranks) = match &s.mesh {
         Some(m) => {
-            let ordered: Vec<(&str, usize)> = m.iter().map(|(a, n)| (a.as_str(), *n)).collect();
-            if ordered.len() != axes.len() {
-                return Err(err(
-                    "mesh",
-                    format!(
-                        "the mesh has {} axes, the types name {}",
-                        ordered.len(),
-                        axes.len()
-                    ),
-                ));
-            }
-            if ordered.iter().any(|(_, n)| *n == 0 || *n > 8) {
-                return Err(err("mesh", "mesh axis sizes must be 1 to 8".into()));
-            }
-            if ordered.iter().map(|(_, n)| *n).product::<usize>() > MAX_RANKS {
-                return Err(err(
-                    "mesh",
-                    format!("a mesh of more than {MAX_RANKS} ranks is beyond what exact checking finishes"),
-                ));
-            }
+            let ordered = rule_mesh(m, axes.len()).map_err(|e| err("mesh", e))?;
             (vec![Mesh::new(&ordered)], Some(ordered[a].1))
         }
         None => (meshes_named(&scope.meshes, axes), None),
