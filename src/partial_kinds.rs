@@ -953,6 +953,38 @@ impl<'a> CaseWs<'a> {
     }
 }
 
+/// A case's free scalars per input and its grid points (`nv` values per
+/// scalar), counted in `counts`: `None` (and counted beyond the cap) when
+/// the points exceed `scope.max_points`.
+fn case_points(
+    ins: &[Place],
+    shapes: &[Vec<usize>],
+    n: usize,
+    nv: u64,
+    scope: &Scope,
+    counts: &mut Counts,
+) -> Option<(Vec<usize>, u64)> {
+    let sizes: Vec<usize> = ins
+        .iter()
+        .zip(shapes)
+        .map(|(&p, s)| free(p, s.iter().product(), n))
+        .collect();
+    let total: usize = sizes.iter().sum();
+    let points = u32::try_from(total)
+        .ok()
+        .and_then(|t| nv.checked_pow(t))
+        .filter(|&p| p <= scope.max_points);
+    let Some(points) = points else {
+        counts.beyond_cap += 1;
+        return None;
+    };
+    counts.cases += 1;
+    if n > 1 {
+        counts.multi_rank_cases += 1;
+    }
+    Some((sizes, points))
+}
+
 /// Checks `f` with inputs placed `ins` against every output placement of
 /// `outs` at once (SPEC.md §21.2): the output defers when, on every instance
 /// of the scope, the per-rank outputs under it denote f of the inputs'
@@ -997,31 +1029,16 @@ pub fn check_places_memo(
         if fails.iter().all(|x| x.as_ref().is_some_and(|x| x.0 < ci)) {
             break;
         }
-        let sizes: Vec<usize> = ins
-            .iter()
-            .zip(&shapes)
-            .map(|(&p, s)| free(p, s.iter().product(), n))
-            .collect();
-        let total: usize = sizes.iter().sum();
-        let points = u32::try_from(total)
-            .ok()
-            .and_then(|t| nv.checked_pow(t))
-            .filter(|&p| p <= scope.max_points);
-        let Some(points) = points else {
-            counts.beyond_cap += 1;
+        let Some((sizes, points)) = case_points(ins, &shapes, n, nv, scope, &mut counts) else {
             continue;
         };
-        counts.cases += 1;
-        if n > 1 {
-            counts.multi_rank_cases += 1;
-        }
         let mut ws = CaseWs::new(f, ins, n, &shapes, &sizes, &scope.values, lmemo)?;
         // The outputs still to compare in this case: those that have not
         // failed in an earlier one.
         let live: Vec<usize> = (0..outs.len())
             .filter(|&o| fails[o].as_ref().is_none_or(|x| x.0 == ci))
             .collect();
-        let mut idx = vec![0usize; total];
+        let mut idx = vec![0usize; sizes.iter().sum()];
         for _ in 0..points {
             if ws.instance(&idx, lmemo)? {
                 counts.instances += 1;
@@ -1382,28 +1399,13 @@ fn check_places_field(
         if fails.iter().all(|x| x.as_ref().is_some_and(|x| x.0 < ci)) {
             break;
         }
-        let sizes: Vec<usize> = ins
-            .iter()
-            .zip(&shapes)
-            .map(|(&p, s)| free(p, s.iter().product(), n))
-            .collect();
-        let total: usize = sizes.iter().sum();
-        let points = u32::try_from(total)
-            .ok()
-            .and_then(|t| nv.checked_pow(t))
-            .filter(|&p| p <= scope.max_points);
-        let Some(points) = points else {
-            counts.beyond_cap += 1;
+        let Some((sizes, points)) = case_points(ins, &shapes, n, nv, scope, &mut counts) else {
             continue;
         };
-        counts.cases += 1;
-        if n > 1 {
-            counts.multi_rank_cases += 1;
-        }
         let live: Vec<usize> = (0..outs.len())
             .filter(|&o| fails[o].as_ref().is_none_or(|x| x.0 == ci))
             .collect();
-        let mut idx = vec![0usize; total];
+        let mut idx = vec![0usize; sizes.iter().sum()];
         for _ in 0..points {
             // Per input, its per-rank tensors (an Invariant one on every rank).
             let mut off = 0;

@@ -497,19 +497,7 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
             build_program(s, &types, &output, &step_types, &axes, &err)?
         }
         (Some(o), None) => {
-            let f = match o {
-                OpSpec::Name(n) => builtin(n).map_err(|e| err(n, e))?,
-                OpSpec::Expr { expr } => match &s.vars {
-                    None => parse(expr),
-                    Some(v) => parse_with_vars(expr, v),
-                }
-                .map_err(|e| {
-                    err(
-                        expr,
-                        format!("expression `{}`: {e}", crate::report::excerpt(expr)),
-                    )
-                })?,
-            };
+            let f = local_fn(o, s.vars.as_deref(), &err)?;
             if f.arity() != types.len() {
                 return Err(err(
                     "inputs",
@@ -678,6 +666,28 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
 /// A rule with pending kinds (SPEC.md §21.7): a local op (checked by
 /// `partial_kinds::check_places`) or a collective of a kind, on one mesh
 /// axis; every other axis must be Replicate on every input and the output.
+/// A rule's `op`: a built-in by name, or an expression (over `vars` when
+/// the rule names them); errors point at the name or the expression.
+fn local_fn(
+    o: &OpSpec,
+    vars: Option<&[String]>,
+    err: &dyn Fn(&str, String) -> UsageError,
+) -> Result<spmd_interp::LocalFn, UsageError> {
+    match o {
+        OpSpec::Name(n) => builtin(n).map_err(|e| err(n, e)),
+        OpSpec::Expr { expr } => match vars {
+            None => parse(expr),
+            Some(v) => parse_with_vars(expr, v),
+        }
+        .map_err(|e| {
+            err(
+                expr,
+                format!("expression `{}`: {e}", crate::report::excerpt(expr)),
+            )
+        }),
+    }
+}
+
 /// A rule's `mesh`, in its own order (SPEC.md §1.2), checked against the
 /// number of axes its types name and the limits of exact checking.
 fn rule_mesh(m: &IndexMap<String, usize>, axes: usize) -> Result<Vec<(&str, usize)>, String> {
@@ -741,17 +751,7 @@ fn build_pending(
             id.text = fw.clone();
             id
         }
-        (Some(OpSpec::Name(n)), None) => builtin(n).map_err(|e| err(n, e))?,
-        (Some(OpSpec::Expr { expr }), None) => match &s.vars {
-            None => parse(expr),
-            Some(v) => parse_with_vars(expr, v),
-        }
-        .map_err(|e| {
-            err(
-                expr,
-                format!("expression `{}`: {e}", crate::report::excerpt(expr)),
-            )
-        })?,
+        (Some(o), None) => local_fn(o, s.vars.as_deref(), err)?,
         (None, None) => {
             return Err(err(
                 "name",
