@@ -647,8 +647,7 @@ pub fn check_classes(
     let verdicts: Vec<Result<Verdict, String>> = mine
         .par_iter()
         .map(|&c| {
-            let rep = &t.accepted[t.classes[c][0] as usize].1;
-            let v = build_spec(&rep.spec, scope).map(|r| verdict(&r, scope));
+            let v = class_verdict(&t.accepted[t.classes[c][0] as usize].1.spec, scope);
             if let Some(b) = bar {
                 b.inc(1);
             }
@@ -656,6 +655,72 @@ pub fn check_classes(
         })
         .collect();
     times.checks += clock.elapsed().as_secs_f64();
+    assemble_classes(t, scope, &mine, verdicts, bar, times)
+}
+
+/// The oracle's verdict on one class representative's program.
+fn class_verdict(spec: &RuleSpec, scope: &Scope) -> Result<Verdict, String> {
+    build_spec(spec, scope).map(|r| verdict(&r, scope))
+}
+
+/// What decides a class representative's verdict: its program text with
+/// the rule's name left out (a name is only a label; SPEC.md §17.3).
+fn verdict_key(spec: &RuleSpec) -> String {
+    let mut s = spec.clone();
+    s.name.clear();
+    to_toml(&s)
+}
+
+/// Several systems' runs at one depth, each distinct program checked once
+/// across all of them (SPEC.md §17.3): the systems share many programs
+/// (a product of two Varying inputs is one program in every system), and a
+/// verdict depends only on the program and the scope. Each report is the
+/// one `run` gives for its system alone.
+pub fn run_many(systems: &[&System], depth: usize, scope: &Scope) -> Vec<Report> {
+    let ts: Vec<Typings> = systems.par_iter().map(|s| classify(s, depth)).collect();
+    let mut index: std::collections::HashMap<String, usize> = Default::default();
+    let mut distinct: Vec<&RuleSpec> = vec![];
+    let keys: Vec<Vec<usize>> = ts
+        .iter()
+        .map(|t| {
+            t.classes
+                .iter()
+                .map(|members| {
+                    let spec = &t.accepted[members[0] as usize].1.spec;
+                    *index.entry(verdict_key(spec)).or_insert_with(|| {
+                        distinct.push(spec);
+                        distinct.len() - 1
+                    })
+                })
+                .collect()
+        })
+        .collect();
+    let verdicts: Vec<Result<Verdict, String>> = distinct
+        .par_iter()
+        .map(|spec| class_verdict(spec, scope))
+        .collect();
+    ts.par_iter()
+        .zip(keys)
+        .map(|(t, ks)| {
+            let mine: Vec<usize> = (0..t.classes.len()).collect();
+            let vs = ks.iter().map(|&k| verdicts[k].clone()).collect();
+            let classes = assemble_classes(t, scope, &mine, vs, None, &mut Timings::default());
+            TypingSummary::of(t).report(&classes)
+        })
+        .collect()
+}
+
+/// The class results from the verdicts of the classes `mine` (in order):
+/// members, coverage, and for unsound classes the blamed steps and the
+/// findings' counterexamples.
+fn assemble_classes(
+    t: &Typings,
+    scope: &Scope,
+    mine: &[usize],
+    verdicts: Vec<Result<Verdict, String>>,
+    bar: Option<&indicatif::ProgressBar>,
+    times: &mut Timings,
+) -> Vec<ClassResult> {
     let clock = std::time::Instant::now();
     let mut out: Vec<ClassResult> = Vec::with_capacity(mine.len());
     // Unsound members: (class position in `out`, accepted position).

@@ -625,10 +625,8 @@ fn run() -> Result<ExitCode, UsageError> {
                 r
             };
             let generated_rows = || -> Vec<spmd_check::generated::Report> {
-                own[5]
-                    .par_iter()
-                    .map(|&i| spmd_check::generated::run(gen_systems[i], 1, &scope))
-                    .collect()
+                let systems: Vec<_> = own[5].iter().map(|&i| gen_systems[i]).collect();
+                spmd_check::generated::run_many(&systems, 1, &scope)
             };
             let pending_rows = || match own[6].is_empty() {
                 true => Ok(None),

@@ -182,6 +182,32 @@ fn a_wrong_typing_makes_a_program_unsound_and_is_blamed() {
     assert_eq!(twin.accepted, real.accepted + 2);
 }
 
+/// SPEC.md §17.3, across systems: `run_many` checks each distinct program
+/// text once for all the systems and gives each system the report `run`
+/// gives it alone. The twin types P * P as P: run together with the real
+/// system (the same name, most programs shared), its unsound programs must
+/// not pick up the real system's sound verdicts, nor the other way round.
+#[test]
+fn shared_checks_across_systems_give_each_system_its_own_report() {
+    use spmd_check::generated::run_many;
+    let scope = Scope::default();
+    let systems: Vec<&System> = vec![&spmd_types::SYSTEM, &WRONG, &SYSTEMS[4]];
+    let shared = run_many(&systems, 1, &scope);
+    for (sys, got) in systems.iter().zip(&shared) {
+        let alone = run(sys, 1, &scope);
+        assert_eq!(got.json(), alone.json(), "{}", sys.name);
+    }
+    assert!(
+        shared[1].unsound > shared[0].unsound,
+        "{}",
+        shared[1].text()
+    );
+    assert!(shared[1]
+        .findings
+        .iter()
+        .any(|f| f.blame.text.contains("the typing of mul on (P, P) -> P")));
+}
+
 /// Depth 2, checked end to end, for one system without collectives, on
 /// meshes of at most two ranks (the default caps kept).
 #[test]
