@@ -9,11 +9,11 @@ use spmd_semantics::pending::PartialKind::{Avg, Max, Min, Sum};
 
 use Place::{Inv, Part, Shard};
 
-/// Small enough for the plain path: 1 to 3 ranks, three shapes.
+/// Small enough for the plain path: 1 to 3 ranks, three shapes (ranks 0, 1, 2).
 fn scope() -> Scope {
     Scope {
         ranks: vec![1, 2, 3],
-        shapes: vec![vec![], vec![2], vec![1, 2]],
+        shapes: vec![vec![], vec![2], vec![1, 1]],
         max_points: 1_296,
         ..Scope::default()
     }
