@@ -1090,81 +1090,261 @@ pub fn check_places_memo(
 // the exact field of `spmd_semantics::expoly`, every comparison decided
 // exactly or by disjoint enclosures, or else counted undecided.
 
-/// Memos of one transcendental check: f on given inputs, and the
-/// decisions between two field values (the same few values recur on every
-/// instance of a grid).
-#[derive(Default)]
-struct FieldCache {
-    evals: std::collections::HashMap<Vec<Tensor>, XVal>,
-    signs: std::collections::HashMap<(X, X), Option<(std::cmp::Ordering, bool)>>,
-    eqs: std::collections::HashMap<(X, X), Dec>,
-}
+/// The multiply-rotate hash of rustc's `FxHasher`, written out here, for the
+/// field memos below: their keys are the checker's own small integers and
+/// tensors, so a hash that resists chosen keys (SipHash) buys nothing. A
+/// collision costs time, never a wrong lookup (keys are compared).
+#[derive(Default, Clone, Copy)]
+struct FxHasher(u64);
 
-thread_local! {
-    static FIELD_CACHE: std::cell::RefCell<FieldCache> = std::cell::RefCell::new(FieldCache::default());
-}
-
-/// A field value's evaluation on one side of an instance.
-#[derive(Clone)]
-enum XVal {
-    Outside,
-    Undecided,
-    Val(XT<X>),
-}
-
-fn xeval(f: &LocalFn, xs: Vec<Tensor>) -> Result<XVal, String> {
-    if let Some(v) = FIELD_CACHE.with(|c| c.borrow().evals.get(&xs).cloned()) {
-        return Ok(v);
+impl FxHasher {
+    fn add(&mut self, w: u64) {
+        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(0x517c_c1b7_2722_0a95);
     }
-    let xt: Vec<XT<X>> = xs.iter().map(XT::from_q).collect();
-    let v = match xeval_expr(&f.expr, &xt, &mut XCtx::default()) {
-        Ok(t) => XVal::Val(t),
-        Err(XEvalError::X(XErr::Domain)) => XVal::Outside,
-        Err(XEvalError::X(_)) => XVal::Undecided,
-        Err(XEvalError::Shape(s)) => return Err(s),
-    };
-    FIELD_CACHE.with(|c| c.borrow_mut().evals.insert(xs, v.clone()));
-    Ok(v)
 }
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut w = [0u8; 8];
+            w[..c.len()].copy_from_slice(c);
+            self.add(u64::from_le_bytes(w));
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+    fn write_u32(&mut self, i: u32) {
+        self.add(u64::from(i));
+    }
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type FxMap<K, V> = std::collections::HashMap<K, V, std::hash::BuildHasherDefault<FxHasher>>;
 
 /// A decision on the field: `Some((holds, by_enclosure))`, `None` when
 /// undecided.
 type Dec = Option<(bool, bool)>;
 
-/// The sign of a − b: exact when the difference is zero or one monomial
-/// without atoms, else by enclosure (SPEC.md §19.3); `None` undecided.
-fn sign_diff(a: &X, b: &X) -> Option<(std::cmp::Ordering, bool)> {
-    let key = (a.clone(), b.clone());
-    if let Some(v) = FIELD_CACHE.with(|c| c.borrow().signs.get(&key).cloned()) {
-        return v;
-    }
-    let v = sign_diff_uncached(a, b);
-    FIELD_CACHE.with(|c| c.borrow_mut().signs.insert(key, v));
-    v
+/// A sign of a difference: `Some((sign, by_enclosure))`, `None` undecided.
+type SignDec = Option<(std::cmp::Ordering, bool)>;
+
+/// A field tensor whose entries are ids of interned values (`Field::vals`).
+#[derive(Debug)]
+struct IdT {
+    shape: Shape,
+    data: Vec<usize>,
 }
 
-fn sign_diff_uncached(a: &X, b: &X) -> Option<(std::cmp::Ordering, bool)> {
+/// The field values of one transcendental check and the decisions between
+/// them (SPEC.md §21.2). Every value f takes is interned once, as an id
+/// into `vals` (equal ids exactly for equal values); decisions between two
+/// values and ⊕ₖ of a column are memoised by ids, so a lookup hashes a few
+/// integers instead of cloning and hashing polynomials. The same few values
+/// recur on every instance of a grid. With `memo` off nothing is looked up
+/// and every decision is computed afresh: the plain path the tests compare
+/// the memoised one with.
+struct Field {
+    memo: bool,
+    vals: Vec<X>,
+    ids: FxMap<X, usize>,
+    signs: FxMap<(usize, usize), SignDec>,
+    eqs: FxMap<(usize, usize), Dec>,
+    /// ⊕ₖ of a column, by (kind, ids of the column).
+    sums: FxMap<Vec<usize>, Option<usize>>,
+    key: Vec<usize>,
+}
+
+impl Field {
+    fn new(memo: bool) -> Field {
+        Field {
+            memo,
+            vals: Vec::new(),
+            ids: FxMap::default(),
+            signs: FxMap::default(),
+            eqs: FxMap::default(),
+            sums: FxMap::default(),
+            key: Vec::new(),
+        }
+    }
+
+    fn intern(&mut self, x: X) -> usize {
+        if self.memo {
+            if let Some(&i) = self.ids.get(&x) {
+                return i;
+            }
+            self.ids.insert(x.clone(), self.vals.len());
+        }
+        self.vals.push(x);
+        self.vals.len() - 1
+    }
+
+    fn intern_t(&mut self, t: XT<X>) -> IdT {
+        IdT {
+            shape: t.shape,
+            data: t.data.into_iter().map(|x| self.intern(x)).collect(),
+        }
+    }
+
+    /// The sign of a − b: exact when the difference is zero or one monomial
+    /// without atoms, else by enclosure (SPEC.md §19.3); `None` undecided.
+    fn sign_diff(&mut self, a: usize, b: usize) -> SignDec {
+        if !self.memo {
+            return sign_diff_uncached(&self.vals[a], &self.vals[b]);
+        }
+        if let Some(&v) = self.signs.get(&(a, b)) {
+            return v;
+        }
+        let v = sign_diff_uncached(&self.vals[a], &self.vals[b]);
+        self.signs.insert((a, b), v);
+        v
+    }
+
+    /// a = b: exact without atoms (a nonzero normal form is nonzero,
+    /// §19.2), by enclosure otherwise.
+    fn eq_dec(&mut self, a: usize, b: usize) -> Dec {
+        if !self.memo {
+            if self.vals[a] == self.vals[b] {
+                return Some((true, false));
+            }
+            return eq_dec_uncached(&self.vals[a], &self.vals[b]);
+        }
+        // Interned: equal ids exactly for equal values.
+        if a == b {
+            return Some((true, false));
+        }
+        if let Some(&v) = self.eqs.get(&(a, b)) {
+            return v;
+        }
+        let v = eq_dec_uncached(&self.vals[a], &self.vals[b]);
+        self.eqs.insert((a, b), v);
+        v
+    }
+
+    /// ⊕ₖ (sum, mean) of a column, interned, or `None` where the field
+    /// refuses.
+    fn x_sum(&mut self, k: PartialKind, col: &[usize]) -> Option<usize> {
+        if self.memo {
+            self.key.clear();
+            self.key.push(k as usize);
+            self.key.extend_from_slice(col);
+            if let Some(&v) = self.sums.get(self.key.as_slice()) {
+                return v;
+            }
+        }
+        let ys: Vec<&X> = col.iter().map(|&i| &self.vals[i]).collect();
+        let v = x_sum(k, &ys);
+        let v = v.map(|x| self.intern(x));
+        if self.memo {
+            let key = self.key.clone();
+            self.sums.insert(key, v);
+        }
+        v
+    }
+}
+
+/// A side of an instance (the denotations, or one rank): f's value there.
+enum Side {
+    Outside,
+    Undecided,
+    Val(IdT),
+}
+
+/// Evaluations of f, memoised (when the field's `memo` is on): a rank's
+/// side by the indices of its local values into the scope's values (with
+/// the shapes), the denotations' side by the denoted tensors; both point
+/// into `sides`.
+#[derive(Default)]
+struct Evals {
+    by_idx: FxMap<Vec<usize>, usize>,
+    by_tensors: FxMap<Vec<Tensor>, usize>,
+    sides: Vec<Side>,
+    key: Vec<usize>,
+}
+
+impl Evals {
+    fn eval(&mut self, f: &LocalFn, fd: &mut Field, xs: &[Tensor]) -> Result<usize, String> {
+        let xt: Vec<XT<X>> = xs.iter().map(XT::from_q).collect();
+        let side = match xeval_expr(&f.expr, &xt, &mut XCtx::default()) {
+            Ok(t) => Side::Val(fd.intern_t(t)),
+            Err(XEvalError::X(XErr::Domain)) => Side::Outside,
+            Err(XEvalError::X(_)) => Side::Undecided,
+            Err(XEvalError::Shape(s)) => return Err(s),
+        };
+        self.sides.push(side);
+        Ok(self.sides.len() - 1)
+    }
+
+    /// f of the denotations.
+    fn denoted(&mut self, f: &LocalFn, fd: &mut Field, gs: Vec<Tensor>) -> Result<usize, String> {
+        if fd.memo {
+            if let Some(&i) = self.by_tensors.get(gs.as_slice()) {
+                return Ok(i);
+            }
+        }
+        let i = self.eval(f, fd, &gs)?;
+        if fd.memo {
+            self.by_tensors.insert(gs, i);
+        }
+        Ok(i)
+    }
+
+    /// f on rank `r`: input i's local values are `idx[offs[i]..]`, the
+    /// whole block for a Replicate input, the r-th piece of `numel` for the
+    /// others (as `xs` holds them).
+    #[allow(clippy::too_many_arguments)] // one case's layout, unpacked
+    fn rank(
+        &mut self,
+        f: &LocalFn,
+        fd: &mut Field,
+        ins: &[Place],
+        shapes: &[Shape],
+        offs: &[usize],
+        idx: &[usize],
+        xs: &[Vec<Tensor>],
+        r: usize,
+    ) -> Result<usize, String> {
+        if fd.memo {
+            self.key.clear();
+            for ((&p, s), &off) in ins.iter().zip(shapes).zip(offs) {
+                let numel: usize = s.iter().product();
+                let at = match p {
+                    Place::Inv => off,
+                    _ => off + r * numel,
+                };
+                self.key.push(s.len());
+                self.key.extend_from_slice(s);
+                self.key.extend_from_slice(&idx[at..at + numel]);
+            }
+            if let Some(&i) = self.by_idx.get(self.key.as_slice()) {
+                return Ok(i);
+            }
+        }
+        let side: Vec<Tensor> = xs.iter().map(|x| x[r].clone()).collect();
+        let i = self.eval(f, fd, &side)?;
+        if fd.memo {
+            let key = self.key.clone();
+            self.by_idx.insert(key, i);
+        }
+        Ok(i)
+    }
+}
+
+fn sign_diff_uncached(a: &X, b: &X) -> SignDec {
     let d = a.sub(b).ok()?;
     if d.num.is_zero() {
         return Some((std::cmp::Ordering::Equal, false));
     }
     let exact = !d.has_atoms() && d.num.terms.len() == 1 && d.den.terms.len() == 1;
     d.sign().ok().map(|s| (s, !exact))
-}
-
-/// a = b: exact without atoms (a nonzero normal form is nonzero, §19.2),
-/// by enclosure otherwise.
-fn eq_dec(a: &X, b: &X) -> Dec {
-    if a == b {
-        return Some((true, false));
-    }
-    let key = (a.clone(), b.clone());
-    if let Some(v) = FIELD_CACHE.with(|c| c.borrow().eqs.get(&key).cloned()) {
-        return v;
-    }
-    let v = eq_dec_uncached(a, b);
-    FIELD_CACHE.with(|c| c.borrow_mut().eqs.insert(key, v));
-    v
 }
 
 fn eq_dec_uncached(a: &X, b: &X) -> Dec {
@@ -1181,28 +1361,37 @@ fn eq_dec_uncached(a: &X, b: &X) -> Dec {
     }
 }
 
-/// Every decision holds (all decided), one fails (decided), or undecided.
-fn all_dec(ds: impl Iterator<Item = Dec>) -> Dec {
-    let (mut undecided, mut enc) = (false, false);
-    for d in ds {
+/// Decisions that must all hold, fed in order: `feed` answers the verdict
+/// at the first failure (decided), `end` the rest (all held, or undecided).
+#[derive(Default)]
+struct AllDec {
+    undecided: bool,
+    enc: bool,
+}
+
+impl AllDec {
+    fn feed(&mut self, d: Dec) -> Option<Dec> {
         match d {
-            Some((false, e)) => return Some((false, e)),
-            Some((true, e)) => enc |= e,
-            None => undecided = true,
+            Some((false, e)) => return Some(Some((false, e))),
+            Some((true, e)) => self.enc |= e,
+            None => self.undecided = true,
         }
+        None
     }
-    (!undecided).then_some((true, enc))
+    fn end(self) -> Dec {
+        (!self.undecided).then_some((true, self.enc))
+    }
 }
 
 /// Whether the extreme (k = max or min) of `ys` equals `e`.
-fn extreme_dec(k: PartialKind, ys: &[&X], e: &X) -> Dec {
+fn extreme_dec(fd: &mut Field, k: PartialKind, ys: &[usize], e: usize) -> Dec {
     let beyond = match k {
         PartialKind::Max => std::cmp::Ordering::Greater,
         _ => std::cmp::Ordering::Less,
     };
     let (mut undecided, mut hit, mut enc) = (false, false, false);
-    for y in ys {
-        match sign_diff(y, e) {
+    for &y in ys {
+        match fd.sign_diff(y, e) {
             // One value beyond e: the extreme is beyond it too.
             Some((s, en)) if s == beyond => return Some((false, en)),
             Some((std::cmp::Ordering::Equal, en)) => {
@@ -1232,31 +1421,39 @@ fn x_sum(k: PartialKind, ys: &[&X]) -> Option<X> {
 }
 
 /// Whether the per-rank outputs under `out` denote `exp` (SPEC.md §21.2).
-fn field_matches(out: Place, per_rank: &[XT<X>], exp: &XT<X>) -> Dec {
+fn field_matches(fd: &mut Field, out: Place, per_rank: &[&IdT], exp: &IdT) -> Dec {
     let n = per_rank.len();
     let first = &per_rank[0].shape;
+    let mut all = AllDec::default();
     match out {
         Place::Inv => {
             if *first != exp.shape {
                 return Some((false, false));
             }
-            all_dec(
-                per_rank
-                    .iter()
-                    .flat_map(|y| y.data.iter().zip(&exp.data).map(|(a, b)| eq_dec(a, b))),
-            )
+            for y in per_rank {
+                for (&a, &b) in y.data.iter().zip(&exp.data) {
+                    if let Some(d) = all.feed(fd.eq_dec(a, b)) {
+                        return d;
+                    }
+                }
+            }
         }
         Place::Part(k) => {
             if *first != exp.shape {
                 return Some((false, false));
             }
-            all_dec((0..exp.data.len()).map(|e| {
-                let col: Vec<&X> = per_rank.iter().map(|y| &y.data[e]).collect();
-                match k {
-                    PartialKind::Max | PartialKind::Min => extreme_dec(k, &col, &exp.data[e]),
-                    _ => eq_dec(&x_sum(k, &col)?, &exp.data[e]),
+            let mut col = Vec::with_capacity(n);
+            for (e, &want) in exp.data.iter().enumerate() {
+                col.clear();
+                col.extend(per_rank.iter().map(|y| y.data[e]));
+                let d = match k {
+                    PartialKind::Max | PartialKind::Min => extreme_dec(fd, k, &col, want),
+                    _ => fd.x_sum(k, &col).and_then(|s| fd.eq_dec(s, want)),
+                };
+                if let Some(d) = all.feed(d) {
+                    return d;
                 }
-            }))
+            }
         }
         Place::Shard(d) => {
             let mut gs = first.clone();
@@ -1269,81 +1466,84 @@ fn field_matches(out: Place, per_rank: &[XT<X>], exp: &XT<X>) -> Dec {
             }
             let numel: usize = first.iter().product::<usize>().max(1);
             let map = concat_positions(first, n, d);
-            all_dec(
-                map.iter()
-                    .enumerate()
-                    .map(|(g, &p)| eq_dec(&per_rank[p / numel].data[p % numel], &exp.data[g])),
-            )
+            for (g, &p) in map.iter().enumerate() {
+                let dec = fd.eq_dec(per_rank[p / numel].data[p % numel], exp.data[g]);
+                if let Some(d) = all.feed(dec) {
+                    return d;
+                }
+            }
         }
     }
+    all.end()
 }
 
 /// A field tensor written like `Tensor`'s Display, entries as the field
 /// writes them.
-fn xshow(t: &XT<X>) -> String {
-    fn go(shape: &[usize], data: &[X]) -> String {
-        if shape.is_empty() {
-            return data[0].to_string();
-        }
-        let inner: usize = shape[1..].iter().product();
-        let parts: Vec<String> = (0..shape[0])
-            .map(|i| go(&shape[1..], &data[i * inner..(i + 1) * inner]))
-            .collect();
-        format!("[{}]", parts.join(", "))
-    }
-    go(&t.shape, &t.data)
+fn xshow(fd: &Field, t: &IdT) -> String {
+    let data: Vec<String> = t.data.iter().map(|&i| fd.vals[i].to_string()).collect();
+    show_strings(&t.shape, &data)
 }
 
 /// What the per-rank outputs denote under `out`, as text, for a
 /// counterexample: `None` where they are not the same on every rank (for a
 /// Replicate output); an extreme the enclosures cannot order is written
 /// `max(..)` / `min(..)`.
-fn field_denoted(out: Place, per_rank: &[XT<X>]) -> Option<String> {
+fn field_denoted(fd: &mut Field, out: Place, per_rank: &[&IdT]) -> Option<String> {
     let n = per_rank.len();
-    let first = &per_rank[0];
+    let first = per_rank[0];
     match out {
         Place::Inv => {
-            let same = all_dec(
-                per_rank
-                    .iter()
-                    .flat_map(|y| y.data.iter().zip(&first.data).map(|(a, b)| eq_dec(a, b))),
-            );
-            match same {
-                Some((true, _)) => Some(xshow(first)),
+            let mut all = AllDec::default();
+            let mut same = None;
+            'ranks: for y in per_rank {
+                for (&a, &b) in y.data.iter().zip(&first.data) {
+                    if let Some(d) = all.feed(fd.eq_dec(a, b)) {
+                        same = Some(d);
+                        break 'ranks;
+                    }
+                }
+            }
+            match same.unwrap_or_else(|| all.end()) {
+                Some((true, _)) => Some(xshow(fd, first)),
                 Some((false, _)) => None,
-                None => Some(format!("{} (the ranks' equality undecided)", xshow(first))),
+                None => Some(format!(
+                    "{} (the ranks' equality undecided)",
+                    xshow(fd, first)
+                )),
             }
         }
         Place::Part(k) => {
-            let data: Vec<String> = (0..first.data.len())
-                .map(|e| {
-                    let col: Vec<&X> = per_rank.iter().map(|y| &y.data[e]).collect();
-                    match k {
-                        PartialKind::Sum | PartialKind::Avg => x_sum(k, &col)
-                            .map(|x| x.to_string())
-                            .unwrap_or_else(|| "(beyond the field)".into()),
-                        _ => {
-                            let want = match k {
-                                PartialKind::Max => std::cmp::Ordering::Greater,
-                                _ => std::cmp::Ordering::Less,
-                            };
-                            let mut best = col[0];
-                            for y in &col[1..] {
-                                match sign_diff(y, best) {
-                                    Some((s, _)) if s == want => best = y,
-                                    Some(_) => {}
-                                    None => {
-                                        let all: Vec<String> =
-                                            col.iter().map(|x| x.to_string()).collect();
-                                        return format!("{k}({})", all.join(", "));
-                                    }
+            let mut data: Vec<String> = Vec::with_capacity(first.data.len());
+            for e in 0..first.data.len() {
+                let col: Vec<usize> = per_rank.iter().map(|y| y.data[e]).collect();
+                data.push(match k {
+                    PartialKind::Sum | PartialKind::Avg => fd
+                        .x_sum(k, &col)
+                        .map(|x| fd.vals[x].to_string())
+                        .unwrap_or_else(|| "(beyond the field)".into()),
+                    _ => {
+                        let want = match k {
+                            PartialKind::Max => std::cmp::Ordering::Greater,
+                            _ => std::cmp::Ordering::Less,
+                        };
+                        let mut best = col[0];
+                        let mut text = None;
+                        for &y in &col[1..] {
+                            match fd.sign_diff(y, best) {
+                                Some((s, _)) if s == want => best = y,
+                                Some(_) => {}
+                                None => {
+                                    let all: Vec<String> =
+                                        col.iter().map(|&x| fd.vals[x].to_string()).collect();
+                                    text = Some(format!("{k}({})", all.join(", ")));
+                                    break;
                                 }
                             }
-                            best.to_string()
                         }
+                        text.unwrap_or_else(|| fd.vals[best].to_string())
                     }
-                })
-                .collect();
+                });
+            }
             Some(show_strings(&first.shape, &data))
         }
         Place::Shard(d) => {
@@ -1355,7 +1555,7 @@ fn field_denoted(out: Place, per_rank: &[XT<X>]) -> Option<String> {
             gs[d] *= n;
             let data: Vec<String> = concat_positions(&first.shape, n, d)
                 .iter()
-                .map(|&p| per_rank[p / numel].data[p % numel].to_string())
+                .map(|&p| fd.vals[per_rank[p / numel].data[p % numel]].to_string())
                 .collect();
             Some(show_strings(&gs, &data))
         }
@@ -1384,10 +1584,42 @@ fn check_places_field(
     outs: &[Place],
     scope: &Scope,
 ) -> Result<Vec<Verdict>, String> {
+    check_places_field_with(f, ins, outs, scope, true)
+}
+
+/// `check_places` for a transcendental op with the field's memos off: every
+/// side evaluated and every decision computed afresh on every instance. The
+/// same verdicts, counts and counterexamples as the memoised path, only
+/// slower; for the tests that compare the two.
+#[doc(hidden)]
+pub fn check_places_field_plain(
+    f: &LocalFn,
+    ins: &[Place],
+    outs: &[Place],
+    scope: &Scope,
+) -> Result<Vec<Verdict>, String> {
+    if ins.len() != f.arity() || !is_transcendental(&f.expr) {
+        return Err(format!(
+            "`{}`: not a transcendental op of {} inputs",
+            f.text,
+            ins.len()
+        ));
+    }
+    check_places_field_with(f, ins, outs, scope, false)
+}
+
+fn check_places_field_with(
+    f: &LocalFn,
+    ins: &[Place],
+    outs: &[Place],
+    scope: &Scope,
+    memo: bool,
+) -> Result<Vec<Verdict>, String> {
     representable(&f.expr).map_err(|e| format!("`{}`: {e}", f.text))?;
     // The memos belong to this call (its op and scope), so they stay
     // bounded by one call's values.
-    FIELD_CACHE.with(|c| *c.borrow_mut() = FieldCache::default());
+    let mut fd = Field::new(memo);
+    let mut evals = Evals::default();
     let values = &scope.values;
     let nv = values.len() as u64;
     let mut counts = Counts::default();
@@ -1395,6 +1627,7 @@ fn check_places_field(
     let mut undecided = vec![0u64; outs.len()];
     type Fail = (usize, (usize, Vec<usize>), Counterexample);
     let mut fails: Vec<Option<Fail>> = vec![None; outs.len()];
+    let mut side_ix: Vec<usize> = Vec::new();
     for (ci, (n, shapes)) in cases(f, ins, scope).into_iter().enumerate() {
         if fails.iter().all(|x| x.as_ref().is_some_and(|x| x.0 < ci)) {
             break;
@@ -1405,18 +1638,25 @@ fn check_places_field(
         let live: Vec<usize> = (0..outs.len())
             .filter(|&o| fails[o].as_ref().is_none_or(|x| x.0 == ci))
             .collect();
+        // Where each input's values start in `idx`.
+        let offs: Vec<usize> = sizes
+            .iter()
+            .scan(0, |acc, &s| {
+                let at = *acc;
+                *acc += s;
+                Some(at)
+            })
+            .collect();
         let mut idx = vec![0usize; sizes.iter().sum()];
         for _ in 0..points {
             // Per input, its per-rank tensors (an Invariant one on every rank).
-            let mut off = 0;
             let mut xs: Vec<Vec<Tensor>> = Vec::with_capacity(ins.len());
-            for ((&p, s), &sz) in ins.iter().zip(&shapes).zip(&sizes) {
+            for (((&p, s), &sz), &off) in ins.iter().zip(&shapes).zip(&sizes).zip(&offs) {
                 let numel: usize = s.iter().product();
                 let vals: Vec<Q> = idx[off..off + sz]
                     .iter()
                     .map(|&i| values[i].clone())
                     .collect();
-                off += sz;
                 xs.push(match p {
                     Place::Inv => vec![Tensor::new(s.clone(), vals); n],
                     _ => vals
@@ -1432,28 +1672,39 @@ fn check_places_field(
                 .collect::<Result<_, _>>()?;
             // f of the denotations, then every rank, in that order: the
             // first outside the domain or undecided settles the instance.
-            let mut sides = Vec::with_capacity(n + 1);
+            side_ix.clear();
             let mut settled = None;
-            for side in std::iter::once(globals)
-                .chain((0..n).map(|r| xs.iter().map(|x| x[r].clone()).collect::<Vec<Tensor>>()))
-            {
-                match xeval(f, side)? {
-                    XVal::Val(t) => sides.push(t),
-                    other => {
-                        settled = Some(other);
+            let mut globals = Some(globals);
+            for s in 0..=n {
+                let ix = match globals.take() {
+                    Some(gs) => evals.denoted(f, &mut fd, gs)?,
+                    None => evals.rank(f, &mut fd, ins, &shapes, &offs, &idx, &xs, s - 1)?,
+                };
+                match &evals.sides[ix] {
+                    Side::Val(_) => side_ix.push(ix),
+                    Side::Outside => {
+                        settled = Some(true);
+                        break;
+                    }
+                    Side::Undecided => {
+                        settled = Some(false);
                         break;
                     }
                 }
             }
             match settled {
-                Some(XVal::Outside) => counts.outside_domain += 1,
-                Some(_) => counts.undecided += 1,
+                Some(true) => counts.outside_domain += 1,
+                Some(false) => counts.undecided += 1,
                 None => {
                     counts.instances += 1;
-                    let expected = &sides[0];
-                    let per_rank = &sides[1..];
+                    let val = |i: &usize| match &evals.sides[*i] {
+                        Side::Val(t) => t,
+                        _ => unreachable!("only values are kept in side_ix"),
+                    };
+                    let expected = val(&side_ix[0]);
+                    let per_rank: Vec<&IdT> = side_ix[1..].iter().map(val).collect();
                     for &o in &live {
-                        let decided = match field_matches(outs[o], per_rank, expected) {
+                        let decided = match field_matches(&mut fd, outs[o], &per_rank, expected) {
                             None => {
                                 undecided[o] += 1;
                                 continue;
@@ -1468,9 +1719,9 @@ fn check_places_field(
                         };
                         if better {
                             let field = FieldValues {
-                                expected: xshow(expected),
-                                per_rank: per_rank.iter().map(xshow).collect(),
-                                denoted: field_denoted(outs[o], per_rank),
+                                expected: xshow(&fd, expected),
+                                per_rank: per_rank.iter().map(|t| xshow(&fd, t)).collect(),
+                                denoted: field_denoted(&mut fd, outs[o], &per_rank),
                                 decided: if decided {
                                     "by disjoint enclosures"
                                 } else {

@@ -125,6 +125,23 @@ pub trait Field: Clone + std::fmt::Debug {
     fn zero() -> Self {
         Self::q(&Q::zero())
     }
+    /// `apply_fun`: a field may answer it from a memo.
+    fn fun(&self, f: Fun) -> R<Self> {
+        apply_fun_plain(f, self)
+    }
+}
+
+/// The most entries `FUN_MEMO` keeps; it is emptied when full.
+const FUN_MEMO_CAP: usize = 1 << 14;
+
+thread_local! {
+    /// Elementwise functions of rational arguments already computed on this
+    /// thread, by function and argument. `apply_fun_plain` is a pure
+    /// function of those, so a hit is exactly what it would compute; a
+    /// check evaluates the same few values on every instance of its grid
+    /// (SPEC.md §21.2).
+    static FUN_MEMO: std::cell::RefCell<std::collections::HashMap<(Fun, Q), R<X>>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
 }
 
 impl Field for X {
@@ -172,6 +189,26 @@ impl Field for X {
     }
     fn constant(&self) -> X {
         self.clone()
+    }
+    fn fun(&self, f: Fun) -> R<X> {
+        // Only rational arguments are memoised: the transcendental
+        // functions take no other (§19.2), and their key hashes cheaply.
+        let Some(q) = self.as_q() else {
+            return apply_fun_plain(f, self);
+        };
+        let key = (f, q);
+        if let Some(v) = FUN_MEMO.with(|m| m.borrow().get(&key).cloned()) {
+            return v;
+        }
+        let v = apply_fun_plain(f, self);
+        FUN_MEMO.with(|m| {
+            let mut m = m.borrow_mut();
+            if m.len() >= FUN_MEMO_CAP {
+                m.clear();
+            }
+            m.insert(key, v.clone());
+        });
+        v
     }
 }
 
@@ -454,8 +491,14 @@ fn is_integer_q(v: &Q) -> bool {
 }
 
 /// A function of one scalar written with the field operations only: the
-/// meaning of each elementwise function (SPEC.md §19.1).
+/// meaning of each elementwise function (SPEC.md §19.1); over `X`, from a
+/// per-thread memo for rational arguments (`Field::fun`).
 pub fn apply_fun<S: Field>(f: Fun, x: &S) -> R<S> {
+    x.fun(f)
+}
+
+/// `apply_fun` computed afresh, never from a memo.
+pub fn apply_fun_plain<S: Field>(f: Fun, x: &S) -> R<S> {
     let one = S::q(&Q::one());
     let half = S::q(&Q::frac(1, 2));
     Ok(match f {
@@ -1273,6 +1316,48 @@ mod tests {
         let e = X::exp_q(Q::one());
         let want = e.div(&X::one().add(&e).unwrap()).unwrap();
         assert!(b[0].data[1].eq_exact(&want).unwrap());
+    }
+
+    #[test]
+    fn memoised_functions_are_the_plain_ones() {
+        // Every function on rational arguments, asked twice (the second
+        // answer from the memo), is what the plain computation gives,
+        // errors included (log of a negative number, huge exponents).
+        let funs = [
+            Fun::Exp,
+            Fun::Log,
+            Fun::Sqrt,
+            Fun::Rsqrt,
+            Fun::Tanh,
+            Fun::Sigmoid,
+            Fun::Sin,
+            Fun::Cos,
+            Fun::Gelu,
+            Fun::Silu,
+        ];
+        let args = ["0", "1", "-1", "2", "1/2", "-2", "8", "100000"];
+        for _ in 0..2 {
+            for f in funs {
+                for a in args {
+                    let x = X::q(Q::parse(a).unwrap());
+                    assert_eq!(apply_fun(f, &x), apply_fun_plain(f, &x), "{f:?}({a})");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_memo_tells_functions_and_arguments_apart() {
+        // The negative twin: a memo keyed by the argument alone (or the
+        // function alone) would answer tanh 1 with sigmoid 1 (or tanh 2
+        // with tanh 1); those differ, so the test above would see it.
+        let (one, two) = (X::q(Q::one()), X::q(Q::int(2)));
+        let _ = apply_fun(Fun::Sigmoid, &one);
+        assert_ne!(
+            apply_fun(Fun::Tanh, &one),
+            apply_fun_plain(Fun::Sigmoid, &one)
+        );
+        assert_ne!(apply_fun(Fun::Tanh, &two), apply_fun_plain(Fun::Tanh, &one));
     }
 
     #[test]

@@ -25,13 +25,55 @@ pub struct Iv {
     pub hi: Q,
 }
 
+/// 2^k, by squaring (log k products instead of k).
 fn pow2(k: u32) -> Q {
-    let mut p = Q::one();
-    let two = Q::int(2);
-    for _ in 0..k {
-        p = p.mul(&two);
+    let (mut p, mut b, mut e) = (Q::one(), Q::int(2), k);
+    while e > 0 {
+        if e & 1 == 1 {
+            p = p.mul(&b);
+        }
+        e >>= 1;
+        if e > 0 {
+            b = b.mul(&b);
+        }
     }
     p
+}
+
+/// Which enclosure a memo entry holds.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Fun {
+    Exp,
+    Sqrt,
+    Log,
+}
+
+/// The most entries the memo keeps; it is emptied when full.
+const MEMO_CAP: usize = 1 << 12;
+
+thread_local! {
+    /// Enclosures already computed on this thread, by function, argument
+    /// and precision. Each is a pure function of those, so a hit returns
+    /// exactly the interval the series would (SPEC.md §19.3); the same few
+    /// exponents recur in every sign a check reads.
+    static MEMO: std::cell::RefCell<std::collections::HashMap<(Fun, Q, u32), Iv>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
+
+fn memo(fun: Fun, q: &Q, bits: u32, compute: impl FnOnce() -> Iv) -> Iv {
+    let key = (fun, q.clone(), bits);
+    if let Some(iv) = MEMO.with(|m| m.borrow().get(&key).cloned()) {
+        return iv;
+    }
+    let iv = compute();
+    MEMO.with(|m| {
+        let mut m = m.borrow_mut();
+        if m.len() >= MEMO_CAP {
+            m.clear();
+        }
+        m.insert(key, iv.clone());
+    });
+    iv
 }
 
 fn down(q: &Q, bits: u32) -> Q {
@@ -143,6 +185,10 @@ pub fn exp(q: &Q, bits: u32) -> Iv {
     if q.is_zero() {
         return Iv::point(Q::one());
     }
+    memo(Fun::Exp, q, bits, || exp_series(q, bits))
+}
+
+fn exp_series(q: &Q, bits: u32) -> Iv {
     // Halve until |y| <= 1/2, sum the series, square back.
     let mut k = 0u32;
     let mut y = q.clone();
@@ -178,6 +224,10 @@ pub fn sqrt(r: &Q, bits: u32) -> Iv {
     if r.is_zero() || r.is_negative() {
         return Iv::point(Q::zero());
     }
+    memo(Fun::Sqrt, r, bits, || sqrt_bisect(r, bits))
+}
+
+fn sqrt_bisect(r: &Q, bits: u32) -> Iv {
     let mut lo = Q::zero();
     let mut hi = if *r > Q::one() { r.clone() } else { Q::one() };
     // Find the integer part fast, then bisect.
@@ -202,6 +252,10 @@ pub fn log(q: &Q, bits: u32) -> Iv {
     if q.is_one() {
         return Iv::point(Q::zero());
     }
+    memo(Fun::Log, q, bits, || log_series(q, bits))
+}
+
+fn log_series(q: &Q, bits: u32) -> Iv {
     let two = Q::int(2);
     let half = Q::frac(1, 2);
     let mut m = q.clone();
@@ -364,6 +418,36 @@ mod tests {
             "0.4621171572600097585",
             "0.4621171572600097586"
         ));
+    }
+
+    #[test]
+    fn memoised_enclosures_are_the_series_own() {
+        // A second call is answered by the memo: the same interval the
+        // series computes, at every precision asked.
+        for q in ["1", "-2", "1/2", "7/3", "-1/3"] {
+            let q = Q::parse(q).unwrap();
+            for bits in [64, 256, 64] {
+                assert_eq!(exp(&q, bits), exp_series(&q, bits));
+                assert_eq!(exp(&q, bits), exp_series(&q, bits));
+                let a = q.abs();
+                assert_eq!(sqrt(&a, bits), sqrt_bisect(&a, bits));
+                assert_eq!(log(&a, bits), log_series(&a, bits));
+            }
+        }
+        assert_eq!(pow2(0), Q::one());
+        assert_eq!(pow2(77), Q::parse("151115727451828646838272").unwrap());
+    }
+
+    #[test]
+    fn a_memo_without_the_precision_would_be_caught() {
+        // The negative twin: the precision is part of the memo's key, and
+        // it has to be; the enclosures at 64 and 256 bits differ, so a memo
+        // keyed by the argument alone would hand back the wrong one, and
+        // the test above would see it.
+        let q = Q::one();
+        assert_ne!(exp_series(&q, 64), exp_series(&q, 256));
+        let _ = exp(&q, 64);
+        assert_ne!(exp(&q, 256), exp_series(&q, 64));
     }
 
     #[test]
