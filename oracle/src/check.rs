@@ -15,6 +15,7 @@ use spmd_semantics::perrank::{
 };
 use spmd_semantics::{Dialect, Mesh, PerRank, Shape, Tensor, Type, Q};
 use std::fmt;
+use std::sync::Mutex;
 
 /// The properties of SPEC.md §4, in the order they are checked.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
@@ -264,6 +265,12 @@ pub struct Checker<'a> {
     jvp_shape_err: Option<String>,
     /// Per input, for a polynomial op: finite-difference weights.
     weights: Vec<Option<PolyWeights>>,
+    /// Per input, for a piecewise op with no division along the input's
+    /// lines: the same weights at the small step. Between kinks the map is
+    /// a polynomial of the degree bound in the step, so the interpolation
+    /// reads the derivative and check that `fd::derivative`'s fit would
+    /// (SPEC.md §18.1).
+    line_weights: Vec<Option<PolyWeights>>,
     /// Denotation maps of the input and output types and the inputs' cotangents.
     proj_in: Vec<Projection>,
     proj_out: Projection,
@@ -281,6 +288,74 @@ pub struct Checker<'a> {
     steps: Vec<Vec<Q>>,
     /// The inputs' cotangent types.
     cot_in: Vec<Type>,
+    /// Buffers of this case, one set per thread at work on it (`Scratch`).
+    scratch: Mutex<Vec<Scratch>>,
+    /// Whether the op is checked by `exact_deriv` instead (SPEC.md §19.4).
+    exact: bool,
+}
+
+/// The buffers one instance works in, kept with its case and reused by the
+/// next instance, so an instance allocates none of them (SPEC.md §18.1).
+/// Every one is overwritten before it is read.
+#[derive(Default)]
+struct Scratch {
+    /// The inputs, perturbed in place (`Sparse::set`) and reset after.
+    xs2: Vec<PerRank>,
+    /// The output's tensors, the output workspace of `Work`.
+    y: Vec<Tensor>,
+    /// The output's denotation and the inputs'.
+    dy: Denot,
+    dxs: Vec<Denot>,
+    fd: FdBufs,
+}
+
+/// The backward properties' buffers (`Scratch`).
+#[derive(Default)]
+struct FdBufs {
+    /// The output's denotation, flat.
+    y0: Vec<Q>,
+    /// The finite-difference columns of one input.
+    cols: Vec<Vec<Q>>,
+    /// A polynomial column's check value and one sample (`poly_directional`).
+    p: Vec<Q>,
+    ys: Vec<Q>,
+    /// The backward's result, denoted flat (B3).
+    got: Vec<Q>,
+    /// The backward's results at the instance, denoted (B2).
+    dbs: Vec<Denot>,
+}
+
+/// A `Scratch` taken from a case's pool, given back when dropped.
+struct Lease<'c> {
+    pool: &'c Mutex<Vec<Scratch>>,
+    ws: Scratch,
+}
+
+impl Drop for Lease<'_> {
+    fn drop(&mut self) {
+        let mut p = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+        p.push(std::mem::take(&mut self.ws));
+    }
+}
+
+/// `dst := src`, reusing `dst`'s buffers.
+fn copy_into(dst: &mut Vec<PerRank>, src: &[PerRank]) {
+    dst.truncate(src.len());
+    for (k, x) in src.iter().enumerate() {
+        match dst.get_mut(k) {
+            Some(d) => d.tensors.clone_from(&x.tensors),
+            None => dst.push(x.clone()),
+        }
+    }
+}
+
+/// `out[k] := ⟦xs[k]⟧` under `projs[k]`, reusing `out`'s buffers.
+fn denote_all(projs: &[Projection], xs: &[PerRank], out: &mut Vec<Denot>) {
+    out.truncate(xs.len());
+    out.resize_with(xs.len(), Denot::default);
+    for ((p, x), d) in projs.iter().zip(xs).zip(out.iter_mut()) {
+        p.denote_into(x, d);
+    }
 }
 
 /// An instance's sampling state: the output workspace (`sample`), and for a
@@ -399,10 +474,16 @@ impl<'a> Checker<'a> {
             .map(|k| free_unit(m, &tc, &out_shape, k))
             .collect();
         let g_kernel = kernel_basis(m, &tc, &out_shape);
-        let weights = deg
+        let weights: Vec<Option<PolyWeights>> = deg
             .num
             .iter()
             .map(|&d| deg.is_polynomial().then(|| PolyWeights::new(d, &step)))
+            .collect();
+        let line_weights: Vec<Option<PolyWeights>> = (0..deg.num.len())
+            .map(|i| {
+                (!deg.is_polynomial() && deg.den[i] == 0)
+                    .then(|| PolyWeights::new(deg.num[i], &step))
+            })
             .collect();
         let bwd_shape_err = op.backward_accepts(m, &out_shape, &shapes).err();
         let jvp_shape_err = op.jvp_accepts(m, &shapes, &out_shape).err();
@@ -453,6 +534,7 @@ impl<'a> Checker<'a> {
             bwd_shape_err,
             jvp_shape_err,
             weights,
+            line_weights,
             proj_in,
             proj_out,
             proj_cot_in,
@@ -461,12 +543,14 @@ impl<'a> Checker<'a> {
             kernel_nz,
             steps,
             cot_in,
+            scratch: Mutex::new(Vec::new()),
+            exact: crate::exact_deriv::applies(op),
         })
     }
 
     /// Check one instance: inputs `xs`, well formed for their types.
     pub fn check(&self, xs: &[PerRank], phase: Phase) -> Outcome {
-        if crate::exact_deriv::applies(self.op) {
+        if self.exact {
             return crate::exact_deriv::check(self.op, self.m, xs, phase); // SPEC.md §19.4
         }
         match self.run(xs, phase) {
@@ -504,7 +588,25 @@ impl<'a> Checker<'a> {
         self.proj_out.denote(y)
     }
 
+    fn lease(&self) -> Lease<'_> {
+        let ws = self
+            .scratch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
+            .unwrap_or_default();
+        Lease {
+            pool: &self.scratch,
+            ws,
+        }
+    }
+
     fn run(&self, xs: &[PerRank], phase: Phase) -> Result<Pass, Stop> {
+        let mut lease = self.lease();
+        self.run_in(xs, phase, &mut lease.ws)
+    }
+
+    fn run_in(&self, xs: &[PerRank], phase: Phase, ws: &mut Scratch) -> Result<Pass, Stop> {
         let m = self.m;
         let op = self.op;
         // A program's step outputs are kept: its samples recompute only
@@ -546,26 +648,55 @@ impl<'a> Checker<'a> {
                 format!("{} vs {}", y.tensors[e.other], y.tensors[e.rank]),
             ));
         }
-        let dy = self.den_out(&y);
-        // F2: moving an input along a direction that denotes zero keeps the
-        // output's denotation.
+        let Scratch {
+            xs2,
+            y: ybuf,
+            dy,
+            dxs,
+            fd,
+        } = ws;
+        self.proj_out.denote_into(&y, dy);
         // One workspace copy of the inputs, perturbed in place and reset
         // after each direction (SPEC.md §18).
-        let mut xs2 = xs.to_vec();
+        copy_into(xs2, xs);
         // And one of the output, holding each sample (`sample`).
+        let mut ys = std::mem::take(ybuf);
+        ys.clone_from(&y.tensors);
         let mut yw = Work {
-            y: y.clone(),
+            y: PerRank { tensors: ys },
             prog: steps.map(|(p, vals)| p.sampler(xs, vals)),
         };
+        let r = self.props(xs, phase, xs2, &y, &mut yw, dy, dxs, fd, fwd.at_kink);
+        *ybuf = yw.y.tensors;
+        r
+    }
+
+    /// `run` after F1, in the instance's buffers.
+    #[allow(clippy::too_many_arguments)]
+    fn props(
+        &self,
+        xs: &[PerRank],
+        phase: Phase,
+        xs2: &mut [PerRank],
+        y: &PerRank,
+        yw: &mut Work,
+        dy: &Denot,
+        dxs: &mut Vec<Denot>,
+        fd: &mut FdBufs,
+        at_kink: bool,
+    ) -> Result<Pass, Stop> {
+        let (m, op) = (self.m, self.op);
+        // F2: moving an input along a direction that denotes zero keeps the
+        // output's denotation.
         for (i, ti) in op.inputs.iter().enumerate() {
             for zs in &self.kernel_nz[i] {
                 let touched = &zs.touched;
                 for t in &self.steps[i] {
                     zs.set(&mut xs2[i], &xs[i], t);
-                    match self.sample(&xs2, i, &y, touched, &mut yw) {
+                    match self.sample(xs2, i, y, touched, yw) {
                         Ok(_) => {}
                         Err(EvalError::DivByZero) => {
-                            self.unsample(&y, touched, &mut yw);
+                            self.unsample(y, touched, yw);
                             continue;
                         }
                         Err(e) => return Err(e.into()),
@@ -577,50 +708,48 @@ impl<'a> Checker<'a> {
                         // that is smaller in the order of §7.2; otherwise
                         // report it here.
                         if self.deg.is_polynomial() {
-                            self.unsample(&y, touched, &mut yw);
+                            self.unsample(y, touched, yw);
                             continue;
                         }
-                        return self.run(&xs2, Phase::Forward);
+                        return self.run(xs2, Phase::Forward);
                     }
-                    if !self.proj_out.matches(y2, &dy) {
+                    if !self.proj_out.matches(y2, dy) {
                         let dy2 = self.den_out(y2);
                         let mut s = self.inputs_shown(xs);
                         s.push(alternative(format!("{}'", self.nm(i)), ti, &xs2[i]));
-                        s.push(shown("out", &op.output, &y));
+                        s.push(shown("out", &op.output, y));
                         s.push(shown("out'", &op.output, y2));
                         return Err(self.fail(
                             Property::F2,
                             format!("{0} and {0}' are equivalent (same denotation) but the outputs are not", self.nm(i)),
                             s,
-                            show_denot(m, &op.output, &dy),
+                            show_denot(m, &op.output, dy),
                             show_denot(m, &op.output, &dy2),
                         ));
                     }
-                    self.unsample(&y, touched, &mut yw);
+                    self.unsample(y, touched, yw);
                 }
                 zs.reset(&mut xs2[i], &xs[i]);
             }
         }
         // `xs2` equals `xs` again: the backward properties reuse it.
         // F3: the output denotes the declared global meaning.
-        let dxs: Vec<Denot> = xs
-            .iter()
-            .zip(&self.proj_in)
-            .map(|(x, p)| p.denote(x))
-            .collect();
         let f3 = match self.f3_steps(xs)? {
             Some(steps) => steps,
-            None => self.f3_mismatch(&dxs, &dy)?,
+            None => {
+                denote_all(&self.proj_in, xs, dxs);
+                self.f3_mismatch(dxs, dy)?
+            }
         };
         if let Some((what, expected, actual)) = f3 {
             let mut s = self.inputs_shown(xs);
-            s.push(shown("out", &op.output, &y));
+            s.push(shown("out", &op.output, y));
             return Err(self.fail(Property::F3, what, s, expected, actual));
         }
         match phase {
             Phase::Forward => Ok(Pass::default()),
-            Phase::Tangent => self.tangent_props(xs, &mut xs2, &y, &mut yw, &dy, fwd.at_kink),
-            Phase::All => self.backward_props(xs, &mut xs2, &y, &mut yw, &dy, fwd.at_kink),
+            Phase::Tangent => self.tangent_props(xs, xs2, y, yw, dy, at_kink, fd),
+            Phase::All => self.backward_props(xs, xs2, y, yw, dy, at_kink, fd),
         }
     }
 
@@ -633,8 +762,17 @@ impl<'a> Checker<'a> {
         yw: &mut Work,
         dy: &Denot,
         at_kink: bool,
+        fd: &mut FdBufs,
     ) -> Result<Pass, Stop> {
-        let y0 = dy.flat();
+        let FdBufs {
+            y0,
+            cols,
+            p: pbuf,
+            ys: sbuf,
+            got: got_flat,
+            dbs,
+        } = fd;
+        flat_into(dy, y0);
         let m = self.m;
         let op = self.op;
         let tc = op.output.cot();
@@ -681,14 +819,9 @@ impl<'a> Checker<'a> {
             }
             // Only the primal half of B2 reads these: none without kernel
             // directions.
-            let dbs: Vec<Denot> = if self.kernel_nz.iter().all(Vec::is_empty) {
-                Vec::new()
-            } else {
-                bs.iter()
-                    .zip(&self.proj_cot_in)
-                    .map(|(b, p)| p.denote(b))
-                    .collect()
-            };
+            if !self.kernel_nz.iter().all(Vec::is_empty) {
+                denote_all(&self.proj_cot_in, &bs, dbs);
+            }
             for (j, tj) in op.inputs.iter().enumerate() {
                 for zs in &self.kernel_nz[j] {
                     for t in &self.steps[j] {
@@ -760,12 +893,13 @@ impl<'a> Checker<'a> {
                 continue;
             }
             let basis = &self.bases[i];
-            let Some(cols) = self.columns_flat(xs2, xs, y, yw, &y0, i) else {
+            if !self.columns_flat(xs2, xs, y, yw, y0, i, cols, pbuf, sbuf) {
                 return Ok(Pass {
                     b3_undetermined: true,
                     ..Pass::default()
                 });
-            };
+            }
+            let cols = &cols[..basis.len()];
             if op.has_jvp() {
                 let dcols: Vec<Denot> = cols.iter().map(|c| self.unflat(c)).collect();
                 self.j1(xs, i, &dcols)?;
@@ -777,10 +911,9 @@ impl<'a> Checker<'a> {
             // b of the backward's denotation, a short sum per entry since
             // ⟦g_k⟧ is a unit vector's denotation (SPEC.md §18).
             let ni = spmd_semantics::tensor::numel(&self.shapes[i]);
-            let mut got_flat = Vec::new();
             for (((g, dg), bs), supp) in gs.iter().zip(&self.dgs).zip(&results).zip(&self.dg_supp) {
-                self.proj_cot_in[i].denote_flat_into(&bs[i], &mut got_flat);
-                let agrees = basis.iter().zip(&cols).all(|((coord, _), col)| {
+                self.proj_cot_in[i].denote_flat_into(&bs[i], got_flat);
+                let agrees = basis.iter().zip(cols).all(|((coord, _), col)| {
                     let v = supp
                         .iter()
                         .fold(Q::zero(), |a, (k, w)| a.add(&col[*k].mul(w)));
@@ -913,6 +1046,7 @@ impl<'a> Checker<'a> {
         yw: &mut Work,
         dy: &Denot,
         at_kink: bool,
+        fd: &mut FdBufs,
     ) -> Result<Pass, Stop> {
         if !self.op.has_jvp() {
             return Ok(Pass::default());
@@ -923,15 +1057,21 @@ impl<'a> Checker<'a> {
                 ..Pass::default()
             });
         }
-        let y0 = dy.flat();
+        let FdBufs {
+            y0, cols, p, ys, ..
+        } = fd;
+        flat_into(dy, y0);
         for i in 0..self.op.inputs.len() {
-            let Some(cols) = self.columns_flat(xs2, xs, y, yw, &y0, i) else {
+            if !self.columns_flat(xs2, xs, y, yw, y0, i, cols, p, ys) {
                 return Ok(Pass {
                     b3_undetermined: true,
                     ..Pass::default()
                 });
-            };
-            let dcols: Vec<Denot> = cols.iter().map(|c| self.unflat(c)).collect();
+            }
+            let dcols: Vec<Denot> = cols[..self.basis_nz[i].len()]
+                .iter()
+                .map(|c| self.unflat(c))
+                .collect();
             self.j1(xs, i, &dcols)?;
         }
         Ok(Pass::default())
@@ -940,6 +1080,9 @@ impl<'a> Checker<'a> {
     /// Column k: the derivative of ⟦f⟧ along the k-th unit of ⟦x_i⟧, from
     /// finite differences, flat (family member after member); `None` where
     /// it cannot be determined. `work` equals `xs` before and after.
+    /// The columns are written to the first entries of `cols`; `false`
+    /// where one cannot be determined (the rest are then unspecified).
+    #[allow(clippy::too_many_arguments)]
     fn columns_flat(
         &self,
         work: &mut [PerRank],
@@ -948,12 +1091,23 @@ impl<'a> Checker<'a> {
         yw: &mut Work,
         y0: &[Q],
         i: usize,
-    ) -> Option<Vec<Vec<Q>>> {
-        let mut cols = Vec::with_capacity(self.basis_nz[i].len());
-        for e in &self.basis_nz[i] {
-            cols.push(self.directional_flat(work, xs, y, yw, y0, i, e).ok()?);
+        cols: &mut Vec<Vec<Q>>,
+        p: &mut Vec<Q>,
+        ys: &mut Vec<Q>,
+    ) -> bool {
+        let nb = self.basis_nz[i].len();
+        if cols.len() < nb {
+            cols.resize_with(nb, Vec::new);
         }
-        Some(cols)
+        for (e, col) in self.basis_nz[i].iter().zip(cols.iter_mut()) {
+            if self
+                .directional_flat(work, xs, y, yw, y0, i, e, col, p, ys)
+                .is_err()
+            {
+                return false;
+            }
+        }
+        true
     }
 
     /// The forward at `work`, which differs from the instance's inputs
@@ -1162,11 +1316,28 @@ impl<'a> Checker<'a> {
         y0: &[Q],
         i: usize,
         e: &Sparse,
-    ) -> Result<Vec<Q>, FdFail> {
+        out: &mut Vec<Q>,
+        p: &mut Vec<Q>,
+        ys: &mut Vec<Q>,
+    ) -> Result<(), FdFail> {
         if let Some(w) = &self.weights[i] {
-            let r = self.poly_directional(work, xs, y, yw, y0, i, e, w);
+            let r = self.poly_directional(work, xs, y, yw, y0, i, e, w, out, p, ys);
             e.reset(&mut work[i], &xs[i]);
-            return r;
+            return match r? {
+                true => Ok(()),
+                false => Err(FdFail::Undetermined(
+                    "a polynomial map left its domain (interpreter bug)".into(),
+                )),
+            };
+        }
+        if let Some(w) = &self.line_weights[i] {
+            let r = self.poly_directional(work, xs, y, yw, y0, i, e, w, out, p, ys);
+            e.reset(&mut work[i], &xs[i]);
+            // A sample outside the domain: the general fit below passes
+            // over it.
+            if !matches!(r, Ok(false)) {
+                return r.map(|_| ());
+            }
         }
         let mut f = |h: &Q| -> Result<Option<Vec<Q>>, FdFail> {
             if h.is_zero() {
@@ -1187,13 +1358,15 @@ impl<'a> Checker<'a> {
         };
         let r = derivative(&mut f, self.deg.num[i], self.deg.den[i], &self.step);
         e.reset(&mut work[i], &xs[i]);
-        r
+        *out = r?;
+        Ok(())
     }
 
     /// `directional_flat` for a polynomial op: the samples are folded into
     /// the derivative and the check value as they come (the weights of
     /// `PolyWeights`), so no sample is kept. Leaves `work` perturbed; the
-    /// caller resets it.
+    /// caller resets it. `Ok(false)`: a sample was outside the domain (no
+    /// derivative written).
     #[allow(clippy::too_many_arguments)]
     fn poly_directional(
         &self,
@@ -1205,10 +1378,15 @@ impl<'a> Checker<'a> {
         i: usize,
         e: &Sparse,
         w: &PolyWeights,
-    ) -> Result<Vec<Q>, FdFail> {
+        d: &mut Vec<Q>,
+        p: &mut Vec<Q>,
+        ys: &mut Vec<Q>,
+    ) -> Result<bool, FdFail> {
         let n = w.deriv.len();
-        let mut d = vec![Q::zero(); y0.len()];
-        let mut p = vec![Q::zero(); y0.len()];
+        d.clear();
+        d.resize(y0.len(), Q::zero());
+        p.clear();
+        p.resize(y0.len(), Q::zero());
         let fold = |d: &mut [Q], p: &mut [Q], k: usize, ys: &[Q]| {
             for ((dc, pc), v) in d.iter_mut().zip(p.iter_mut()).zip(ys) {
                 if !v.is_zero() {
@@ -1217,37 +1395,40 @@ impl<'a> Checker<'a> {
                 }
             }
         };
-        fold(&mut d, &mut p, 0, y0);
-        let mut ys = Vec::with_capacity(y0.len());
+        fold(d, p, 0, y0);
         for k in 1..=n {
             let h = Q::int(k as i64).mul(&self.step);
             e.set(&mut work[i], &xs[i], &h);
             let r = self.sample(work, i, y, &e.touched, yw);
             if let Ok(false) = r {
-                self.proj_out.denote_flat_into(&yw.y, &mut ys);
+                self.proj_out.denote_flat_into(&yw.y, ys);
             }
             self.unsample(y, &e.touched, yw);
             match r {
                 Ok(true) => return Err(FdFail::Undetermined("a sample meets a kink".into())),
                 Ok(false) => {}
-                Err(EvalError::DivByZero) => {
-                    return Err(FdFail::Undetermined(
-                        "a polynomial map left its domain (interpreter bug)".into(),
-                    ))
-                }
+                Err(EvalError::DivByZero) => return Ok(false),
                 Err(EvalError::Shape(s)) => {
                     panic!("interpreter bug: shape error on an inferred instance: {s}")
                 }
             }
             if k < n {
-                fold(&mut d, &mut p, k, &ys);
+                fold(d, p, k, ys);
             } else if p != ys {
                 return Err(FdFail::Undetermined(
                     "a check sample disagrees with the interpolation (wrong degree bound)".into(),
                 ));
             }
         }
-        Ok(d)
+        Ok(true)
+    }
+}
+
+/// `out := d.flat()`, reusing `out`.
+fn flat_into(d: &Denot, out: &mut Vec<Q>) {
+    out.clear();
+    for t in &d.family {
+        out.extend_from_slice(&t.data);
     }
 }
 

@@ -302,6 +302,50 @@ mod tests {
         }
     }
 
+    /// The piecewise ops' fast path (SPEC.md §18.1): weights at the small
+    /// step give what the general fit gives with no denominator, and both
+    /// reject samples that straddle a kink.
+    #[test]
+    fn small_step_weights_agree_with_the_fit_and_reject_a_kink() {
+        let step = Q::frac(1, 1 << 16);
+        let via_weights = |f: &dyn Fn(&Q) -> Q, d: u32| -> Option<Q> {
+            let w = PolyWeights::new(d, &step);
+            let ys: Vec<Q> = (0..=d as i64 + 1)
+                .map(|k| f(&Q::int(k).mul(&step)))
+                .collect();
+            let at = |ws: &[Q]| {
+                ws.iter()
+                    .zip(&ys)
+                    .fold(Q::zero(), |a, (w, y)| a.add(&w.mul(y)))
+            };
+            (at(&w.check) == ys[d as usize + 1]).then(|| at(&w.deriv))
+        };
+        for d in 0..4u32 {
+            // (x0 + h)^d times 3, at a few x0.
+            for x0 in [Q::int(-2), Q::frac(1, 3), Q::int(5)] {
+                let f = |h: &Q| {
+                    let x = x0.add(h);
+                    (0..d).fold(Q::int(3), |a, _| a.mul(&x))
+                };
+                let fit = run(|h| Some(f(h)), d, 0, step.clone()).ok();
+                assert!(fit.is_some());
+                assert_eq!(via_weights(&f, d), fit, "degree {d} at {x0}");
+            }
+        }
+        // relu(x0 + h) with the kink between the samples: x0 = -3/2 steps.
+        let x0 = Q::frac(-3, 1 << 17);
+        let relu = |h: &Q| {
+            let x = x0.add(h);
+            if x.is_negative() {
+                Q::zero()
+            } else {
+                x
+            }
+        };
+        assert!(run(|h| Some(relu(h)), 1, 0, step.clone()).is_err());
+        assert_eq!(via_weights(&relu, 1), None);
+    }
+
     #[test]
     fn a_wrong_degree_bound_is_detected() {
         let r = run(|h| Some(h.mul(h).mul(h)), 2, 0, Q::one());

@@ -70,12 +70,15 @@ impl PerRank {
 /// SPEC.md §2.3: along every I or R axis, ranks that differ only in that
 /// coordinate hold equal local tensors.
 pub fn well_formed(m: &Mesh, t: &Type, x: &PerRank) -> Result<(), NotWellFormed> {
+    let n = m.num_ranks();
     for (a, s) in t.states.iter().enumerate() {
         if !s.replicated() {
             continue;
         }
-        for r in 0..m.num_ranks() {
-            let r0 = m.with_coord(r, a, 0);
+        let (st, size) = (axis_stride(m, a), m.axes[a].size);
+        for r in 0..n {
+            // `m.with_coord(r, a, 0)`, without building the coordinates.
+            let r0 = r - (r / st % size) * st;
             if r0 != r && x.tensors[r] != x.tensors[r0] {
                 return Err(NotWellFormed {
                     axis: a,
@@ -88,8 +91,27 @@ pub fn well_formed(m: &Mesh, t: &Type, x: &PerRank) -> Result<(), NotWellFormed>
     Ok(())
 }
 
+/// How far apart in linear rank two ranks are that differ by one along axis
+/// `a` (ranks are row-major over the axes, the last fastest).
+fn axis_stride(m: &Mesh, a: usize) -> usize {
+    m.axes[a + 1..].iter().map(|ax| ax.size).product()
+}
+
+/// Rank `r` with its coordinate set to 0 along every I and R axis of `t`
+/// (its representative), computed without building coordinates.
+fn representative(m: &Mesh, t: &Type, r: usize) -> usize {
+    let mut p = r;
+    for (a, s) in t.states.iter().enumerate() {
+        if s.replicated() {
+            let st = axis_stride(m, a);
+            p -= (r / st % m.axes[a].size) * st;
+        }
+    }
+    p
+}
+
 /// A denotation as a full-rank family (see the module comment).
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, Hash, Debug, Default)]
 pub struct Denot {
     pub family: Vec<Tensor>,
 }
@@ -163,6 +185,20 @@ impl Projection {
             .map(|src| Self::source_sum(x, src).into_owned())
             .collect();
         Denot { family }
+    }
+    /// `denote` into a family whose buffers are reused (SPEC.md §18.1).
+    pub fn denote_into(&self, x: &PerRank, out: &mut Denot) {
+        let n = self.sources.len();
+        out.family.truncate(n);
+        while out.family.len() < n {
+            out.family.push(Tensor::scalar(Q::zero()));
+        }
+        for (src, o) in self.sources.iter().zip(&mut out.family) {
+            o.clone_from(&x.tensors[src[0]]);
+            for &r in &src[1..] {
+                o.add_scaled(&Q::one(), &x.tensors[r]);
+            }
+        }
     }
     /// Entry `e` of the sum over the source ranks `src`; no tensor is built.
     #[inline]
@@ -317,19 +353,16 @@ pub fn pair_per_rank(m: &Mesh, t: &Type, tangent: &PerRank, cotangent: &PerRank)
 /// I and R axis. A well-formed value is fixed by its tensors there.
 pub fn free_ranks(m: &Mesh, t: &Type) -> Vec<usize> {
     (0..m.num_ranks())
-        .filter(|&r| {
-            let c = m.coords(r);
-            t.states
-                .iter()
-                .enumerate()
-                .all(|(a, s)| !s.replicated() || c[a] == 0)
-        })
+        .filter(|&r| representative(m, t, r) == r)
         .collect()
 }
 
 /// Number of free scalars of a well-formed value of type `t` and `shape`.
 pub fn num_free(m: &Mesh, t: &Type, shape: &[usize]) -> usize {
-    free_ranks(m, t).len() * numel(shape)
+    let reps = (0..m.num_ranks())
+        .filter(|&r| representative(m, t, r) == r)
+        .count();
+    reps * numel(shape)
 }
 
 /// Build the well-formed value whose free scalars are `vals` (representative
@@ -345,14 +378,8 @@ pub fn from_free(m: &Mesh, t: &Type, shape: &[usize], vals: &[Q]) -> PerRank {
     );
     let tensors = (0..m.num_ranks())
         .map(|r| {
-            let mut c = m.coords(r);
-            for (a, s) in t.states.iter().enumerate() {
-                if s.replicated() {
-                    c[a] = 0;
-                }
-            }
             let i = reps
-                .binary_search(&m.rank(&c))
+                .binary_search(&representative(m, t, r))
                 .expect("projection is a representative");
             Tensor::new(shape.to_vec(), vals[i * n..(i + 1) * n].to_vec())
         })
@@ -570,6 +597,68 @@ mod tests {
             );
             let d = pair_denots(&m, &t, &denote(&m, &t, &x), &denote(&m, &c, &g));
             assert_eq!(d, pair_per_rank(&m, &t, &x, &g), "state {s}");
+        }
+    }
+
+    /// The rank arithmetic without coordinates (`representative`, the
+    /// strides in `well_formed`) agrees with the mesh's coordinate maps, and
+    /// `denote_into` with `denote`, on every type of a few meshes.
+    #[test]
+    fn fast_rank_maps_agree_with_coordinates() {
+        use crate::state::ALL_STATES;
+        for m in [
+            Mesh::line(3),
+            Mesh::new(&[("a", 2), ("b", 3)]),
+            Mesh::new(&[("a", 2), ("b", 1), ("c", 2)]),
+        ] {
+            let k = m.axes.len();
+            for code in 0..ALL_STATES.len().pow(k as u32) {
+                let states: Vec<State> = (0..k)
+                    .map(|a| ALL_STATES[code / ALL_STATES.len().pow(a as u32) % ALL_STATES.len()])
+                    .collect();
+                let t = Type::new(states);
+                for r in 0..m.num_ranks() {
+                    let mut c = m.coords(r);
+                    for (a, s) in t.states.iter().enumerate() {
+                        if s.replicated() {
+                            c[a] = 0;
+                        }
+                    }
+                    assert_eq!(representative(&m, &t, r), m.rank(&c));
+                }
+                let n = num_free(&m, &t, &[2]);
+                let vals: Vec<Q> = (0..n as i64).map(|i| Q::int(i - 2)).collect();
+                let x = from_free(&m, &t, &[2], &vals);
+                assert!(well_formed(&m, &t, &x).is_ok());
+                assert_eq!(to_free(&m, &t, &x), vals);
+                let mut d = Denot { family: vec![] };
+                Projection::new(&m, &t).denote_into(&x, &mut d);
+                assert_eq!(d, denote(&m, &t, &x));
+                // Break each replicated axis in turn: the error names the
+                // same axis and ranks as the coordinate form.
+                for r in 0..m.num_ranks() {
+                    let mut bad = x.clone();
+                    bad.tensors[r] = Tensor::new(vec![2], vec![Q::int(99), Q::int(98)]);
+                    let want = t
+                        .states
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, s)| s.replicated())
+                        .find_map(|(a, _)| {
+                            (0..m.num_ranks()).find_map(|q| {
+                                let q0 = m.with_coord(q, a, 0);
+                                (q0 != q && bad.tensors[q] != bad.tensors[q0]).then_some(
+                                    NotWellFormed {
+                                        axis: a,
+                                        rank: q0,
+                                        other: q,
+                                    },
+                                )
+                            })
+                        });
+                    assert_eq!(well_formed(&m, &t, &bad).err(), want);
+                }
+            }
         }
     }
 
