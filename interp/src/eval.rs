@@ -704,11 +704,8 @@ fn vjp_pointwise<T: Borrow<Tensor>>(
     xs: &[T],
     g: &Tensor,
     n: usize,
-) -> Result<Vec<Tensor>, EvalError> {
-    let mut grads: Vec<Tensor> = xs
-        .iter()
-        .map(|x| Tensor::zeros(&x.borrow().shape))
-        .collect();
+    grads: &mut [Tensor],
+) -> Result<(), EvalError> {
     let div = divides(e);
     for i in 0..n {
         let gi = entry(g, i);
@@ -718,9 +715,9 @@ fn vjp_pointwise<T: Borrow<Tensor>>(
             }
             continue;
         }
-        rev_at(e, xs, i, gi, &mut grads)?;
+        rev_at(e, xs, i, gi, grads)?;
     }
-    Ok(grads)
+    Ok(())
 }
 
 /// `eval` that borrows inputs instead of copying them: a variable is its
@@ -950,26 +947,43 @@ fn is_midpoint(v: &Q, bits: u32) -> bool {
 /// default backward of a local op; the oracle never calls it to compute a
 /// derivative.
 pub fn vjp<T: Borrow<Tensor>>(e: &Expr, xs: &[T], g: &Tensor) -> Result<Vec<Tensor>, EvalError> {
+    let mut grads = zeros_like(xs);
+    vjp_add(e, xs, g, &mut grads)?;
+    Ok(grads)
+}
+
+/// `vjp` added into `grads` (one per input, of its shape), which may hold
+/// cotangents already: a value used again gets the sum without a tensor of
+/// its own (SPEC.md §18.1). On an error `grads` holds partial sums.
+pub fn vjp_add<T: Borrow<Tensor>>(
+    e: &Expr,
+    xs: &[T],
+    g: &Tensor,
+    grads: &mut [Tensor],
+) -> Result<(), EvalError> {
     if let Some(shape) = pointwise_shape(e, xs, true) {
         let n = numel(shape);
         // Only a cotangent of the output's shape, and at least one input
         // (the duals are taken per input).
         if n > 0 && !xs.is_empty() && g.shape == shape {
-            return vjp_pointwise(e, xs, g, n);
+            return vjp_pointwise(e, xs, g, n, grads);
         }
     }
-    vjp_tree(e, xs, g)
+    backprop(e, xs, g, grads, &mut Ctx::default())
+}
+
+fn zeros_like<T: Borrow<Tensor>>(xs: &[T]) -> Vec<Tensor> {
+    xs.iter()
+        .map(|x| Tensor::zeros(&x.borrow().shape))
+        .collect()
 }
 
 /// `vjp` by reverse mode over whole tensors: the definition the pointwise
 /// path must agree with.
+#[cfg(test)]
 fn vjp_tree<T: Borrow<Tensor>>(e: &Expr, xs: &[T], g: &Tensor) -> Result<Vec<Tensor>, EvalError> {
-    let mut grads: Vec<Tensor> = xs
-        .iter()
-        .map(|x| Tensor::zeros(&x.borrow().shape))
-        .collect();
-    let mut ctx = Ctx::default();
-    backprop(e, xs, g, &mut grads, &mut ctx)?;
+    let mut grads = zeros_like(xs);
+    backprop(e, xs, g, &mut grads, &mut Ctx::default())?;
     Ok(grads)
 }
 
