@@ -704,11 +704,8 @@ fn vjp_pointwise<T: Borrow<Tensor>>(
     xs: &[T],
     g: &Tensor,
     n: usize,
-) -> Result<Vec<Tensor>, EvalError> {
-    let mut grads: Vec<Tensor> = xs
-        .iter()
-        .map(|x| Tensor::zeros(&x.borrow().shape))
-        .collect();
+    grads: &mut [Tensor],
+) -> Result<(), EvalError> {
     let div = divides(e);
     for i in 0..n {
         let gi = entry(g, i);
@@ -718,9 +715,9 @@ fn vjp_pointwise<T: Borrow<Tensor>>(
             }
             continue;
         }
-        rev_at(e, xs, i, gi, &mut grads)?;
+        rev_at(e, xs, i, gi, grads)?;
     }
-    Ok(grads)
+    Ok(())
 }
 
 /// `eval` that borrows inputs instead of copying them: a variable is its
@@ -950,26 +947,43 @@ fn is_midpoint(v: &Q, bits: u32) -> bool {
 /// default backward of a local op; the oracle never calls it to compute a
 /// derivative.
 pub fn vjp<T: Borrow<Tensor>>(e: &Expr, xs: &[T], g: &Tensor) -> Result<Vec<Tensor>, EvalError> {
+    let mut grads = zeros_like(xs);
+    vjp_add(e, xs, g, &mut grads)?;
+    Ok(grads)
+}
+
+/// `vjp` added into `grads` (one per input, of its shape), which may hold
+/// cotangents already: a value used again gets the sum without a tensor of
+/// its own (SPEC.md §18.1). On an error `grads` holds partial sums.
+pub fn vjp_add<T: Borrow<Tensor>>(
+    e: &Expr,
+    xs: &[T],
+    g: &Tensor,
+    grads: &mut [Tensor],
+) -> Result<(), EvalError> {
     if let Some(shape) = pointwise_shape(e, xs, true) {
         let n = numel(shape);
         // Only a cotangent of the output's shape, and at least one input
         // (the duals are taken per input).
         if n > 0 && !xs.is_empty() && g.shape == shape {
-            return vjp_pointwise(e, xs, g, n);
+            return vjp_pointwise(e, xs, g, n, grads);
         }
     }
-    vjp_tree(e, xs, g)
+    backprop(e, xs, g, grads, &mut Ctx::default())
+}
+
+fn zeros_like<T: Borrow<Tensor>>(xs: &[T]) -> Vec<Tensor> {
+    xs.iter()
+        .map(|x| Tensor::zeros(&x.borrow().shape))
+        .collect()
 }
 
 /// `vjp` by reverse mode over whole tensors: the definition the pointwise
 /// path must agree with.
+#[cfg(test)]
 fn vjp_tree<T: Borrow<Tensor>>(e: &Expr, xs: &[T], g: &Tensor) -> Result<Vec<Tensor>, EvalError> {
-    let mut grads: Vec<Tensor> = xs
-        .iter()
-        .map(|x| Tensor::zeros(&x.borrow().shape))
-        .collect();
-    let mut ctx = Ctx::default();
-    backprop(e, xs, g, &mut grads, &mut ctx)?;
+    let mut grads = zeros_like(xs);
+    backprop(e, xs, g, &mut grads, &mut Ctx::default())?;
     Ok(grads)
 }
 
@@ -1048,31 +1062,8 @@ fn backprop<T: Borrow<Tensor>>(
             }
             backprop(a, xs, &ga, grads, ctx)?;
         }
-        Expr::Einsum(spec, args) => {
-            let vals: Vec<Cow<Tensor>> = args
-                .iter()
-                .map(|a| ev(a, xs, ctx))
-                .collect::<Result<_, _>>()?;
-            let refs: Vec<&Tensor> = vals.iter().map(|v| &**v).collect();
-            let sizes = all_sizes(spec, &refs);
-            for (k, arg) in args.iter().enumerate() {
-                // d/d(operand k): contract g with the other operands onto k's labels.
-                let mut inputs = vec![spec.output.clone()];
-                let mut ops = vec![g];
-                for (j, v) in vals.iter().enumerate() {
-                    if j != k {
-                        inputs.push(spec.inputs[j].clone());
-                        ops.push(v);
-                    }
-                }
-                let s = Einsum {
-                    inputs,
-                    output: spec.inputs[k].clone(),
-                };
-                let gk = einsum(&s, &ops, &sizes);
-                backprop(arg, xs, &gk, grads, ctx)?;
-            }
-        }
+        Expr::Einsum(spec, args) if args.len() <= FLAT_OPS && einsum_vjp_flat(spec, args, xs, g, grads, ctx)? => {}
+        Expr::Einsum(spec, args) => einsum_vjp_general(spec, args, xs, g, grads, ctx)?,
         Expr::Reshape(a, _) => {
             let sa = ev(a, xs, ctx)?.shape.clone();
             backprop(a, xs, &Tensor::new(sa, g.data.clone()), grads, ctx)?;
@@ -1179,6 +1170,87 @@ fn backprop<T: Borrow<Tensor>>(
     Ok(())
 }
 
+/// `backprop` of an einsum by the definition: per operand, the einsum that
+/// contracts `g` with the other operands onto its labels, planned anew.
+fn einsum_vjp_general<T: Borrow<Tensor>>(
+    spec: &Einsum,
+    args: &[Expr],
+    xs: &[T],
+    g: &Tensor,
+    grads: &mut [Tensor],
+    ctx: &mut Ctx,
+) -> Result<(), EvalError> {
+    let vals: Vec<Cow<Tensor>> = args
+        .iter()
+        .map(|a| ev(a, xs, ctx))
+        .collect::<Result<_, _>>()?;
+    let refs: Vec<&Tensor> = vals.iter().map(|v| &**v).collect();
+    let sizes = all_sizes(spec, &refs);
+    for (k, arg) in args.iter().enumerate() {
+        // d/d(operand k): contract g with the other operands onto k's labels.
+        let mut inputs = vec![spec.output.clone()];
+        let mut ops = vec![g];
+        for (j, v) in vals.iter().enumerate() {
+            if j != k {
+                inputs.push(spec.inputs[j].clone());
+                ops.push(v);
+            }
+        }
+        let s = Einsum {
+            inputs,
+            output: spec.inputs[k].clone(),
+        };
+        let gk = einsum(&s, &ops, &sizes);
+        backprop(arg, xs, &gk, grads, ctx)?;
+    }
+    Ok(())
+}
+
+/// `backprop` of an einsum of at most `FLAT_OPS` operands by one
+/// `FlatPlan` for all of them, allocating nothing for an operand that is a
+/// variable: its cotangent is added straight into its gradient (the same
+/// entries `add_scaled` would add). `false`, with nothing done but the
+/// operands' evaluation, where the plan does not fit; the caller then takes
+/// the general path.
+fn einsum_vjp_flat<T: Borrow<Tensor>>(
+    spec: &Einsum,
+    args: &[Expr],
+    xs: &[T],
+    g: &Tensor,
+    grads: &mut [Tensor],
+    ctx: &mut Ctx,
+) -> Result<bool, EvalError> {
+    let mut vals: [Option<Cow<Tensor>>; FLAT_OPS] = Default::default();
+    for (v, a) in vals.iter_mut().zip(args) {
+        *v = Some(ev(a, xs, ctx)?);
+    }
+    let mut refs: [&Tensor; FLAT_OPS] = [g; FLAT_OPS];
+    let mut shapes: [&[usize]; FLAT_OPS] = [&[]; FLAT_OPS];
+    for ((r, s), v) in refs.iter_mut().zip(&mut shapes).zip(&vals) {
+        if let Some(v) = v {
+            *r = v;
+            *s = &v.shape;
+        }
+    }
+    let (refs, shapes) = (&refs[..args.len()], &shapes[..args.len()]);
+    let Some(plan) = FlatPlan::new(spec, shapes, &g.shape) else {
+        return Ok(false);
+    };
+    for (k, arg) in args.iter().enumerate() {
+        match arg {
+            Expr::Var(i) if grads.get(*i).is_some_and(|t| t.shape == refs[k].shape) => {
+                plan.vjp_into(k, g, refs, &mut grads[*i].data)
+            }
+            _ => {
+                let mut gk = Tensor::zeros(&refs[k].shape);
+                plan.vjp_into(k, g, refs, &mut gk.data);
+                backprop(arg, xs, &gk, grads, ctx)?;
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// The plan `einsum` makes for operands of these shapes (the label sizes it
 /// finds, then `einsum_plan`), made once for a workspace whose operands
 /// keep their shapes (SPEC.md §18.1).
@@ -1192,15 +1264,30 @@ pub fn einsum_plan_for(spec: &Einsum, shapes: &[&[usize]]) -> Result<EinsumPlan,
 /// shapes), written into `out`, whose buffers are reused: the same
 /// products, added in the same order.
 pub fn einsum_planned_into(plan: &EinsumPlan, ops: &[&Tensor], out: &mut Tensor) {
-    let EinsumPlan {
-        dims,
-        out_shape,
-        out_st,
-        op_st,
-    } = plan;
-    out.shape.clone_from(out_shape);
+    out.shape.clone_from(&plan.out_shape);
     out.data.clear();
-    out.data.resize(numel(out_shape), Q::zero());
+    out.data.resize(numel(&plan.out_shape), Q::zero());
+    if ops.len() <= FLAT_OPS {
+        let mut srcs: [(&[Q], &[usize]); FLAT_OPS] = [(&[], &[]); FLAT_OPS];
+        for ((slot, t), st) in srcs.iter_mut().zip(ops).zip(&plan.op_st) {
+            *slot = (&t.data, st);
+        }
+        contract_into(&plan.dims, &srcs[..ops.len()], &mut out.data, &plan.out_st);
+    } else {
+        let srcs: Vec<(&[Q], &[usize])> = ops
+            .iter()
+            .zip(&plan.op_st)
+            .map(|(t, st)| (t.data.as_slice(), st.as_slice()))
+            .collect();
+        contract_into(&plan.dims, &srcs, &mut out.data, &plan.out_st);
+    }
+}
+
+/// The einsum loop over every index of `dims` (the last label fastest):
+/// the product of the sources' entries, each source read at the dot of the
+/// index with its strides, multiplied in order and stopped at a zero, is
+/// added into `dst`'s entry at the dot of the index with `dst_st`.
+fn contract_into(dims: &[usize], srcs: &[(&[Q], &[usize])], dst: &mut [Q], dst_st: &[usize]) {
     let nd = dims.len();
     let mut idx = [0usize; 16];
     let mut idx_heap = Vec::new();
@@ -1210,43 +1297,140 @@ pub fn einsum_planned_into(plan: &EinsumPlan, ops: &[&Tensor], out: &mut Tensor)
         idx_heap.resize(nd, 0);
         &mut idx_heap
     };
-    let mut offs = [0usize; 8];
+    let mut offs = [0usize; 16];
     let mut offs_heap = Vec::new();
-    let offs: &mut [usize] = if ops.len() <= offs.len() {
-        &mut offs[..ops.len()]
+    let offs: &mut [usize] = if srcs.len() <= offs.len() {
+        &mut offs[..srcs.len()]
     } else {
-        offs_heap.resize(ops.len(), 0);
+        offs_heap.resize(srcs.len(), 0);
         &mut offs_heap
     };
     let mut o = 0usize;
     for _ in 0..numel(dims) {
         let mut prod = Q::one();
-        for (t, off) in ops.iter().zip(offs.iter()) {
-            prod = prod.mul(&t.data[*off]);
+        for ((t, _), off) in srcs.iter().zip(offs.iter()) {
+            prod = prod.mul(&t[*off]);
             if prod.is_zero() {
                 break;
             }
         }
         if !prod.is_zero() {
-            out.data[o] = out.data[o].add(&prod);
+            dst[o] = dst[o].add(&prod);
         }
         let mut d = nd;
         while d > 0 {
             d -= 1;
             idx[d] += 1;
-            for (off, st) in offs.iter_mut().zip(op_st) {
+            for (off, (_, st)) in offs.iter_mut().zip(srcs) {
                 *off += st[d];
             }
-            o += out_st[d];
+            o += dst_st[d];
             if idx[d] < dims[d] {
                 break;
             }
-            for (off, st) in offs.iter_mut().zip(op_st) {
+            for (off, (_, st)) in offs.iter_mut().zip(srcs) {
                 *off -= st[d] * dims[d];
             }
-            o -= out_st[d] * dims[d];
+            o -= dst_st[d] * dims[d];
             idx[d] = 0;
         }
+    }
+}
+
+/// Labels and operands an einsum's VJP plans without the heap
+/// (`FlatPlan`); more take `einsum`'s own path.
+const FLAT_LABELS: usize = 16;
+const FLAT_OPS: usize = 8;
+
+/// The plan `einsum_plan` makes (with the label sizes `all_sizes` finds),
+/// held in fixed arrays: label sizes in order of first occurrence over the
+/// operands, and per label the output's and each operand's stride (that
+/// of the label's first position, 0 where it is absent).
+struct FlatPlan {
+    labels: usize,
+    dims: [usize; FLAT_LABELS],
+    out_st: [usize; FLAT_LABELS],
+    op_st: [[usize; FLAT_LABELS]; FLAT_OPS],
+}
+
+impl FlatPlan {
+    /// The plan for operands of `shapes` and an output cotangent of shape
+    /// `out`; `None` where they do not fit the spec (ranks, label sizes,
+    /// the output's shape) or the arrays, so that the caller takes the
+    /// general path, which is the definition.
+    fn new(spec: &Einsum, shapes: &[&[usize]], out: &[usize]) -> Option<FlatPlan> {
+        if shapes.len() > FLAT_OPS || spec.inputs.len() != shapes.len() {
+            return None;
+        }
+        let mut p = FlatPlan {
+            labels: 0,
+            dims: [0; FLAT_LABELS],
+            out_st: [0; FLAT_LABELS],
+            op_st: [[0; FLAT_LABELS]; FLAT_OPS],
+        };
+        let mut names = [' '; FLAT_LABELS];
+        for (ls, sh) in spec.inputs.iter().zip(shapes) {
+            if ls.len() != sh.len() {
+                return None;
+            }
+            for (c, &n) in ls.iter().zip(*sh) {
+                match names[..p.labels].iter().position(|l| l == c) {
+                    Some(l) if p.dims[l] != n => return None,
+                    Some(_) => {}
+                    None if p.labels == FLAT_LABELS => return None,
+                    None => {
+                        names[p.labels] = *c;
+                        p.dims[p.labels] = n;
+                        p.labels += 1;
+                    }
+                }
+            }
+        }
+        let names = &names[..p.labels];
+        // Every output label is an operand's, of the cotangent's size.
+        if spec.output.len() != out.len() {
+            return None;
+        }
+        for (c, &n) in spec.output.iter().zip(out) {
+            match names.iter().position(|l| l == c) {
+                Some(l) if p.dims[l] == n => {}
+                _ => return None,
+            }
+        }
+        let fill = |st: &mut [usize; FLAT_LABELS], ls: &[char], sh: &[usize]| {
+            for (l, c) in names.iter().enumerate() {
+                st[l] = match ls.iter().position(|x| x == c) {
+                    Some(q) => sh[q + 1..].iter().product(),
+                    None => 0,
+                };
+            }
+        };
+        fill(&mut p.out_st, &spec.output, out);
+        for ((st, ls), sh) in p.op_st.iter_mut().zip(&spec.inputs).zip(shapes) {
+            fill(st, ls, sh);
+        }
+        Some(p)
+    }
+
+    /// Add into `dst` (of operand `k`'s shape) the cotangent of operand `k`
+    /// for output cotangent `g`: `einsum`'s VJP contraction of `g` with the
+    /// other operands onto k's labels, the same products in the same order.
+    fn vjp_into(&self, k: usize, g: &Tensor, ops: &[&Tensor], dst: &mut [Q]) {
+        let mut srcs: [(&[Q], &[usize]); FLAT_OPS] = [(&[], &[]); FLAT_OPS];
+        srcs[0] = (&g.data, &self.out_st[..self.labels]);
+        let mut n = 1;
+        for (j, t) in ops.iter().enumerate() {
+            if j != k {
+                srcs[n] = (&t.data, &self.op_st[j][..self.labels]);
+                n += 1;
+            }
+        }
+        contract_into(
+            &self.dims[..self.labels],
+            &srcs[..n],
+            dst,
+            &self.op_st[k][..self.labels],
+        );
     }
 }
 
@@ -1381,6 +1565,88 @@ mod tests {
         let f = parse("x / y").unwrap();
         assert_eq!(vjp(&f.expr, &xs, &g), Err(EvalError::DivByZero));
         assert_eq!(vjp_tree(&f.expr, &xs, &g), Err(EvalError::DivByZero));
+    }
+    /// The flat einsum VJP (one stack plan for every operand, a variable's
+    /// cotangent added in place) against the definition
+    /// (`einsum_vjp_general`): contraction, transposition, a full sum, an
+    /// outer product, three operands, a repeated variable and a computed
+    /// operand, with zeros in the values and the cotangent, into gradients
+    /// that already hold a value.
+    #[test]
+    fn the_flat_einsum_vjp_is_the_definition() {
+        let a23 = t(&[2, 3], &[1, -2, 0, 3, 5, -1]);
+        let b32 = t(&[3, 2], &[2, 0, 1, -3, 4, 1]);
+        let v3 = t(&[3], &[0, 2, -1]);
+        let w2 = t(&[2], &[3, -1]);
+        type Case<'a> = (&'a str, Vec<&'a Tensor>);
+        let cases: [Case; 7] = [
+            ("einsum(\"ij,jk->ik\", a, b)", vec![&a23, &b32]),
+            ("einsum(\"ij->ji\", a)", vec![&a23]),
+            ("einsum(\"ij->\", a)", vec![&a23]),
+            ("einsum(\"i,j->ij\", a, b)", vec![&v3, &w2]),
+            ("einsum(\"ij,jk,j->ki\", a, b, c)", vec![&a23, &b32, &v3]),
+            ("einsum(\"i,i->i\", a, a)", vec![&v3]),
+            (
+                "einsum(\"ij,jk->ik\", a * 2 - b, c)",
+                vec![&a23, &a23, &b32],
+            ),
+        ];
+        let mut compared = 0;
+        for (src, xs) in cases {
+            let f = parse(src).unwrap();
+            let Expr::Einsum(spec, args) = &f.expr else {
+                panic!("{src}")
+            };
+            let y = eval(&f.expr, &xs, &mut Ctx::default()).unwrap();
+            for off in [0, 1] {
+                let n = y.numel() as i64;
+                let g = Tensor::new(
+                    y.shape.clone(),
+                    (0..n).map(|k| Q::frac((k + off) % 3 - 1, 2)).collect(),
+                );
+                let start: Vec<Tensor> = xs.iter().map(|x| x.map(|v| v.add(&Q::one()))).collect();
+                let (mut flat, mut def) = (start.clone(), start.clone());
+                let done = einsum_vjp_flat(spec, args, &xs, &g, &mut flat, &mut Ctx::default());
+                assert_eq!(done, Ok(true), "{src}");
+                einsum_vjp_general(spec, args, &xs, &g, &mut def, &mut Ctx::default()).unwrap();
+                assert_eq!(flat, def, "{src}, g {g}");
+                if !g.is_zero() {
+                    assert_ne!(flat, start, "{src}: the cotangent reached no gradient");
+                }
+                compared += 1;
+            }
+        }
+        assert_eq!(compared, 14);
+        // Shapes the plan does not fit are left to the definition: a
+        // cotangent of another shape, operands disagreeing on a label.
+        let f = parse("einsum(\"ij,jk->ik\", a, b)").unwrap();
+        let Expr::Einsum(spec, args) = &f.expr else {
+            unreachable!()
+        };
+        let wrong_g = t(&[2, 3], &[1; 6]);
+        let mut gr = vec![Tensor::zeros(&[2, 3]), Tensor::zeros(&[3, 2])];
+        let done = einsum_vjp_flat(
+            spec,
+            args,
+            &[&a23, &b32],
+            &wrong_g,
+            &mut gr,
+            &mut Ctx::default(),
+        );
+        assert_eq!(done, Ok(false));
+        assert!(gr.iter().all(Tensor::is_zero), "nothing written");
+        assert!(FlatPlan::new(spec, &[&[2, 3], &[2, 2]], &[2, 2]).is_none());
+        assert!(FlatPlan::new(spec, &[&[2, 3], &[3, 2]], &[2, 2]).is_some());
+        // The twin: operand 1's contraction written into operand 0's
+        // gradient (both 2x2 here) is told apart from the definition.
+        let (a, b) = (t(&[2, 2], &[1, 2, 3, 4]), t(&[2, 2], &[0, 1, -1, 2]));
+        let g = t(&[2, 2], &[1, 0, 2, 1]);
+        let plan = FlatPlan::new(spec, &[&[2, 2], &[2, 2]], &[2, 2]).unwrap();
+        let mut wrong = Tensor::zeros(&[2, 2]);
+        plan.vjp_into(1, &g, &[&a, &b], &mut wrong.data);
+        let mut def = vec![Tensor::zeros(&[2, 2]), Tensor::zeros(&[2, 2])];
+        einsum_vjp_general(spec, args, &[&a, &b], &g, &mut def, &mut Ctx::default()).unwrap();
+        assert_ne!(wrong, def[0]);
     }
     /// The incremental einsum against the entry-by-entry definition (an
     /// index vector per entry), on specs with contraction, transposition,

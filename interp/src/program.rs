@@ -6,7 +6,8 @@
 
 use crate::collective::Kind;
 use crate::eval::{
-    einsum_plan_for, einsum_planned_into, eval, eval_into, vjp, Ctx, Degree, EinsumPlan, EvalError,
+    einsum_plan_for, einsum_planned_into, eval, eval_into, vjp, vjp_add, Ctx, Degree, EinsumPlan,
+    EvalError,
 };
 use crate::expr::Expr;
 use crate::op::{Backward, Forward, Op, TypedOp};
@@ -270,13 +271,7 @@ impl Program {
                     None => continue, // the value does not reach the output
                 }
             };
-            let gs = step_backward(m, s, &at, gj)?;
-            for (&a, ga) in s.args.iter().zip(gs) {
-                cot[a] = Some(match cot[a].take() {
-                    None => ga,
-                    Some(prev) => prev.add(&ga),
-                });
-            }
+            step_backward(m, s, &at, gj, &mut cot)?;
         }
         Ok((0..k)
             .map(|i| {
@@ -543,18 +538,23 @@ fn step_forward(
 }
 
 /// One step's declared backward at cotangent `g`, its arguments read in
-/// place through `at`. A local op's own VJP (no `no_grad`) runs rank by
-/// rank exactly as `TypedOp::backward` does, a zero cotangent giving exact
-/// zeros; any other backward gets its arguments as a slice, borrowed when
-/// the step has one.
+/// place through `at`, each argument's cotangent added into `cot` (a value
+/// used by several steps gets the sum). A local op's own VJP (no
+/// `no_grad`) runs rank by rank exactly as `TypedOp::backward` does, a zero
+/// cotangent giving exact zeros; any other backward gets its arguments as a
+/// slice, borrowed when the step has one.
 fn step_backward<'a>(
     m: &Mesh,
     s: &Step,
     at: &impl Fn(usize) -> &'a PerRank,
     g: &PerRank,
-) -> Result<Vec<PerRank>, EvalError> {
-    match (&s.op.backward, &s.op.op) {
+    cot: &mut [Option<PerRank>],
+) -> Result<(), EvalError> {
+    let gs = match (&s.op.backward, &s.op.op) {
         (Backward::LocalVjp, Op::Local(f)) if s.op.no_grad.is_empty() => {
+            if local_vjp_in_place(m.num_ranks(), s, &f.expr, at, g, cot)? {
+                return Ok(());
+            }
             let n = m.num_ranks();
             let mut out: Vec<PerRank> = s
                 .args
@@ -575,16 +575,106 @@ fn step_backward<'a>(
                     o.tensors.push(gi);
                 }
             }
-            Ok(out)
+            out
         }
         _ => match s.args.as_slice() {
-            [a] => s.op.backward(m, std::slice::from_ref(at(*a)), g),
+            [a] => s.op.backward(m, std::slice::from_ref(at(*a)), g)?,
             args => {
                 let args: Vec<PerRank> = args.iter().map(|&a| at(a).clone()).collect();
-                s.op.backward(m, &args, g)
+                s.op.backward(m, &args, g)?
             }
         },
+    };
+    for (&a, ga) in s.args.iter().zip(gs) {
+        add_cotangent(&mut cot[a], ga);
     }
+    Ok(())
+}
+
+/// `slot + ga` into `slot` (`ga` where it is empty): in place where the
+/// two have the same ranks and shapes (the same sums as `PerRank::add`),
+/// else by `PerRank::add` itself.
+fn add_cotangent(slot: &mut Option<PerRank>, ga: PerRank) {
+    match slot {
+        None => *slot = Some(ga),
+        Some(prev)
+            if prev.tensors.len() == ga.tensors.len()
+                && prev
+                    .tensors
+                    .iter()
+                    .zip(&ga.tensors)
+                    .all(|(p, q)| p.shape == q.shape) =>
+        {
+            for (p, q) in prev.tensors.iter_mut().zip(&ga.tensors) {
+                p.add_scaled(&Q::one(), q);
+            }
+        }
+        Some(prev) => *prev = prev.add(&ga),
+    }
+}
+
+/// A local step's VJP added rank by rank straight into its arguments'
+/// cotangents in `cot` (`vjp_add`), a missing one starting at zeros: no
+/// tensor per rank and argument beyond those, and no sum of two. Only for
+/// distinct arguments (at most `MAX_ARGS`) whose values and cotangents
+/// have `n` ranks of matching shapes, and a cotangent `g` of `n` ranks;
+/// otherwise `false`, with nothing done, and the caller takes the general
+/// path. A rank where `g` is zero adds nothing, as its exact zeros would.
+fn local_vjp_in_place<'a>(
+    n: usize,
+    s: &Step,
+    e: &Expr,
+    at: &impl Fn(usize) -> &'a PerRank,
+    g: &PerRank,
+    cot: &mut [Option<PerRank>],
+) -> Result<bool, EvalError> {
+    let na = s.args.len();
+    if na > MAX_ARGS || g.tensors.len() != n {
+        return Ok(false);
+    }
+    for (i, &a) in s.args.iter().enumerate() {
+        if s.args[..i].contains(&a) || at(a).tensors.len() != n {
+            return Ok(false);
+        }
+        if let Some(c) = &cot[a] {
+            let fits = c.tensors.len() == n
+                && c.tensors
+                    .iter()
+                    .zip(&at(a).tensors)
+                    .all(|(c, v)| c.shape == v.shape);
+            if !fits {
+                return Ok(false);
+            }
+        }
+    }
+    for &a in &s.args {
+        cot[a].get_or_insert_with(|| PerRank {
+            tensors: at(a)
+                .tensors
+                .iter()
+                .map(|t| Tensor::zeros(&t.shape))
+                .collect(),
+        });
+    }
+    let mut grads: [Tensor; MAX_ARGS] = std::array::from_fn(|_| EMPTY.clone());
+    for r in 0..n {
+        if g.tensors[r].is_zero() {
+            continue;
+        }
+        let mut args: [&Tensor; MAX_ARGS] = [&EMPTY; MAX_ARGS];
+        for ((slot, gr), &a) in args.iter_mut().zip(&mut grads).zip(&s.args) {
+            *slot = &at(a).tensors[r];
+            let c = cot[a].as_mut().expect("filled above");
+            std::mem::swap(gr, &mut c.tensors[r]);
+        }
+        let res = vjp_add(e, &args[..na], &g.tensors[r], &mut grads[..na]);
+        for (gr, &a) in grads.iter_mut().zip(&s.args) {
+            let c = cot[a].as_mut().expect("filled above");
+            std::mem::swap(gr, &mut c.tensors[r]);
+        }
+        res?;
+    }
+    Ok(true)
 }
 
 /// A local step `einsum(...)` or `einsum(...)^k` over its arguments, planned
@@ -775,6 +865,87 @@ mod tests {
         assert_eq!(dx[0].tensors[0].data[0], Q::int(12));
         let (_, d) = p.infer(&m, &[vec![]]).unwrap();
         assert_eq!(d.num, vec![2]);
+    }
+
+    /// The reverse pass by the steps' own backwards (`TypedOp::backward`
+    /// on cloned arguments) with cotangents summed by `PerRank::add`, or,
+    /// for the twin, overwritten by the last step's.
+    fn backward_by_ops(
+        p: &Program,
+        m: &Mesh,
+        xs: &[PerRank],
+        g: &PerRank,
+        sum: bool,
+    ) -> Vec<PerRank> {
+        let vals = p.values(m, xs).unwrap();
+        let mut cot: Vec<Option<PerRank>> = vec![None; vals.len()];
+        cot[vals.len() - 1] = Some(g.clone());
+        for (j, s) in p.steps.iter().enumerate().rev() {
+            let Some(gj) = cot[xs.len() + j].take() else {
+                continue;
+            };
+            let args: Vec<PerRank> = s.args.iter().map(|&a| vals[a].clone()).collect();
+            for (&a, ga) in s.args.iter().zip(s.op.backward(m, &args, &gj).unwrap()) {
+                cot[a] = Some(match cot[a].take() {
+                    Some(prev) if sum => prev.add(&ga),
+                    _ => ga,
+                });
+            }
+        }
+        cot.truncate(xs.len());
+        cot.into_iter().map(|c| c.unwrap()).collect()
+    }
+
+    /// The in-place reverse pass (local VJPs added straight into the
+    /// cotangents, in-place sums) against the steps' own backwards summed
+    /// by `PerRank::add`: fan-out of inputs and of step values, an einsum
+    /// step, a full contraction broadcast back, a step using one value
+    /// twice (the general path), and a cotangent that is zero on a rank.
+    #[test]
+    fn the_in_place_reverse_pass_is_the_steps_backwards_summed() {
+        let steps = vec![
+            local("t = x0 x1", "a * b", &[0, 1], 2),
+            local("u = t x0", "einsum(\"i,i->i\", a, b)", &[2, 0], 2),
+            local("w = u + 3t", "a + 3 * b", &[3, 2], 2),
+            local("y = x1 w - x0", "a * b - c", &[1, 4, 0], 3),
+            local("z = y y", "a * b", &[5, 5], 2),
+            local("q = z . x0", "einsum(\"i,i->\", a, b)", &[6, 0], 2),
+            local("o = q x1 / 2", "a * b / 2", &[7, 1], 2),
+        ];
+        let v = Type::one(State::Varying);
+        let p = Program::new(vec![v.clone(), v], steps).unwrap();
+        let m = Mesh::line(2);
+        let vec2 = |a: Q, b: Q| Tensor::new(vec![2], vec![a, b]);
+        let pr = |ts: Vec<Tensor>| PerRank { tensors: ts };
+        let xs = [
+            pr(vec![
+                vec2(Q::frac(1, 2), Q::int(-1)),
+                vec2(Q::int(2), Q::zero()),
+            ]),
+            pr(vec![
+                vec2(Q::int(3), Q::frac(-2, 3)),
+                vec2(Q::one(), Q::int(2)),
+            ]),
+        ];
+        let gs = [
+            pr(vec![
+                vec2(Q::one(), Q::int(-2)),
+                vec2(Q::frac(1, 3), Q::int(5)),
+            ]),
+            pr(vec![vec2(Q::int(2), Q::zero()), vec2(Q::zero(), Q::zero())]),
+        ];
+        for g in &gs {
+            let got = p.backward(&m, &xs, g).unwrap();
+            assert_eq!(got, backward_by_ops(&p, &m, &xs, g, true));
+            assert!(
+                got.iter().all(|c| !c.tensors[0].is_zero()),
+                "reached every input"
+            );
+            // The twin: a pass that keeps one step's cotangent of x0 instead
+            // of the sum over its four uses is told apart.
+            let wrong = backward_by_ops(&p, &m, &xs, g, false);
+            assert_ne!(got[0], wrong[0]);
+        }
     }
 
     /// Fan-in of one value to both arguments of a sum, five times: the
