@@ -99,9 +99,16 @@ impl GroupSums {
     }
 }
 
+/// Chunk `k` of `n` along `dim` (what `x.chunk(n, dim)[k]` is), sliced
+/// alone.
+fn piece(x: &Tensor, n: usize, k: usize, dim: usize) -> Tensor {
+    let len = x.shape[dim] / n;
+    x.slice(dim, k * len, (k + 1) * len)
+}
+
 /// Entry `k` along `dim` (of size n), with the dim dropped.
 fn unstack(x: &Tensor, n: usize, k: usize, dim: usize) -> Tensor {
-    let piece = x.chunk(n, dim)[k].clone();
+    let piece = piece(x, n, k, dim);
     let mut shape = piece.shape.clone();
     shape.remove(dim);
     Tensor::new(shape, piece.data)
@@ -532,15 +539,11 @@ impl Collective {
                     (Kind::ReduceScatter { dim, stack: true }, _) => {
                         unstack(sums.get(g, &ds), n, k, *dim)
                     }
-                    (Kind::ReduceScatter { dim, .. }, State::Partial) => {
-                        here.chunk(n, *dim)[k].clone()
-                    }
-                    (Kind::ReduceScatter { dim, .. }, _) => {
-                        sums.get(g, &ds).chunk(n, *dim)[k].clone()
-                    }
+                    (Kind::ReduceScatter { dim, .. }, State::Partial) => piece(here, n, k, *dim),
+                    (Kind::ReduceScatter { dim, .. }, _) => piece(sums.get(g, &ds), n, k, *dim),
                     (Kind::AllToAll { split, concat }, _) => {
                         let parts: Vec<Tensor> =
-                            ds.iter().map(|t| t.chunk(n, *split)[k].clone()).collect();
+                            ds.iter().map(|t| piece(t, n, k, *split)).collect();
                         Tensor::concat(&parts, *concat)
                     }
                     // Reinterpreting keeps local data, so the denotation
@@ -559,7 +562,7 @@ impl Collective {
                     (Kind::Convert { dim, stack }, State::Invariant | State::Reduced) => {
                         match (self.dst, stack) {
                             (State::Varying, true) => unstack(here, n, k, *dim),
-                            (State::Varying, false) => here.chunk(n, *dim)[k].clone(),
+                            (State::Varying, false) => piece(here, n, k, *dim),
                             _ => here.clone(),
                         }
                     }
