@@ -33,9 +33,11 @@ impl Mesh {
     pub fn line(n: usize) -> Mesh {
         Mesh::new(&[("x", n)])
     }
+    #[inline]
     pub fn ndim(&self) -> usize {
         self.axes.len()
     }
+    #[inline]
     pub fn num_ranks(&self) -> usize {
         self.axes.iter().map(|a| a.size).product()
     }
@@ -57,14 +59,17 @@ impl Mesh {
     }
     /// Coordinate `axis` of `rank` (entry `axis` of [`Mesh::coords`]),
     /// without building the others.
+    #[inline]
     pub fn coord(&self, rank: usize, axis: usize) -> usize {
         rank / self.stride(axis) % self.axes[axis].size
     }
     /// How far apart two ranks are that differ by one along `axis` (the
     /// product of the later axes' sizes).
+    #[inline]
     pub fn stride(&self, axis: usize) -> usize {
         self.axes[axis + 1..].iter().map(|a| a.size).product()
     }
+    #[inline]
     pub fn rank(&self, coords: &[usize]) -> usize {
         coords
             .iter()
@@ -109,6 +114,7 @@ impl Mesh {
         })
     }
     /// The rank reached from `rank` by setting coordinate `axis` to `c`.
+    #[inline]
     pub fn with_coord(&self, rank: usize, axis: usize, c: usize) -> usize {
         let st = self.stride(axis);
         rank - (rank / st % self.axes[axis].size) * st + c * st
@@ -149,10 +155,12 @@ impl RankGroups {
         RankGroups { n, members, index }
     }
     /// The ranks of `r`'s group.
+    #[inline]
     pub fn members(&self, r: usize) -> &[usize] {
         &self.members[r * self.n..(r + 1) * self.n]
     }
     /// `r`'s index in its group.
+    #[inline]
     pub fn index(&self, r: usize) -> usize {
         self.index[r]
     }
