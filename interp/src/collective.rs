@@ -7,6 +7,7 @@
 //! are written separately, so F3 compares two independent descriptions.
 
 use spmd_semantics::perrank::Denot;
+use spmd_semantics::tensor::{numel, same_shape};
 use spmd_semantics::{Mesh, PerRank, Shape, State, Tensor, Q};
 
 /// What a collective does to local tensors.
@@ -98,9 +99,16 @@ impl GroupSums {
     }
 }
 
+/// Chunk `k` of `n` along `dim` (what `x.chunk(n, dim)[k]` is), sliced
+/// alone.
+fn piece(x: &Tensor, n: usize, k: usize, dim: usize) -> Tensor {
+    let len = x.shape[dim] / n;
+    x.slice(dim, k * len, (k + 1) * len)
+}
+
 /// Entry `k` along `dim` (of size n), with the dim dropped.
 fn unstack(x: &Tensor, n: usize, k: usize, dim: usize) -> Tensor {
-    let piece = x.chunk(n, dim)[k].clone();
+    let piece = piece(x, n, k, dim);
     let mut shape = piece.shape.clone();
     shape.remove(dim);
     Tensor::new(shape, piece.data)
@@ -127,6 +135,55 @@ fn place_stacked(x: &Tensor, n: usize, k: usize, dim: usize) -> Tensor {
 /// `x` as block `k` of n along `dim`, zeros elsewhere.
 fn place(x: &Tensor, n: usize, k: usize, dim: usize) -> Tensor {
     Tensor::concat(&one_hot(x, n, k), dim)
+}
+
+/// Chunk `k` of `n` equal chunks along one dim of a row-major tensor, read
+/// as runs of its flat data: the chunk's flat offset `f` lies in block
+/// `f / bl` (of `bl` = chunk length × inner size) and is the tensor's offset
+/// `(block * n + k) * bl + f % bl`.
+struct Chunk {
+    bl: usize,
+    n: usize,
+    k: usize,
+    /// Entries in the chunk.
+    len: usize,
+}
+
+impl Chunk {
+    fn new(s: &[usize], dim: usize, n: usize, k: usize) -> Chunk {
+        let bl = s[dim] / n * numel(&s[dim + 1..]);
+        Chunk {
+            bl,
+            n,
+            k,
+            len: numel(&s[..dim]) * bl,
+        }
+    }
+    /// Calls `f(chunk offset, tensor offset, run length)` for the runs that
+    /// cover chunk offsets `from..to`.
+    fn runs(&self, from: usize, to: usize, mut f: impl FnMut(usize, usize, usize)) {
+        let mut at = from;
+        while at < to {
+            let (b, off) = (at / self.bl, at % self.bl);
+            let run = (self.bl - off).min(to - at);
+            f(at, (b * self.n + self.k) * self.bl + off, run);
+            at += run;
+        }
+    }
+    /// Appends the chunk's entries `from..to` of `x` to `dst`.
+    fn push(&self, dst: &mut Vec<Q>, x: &[Q], from: usize, to: usize) {
+        self.runs(from, to, |_, src, run| {
+            dst.extend_from_slice(&x[src..src + run])
+        });
+    }
+    /// Adds the chunk of `x` to `dst` (the chunk's length) entrywise.
+    fn add(&self, dst: &mut [Q], x: &[Q]) {
+        self.runs(0, self.len, |at, src, run| {
+            for (a, b) in dst[at..at + run].iter_mut().zip(&x[src..src + run]) {
+                *a = a.add(b);
+            }
+        });
+    }
 }
 
 impl Collective {
@@ -253,6 +310,154 @@ impl Collective {
 
     /// The per-rank forward.
     pub fn forward(&self, m: &Mesh, x: &PerRank) -> PerRank {
+        let mut out = PerRank {
+            tensors: Vec::new(),
+        };
+        if self.forward_into(m, x, &mut out).is_err() {
+            // Parameters that do not fit: whatever the plain forward does.
+            return self.forward_reference(m, x);
+        }
+        out
+    }
+
+    /// The per-rank forward written into `out`, reusing its tensors'
+    /// buffers: each rank's result is copied (or summed) straight from the
+    /// inputs by offset runs, with no intermediate gather, chunk or group
+    /// sum. Equal to [`Collective::forward_reference`]: same entries, each
+    /// sum taken in group order. An input shape that does not fit
+    /// ([`Collective::infer`]) is an error and leaves `out` as it was.
+    pub fn forward_into(&self, m: &Mesh, x: &PerRank, out: &mut PerRank) -> Result<(), String> {
+        let shape = self.infer(m, x.shape())?;
+        let nr = m.num_ranks();
+        let s = x.shape();
+        if x.tensors.len() != nr || x.tensors.iter().any(|t| !same_shape(&t.shape, s)) {
+            *out = self.forward_reference(m, x);
+            return Ok(());
+        }
+        let groups = m.groups(&self.axes);
+        let n = groups.n;
+        out.tensors.truncate(nr);
+        out.tensors.resize_with(nr, || Tensor {
+            shape: Vec::new(),
+            data: Vec::new(),
+        });
+        let size = numel(s);
+        // Results shared by the whole group are built at its first member
+        // (the smallest rank, so already written) and copied.
+        let shared = matches!(
+            self.kind,
+            Kind::AllGather { .. } | Kind::AllReduce | Kind::PMean
+        );
+        for r in 0..nr {
+            let (g, k) = (groups.members(r), groups.index(r));
+            let (done, rest) = out.tensors.split_at_mut(r);
+            let o = &mut rest[0];
+            if shared && k != 0 {
+                o.clone_from(&done[g[0]]);
+                continue;
+            }
+            o.shape.clone_from(&shape);
+            o.data.clear();
+            let here = &x.tensors[r];
+            match &self.kind {
+                Kind::AllGather { dim, .. } => {
+                    // Stacking inserts a dim of size 1 in each part: the
+                    // same runs as concatenating along `dim`.
+                    let inner = numel(&s[*dim..]);
+                    o.data.reserve(size * n);
+                    for b in 0..numel(&s[..*dim]) {
+                        for &q in g {
+                            o.data
+                                .extend_from_slice(&x.tensors[q].data[b * inner..(b + 1) * inner]);
+                        }
+                    }
+                }
+                Kind::AllReduce | Kind::PMean => {
+                    o.data.extend_from_slice(&x.tensors[g[0]].data);
+                    for &q in &g[1..] {
+                        for (a, b) in o.data.iter_mut().zip(&x.tensors[q].data) {
+                            *a = a.add(b);
+                        }
+                    }
+                    if let Kind::PMean = self.kind {
+                        let h = Q::frac(1, n as i64);
+                        for a in &mut o.data {
+                            *a = a.mul(&h);
+                        }
+                    }
+                }
+                Kind::DivideByGroupSize => {
+                    let h = Q::frac(1, n as i64);
+                    o.data.extend(here.data.iter().map(|a| a.mul(&h)));
+                }
+                Kind::ReduceScatter { dim, .. } => {
+                    // Chunk k of the sum is the sum of the chunks k.
+                    let runs = Chunk::new(s, *dim, n, k);
+                    runs.push(&mut o.data, &x.tensors[g[0]].data, 0, runs.len);
+                    for &q in &g[1..] {
+                        runs.add(&mut o.data, &x.tensors[q].data);
+                    }
+                }
+                Kind::AllToAll { split, concat } => {
+                    // Chunk k (along `split`) of each member, concatenated
+                    // along `concat` in group order.
+                    let runs = Chunk::new(s, *split, n, k);
+                    let mut ps = s.to_vec();
+                    ps[*split] /= n;
+                    let inner = numel(&ps[*concat..]);
+                    o.data.reserve(runs.len * n);
+                    for b in 0..numel(&ps[..*concat]) {
+                        for &q in g {
+                            runs.push(&mut o.data, &x.tensors[q].data, b * inner, (b + 1) * inner);
+                        }
+                    }
+                }
+                Kind::Reinterpret => o.data.extend_from_slice(&here.data),
+                Kind::Convert { dim, .. } => match (self.src, self.dst) {
+                    (State::Reduced | State::Invariant, State::Varying) => {
+                        // Chunk k; unstacking drops the dim (of size n).
+                        let runs = Chunk::new(s, *dim, n, k);
+                        runs.push(&mut o.data, &here.data, 0, runs.len);
+                    }
+                    (State::Varying, State::Partial) => {
+                        // Block k of n along `dim`, zeros elsewhere; the
+                        // stacked form (a new dim) has the same runs.
+                        let inner = numel(&s[*dim..]);
+                        o.data.reserve(size * n);
+                        for b in 0..numel(&s[..*dim]) {
+                            for j in 0..n {
+                                if j == k {
+                                    o.data
+                                        .extend_from_slice(&here.data[b * inner..(b + 1) * inner]);
+                                } else {
+                                    o.data.resize(o.data.len() + inner, Q::zero());
+                                }
+                            }
+                        }
+                    }
+                    (State::Reduced | State::Invariant, State::Partial) => {
+                        if k == 0 {
+                            o.data.extend_from_slice(&here.data);
+                        } else {
+                            o.data.resize(size, Q::zero());
+                        }
+                    }
+                    _ => o.data.extend_from_slice(&here.data),
+                },
+                Kind::PPermute { perm } => match perm.iter().position(|p| *p == Some(k)) {
+                    Some(src) => o.data.extend_from_slice(&x.tensors[g[src]].data),
+                    None => o.data.resize(size, Q::zero()),
+                },
+            }
+        }
+        Ok(())
+    }
+
+    /// The per-rank forward written plainly (each rank's result built from
+    /// whole-tensor gathers, sums and chunks). [`Collective::forward_into`]
+    /// is tested against it; it also serves inputs whose ranks hold tensors
+    /// of different shapes, which the fast path does not handle.
+    pub fn forward_reference(&self, m: &Mesh, x: &PerRank) -> PerRank {
         let groups = m.groups(&self.axes);
         let mut sums = GroupSums::new(m.num_ranks());
         let tensors = (0..m.num_ranks())
@@ -334,15 +539,11 @@ impl Collective {
                     (Kind::ReduceScatter { dim, stack: true }, _) => {
                         unstack(sums.get(g, &ds), n, k, *dim)
                     }
-                    (Kind::ReduceScatter { dim, .. }, State::Partial) => {
-                        here.chunk(n, *dim)[k].clone()
-                    }
-                    (Kind::ReduceScatter { dim, .. }, _) => {
-                        sums.get(g, &ds).chunk(n, *dim)[k].clone()
-                    }
+                    (Kind::ReduceScatter { dim, .. }, State::Partial) => piece(here, n, k, *dim),
+                    (Kind::ReduceScatter { dim, .. }, _) => piece(sums.get(g, &ds), n, k, *dim),
                     (Kind::AllToAll { split, concat }, _) => {
                         let parts: Vec<Tensor> =
-                            ds.iter().map(|t| t.chunk(n, *split)[k].clone()).collect();
+                            ds.iter().map(|t| piece(t, n, k, *split)).collect();
                         Tensor::concat(&parts, *concat)
                     }
                     // Reinterpreting keeps local data, so the denotation
@@ -361,7 +562,7 @@ impl Collective {
                     (Kind::Convert { dim, stack }, State::Invariant | State::Reduced) => {
                         match (self.dst, stack) {
                             (State::Varying, true) => unstack(here, n, k, *dim),
-                            (State::Varying, false) => here.chunk(n, *dim)[k].clone(),
+                            (State::Varying, false) => piece(here, n, k, *dim),
                             _ => here.clone(),
                         }
                     }

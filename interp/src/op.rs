@@ -196,11 +196,12 @@ impl Op {
                 // Parameters that do not fit this mesh or shape (a
                 // permutation of another length, a dim out of range) are an
                 // error here, never a panic in the forward.
-                c.infer(m, xs[0].shape()).map_err(EvalError::Shape)?;
-                Ok(Forward {
-                    y: c.forward(m, &xs[0]),
-                    at_kink: false,
-                })
+                let mut y = PerRank {
+                    tensors: Vec::with_capacity(m.num_ranks()),
+                };
+                c.forward_into(m, &xs[0], &mut y)
+                    .map_err(EvalError::Shape)?;
+                Ok(Forward { y, at_kink: false })
             }
             Op::Declared { forward, .. } => forward.forward(m, xs),
             Op::Compose(ops) => {

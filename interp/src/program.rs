@@ -514,27 +514,60 @@ fn step_forward(
     steps: &[PerRank],
     k: usize,
 ) -> Result<Forward, EvalError> {
+    let mut y = PerRank {
+        tensors: Vec::new(),
+    };
+    let at_kink = step_forward_into(m, s, xs, steps, k, &mut y)?;
+    Ok(Forward { y, at_kink })
+}
+
+/// [`step_forward`] written into `out`, reusing its tensors' buffers where
+/// the step is local or a collective; whether a kink was met. On an error
+/// `out` holds partial data.
+fn step_forward_into(
+    m: &Mesh,
+    s: &Step,
+    xs: &[PerRank],
+    steps: &[PerRank],
+    k: usize,
+    out: &mut PerRank,
+) -> Result<bool, EvalError> {
     let at = |a: usize| if a < k { &xs[a] } else { &steps[a - k] };
     if let Some(e) = local_expr(&s.op.op) {
-        let mut ctx = Ctx::default();
-        let y = (0..m.num_ranks())
-            .map(|r| {
-                let args: Vec<&Tensor> = s.args.iter().map(|&a| &at(a).tensors[r]).collect();
-                eval(e, &args, &mut ctx)
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        return Ok(Forward {
-            y: PerRank { tensors: y },
-            at_kink: ctx.at_kink,
+        let n = m.num_ranks();
+        out.tensors.truncate(n);
+        out.tensors.resize_with(n, || Tensor {
+            shape: Vec::new(),
+            data: Vec::new(),
         });
-    }
-    match s.args.as_slice() {
-        [a] => s.op.op.forward(m, std::slice::from_ref(at(*a))),
-        args => {
-            let args: Vec<PerRank> = args.iter().map(|&a| at(a).clone()).collect();
-            s.op.op.forward(m, &args)
+        let mut ctx = Ctx::default();
+        for (r, o) in out.tensors.iter_mut().enumerate() {
+            if s.args.len() <= MAX_ARGS {
+                let mut args: [&Tensor; MAX_ARGS] = [&EMPTY; MAX_ARGS];
+                for (slot, &a) in args.iter_mut().zip(&s.args) {
+                    *slot = &at(a).tensors[r];
+                }
+                eval_into(e, &args[..s.args.len()], &mut ctx, o)?;
+            } else {
+                let args: Vec<&Tensor> = s.args.iter().map(|&a| &at(a).tensors[r]).collect();
+                eval_into(e, &args, &mut ctx, o)?;
+            }
         }
+        return Ok(ctx.at_kink);
     }
+    let f = match (&s.op.op, s.args.as_slice()) {
+        (Op::Collective(c), [a]) => {
+            c.forward_into(m, at(*a), out).map_err(EvalError::Shape)?;
+            return Ok(false);
+        }
+        (op, [a]) => op.forward(m, std::slice::from_ref(at(*a)))?,
+        (op, args) => {
+            let args: Vec<PerRank> = args.iter().map(|&a| at(a).clone()).collect();
+            op.forward(m, &args)?
+        }
+    };
+    *out = f.y;
+    Ok(f.at_kink)
 }
 
 /// One step's declared backward at cotangent `g`, its arguments read in

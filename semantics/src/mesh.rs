@@ -33,9 +33,11 @@ impl Mesh {
     pub fn line(n: usize) -> Mesh {
         Mesh::new(&[("x", n)])
     }
+    #[inline]
     pub fn ndim(&self) -> usize {
         self.axes.len()
     }
+    #[inline]
     pub fn num_ranks(&self) -> usize {
         self.axes.iter().map(|a| a.size).product()
     }
@@ -45,9 +47,29 @@ impl Mesh {
     pub fn axis_index(&self, name: &str) -> Option<usize> {
         self.axes.iter().position(|a| a.name == name)
     }
+    /// Every coordinate of `rank`, one per axis.
     pub fn coords(&self, rank: usize) -> Vec<usize> {
-        crate::tensor::unravel(rank, &self.sizes())
+        let mut c = vec![0; self.axes.len()];
+        let mut rest = rank;
+        for (ci, a) in c.iter_mut().zip(&self.axes).rev() {
+            *ci = rest % a.size;
+            rest /= a.size;
+        }
+        c
     }
+    /// Coordinate `axis` of `rank` (entry `axis` of [`Mesh::coords`]),
+    /// without building the others.
+    #[inline]
+    pub fn coord(&self, rank: usize, axis: usize) -> usize {
+        rank / self.stride(axis) % self.axes[axis].size
+    }
+    /// How far apart two ranks are that differ by one along `axis` (the
+    /// product of the later axes' sizes).
+    #[inline]
+    pub fn stride(&self, axis: usize) -> usize {
+        self.axes[axis + 1..].iter().map(|a| a.size).product()
+    }
+    #[inline]
     pub fn rank(&self, coords: &[usize]) -> usize {
         coords
             .iter()
@@ -77,22 +99,25 @@ impl Mesh {
     pub fn groups(&self, axes: &[usize]) -> Rc<RankGroups> {
         GROUP_CACHE.with(|c| {
             let mut c = c.borrow_mut();
-            if let Some((_, _, g)) = c.iter().find(|(m, a, _)| m == self && a == axes) {
-                return g.clone();
+            if let Some(i) = c.iter().position(|(m, a, _)| a == axes && m == self) {
+                // Move to the front: a case asks for a few groups again
+                // and again.
+                c[..=i].rotate_right(1);
+                return c[0].2.clone();
             }
             let g = Rc::new(RankGroups::compute(self, axes));
             if c.len() >= GROUP_CACHE_CAP {
                 c.clear();
             }
-            c.push((self.clone(), axes.to_vec(), g.clone()));
+            c.insert(0, (self.clone(), axes.to_vec(), g.clone()));
             g
         })
     }
     /// The rank reached from `rank` by setting coordinate `axis` to `c`.
+    #[inline]
     pub fn with_coord(&self, rank: usize, axis: usize, c: usize) -> usize {
-        let mut co = self.coords(rank);
-        co[axis] = c;
-        self.rank(&co)
+        let st = self.stride(axis);
+        rank - (rank / st % self.axes[axis].size) * st + c * st
     }
 }
 
@@ -130,10 +155,12 @@ impl RankGroups {
         RankGroups { n, members, index }
     }
     /// The ranks of `r`'s group.
+    #[inline]
     pub fn members(&self, r: usize) -> &[usize] {
         &self.members[r * self.n..(r + 1) * self.n]
     }
     /// `r`'s index in its group.
+    #[inline]
     pub fn index(&self, r: usize) -> usize {
         self.index[r]
     }

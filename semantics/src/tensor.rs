@@ -48,11 +48,13 @@ pub fn same_shape(a: &[usize], b: &[usize]) -> bool {
     a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x == y)
 }
 
+#[inline]
 pub fn numel(shape: &[usize]) -> usize {
     shape.iter().product()
 }
 
 /// Row-major strides of a shape.
+#[inline]
 pub fn strides(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1; shape.len()];
     for i in (0..shape.len().saturating_sub(1)).rev() {
@@ -62,6 +64,7 @@ pub fn strides(shape: &[usize]) -> Vec<usize> {
 }
 
 /// Multi-index of a flat row-major offset.
+#[inline]
 pub fn unravel(mut flat: usize, shape: &[usize]) -> Vec<usize> {
     let mut idx = vec![0; shape.len()];
     for i in (0..shape.len()).rev() {
@@ -80,6 +83,7 @@ impl Tensor {
         );
         Tensor { shape, data }
     }
+    #[inline]
     pub fn zeros(shape: &[usize]) -> Tensor {
         Tensor {
             shape: shape.to_vec(),
@@ -98,9 +102,11 @@ impl Tensor {
         t.data[at] = Q::one();
         t
     }
+    #[inline]
     pub fn numel(&self) -> usize {
         self.data.len()
     }
+    #[inline]
     pub fn rank(&self) -> usize {
         self.shape.len()
     }
@@ -167,6 +173,7 @@ impl Tensor {
             .filter(|(a, b)| !a.is_zero() && !b.is_zero())
             .fold(Q::zero(), |acc, (a, b)| acc.add(&a.mul(b)))
     }
+    #[inline]
     pub fn is_zero(&self) -> bool {
         self.data.iter().all(Q::is_zero)
     }
