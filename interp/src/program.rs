@@ -424,9 +424,7 @@ impl Program {
                         continue;
                     }
                     mask.iter_mut().for_each(|d| *d = true);
-                    let f = step_forward(m, st, xs, done, k)?;
-                    kink |= f.at_kink;
-                    *out = f.y;
+                    kink |= step_forward_into(m, st, xs, done, k, out)?;
                 }
             }
         }
