@@ -1170,6 +1170,21 @@ fn backprop<T: Borrow<Tensor>>(
     Ok(())
 }
 
+/// The einsum of operand `k`'s VJP: the cotangent (on the output's labels)
+/// contracted with every other operand, in order, onto `k`'s labels.
+pub fn operand_vjp_spec(spec: &Einsum, k: usize) -> Einsum {
+    let mut inputs = vec![spec.output.clone()];
+    inputs.extend(
+        (0..spec.inputs.len())
+            .filter(|&j| j != k)
+            .map(|j| spec.inputs[j].clone()),
+    );
+    Einsum {
+        inputs,
+        output: spec.inputs[k].clone(),
+    }
+}
+
 /// `backprop` of an einsum by the definition: per operand, the einsum that
 /// contracts `g` with the other operands onto its labels, planned anew.
 fn einsum_vjp_general<T: Borrow<Tensor>>(
@@ -1187,20 +1202,14 @@ fn einsum_vjp_general<T: Borrow<Tensor>>(
     let refs: Vec<&Tensor> = vals.iter().map(|v| &**v).collect();
     let sizes = all_sizes(spec, &refs);
     for (k, arg) in args.iter().enumerate() {
-        // d/d(operand k): contract g with the other operands onto k's labels.
-        let mut inputs = vec![spec.output.clone()];
         let mut ops = vec![g];
-        for (j, v) in vals.iter().enumerate() {
-            if j != k {
-                inputs.push(spec.inputs[j].clone());
-                ops.push(v);
-            }
-        }
-        let s = Einsum {
-            inputs,
-            output: spec.inputs[k].clone(),
-        };
-        let gk = einsum(&s, &ops, &sizes);
+        ops.extend(
+            vals.iter()
+                .enumerate()
+                .filter(|&(j, _)| j != k)
+                .map(|(_, v)| &**v),
+        );
+        let gk = einsum(&operand_vjp_spec(spec, k), &ops, &sizes);
         backprop(arg, xs, &gk, grads, ctx)?;
     }
     Ok(())

@@ -1023,18 +1023,14 @@ fn back(e: &Expr, xs: &[XT<X>], g: &XT<X>, grads: &mut [XT<X>], ctx: &mut XCtx) 
         Expr::Einsum(spec, args) => {
             let vals: Vec<XT<X>> = args.iter().map(|a| ev(a, ctx)).collect::<ER<_>>()?;
             for (k, arg) in args.iter().enumerate() {
-                let mut inputs = vec![spec.output.clone()];
                 let mut ops = vec![g];
-                for (j, v) in vals.iter().enumerate() {
-                    if j != k {
-                        inputs.push(spec.inputs[j].clone());
-                        ops.push(v);
-                    }
-                }
-                let s = Einsum {
-                    inputs,
-                    output: spec.inputs[k].clone(),
-                };
+                ops.extend(
+                    vals.iter()
+                        .enumerate()
+                        .filter(|&(j, _)| j != k)
+                        .map(|(_, v)| v),
+                );
+                let s = crate::eval::operand_vjp_spec(spec, k);
                 // Labels of operand k that occur nowhere else broadcast.
                 let mut gk = einsum_to(&s, &ops, &vals[k].shape)?;
                 gk.shape = vals[k].shape.clone();
