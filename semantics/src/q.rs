@@ -29,12 +29,15 @@ pub enum Q {
 pub struct DivByZero;
 
 impl Q {
+    #[inline]
     pub fn int(n: i64) -> Q {
         Q::Small(Ratio::from_integer(n))
     }
+    #[inline]
     pub fn zero() -> Q {
         Q::int(0)
     }
+    #[inline]
     pub fn one() -> Q {
         Q::int(1)
     }
@@ -55,12 +58,14 @@ impl Q {
             _ => Q::Big(Box::new(b)),
         }
     }
+    #[inline]
     pub fn is_zero(&self) -> bool {
         match self {
             Q::Small(r) => r.is_zero(),
             Q::Big(b) => b.is_zero(),
         }
     }
+    #[inline]
     pub fn is_one(&self) -> bool {
         match self {
             Q::Small(r) => *r.numer() == 1 && *r.denom() == 1,
@@ -79,19 +84,29 @@ impl Q {
             Q::Big(b) => b.is_negative(),
         }
     }
+    /// `self + o`. The integer and zero cases are inlined at the caller
+    /// (the oracle's inner loops live in other crates); the rest is
+    /// `add_general`.
+    #[inline]
     pub fn add(&self, o: &Q) -> Q {
         if let (Q::Small(a), Q::Small(b)) = (self, o) {
-            // Integers and zeros need no gcd.
+            if *a.denom() == 1 && *b.denom() == 1 {
+                if let Some(n) = i64::checked_add(*a.numer(), *b.numer()) {
+                    return Q::Small(Ratio::new_raw(n, 1));
+                }
+            }
+        }
+        self.add_general(o)
+    }
+    #[inline(never)]
+    fn add_general(&self, o: &Q) -> Q {
+        if let (Q::Small(a), Q::Small(b)) = (self, o) {
+            // Zeros need no gcd.
             if *b.numer() == 0 {
                 return self.clone();
             }
             if *a.numer() == 0 {
                 return o.clone();
-            }
-            if *a.denom() == 1 && *b.denom() == 1 {
-                if let Some(n) = i64::checked_add(*a.numer(), *b.numer()) {
-                    return Q::Small(Ratio::new_raw(n, 1));
-                }
             }
             if let Some(r) = small_add(a, *b.numer(), *b.denom()) {
                 return r;
@@ -114,15 +129,24 @@ impl Q {
         }
         Q::from_big(self.big() - o.big())
     }
+    /// `self · o`, split like `add`: integers inlined, the rest in
+    /// `mul_general`.
+    #[inline]
     pub fn mul(&self, o: &Q) -> Q {
         if let (Q::Small(a), Q::Small(b)) = (self, o) {
-            if *a.numer() == 0 || *b.numer() == 0 {
-                return Q::zero();
-            }
             if *a.denom() == 1 && *b.denom() == 1 {
                 if let Some(n) = i64::checked_mul(*a.numer(), *b.numer()) {
                     return Q::Small(Ratio::new_raw(n, 1));
                 }
+            }
+        }
+        self.mul_general(o)
+    }
+    #[inline(never)]
+    fn mul_general(&self, o: &Q) -> Q {
+        if let (Q::Small(a), Q::Small(b)) = (self, o) {
+            if *a.numer() == 0 || *b.numer() == 0 {
+                return Q::zero();
             }
             if let Some(r) = small_mul(a, b) {
                 return r;
