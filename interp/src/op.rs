@@ -1,7 +1,7 @@
 //! Typed operations and their per-rank execution (SPEC.md §4, §6.4).
 
 use crate::collective::{Collective, Kind};
-use crate::eval::{eval, infer, vjp, Ctx, Degree, EvalError};
+use crate::eval::{eval, infer, vjp, vjp_add, Ctx, Degree, EvalError};
 use crate::expr::{parse, LocalFn};
 use crate::program::Program;
 use spmd_semantics::perrank::{global, Denot};
@@ -278,6 +278,10 @@ impl Op {
     }
 }
 
+/// Most inputs of a local op whose backward `TypedOp::backward_into` writes
+/// in place; more take `backward`.
+const MAX_VJP_ARGS: usize = 8;
+
 impl TypedOp {
     pub fn local(f: LocalFn, inputs: Vec<Type>, output: Type) -> TypedOp {
         TypedOp {
@@ -498,6 +502,75 @@ impl TypedOp {
             }
         }
         Ok(out)
+    }
+    /// `backward` written into `out`, reusing its buffers: for a local op
+    /// with the VJP of its expression and no `no_grad` input, every rank's
+    /// cotangents are zeroed in place and `vjp_add` adds into them, so a
+    /// caller that keeps `out` between calls allocates nothing per call
+    /// (SPEC.md §18.1). The values are `backward`'s: the same sums from
+    /// exact zeros, and a rank whose cotangent is zero gets exact zeros, as
+    /// there. Every other op gets `backward` itself. On an error `out`
+    /// holds partial values.
+    #[allow(clippy::needless_range_loop)] // ranks index g, xs and out alike
+    pub fn backward_into(
+        &self,
+        m: &Mesh,
+        xs: &[PerRank],
+        g: &PerRank,
+        out: &mut Vec<PerRank>,
+    ) -> Result<(), EvalError> {
+        let n = m.num_ranks();
+        let fits = xs.len() <= MAX_VJP_ARGS
+            && g.tensors.len() == n
+            && xs.iter().all(|x| x.tensors.len() == n);
+        match (&self.backward, &self.op) {
+            (Backward::LocalVjp, Op::Local(f)) if self.no_grad.is_empty() && fits => {
+                out.truncate(xs.len());
+                while out.len() < xs.len() {
+                    out.push(PerRank {
+                        tensors: Vec::new(),
+                    });
+                }
+                for (o, x) in out.iter_mut().zip(xs) {
+                    o.tensors.truncate(n);
+                    for (r, t) in x.tensors.iter().enumerate() {
+                        match o.tensors.get_mut(r) {
+                            Some(ot) => ot.zero_as(&t.shape),
+                            None => o.tensors.push(Tensor::zeros(&t.shape)),
+                        }
+                    }
+                }
+                let mut grads: [Tensor; MAX_VJP_ARGS] = std::array::from_fn(|_| Tensor {
+                    shape: Vec::new(),
+                    data: Vec::new(),
+                });
+                for r in 0..n {
+                    // The VJP is linear in g: a zero cotangent gives exact
+                    // zeros, already in place.
+                    if g.tensors[r].is_zero() {
+                        continue;
+                    }
+                    let mut args: [&Tensor; MAX_VJP_ARGS] = [&g.tensors[r]; MAX_VJP_ARGS];
+                    for (a, x) in args.iter_mut().zip(xs) {
+                        *a = &x.tensors[r];
+                    }
+                    let k = xs.len();
+                    for (slot, o) in grads.iter_mut().zip(out.iter_mut()) {
+                        std::mem::swap(slot, &mut o.tensors[r]);
+                    }
+                    let res = vjp_add(&f.expr, &args[..k], &g.tensors[r], &mut grads[..k]);
+                    for (slot, o) in grads.iter_mut().zip(out.iter_mut()) {
+                        std::mem::swap(slot, &mut o.tensors[r]);
+                    }
+                    res?;
+                }
+                Ok(())
+            }
+            _ => {
+                *out = self.backward(m, xs, g)?;
+                Ok(())
+            }
+        }
     }
     fn backward_all(
         &self,

@@ -323,6 +323,9 @@ struct FdBufs {
     got: Vec<Q>,
     /// The backward's results at the instance, denoted (B2).
     dbs: Vec<Denot>,
+    /// The backward's results at the instance, one per cotangent basis
+    /// direction, rewritten in place by each instance (`backward_here_into`).
+    bws: Vec<Vec<PerRank>>,
 }
 
 /// A `Scratch` taken from a case's pool, given back when dropped.
@@ -771,6 +774,7 @@ impl<'a> Checker<'a> {
             ys: sbuf,
             got: got_flat,
             dbs,
+            bws,
         } = fd;
         flat_into(dy, y0);
         let m = self.m;
@@ -788,10 +792,13 @@ impl<'a> Checker<'a> {
             ));
         }
         // B1 and the primal half of B2, per cotangent basis direction.
-        let mut results: Vec<Vec<PerRank>> = Vec::with_capacity(gs.len());
+        if bws.len() < gs.len() {
+            bws.resize_with(gs.len(), Vec::new);
+        }
         let probe_linearity = hand_written_backward(op);
-        for g in gs {
-            let bs = self.backward_here(xs, yw, g)?;
+        for (g, bs) in gs.iter().zip(bws.iter_mut()) {
+            self.backward_here_into(xs, yw, g, bs)?;
+            let bs: &[PerRank] = bs;
             if probe_linearity {
                 self.linear_in_g(xs, yw, g, &bs)?;
             }
@@ -856,8 +863,8 @@ impl<'a> Checker<'a> {
                     zs.reset(&mut xs2[j], &xs[j]);
                 }
             }
-            results.push(bs);
         }
+        let results = &bws[..gs.len()];
         // The cotangent half of B2: a cotangent that denotes zero gives
         // results that denote zero (the backward is linear in g).
         for z in &self.g_kernel {
@@ -911,7 +918,7 @@ impl<'a> Checker<'a> {
             // b of the backward's denotation, a short sum per entry since
             // ⟦g_k⟧ is a unit vector's denotation (SPEC.md §18).
             let ni = spmd_semantics::tensor::numel(&self.shapes[i]);
-            for (((g, dg), bs), supp) in gs.iter().zip(&self.dgs).zip(&results).zip(&self.dg_supp) {
+            for (((g, dg), bs), supp) in gs.iter().zip(&self.dgs).zip(results).zip(&self.dg_supp) {
                 self.proj_cot_in[i].denote_flat_into(&bs[i], got_flat);
                 let agrees = basis.iter().zip(cols).all(|((coord, _), col)| {
                     let v = supp
@@ -1200,6 +1207,24 @@ impl<'a> Checker<'a> {
                 Ok(self.zero_no_grad(xs, out))
             }
             _ => self.op.backward(self.m, xs, g),
+        }
+    }
+
+    /// `backward_here` into `out`, reusing its buffers where the op's
+    /// backward can (`TypedOp::backward_into`); the values are the same.
+    fn backward_here_into(
+        &self,
+        xs: &[PerRank],
+        yw: &Work,
+        g: &PerRank,
+        out: &mut Vec<PerRank>,
+    ) -> Result<(), EvalError> {
+        match &yw.prog {
+            Some(_) => {
+                *out = self.backward_here(xs, yw, g)?;
+                Ok(())
+            }
+            None => self.op.backward_into(self.m, xs, g, out),
         }
     }
 

@@ -90,6 +90,14 @@ impl Tensor {
             data: vec![Q::zero(); numel(shape)],
         }
     }
+    /// Turn this into `Tensor::zeros(shape)`, keeping both buffers.
+    #[inline]
+    pub fn zero_as(&mut self, shape: &[usize]) {
+        self.shape.clear();
+        self.shape.extend_from_slice(shape);
+        self.data.clear();
+        self.data.resize(numel(shape), Q::zero());
+    }
     pub fn scalar(v: Q) -> Tensor {
         Tensor {
             shape: vec![],

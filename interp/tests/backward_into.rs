@@ -1,0 +1,147 @@
+//! `TypedOp::backward_into` (a local op's VJP added into reused buffers)
+//! against `TypedOp::backward` (fresh tensors): every rational built-in,
+//! several meshes and shapes, one buffer written over by every case, so a
+//! case starts from what another op, shape or rank count left there. Zero
+//! cotangents on some ranks exercise the path that leaves exact zeros. The
+//! twin, a fast path that adds into the old contents instead of zeros, is
+//! caught at the case named.
+
+use spmd_interp::eval::infer;
+use spmd_interp::{builtin, TypedOp};
+use spmd_semantics::state::State;
+use spmd_semantics::tensor::Tensor;
+use spmd_semantics::{Mesh, PerRank, Type, Q};
+
+/// The built-ins whose backward `backward_into` computes itself: the
+/// polynomial, rational and piecewise ones (the transcendental ones have
+/// no exact VJP at rational points and take `backward`).
+const OPS: &[&str] = &[
+    "neg",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "scale",
+    "add_const",
+    "square",
+    "cube",
+    "sum",
+    "mean",
+    "max",
+    "matmul",
+    "einsum",
+    "transpose",
+    "slice",
+    "concat",
+    "gather",
+    "abs",
+    "relu",
+];
+
+struct Lcg(u64);
+impl Lcg {
+    fn q(&mut self) -> Q {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let v = (self.0 >> 33) as i64;
+        Q::frac(v % 19 - 9, v % 5 + 1)
+    }
+}
+
+fn value(m: &Mesh, shape: &[usize], rng: &mut Lcg, zero_rank: Option<usize>) -> PerRank {
+    PerRank {
+        tensors: (0..m.num_ranks())
+            .map(|r| {
+                let n = shape.iter().product();
+                let data = (0..n)
+                    .map(|_| {
+                        if Some(r) == zero_rank {
+                            Q::zero()
+                        } else {
+                            rng.q()
+                        }
+                    })
+                    .collect();
+                Tensor::new(shape.to_vec(), data)
+            })
+            .collect(),
+    }
+}
+
+type Into<'a> = &'a dyn Fn(&TypedOp, &Mesh, &[PerRank], &PerRank, &mut Vec<PerRank>);
+
+/// The first case where `run` differs from `backward`, or how many cases
+/// were compared.
+fn check(run: Into) -> Result<usize, String> {
+    let mut rng = Lcg(11);
+    let mut cases = 0;
+    let shapes: [&[usize]; 4] = [&[], &[2], &[2, 2], &[3, 2]];
+    let meshes = [
+        Mesh::line(1),
+        Mesh::line(2),
+        Mesh::line(3),
+        Mesh::new(&[("x", 2), ("y", 2)]),
+    ];
+    // One buffer for everything.
+    let mut buf: Vec<PerRank> = Vec::new();
+    for m in &meshes {
+        for name in OPS {
+            let f = builtin(name).expect("a built-in");
+            let arity = f.arity();
+            for s in shapes {
+                let ins = vec![s.to_vec(); arity];
+                let Ok((out_shape, _)) = infer(&f.expr, &ins) else {
+                    continue;
+                };
+                let v = Type::one(State::Varying);
+                let op = TypedOp::local(f.clone(), vec![v.clone(); arity], v);
+                for zero_rank in [None, Some(0)] {
+                    let xs: Vec<PerRank> =
+                        (0..arity).map(|_| value(m, s, &mut rng, None)).collect();
+                    let g = value(m, &out_shape, &mut rng, zero_rank);
+                    let want = match op.backward(m, &xs, &g) {
+                        Ok(w) => w,
+                        Err(_) => continue, // outside the domain (div)
+                    };
+                    run(&op, m, &xs, &g, &mut buf);
+                    if buf != want {
+                        return Err(format!(
+                            "{name} on mesh {m} shape {s:?} zero rank {zero_rank:?}"
+                        ));
+                    }
+                    cases += 1;
+                }
+            }
+        }
+    }
+    Ok(cases)
+}
+
+#[test]
+fn backward_into_equals_backward() {
+    let cases =
+        check(&|op, m, xs, g, out| op.backward_into(m, xs, g, out).expect("in domain")).unwrap();
+    eprintln!("{cases} cases");
+    assert!(cases > 300, "{cases}");
+}
+
+#[test]
+fn a_backward_into_that_adds_to_old_buffer_data_is_caught() {
+    // Adds the right result to whatever the buffer held, where the shapes
+    // happen to agree.
+    let stale = |op: &TypedOp, m: &Mesh, xs: &[PerRank], g: &PerRank, out: &mut Vec<PerRank>| {
+        let old = out.clone();
+        op.backward_into(m, xs, g, out).expect("in domain");
+        for (o, p) in out.iter_mut().zip(&old) {
+            for (t, u) in o.tensors.iter_mut().zip(&p.tensors) {
+                if t.shape == u.shape {
+                    t.add_scaled(&Q::one(), u);
+                }
+            }
+        }
+    };
+    let e = check(&stale).unwrap_err();
+    assert_eq!(e, "neg on mesh {x: 1} shape [] zero rank Some(0)");
+}
