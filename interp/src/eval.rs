@@ -1297,13 +1297,29 @@ pub fn einsum_planned_into(plan: &EinsumPlan, ops: &[&Tensor], out: &mut Tensor)
 /// index with its strides, multiplied in order and stopped at a zero, is
 /// added into `dst`'s entry at the dot of the index with `dst_st`.
 fn contract_into(dims: &[usize], srcs: &[(&[Q], &[usize])], dst: &mut [Q], dst_st: &[usize]) {
-    let nd = dims.len();
+    if dims.contains(&0) {
+        return;
+    }
+    // The last label runs in a plain loop; the odometer turns the others.
+    let Some((&inner, outer)) = dims.split_last() else {
+        // No labels: one product into the single entry.
+        let mut prod = Q::one();
+        for (t, _) in srcs {
+            prod = prod.mul(&t[0]);
+            if prod.is_zero() {
+                return;
+            }
+        }
+        dst[0] = dst[0].add(&prod);
+        return;
+    };
+    let no = outer.len();
     let mut idx = [0usize; 16];
     let mut idx_heap = Vec::new();
-    let idx: &mut [usize] = if nd <= idx.len() {
-        &mut idx[..nd]
+    let idx: &mut [usize] = if no <= idx.len() {
+        &mut idx[..no]
     } else {
-        idx_heap.resize(nd, 0);
+        idx_heap.resize(no, 0);
         &mut idx_heap
     };
     let mut offs = [0usize; 16];
@@ -1314,19 +1330,43 @@ fn contract_into(dims: &[usize], srcs: &[(&[Q], &[usize])], dst: &mut [Q], dst_s
         offs_heap.resize(srcs.len(), 0);
         &mut offs_heap
     };
+    let o_st = dst_st[no];
     let mut o = 0usize;
-    for _ in 0..numel(dims) {
-        let mut prod = Q::one();
-        for ((t, _), off) in srcs.iter().zip(offs.iter()) {
-            prod = prod.mul(&t[*off]);
-            if prod.is_zero() {
-                break;
+    for _ in 0..numel(outer) {
+        match srcs {
+            // Two operands (matmuls and their VJPs): a zero factor skips
+            // the product, as the general loop stops at a zero.
+            [(a, sa), (b, sb)] => {
+                let (a_st, b_st) = (sa[no], sb[no]);
+                let (mut ia, mut ib, mut io) = (offs[0], offs[1], o);
+                for _ in 0..inner {
+                    let (x, y) = (&a[ia], &b[ib]);
+                    if !x.is_zero() && !y.is_zero() {
+                        dst[io] = dst[io].add(&x.mul(y));
+                    }
+                    ia += a_st;
+                    ib += b_st;
+                    io += o_st;
+                }
+            }
+            _ => {
+                let mut io = o;
+                for j in 0..inner {
+                    let mut prod = Q::one();
+                    for ((t, st), off) in srcs.iter().zip(offs.iter()) {
+                        prod = prod.mul(&t[*off + j * st[no]]);
+                        if prod.is_zero() {
+                            break;
+                        }
+                    }
+                    if !prod.is_zero() {
+                        dst[io] = dst[io].add(&prod);
+                    }
+                    io += o_st;
+                }
             }
         }
-        if !prod.is_zero() {
-            dst[o] = dst[o].add(&prod);
-        }
-        let mut d = nd;
+        let mut d = no;
         while d > 0 {
             d -= 1;
             idx[d] += 1;
@@ -1334,13 +1374,13 @@ fn contract_into(dims: &[usize], srcs: &[(&[Q], &[usize])], dst: &mut [Q], dst_s
                 *off += st[d];
             }
             o += dst_st[d];
-            if idx[d] < dims[d] {
+            if idx[d] < outer[d] {
                 break;
             }
             for (off, (_, st)) in offs.iter_mut().zip(srcs) {
-                *off -= st[d] * dims[d];
+                *off -= st[d] * outer[d];
             }
-            o -= dst_st[d] * dims[d];
+            o -= dst_st[d] * outer[d];
             idx[d] = 0;
         }
     }
@@ -1692,7 +1732,10 @@ mod tests {
         let b = t(&[3, 2], &[2, 1, 0, -3, 4, 1]);
         let v = t(&[3], &[1, 2, -1]);
         type Case<'a> = (&'a str, Vec<&'a Tensor>, Vec<(char, usize)>);
-        let cases: [Case; 4] = [
+        let cases: [Case; 6] = [
+            // Two operands, no outer label: the inner loop alone.
+            ("i,i->", vec![&v, &v], vec![('i', 3)]),
+            ("ij,ij->j", vec![&a, &a], vec![('i', 2), ('j', 3)]),
             (
                 "ij,jk->ik",
                 vec![&a, &b],
