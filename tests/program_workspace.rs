@@ -329,3 +329,83 @@ fn a_planned_einsum_is_the_einsum() {
     assert_ne!(got, want, "b transposed must differ from b");
     assert_eq!(out.shape, vec![2, 2]);
 }
+
+/// `Program::backward_from_pooled` against `backward_from` on every program
+/// above, with one pool shared by all of them that starts full of junk
+/// (nonzero values, wrong shapes and rank counts) and gets every result
+/// back after its comparison. `tamper` changes each pooled result before
+/// the comparison (the twin below). Returns how many results were
+/// compared and how many differed.
+fn compare_pooled(tamper: &dyn Fn(&mut Vec<PerRank>)) -> (usize, usize) {
+    let mut rng = Lcg(3);
+    let junk = |n: usize, len: usize| PerRank {
+        tensors: (0..n)
+            .map(|_| spmd_check::semantics::Tensor::new(vec![len], vec![Q::int(7); len]))
+            .collect(),
+    };
+    let mut spare: Vec<PerRank> = (1..6).map(|n| junk(n, n + 2)).collect();
+    let (mut compared, mut differed) = (0, 0);
+    for op in programs() {
+        let Op::Program(p) = &op.op else {
+            panic!("a program")
+        };
+        for m in [
+            Mesh::line(2),
+            Mesh::line(4),
+            Mesh::new(&[("a", 2), ("b", 2)]),
+        ]
+        .iter()
+        .filter(|m| m.axes.len() == op.output.states.len())
+        {
+            let table = shape_table(&op, &Scope::default(), m);
+            for (shapes, _, _) in table.iter().take(4) {
+                let xs: Vec<PerRank> = op
+                    .inputs
+                    .iter()
+                    .zip(shapes)
+                    .map(|(t, s)| {
+                        let vals: Vec<Q> = (0..num_free(m, t, s)).map(|_| rng.q()).collect();
+                        from_free(m, t, s, &vals)
+                    })
+                    .collect();
+                let (steps, _) = p.run_steps(m, &xs).expect("polynomial");
+                let g = steps.last().unwrap().clone();
+                let want = p.backward_from(m, &xs, &steps, &g);
+                let got = p.backward_from_pooled(m, &xs, &steps, &g, &mut spare);
+                match (got, want) {
+                    (Ok(mut got), Ok(want)) => {
+                        tamper(&mut got);
+                        compared += 1;
+                        differed += usize::from(got != want);
+                        for b in got {
+                            spmd_check::interp::program::give_back(&mut spare, b);
+                        }
+                    }
+                    (got, want) => assert_eq!(got, want, "the same error"),
+                }
+            }
+        }
+    }
+    (compared, differed)
+}
+
+#[test]
+fn a_pooled_program_backward_is_the_backward() {
+    let (compared, differed) = compare_pooled(&|_| {});
+    assert!(compared > 40, "only {compared} compared");
+    assert_eq!(differed, 0);
+}
+
+#[test]
+fn a_pooled_backward_left_with_junk_is_caught() {
+    // The twin: each result keeps a 7 where a pool buffer's junk would
+    // show had it not been zeroed.
+    let (compared, differed) = compare_pooled(&|got| {
+        if let Some(t) = got.first_mut().and_then(|p| p.tensors.first_mut()) {
+            if let Some(v) = t.data.first_mut() {
+                *v = v.add(&Q::int(7));
+            }
+        }
+    });
+    assert_eq!(differed, compared);
+}

@@ -253,25 +253,41 @@ impl Program {
         steps: &[PerRank],
         g: &PerRank,
     ) -> Result<Vec<PerRank>, EvalError> {
+        self.backward_from_pooled(m, xs, steps, g, &mut Vec::new())
+    }
+
+    /// `backward_from` taking the buffers of the cotangents it starts from
+    /// zero out of `spare` (any shapes: each is zeroed to the value's
+    /// shapes first) and putting the steps' cotangents it is done with
+    /// back, at most `SPARE_CAP` in all, so that a caller who keeps `spare`
+    /// and gives back the results it no longer needs allocates little per
+    /// call (SPEC.md §18.1). The values are `backward_from`'s.
+    pub fn backward_from_pooled(
+        &self,
+        m: &Mesh,
+        xs: &[PerRank],
+        steps: &[PerRank],
+        g: &PerRank,
+        spare: &mut Vec<PerRank>,
+    ) -> Result<Vec<PerRank>, EvalError> {
         let k = xs.len();
         let at = |a: usize| if a < k { &xs[a] } else { &steps[a - k] };
         let last = self.steps.len() - 1;
         let mut cot: Vec<Option<PerRank>> = vec![None; k + steps.len()];
         for (j, s) in self.steps.iter().enumerate().rev() {
             // The output's cotangent is `g` itself, read in place.
-            let held;
-            let gj = if j == last {
-                g
+            let taken = if j == last {
+                None
             } else {
                 match cot[k + j].take() {
-                    Some(c) => {
-                        held = c;
-                        &held
-                    }
+                    Some(c) => Some(c),
                     None => continue, // the value does not reach the output
                 }
             };
-            step_backward(m, s, &at, gj, &mut cot)?;
+            step_backward(m, s, &at, taken.as_ref().unwrap_or(g), &mut cot, spare)?;
+            if let Some(t) = taken {
+                give_back(spare, t);
+            }
         }
         Ok((0..k)
             .map(|i| {
@@ -580,10 +596,11 @@ fn step_backward<'a>(
     at: &impl Fn(usize) -> &'a PerRank,
     g: &PerRank,
     cot: &mut [Option<PerRank>],
+    spare: &mut Vec<PerRank>,
 ) -> Result<(), EvalError> {
     let gs = match (&s.op.backward, &s.op.op) {
         (Backward::LocalVjp, Op::Local(f)) if s.op.no_grad.is_empty() => {
-            if local_vjp_in_place(m.num_ranks(), s, &f.expr, at, g, cot)? {
+            if local_vjp_in_place(m.num_ranks(), s, &f.expr, at, g, cot, spare)? {
                 return Ok(());
             }
             let n = m.num_ranks();
@@ -622,6 +639,16 @@ fn step_backward<'a>(
     Ok(())
 }
 
+/// Most buffers `Program::backward_from_pooled` keeps in its pool.
+pub const SPARE_CAP: usize = 64;
+
+/// Put `p` into the pool `spare` unless it is full.
+pub fn give_back(spare: &mut Vec<PerRank>, p: PerRank) {
+    if spare.len() < SPARE_CAP {
+        spare.push(p);
+    }
+}
+
 /// `slot + ga` into `slot` (`ga` where it is empty): in place where the
 /// two have the same ranks and shapes (the same sums as `PerRank::add`),
 /// else by `PerRank::add` itself.
@@ -658,6 +685,7 @@ fn local_vjp_in_place<'a>(
     at: &impl Fn(usize) -> &'a PerRank,
     g: &PerRank,
     cot: &mut [Option<PerRank>],
+    spare: &mut Vec<PerRank>,
 ) -> Result<bool, EvalError> {
     let na = s.args.len();
     if na > MAX_ARGS || g.tensors.len() != n {
@@ -679,13 +707,20 @@ fn local_vjp_in_place<'a>(
         }
     }
     for &a in &s.args {
-        cot[a].get_or_insert_with(|| PerRank {
-            tensors: at(a)
-                .tensors
-                .iter()
-                .map(|t| Tensor::zeros(&t.shape))
-                .collect(),
-        });
+        if cot[a].is_none() {
+            // Zeros of the value's shapes, in a spare buffer if there is one.
+            let mut z = spare.pop().unwrap_or(PerRank {
+                tensors: Vec::new(),
+            });
+            z.tensors.truncate(n);
+            for (r, t) in at(a).tensors.iter().enumerate() {
+                match z.tensors.get_mut(r) {
+                    Some(zt) => zt.zero_as(&t.shape),
+                    None => z.tensors.push(Tensor::zeros(&t.shape)),
+                }
+            }
+            cot[a] = Some(z);
+        }
     }
     let mut grads: [Tensor; MAX_ARGS] = std::array::from_fn(|_| EMPTY.clone());
     for r in 0..n {

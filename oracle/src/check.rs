@@ -9,6 +9,7 @@
 use crate::fd::{derivative, FdFail, PolyWeights};
 use serde::Serialize;
 use spmd_interp::eval::{eval_into, Ctx};
+use spmd_interp::program::give_back;
 use spmd_interp::{Degree, EvalError, Op, TypedOp};
 use spmd_semantics::perrank::{
     self, denot_basis, denote, free_unit, kernel_basis, num_free, pair_denots, Denot, Projection,
@@ -326,6 +327,9 @@ struct FdBufs {
     /// The backward's results at the instance, one per cotangent basis
     /// direction, rewritten in place by each instance (`backward_here_into`).
     bws: Vec<Vec<PerRank>>,
+    /// Buffers a program's backward zeroes and fills instead of allocating
+    /// (`Program::backward_from_pooled`).
+    spare: Vec<PerRank>,
 }
 
 /// A `Scratch` taken from a case's pool, given back when dropped.
@@ -775,6 +779,7 @@ impl<'a> Checker<'a> {
             got: got_flat,
             dbs,
             bws,
+            spare,
         } = fd;
         flat_into(dy, y0);
         let m = self.m;
@@ -797,7 +802,7 @@ impl<'a> Checker<'a> {
         }
         let probe_linearity = hand_written_backward(op);
         for (g, bs) in gs.iter().zip(bws.iter_mut()) {
-            self.backward_here_into(xs, yw, g, bs)?;
+            self.backward_here_into(xs, yw, g, bs, spare)?;
             let bs: &[PerRank] = bs;
             if probe_linearity {
                 self.linear_in_g(xs, yw, g, &bs)?;
@@ -1218,13 +1223,24 @@ impl<'a> Checker<'a> {
         yw: &Work,
         g: &PerRank,
         out: &mut Vec<PerRank>,
+        spare: &mut Vec<PerRank>,
     ) -> Result<(), EvalError> {
-        match &yw.prog {
-            Some(_) => {
+        match (&self.op.op, &self.op.backward, &yw.prog) {
+            (Op::Program(p), spmd_interp::Backward::Steps, Some(s)) => {
+                // The last results go back to the pool the backward takes
+                // its zeroed buffers from.
+                for b in out.drain(..) {
+                    give_back(spare, b);
+                }
+                let r = p.backward_from_pooled(self.m, xs, s.base(), g, spare)?;
+                *out = self.zero_no_grad(xs, r);
+                Ok(())
+            }
+            (_, _, Some(_)) => {
                 *out = self.backward_here(xs, yw, g)?;
                 Ok(())
             }
-            None => self.op.backward_into(self.m, xs, g, out),
+            (_, _, None) => self.op.backward_into(self.m, xs, g, out),
         }
     }
 
