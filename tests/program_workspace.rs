@@ -409,3 +409,84 @@ fn a_pooled_backward_left_with_junk_is_caught() {
     });
     assert_eq!(differed, compared);
 }
+
+/// `Program::spec` (einsum steps planned once per call) against the meaning
+/// composed step by step from each step's own `Op::spec`, on every program
+/// above at random denotations. `tamper` changes the program's result
+/// before the comparison (the twin). Returns (compared, differed).
+fn compare_specs(tamper: &dyn Fn(&mut spmd_check::semantics::perrank::Denot)) -> (usize, usize) {
+    use spmd_check::semantics::perrank::denote;
+    let mut rng = Lcg(5);
+    let (mut compared, mut differed) = (0, 0);
+    for op in programs() {
+        let Op::Program(p) = &op.op else {
+            panic!("a program")
+        };
+        for m in [Mesh::line(2), Mesh::new(&[("a", 2), ("b", 2)])]
+            .iter()
+            .filter(|m| m.axes.len() == op.output.states.len())
+        {
+            let table = shape_table(&op, &Scope::default(), m);
+            for (shapes, _, _) in table.iter().take(4) {
+                let ds: Vec<_> = op
+                    .inputs
+                    .iter()
+                    .zip(shapes)
+                    .map(|(t, s)| {
+                        let vals: Vec<Q> = (0..num_free(m, t, s)).map(|_| rng.q()).collect();
+                        denote(m, t, &from_free(m, t, s, &vals))
+                    })
+                    .collect();
+                let k = ds.len();
+                let mut vals: Vec<spmd_check::semantics::perrank::Denot> = Vec::new();
+                let mut reference = Ok(());
+                for st in &p.steps {
+                    let args: Vec<_> = st
+                        .args
+                        .iter()
+                        .map(|&a| {
+                            if a < k {
+                                ds[a].clone()
+                            } else {
+                                vals[a - k].clone()
+                            }
+                        })
+                        .collect();
+                    match st.op.op.spec(m, &args) {
+                        Ok(d) => vals.push(d),
+                        Err(e) => {
+                            reference = Err(e);
+                            break;
+                        }
+                    }
+                }
+                match (p.spec(m, &ds), reference) {
+                    (Ok(mut got), Ok(())) => {
+                        tamper(&mut got);
+                        compared += 1;
+                        differed += usize::from(&got != vals.last().unwrap());
+                    }
+                    (got, want) => assert_eq!(got.err(), want.err(), "the same error"),
+                }
+            }
+        }
+    }
+    (compared, differed)
+}
+
+#[test]
+fn a_program_meaning_with_planned_einsums_is_the_stepwise_meaning() {
+    let (compared, differed) = compare_specs(&|_| {});
+    assert!(compared > 20, "only {compared} compared");
+    assert_eq!(differed, 0);
+}
+
+#[test]
+fn a_changed_program_meaning_is_caught() {
+    let (compared, differed) = compare_specs(&|d| {
+        if let Some(v) = d.family.first_mut().and_then(|t| t.data.first_mut()) {
+            *v = v.add(&Q::one());
+        }
+    });
+    assert_eq!(differed, compared);
+}

@@ -210,8 +210,19 @@ impl Program {
                 // A local op's meaning, rank by rank of the full-rank family,
                 // as `Op::spec` computes it, on borrowed arguments.
                 Op::Local(f) => {
+                    // An einsum step is planned once for all ranks.
+                    let plan = StepPlan::of(s, &|a| at(a).family.first().map(|t| t.shape.clone()));
                     let family = (0..m.num_ranks())
                         .map(|r| {
+                            if let Some(p) = &plan {
+                                let mut out = Tensor {
+                                    shape: Vec::new(),
+                                    data: Vec::new(),
+                                };
+                                if p.eval_with(&|v| &at(s.args[v]).family[r], &mut out) {
+                                    return Ok(out);
+                                }
+                            }
                             let args: Vec<&Tensor> =
                                 s.args.iter().map(|&a| &at(a).family[r]).collect();
                             eval(&f.expr, &args, &mut Ctx::default())
@@ -315,38 +326,7 @@ impl Program {
         let plans = self
             .steps
             .iter()
-            .map(|st| {
-                let Op::Local(f) = &st.op.op else {
-                    return None;
-                };
-                let (spec, args, pow) = match &f.expr {
-                    Expr::Einsum(spec, args) => (spec, args, None),
-                    Expr::Pow(inner, p) => match &**inner {
-                        Expr::Einsum(spec, args) => (spec, args, Some(*p)),
-                        _ => return None,
-                    },
-                    _ => return None,
-                };
-                let vars: Vec<usize> = args
-                    .iter()
-                    .map(|a| match a {
-                        Expr::Var(v) if *v < st.args.len() => Some(*v),
-                        _ => None,
-                    })
-                    .collect::<Option<_>>()?;
-                let shapes: Vec<Shape> = vars
-                    .iter()
-                    .map(|&v| shape_of(st.args[v]))
-                    .collect::<Option<_>>()?;
-                let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
-                let plan = einsum_plan_for(spec, &refs).ok()?;
-                Some(StepPlan {
-                    plan,
-                    vars,
-                    shapes,
-                    pow,
-                })
-            })
+            .map(|st| StepPlan::of(st, &shape_of))
             .collect();
         Sampler {
             work: steps.clone(),
@@ -755,6 +735,42 @@ struct StepPlan {
 }
 
 impl StepPlan {
+    /// The plan of a local step that is `einsum(...)` or `einsum(...)^k`
+    /// over its arguments, for the argument shapes `shape_of` gives (by
+    /// value index); `None` for any other step or shapes the spec refuses.
+    fn of(st: &Step, shape_of: &impl Fn(usize) -> Option<Shape>) -> Option<StepPlan> {
+        let Op::Local(f) = &st.op.op else {
+            return None;
+        };
+        let (spec, args, pow) = match &f.expr {
+            Expr::Einsum(spec, args) => (spec, args, None),
+            Expr::Pow(inner, p) => match &**inner {
+                Expr::Einsum(spec, args) => (spec, args, Some(*p)),
+                _ => return None,
+            },
+            _ => return None,
+        };
+        let vars: Vec<usize> = args
+            .iter()
+            .map(|a| match a {
+                Expr::Var(v) if *v < st.args.len() => Some(*v),
+                _ => None,
+            })
+            .collect::<Option<_>>()?;
+        let shapes: Vec<Shape> = vars
+            .iter()
+            .map(|&v| shape_of(st.args[v]))
+            .collect::<Option<_>>()?;
+        let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
+        let plan = einsum_plan_for(spec, &refs).ok()?;
+        Some(StepPlan {
+            plan,
+            vars,
+            shapes,
+            pow,
+        })
+    }
+
     /// Rank `r` of the step into `out`, exactly as `eval` computes it (the
     /// einsum, then each entry to the power); `false`, with nothing
     /// written, where an operand's shape is not the planned one.
@@ -765,12 +781,18 @@ impl StepPlan {
         r: usize,
         out: &mut Tensor,
     ) -> bool {
+        self.eval_with(&|v| &at(args[v]).tensors[r], out)
+    }
+
+    /// `eval_into` with the step's argument `v` (an index into its
+    /// arguments) read as `arg(v)`.
+    fn eval_with<'a>(&self, arg: &impl Fn(usize) -> &'a Tensor, out: &mut Tensor) -> bool {
         let mut ops: [&Tensor; MAX_ARGS] = [&EMPTY; MAX_ARGS];
         if self.vars.len() > MAX_ARGS {
             return false;
         }
         for ((slot, &v), shape) in ops.iter_mut().zip(&self.vars).zip(&self.shapes) {
-            let t = &at(args[v]).tensors[r];
+            let t = arg(v);
             if t.shape != *shape {
                 return false;
             }
