@@ -805,7 +805,7 @@ impl<'a> Checker<'a> {
             self.backward_here_into(xs, yw, g, bs, spare)?;
             let bs: &[PerRank] = bs;
             if probe_linearity {
-                self.linear_in_g(xs, yw, g, &bs)?;
+                self.linear_in_g(xs, yw, g, bs)?;
             }
             for (i, b) in bs.iter().enumerate() {
                 if op.no_grad.contains(&i) {
@@ -832,7 +832,7 @@ impl<'a> Checker<'a> {
             // Only the primal half of B2 reads these: none without kernel
             // directions.
             if !self.kernel_nz.iter().all(Vec::is_empty) {
-                denote_all(&self.proj_cot_in, &bs, dbs);
+                denote_all(&self.proj_cot_in, bs, dbs);
             }
             for (j, tj) in op.inputs.iter().enumerate() {
                 for zs in &self.kernel_nz[j] {
