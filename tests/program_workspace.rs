@@ -490,3 +490,76 @@ fn a_changed_program_meaning_is_caught() {
     });
     assert_eq!(differed, compared);
 }
+
+/// `Program::sampler_at` reusing the sampler of an earlier instance (left
+/// mid-sample, with a perturbed workspace, and of other shapes where the
+/// table has them) against a fresh `sampler` at the new instance: the same
+/// steps, and the same sample afterwards. The twin: the old sampler as it
+/// was left, without `sampler_at`, differs from the fresh one, so the
+/// comparison would see a reuse that kept stale work.
+#[test]
+fn a_reused_sampler_is_a_fresh_sampler() {
+    let mut rng = Lcg(9);
+    let (mut compared, mut stale) = (0, 0);
+    for op in programs() {
+        let Op::Program(p) = &op.op else {
+            panic!("a program")
+        };
+        for m in [Mesh::line(2), Mesh::new(&[("a", 2), ("b", 2)])]
+            .iter()
+            .filter(|m| m.axes.len() == op.output.states.len())
+        {
+            let table = shape_table(&op, &Scope::default(), m);
+            let mut inst = |i: usize| -> Vec<PerRank> {
+                let shapes = &table[i % table.len()].0;
+                op.inputs
+                    .iter()
+                    .zip(shapes)
+                    .map(|(t, s)| {
+                        let vals: Vec<Q> = (0..num_free(m, t, s)).map(|_| rng.q()).collect();
+                        from_free(m, t, s, &vals)
+                    })
+                    .collect()
+            };
+            for (a, b) in [(0, 0), (0, 1), (1, 0), (2, 2)] {
+                let (xa, xb) = (inst(a), inst(b));
+                let (mut old, _) = p.sampler_at(m, &xa, None).expect("polynomial");
+                // Leave it mid-sample: input 0 perturbed on every rank.
+                let mut work = xa.clone();
+                for t in work[0].tensors.iter_mut() {
+                    for v in t.data.iter_mut() {
+                        *v = v.add(&Q::one());
+                    }
+                }
+                let all = vec![true; m.num_ranks()];
+                p.sample(m, &mut old, &work, 0, &all).expect("polynomial");
+                let (vals, _) = p.run_steps(m, &xb).expect("polynomial");
+                let mut fresh = p.sampler(&xb, vals);
+                if old.steps() != fresh.steps() {
+                    stale += 1;
+                }
+                let (mut reused, _) = p.sampler_at(m, &xb, Some(old)).expect("polynomial");
+                assert_eq!(reused.base(), fresh.base(), "{} on {m}", p.describe());
+                assert_eq!(reused.steps(), fresh.steps(), "{} on {m}", p.describe());
+                // And the next sample agrees.
+                let mut work = xb.clone();
+                for t in work[1 % xb.len()].tensors.iter_mut() {
+                    for v in t.data.iter_mut() {
+                        *v = v.add(&Q::int(2));
+                    }
+                }
+                let i = 1 % xb.len();
+                let ra = p.sample(m, &mut reused, &work, i, &all);
+                let rb = p.sample(m, &mut fresh, &work, i, &all);
+                assert_eq!(ra, rb);
+                assert_eq!(reused.steps(), fresh.steps(), "{} on {m}", p.describe());
+                compared += 1;
+            }
+        }
+    }
+    assert!(compared > 20, "only {compared} compared");
+    assert!(
+        stale > compared / 2,
+        "the twin: stale work seen only {stale} times"
+    );
+}

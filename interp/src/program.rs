@@ -336,6 +336,51 @@ impl Program {
         }
     }
 
+    /// Run the forward at inputs `xs` and give its sampler, with whether a
+    /// step met a kink: `sampler(xs, run_steps(xs))`, but written into the
+    /// buffers of `old` (a sampler of this program, from an earlier
+    /// instance) where there is one. Its einsum plans are kept: they were
+    /// made for the same shapes in a case, and a plan checks its operands'
+    /// shapes before use, so another shape takes the definition. The values
+    /// are those of `run_steps` and `sampler` (SPEC.md §18.1).
+    pub fn sampler_at(
+        &self,
+        m: &Mesh,
+        xs: &[PerRank],
+        old: Option<Sampler>,
+    ) -> Result<(Sampler, bool), EvalError> {
+        let Some(mut s) = old.filter(|s| s.plans.len() == self.steps.len()) else {
+            let (vals, kink) = self.run_steps(m, xs)?;
+            return Ok((self.sampler(xs, vals), kink));
+        };
+        let k = xs.len();
+        let ns = self.steps.len();
+        s.base.truncate(ns);
+        s.base.resize_with(ns, || PerRank {
+            tensors: Vec::new(),
+        });
+        let mut kink = false;
+        for (j, st) in self.steps.iter().enumerate() {
+            let (done, rest) = s.base.split_at_mut(j);
+            kink |= step_forward_into(m, st, xs, done, k, &mut rest[0])?;
+        }
+        s.work.truncate(ns);
+        s.work.resize_with(ns, || PerRank {
+            tensors: Vec::new(),
+        });
+        for (w, b) in s.work.iter_mut().zip(&s.base) {
+            // Tensor::clone_from keeps the buffers.
+            w.tensors.clone_from(&b.tensors);
+        }
+        s.dirty.truncate(ns);
+        s.dirty.resize_with(ns, Vec::new);
+        for (d, b) in s.dirty.iter_mut().zip(&s.base) {
+            d.clear();
+            d.resize(b.tensors.len(), false);
+        }
+        Ok((s, kink))
+    }
+
     /// The forward at inputs `xs` that equal the sampler's instance except
     /// on the ranks of input `i` marked in `touched`, written into the
     /// sampler's workspace (SPEC.md §18.1). Only what can differ is

@@ -308,6 +308,9 @@ struct Scratch {
     dy: Denot,
     dxs: Vec<Denot>,
     fd: FdBufs,
+    /// A program's sampler from the last instance, whose buffers the next
+    /// one reuses (`Program::sampler_at`).
+    sampler: Option<spmd_interp::program::Sampler>,
 }
 
 /// The backward properties' buffers (`Scratch`).
@@ -619,11 +622,13 @@ impl<'a> Checker<'a> {
         // A program's step outputs are kept: its samples recompute only
         // what a perturbation reaches, and its backward at this instance
         // reuses them (SPEC.md §18.1).
-        let (fwd, steps) = match &op.op {
+        let (fwd, sampler) = match &op.op {
             Op::Program(p) => {
-                let (vals, at_kink) = p.run_steps(m, xs)?;
-                let y = vals.last().expect("nonempty").clone();
-                (spmd_interp::op::Forward { y, at_kink }, Some((p, vals)))
+                // The sampler of an earlier instance of the case lends its
+                // buffers (`Program::sampler_at`).
+                let (s, at_kink) = p.sampler_at(m, xs, ws.sampler.take())?;
+                let y = s.base().last().expect("nonempty").clone();
+                (spmd_interp::op::Forward { y, at_kink }, Some(s))
             }
             _ => (op.op.forward(m, xs)?, None),
         };
@@ -661,6 +666,7 @@ impl<'a> Checker<'a> {
             dy,
             dxs,
             fd,
+            sampler: kept,
         } = ws;
         self.proj_out.denote_into(&y, dy);
         // One workspace copy of the inputs, perturbed in place and reset
@@ -671,10 +677,11 @@ impl<'a> Checker<'a> {
         ys.clone_from(&y.tensors);
         let mut yw = Work {
             y: PerRank { tensors: ys },
-            prog: steps.map(|(p, vals)| p.sampler(xs, vals)),
+            prog: sampler,
         };
         let r = self.props(xs, phase, xs2, &y, &mut yw, dy, dxs, fd, fwd.at_kink);
         *ybuf = yw.y.tensors;
+        *kept = yw.prog;
         r
     }
 
