@@ -11,7 +11,7 @@ use spmd_check::interp::{parse, Backward, Op, TypedOp};
 use spmd_check::oracle::check::{check, Outcome};
 use spmd_check::oracle::Property;
 use spmd_check::rules::{build, parse_file, Rule};
-use spmd_check::semantics::perrank::{from_free, num_free};
+use spmd_check::semantics::perrank::{from_free, num_free, Denot};
 use spmd_check::semantics::{Mesh, PerRank, State, Type, Q};
 
 /// A small deterministic generator (no float, no clock).
@@ -94,15 +94,7 @@ fn compare_samples(op: &TypedOp, p: &Program, m: &Mesh, rng: &mut Lcg, wrong_mas
     let mut compared = 0;
     let table = shape_table(op, &Scope::default(), m);
     for (shapes, _, _) in table.iter().take(6) {
-        let xs: Vec<PerRank> = op
-            .inputs
-            .iter()
-            .zip(shapes)
-            .map(|(t, s)| {
-                let vals: Vec<Q> = (0..num_free(m, t, s)).map(|_| rng.q()).collect();
-                from_free(m, t, s, &vals)
-            })
-            .collect();
+        let xs = random_inputs(op, m, shapes, rng);
         let (steps, _) = p.run_steps(m, &xs).expect("polynomial");
         let mut s = p.sampler(&xs, steps.clone());
         for i in 0..xs.len() {
@@ -330,6 +322,42 @@ fn a_planned_einsum_is_the_einsum() {
     assert_eq!(out.shape, vec![2, 2]);
 }
 
+/// Random inputs of `op` at `shapes` on `m`.
+fn random_inputs(op: &TypedOp, m: &Mesh, shapes: &[Vec<usize>], rng: &mut Lcg) -> Vec<PerRank> {
+    op.inputs
+        .iter()
+        .zip(shapes)
+        .map(|(t, s)| {
+            let vals: Vec<Q> = (0..num_free(m, t, s)).map(|_| rng.q()).collect();
+            from_free(m, t, s, &vals)
+        })
+        .collect()
+}
+
+/// `f(op, program, mesh, inputs)` at random inputs of the first four shape
+/// tuples of every program above, on each of `meshes` with as many axes as
+/// its types.
+fn each_instance(
+    meshes: &[Mesh],
+    rng: &mut Lcg,
+    f: &mut dyn FnMut(&TypedOp, &Program, &Mesh, Vec<PerRank>),
+) {
+    for op in programs() {
+        let Op::Program(p) = &op.op else {
+            panic!("a program")
+        };
+        for m in meshes
+            .iter()
+            .filter(|m| m.axes.len() == op.output.states.len())
+        {
+            for (shapes, _, _) in shape_table(&op, &Scope::default(), m).iter().take(4) {
+                let xs = random_inputs(&op, m, shapes, rng);
+                f(&op, p, m, xs);
+            }
+        }
+    }
+}
+
 /// `Program::backward_from_pooled` against `backward_from` on every program
 /// above, with one pool shared by all of them that starts full of junk
 /// (nonzero values, wrong shapes and rank counts) and gets every result
@@ -345,47 +373,28 @@ fn compare_pooled(tamper: &dyn Fn(&mut Vec<PerRank>)) -> (usize, usize) {
     };
     let mut spare: Vec<PerRank> = (1..6).map(|n| junk(n, n + 2)).collect();
     let (mut compared, mut differed) = (0, 0);
-    for op in programs() {
-        let Op::Program(p) = &op.op else {
-            panic!("a program")
-        };
-        for m in [
-            Mesh::line(2),
-            Mesh::line(4),
-            Mesh::new(&[("a", 2), ("b", 2)]),
-        ]
-        .iter()
-        .filter(|m| m.axes.len() == op.output.states.len())
-        {
-            let table = shape_table(&op, &Scope::default(), m);
-            for (shapes, _, _) in table.iter().take(4) {
-                let xs: Vec<PerRank> = op
-                    .inputs
-                    .iter()
-                    .zip(shapes)
-                    .map(|(t, s)| {
-                        let vals: Vec<Q> = (0..num_free(m, t, s)).map(|_| rng.q()).collect();
-                        from_free(m, t, s, &vals)
-                    })
-                    .collect();
-                let (steps, _) = p.run_steps(m, &xs).expect("polynomial");
-                let g = steps.last().unwrap().clone();
-                let want = p.backward_from(m, &xs, &steps, &g);
-                let got = p.backward_from_pooled(m, &xs, &steps, &g, &mut spare);
-                match (got, want) {
-                    (Ok(mut got), Ok(want)) => {
-                        tamper(&mut got);
-                        compared += 1;
-                        differed += usize::from(got != want);
-                        for b in got {
-                            spmd_check::interp::program::give_back(&mut spare, b);
-                        }
-                    }
-                    (got, want) => assert_eq!(got, want, "the same error"),
+    let meshes = [
+        Mesh::line(2),
+        Mesh::line(4),
+        Mesh::new(&[("a", 2), ("b", 2)]),
+    ];
+    each_instance(&meshes, &mut rng, &mut |_, p, m, xs| {
+        let (steps, _) = p.run_steps(m, &xs).expect("polynomial");
+        let g = steps.last().unwrap().clone();
+        let want = p.backward_from(m, &xs, &steps, &g);
+        let got = p.backward_from_pooled(m, &xs, &steps, &g, &mut spare);
+        match (got, want) {
+            (Ok(mut got), Ok(want)) => {
+                tamper(&mut got);
+                compared += 1;
+                differed += usize::from(got != want);
+                for b in got {
+                    spmd_check::interp::program::give_back(&mut spare, b);
                 }
             }
+            (got, want) => assert_eq!(got, want, "the same error"),
         }
-    }
+    });
     (compared, differed)
 }
 
@@ -414,63 +423,50 @@ fn a_pooled_backward_left_with_junk_is_caught() {
 /// composed step by step from each step's own `Op::spec`, on every program
 /// above at random denotations. `tamper` changes the program's result
 /// before the comparison (the twin). Returns (compared, differed).
-fn compare_specs(tamper: &dyn Fn(&mut spmd_check::semantics::perrank::Denot)) -> (usize, usize) {
+fn compare_specs(tamper: &dyn Fn(&mut Denot)) -> (usize, usize) {
     use spmd_check::semantics::perrank::denote;
     let mut rng = Lcg(5);
     let (mut compared, mut differed) = (0, 0);
-    for op in programs() {
-        let Op::Program(p) = &op.op else {
-            panic!("a program")
-        };
-        for m in [Mesh::line(2), Mesh::new(&[("a", 2), ("b", 2)])]
+    let meshes = [Mesh::line(2), Mesh::new(&[("a", 2), ("b", 2)])];
+    each_instance(&meshes, &mut rng, &mut |op, p, m, xs| {
+        let ds: Vec<Denot> = op
+            .inputs
             .iter()
-            .filter(|m| m.axes.len() == op.output.states.len())
-        {
-            let table = shape_table(&op, &Scope::default(), m);
-            for (shapes, _, _) in table.iter().take(4) {
-                let ds: Vec<_> = op
-                    .inputs
-                    .iter()
-                    .zip(shapes)
-                    .map(|(t, s)| {
-                        let vals: Vec<Q> = (0..num_free(m, t, s)).map(|_| rng.q()).collect();
-                        denote(m, t, &from_free(m, t, s, &vals))
-                    })
-                    .collect();
-                let k = ds.len();
-                let mut vals: Vec<spmd_check::semantics::perrank::Denot> = Vec::new();
-                let mut reference = Ok(());
-                for st in &p.steps {
-                    let args: Vec<_> = st
-                        .args
-                        .iter()
-                        .map(|&a| {
-                            if a < k {
-                                ds[a].clone()
-                            } else {
-                                vals[a - k].clone()
-                            }
-                        })
-                        .collect();
-                    match st.op.op.spec(m, &args) {
-                        Ok(d) => vals.push(d),
-                        Err(e) => {
-                            reference = Err(e);
-                            break;
-                        }
+            .zip(&xs)
+            .map(|(t, x)| denote(m, t, x))
+            .collect();
+        let k = ds.len();
+        let mut vals: Vec<Denot> = Vec::new();
+        let mut reference = Ok(());
+        for st in &p.steps {
+            let args: Vec<Denot> = st
+                .args
+                .iter()
+                .map(|&a| {
+                    if a < k {
+                        ds[a].clone()
+                    } else {
+                        vals[a - k].clone()
                     }
-                }
-                match (p.spec(m, &ds), reference) {
-                    (Ok(mut got), Ok(())) => {
-                        tamper(&mut got);
-                        compared += 1;
-                        differed += usize::from(&got != vals.last().unwrap());
-                    }
-                    (got, want) => assert_eq!(got.err(), want.err(), "the same error"),
+                })
+                .collect();
+            match st.op.op.spec(m, &args) {
+                Ok(d) => vals.push(d),
+                Err(e) => {
+                    reference = Err(e);
+                    break;
                 }
             }
         }
-    }
+        match (p.spec(m, &ds), reference) {
+            (Ok(mut got), Ok(())) => {
+                tamper(&mut got);
+                compared += 1;
+                differed += usize::from(&got != vals.last().unwrap());
+            }
+            (got, want) => assert_eq!(got.err(), want.err(), "the same error"),
+        }
+    });
     (compared, differed)
 }
 
@@ -510,17 +506,7 @@ fn a_reused_sampler_is_a_fresh_sampler() {
             .filter(|m| m.axes.len() == op.output.states.len())
         {
             let table = shape_table(&op, &Scope::default(), m);
-            let mut inst = |i: usize| -> Vec<PerRank> {
-                let shapes = &table[i % table.len()].0;
-                op.inputs
-                    .iter()
-                    .zip(shapes)
-                    .map(|(t, s)| {
-                        let vals: Vec<Q> = (0..num_free(m, t, s)).map(|_| rng.q()).collect();
-                        from_free(m, t, s, &vals)
-                    })
-                    .collect()
-            };
+            let mut inst = |i: usize| random_inputs(&op, m, &table[i % table.len()].0, &mut rng);
             for (a, b) in [(0, 0), (0, 1), (1, 0), (2, 2)] {
                 let (xa, xb) = (inst(a), inst(b));
                 let (mut old, _) = p.sampler_at(m, &xa, None).expect("polynomial");
