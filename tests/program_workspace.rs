@@ -334,13 +334,16 @@ fn random_inputs(op: &TypedOp, m: &Mesh, shapes: &[Vec<usize>], rng: &mut Lcg) -
         .collect()
 }
 
+/// What `each_instance` calls per instance.
+type Visit<'a> = dyn FnMut(&TypedOp, &Program, &Mesh, Vec<PerRank>) + 'a;
+
 /// `f(op, program, mesh, inputs)` at random inputs of the first four shape
 /// tuples of every program above, on each of `meshes` with as many axes as
 /// its types.
 fn each_instance(
     meshes: &[Mesh],
     rng: &mut Lcg,
-    f: &mut dyn FnMut(&TypedOp, &Program, &Mesh, Vec<PerRank>),
+    f: &mut Visit,
 ) {
     for op in programs() {
         let Op::Program(p) = &op.op else {
