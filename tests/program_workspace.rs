@@ -340,11 +340,7 @@ type Visit<'a> = dyn FnMut(&TypedOp, &Program, &Mesh, Vec<PerRank>) + 'a;
 /// `f(op, program, mesh, inputs)` at random inputs of the first four shape
 /// tuples of every program above, on each of `meshes` with as many axes as
 /// its types.
-fn each_instance(
-    meshes: &[Mesh],
-    rng: &mut Lcg,
-    f: &mut Visit,
-) {
+fn each_instance(meshes: &[Mesh], rng: &mut Lcg, f: &mut Visit) {
     for op in programs() {
         let Op::Program(p) = &op.op else {
             panic!("a program")
