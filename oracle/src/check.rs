@@ -376,6 +376,18 @@ struct Work {
     prog: Option<spmd_interp::program::Sampler>,
 }
 
+impl Work {
+    /// The last sample's output (the instance's after `unsample`): a
+    /// program's is read in its sampler, without a copy; any other op's is
+    /// `y`.
+    fn out(&self) -> &PerRank {
+        match &self.prog {
+            Some(s) => s.output(),
+            None => &self.y,
+        }
+    }
+}
+
 /// A sparse per-rank direction: nonzero entries and the ranks it touches.
 struct Sparse {
     entries: Vec<(usize, usize, Q)>,
@@ -715,7 +727,7 @@ impl<'a> Checker<'a> {
                         }
                         Err(e) => return Err(e.into()),
                     }
-                    let y2 = &yw.y;
+                    let y2 = yw.out();
                     if perrank::well_formed(m, &op.output, y2).is_err() {
                         // An F1 failure off the grid. For a polynomial F1 is
                         // itself polynomial, so the grid has a failing point
@@ -1130,12 +1142,14 @@ impl<'a> Checker<'a> {
     }
 
     /// The forward at `work`, which differs from the instance's inputs
-    /// only on the ranks of input `i` marked in `touched`, into `out.y`,
-    /// which holds the instance's output `base` on entry. A local op
+    /// only on the ranks of input `i` marked in `touched`, read after as
+    /// `out.out()`; `out.y` holds the instance's output `base` on entry. A
+    /// local op
     /// recomputes only the touched ranks, in place and without allocating
     /// on the pointwise path (SPEC.md §18), exactly as `Op::forward_touching`
     /// does; a program recomputes only what the perturbation reaches, in
-    /// its workspace (`Program::sample`, SPEC.md §18.1); other ops run
+    /// its workspace (`Program::sample`, SPEC.md §18.1), where the sample
+    /// is read without a copy; other ops run
     /// `forward_touching`. Returns whether a kink was met. `unsample`
     /// restores `out`.
     fn sample(
@@ -1163,15 +1177,8 @@ impl<'a> Checker<'a> {
                 }
                 Ok(ctx.at_kink)
             }
-            (Op::Program(p), Some(s)) => {
-                let r = p.sample(self.m, s, work, i, touched);
-                for (r, c) in s.output_changed().iter().enumerate() {
-                    if *c {
-                        out.y.tensors[r].clone_from(&s.output().tensors[r]);
-                    }
-                }
-                r
-            }
+            // The sample stays in the sampler, where `Work::out` reads it.
+            (Op::Program(p), Some(s)) => p.sample(self.m, s, work, i, touched),
             (op, _) => {
                 let fw = op.forward_touching(self.m, work, base, touched)?;
                 out.y = fw.y;
@@ -1181,8 +1188,9 @@ impl<'a> Checker<'a> {
     }
 
     /// Put `base` back into `out` after `sample` (also after a failed one).
-    /// Only a local op's and a program's samples read `out`; any other op's
-    /// sample replaces it whole, so there is nothing to restore.
+    /// Only a local op's sample writes into `out.y` and a program's into its
+    /// sampler; any other op's sample replaces `out.y` whole, so there is
+    /// nothing to restore.
     fn unsample(&self, base: &PerRank, touched: &[bool], out: &mut Work) {
         match (&self.op.op, out.prog.as_mut()) {
             (Op::Local(_), _) => {
@@ -1192,14 +1200,7 @@ impl<'a> Checker<'a> {
                     }
                 }
             }
-            (Op::Program(p), Some(s)) => {
-                for (r, c) in s.output_changed().iter().enumerate() {
-                    if *c {
-                        out.y.tensors[r].clone_from(&base.tensors[r]);
-                    }
-                }
-                p.unsample(s);
-            }
+            (Op::Program(p), Some(s)) => p.unsample(s),
             _ => {}
         }
     }
@@ -1395,7 +1396,7 @@ impl<'a> Checker<'a> {
             let r = self.sample(work, i, y, &e.touched, yw);
             let out = match r {
                 Ok(true) => Err(FdFail::Undetermined("a sample meets a kink".into())),
-                Ok(false) => Ok(Some(self.proj_out.denote_flat(&yw.y))),
+                Ok(false) => Ok(Some(self.proj_out.denote_flat(yw.out()))),
                 Err(EvalError::DivByZero) => Ok(None),
                 Err(EvalError::Shape(s)) => {
                     panic!("interpreter bug: shape error on an inferred instance: {s}")
@@ -1449,7 +1450,7 @@ impl<'a> Checker<'a> {
             e.set(&mut work[i], &xs[i], &h);
             let r = self.sample(work, i, y, &e.touched, yw);
             if let Ok(false) = r {
-                self.proj_out.denote_flat_into(&yw.y, ys);
+                self.proj_out.denote_flat_into(yw.out(), ys);
             }
             self.unsample(y, &e.touched, yw);
             match r {
