@@ -12,6 +12,7 @@ use crate::eval::{
 use crate::expr::Expr;
 use crate::op::{Backward, Forward, Op, TypedOp};
 use spmd_semantics::perrank::Denot;
+use spmd_semantics::tensor::same_shape;
 use spmd_semantics::{Mesh, PerRank, Shape, Tensor, Type, Q};
 
 /// One step: a typed op applied to earlier values.
@@ -838,7 +839,7 @@ impl StepPlan {
         }
         for ((slot, &v), shape) in ops.iter_mut().zip(&self.vars).zip(&self.shapes) {
             let t = arg(v);
-            if t.shape != *shape {
+            if !same_shape(&t.shape, shape) {
                 return false;
             }
             *slot = t;
