@@ -3,7 +3,7 @@
 use crate::collective::{Collective, Kind};
 use crate::eval::{eval, infer, vjp, vjp_add, Ctx, Degree, EvalError};
 use crate::expr::{parse, LocalFn};
-use crate::program::Program;
+use crate::program::{Program, MAX_ARGS};
 use spmd_semantics::perrank::{global, Denot};
 use spmd_semantics::{Mesh, PerRank, Shape, Tensor, Type, Q};
 
@@ -278,10 +278,6 @@ impl Op {
     }
 }
 
-/// Most inputs of a local op whose backward `TypedOp::backward_into` writes
-/// in place; more take `backward`.
-const MAX_VJP_ARGS: usize = 8;
-
 impl TypedOp {
     pub fn local(f: LocalFn, inputs: Vec<Type>, output: Type) -> TypedOp {
         TypedOp {
@@ -520,9 +516,8 @@ impl TypedOp {
         out: &mut Vec<PerRank>,
     ) -> Result<(), EvalError> {
         let n = m.num_ranks();
-        let fits = xs.len() <= MAX_VJP_ARGS
-            && g.tensors.len() == n
-            && xs.iter().all(|x| x.tensors.len() == n);
+        let fits =
+            xs.len() <= MAX_ARGS && g.tensors.len() == n && xs.iter().all(|x| x.tensors.len() == n);
         match (&self.backward, &self.op) {
             (Backward::LocalVjp, Op::Local(f)) if self.no_grad.is_empty() && fits => {
                 out.truncate(xs.len());
@@ -532,15 +527,9 @@ impl TypedOp {
                     });
                 }
                 for (o, x) in out.iter_mut().zip(xs) {
-                    o.tensors.truncate(n);
-                    for (r, t) in x.tensors.iter().enumerate() {
-                        match o.tensors.get_mut(r) {
-                            Some(ot) => ot.zero_as(&t.shape),
-                            None => o.tensors.push(Tensor::zeros(&t.shape)),
-                        }
-                    }
+                    o.zero_as(x);
                 }
-                let mut grads: [Tensor; MAX_VJP_ARGS] = std::array::from_fn(|_| Tensor {
+                let mut grads: [Tensor; MAX_ARGS] = std::array::from_fn(|_| Tensor {
                     shape: Vec::new(),
                     data: Vec::new(),
                 });
@@ -550,7 +539,7 @@ impl TypedOp {
                     if g.tensors[r].is_zero() {
                         continue;
                     }
-                    let mut args: [&Tensor; MAX_VJP_ARGS] = [&g.tensors[r]; MAX_VJP_ARGS];
+                    let mut args: [&Tensor; MAX_ARGS] = [&g.tensors[r]; MAX_ARGS];
                     for (a, x) in args.iter_mut().zip(xs) {
                         *a = &x.tensors[r];
                     }

@@ -500,8 +500,10 @@ impl Program {
     }
 }
 
-/// A step's arguments evaluated without a heap list of them.
-const MAX_ARGS: usize = 8;
+/// A step's arguments evaluated without a heap list of them (also the most
+/// inputs of a local op whose backward `TypedOp::backward_into` writes in
+/// place).
+pub(crate) const MAX_ARGS: usize = 8;
 
 /// A placeholder argument slot, overwritten before use.
 static EMPTY: Tensor = Tensor {
@@ -738,13 +740,7 @@ fn local_vjp_in_place<'a>(
             let mut z = spare.pop().unwrap_or(PerRank {
                 tensors: Vec::new(),
             });
-            z.tensors.truncate(n);
-            for (r, t) in at(a).tensors.iter().enumerate() {
-                match z.tensors.get_mut(r) {
-                    Some(zt) => zt.zero_as(&t.shape),
-                    None => z.tensors.push(Tensor::zeros(&t.shape)),
-                }
-            }
+            z.zero_as(at(a));
             cot[a] = Some(z);
         }
     }

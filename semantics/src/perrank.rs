@@ -39,6 +39,17 @@ impl PerRank {
     pub fn shape(&self) -> &[usize] {
         &self.tensors[0].shape
     }
+    /// Turn this into zeros of `like`'s ranks and shapes, keeping the
+    /// buffers it has (a workspace reused for cotangents).
+    pub fn zero_as(&mut self, like: &PerRank) {
+        self.tensors.truncate(like.tensors.len());
+        for (r, t) in like.tensors.iter().enumerate() {
+            match self.tensors.get_mut(r) {
+                Some(z) => z.zero_as(&t.shape),
+                None => self.tensors.push(Tensor::zeros(&t.shape)),
+            }
+        }
+    }
     pub fn add(&self, o: &PerRank) -> PerRank {
         PerRank {
             tensors: self
