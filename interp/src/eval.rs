@@ -1297,9 +1297,6 @@ pub fn einsum_planned_into(plan: &EinsumPlan, ops: &[&Tensor], out: &mut Tensor)
 /// index with its strides, multiplied in order and stopped at a zero, is
 /// added into `dst`'s entry at the dot of the index with `dst_st`.
 fn contract_into(dims: &[usize], srcs: &[(&[Q], &[usize])], dst: &mut [Q], dst_st: &[usize]) {
-    if dims.contains(&0) {
-        return;
-    }
     // The last label runs in a plain loop; the odometer turns the others.
     let Some((&inner, outer)) = dims.split_last() else {
         // No labels: one product into the single entry.
@@ -1732,7 +1729,10 @@ mod tests {
         let b = t(&[3, 2], &[2, 1, 0, -3, 4, 1]);
         let v = t(&[3], &[1, 2, -1]);
         type Case<'a> = (&'a str, Vec<&'a Tensor>, Vec<(char, usize)>);
-        let cases: [Case; 6] = [
+        let (s3, s5) = (t(&[], &[3]), t(&[], &[-5]));
+        let cases: [Case; 7] = [
+            // Scalars: no label at all.
+            (",->", vec![&s3, &s5], vec![]),
             // Two operands, no outer label: the inner loop alone.
             ("i,i->", vec![&v, &v], vec![('i', 3)]),
             ("ij,ij->j", vec![&a, &a], vec![('i', 2), ('j', 3)]),
