@@ -672,6 +672,18 @@ impl Ws {
         Some(())
     }
 
+    /// Output entry `e` on `ranks` into `y2`.
+    fn forward_entry(&mut self, ranks: &[usize], e: usize) -> Option<()> {
+        let n = self.n;
+        for &rr in ranks {
+            for i in 0..self.args.len() {
+                self.args[i] = self.x[i][rr * self.ni[i] + self.idx(i, e)];
+            }
+            self.y2[rr * n + e] = self.e.f(&self.args)?;
+        }
+        Some(())
+    }
+
     /// Backward with cotangent `self.g` into `out` (per input).
     fn backward(&mut self, out_b2: bool, k: usize) -> Option<()> {
         let (n, r) = (self.n, self.r);
@@ -949,7 +961,13 @@ impl Ws {
             } else {
                 None
             };
-            let ok = self.forward(false, only);
+            // As the exact side does (SPEC.md §18.8): an input with the
+            // output's entries moves only output entry e on its ranks.
+            let ok = if ki == n {
+                self.forward_entry(&ranks, e)
+            } else {
+                self.forward(false, only)
+            };
             for &rr in &ranks {
                 self.x[i][rr * ki + e] -= h;
             }

@@ -551,6 +551,37 @@ fn pointwise_shape<'a, T: Borrow<Tensor>>(
     })
 }
 
+/// Per input, for an expression that is pointwise on inputs of these
+/// shapes (see `pointwise_shape`) with at least one output entry: whether
+/// the input has the output's number of entries, so that output entry k
+/// reads its entry k and no other output entry reads it (any other input
+/// is a scalar read by every entry). `None` when the expression is not
+/// pointwise here.
+pub fn pointwise_inputs(e: &Expr, shapes: &[Shape]) -> Option<Vec<bool>> {
+    // Only the shapes are read.
+    let ts: Vec<Tensor> = shapes
+        .iter()
+        .map(|s| Tensor {
+            shape: s.clone(),
+            data: Vec::new(),
+        })
+        .collect();
+    let n = numel(pointwise_shape(e, &ts, false)?);
+    (n > 0).then(|| shapes.iter().map(|s| numel(s) == n).collect())
+}
+
+/// Entry `k` of a pointwise expression (`pointwise_inputs` is `Some` for
+/// these inputs' shapes): the value `eval_into` writes there, with the
+/// same kink flag and the same division by zero for that entry.
+pub fn eval_at<T: Borrow<Tensor>>(
+    e: &Expr,
+    xs: &[T],
+    k: usize,
+    ctx: &mut Ctx,
+) -> Result<Q, EvalError> {
+    at_point(e, xs, k, ctx)
+}
+
 /// Entry `i` of a tensor that is either a scalar or of the output's shape.
 #[inline]
 fn entry(t: &Tensor, i: usize) -> &Q {

@@ -8,7 +8,7 @@
 
 use crate::fd::{derivative, FdFail, PolyWeights};
 use serde::Serialize;
-use spmd_interp::eval::{eval_into, Ctx};
+use spmd_interp::eval::{eval_at, eval_into, pointwise_inputs, Ctx};
 use spmd_interp::program::give_back;
 use spmd_interp::{Degree, EvalError, Op, TypedOp};
 use spmd_semantics::perrank::{
@@ -293,6 +293,11 @@ pub struct Checker<'a> {
     scratch: Mutex<Vec<Scratch>>,
     /// Whether the op is checked by `exact_deriv` instead (SPEC.md §19.4).
     exact: bool,
+    /// For a local op that is pointwise on this case's shapes, per input:
+    /// whether output entry k reads its entry k and no other, so a sample
+    /// along it recomputes only the entries it moves (SPEC.md §18.8).
+    /// Empty otherwise.
+    entrywise: Vec<bool>,
 }
 
 /// The buffers one instance works in, kept with its case and reused by the
@@ -542,6 +547,13 @@ impl<'a> Checker<'a> {
             .collect();
         let steps = (0..op.inputs.len()).map(|i| line_steps(&deg, i)).collect();
         let cot_in = op.inputs.iter().map(Type::cot).collect();
+        let entrywise = match &op.op {
+            // `sample` takes the rank-wise path only up to MAX_ARGS inputs.
+            Op::Local(f) if shapes.len() <= MAX_ARGS => {
+                pointwise_inputs(&f.expr, &shapes).unwrap_or_default()
+            }
+            _ => Vec::new(),
+        };
         Ok(Checker {
             op,
             m,
@@ -567,6 +579,7 @@ impl<'a> Checker<'a> {
             cot_in,
             scratch: Mutex::new(Vec::new()),
             exact: crate::exact_deriv::applies(op),
+            entrywise,
         })
     }
 
@@ -716,13 +729,12 @@ impl<'a> Checker<'a> {
         // output's denotation.
         for (i, ti) in op.inputs.iter().enumerate() {
             for zs in &self.kernel_nz[i] {
-                let touched = &zs.touched;
                 for t in &self.steps[i] {
                     zs.set(&mut xs2[i], &xs[i], t);
-                    match self.sample(xs2, i, y, touched, yw) {
+                    match self.sample(xs2, i, y, zs, yw) {
                         Ok(_) => {}
                         Err(EvalError::DivByZero) => {
-                            self.unsample(y, touched, yw);
+                            self.unsample(y, i, zs, yw);
                             continue;
                         }
                         Err(e) => return Err(e.into()),
@@ -734,7 +746,7 @@ impl<'a> Checker<'a> {
                         // that is smaller in the order of §7.2; otherwise
                         // report it here.
                         if self.deg.is_polynomial() {
-                            self.unsample(y, touched, yw);
+                            self.unsample(y, i, zs, yw);
                             continue;
                         }
                         return self.run(xs2, Phase::Forward);
@@ -753,7 +765,7 @@ impl<'a> Checker<'a> {
                             show_denot(m, &op.output, &dy2),
                         ));
                     }
-                    self.unsample(y, touched, yw);
+                    self.unsample(y, i, zs, yw);
                 }
                 zs.reset(&mut xs2[i], &xs[i]);
             }
@@ -1142,32 +1154,49 @@ impl<'a> Checker<'a> {
     }
 
     /// The forward at `work`, which differs from the instance's inputs
-    /// only on the ranks of input `i` marked in `touched`, read after as
-    /// `out.out()`; `out.y` holds the instance's output `base` on entry. A
-    /// local op
-    /// recomputes only the touched ranks, in place and without allocating
-    /// on the pointwise path (SPEC.md §18), exactly as `Op::forward_touching`
-    /// does; a program recomputes only what the perturbation reaches, in
-    /// its workspace (`Program::sample`, SPEC.md §18.1), where the sample
-    /// is read without a copy; other ops run
-    /// `forward_touching`. Returns whether a kink was met. `unsample`
-    /// restores `out`.
+    /// only on the entries of input `i` that direction `e` moves, read
+    /// after as `out.out()`; `out.y` holds the instance's output `base` on
+    /// entry. A local op recomputes only the ranks `e` touches, in place and
+    /// without allocating on the pointwise path (SPEC.md §18), exactly as
+    /// `Op::forward_touching` does, and of a pointwise op only the output
+    /// entries that read a moved entry (SPEC.md §18.8); a program
+    /// recomputes only what the perturbation reaches, in its workspace
+    /// (`Program::sample`, SPEC.md §18.1), where the sample is read without
+    /// a copy; other ops run `forward_touching`. Returns whether a
+    /// recomputed entry met a kink (the callers that read it sample only
+    /// kink-free instances). `unsample` restores `out`.
     fn sample(
         &self,
         work: &[PerRank],
         i: usize,
         base: &PerRank,
-        touched: &[bool],
+        e: &Sparse,
         out: &mut Work,
     ) -> Result<bool, EvalError> {
+        let touched = &e.touched;
         match (&self.op.op, out.prog.as_mut()) {
             (Op::Local(f), _) if !work.is_empty() && work.len() <= MAX_ARGS => {
                 let mut ctx = Ctx::default();
-                for r in (0..self.m.num_ranks()).filter(|&r| touched[r]) {
+                let rank_args = |r: usize| {
                     let mut args: [&Tensor; MAX_ARGS] = [&work[0].tensors[r]; MAX_ARGS];
                     for (a, x) in args.iter_mut().zip(work) {
                         *a = &x.tensors[r];
                     }
+                    args
+                };
+                if self.entrywise.get(i) == Some(&true) {
+                    // Output entry k reads entry k of input i and no other
+                    // output entry reads it; the entries not recomputed are
+                    // the instance's, which is in the domain.
+                    for (r, k, _) in &e.entries {
+                        let args = rank_args(*r);
+                        out.y.tensors[*r].data[*k] =
+                            eval_at(&f.expr, &args[..work.len()], *k, &mut ctx)?;
+                    }
+                    return Ok(ctx.at_kink);
+                }
+                for r in (0..self.m.num_ranks()).filter(|&r| touched[r]) {
+                    let args = rank_args(r);
                     eval_into(
                         &f.expr,
                         &args[..work.len()],
@@ -1187,14 +1216,19 @@ impl<'a> Checker<'a> {
         }
     }
 
-    /// Put `base` back into `out` after `sample` (also after a failed one).
-    /// Only a local op's sample writes into `out.y` and a program's into its
-    /// sampler; any other op's sample replaces `out.y` whole, so there is
-    /// nothing to restore.
-    fn unsample(&self, base: &PerRank, touched: &[bool], out: &mut Work) {
+    /// Put `base` back into `out` after `sample` along direction `e` of
+    /// input `i` (also after a failed one). Only a local op's sample writes
+    /// into `out.y` and a program's into its sampler; any other op's sample
+    /// replaces `out.y` whole, so there is nothing to restore.
+    fn unsample(&self, base: &PerRank, i: usize, e: &Sparse, out: &mut Work) {
         match (&self.op.op, out.prog.as_mut()) {
+            (Op::Local(_), _) if self.entrywise.get(i) == Some(&true) => {
+                for (r, k, _) in &e.entries {
+                    out.y.tensors[*r].data[*k].clone_from(&base.tensors[*r].data[*k]);
+                }
+            }
             (Op::Local(_), _) => {
-                for (r, t) in touched.iter().enumerate() {
+                for (r, t) in e.touched.iter().enumerate() {
                     if *t {
                         out.y.tensors[r].clone_from(&base.tensors[r]);
                     }
@@ -1393,7 +1427,7 @@ impl<'a> Checker<'a> {
                 return Ok(Some(y0.to_vec()));
             }
             e.set(&mut work[i], &xs[i], h);
-            let r = self.sample(work, i, y, &e.touched, yw);
+            let r = self.sample(work, i, y, e, yw);
             let out = match r {
                 Ok(true) => Err(FdFail::Undetermined("a sample meets a kink".into())),
                 Ok(false) => Ok(Some(self.proj_out.denote_flat(yw.out()))),
@@ -1402,7 +1436,7 @@ impl<'a> Checker<'a> {
                     panic!("interpreter bug: shape error on an inferred instance: {s}")
                 }
             };
-            self.unsample(y, &e.touched, yw);
+            self.unsample(y, i, e, yw);
             out
         };
         let r = derivative(&mut f, self.deg.num[i], self.deg.den[i], &self.step);
@@ -1448,11 +1482,11 @@ impl<'a> Checker<'a> {
         for k in 1..=n {
             let h = Q::int(k as i64).mul(&self.step);
             e.set(&mut work[i], &xs[i], &h);
-            let r = self.sample(work, i, y, &e.touched, yw);
+            let r = self.sample(work, i, y, e, yw);
             if let Ok(false) = r {
                 self.proj_out.denote_flat_into(yw.out(), ys);
             }
-            self.unsample(y, &e.touched, yw);
+            self.unsample(y, i, e, yw);
             match r {
                 Ok(true) => return Err(FdFail::Undetermined("a sample meets a kink".into())),
                 Ok(false) => {}
