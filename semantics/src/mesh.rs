@@ -94,12 +94,21 @@ impl Mesh {
     }
     /// Every rank's group over `axes` (what [`Mesh::group`] gives, for all
     /// ranks at once) and its index in it, from a small per-thread cache
-    /// keyed by the mesh and the axes: collectives ask for the same groups
-    /// on every call, and computing them allocates per rank and member.
+    /// keyed by the axes' sizes and the axes: collectives ask for the same
+    /// groups on every call, and computing them allocates per rank and
+    /// member. The groups depend on the sizes alone (ranks are row-major
+    /// over the coordinates), so the names are not compared.
     pub fn groups(&self, axes: &[usize]) -> Rc<RankGroups> {
         GROUP_CACHE.with(|c| {
             let mut c = c.borrow_mut();
-            if let Some(i) = c.iter().position(|(m, a, _)| a == axes && m == self) {
+            let same_sizes = |sizes: &[usize]| {
+                sizes.len() == self.axes.len()
+                    && sizes.iter().zip(&self.axes).all(|(s, a)| *s == a.size)
+            };
+            if let Some(i) = c
+                .iter()
+                .position(|(sizes, a, _)| crate::tensor::same_shape(a, axes) && same_sizes(sizes))
+            {
                 // Move to the front: a case asks for a few groups again
                 // and again.
                 c[..=i].rotate_right(1);
@@ -109,7 +118,8 @@ impl Mesh {
             if c.len() >= GROUP_CACHE_CAP {
                 c.clear();
             }
-            c.insert(0, (self.clone(), axes.to_vec(), g.clone()));
+            let sizes = self.axes.iter().map(|a| a.size).collect();
+            c.insert(0, (sizes, axes.to_vec(), g.clone()));
             g
         })
     }
@@ -121,10 +131,10 @@ impl Mesh {
     }
 }
 
-/// How many (mesh, axes) entries a thread keeps before starting afresh.
+/// How many (sizes, axes) entries a thread keeps before starting afresh.
 const GROUP_CACHE_CAP: usize = 64;
 
-type GroupCacheEntries = Vec<(Mesh, Vec<usize>, Rc<RankGroups>)>;
+type GroupCacheEntries = Vec<(Vec<usize>, Vec<usize>, Rc<RankGroups>)>;
 
 thread_local! {
     static GROUP_CACHE: RefCell<GroupCacheEntries> = const { RefCell::new(Vec::new()) };

@@ -1,6 +1,8 @@
 //! The per-thread cache behind `Mesh::groups` gives what computing the groups
-//! afresh gives, on several meshes asked in turn; and the check used here
-//! catches a cache keyed wrongly (on the axes only, forgetting the mesh).
+//! afresh gives, on several meshes asked in turn (meshes that differ only in
+//! their names share an entry: the groups depend on the sizes alone); and
+//! the check used here catches a cache keyed wrongly (on the axes only,
+//! forgetting the sizes).
 
 use spmd_semantics::mesh::RankGroups;
 use spmd_semantics::Mesh;
@@ -13,7 +15,7 @@ fn meshes() -> Vec<Mesh> {
         Mesh::new(&[("x", 2), ("y", 2)]),
         Mesh::new(&[("x", 2), ("y", 3)]),
         Mesh::new(&[("x", 3), ("y", 2)]),
-        // Same sizes as above, other names: a different mesh.
+        // Same sizes as above, other names: the same groups.
         Mesh::new(&[("dp", 2), ("tp", 3)]),
         Mesh::new(&[("x", 2), ("y", 2), ("z", 2)]),
         Mesh::line(1),
