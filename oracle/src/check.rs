@@ -338,6 +338,9 @@ struct FdBufs {
     /// Buffers a program's backward zeroes and fills instead of allocating
     /// (`Program::backward_from_pooled`).
     spare: Vec<PerRank>,
+    /// The backward's results at a cotangent that denotes zero, or at a
+    /// moved instance (B2), rewritten in place like `bws`.
+    b2s: Vec<PerRank>,
 }
 
 /// A `Scratch` taken from a case's pool, given back when dropped.
@@ -811,6 +814,7 @@ impl<'a> Checker<'a> {
             dbs,
             bws,
             spare,
+            b2s,
         } = fd;
         flat_into(dy, y0);
         let m = self.m;
@@ -869,11 +873,12 @@ impl<'a> Checker<'a> {
                 for zs in &self.kernel_nz[j] {
                     for t in &self.steps[j] {
                         zs.set(&mut xs2[j], &xs[j], t);
-                        let bs2 = match self.backward_near(xs2, j, &zs.touched, yw, g) {
-                            Ok(b) => b,
+                        match self.backward_near(xs2, j, &zs.touched, yw, g, b2s, spare) {
+                            Ok(()) => {}
                             Err(EvalError::DivByZero) => continue,
                             Err(e) => return Err(e.into()),
                         };
+                        let bs2: &[PerRank] = b2s;
                         for (i, b2) in bs2.iter().enumerate() {
                             if op.no_grad.contains(&i) {
                                 continue;
@@ -904,8 +909,8 @@ impl<'a> Checker<'a> {
         // The cotangent half of B2: a cotangent that denotes zero gives
         // results that denote zero (the backward is linear in g).
         for z in &self.g_kernel {
-            let bs = self.backward_here(xs, yw, z)?;
-            for (i, b) in bs.iter().enumerate() {
+            self.backward_here_into(xs, yw, z, b2s, spare)?;
+            for (i, b) in b2s.iter().enumerate() {
                 if op.no_grad.contains(&i) {
                     continue;
                 }
@@ -1287,9 +1292,12 @@ impl<'a> Checker<'a> {
     }
 
     /// The backward at `work`, which differs from the instance's inputs
-    /// only on the ranks of input `j` marked in `touched`: a program's
-    /// forward is sampled in its workspace (`Program::sample`) and restored
-    /// after; the result is `TypedOp::backward`'s.
+    /// only on the ranks of input `j` marked in `touched`, into `out`: a
+    /// program's forward is sampled in its workspace (`Program::sample`)
+    /// and restored after; any other op's backward is written into `out`'s
+    /// buffers where it can (`TypedOp::backward_into`). The result is
+    /// `TypedOp::backward`'s.
+    #[allow(clippy::too_many_arguments)]
     fn backward_near(
         &self,
         work: &[PerRank],
@@ -1297,16 +1305,22 @@ impl<'a> Checker<'a> {
         touched: &[bool],
         yw: &mut Work,
         g: &PerRank,
-    ) -> Result<Vec<PerRank>, EvalError> {
+        out: &mut Vec<PerRank>,
+        spare: &mut Vec<PerRank>,
+    ) -> Result<(), EvalError> {
         match (&self.op.op, &self.op.backward, yw.prog.as_mut()) {
             (Op::Program(p), spmd_interp::Backward::Steps, Some(s)) => {
+                for b in out.drain(..) {
+                    give_back(spare, b);
+                }
                 let r = p
                     .sample(self.m, s, work, j, touched)
                     .and_then(|_| p.backward_from(self.m, work, s.steps(), g));
                 p.unsample(s);
-                Ok(self.zero_no_grad(work, r?))
+                *out = self.zero_no_grad(work, r?);
+                Ok(())
             }
-            _ => self.op.backward(self.m, work, g),
+            _ => self.op.backward_into(self.m, work, g, out),
         }
     }
 
