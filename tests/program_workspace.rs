@@ -548,3 +548,97 @@ fn a_reused_sampler_is_a_fresh_sampler() {
         "the twin: stale work seen only {stale} times"
     );
 }
+
+/// The program backward written plainly: every step's own
+/// `TypedOp::backward` on fresh tensors, in reverse, a value used twice
+/// getting the sum (`PerRank::add`) of its cotangents. With `overwrite`
+/// (the twin) a later cotangent replaces the earlier one instead.
+fn plain_backward(
+    p: &Program,
+    m: &Mesh,
+    xs: &[PerRank],
+    g: &PerRank,
+    overwrite: bool,
+) -> Vec<PerRank> {
+    let (steps, _) = p.run_steps(m, xs).expect("polynomial");
+    let k = xs.len();
+    let val = |a: usize| if a < k { &xs[a] } else { &steps[a - k] };
+    let mut cot: Vec<Option<PerRank>> = vec![None; k + steps.len()];
+    cot[k + steps.len() - 1] = Some(g.clone());
+    for (j, s) in p.steps.iter().enumerate().rev() {
+        let Some(c) = cot[k + j].clone() else {
+            continue;
+        };
+        let args: Vec<PerRank> = s.args.iter().map(|&a| val(a).clone()).collect();
+        let gs = s.op.backward(m, &args, &c).expect("in the domain");
+        for (&a, ga) in s.args.iter().zip(gs) {
+            cot[a] = Some(match (&cot[a], overwrite) {
+                (Some(prev), false) => prev.add(&ga),
+                _ => ga,
+            });
+        }
+    }
+    (0..k)
+        .map(|i| {
+            cot[i].take().unwrap_or_else(|| PerRank {
+                tensors: xs[i]
+                    .tensors
+                    .iter()
+                    .map(|t| spmd_check::semantics::Tensor::zeros(&t.shape))
+                    .collect(),
+            })
+        })
+        .collect()
+}
+
+/// `backward_from_pooled` (its local VJPs added in place, its collectives'
+/// transposes run into pooled buffers) against `plain_backward`, with the
+/// pool starting full of junk. Returns (compared, differed).
+fn compare_plain(overwrite: bool) -> (usize, usize) {
+    let mut rng = Lcg(9);
+    let mut spare: Vec<PerRank> = (1..6)
+        .map(|n| PerRank {
+            tensors: (0..n)
+                .map(|_| spmd_check::semantics::Tensor::new(vec![n + 1], vec![Q::int(5); n + 1]))
+                .collect(),
+        })
+        .collect();
+    let meshes = [
+        Mesh::line(2),
+        Mesh::line(4),
+        Mesh::new(&[("a", 2), ("b", 2)]),
+    ];
+    let (mut compared, mut differed) = (0, 0);
+    each_instance(&meshes, &mut rng, &mut |_, p, m, xs| {
+        let (steps, _) = p.run_steps(m, &xs).expect("polynomial");
+        let g = steps.last().unwrap().clone();
+        let want = plain_backward(p, m, &xs, &g, overwrite);
+        let got = p
+            .backward_from_pooled(m, &xs, &steps, &g, &mut spare)
+            .expect("in the domain");
+        compared += 1;
+        differed += usize::from(got != want);
+        for b in got {
+            spmd_check::interp::program::give_back(&mut spare, b);
+        }
+    });
+    (compared, differed)
+}
+
+#[test]
+fn a_program_backward_is_its_steps_backwards_composed() {
+    let (compared, differed) = compare_plain(false);
+    assert!(compared > 50, "{compared}");
+    assert_eq!(differed, 0);
+}
+
+#[test]
+fn a_composition_that_drops_a_fanned_out_cotangent_is_caught() {
+    // The fan-out program uses a value twice; keeping only the last
+    // cotangent of it differs from the sum.
+    let (compared, differed) = compare_plain(true);
+    assert!(
+        differed > 0 && differed < compared,
+        "{differed} of {compared}"
+    );
+}

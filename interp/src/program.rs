@@ -653,6 +653,20 @@ fn step_backward<'a>(
             }
             out
         }
+        // A collective's transpose, run into a pooled buffer: the value
+        // `Op::forward` gives, which is `forward_into` a fresh one.
+        (Backward::Transpose(Op::Collective(c)), _)
+            if s.op.no_grad.is_empty() && s.args.len() == 1 =>
+        {
+            let mut z = spare.pop().unwrap_or(PerRank {
+                tensors: Vec::new(),
+            });
+            c.forward_into(m, g, &mut z).map_err(EvalError::Shape)?;
+            if let Some(spent) = add_cotangent(&mut cot[s.args[0]], z) {
+                give_back(spare, spent);
+            }
+            return Ok(());
+        }
         _ => match s.args.as_slice() {
             [a] => s.op.backward(m, std::slice::from_ref(at(*a)), g)?,
             args => {
@@ -662,7 +676,9 @@ fn step_backward<'a>(
         },
     };
     for (&a, ga) in s.args.iter().zip(gs) {
-        add_cotangent(&mut cot[a], ga);
+        if let Some(spent) = add_cotangent(&mut cot[a], ga) {
+            give_back(spare, spent);
+        }
     }
     Ok(())
 }
@@ -679,10 +695,14 @@ pub fn give_back(spare: &mut Vec<PerRank>, p: PerRank) {
 
 /// `slot + ga` into `slot` (`ga` where it is empty): in place where the
 /// two have the same ranks and shapes (the same sums as `PerRank::add`),
-/// else by `PerRank::add` itself.
-fn add_cotangent(slot: &mut Option<PerRank>, ga: PerRank) {
+/// else by `PerRank::add` itself. Gives back `ga` when it was added in
+/// place, for a pool.
+fn add_cotangent(slot: &mut Option<PerRank>, ga: PerRank) -> Option<PerRank> {
     match slot {
-        None => *slot = Some(ga),
+        None => {
+            *slot = Some(ga);
+            None
+        }
         Some(prev)
             if prev.tensors.len() == ga.tensors.len()
                 && prev
@@ -694,8 +714,12 @@ fn add_cotangent(slot: &mut Option<PerRank>, ga: PerRank) {
             for (p, q) in prev.tensors.iter_mut().zip(&ga.tensors) {
                 p.add_scaled(&Q::one(), q);
             }
+            Some(ga)
         }
-        Some(prev) => *prev = prev.add(&ga),
+        Some(prev) => {
+            *prev = prev.add(&ga);
+            Some(ga)
+        }
     }
 }
 
@@ -744,7 +768,11 @@ fn local_vjp_in_place<'a>(
             cot[a] = Some(z);
         }
     }
-    let mut grads: [Tensor; MAX_ARGS] = std::array::from_fn(|_| EMPTY.clone());
+    // Empty tensors (no buffers), swapped with each rank's cotangents.
+    let mut grads: [Tensor; MAX_ARGS] = std::array::from_fn(|_| Tensor {
+        shape: Vec::new(),
+        data: Vec::new(),
+    });
     for r in 0..n {
         if g.tensors[r].is_zero() {
             continue;
