@@ -642,3 +642,67 @@ fn a_composition_that_drops_a_fanned_out_cotangent_is_caught() {
         "{differed} of {compared}"
     );
 }
+
+/// Samples in a row without `unsample`, each moving a random input on
+/// random ranks of the instance: each must be the full forward at its own
+/// inputs, the ranks the previous sample overwrote being put back. With
+/// `stale` (the twin) each is compared instead with the forward at its
+/// inputs plus the previous sample's moves, what a workspace that kept the
+/// previous sample's values would hold, and must differ somewhere. Returns
+/// (compared, differed).
+fn compare_chained(stale: bool) -> (usize, usize) {
+    let (mut inputs, mut rng) = (Lcg(13), Lcg(17));
+    let meshes = [
+        Mesh::line(2),
+        Mesh::line(4),
+        Mesh::new(&[("a", 2), ("b", 2)]),
+    ];
+    let (mut compared, mut differed) = (0, 0);
+    each_instance(&meshes, &mut inputs, &mut |_, p, m, xs| {
+        let (steps, _) = p.run_steps(m, &xs).expect("polynomial");
+        let mut s = p.sampler(&xs, steps);
+        let mut prev: Option<Vec<PerRank>> = None;
+        for _ in 0..6 {
+            let i = rng.next(xs.len() as u64) as usize;
+            let touched: Vec<bool> = (0..m.num_ranks()).map(|_| rng.next(2) == 0).collect();
+            let mut work = xs.clone();
+            for (r, t) in work[i].tensors.iter_mut().enumerate() {
+                if touched[r] {
+                    for v in t.data.iter_mut() {
+                        *v = v.add(&rng.q());
+                    }
+                }
+            }
+            p.sample(m, &mut s, &work, i, &touched).expect("polynomial");
+            let at = match (&prev, stale) {
+                // Both moves at once (where they hit the same input, the
+                // later one's values).
+                (Some(pw), true) => pw
+                    .iter()
+                    .zip(&work)
+                    .zip(&xs)
+                    .map(|((a, b), x)| if b != x { b.clone() } else { a.clone() })
+                    .collect(),
+                _ => work.clone(),
+            };
+            let (full, _) = p.run_steps(m, &at).expect("polynomial");
+            compared += 1;
+            differed += usize::from(s.steps() != full.as_slice());
+            prev = Some(work);
+        }
+    });
+    (compared, differed)
+}
+
+#[test]
+fn samples_in_a_row_are_each_the_full_forward() {
+    let (compared, differed) = compare_chained(false);
+    assert!(compared > 100, "{compared}");
+    assert_eq!(differed, 0);
+}
+
+#[test]
+fn samples_in_a_row_that_kept_stale_ranks_would_be_caught() {
+    let (compared, differed) = compare_chained(true);
+    assert!(differed > 0, "{differed} of {compared}");
+}

@@ -390,7 +390,10 @@ impl Program {
     /// differs at all; the rest is the instance's. Returns whether a
     /// recomputed step met a kink (the instance's own kinks are not
     /// repeated: the callers that read it sample only kink-free instances).
-    /// `unsample` restores the workspace, also after an error.
+    /// `unsample` restores the workspace, also after an error. A sample may
+    /// also follow another (or an error) without `unsample`: a rank the
+    /// last one overwrote and this one does not recompute is put back from
+    /// the instance first (SPEC.md §18.8).
     pub fn sample(
         &self,
         m: &Mesh,
@@ -414,18 +417,24 @@ impl Program {
                 }
             };
             let mask = &mut dirty_rest[0];
+            let out = &mut rest[0];
+            let base = &s.base[j];
             let rank_wise = rank_wise(m, &st.op.op);
             if rank_wise.is_some() {
                 let mut any = false;
                 for (r, d) in mask.iter_mut().enumerate() {
-                    *d = st.args.iter().any(|&a| arg_dirty(a, r));
-                    any |= *d;
+                    let now = st.args.iter().any(|&a| arg_dirty(a, r));
+                    if *d && !now {
+                        // Left over from the last sample.
+                        out.tensors[r].clone_from(&base.tensors[r]);
+                    }
+                    *d = now;
+                    any |= now;
                 }
                 if !any {
                     continue;
                 }
             }
-            let out = &mut rest[0];
             let at = |a: usize| if a < k { &xs[a] } else { &done[a - k] };
             match rank_wise {
                 Some(RankWise::Expr(e)) => {
@@ -463,6 +472,12 @@ impl Program {
                 None => {
                     let any = (0..n).any(|r| st.args.iter().any(|&a| arg_dirty(a, r)));
                     if !any {
+                        for (r, d) in mask.iter_mut().enumerate() {
+                            if *d {
+                                out.tensors[r].clone_from(&base.tensors[r]);
+                                *d = false;
+                            }
+                        }
                         continue;
                     }
                     mask.iter_mut().for_each(|d| *d = true);

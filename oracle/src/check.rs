@@ -385,9 +385,8 @@ struct Work {
 }
 
 impl Work {
-    /// The last sample's output (the instance's after `unsample`): a
-    /// program's is read in its sampler, without a copy; any other op's is
-    /// `y`.
+    /// The last sample's output: a program's is read in its sampler,
+    /// without a copy; any other op's is `y`.
     fn out(&self) -> &PerRank {
         match &self.prog {
             Some(s) => s.output(),
@@ -1223,8 +1222,11 @@ impl<'a> Checker<'a> {
 
     /// Put `base` back into `out` after `sample` along direction `e` of
     /// input `i` (also after a failed one). Only a local op's sample writes
-    /// into `out.y` and a program's into its sampler; any other op's sample
-    /// replaces `out.y` whole, so there is nothing to restore.
+    /// into `out.y`; any other op's sample replaces `out.y` whole, so there
+    /// is nothing to restore. A program's sampler is left as the sample
+    /// left it: its next sample puts back what it does not recompute
+    /// (`Program::sample`), every read of it follows a sample, and the next
+    /// instance rewrites it whole (`Program::sampler_at`).
     fn unsample(&self, base: &PerRank, i: usize, e: &Sparse, out: &mut Work) {
         match (&self.op.op, out.prog.as_mut()) {
             (Op::Local(_), _) if self.entrywise.get(i) == Some(&true) => {
@@ -1239,7 +1241,6 @@ impl<'a> Checker<'a> {
                     }
                 }
             }
-            (Op::Program(p), Some(s)) => p.unsample(s),
             _ => {}
         }
     }
@@ -1293,8 +1294,8 @@ impl<'a> Checker<'a> {
 
     /// The backward at `work`, which differs from the instance's inputs
     /// only on the ranks of input `j` marked in `touched`, into `out`: a
-    /// program's forward is sampled in its workspace (`Program::sample`)
-    /// and restored after; any other op's backward is written into `out`'s
+    /// program's forward is sampled in its workspace (`Program::sample`);
+    /// any other op's backward is written into `out`'s
     /// buffers where it can (`TypedOp::backward_into`). The result is
     /// `TypedOp::backward`'s.
     #[allow(clippy::too_many_arguments)]
@@ -1316,7 +1317,6 @@ impl<'a> Checker<'a> {
                 let r = p
                     .sample(self.m, s, work, j, touched)
                     .and_then(|_| p.backward_from(self.m, work, s.steps(), g));
-                p.unsample(s);
                 *out = self.zero_no_grad(work, r?);
                 Ok(())
             }
