@@ -361,9 +361,25 @@ impl Program {
             tensors: Vec::new(),
         });
         let mut kink = false;
+        let n = m.num_ranks();
         for (j, st) in self.steps.iter().enumerate() {
             let (done, rest) = s.base.split_at_mut(j);
-            kink |= step_forward_into(m, st, xs, done, k, &mut rest[0])?;
+            let out = &mut rest[0];
+            // A planned einsum step rank by rank, as `sample` runs it (no
+            // kinks: an einsum and its power have none); another step, or
+            // operands of other shapes, the plain step.
+            if let Some(p) = &s.plans[j] {
+                let at = |a: usize| if a < k { &xs[a] } else { &done[a - k] };
+                out.tensors.truncate(n);
+                out.tensors.resize_with(n, || Tensor {
+                    shape: Vec::new(),
+                    data: Vec::new(),
+                });
+                if (0..n).all(|r| p.eval_into(&st.args, &at, r, &mut out.tensors[r])) {
+                    continue;
+                }
+            }
+            kink |= step_forward_into(m, st, xs, done, k, out)?;
         }
         s.work.truncate(ns);
         s.work.resize_with(ns, || PerRank {
