@@ -1367,14 +1367,37 @@ fn contract_into(dims: &[usize], srcs: &[(&[Q], &[usize])], dst: &mut [Q], dst_s
             [(a, sa), (b, sb)] => {
                 let (a_st, b_st) = (sa[no], sb[no]);
                 let (mut ia, mut ib, mut io) = (offs[0], offs[1], o);
-                for _ in 0..inner {
-                    let (x, y) = (&a[ia], &b[ib]);
-                    if !x.is_zero() && !y.is_zero() {
-                        dst[io] = dst[io].add(&x.mul(y));
+                if a_st == 0 || b_st == 0 {
+                    // One factor is fixed along the last label (as a
+                    // matmul's left operand along the output's last dim):
+                    // its zero test is taken once.
+                    let (x, ys, mut iy, y_st) = if a_st == 0 {
+                        (&a[ia], b, ib, b_st)
+                    } else {
+                        (&b[ib], a, ia, a_st)
+                    };
+                    if !x.is_zero() {
+                        for _ in 0..inner {
+                            let y = &ys[iy];
+                            if !y.is_zero() {
+                                // The product in operand order.
+                                let p = if a_st == 0 { x.mul(y) } else { y.mul(x) };
+                                dst[io] = dst[io].add(&p);
+                            }
+                            iy += y_st;
+                            io += o_st;
+                        }
                     }
-                    ia += a_st;
-                    ib += b_st;
-                    io += o_st;
+                } else {
+                    for _ in 0..inner {
+                        let (x, y) = (&a[ia], &b[ib]);
+                        if !x.is_zero() && !y.is_zero() {
+                            dst[io] = dst[io].add(&x.mul(y));
+                        }
+                        ia += a_st;
+                        ib += b_st;
+                        io += o_st;
+                    }
                 }
             }
             _ => {
@@ -1761,7 +1784,8 @@ mod tests {
         let v = t(&[3], &[1, 2, -1]);
         type Case<'a> = (&'a str, Vec<&'a Tensor>, Vec<(char, usize)>);
         let (s3, s5) = (t(&[], &[3]), t(&[], &[-5]));
-        let cases: [Case; 7] = [
+        let w = t(&[2], &[0, -2]);
+        let cases: [Case; 9] = [
             // Scalars: no label at all.
             (",->", vec![&s3, &s5], vec![]),
             // Two operands, no outer label: the inner loop alone.
@@ -1774,6 +1798,10 @@ mod tests {
             ),
             ("ij->ji", vec![&a], vec![('i', 2), ('j', 3)]),
             ("ij,j->i", vec![&a, &v], vec![('i', 2), ('j', 3)]),
+            // One factor fixed along the last label, first or second
+            // (with zeros, whose products are skipped).
+            ("i,ij->ij", vec![&w, &a], vec![('i', 2), ('j', 3)]),
+            ("ij,i->ij", vec![&a, &w], vec![('i', 2), ('j', 3)]),
             (
                 "ij,jk,j->ki",
                 vec![&a, &b, &v],
