@@ -496,6 +496,16 @@ pub fn eval_into<T: Borrow<Tensor>>(
             out.shape.extend_from_slice(shape);
             out.data.clear();
             out.data.reserve(n);
+            if let Some((op, a, b)) = leaf_binary(e) {
+                // `x * y`, `3 * x`, `x + 1`, ...: the node's one operation
+                // per entry, as `at_point` applies it, without walking the
+                // tree (SPEC.md §18.8).
+                let (a, b) = (leaf(a, xs), leaf(b, xs));
+                for i in 0..n {
+                    out.data.push(op.apply(a.at(i), b.at(i))?);
+                }
+                return Ok(());
+            }
             for i in 0..n {
                 let v = at_point(e, xs, i, ctx)?;
                 out.data.push(v);
@@ -579,7 +589,70 @@ pub fn eval_at<T: Borrow<Tensor>>(
     k: usize,
     ctx: &mut Ctx,
 ) -> Result<Q, EvalError> {
+    if let Some((op, a, b)) = leaf_binary(e) {
+        return op.apply(leaf(a, xs).at(k), leaf(b, xs).at(k));
+    }
     at_point(e, xs, k, ctx)
+}
+
+/// The operation of a binary node.
+#[derive(Clone, Copy)]
+enum Bin {
+    Add,
+    Sub,
+    Mul,
+    Div,
+}
+
+impl Bin {
+    /// `x op y`, as `at_point` computes the node.
+    #[inline]
+    fn apply(self, x: &Q, y: &Q) -> Result<Q, EvalError> {
+        Ok(match self {
+            Bin::Add => x.add(y),
+            Bin::Sub => x.sub(y),
+            Bin::Mul => x.mul(y),
+            Bin::Div => x.div(y).map_err(|_| EvalError::DivByZero)?,
+        })
+    }
+}
+
+/// A binary node both of whose operands are variables or constants.
+fn leaf_binary(e: &Expr) -> Option<(Bin, &Expr, &Expr)> {
+    let (op, a, b) = match e {
+        Expr::Add(a, b) => (Bin::Add, a, b),
+        Expr::Sub(a, b) => (Bin::Sub, a, b),
+        Expr::Mul(a, b) => (Bin::Mul, a, b),
+        Expr::Div(a, b) => (Bin::Div, a, b),
+        _ => return None,
+    };
+    let is_leaf = |x: &Expr| matches!(x, Expr::Var(_) | Expr::Const(_));
+    (is_leaf(a) && is_leaf(b)).then_some((op, &**a, &**b))
+}
+
+/// A variable's tensor or a constant, read at an output entry.
+enum Leaf<'a> {
+    Tensor(&'a Tensor),
+    Const(&'a Q),
+}
+
+impl Leaf<'_> {
+    #[inline]
+    fn at(&self, i: usize) -> &Q {
+        match self {
+            Leaf::Tensor(t) => entry(t, i),
+            Leaf::Const(q) => q,
+        }
+    }
+}
+
+/// `e` (a variable or a constant, `leaf_binary`'s operands) as a `Leaf`.
+fn leaf<'a, T: Borrow<Tensor>>(e: &'a Expr, xs: &'a [T]) -> Leaf<'a> {
+    match e {
+        Expr::Var(k) => Leaf::Tensor(xs[*k].borrow()),
+        Expr::Const(q) => Leaf::Const(q),
+        _ => unreachable!("leaf_binary admits only variables and constants"),
+    }
 }
 
 /// Entry `i` of a tensor that is either a scalar or of the output's shape.

@@ -191,3 +191,91 @@ fn pointwise_inputs_marks_inputs_with_the_outputs_entries() {
     let m = parse2("matmul(x, y)").expect("parses");
     assert_eq!(pointwise_inputs(&m.expr, &[s(&[2, 2]), s(&[2, 2])]), None);
 }
+
+/// A binary node on variables and constants (`x * y`, `3 * x`, `x - 2`, ...)
+/// is evaluated in one loop over the entries instead of walking the tree
+/// (SPEC.md §18.8). `run` evaluates such an expression in full into a
+/// buffer and at single entries; it is compared with `eval` (the tree
+/// walk), values and divisions by zero alike. Returns the first
+/// difference, or how many evaluations agreed.
+type Leafwise<'a> = &'a dyn Fn(
+    &spmd_interp::Expr,
+    &[Tensor],
+    &mut Tensor,
+    usize,
+) -> (Result<(), EvalError>, Option<Q>);
+
+fn compare_leafwise(run: Leafwise) -> Result<usize, String> {
+    let mut rng = Lcg(23);
+    let srcs = [
+        "x * y", "x + y", "x - y", "x / y", "3 * x", "x - 2", "2 / y", "y * x",
+    ];
+    let shapes: [&[usize]; 3] = [&[], &[3], &[2, 2]];
+    let mut agreed = 0;
+    for src in srcs {
+        let e = parse2(src).expect("parses");
+        for sx in shapes {
+            for sy in shapes {
+                for _ in 0..10 {
+                    let xs: Vec<Tensor> = [sx, sy]
+                        .iter()
+                        .map(|s| {
+                            let n = s.iter().product();
+                            Tensor::new(s.to_vec(), (0..n).map(|_| rng.q()).collect())
+                        })
+                        .collect();
+                    if pointwise_inputs(&e.expr, &[sx.to_vec(), sy.to_vec()]).is_none() {
+                        continue;
+                    }
+                    let want = spmd_interp::eval::eval(&e.expr, &xs, &mut Ctx::default());
+                    // An entry of the output (the first where it is
+                    // outside the domain).
+                    let n = want.as_ref().map_or(1, |w| w.data.len());
+                    let k = rng.next(n as u64) as usize;
+                    let mut got = Tensor::new(vec![7], vec![Q::int(7); 7]);
+                    let (full, at) = run(&e.expr, &xs, &mut got, k);
+                    let here = format!("`{src}` x{sx:?} y{sy:?}");
+                    match (&want, full) {
+                        (Ok(w), Ok(())) => {
+                            if &got != w || at.as_ref() != Some(&w.data[k]) {
+                                return Err(format!("{here}: {got:?} / {at:?} is not {w:?}"));
+                            }
+                        }
+                        (Err(_), Err(_)) => {}
+                        (w, g) => return Err(format!("{here}: {w:?} against {g:?}")),
+                    }
+                    agreed += 1;
+                }
+            }
+        }
+    }
+    Ok(agreed)
+}
+
+#[test]
+fn a_leafwise_binary_node_is_the_tree_walk() {
+    let real: Leafwise = &|e, xs, out, k| {
+        let full = eval_into(e, xs, &mut Ctx::default(), out);
+        let at = eval_at(e, xs, k, &mut Ctx::default()).ok();
+        (full, at)
+    };
+    let n = compare_leafwise(real).unwrap();
+    assert!(n > 300, "{n}");
+}
+
+#[test]
+fn a_leafwise_loop_that_swaps_its_operands_is_caught() {
+    // `x - y` computed as `y - x`: what a loop reading its leaves in the
+    // wrong order would give.
+    let swapped: Leafwise = &|e, xs, out, k| {
+        let e = match e {
+            spmd_interp::Expr::Sub(a, b) => spmd_interp::Expr::Sub(b.clone(), a.clone()),
+            e => e.clone(),
+        };
+        let full = eval_into(&e, xs, &mut Ctx::default(), out);
+        let at = eval_at(&e, xs, k, &mut Ctx::default()).ok();
+        (full, at)
+    };
+    let err = compare_leafwise(swapped).unwrap_err();
+    assert!(err.contains("x - y") || err.contains("x - 2"), "{err}");
+}
