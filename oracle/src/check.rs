@@ -316,6 +316,8 @@ struct Scratch {
     /// A program's sampler from the last instance, whose buffers the next
     /// one reuses (`Program::sampler_at`).
     sampler: Option<spmd_interp::program::Sampler>,
+    /// The instance's output, overwritten by the next instance.
+    fwd: Vec<Tensor>,
 }
 
 /// The backward properties' buffers (`Scratch`).
@@ -341,6 +343,8 @@ struct FdBufs {
     /// The backward's results at a cotangent that denotes zero, or at a
     /// moved instance (B2), rewritten in place like `bws`.
     b2s: Vec<PerRank>,
+    /// One member of a local op's meaning (F3, `Checker::f3_mismatch`).
+    spec: Option<Tensor>,
 }
 
 /// A `Scratch` taken from a case's pool, given back when dropped.
@@ -649,17 +653,45 @@ impl<'a> Checker<'a> {
         // A program's step outputs are kept: its samples recompute only
         // what a perturbation reaches, and its backward at this instance
         // reuses them (SPEC.md §18.1).
-        let (fwd, sampler) = match &op.op {
+        // The output goes into the buffers of the last instance's.
+        let mut ybase = std::mem::take(&mut ws.fwd);
+        let n = m.num_ranks();
+        let (at_kink, sampler) = match &op.op {
             Op::Program(p) => {
                 // The sampler of an earlier instance of the case lends its
                 // buffers (`Program::sampler_at`).
                 let (s, at_kink) = p.sampler_at(m, xs, ws.sampler.take())?;
-                let y = s.base().last().expect("nonempty").clone();
-                (spmd_interp::op::Forward { y, at_kink }, Some(s))
+                ybase.clone_from(&s.base().last().expect("nonempty").tensors);
+                (at_kink, Some(s))
             }
-            _ => (op.op.forward(m, xs)?, None),
+            // `Op::forward` of a local op, rank by rank into the buffers.
+            Op::Local(f)
+                if !xs.is_empty()
+                    && xs.len() <= MAX_ARGS
+                    && xs.iter().all(|x| x.tensors.len() == n) =>
+            {
+                ybase.truncate(n);
+                ybase.resize_with(n, || Tensor {
+                    shape: Vec::new(),
+                    data: Vec::new(),
+                });
+                let mut ctx = Ctx::default();
+                for (r, o) in ybase.iter_mut().enumerate() {
+                    let mut args: [&Tensor; MAX_ARGS] = [&xs[0].tensors[r]; MAX_ARGS];
+                    for (a, x) in args.iter_mut().zip(xs) {
+                        *a = &x.tensors[r];
+                    }
+                    eval_into(&f.expr, &args[..xs.len()], &mut ctx, o)?;
+                }
+                (ctx.at_kink, None)
+            }
+            _ => {
+                let f = op.op.forward(m, xs)?;
+                ybase = f.y.tensors;
+                (f.at_kink, None)
+            }
         };
-        let y = fwd.y;
+        let y = PerRank { tensors: ybase };
         // F1: the output is well formed.
         if let Err(e) = perrank::well_formed(m, &op.output, &y) {
             let mut s = self.inputs_shown(xs);
@@ -694,6 +726,7 @@ impl<'a> Checker<'a> {
             dxs,
             fd,
             sampler: kept,
+            fwd: fwd_buf,
         } = ws;
         self.proj_out.denote_into(&y, dy);
         // One workspace copy of the inputs, perturbed in place and reset
@@ -706,9 +739,10 @@ impl<'a> Checker<'a> {
             y: PerRank { tensors: ys },
             prog: sampler,
         };
-        let r = self.props(xs, phase, xs2, &y, &mut yw, dy, dxs, fd, fwd.at_kink);
+        let r = self.props(xs, phase, xs2, &y, &mut yw, dy, dxs, fd, at_kink);
         *ybuf = yw.y.tensors;
         *kept = yw.prog;
+        *fwd_buf = y.tensors;
         r
     }
 
@@ -778,7 +812,8 @@ impl<'a> Checker<'a> {
             Some(steps) => steps,
             None => {
                 denote_all(&self.proj_in, xs, dxs);
-                self.f3_mismatch(dxs, dy)?
+                let buf = fd.spec.get_or_insert_with(|| Tensor::zeros(&[]));
+                self.f3_mismatch(dxs, dy, buf)?
             }
         };
         if let Some((what, expected, actual)) = f3 {
@@ -814,6 +849,7 @@ impl<'a> Checker<'a> {
             bws,
             spare,
             b2s,
+            ..
         } = fd;
         flat_into(dy, y0);
         let m = self.m;
@@ -1075,11 +1111,38 @@ impl<'a> Checker<'a> {
 
     /// F3 (SPEC.md §4.4, §13.2): what is wrong, expected and actual, when
     /// the output does not denote the declared meaning.
+    /// A local SPMD op's meaning is first computed member by member into
+    /// `buf` and compared with `dy` as it comes (`Op::spec` is the local
+    /// function on each member, SPEC.md §4.4); only a mismatch or an
+    /// instance outside the domain goes on to the plain comparison, which
+    /// builds the report.
     fn f3_mismatch(
         &self,
         dxs: &[Denot],
         dy: &Denot,
+        buf: &mut Tensor,
     ) -> Result<Option<(String, String, String)>, Stop> {
+        if let Op::Local(f) = &self.op.op {
+            let n = self.m.num_ranks();
+            let fits = !self.op.is_global()
+                && !dxs.is_empty()
+                && dxs.len() <= MAX_ARGS
+                && dy.family.len() == n
+                && dxs.iter().all(|d| d.family.len() == n);
+            if fits {
+                let agrees = (0..n).all(|r| {
+                    let mut args: [&Tensor; MAX_ARGS] = [&dxs[0].family[r]; MAX_ARGS];
+                    for (a, d) in args.iter_mut().zip(dxs) {
+                        *a = &d.family[r];
+                    }
+                    eval_into(&f.expr, &args[..dxs.len()], &mut Ctx::default(), buf).is_ok()
+                        && *buf == dy.family[r]
+                });
+                if agrees {
+                    return Ok(None);
+                }
+            }
+        }
         f3_mismatch(self.m, self.op, dxs, dy)
     }
     /// F1-F3 passed; J1 alone (SPEC.md §4.8), for ops checked without a
