@@ -547,6 +547,17 @@ struct Ws {
     dgs: Vec<Vec<f64>>,
     cols: Vec<Vec<f64>>,
     kink: bool,
+    /// Per input: the steps along its kernel lines (`line_steps`).
+    lines: Vec<Vec<f64>>,
+    /// Per input: its denotation (F3), and the basis of its denotation.
+    dx: Vec<Vec<f64>>,
+    basis: Vec<Vec<(usize, usize)>>,
+    /// A denotation of an input's cotangent, and the one expected (B2, B3).
+    d: Vec<f64>,
+    want: Vec<f64>,
+    /// The ranks a direction moves, and its steps h.
+    ranks: Vec<usize>,
+    hs: Vec<f64>,
 }
 
 fn reps(s: State, r: usize) -> usize {
@@ -572,12 +583,21 @@ impl Ws {
         let out = op.output.states[0];
         let poly = deg.is_polynomial();
         let step = if deg.piecewise { 1.0 / 65536.0 } else { 1.0 };
+        // As the exact side: interpolation weights for a polynomial, and
+        // for a piecewise op along an input it does not divide by, at the
+        // small step (SPEC.md §18.1); the general fit otherwise.
+        let step_q = if deg.piecewise {
+            Q::frac(1, 65536)
+        } else {
+            Q::one()
+        };
         let weights = deg
             .num
             .iter()
-            .map(|&d| {
-                poly.then(|| {
-                    let w = spmd_oracle::fd::PolyWeights::new(d, &Q::one());
+            .zip(&deg.den)
+            .map(|(&d, &den)| {
+                (poly || den == 0).then(|| {
+                    let w = spmd_oracle::fd::PolyWeights::new(d, &step_q);
                     let s = |v: &[Q]| v.iter().map(q64).collect::<Vec<_>>();
                     (s(&w.deriv), s(&w.check))
                 })
@@ -611,7 +631,24 @@ impl Ws {
             dgs: Vec::new(),
             cols: Vec::new(),
             kink: false,
+            lines: Vec::new(),
+            dx: ni.iter().map(|&k| vec![0.0; r * k]).collect(),
+            basis: ins
+                .iter()
+                .zip(&ni)
+                .map(|(s, &k)| match s {
+                    State::Varying => (0..r).flat_map(|q| (0..k).map(move |e| (q, e))).collect(),
+                    _ => (0..k).map(|e| (0, e)).collect(),
+                })
+                .collect(),
+            d: Vec::with_capacity(r * n),
+            want: Vec::with_capacity(r * n),
+            ranks: Vec::with_capacity(r),
+            hs: Vec::with_capacity(40),
         };
+        ws.lines = (0..ni.len()).map(|i| ws.line_steps(i)).collect();
+        let nb = ws.basis.iter().map(Vec::len).max().unwrap_or(0);
+        ws.cols = vec![vec![0.0; r * n]; nb];
         // The cotangent units and their denotations, once per case.
         ws.dgs = (0..ng)
             .map(|k| {
@@ -761,7 +798,8 @@ impl Ws {
             let k = self.ni[i];
             for rr in 1..r {
                 for e in 0..k {
-                    for t in self.line_steps(i) {
+                    for ti in 0..self.lines[i].len() {
+                        let t = self.lines[i][ti];
                         self.x[i][rr * k + e] += t;
                         self.x[i][e] -= t;
                         self.y2.copy_from_slice(&self.y);
@@ -788,16 +826,13 @@ impl Ws {
             }
         }
         // F3: f on the denotations.
-        let mut dx: Vec<Vec<f64>> = Vec::with_capacity(self.ni.len());
         for i in 0..self.ni.len() {
-            let mut d = vec![0.0; r * self.ni[i]];
-            denote_into(self.ins[i], r, self.ni[i], &self.x[i], &mut d);
-            dx.push(d);
+            denote_into(self.ins[i], r, self.ni[i], &self.x[i], &mut self.dx[i]);
         }
         for rr in 0..r {
             for e in 0..n {
                 for i in 0..self.args.len() {
-                    self.args[i] = dx[i][rr * self.ni[i] + self.idx(i, e)];
+                    self.args[i] = self.dx[i][rr * self.ni[i] + self.idx(i, e)];
                 }
                 match self.e.f(&self.args) {
                     Some(v) if close(v, self.dy[rr * n + e]) => {}
@@ -840,7 +875,8 @@ impl Ws {
                 let kj = self.ni[j];
                 for rr in 1..r {
                     for e in 0..kj {
-                        for t in self.line_steps(j) {
+                        for ti in 0..self.lines[j].len() {
+                            let t = self.lines[j][ti];
                             self.x[j][rr * kj + e] += t;
                             self.x[j][e] -= t;
                             let ok = self.backward(true, 0);
@@ -852,9 +888,9 @@ impl Ws {
                             for i in 0..self.ni.len() {
                                 let ci = self.ins[i].cot();
                                 let ki = self.ni[i];
-                                let mut d = vec![0.0; r * ki];
-                                denote_into(ci, r, ki, &self.b2[i], &mut d);
-                                if !d.iter().zip(&self.dbs[i]).all(|(a, b)| close(*a, *b)) {
+                                self.d.resize(r * ki, 0.0);
+                                denote_into(ci, r, ki, &self.b2[i], &mut self.d);
+                                if !self.d.iter().zip(&self.dbs[i]).all(|(a, b)| close(*a, *b)) {
                                     return Err(());
                                 }
                             }
@@ -873,9 +909,9 @@ impl Ws {
                     self.backward(true, 0).ok_or(())?;
                     for i in 0..self.ni.len() {
                         let ki = self.ni[i];
-                        let mut d = vec![0.0; r * ki];
-                        denote_into(self.ins[i].cot(), r, ki, &self.b2[i], &mut d);
-                        if d.iter().any(|v| !close(*v, 0.0)) {
+                        self.d.resize(r * ki, 0.0);
+                        denote_into(self.ins[i].cot(), r, ki, &self.b2[i], &mut self.d);
+                        if self.d.iter().any(|v| !close(*v, 0.0)) {
                             return Err(());
                         }
                     }
@@ -889,14 +925,9 @@ impl Ws {
         for i in 0..self.ni.len() {
             let s = self.ins[i];
             let ki = self.ni[i];
-            let basis: Vec<(usize, usize)> = match s {
-                State::Varying => (0..r).flat_map(|q| (0..ki).map(move |e| (q, e))).collect(),
-                _ => (0..ki).map(|e| (0, e)).collect(),
-            };
-            self.cols.clear();
-            for &(q, e) in &basis {
-                let col = self.directional(i, q, e).ok_or(())?;
-                self.cols.push(col);
+            for b in 0..self.basis[i].len() {
+                let (q, e) = self.basis[i][b];
+                self.directional(i, q, e, b).ok_or(())?;
             }
             let rep = if self.out.replicated() || self.out == State::Partial {
                 r as f64
@@ -905,8 +936,9 @@ impl Ws {
             };
             let ci = s.cot();
             for k in 0..ng {
-                let mut want = vec![0.0; r * ki];
-                for (b, &(q, e)) in basis.iter().enumerate() {
+                self.want.clear();
+                self.want.resize(r * ki, 0.0);
+                for (b, &(q, e)) in self.basis[i].iter().enumerate() {
                     let v: f64 = self.cols[b]
                         .iter()
                         .zip(&self.dgs[k])
@@ -916,13 +948,13 @@ impl Ws {
                     for rr in 0..r {
                         let home = if s == State::Varying { rr } else { 0 };
                         if home == q {
-                            want[rr * ki + e] = v;
+                            self.want[rr * ki + e] = v;
                         }
                     }
                 }
-                let mut got = vec![0.0; r * ki];
-                denote_into(ci, r, ki, &self.bs[k][i], &mut got);
-                if !got.iter().zip(&want).all(|(a, b)| close(*a, *b)) {
+                self.d.resize(r * ki, 0.0);
+                denote_into(ci, r, ki, &self.bs[k][i], &mut self.d);
+                if !self.d.iter().zip(&self.want).all(|(a, b)| close(*a, *b)) {
                     return Err(());
                 }
             }
@@ -932,27 +964,47 @@ impl Ws {
 
     #[allow(clippy::needless_range_loop)]
     /// d/dh of the output's denotation moving input i along the unit at
-    /// (rank q, element e), replicated along I and R.
-    fn directional(&mut self, i: usize, q: usize, e: usize) -> Option<Vec<f64>> {
+    /// (rank q, element e), replicated along I and R, into column `b`.
+    fn directional(&mut self, i: usize, q: usize, e: usize, b: usize) -> Option<()> {
+        let mut ranks = std::mem::take(&mut self.ranks);
+        let mut hs = std::mem::take(&mut self.hs);
+        let mut out = std::mem::take(&mut self.cols[b]);
+        let r = self.directional_into(i, q, e, &mut ranks, &mut hs, &mut out);
+        self.ranks = ranks;
+        self.hs = hs;
+        self.cols[b] = out;
+        r
+    }
+
+    fn directional_into(
+        &mut self,
+        i: usize,
+        q: usize,
+        e: usize,
+        ranks: &mut Vec<usize>,
+        hs: &mut Vec<f64>,
+        out: &mut Vec<f64>,
+    ) -> Option<()> {
         let (r, n) = (self.r, self.n);
         let ki = self.ni[i];
-        let ranks: Vec<usize> = if self.ins[i].replicated() {
-            (0..r).collect()
+        ranks.clear();
+        if self.ins[i].replicated() {
+            ranks.extend(0..r);
         } else {
-            vec![q]
-        };
+            ranks.push(q);
+        }
         let need = match &self.weights[i] {
             Some((w, _)) => w.len() + 1,
             None => (self.deg_num[i] + self.deg_den[i] + 2) as usize,
         };
-        let mut hs = Vec::with_capacity(need);
+        hs.clear();
         let mut kk = 0;
         while hs.len() < need {
             if kk > 4 * need + 8 {
                 return None;
             }
             let h = kk as f64 * self.step;
-            for &rr in &ranks {
+            for &rr in ranks.iter() {
                 self.x[i][rr * ki + e] += h;
             }
             self.y2.copy_from_slice(&self.y);
@@ -964,11 +1016,11 @@ impl Ws {
             // As the exact side does (SPEC.md §18.8): an input with the
             // output's entries moves only output entry e on its ranks.
             let ok = if ki == n {
-                self.forward_entry(&ranks, e)
+                self.forward_entry(ranks, e)
             } else {
                 self.forward(false, only)
             };
-            for &rr in &ranks {
+            for &rr in ranks.iter() {
                 self.x[i][rr * ki + e] -= h;
             }
             kk += 1;
@@ -982,8 +1034,8 @@ impl Ws {
             denote_into(self.out, r, n, &self.y2, &mut self.samples[at]);
             hs.push(h);
         }
-        let dim = r * n;
-        let mut out = vec![0.0; dim];
+        out.clear();
+        out.resize(r * n, 0.0);
         match &self.weights[i] {
             Some((w, c)) => {
                 let m = w.len();
@@ -1036,7 +1088,7 @@ impl Ws {
                 }
             }
         }
-        Some(out)
+        Some(())
     }
 }
 
