@@ -962,7 +962,6 @@ impl Ws {
         Ok(())
     }
 
-    #[allow(clippy::needless_range_loop)]
     /// d/dh of the output's denotation moving input i along the unit at
     /// (rank q, element e), replicated along I and R, into column `b`.
     fn directional(&mut self, i: usize, q: usize, e: usize, b: usize) -> Option<()> {
@@ -976,6 +975,7 @@ impl Ws {
         r
     }
 
+    #[allow(clippy::needless_range_loop)]
     fn directional_into(
         &mut self,
         i: usize,
