@@ -29,6 +29,15 @@ impl Lcg {
     }
 }
 
+/// The meshes the comparisons below run on: two lines and a square.
+fn meshes() -> [Mesh; 3] {
+    [
+        Mesh::line(2),
+        Mesh::line(4),
+        Mesh::new(&[("a", 2), ("b", 2)]),
+    ]
+}
+
 /// Every program of the layer and FSDP tables, plus one whose values fan
 /// out to two steps and that divides by the group size (both rank-wise
 /// collectives of `Program::sample`: a reinterpretation and a scaling).
@@ -145,11 +154,7 @@ fn compare_samples(op: &TypedOp, p: &Program, m: &Mesh, rng: &mut Lcg, wrong_mas
 #[test]
 fn a_program_sample_is_the_full_forward() {
     let mut rng = Lcg(7);
-    let meshes = [
-        Mesh::line(2),
-        Mesh::line(4),
-        Mesh::new(&[("a", 2), ("b", 2)]),
-    ];
+    let meshes = meshes();
     let mut total = 0;
     let mut stale = 0;
     for op in programs() {
@@ -372,11 +377,7 @@ fn compare_pooled(tamper: &dyn Fn(&mut Vec<PerRank>)) -> (usize, usize) {
     };
     let mut spare: Vec<PerRank> = (1..6).map(|n| junk(n, n + 2)).collect();
     let (mut compared, mut differed) = (0, 0);
-    let meshes = [
-        Mesh::line(2),
-        Mesh::line(4),
-        Mesh::new(&[("a", 2), ("b", 2)]),
-    ];
+    let meshes = meshes();
     each_instance(&meshes, &mut rng, &mut |_, p, m, xs| {
         let (steps, _) = p.run_steps(m, &xs).expect("polynomial");
         let g = steps.last().unwrap().clone();
@@ -603,11 +604,7 @@ fn compare_plain(overwrite: bool) -> (usize, usize) {
                 .collect(),
         })
         .collect();
-    let meshes = [
-        Mesh::line(2),
-        Mesh::line(4),
-        Mesh::new(&[("a", 2), ("b", 2)]),
-    ];
+    let meshes = meshes();
     let (mut compared, mut differed) = (0, 0);
     each_instance(&meshes, &mut rng, &mut |_, p, m, xs| {
         let (steps, _) = p.run_steps(m, &xs).expect("polynomial");
@@ -652,11 +649,7 @@ fn a_composition_that_drops_a_fanned_out_cotangent_is_caught() {
 /// (compared, differed).
 fn compare_chained(stale: bool) -> (usize, usize) {
     let (mut inputs, mut rng) = (Lcg(13), Lcg(17));
-    let meshes = [
-        Mesh::line(2),
-        Mesh::line(4),
-        Mesh::new(&[("a", 2), ("b", 2)]),
-    ];
+    let meshes = meshes();
     let (mut compared, mut differed) = (0, 0);
     each_instance(&meshes, &mut inputs, &mut |_, p, m, xs| {
         let (steps, _) = p.run_steps(m, &xs).expect("polynomial");

@@ -45,6 +45,13 @@ const EXPRS: &[&str] = &[
 
 type Update<'a> = &'a dyn Fn(&str, &[Tensor], usize, &[usize], &mut Tensor) -> Option<bool>;
 
+/// `pointwise_inputs` for `src` on the shapes of `xs`.
+fn marked(src: &str, xs: &[Tensor]) -> Option<Vec<bool>> {
+    let e = parse2(src).expect("parses");
+    let shapes: Vec<Vec<usize>> = xs.iter().map(|t| t.shape.clone()).collect();
+    pointwise_inputs(&e.expr, &shapes)
+}
+
 /// Entry by entry as the oracle does: `None` when the input is not marked
 /// (the caller then evaluates in full).
 fn entrywise(
@@ -54,12 +61,7 @@ fn entrywise(
     moved: &[usize],
     out: &mut Tensor,
 ) -> Option<bool> {
-    let e = parse2(src).expect("parses");
-    let shapes: Vec<Vec<usize>> = xs.iter().map(|t| t.shape.clone()).collect();
-    if !pointwise_inputs(&e.expr, &shapes)?[i] {
-        return None;
-    }
-    Some(update(src, xs, moved, out))
+    marked(src, xs)?[i].then(|| update(src, xs, moved, out))
 }
 
 /// The twin: entry by entry whatever the input's shape.
@@ -70,10 +72,7 @@ fn regardless(
     moved: &[usize],
     out: &mut Tensor,
 ) -> Option<bool> {
-    let e = parse2(src).expect("parses");
-    let shapes: Vec<Vec<usize>> = xs.iter().map(|t| t.shape.clone()).collect();
-    pointwise_inputs(&e.expr, &shapes)?;
-    Some(update(src, xs, moved, out))
+    marked(src, xs).map(|_| update(src, xs, moved, out))
 }
 
 /// Recompute output entries `moved` (entry k of the output for entry k of
