@@ -709,6 +709,19 @@ impl Ws {
         Some(())
     }
 
+    /// The flat coordinates of the output's denotation at entry `e` that
+    /// read one of `ranks`.
+    fn cover<'a>(&self, ranks: &'a [usize], e: usize) -> impl Iterator<Item = usize> + 'a {
+        let (r, n, out) = (self.r, self.n, self.out);
+        (0..r)
+            .filter(move |m| match out {
+                State::Varying => ranks.contains(m),
+                State::Invariant | State::Reduced => ranks.contains(&0),
+                State::Partial => true,
+            })
+            .map(move |m| m * n + e)
+    }
+
     /// Output entry `e` on `ranks` into `y2`.
     fn forward_entry(&mut self, ranks: &[usize], e: usize) -> Option<()> {
         let n = self.n;
@@ -1031,11 +1044,41 @@ impl Ws {
                 continue;
             }
             let at = hs.len();
-            denote_into(self.out, r, n, &self.y2, &mut self.samples[at]);
+            if ki == n && self.weights[i].is_some() {
+                // As the exact side (SPEC.md §18.8): only the denotation's
+                // entries e that read a moved rank can change.
+                let cov = self.cover(ranks, e);
+                for (j, c) in cov.enumerate() {
+                    let m = c / n;
+                    self.samples[at][j] = match self.out {
+                        State::Varying => self.y2[m * n + e],
+                        State::Invariant | State::Reduced => self.y2[e],
+                        State::Partial => (0..r).map(|rr| self.y2[rr * n + e]).sum(),
+                    };
+                }
+            } else {
+                denote_into(self.out, r, n, &self.y2, &mut self.samples[at]);
+            }
             hs.push(h);
         }
         out.clear();
         out.resize(r * n, 0.0);
+        if let (true, Some((w, c))) = (ki == n, &self.weights[i]) {
+            let m = w.len();
+            for (j, cc) in self.cover(ranks, e).enumerate() {
+                let mut d = 0.0;
+                let mut p = 0.0;
+                for s in 0..m {
+                    d += w[s] * self.samples[s][j];
+                    p += c[s] * self.samples[s][j];
+                }
+                if !close(p, self.samples[m][j]) {
+                    return None;
+                }
+                out[cc] = d;
+            }
+            return Some(());
+        }
         match &self.weights[i] {
             Some((w, c)) => {
                 let m = w.len();

@@ -403,6 +403,10 @@ impl Work {
 struct Sparse {
     entries: Vec<(usize, usize, Q)>,
     touched: Vec<bool>,
+    /// For a basis direction of an entrywise input (`Checker::entrywise`):
+    /// the flat coordinates of the output's denotation that read an output
+    /// entry it moves, in order (SPEC.md §18.8).
+    cover: Option<Vec<usize>>,
 }
 
 impl Sparse {
@@ -416,7 +420,11 @@ impl Sparse {
             }
         }
         let touched = v.tensors.iter().map(|t| !t.is_zero()).collect();
-        Sparse { entries, touched }
+        Sparse {
+            entries,
+            touched,
+            cover: None,
+        }
     }
     /// `work := base + h·self` on the entries this direction touches.
     fn set(&self, work: &mut PerRank, base: &PerRank, h: &Q) {
@@ -541,7 +549,7 @@ impl<'a> Checker<'a> {
                     .collect()
             })
             .collect();
-        let basis_nz = bases
+        let mut basis_nz: Vec<Vec<Sparse>> = bases
             .iter()
             .map(|b: &Vec<(perrank::DenotCoord, PerRank)>| {
                 b.iter().map(|(_, e)| Sparse::of(e)).collect()
@@ -560,6 +568,27 @@ impl<'a> Checker<'a> {
             }
             _ => Vec::new(),
         };
+        // Which denotation coordinates each entrywise basis direction can
+        // move: member r' at entry k, for every rank r among r''s sources
+        // with entry k moved.
+        let n_out = spmd_semantics::tensor::numel(&out_shape);
+        for (dirs, _) in basis_nz.iter_mut().zip(&entrywise).filter(|(_, w)| **w) {
+            for e in dirs.iter_mut() {
+                let mut cover: Vec<usize> = (0..m.num_ranks())
+                    .flat_map(|member| {
+                        let srcs = proj_out.sources(member);
+                        e.entries
+                            .iter()
+                            .filter(|(r, _, _)| srcs.contains(r))
+                            .map(move |(_, k, _)| member * n_out + k)
+                            .collect::<Vec<_>>()
+                    })
+                    .collect();
+                cover.sort_unstable();
+                cover.dedup();
+                e.cover = Some(cover);
+            }
+        }
         Ok(Checker {
             op,
             m,
@@ -1545,6 +1574,9 @@ impl<'a> Checker<'a> {
         let n = w.deriv.len();
         d.clear();
         d.resize(y0.len(), Q::zero());
+        if let Some(cover) = &e.cover {
+            return self.poly_covered(work, xs, y, yw, y0, i, e, cover, w, d, p);
+        }
         p.clear();
         p.resize(y0.len(), Q::zero());
         let fold = |d: &mut [Q], p: &mut [Q], k: usize, ys: &[Q]| {
@@ -1575,6 +1607,88 @@ impl<'a> Checker<'a> {
             if k < n {
                 fold(d, p, k, ys);
             } else if p != ys {
+                return Err(FdFail::Undetermined(
+                    "a check sample disagrees with the interpolation (wrong degree bound)".into(),
+                ));
+            }
+        }
+        Ok(true)
+    }
+}
+
+impl Checker<'_> {
+    /// `poly_directional` for an entrywise direction (SPEC.md §18.8): every
+    /// sample equals the instance's output off the output entries the
+    /// direction moves, so every denotation coordinate outside `cover` has
+    /// all its samples equal, its derivative 0 and its check met (the
+    /// weights of a constant sum to 0 and 1, §5.2). Only the covered
+    /// coordinates are denoted, folded and checked; `d` holds zeros on
+    /// entry. The same values as the full fold.
+    #[allow(clippy::too_many_arguments)]
+    fn poly_covered(
+        &self,
+        work: &mut [PerRank],
+        xs: &[PerRank],
+        y: &PerRank,
+        yw: &mut Work,
+        y0: &[Q],
+        i: usize,
+        e: &Sparse,
+        cover: &[usize],
+        w: &PolyWeights,
+        d: &mut [Q],
+        p: &mut Vec<Q>,
+    ) -> Result<bool, FdFail> {
+        let n = w.deriv.len();
+        let n_out = y0.len() / self.m.num_ranks().max(1);
+        p.clear();
+        p.resize(cover.len(), Q::zero());
+        for (pc, &c) in p.iter_mut().zip(cover) {
+            let v = &y0[c];
+            if !v.is_zero() {
+                d[c] = d[c].add(&w.deriv[0].mul(v));
+                *pc = pc.add(&w.check[0].mul(v));
+            }
+        }
+        for k in 1..=n {
+            let h = Q::int(k as i64).mul(&self.step);
+            e.set(&mut work[i], &xs[i], &h);
+            let r = self.sample(work, i, y, e, yw);
+            let mut agrees = true;
+            if let Ok(false) = r {
+                let out = yw.out();
+                for (pc, &c) in p.iter_mut().zip(cover) {
+                    // Member c / n_out of the denotation at entry c % n_out,
+                    // summed over its sources as `denote_flat_into` does.
+                    let (member, at) = (c / n_out, c % n_out);
+                    let srcs = self.proj_out.sources(member);
+                    let mut v = out.tensors[srcs[0]].data[at].clone();
+                    for &r in &srcs[1..] {
+                        let b = &out.tensors[r].data[at];
+                        if !b.is_zero() {
+                            v = v.add(b);
+                        }
+                    }
+                    if k < n {
+                        if !v.is_zero() {
+                            d[c] = d[c].add(&w.deriv[k].mul(&v));
+                            *pc = pc.add(&w.check[k].mul(&v));
+                        }
+                    } else if *pc != v {
+                        agrees = false;
+                    }
+                }
+            }
+            self.unsample(y, i, e, yw);
+            match r {
+                Ok(true) => return Err(FdFail::Undetermined("a sample meets a kink".into())),
+                Ok(false) => {}
+                Err(EvalError::DivByZero) => return Ok(false),
+                Err(EvalError::Shape(s)) => {
+                    panic!("interpreter bug: shape error on an inferred instance: {s}")
+                }
+            }
+            if !agrees {
                 return Err(FdFail::Undetermined(
                     "a check sample disagrees with the interpolation (wrong degree bound)".into(),
                 ));

@@ -257,6 +257,21 @@ pub fn derivative(f: &mut Sampler<'_>, num: u32, den: u32, step: &Q) -> Result<V
 mod tests {
     use super::*;
 
+    /// A constant's derivative is 0 and its extrapolation itself: the
+    /// weights sum to exactly 0 and 1, which lets the oracle skip the
+    /// coordinates a direction cannot move (SPEC.md §18.8).
+    #[test]
+    fn weights_of_a_constant_sum_to_zero_and_one() {
+        for step in [Q::one(), Q::frac(1, 1 << 16)] {
+            for d in 0..=16 {
+                let w = PolyWeights::new(d, &step);
+                let sum = |v: &[Q]| v.iter().fold(Q::zero(), |a, b| a.add(b));
+                assert!(sum(&w.deriv).is_zero(), "degree {d}");
+                assert!(sum(&w.check).is_one(), "degree {d}");
+            }
+        }
+    }
+
     fn run(f: impl Fn(&Q) -> Option<Q>, num: u32, den: u32, step: Q) -> Result<Q, FdFail> {
         let mut g = |h: &Q| Ok(f(h).map(|v| vec![v]));
         derivative(&mut g, num, den, &step).map(|v| v[0].clone())
