@@ -1063,36 +1063,27 @@ impl Ws {
         }
         out.clear();
         out.resize(r * n, 0.0);
-        if let (true, Some((w, c))) = (ki == n, &self.weights[i]) {
+        // Sample column j's derivative by the weights, `None` where its
+        // check sample disagrees.
+        let interpolate = |w: &[f64], c: &[f64], j: usize| -> Option<f64> {
             let m = w.len();
+            let (mut d, mut p) = (0.0, 0.0);
+            for s in 0..m {
+                d += w[s] * self.samples[s][j];
+                p += c[s] * self.samples[s][j];
+            }
+            close(p, self.samples[m][j]).then_some(d)
+        };
+        if let (true, Some((w, c))) = (ki == n, &self.weights[i]) {
             for (j, cc) in self.cover(ranks, e).enumerate() {
-                let mut d = 0.0;
-                let mut p = 0.0;
-                for s in 0..m {
-                    d += w[s] * self.samples[s][j];
-                    p += c[s] * self.samples[s][j];
-                }
-                if !close(p, self.samples[m][j]) {
-                    return None;
-                }
-                out[cc] = d;
+                out[cc] = interpolate(w, c, j)?;
             }
             return Some(());
         }
         match &self.weights[i] {
             Some((w, c)) => {
-                let m = w.len();
                 for (j, o) in out.iter_mut().enumerate() {
-                    let mut d = 0.0;
-                    let mut p = 0.0;
-                    for s in 0..m {
-                        d += w[s] * self.samples[s][j];
-                        p += c[s] * self.samples[s][j];
-                    }
-                    if !close(p, self.samples[m][j]) {
-                        return None;
-                    }
-                    *o = d;
+                    *o = interpolate(w, c, j)?;
                 }
             }
             None => {

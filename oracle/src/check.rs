@@ -1596,13 +1596,8 @@ impl<'a> Checker<'a> {
                 self.proj_out.denote_flat_into(yw.out(), ys);
             }
             self.unsample(y, i, e, yw);
-            match r {
-                Ok(true) => return Err(FdFail::Undetermined("a sample meets a kink".into())),
-                Ok(false) => {}
-                Err(EvalError::DivByZero) => return Ok(false),
-                Err(EvalError::Shape(s)) => {
-                    panic!("interpreter bug: shape error on an inferred instance: {s}")
-                }
+            if !in_domain(r)? {
+                return Ok(false);
             }
             if k < n {
                 fold(d, p, k, ys);
@@ -1680,13 +1675,8 @@ impl Checker<'_> {
                 }
             }
             self.unsample(y, i, e, yw);
-            match r {
-                Ok(true) => return Err(FdFail::Undetermined("a sample meets a kink".into())),
-                Ok(false) => {}
-                Err(EvalError::DivByZero) => return Ok(false),
-                Err(EvalError::Shape(s)) => {
-                    panic!("interpreter bug: shape error on an inferred instance: {s}")
-                }
+            if !in_domain(r)? {
+                return Ok(false);
             }
             if !agrees {
                 return Err(FdFail::Undetermined(
@@ -1695,6 +1685,19 @@ impl Checker<'_> {
             }
         }
         Ok(true)
+    }
+}
+
+/// A polynomial column's sample (`Checker::sample`'s result): whether it is
+/// in the domain; a kink makes the column undetermined.
+fn in_domain(r: Result<bool, EvalError>) -> Result<bool, FdFail> {
+    match r {
+        Ok(true) => Err(FdFail::Undetermined("a sample meets a kink".into())),
+        Ok(false) => Ok(true),
+        Err(EvalError::DivByZero) => Ok(false),
+        Err(EvalError::Shape(s)) => {
+            panic!("interpreter bug: shape error on an inferred instance: {s}")
+        }
     }
 }
 
