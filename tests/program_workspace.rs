@@ -29,6 +29,18 @@ impl Lcg {
     }
 }
 
+/// A pool of buffers full of junk: nonzero values, shapes and rank counts
+/// that fit no value here (1 to 5 ranks of n + 2 sevens).
+fn junk_pool() -> Vec<PerRank> {
+    (1..6)
+        .map(|n| PerRank {
+            tensors: (0..n)
+                .map(|_| spmd_check::semantics::Tensor::new(vec![n + 2], vec![Q::int(7); n + 2]))
+                .collect(),
+        })
+        .collect()
+}
+
 /// The meshes the comparisons below run on: two lines and a square.
 fn meshes() -> [Mesh; 3] {
     [
@@ -370,12 +382,7 @@ fn each_instance(meshes: &[Mesh], rng: &mut Lcg, f: &mut Visit) {
 /// compared and how many differed.
 fn compare_pooled(tamper: &dyn Fn(&mut Vec<PerRank>)) -> (usize, usize) {
     let mut rng = Lcg(3);
-    let junk = |n: usize, len: usize| PerRank {
-        tensors: (0..n)
-            .map(|_| spmd_check::semantics::Tensor::new(vec![len], vec![Q::int(7); len]))
-            .collect(),
-    };
-    let mut spare: Vec<PerRank> = (1..6).map(|n| junk(n, n + 2)).collect();
+    let mut spare = junk_pool();
     let (mut compared, mut differed) = (0, 0);
     let meshes = meshes();
     each_instance(&meshes, &mut rng, &mut |_, p, m, xs| {
@@ -597,13 +604,7 @@ fn plain_backward(
 /// pool starting full of junk. Returns (compared, differed).
 fn compare_plain(overwrite: bool) -> (usize, usize) {
     let mut rng = Lcg(9);
-    let mut spare: Vec<PerRank> = (1..6)
-        .map(|n| PerRank {
-            tensors: (0..n)
-                .map(|_| spmd_check::semantics::Tensor::new(vec![n + 1], vec![Q::int(5); n + 1]))
-                .collect(),
-        })
-        .collect();
+    let mut spare = junk_pool();
     let meshes = meshes();
     let (mut compared, mut differed) = (0, 0);
     each_instance(&meshes, &mut rng, &mut |_, p, m, xs| {

@@ -337,10 +337,7 @@ impl Collective {
         let groups = m.groups(&self.axes);
         let n = groups.n;
         out.tensors.truncate(nr);
-        out.tensors.resize_with(nr, || Tensor {
-            shape: Vec::new(),
-            data: Vec::new(),
-        });
+        out.tensors.resize_with(nr, Tensor::placeholder);
         let size = numel(s);
         // Results shared by the whole group are built at its first member
         // (the smallest rank, so already written) and copied.

@@ -529,10 +529,7 @@ impl TypedOp {
                 for (o, x) in out.iter_mut().zip(xs) {
                     o.zero_as(x);
                 }
-                let mut grads: [Tensor; MAX_ARGS] = std::array::from_fn(|_| Tensor {
-                    shape: Vec::new(),
-                    data: Vec::new(),
-                });
+                let mut grads: [Tensor; MAX_ARGS] = std::array::from_fn(|_| Tensor::placeholder());
                 for r in 0..n {
                     // The VJP is linear in g: a zero cotangent gives exact
                     // zeros, already in place.

@@ -216,10 +216,7 @@ impl Program {
                     let family = (0..m.num_ranks())
                         .map(|r| {
                             if let Some(p) = &plan {
-                                let mut out = Tensor {
-                                    shape: Vec::new(),
-                                    data: Vec::new(),
-                                };
+                                let mut out = Tensor::placeholder();
                                 if p.eval_with(&|v| &at(s.args[v]).family[r], &mut out) {
                                     return Ok(out);
                                 }
@@ -371,10 +368,7 @@ impl Program {
             if let Some(p) = &s.plans[j] {
                 let at = |a: usize| if a < k { &xs[a] } else { &done[a - k] };
                 out.tensors.truncate(n);
-                out.tensors.resize_with(n, || Tensor {
-                    shape: Vec::new(),
-                    data: Vec::new(),
-                });
+                out.tensors.resize_with(n, Tensor::placeholder);
                 if (0..n).all(|r| p.eval_into(&st.args, &at, r, &mut out.tensors[r])) {
                     continue;
                 }
@@ -537,10 +531,7 @@ impl Program {
 pub(crate) const MAX_ARGS: usize = 8;
 
 /// A placeholder argument slot, overwritten before use.
-static EMPTY: Tensor = Tensor {
-    shape: Vec::new(),
-    data: Vec::new(),
-};
+static EMPTY: Tensor = Tensor::placeholder();
 
 /// The local function a step's forward runs rank by rank, if any: a local
 /// op's, or that of a declared op whose forward is local (its declared
@@ -609,10 +600,7 @@ fn step_forward_into(
     if let Some(e) = local_expr(&s.op.op) {
         let n = m.num_ranks();
         out.tensors.truncate(n);
-        out.tensors.resize_with(n, || Tensor {
-            shape: Vec::new(),
-            data: Vec::new(),
-        });
+        out.tensors.resize_with(n, Tensor::placeholder);
         let mut ctx = Ctx::default();
         for (r, o) in out.tensors.iter_mut().enumerate() {
             if s.args.len() <= MAX_ARGS {
@@ -800,10 +788,7 @@ fn local_vjp_in_place<'a>(
         }
     }
     // Empty tensors (no buffers), swapped with each rank's cotangents.
-    let mut grads: [Tensor; MAX_ARGS] = std::array::from_fn(|_| Tensor {
-        shape: Vec::new(),
-        data: Vec::new(),
-    });
+    let mut grads: [Tensor; MAX_ARGS] = std::array::from_fn(|_| Tensor::placeholder());
     for r in 0..n {
         if g.tensors[r].is_zero() {
             continue;

@@ -700,10 +700,7 @@ impl<'a> Checker<'a> {
                     && xs.iter().all(|x| x.tensors.len() == n) =>
             {
                 ybase.truncate(n);
-                ybase.resize_with(n, || Tensor {
-                    shape: Vec::new(),
-                    data: Vec::new(),
-                });
+                ybase.resize_with(n, Tensor::placeholder);
                 let mut ctx = Ctx::default();
                 for (r, o) in ybase.iter_mut().enumerate() {
                     let mut args: [&Tensor; MAX_ARGS] = [&xs[0].tensors[r]; MAX_ARGS];

@@ -75,6 +75,14 @@ pub fn unravel(mut flat: usize, shape: &[usize]) -> Vec<usize> {
 }
 
 impl Tensor {
+    /// A tensor with no shape and no entries that holds no buffers: a slot
+    /// of a workspace or a swap, overwritten before it is read.
+    pub const fn placeholder() -> Tensor {
+        Tensor {
+            shape: Vec::new(),
+            data: Vec::new(),
+        }
+    }
     pub fn new(shape: Shape, data: Vec<Q>) -> Tensor {
         assert_eq!(
             numel(&shape),
