@@ -268,6 +268,14 @@ mod tests {
                 let sum = |v: &[Q]| v.iter().fold(Q::zero(), |a, b| a.add(b));
                 assert!(sum(&w.deriv).is_zero(), "degree {d}");
                 assert!(sum(&w.check).is_one(), "degree {d}");
+                // The twin: a coordinate that moves is not skipped. Along
+                // h ↦ h the same weights give the derivative 1, not 0.
+                if d >= 1 {
+                    let moved = w.deriv.iter().enumerate().fold(Q::zero(), |a, (k, c)| {
+                        a.add(&c.mul(&Q::int(k as i64).mul(&step)))
+                    });
+                    assert!(moved.is_one(), "degree {d}");
+                }
             }
         }
     }
