@@ -3,13 +3,16 @@
 //! moves. The same function as a one-step program is sampled by the
 //! program workspace instead (rank by rank), so the two must give the same
 //! outcome at every instance: pass (with or without B3 determined) or the
-//! same failed property. (Program steps are piecewise polynomials, so
-//! quotients and their domain are left to `interp/tests/entrywise.rs`.) A wrong VJP is rejected with B3
-//! at the same instances by both.
+//! same failed property. Program steps are piecewise polynomials, so a
+//! quotient is compared with the same checker made plain instead
+//! (`Checker::plain`): its columns along the divisor come from the
+//! rational fit, on the covered coordinates only or on the whole
+//! denotation (SPEC.md §18.9). A wrong VJP is rejected with B3 at the same
+//! instances by both.
 
 use spmd_check::interp::program::{Program, Step};
 use spmd_check::interp::{parse_with_vars, Backward, Op, TypedOp};
-use spmd_check::oracle::check::{check, Outcome};
+use spmd_check::oracle::check::{check, Checker, Outcome, Phase};
 use spmd_check::semantics::perrank::{from_free, num_free};
 use spmd_check::semantics::{Mesh, PerRank, State, Type, Q};
 
@@ -137,4 +140,72 @@ fn a_wrong_vjp_fails_b3_on_both_paths() {
         assert_eq!(a, b, "{what}");
     }
     assert!(mul.iter().any(|r| r.1 == "B3"), "no B3 failure");
+}
+
+/// Outcomes of quotients at random instances, each as (with the entrywise
+/// paths, plain).
+fn compare_plain(bwd: Option<[&str; 2]>) -> Vec<(String, String, String)> {
+    use State::*;
+    let rules: &[(&str, [State; 2], State)] = &[
+        ("x / y", [Varying, Varying], Varying),
+        ("x / y", [Partial, Reduced], Partial),
+        ("x / y", [Invariant, Varying], Varying),
+        ("relu(x) / (y * y + 1)", [Varying, Varying], Varying),
+        ("(x + y) / (x - y)", [Varying, Varying], Varying),
+    ];
+    let shapes: [[&[usize]; 2]; 3] = [[&[2], &[2]], [&[2, 2], &[2, 2]], [&[], &[3]]];
+    let m = Mesh::line(2);
+    let mut rng = Lcg(5);
+    let mut out = vec![];
+    for (src, ins, o) in rules {
+        let op = local(src, ins, *o, bwd);
+        for sh in shapes {
+            let shapes: Vec<Vec<usize>> = sh.iter().map(|s| s.to_vec()).collect();
+            let Ok(fast) = Checker::new(&op, &m, shapes.clone()) else {
+                continue; // shapes the op rejects
+            };
+            let plain = Checker::new(&op, &m, shapes).expect("fits").plain();
+            for _ in 0..24 {
+                let xs: Vec<PerRank> = op
+                    .inputs
+                    .iter()
+                    .zip(sh)
+                    .map(|(t, s)| {
+                        let v: Vec<Q> = (0..num_free(&m, t, s)).map(|_| rng.q()).collect();
+                        from_free(&m, t, s, &v)
+                    })
+                    .collect();
+                out.push((
+                    format!("`{src}` {ins:?} -> {o:?} at {sh:?}"),
+                    outcome(fast.check(&xs, Phase::All)),
+                    outcome(plain.check(&xs, Phase::All)),
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_quotient_checks_the_same_with_and_without_the_entrywise_paths() {
+    let rows = compare_plain(None);
+    for (what, a, b) in &rows {
+        assert_eq!(a, b, "{what}");
+    }
+    let count = |o: &str| rows.iter().filter(|r| r.1 == o).count();
+    assert!(count("pass") > 150, "{} passing instances", count("pass"));
+    // Divisors that are zero somewhere, and a kink of relu.
+    assert!(count("domain") > 0 && count("undetermined") > 0);
+}
+
+#[test]
+fn a_wrong_quotient_vjp_fails_b3_with_and_without_the_entrywise_paths() {
+    // d(x / y)/dy written as g / y where it is -g x / y²: wrong wherever
+    // x != -y.
+    let rows = compare_plain(Some(["g / y", "g / y"]));
+    let div: Vec<_> = rows.iter().filter(|r| r.0.starts_with("`x / y`")).collect();
+    for (what, a, b) in &div {
+        assert_eq!(a, b, "{what}");
+    }
+    assert!(div.iter().any(|r| r.1 == "B3"), "no B3 failure");
 }

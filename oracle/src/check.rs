@@ -6,7 +6,7 @@
 //! differences of the forward (SPEC.md §5); it never calls the backward to
 //! compute one, only to compare against.
 
-use crate::fd::{derivative, FdFail, PolyWeights};
+use crate::fd::{derivative_into, FdFail, FitBufs, PolyWeights};
 use serde::Serialize;
 use spmd_interp::eval::{eval_at, eval_into, pointwise_inputs, Ctx};
 use spmd_interp::program::give_back;
@@ -327,9 +327,8 @@ struct FdBufs {
     y0: Vec<Q>,
     /// The finite-difference columns of one input.
     cols: Vec<Vec<Q>>,
-    /// A polynomial column's check value and one sample (`poly_directional`).
-    p: Vec<Q>,
-    ys: Vec<Q>,
+    /// A column's working buffers (`ColBufs`).
+    col: ColBufs,
     /// The backward's result, denoted flat (B3).
     got: Vec<Q>,
     /// The backward's results at the instance, denoted (B2).
@@ -345,6 +344,18 @@ struct FdBufs {
     b2s: Vec<PerRank>,
     /// One member of a local op's meaning (F3, `Checker::f3_mismatch`).
     spec: Option<Tensor>,
+}
+
+/// The buffers one finite-difference column works in (`directional_flat`).
+#[derive(Default)]
+struct ColBufs {
+    /// A polynomial column's check value and one sample (`poly_directional`).
+    p: Vec<Q>,
+    ys: Vec<Q>,
+    /// The rational fit's samples and elimination (`derivative_into`), and
+    /// its result on an entrywise direction's covered coordinates.
+    fit: FitBufs,
+    covered: Vec<Q>,
 }
 
 /// A `Scratch` taken from a case's pool, given back when dropped.
@@ -618,6 +629,19 @@ impl<'a> Checker<'a> {
         })
     }
 
+    /// This checker without the entrywise fast paths (SPEC.md §18.8,
+    /// §18.9): every sample recomputes whole ranks, and every column is
+    /// read off the full denotation. The outcomes are the same; tests
+    /// compare the two.
+    #[doc(hidden)]
+    pub fn plain(mut self) -> Self {
+        self.entrywise.clear();
+        for e in self.basis_nz.iter_mut().flatten() {
+            e.cover = None;
+        }
+        self
+    }
+
     /// Check one instance: inputs `xs`, well formed for their types.
     pub fn check(&self, xs: &[PerRank], phase: Phase) -> Outcome {
         if self.exact {
@@ -868,8 +892,7 @@ impl<'a> Checker<'a> {
         let FdBufs {
             y0,
             cols,
-            p: pbuf,
-            ys: sbuf,
+            col,
             got: got_flat,
             dbs,
             bws,
@@ -1002,7 +1025,7 @@ impl<'a> Checker<'a> {
                 continue;
             }
             let basis = &self.bases[i];
-            if !self.columns_flat(xs2, xs, y, yw, y0, i, cols, pbuf, sbuf) {
+            if !self.columns_flat(xs2, xs, y, yw, y0, i, cols, col) {
                 return Ok(Pass {
                     b3_undetermined: true,
                     ..Pass::default()
@@ -1193,12 +1216,10 @@ impl<'a> Checker<'a> {
                 ..Pass::default()
             });
         }
-        let FdBufs {
-            y0, cols, p, ys, ..
-        } = fd;
+        let FdBufs { y0, cols, col, .. } = fd;
         flat_into(dy, y0);
         for i in 0..self.op.inputs.len() {
-            if !self.columns_flat(xs2, xs, y, yw, y0, i, cols, p, ys) {
+            if !self.columns_flat(xs2, xs, y, yw, y0, i, cols, col) {
                 return Ok(Pass {
                     b3_undetermined: true,
                     ..Pass::default()
@@ -1228,8 +1249,7 @@ impl<'a> Checker<'a> {
         y0: &[Q],
         i: usize,
         cols: &mut Vec<Vec<Q>>,
-        p: &mut Vec<Q>,
-        ys: &mut Vec<Q>,
+        cb: &mut ColBufs,
     ) -> bool {
         let nb = self.basis_nz[i].len();
         if cols.len() < nb {
@@ -1237,7 +1257,7 @@ impl<'a> Checker<'a> {
         }
         for (e, col) in self.basis_nz[i].iter().zip(cols.iter_mut()) {
             if self
-                .directional_flat(work, xs, y, yw, y0, i, e, col, p, ys)
+                .directional_flat(work, xs, y, yw, y0, i, e, col, cb)
                 .is_err()
             {
                 return false;
@@ -1503,9 +1523,14 @@ impl<'a> Checker<'a> {
         i: usize,
         e: &Sparse,
         out: &mut Vec<Q>,
-        p: &mut Vec<Q>,
-        ys: &mut Vec<Q>,
+        cb: &mut ColBufs,
     ) -> Result<(), FdFail> {
+        let ColBufs {
+            p,
+            ys,
+            fit,
+            covered,
+        } = cb;
         if let Some(w) = &self.weights[i] {
             let r = self.poly_directional(work, xs, y, yw, y0, i, e, w, out, p, ys);
             e.reset(&mut work[i], &xs[i]);
@@ -1525,16 +1550,36 @@ impl<'a> Checker<'a> {
                 return r.map(|_| ());
             }
         }
-        let mut f = |h: &Q| -> Result<Option<Vec<Q>>, FdFail> {
+        // On an entrywise direction only the covered coordinates can move
+        // (SPEC.md §18.8): the others' samples are all equal, which the fit
+        // answers with 0 and no failure, so they are neither denoted nor
+        // fitted.
+        let cover = e.cover.as_deref();
+        let n_out = y0.len() / self.m.num_ranks().max(1);
+        let mut f = |h: &Q, dst: &mut Vec<Q>| -> Result<bool, FdFail> {
+            dst.clear();
             if h.is_zero() {
-                return Ok(Some(y0.to_vec()));
+                match cover {
+                    Some(cover) => dst.extend(cover.iter().map(|&c| y0[c].clone())),
+                    None => dst.extend_from_slice(y0),
+                }
+                return Ok(true);
             }
             e.set(&mut work[i], &xs[i], h);
             let r = self.sample(work, i, y, e, yw);
             let out = match r {
                 Ok(true) => Err(FdFail::Undetermined("a sample meets a kink".into())),
-                Ok(false) => Ok(Some(self.proj_out.denote_flat(yw.out()))),
-                Err(EvalError::DivByZero) => Ok(None),
+                Ok(false) => {
+                    match cover {
+                        Some(cover) => {
+                            let at = yw.out();
+                            dst.extend(cover.iter().map(|&c| self.covered_entry(at, c, n_out)));
+                        }
+                        None => self.proj_out.denote_flat_into(yw.out(), dst),
+                    }
+                    Ok(true)
+                }
+                Err(EvalError::DivByZero) => Ok(false),
                 Err(EvalError::Shape(s)) => {
                     panic!("interpreter bug: shape error on an inferred instance: {s}")
                 }
@@ -1542,10 +1587,36 @@ impl<'a> Checker<'a> {
             self.unsample(y, i, e, yw);
             out
         };
-        let r = derivative(&mut f, self.deg.num[i], self.deg.den[i], &self.step);
+        let (num, den) = (self.deg.num[i], self.deg.den[i]);
+        let r = match cover {
+            Some(cover) => derivative_into(&mut f, num, den, &self.step, fit, covered).map(|()| {
+                out.clear();
+                out.resize(y0.len(), Q::zero());
+                for (&c, v) in cover.iter().zip(covered.drain(..)) {
+                    out[c] = v;
+                }
+            }),
+            None => derivative_into(&mut f, num, den, &self.step, fit, out),
+        };
         e.reset(&mut work[i], &xs[i]);
-        *out = r?;
-        Ok(())
+        r
+    }
+
+    /// Coordinate `c` of the output's flat denotation read off `out`:
+    /// member c / n_out of the family at entry c % n_out, summed over its
+    /// sources as `Projection::denote_flat_into` does.
+    #[inline(always)]
+    fn covered_entry(&self, out: &PerRank, c: usize, n_out: usize) -> Q {
+        let (member, at) = (c / n_out, c % n_out);
+        let srcs = self.proj_out.sources(member);
+        let mut v = out.tensors[srcs[0]].data[at].clone();
+        for &r in &srcs[1..] {
+            let b = &out.tensors[r].data[at];
+            if !b.is_zero() {
+                v = v.add(b);
+            }
+        }
+        v
     }
 
     /// `directional_flat` for a polynomial op: the samples are folded into
@@ -1650,17 +1721,7 @@ impl Checker<'_> {
             if let Ok(false) = r {
                 let out = yw.out();
                 for (pc, &c) in p.iter_mut().zip(cover) {
-                    // Member c / n_out of the denotation at entry c % n_out,
-                    // summed over its sources as `denote_flat_into` does.
-                    let (member, at) = (c / n_out, c % n_out);
-                    let srcs = self.proj_out.sources(member);
-                    let mut v = out.tensors[srcs[0]].data[at].clone();
-                    for &r in &srcs[1..] {
-                        let b = &out.tensors[r].data[at];
-                        if !b.is_zero() {
-                            v = v.add(b);
-                        }
-                    }
+                    let v = self.covered_entry(out, c, n_out);
                     if k < n {
                         if !v.is_zero() {
                             d[c] = d[c].add(&w.deriv[k].mul(&v));

@@ -26,8 +26,15 @@ pub enum FdFail {
 /// Solve `A z = rhs` over Q by Gaussian elimination, in place; `a` is
 /// `rows × cols`, row-major. Free variables are set to zero in `z`. `false`
 /// when inconsistent.
-fn solve(a: &mut [Q], rhs: &mut [Q], rows: usize, cols: usize, z: &mut [Q]) -> bool {
-    let mut pivots: Vec<usize> = Vec::with_capacity(cols);
+fn solve(
+    a: &mut [Q],
+    rhs: &mut [Q],
+    rows: usize,
+    cols: usize,
+    z: &mut [Q],
+    pivots: &mut Vec<usize>,
+) -> bool {
+    pivots.clear();
     let mut r = 0;
     for c in 0..cols {
         let Some(p) = (r..rows).find(|&i| !a[i * cols + c].is_zero()) else {
@@ -152,11 +159,69 @@ pub fn poly_derivative(f: &mut Sampler<'_>, w: &PolyWeights, step: &Q) -> Result
 /// Derivative at 0 of every coordinate of `f`, a vector-valued map of the
 /// step whose coordinates are ratios of polynomials of degree at most
 /// `(num, den)` in h. Samples are `h = k·step` for k = 0, 1, 2, ...; samples
-/// where `f` is undefined (`None`) are passed over. SPEC.md §5.2.
+/// where `f` is undefined (`None`) are passed over. SPEC.md §5.2. The
+/// oracle's own columns use `derivative_into`, which this wraps.
 pub fn derivative(f: &mut Sampler<'_>, num: u32, den: u32, step: &Q) -> Result<Vec<Q>, FdFail> {
+    let mut into = |h: &Q, dst: &mut Vec<Q>| -> Result<bool, FdFail> {
+        Ok(match f(h)? {
+            Some(y) => {
+                *dst = y;
+                true
+            }
+            None => false,
+        })
+    };
+    let mut out = Vec::new();
+    derivative_into(&mut into, num, den, step, &mut FitBufs::default(), &mut out)?;
+    Ok(out)
+}
+
+/// A map sampled along a direction into a kept buffer: writes the value at
+/// step `h` and returns `true`, or returns `false` outside its domain.
+pub type SamplerInto<'a> = dyn FnMut(&Q, &mut Vec<Q>) -> Result<bool, FdFail> + 'a;
+
+/// `derivative_into`'s buffers, kept from call to call so a column
+/// allocates nothing once they have grown (SPEC.md §18.9).
+#[derive(Default)]
+pub struct FitBufs {
+    hs: Vec<Q>,
+    ys: Vec<Vec<Q>>,
+    /// `pw[j][k]` = h_j^k.
+    pw: Vec<Vec<Q>>,
+    a: Vec<Q>,
+    rhs: Vec<Q>,
+    z: Vec<Q>,
+    pivots: Vec<usize>,
+}
+
+/// `derivative` with the samples written by `f` into kept buffers and the
+/// derivative into `out`; the same values and the same failures.
+///
+/// The first sample is h = 0, where every power of h but h⁰ vanishes: its
+/// equation reads p₀ = y₀. That row is the elimination's first pivot, and
+/// eliminating it from the others only subtracts y₀ from their right sides,
+/// so the fit solves the remaining unknowns p₁..p_num, q₁..q_den from the
+/// other samples directly (the same pivots, the same solution, one row and
+/// one column fewer).
+pub fn derivative_into(
+    f: &mut SamplerInto<'_>,
+    num: u32,
+    den: u32,
+    step: &Q,
+    bufs: &mut FitBufs,
+    out: &mut Vec<Q>,
+) -> Result<(), FdFail> {
     let need = (num + den + 2) as usize; // a+b+1 to fit, one to check
-    let mut hs: Vec<Q> = Vec::new();
-    let mut ys: Vec<Vec<Q>> = Vec::new();
+    let FitBufs {
+        hs,
+        ys,
+        pw,
+        a,
+        rhs,
+        z,
+        pivots,
+    } = bufs;
+    hs.clear();
     let mut k = 0i64;
     while hs.len() < need {
         if k > 4 * need as i64 + 8 {
@@ -165,44 +230,48 @@ pub fn derivative(f: &mut Sampler<'_>, num: u32, den: u32, step: &Q) -> Result<V
             ));
         }
         let h = Q::int(k).mul(step);
-        match f(&h)? {
-            Some(y) => {
-                hs.push(h);
-                ys.push(y);
-            }
-            None if k == 0 => {
-                return Err(FdFail::Undetermined(
-                    "the point itself is outside the domain".into(),
-                ))
-            }
-            None => {}
+        let at = hs.len();
+        if ys.len() <= at {
+            ys.push(Vec::new());
+        }
+        if f(&h, &mut ys[at])? {
+            hs.push(h);
+        } else if k == 0 {
+            return Err(FdFail::Undetermined(
+                "the point itself is outside the domain".into(),
+            ));
         }
         k += 1;
     }
     let fit = need - 1;
+    let ys = &ys[..need];
     let dim = ys[0].len();
     let (a_n, b_n) = (num as usize, den as usize);
-    let cols = a_n + 1 + b_n;
+    // The unknowns left once p₀ = y₀: p₁..p_num, then q₁..q_den (q₀ = 1).
+    let cols = a_n + b_n;
     // h_j^k for every sample and k ≤ max(num, den), shared by all
     // coordinates; the fit's matrix and right side are reused.
     let kmax = a_n.max(b_n);
-    let pw: Vec<Vec<Q>> = hs
-        .iter()
-        .map(|h| {
-            let mut v = Vec::with_capacity(kmax + 1);
-            let mut acc = Q::one();
-            for _ in 0..=kmax {
-                let next = acc.mul(h);
-                v.push(acc);
-                acc = next;
-            }
-            v
-        })
-        .collect();
-    let mut a = vec![Q::zero(); fit * cols];
-    let mut rhs = vec![Q::zero(); fit];
-    let mut z = vec![Q::zero(); cols];
-    let mut out = Vec::with_capacity(dim);
+    if pw.len() < need {
+        pw.resize_with(need, Vec::new);
+    }
+    for (h, v) in hs.iter().zip(pw.iter_mut()) {
+        v.clear();
+        let mut acc = Q::one();
+        for _ in 0..=kmax {
+            let next = acc.mul(h);
+            v.push(acc);
+            acc = next;
+        }
+    }
+    a.clear();
+    a.resize((fit - 1) * cols, Q::zero());
+    rhs.clear();
+    rhs.resize(fit - 1, Q::zero());
+    z.clear();
+    z.resize(cols, Q::zero());
+    out.clear();
+    out.reserve(dim);
     for c in 0..dim {
         // A coordinate whose samples are all equal has derivative 0 and
         // passes the check: any p/q of the degree bounds through the fit
@@ -214,28 +283,28 @@ pub fn derivative(f: &mut Sampler<'_>, num: u32, den: u32, step: &Q) -> Result<V
             out.push(Q::zero());
             continue;
         }
-        // Unknowns: p_0..p_num, q_1..q_den (q_0 = 1). Equation per sample:
-        // Σ p_k h^k - y Σ_{k≥1} q_k h^k = y.
-        for j in 0..fit {
+        // Per sample j ≥ 1:
+        // Σ_{k≥1} p_k h^k − y Σ_{k≥1} q_k h^k = y − y₀.
+        for j in 1..fit {
             let y = &ys[j][c];
-            let row = &mut a[j * cols..(j + 1) * cols];
-            row[..=a_n].clone_from_slice(&pw[j][..=a_n]);
+            let row = &mut a[(j - 1) * cols..j * cols];
+            row[..a_n].clone_from_slice(&pw[j][1..=a_n]);
             for k in 1..=b_n {
-                row[a_n + k] = pw[j][k].mul(y).neg();
+                row[a_n + k - 1] = pw[j][k].mul(y).neg();
             }
-            rhs[j] = y.clone();
+            rhs[j - 1] = y.sub(y0);
         }
-        if !solve(&mut a, &mut rhs, fit, cols, &mut z) {
+        if !solve(a, rhs, fit - 1, cols, z, pivots) {
             return Err(FdFail::Undetermined(
                 "samples fit no function of the degree bound".into(),
             ));
         }
-        let (p, q) = z.split_at(a_n + 1);
+        let (p, q) = z.split_at(a_n);
         // Check the last sample: p(h) = y q(h).
         let ph = p
             .iter()
             .enumerate()
-            .fold(Q::zero(), |s, (k, pk)| s.add(&pk.mul(&pw[fit][k])));
+            .fold(y0.clone(), |s, (k, pk)| s.add(&pk.mul(&pw[fit][k + 1])));
         let qh = q
             .iter()
             .enumerate()
@@ -246,11 +315,13 @@ pub fn derivative(f: &mut Sampler<'_>, num: u32, den: u32, step: &Q) -> Result<V
             ));
         }
         // (p/q)'(0) with q(0) = 1: p_1 - p_0 q_1.
-        let p1 = p.get(1).cloned().unwrap_or_else(Q::zero);
-        let q1 = q.first().cloned().unwrap_or_else(Q::zero);
-        out.push(p1.sub(&p[0].mul(&q1)));
+        let p1 = p.first().cloned().unwrap_or_else(Q::zero);
+        match q.first() {
+            Some(q1) => out.push(p1.sub(&y0.mul(q1))),
+            None => out.push(p1),
+        }
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -367,6 +438,131 @@ mod tests {
         };
         assert!(run(|h| Some(relu(h)), 1, 0, step.clone()).is_err());
         assert_eq!(via_weights(&relu, 1), None);
+    }
+
+    /// The fit as first written: every sample's equation, h = 0's
+    /// included, in one elimination over p₀..p_num, q₁..q_den; `None` where
+    /// it fails. With `drop_first` the h = 0 row is left out: the twin.
+    fn full_fit(
+        hs: &[Q],
+        ys: &[Vec<Q>],
+        num: usize,
+        den: usize,
+        drop_first: bool,
+    ) -> Option<Vec<Q>> {
+        let fit = num + den + 1;
+        let cols = num + 1 + den;
+        let pow = |h: &Q, k: usize| (0..k).fold(Q::one(), |a, _| a.mul(h));
+        let rows: Vec<usize> = (usize::from(drop_first)..fit).collect();
+        let mut out = Vec::new();
+        for c in 0..ys[0].len() {
+            if ys.iter().all(|y| y[c] == ys[0][c]) {
+                out.push(Q::zero());
+                continue;
+            }
+            let mut a = Vec::new();
+            let mut rhs = Vec::new();
+            for &j in &rows {
+                let y = &ys[j][c];
+                a.extend((0..=num).map(|k| pow(&hs[j], k)));
+                a.extend((1..=den).map(|k| pow(&hs[j], k).mul(y).neg()));
+                rhs.push(y.clone());
+            }
+            let mut z = vec![Q::zero(); cols];
+            if !solve(&mut a, &mut rhs, rows.len(), cols, &mut z, &mut Vec::new()) {
+                return None;
+            }
+            let h = &hs[fit];
+            let ph = (0..=num).fold(Q::zero(), |s, k| s.add(&z[k].mul(&pow(h, k))));
+            let qh = (1..=den).fold(Q::one(), |s, k| s.add(&z[num + k].mul(&pow(h, k))));
+            if ph != ys[fit][c].mul(&qh) {
+                return None;
+            }
+            let p1 = if num >= 1 { z[1].clone() } else { Q::zero() };
+            let q1 = if den >= 1 {
+                z[num + 1].clone()
+            } else {
+                Q::zero()
+            };
+            out.push(p1.sub(&z[0].mul(&q1)));
+        }
+        Some(out)
+    }
+
+    /// `derivative_into` solves without the h = 0 row (p₀ = y₀ taken
+    /// directly): it agrees with the full elimination on ratios of every
+    /// degree up to the bounds, on bounds too low (both fail), on lower
+    /// degrees than the bounds (free unknowns) and across poles. The twin,
+    /// a fit that loses the h = 0 equation instead, disagrees.
+    #[test]
+    fn the_reduced_fit_agrees_with_the_full_elimination() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut small = || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 33) % 7) as i64 - 3
+        };
+        let (mut cases, mut failed, mut twin_differs) = (0, 0, false);
+        for num in 0..=3usize {
+            for den in 0..=2usize {
+                for step in [Q::one(), Q::frac(1, 3)] {
+                    for _ in 0..12 {
+                        // Three coordinates, each p/q of degrees up to
+                        // (num + 1, den): sometimes beyond the bounds.
+                        let coefs: Vec<(Vec<i64>, Vec<i64>)> = (0..3)
+                            .map(|_| {
+                                let p = (0..=num + 1).map(|_| small()).collect();
+                                let q = (0..=den)
+                                    .map(|k| if k == 0 { 1 } else { small() })
+                                    .collect();
+                                (p, q)
+                            })
+                            .collect();
+                        let eval = |h: &Q| -> Option<Vec<Q>> {
+                            coefs
+                                .iter()
+                                .map(|(p, q)| {
+                                    let at = |cs: &[i64]| {
+                                        cs.iter()
+                                            .rev()
+                                            .fold(Q::zero(), |a, &c| a.mul(h).add(&Q::int(c)))
+                                    };
+                                    at(p).div(&at(q)).ok()
+                                })
+                                .collect()
+                        };
+                        let mut f = |h: &Q| Ok(eval(h));
+                        let got = derivative(&mut f, num as u32, den as u32, &step).ok();
+                        // The full elimination on the same samples.
+                        let (mut hs, mut ys) = (Vec::new(), Vec::new());
+                        let mut k = 0;
+                        while hs.len() < num + den + 2 && k < 64 {
+                            let h = Q::int(k).mul(&step);
+                            if let Some(y) = eval(&h) {
+                                hs.push(h);
+                                ys.push(y);
+                            } else if k == 0 {
+                                break;
+                            }
+                            k += 1;
+                        }
+                        let want = (hs.len() == num + den + 2 && hs[0].is_zero())
+                            .then(|| full_fit(&hs, &ys, num, den, false))
+                            .flatten();
+                        assert_eq!(got, want, "bounds ({num}, {den}), step {step}, {coefs:?}");
+                        cases += 1;
+                        failed += usize::from(got.is_none());
+                        if want.is_some() && full_fit(&hs, &ys, num, den, true) != want {
+                            twin_differs = true;
+                        }
+                    }
+                }
+            }
+        }
+        // Both outcomes were exercised, and the twin was caught.
+        assert!(failed > 0 && failed < cases, "{failed} of {cases} failed");
+        assert!(twin_differs);
     }
 
     #[test]
