@@ -3,7 +3,7 @@
 //! finite. It enumerates; asking the oracle about each instance is the
 //! caller's (the dependency rule keeps the oracle out of generators).
 
-use crate::exhaustive::{for_each_lower_point, lower_size, shape_tuples, tuples, Scope};
+use crate::exhaustive::{candidate_tuples, for_each_lower_point, lower_size, shape_tuples, Scope};
 use spmd_interp::{Backward, Degree, Jvp, Op, TypedOp};
 use spmd_semantics::perrank::{from_free, num_free};
 use spmd_semantics::{Mesh, PerRank, Shape, Q};
@@ -168,7 +168,7 @@ pub fn shape_table(op: &TypedOp, scope: &Scope, m: &Mesh) -> ShapeTable {
     if let Some(t) = hit {
         return (*t).clone();
     }
-    let mut table: ShapeTable = tuples(&shapes, op.op.arity())
+    let mut table: ShapeTable = candidate_tuples(&op.op, m, &shapes)
         .into_iter()
         .filter_map(|t| op.op.infer(m, &t).ok().map(|(out, deg)| (t, out, deg)))
         .collect();

@@ -186,10 +186,21 @@ pub fn tuples<T: Clone>(items: &[T], k: usize) -> Vec<Vec<T>> {
     out
 }
 
+/// The tuples of `shapes` worth inferring for `op` on `m`, in the order of
+/// `tuples`: all of them, or for a program only those that no step rejects
+/// on its own (`Program::viable_tuples`), a superset of the ones `infer`
+/// accepts (SPEC.md §18.9).
+pub fn candidate_tuples(op: &Op, m: &Mesh, shapes: &[Shape]) -> Vec<Vec<Shape>> {
+    match op {
+        Op::Program(p) => p.viable_tuples(m, shapes),
+        _ => tuples(shapes, op.arity()),
+    }
+}
+
 /// Every tuple of input shapes from the scope that the op accepts, smallest
 /// total size first.
 pub fn shape_tuples(op: &Op, m: &Mesh, scope: &Scope) -> Vec<Vec<Shape>> {
-    let mut ok: Vec<Vec<Shape>> = tuples(&scope.shapes_for(m), op.arity())
+    let mut ok: Vec<Vec<Shape>> = candidate_tuples(op, m, &scope.shapes_for(m))
         .into_iter()
         .filter(|t| op.infer(m, t).is_ok())
         .collect();

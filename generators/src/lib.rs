@@ -13,8 +13,8 @@ pub use driver::{
     shape_table, tuple_guard, Case, Coverage, ShapeTable, MAX_DEGREE, MAX_SHAPE_TUPLES,
 };
 pub use exhaustive::{
-    all_global_types, all_types, for_each_grid_point, for_each_lower_point, grid_size, lower_size,
-    shape_tuples, tuples, Exhaustive, Scope, DEFAULT_VALUES,
+    all_global_types, all_types, candidate_tuples, for_each_grid_point, for_each_lower_point,
+    grid_size, lower_size, shape_tuples, tuples, Exhaustive, Scope, DEFAULT_VALUES,
 };
 pub use random::{
     arb_mesh, arb_per_rank, arb_q, arb_shape, arb_state, arb_tensor, arb_type, ArbMesh, ArbPerRank,

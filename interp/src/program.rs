@@ -158,6 +158,67 @@ impl Program {
         ))
     }
 
+    /// The tuples of `choices` (one per input, the cartesian product in
+    /// lexicographic order, input 0 most significant) that no step rejects
+    /// on its own: a superset of those `infer` accepts, in the same order.
+    /// Inputs are fixed one at a time, and each step is inferred as soon as
+    /// every input it reads (through earlier steps too) is fixed, so a step
+    /// that rejects its shapes, or is rational, prunes every tuple that
+    /// extends the prefix: `infer` fails on each of them at that step or
+    /// earlier (SPEC.md §18.9).
+    pub fn viable_tuples(&self, m: &Mesh, choices: &[Shape]) -> Vec<Vec<Shape>> {
+        let k = self.inputs.len();
+        // ready[j]: the last input step j reads, through earlier steps.
+        let mut last: Vec<Option<usize>> = (0..k).map(Some).collect();
+        for s in &self.steps {
+            let r = s
+                .args
+                .iter()
+                .filter_map(|&a| last.get(a).copied().flatten())
+                .max();
+            last.push(r);
+        }
+        let ready: Vec<usize> = last[k..].iter().map(|r| r.unwrap_or(0)).collect();
+        let mut all: Vec<Shape> = vec![Vec::new(); k + self.steps.len()];
+        let mut out = Vec::new();
+        if k == 0 {
+            out.push(Vec::new());
+            return out;
+        }
+        self.viable_from(m, choices, &ready, 0, &mut all, &mut out);
+        out
+    }
+
+    fn viable_from(
+        &self,
+        m: &Mesh,
+        choices: &[Shape],
+        ready: &[usize],
+        j: usize,
+        all: &mut Vec<Shape>,
+        out: &mut Vec<Vec<Shape>>,
+    ) {
+        let k = self.inputs.len();
+        'choice: for c in choices {
+            all[j] = c.clone();
+            for (s, step) in self.steps.iter().enumerate() {
+                if ready[s] != j {
+                    continue;
+                }
+                let args: Vec<Shape> = step.args.iter().map(|&a| all[a].clone()).collect();
+                match step.op.op.infer(m, &args) {
+                    Ok((o, d)) if d.den.iter().all(|&x| x == 0) => all[k + s] = o,
+                    _ => continue 'choice,
+                }
+            }
+            if j + 1 == k {
+                out.push(all[..k].to_vec());
+            } else {
+                self.viable_from(m, choices, ready, j + 1, all, out);
+            }
+        }
+    }
+
     /// Whether every step's backward takes the cotangent of its output's
     /// shape, for inputs of shapes `shapes`; the first step that does not,
     /// and why.
