@@ -2,8 +2,11 @@
 //!
 //! `Q` keeps values as `Ratio<i64>` while they fit and moves to a big
 //! rational on the first operation that would overflow, so arithmetic is
-//! exact and never wraps. The representation is canonical (small whenever it
-//! fits), which makes the derived `Eq` and `Hash` agree with numeric equality.
+//! exact and never wraps. The representation is canonical: small whenever it
+//! fits, in lowest terms with a positive denominator. So two values are
+//! equal exactly when their parts are, and `Eq` and `Hash` compare and hash
+//! the parts (num-rational's own compare a continued-fraction expansion,
+//! with divisions, which the oracle's inner loops cannot afford).
 //!
 //! The big rational is boxed so that a `Q` is three words: vectors of
 //! values are copied and compared in the oracle's inner loops (SPEC.md §18).
@@ -18,7 +21,7 @@ use num_traits::{One, Signed, ToPrimitive, Zero};
 use std::cmp::Ordering;
 use std::fmt;
 
-#[derive(Clone, PartialEq, Eq, Hash)]
+#[derive(Clone)]
 pub enum Q {
     Small(Ratio<i64>),
     Big(Box<BigRational>),
@@ -423,6 +426,35 @@ fn mul_parts(an_neg: bool, an: u64, ad: u64, bn_neg: bool, bn: u64, bd: u64) -> 
     small_of(an_neg != bn_neg && n != 0, n, d)
 }
 
+impl PartialEq for Q {
+    /// Numeric equality: the parts, since both sides are canonical.
+    #[inline]
+    fn eq(&self, o: &Q) -> bool {
+        match (self, o) {
+            (Q::Small(a), Q::Small(b)) => a.numer() == b.numer() && a.denom() == b.denom(),
+            (Q::Big(a), Q::Big(b)) => a.numer() == b.numer() && a.denom() == b.denom(),
+            // A canonical big value does not fit in i64 parts.
+            _ => false,
+        }
+    }
+}
+impl Eq for Q {}
+
+impl std::hash::Hash for Q {
+    fn hash<H: std::hash::Hasher>(&self, h: &mut H) {
+        match self {
+            Q::Small(r) => {
+                r.numer().hash(h);
+                r.denom().hash(h);
+            }
+            Q::Big(b) => {
+                b.numer().hash(h);
+                b.denom().hash(h);
+            }
+        }
+    }
+}
+
 impl PartialOrd for Q {
     fn partial_cmp(&self, o: &Q) -> Option<Ordering> {
         Some(self.cmp(o))
@@ -437,7 +469,11 @@ impl Ord for Q {
                 let r = *b.numer() as i128 * *a.denom() as i128;
                 l.cmp(&r)
             }
-            _ => self.big().cmp(&o.big()),
+            // Denominators are positive: cross-multiply, as above.
+            _ => {
+                let (a, b) = (self.big(), o.big());
+                (a.numer() * b.denom()).cmp(&(b.numer() * a.denom()))
+            }
         }
     }
 }
@@ -548,6 +584,68 @@ mod tests {
                     + BigRational::new(1.into(), (i64::MAX - 1).into())
             )
         );
+    }
+
+    /// Lowest terms, a positive denominator, small whenever it fits: what
+    /// `Eq` and `Hash` rely on.
+    fn canonical(q: &Q) -> bool {
+        match q {
+            Q::Small(r) => {
+                *r.denom() > 0 && gcd_u64(r.numer().unsigned_abs(), *r.denom() as u64) == 1
+            }
+            Q::Big(b) => {
+                b.denom().is_positive()
+                    && b.numer().gcd(b.denom()).is_one()
+                    && (b.numer().to_i64().is_none() || b.denom().to_i64().is_none())
+            }
+        }
+    }
+
+    /// Every way of making a value gives its canonical form, so equality
+    /// of parts is numeric equality and agrees with `cmp`; the twin, a
+    /// value left in non-lowest terms, equals its reduced form numerically
+    /// but not by parts, and fails `canonical`.
+    #[test]
+    fn values_are_canonical_and_equality_is_numeric() {
+        let half_ways = [
+            Q::frac(1, 2),
+            Q::frac(-2, -4),
+            Q::parse("0.5").unwrap(),
+            Q::parse("3/6").unwrap(),
+            Q::frac(1, 4).add(&Q::frac(1, 4)),
+            Q::frac(3, 4).sub(&Q::frac(1, 4)),
+            Q::frac(2, 3).mul(&Q::frac(3, 4)),
+            Q::int(3).div(&Q::int(6)).unwrap(),
+            Q::frac(1, 2).round_to_bits(4),
+        ];
+        for h in &half_ways {
+            assert!(canonical(h), "{h}");
+            assert_eq!(h, &half_ways[0]);
+            assert_eq!(h.cmp(&half_ways[0]), Ordering::Equal);
+        }
+        let big = Q::int(i64::MAX).add(&Q::one());
+        let vals = [
+            Q::zero(),
+            Q::int(-3),
+            Q::frac(7, 3),
+            Q::frac(-7, 3),
+            big.clone(),
+            big.neg(),
+            big.div(&Q::int(3)).unwrap(),
+            Q::frac(1, i64::MAX).mul(&Q::frac(1, 3)),
+        ];
+        for a in &vals {
+            assert!(canonical(a), "{a}");
+            for b in &vals {
+                let numeric = a.big() == b.big();
+                assert_eq!(a == b, numeric, "{a} vs {b}");
+                assert_eq!(a.cmp(b), a.big().cmp(&b.big()), "{a} vs {b}");
+            }
+        }
+        let raw = Q::Small(Ratio::new_raw(2, 4));
+        assert!(!canonical(&raw));
+        assert_eq!(raw.big(), Q::frac(1, 2).big());
+        assert_ne!(raw, Q::frac(1, 2));
     }
 
     #[test]
