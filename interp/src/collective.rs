@@ -193,6 +193,14 @@ impl Collective {
 
     /// Output shape for an input shape, or why the shape does not fit.
     pub fn infer(&self, m: &Mesh, s: &[usize]) -> Result<Shape, String> {
+        let mut out = Vec::new();
+        self.infer_into(m, s, &mut out)?;
+        Ok(out)
+    }
+
+    /// `infer` written into `out`, whose buffer is reused; on an error `out`
+    /// holds junk.
+    fn infer_into(&self, m: &Mesh, s: &[usize], out: &mut Shape) -> Result<(), String> {
         let n = self.group_size(m);
         let dim_ok = |d: usize| {
             if d < s.len() {
@@ -224,7 +232,8 @@ impl Collective {
                 ))
             }
         };
-        let mut out = s.to_vec();
+        out.clear();
+        out.extend_from_slice(s);
         match &self.kind {
             Kind::AllGather { dim, stack: true } => {
                 if *dim > s.len() {
@@ -305,7 +314,7 @@ impl Collective {
             }
             Kind::AllReduce | Kind::Reinterpret | Kind::PMean | Kind::DivideByGroupSize => {}
         }
-        Ok(out)
+        Ok(())
     }
 
     /// The per-rank forward.
@@ -327,12 +336,26 @@ impl Collective {
     /// sum taken in group order. An input shape that does not fit
     /// ([`Collective::infer`]) is an error and leaves `out` as it was.
     pub fn forward_into(&self, m: &Mesh, x: &PerRank, out: &mut PerRank) -> Result<(), String> {
-        let shape = self.infer(m, x.shape())?;
+        // The output shape goes into a buffer kept per thread: this runs for
+        // every sample of a program's collective step.
+        thread_local! {
+            static SHAPE: std::cell::Cell<Shape> = const { std::cell::Cell::new(Vec::new()) };
+        }
+        let mut shape = SHAPE.take();
+        let r = self
+            .infer_into(m, x.shape(), &mut shape)
+            .map(|()| self.forward_into_shaped(m, x, &shape, out));
+        SHAPE.set(shape);
+        r
+    }
+
+    /// `forward_into` once the output shape `shape` is inferred.
+    fn forward_into_shaped(&self, m: &Mesh, x: &PerRank, shape: &Shape, out: &mut PerRank) {
         let nr = m.num_ranks();
         let s = x.shape();
         if x.tensors.len() != nr || x.tensors.iter().any(|t| !same_shape(&t.shape, s)) {
             *out = self.forward_reference(m, x);
-            return Ok(());
+            return;
         }
         let groups = m.groups(&self.axes);
         let n = groups.n;
@@ -353,7 +376,7 @@ impl Collective {
                 o.clone_from(&done[g[0]]);
                 continue;
             }
-            o.shape.clone_from(&shape);
+            o.shape.clone_from(shape);
             o.data.clear();
             let here = &x.tensors[r];
             match &self.kind {
@@ -447,7 +470,6 @@ impl Collective {
                 },
             }
         }
-        Ok(())
     }
 
     /// The per-rank forward written plainly (each rank's result built from
