@@ -5,6 +5,8 @@ use crate::expr::{DimOp, Einsum, Expr, Mask, Rounding};
 use spmd_semantics::tensor::{numel, strides, unravel};
 use spmd_semantics::{Shape, Tensor, Q};
 use std::borrow::{Borrow, Cow};
+use std::cell::RefCell;
+use std::rc::Rc;
 
 /// Why an evaluation has no value.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -1346,7 +1348,7 @@ fn einsum_vjp_flat<T: Borrow<Tensor>>(
         }
     }
     let (refs, shapes) = (&refs[..args.len()], &shapes[..args.len()]);
-    let Some(plan) = FlatPlan::new(spec, shapes, &g.shape) else {
+    let Some(plan) = FlatPlan::cached(spec, shapes, &g.shape) else {
         return Ok(false);
     };
     for (k, arg) in args.iter().enumerate() {
@@ -1519,6 +1521,7 @@ const FLAT_OPS: usize = 8;
 /// held in fixed arrays: label sizes in order of first occurrence over the
 /// operands, and per label the output's and each operand's stride (that
 /// of the label's first position, 0 where it is absent).
+#[cfg_attr(test, derive(Debug, PartialEq))]
 struct FlatPlan {
     labels: usize,
     dims: [usize; FLAT_LABELS],
@@ -1527,6 +1530,40 @@ struct FlatPlan {
 }
 
 impl FlatPlan {
+    /// `FlatPlan::new`, remembered per thread for the last few specs and
+    /// shapes asked: a program's backward asks for the same einsum's plan
+    /// at every instance and sample (SPEC.md §18.9).
+    fn cached(spec: &Einsum, shapes: &[&[usize]], out: &[usize]) -> Option<Rc<FlatPlan>> {
+        type Entry = (Einsum, Vec<Shape>, Shape, Option<Rc<FlatPlan>>);
+        thread_local! {
+            static PLANS: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
+        }
+        const KEEP: usize = 16;
+        PLANS.with(|c| {
+            let mut c = c.borrow_mut();
+            let hit = c.iter().find(|(sp, sh, o, _)| {
+                o[..] == *out
+                    && sh.len() == shapes.len()
+                    && sh.iter().zip(shapes).all(|(a, b)| a[..] == **b)
+                    && sp == spec
+            });
+            if let Some(e) = hit {
+                return e.3.clone();
+            }
+            let p = FlatPlan::new(spec, shapes, out).map(Rc::new);
+            if c.len() >= KEEP {
+                c.remove(0);
+            }
+            c.push((
+                spec.clone(),
+                shapes.iter().map(|s| s.to_vec()).collect(),
+                out.to_vec(),
+                p.clone(),
+            ));
+            p
+        })
+    }
+
     /// The plan for operands of `shapes` and an output cotangent of shape
     /// `out`; `None` where they do not fit the spec (ranks, label sizes,
     /// the output's shape) or the arrays, so that the caller takes the
@@ -1820,6 +1857,43 @@ mod tests {
         let mut def = vec![Tensor::zeros(&[2, 2]), Tensor::zeros(&[2, 2])];
         einsum_vjp_general(spec, args, &[&a, &b], &g, &mut def, &mut Ctx::default()).unwrap();
         assert_ne!(wrong, def[0]);
+    }
+
+    /// The per-thread plans give what `FlatPlan::new` gives, whatever was
+    /// asked before: specs and shapes in turn, more of them than are kept,
+    /// and back. The twin: a plan for other shapes is not handed out (a
+    /// cache keyed by the spec alone would give the 2x3 plan for 2x2).
+    #[test]
+    fn cached_flat_plans_are_the_plans_of_their_shapes() {
+        let specs: Vec<Einsum> = ["ij,jk->ik", "ij,kj->ik", "ij->ji", "i,i->", "bij,bjk->bik"]
+            .iter()
+            .map(|s| Einsum::parse(s).unwrap())
+            .collect();
+        let asks: Vec<(usize, Vec<Vec<usize>>, Vec<usize>)> = (1..5usize)
+            .flat_map(|n| {
+                vec![
+                    (0, vec![vec![2, n], vec![n, 3]], vec![2, 3]),
+                    (1, vec![vec![2, n], vec![3, n]], vec![2, 3]),
+                    (2, vec![vec![n, 2]], vec![2, n]),
+                    (3, vec![vec![n], vec![n]], vec![]),
+                    (4, vec![vec![2, n, 2], vec![2, 2, n]], vec![2, n, n]),
+                    // Shapes that do not fit: no plan.
+                    (0, vec![vec![2, n], vec![n + 1, 3]], vec![2, 3]),
+                ]
+            })
+            .collect();
+        for round in 0..3 {
+            for (k, sh, out) in asks.iter().chain(asks.iter().rev()) {
+                let shapes: Vec<&[usize]> = sh.iter().map(|s| &s[..]).collect();
+                let fresh = FlatPlan::new(&specs[*k], &shapes, out);
+                let kept = FlatPlan::cached(&specs[*k], &shapes, out);
+                assert_eq!(kept.as_deref(), fresh.as_ref(), "round {round}: {k} {sh:?}");
+            }
+        }
+        let sp = &specs[0];
+        let p23 = FlatPlan::cached(sp, &[&[2, 3], &[3, 2]], &[2, 2]).unwrap();
+        let p22 = FlatPlan::cached(sp, &[&[2, 2], &[2, 2]], &[2, 2]).unwrap();
+        assert_ne!(*p23, *p22);
     }
     /// The incremental einsum against the entry-by-entry definition (an
     /// index vector per entry), on specs with contraction, transposition,
