@@ -529,7 +529,11 @@ impl TypedOp {
                 for (o, x) in out.iter_mut().zip(xs) {
                     o.zero_as(x);
                 }
-                let mut grads: [Tensor; MAX_ARGS] = std::array::from_fn(|_| Tensor::placeholder());
+                // Every swap below is undone before the loop can leave, so
+                // the slots hold placeholders, which own no memory, when
+                // they go out of scope: they need no drop.
+                let mut grads: std::mem::ManuallyDrop<[Tensor; MAX_ARGS]> =
+                    std::mem::ManuallyDrop::new(std::array::from_fn(|_| Tensor::placeholder()));
                 for r in 0..n {
                     // The VJP is linear in g: a zero cotangent gives exact
                     // zeros, already in place.

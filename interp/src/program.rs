@@ -848,14 +848,16 @@ fn local_vjp_in_place<'a>(
             cot[a] = Some(z);
         }
     }
-    // Empty tensors (no buffers), swapped with each rank's cotangents.
-    let mut grads: [Tensor; MAX_ARGS] = std::array::from_fn(|_| Tensor::placeholder());
+    // Empty tensors (no buffers), swapped with each rank's cotangents. Every
+    // swap is undone before the loop can leave, so they need no drop.
+    let mut grads: std::mem::ManuallyDrop<[Tensor; MAX_ARGS]> =
+        std::mem::ManuallyDrop::new(std::array::from_fn(|_| Tensor::placeholder()));
     for r in 0..n {
         if g.tensors[r].is_zero() {
             continue;
         }
         let mut args: [&Tensor; MAX_ARGS] = [&EMPTY; MAX_ARGS];
-        for ((slot, gr), &a) in args.iter_mut().zip(&mut grads).zip(&s.args) {
+        for ((slot, gr), &a) in args.iter_mut().zip(grads.iter_mut()).zip(&s.args) {
             *slot = &at(a).tensors[r];
             let c = cot[a].as_mut().expect("filled above");
             std::mem::swap(gr, &mut c.tensors[r]);

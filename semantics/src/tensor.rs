@@ -98,9 +98,19 @@ impl Tensor {
             data: vec![Q::zero(); numel(shape)],
         }
     }
-    /// Turn this into `Tensor::zeros(shape)`, keeping both buffers.
+    /// Turn this into `Tensor::zeros(shape)`, keeping both buffers. A
+    /// tensor of that shape already has only its nonzero entries rewritten
+    /// (a backward's results at unit cotangents are mostly zeros).
     #[inline]
     pub fn zero_as(&mut self, shape: &[usize]) {
+        if self.shape == shape && self.data.len() == numel(shape) {
+            for q in &mut self.data {
+                if !q.is_zero() {
+                    *q = Q::zero();
+                }
+            }
+            return;
+        }
         self.shape.clear();
         self.shape.extend_from_slice(shape);
         self.data.clear();
@@ -279,6 +289,45 @@ mod tests {
     use super::*;
     fn t(shape: &[usize], v: &[i64]) -> Tensor {
         Tensor::new(shape.to_vec(), v.iter().map(|&x| Q::int(x)).collect())
+    }
+
+    /// `zero_as` gives `Tensor::zeros` from any start: the same shape with
+    /// values (only the nonzero ones rewritten), another shape, a
+    /// placeholder. The twin is the trap of the first path: a placeholder
+    /// has shape [] like a scalar but no entry, so a path keyed on the
+    /// shape alone would leave it empty.
+    #[test]
+    fn zero_as_gives_zeros_from_any_start() {
+        let big = Q::int(i64::MAX).add(&Q::one());
+        let starts = [
+            t(&[2, 3], &[1, 0, -2, 0, 0, 5]),
+            Tensor::new(
+                vec![2, 3],
+                vec![
+                    big.clone(),
+                    Q::frac(1, 3),
+                    Q::zero(),
+                    big,
+                    Q::one(),
+                    Q::zero(),
+                ],
+            ),
+            t(&[3, 2], &[1, 2, 3, 4, 5, 6]),
+            t(&[], &[7]),
+            t(&[4], &[0, 0, 0, 0]),
+            Tensor::placeholder(),
+        ];
+        for shape in [&[2, 3][..], &[], &[6], &[0]] {
+            for (i, st) in starts.iter().enumerate() {
+                let mut z = st.clone();
+                z.zero_as(shape);
+                assert!(
+                    z.shape == shape && z.data.len() == numel(shape),
+                    "start {i} as {shape:?}"
+                );
+                assert!(z.data.iter().all(Q::is_zero), "start {i} as {shape:?}");
+            }
+        }
     }
     #[test]
     fn concat_chunk_roundtrip() {
