@@ -151,6 +151,13 @@ impl Q {
             if *a.numer() == 0 || *b.numer() == 0 {
                 return Q::zero();
             }
+            // A unit factor (a direction's entry, a weight) needs no gcd.
+            if *b.numer() == 1 && *b.denom() == 1 {
+                return self.clone();
+            }
+            if *a.numer() == 1 && *a.denom() == 1 {
+                return o.clone();
+            }
             if let Some(r) = small_mul(a, b) {
                 return r;
             }
