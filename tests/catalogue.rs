@@ -679,7 +679,8 @@ fn reductions_of_pieces_have_a_global_reading() {
 /// line and column; the exhaustive test above covers the library path.
 #[test]
 fn bad_parameters_exit_2_with_one_line() {
-    let dir = std::env::temp_dir().join(format!("spmd-catalogue-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("spmd-catalogue-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
     for (i, call) in [
         "ppermute(perm=[5,5])",

@@ -154,7 +154,8 @@ output = "P"
 
 #[test]
 fn cli_writes_one_script_per_counterexample() {
-    let dir = std::env::temp_dir().join(format!("spmd-check-emit-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("spmd-check-emit-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let rules = dir.join("r.toml");
     std::fs::write(&rules, format!("{FLOOR_DIV}\n{TRUE_DIV}")).unwrap();

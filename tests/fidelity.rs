@@ -131,7 +131,8 @@ fn the_dialects_match_the_real_systems_on_every_typing_case() {
 /// accepts a typing with no meaning, must be flagged.
 #[test]
 fn tampered_fixtures_are_caught() {
-    let dir = std::env::temp_dir().join(format!("spmd-fidelity-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("spmd-fidelity-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let src = std::fs::read_to_string(format!("{}/jax_collectives.json", default_dir())).unwrap();
     let mut v: serde_json::Value = serde_json::from_str(&src).unwrap();
@@ -306,7 +307,8 @@ fn dtensor_propagation_is_replayed_and_the_dialect_follows_it() {
 /// difference.
 #[test]
 fn tampered_dtensor_cases_are_caught() {
-    let dir = std::env::temp_dir().join(format!("spmd-fidelity-dt-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("spmd-fidelity-dt-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let src = std::fs::read_to_string(format!("{}/dtensor_ops.json", default_dir())).unwrap();
     let mut v: serde_json::Value = serde_json::from_str(&src).unwrap();

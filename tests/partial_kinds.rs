@@ -342,7 +342,8 @@ fn derive_partial_follows_the_scope_flags() {
 #[test]
 fn tampered_pending_cases_are_caught() {
     use spmd_check::fidelity::run;
-    let dir = std::env::temp_dir().join(format!("spmd-pending-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("spmd-pending-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let src = std::fs::read_to_string(format!(
         "{}/dtensor_ops.json",

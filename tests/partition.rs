@@ -56,7 +56,8 @@ output = "V"
 /// A fresh directory holding `rules.toml` (regressions are written beside
 /// it, so every run gets its own).
 fn fresh(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("spmd-partition-{}-{name}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("spmd-partition-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("rules.toml"), RULES).unwrap();

@@ -11,7 +11,8 @@ use spmd_check::semantics::Q;
 
 /// Write a job to a file of its own and return its path.
 fn job_file(name: &str, text: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("spmd-check-run-{}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("spmd-check-run-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();

@@ -7,7 +7,8 @@ use std::io::Write;
 
 /// A rule file in a temporary directory of its own (regressions land beside it).
 fn rules(name: &str, text: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("spmd-trust-{}-{name}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("spmd-trust-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join("rules.toml");
     let _ = std::fs::remove_file(dir.join("rules.toml.regressions.json"));

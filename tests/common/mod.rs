@@ -6,7 +6,8 @@ use std::process::Command;
 /// with no saved regressions beside it; its path.
 #[allow(dead_code)]
 pub fn temp_rule_file(name: &str, text: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("spmd-check-test-{}-{name}", std::process::id()));
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("spmd-check-test-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let p = dir.join(name);
     std::fs::write(&p, text).unwrap();
