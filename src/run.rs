@@ -6,7 +6,7 @@ use spmd_generators::{cases, Scope};
 pub use spmd_generators::{enumerated_cases, estimate, meshes_for, MAX_DEGREE, MAX_SHAPE_TUPLES};
 use spmd_interp::TypedOp;
 use spmd_oracle::{Checker, Outcome, Phase, Property, Tally, Verdict};
-use spmd_semantics::{Mesh, Q};
+use spmd_semantics::{Mesh, PerRank, Q};
 use std::ops::ControlFlow;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::OnceLock;
@@ -188,7 +188,18 @@ impl Scan {
                 let _ = stopped.set(why);
                 return None;
             }
-            let o = checker.check(&c.inputs(op, p), full);
+            // The inputs go into buffers kept per thread; a thread already
+            // inside a check (a stolen task) takes fresh ones.
+            thread_local! {
+                static XS: std::cell::RefCell<Vec<PerRank>> = const { std::cell::RefCell::new(Vec::new()) };
+            }
+            let o = XS.with(|b| match b.try_borrow_mut() {
+                Ok(mut xs) => {
+                    c.inputs_into(op, p, &mut xs);
+                    checker.check(&xs, full)
+                }
+                Err(_) => checker.check(&c.inputs(op, p), full),
+            });
             if matches!(&o, Outcome::Fail(v) if is_forward(v.property)) {
                 first_forward.fetch_min(k, Ordering::Relaxed);
             }

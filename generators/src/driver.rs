@@ -5,7 +5,7 @@
 
 use crate::exhaustive::{candidate_tuples, for_each_lower_point, lower_size, shape_tuples, Scope};
 use spmd_interp::{Backward, Degree, Jvp, Op, TypedOp};
-use spmd_semantics::perrank::{from_free, num_free};
+use spmd_semantics::perrank::{from_free, from_free_into, num_free};
 use spmd_semantics::{Mesh, PerRank, Shape, Q};
 use std::ops::ControlFlow;
 
@@ -382,6 +382,20 @@ impl Case {
                 x
             })
             .collect()
+    }
+
+    /// `inputs` written into `out`, reusing its buffers; the same values.
+    pub fn inputs_into(&self, op: &TypedOp, point: &[Q], out: &mut Vec<PerRank>) {
+        let c = self;
+        out.truncate(op.inputs.len());
+        out.resize_with(op.inputs.len(), || PerRank {
+            tensors: Vec::new(),
+        });
+        let mut at = 0;
+        for (((t, s), (k, _)), x) in op.inputs.iter().zip(&c.shapes).zip(&c.lists).zip(out) {
+            from_free_into(&c.mesh, t, s, &point[at..at + k], x);
+            at += k;
+        }
     }
 }
 
