@@ -1455,9 +1455,7 @@ fn contract_into(dims: &[usize], srcs: &[(&[Q], &[usize])], dst: &mut [Q], dst_s
                         for _ in 0..inner {
                             let y = &ys[iy];
                             if !y.is_zero() {
-                                // The product in operand order.
-                                let p = if a_st == 0 { x.mul(y) } else { y.mul(x) };
-                                dst[io] = dst[io].add(&p);
+                                dst[io].add_mul(x, y);
                             }
                             iy += y_st;
                             io += o_st;
@@ -1467,7 +1465,7 @@ fn contract_into(dims: &[usize], srcs: &[(&[Q], &[usize])], dst: &mut [Q], dst_s
                     for _ in 0..inner {
                         let (x, y) = (&a[ia], &b[ib]);
                         if !x.is_zero() && !y.is_zero() {
-                            dst[io] = dst[io].add(&x.mul(y));
+                            dst[io].add_mul(x, y);
                         }
                         ia += a_st;
                         ib += b_st;

@@ -145,6 +145,25 @@ impl Q {
         }
         self.mul_general(o)
     }
+    /// `self += a · b` in place: the sum of products of an einsum or a
+    /// weighted fold. Integers that fit are added into `self` without a
+    /// new value; anything else is `self.add(&a.mul(b))`.
+    #[inline]
+    pub fn add_mul(&mut self, a: &Q, b: &Q) {
+        if let (Q::Small(s), Q::Small(x), Q::Small(y)) = (&mut *self, a, b) {
+            if *s.denom() == 1 && *x.denom() == 1 && *y.denom() == 1 {
+                if let Some(n) = x
+                    .numer()
+                    .checked_mul(*y.numer())
+                    .and_then(|p| s.numer().checked_add(p))
+                {
+                    *s = Ratio::new_raw(n, 1);
+                    return;
+                }
+            }
+        }
+        *self = self.add(&a.mul(b));
+    }
     #[inline(never)]
     fn mul_general(&self, o: &Q) -> Q {
         if let (Q::Small(a), Q::Small(b)) = (self, o) {
@@ -653,6 +672,35 @@ mod tests {
         assert!(!canonical(&raw));
         assert_eq!(raw.big(), Q::frac(1, 2).big());
         assert_ne!(raw, Q::frac(1, 2));
+    }
+
+    /// `add_mul` is `self + a · b` on every pair of small and big values,
+    /// the integer path's overflows included; the twin, `self + a` alone,
+    /// differs wherever b is not 1.
+    #[test]
+    fn add_mul_is_add_of_mul() {
+        let vals = [
+            Q::zero(),
+            Q::one(),
+            Q::int(-3),
+            Q::int(i64::MAX),
+            Q::int(i64::MIN),
+            Q::int(1 << 32),
+            Q::frac(2, 3),
+            Q::int(i64::MAX).add(&Q::one()),
+        ];
+        let mut twin_differs = 0;
+        for s in &vals {
+            for a in &vals {
+                for b in &vals {
+                    let mut got = s.clone();
+                    got.add_mul(a, b);
+                    assert_eq!(got, s.add(&a.mul(b)), "{s} + {a} * {b}");
+                    twin_differs += usize::from(got != s.add(a));
+                }
+            }
+        }
+        assert!(twin_differs > 300, "{twin_differs}");
     }
 
     #[test]
