@@ -78,6 +78,18 @@ fn outcome(o: Outcome) -> String {
     }
 }
 
+/// Random well-formed inputs of `op` on `m` with these shapes.
+fn random_inputs(op: &TypedOp, m: &Mesh, shapes: &[&[usize]], rng: &mut Lcg) -> Vec<PerRank> {
+    op.inputs
+        .iter()
+        .zip(shapes)
+        .map(|(t, s)| {
+            let v: Vec<Q> = (0..num_free(m, t, s)).map(|_| rng.q()).collect();
+            from_free(m, t, s, &v)
+        })
+        .collect()
+}
+
 /// Outcomes of the local op and of its one-step program at random
 /// instances of every case below, each as (local, program).
 fn compare(bwd: Option<[&str; 2]>) -> Vec<(String, String, String)> {
@@ -99,15 +111,7 @@ fn compare(bwd: Option<[&str; 2]>) -> Vec<(String, String, String)> {
         let prog = one_step(&op);
         for sh in shapes {
             for _ in 0..24 {
-                let xs: Vec<PerRank> = op
-                    .inputs
-                    .iter()
-                    .zip(sh)
-                    .map(|(t, s)| {
-                        let v: Vec<Q> = (0..num_free(&m, t, s)).map(|_| rng.q()).collect();
-                        from_free(&m, t, s, &v)
-                    })
-                    .collect();
+                let xs = random_inputs(&op, &m, &sh, &mut rng);
                 out.push((
                     format!("`{src}` {ins:?} -> {o:?} at {sh:?}"),
                     outcome(check(&op, &m, &xs)),
@@ -166,15 +170,7 @@ fn compare_plain(bwd: Option<[&str; 2]>) -> Vec<(String, String, String)> {
             };
             let plain = Checker::new(&op, &m, shapes).expect("fits").plain();
             for _ in 0..24 {
-                let xs: Vec<PerRank> = op
-                    .inputs
-                    .iter()
-                    .zip(sh)
-                    .map(|(t, s)| {
-                        let v: Vec<Q> = (0..num_free(&m, t, s)).map(|_| rng.q()).collect();
-                        from_free(&m, t, s, &v)
-                    })
-                    .collect();
+                let xs = random_inputs(&op, &m, &sh, &mut rng);
                 out.push((
                     format!("`{src}` {ins:?} -> {o:?} at {sh:?}"),
                     outcome(fast.check(&xs, Phase::All)),
