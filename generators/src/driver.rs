@@ -5,7 +5,7 @@
 
 use crate::exhaustive::{candidate_tuples, for_each_lower_point, lower_size, shape_tuples, Scope};
 use spmd_interp::{Backward, Degree, Jvp, Op, TypedOp};
-use spmd_semantics::perrank::{from_free, from_free_into, num_free};
+use spmd_semantics::perrank::{from_free_into, num_free};
 use spmd_semantics::{Mesh, PerRank, Shape, Q};
 use std::ops::ControlFlow;
 
@@ -370,21 +370,12 @@ pub fn tuple_guard(op: &TypedOp, scope: &Scope) -> Result<(), String> {
 impl Case {
     /// Each input's per-rank value at one grid point.
     pub fn inputs(&self, op: &TypedOp, point: &[Q]) -> Vec<PerRank> {
-        let c = self;
-        let mut at = 0;
-        op.inputs
-            .iter()
-            .zip(&c.shapes)
-            .zip(&c.lists)
-            .map(|((t, s), (k, _))| {
-                let x = from_free(&c.mesh, t, s, &point[at..at + k]);
-                at += k;
-                x
-            })
-            .collect()
+        let mut out = Vec::new();
+        self.inputs_into(op, point, &mut out);
+        out
     }
 
-    /// `inputs` written into `out`, reusing its buffers; the same values.
+    /// `inputs` written into `out`, reusing its buffers.
     pub fn inputs_into(&self, op: &TypedOp, point: &[Q], out: &mut Vec<PerRank>) {
         let c = self;
         out.truncate(op.inputs.len());
