@@ -34,6 +34,16 @@ fn solve(
     z: &mut [Q],
     pivots: &mut Vec<usize>,
 ) -> bool {
+    if rows == 1 && cols == 1 {
+        // One equation a·z = r, as the elimination below solves it: z = r/a,
+        // or, when a = 0, z = 0 if r = 0 and no solution otherwise.
+        if a[0].is_zero() {
+            z[0] = Q::zero();
+            return rhs[0].is_zero();
+        }
+        z[0] = rhs[0].div(&a[0]).expect("a nonzero pivot");
+        return true;
+    }
     pivots.clear();
     let mut r = 0;
     for c in 0..cols {
