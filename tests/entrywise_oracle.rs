@@ -10,25 +10,13 @@
 //! denotation (SPEC.md §18.9). A wrong VJP is rejected with B3 at the same
 //! instances by both.
 
+mod common;
+
+use common::{random_inputs, Lcg};
 use spmd_check::interp::program::{Program, Step};
 use spmd_check::interp::{parse_with_vars, Backward, Op, TypedOp};
 use spmd_check::oracle::check::{check, Checker, Outcome, Phase};
-use spmd_check::semantics::perrank::{from_free, num_free};
-use spmd_check::semantics::{Mesh, PerRank, State, Type, Q};
-
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-    fn q(&mut self) -> Q {
-        Q::frac(self.next(7) as i64 - 3, self.next(2) as i64 + 1)
-    }
-}
+use spmd_check::semantics::{Mesh, State, Type};
 
 fn vars() -> Vec<String> {
     vec!["x".into(), "y".into()]
@@ -78,18 +66,6 @@ fn outcome(o: Outcome) -> String {
     }
 }
 
-/// Random well-formed inputs of `op` on `m` with these shapes.
-fn random_inputs(op: &TypedOp, m: &Mesh, shapes: &[&[usize]], rng: &mut Lcg) -> Vec<PerRank> {
-    op.inputs
-        .iter()
-        .zip(shapes)
-        .map(|(t, s)| {
-            let v: Vec<Q> = (0..num_free(m, t, s)).map(|_| rng.q()).collect();
-            from_free(m, t, s, &v)
-        })
-        .collect()
-}
-
 /// Outcomes of the local op and of its one-step program at random
 /// instances of every case below, each as (local, program).
 fn compare(bwd: Option<[&str; 2]>) -> Vec<(String, String, String)> {
@@ -111,7 +87,7 @@ fn compare(bwd: Option<[&str; 2]>) -> Vec<(String, String, String)> {
         let prog = one_step(&op);
         for sh in shapes {
             for _ in 0..24 {
-                let xs = random_inputs(&op, &m, &sh, &mut rng);
+                let xs = random_inputs(&op, &m, &sh, &mut rng, Lcg::frac);
                 out.push((
                     format!("`{src}` {ins:?} -> {o:?} at {sh:?}"),
                     outcome(check(&op, &m, &xs)),
@@ -170,7 +146,7 @@ fn compare_plain(bwd: Option<[&str; 2]>) -> Vec<(String, String, String)> {
             };
             let plain = Checker::new(&op, &m, shapes).expect("fits").plain();
             for _ in 0..24 {
-                let xs = random_inputs(&op, &m, &sh, &mut rng);
+                let xs = random_inputs(&op, &m, &sh, &mut rng, Lcg::frac);
                 out.push((
                     format!("`{src}` {ins:?} -> {o:?} at {sh:?}"),
                     outcome(fast.check(&xs, Phase::All)),

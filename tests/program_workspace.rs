@@ -4,6 +4,9 @@
 //! the oracle's verdicts on programs go through them, so a wrong program
 //! backward must still be rejected for the right property.
 
+mod common;
+
+use common::{random_inputs, Lcg};
 use spmd_check::check::{check_rule, CheckConfig};
 use spmd_check::generators::{shape_table, Scope};
 use spmd_check::interp::program::{Program, Step};
@@ -11,23 +14,8 @@ use spmd_check::interp::{parse, Backward, Op, TypedOp};
 use spmd_check::oracle::check::{check, Outcome};
 use spmd_check::oracle::Property;
 use spmd_check::rules::{build, parse_file, Rule};
-use spmd_check::semantics::perrank::{from_free, num_free, Denot};
+use spmd_check::semantics::perrank::Denot;
 use spmd_check::semantics::{Mesh, PerRank, State, Type, Q};
-
-/// A small deterministic generator (no float, no clock).
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-    fn q(&mut self) -> Q {
-        Q::int(self.next(7) as i64 - 3)
-    }
-}
 
 /// A pool of buffers full of junk: nonzero values, shapes and rank counts
 /// that fit no value here (1 to 5 ranks of n + 2 sevens).
@@ -115,7 +103,7 @@ fn compare_samples(op: &TypedOp, p: &Program, m: &Mesh, rng: &mut Lcg, wrong_mas
     let mut compared = 0;
     let table = shape_table(op, &Scope::default(), m);
     for (shapes, _, _) in table.iter().take(6) {
-        let xs = random_inputs(op, m, shapes, rng);
+        let xs = random_inputs(op, m, shapes, rng, Lcg::int);
         let (steps, _) = p.run_steps(m, &xs).expect("polynomial");
         let mut s = p.sampler(&xs, steps.clone());
         for i in 0..xs.len() {
@@ -125,7 +113,7 @@ fn compare_samples(op: &TypedOp, p: &Program, m: &Mesh, rng: &mut Lcg, wrong_mas
                 for (r, t) in work[i].tensors.iter_mut().enumerate() {
                     if touched[r] {
                         for v in t.data.iter_mut() {
-                            *v = v.add(&rng.q());
+                            *v = v.add(&rng.int());
                         }
                     }
                 }
@@ -282,7 +270,7 @@ fn a_planned_einsum_is_the_einsum() {
     let mut rng = Lcg(3);
     let mut t = |shape: &[usize]| {
         let n = shape.iter().product();
-        Tensor::new(shape.to_vec(), (0..n).map(|_| rng.q()).collect())
+        Tensor::new(shape.to_vec(), (0..n).map(|_| rng.int()).collect())
     };
     let cases: Vec<(&str, Vec<Tensor>)> = vec![
         ("matmul(a, b)", vec![t(&[2, 3]), t(&[3, 2])]),
@@ -339,18 +327,6 @@ fn a_planned_einsum_is_the_einsum() {
     assert_eq!(out.shape, vec![2, 2]);
 }
 
-/// Random inputs of `op` at `shapes` on `m`.
-fn random_inputs(op: &TypedOp, m: &Mesh, shapes: &[Vec<usize>], rng: &mut Lcg) -> Vec<PerRank> {
-    op.inputs
-        .iter()
-        .zip(shapes)
-        .map(|(t, s)| {
-            let vals: Vec<Q> = (0..num_free(m, t, s)).map(|_| rng.q()).collect();
-            from_free(m, t, s, &vals)
-        })
-        .collect()
-}
-
 /// What `each_instance` calls per instance.
 type Visit<'a> = dyn FnMut(&TypedOp, &Program, &Mesh, Vec<PerRank>) + 'a;
 
@@ -367,7 +343,7 @@ fn each_instance(meshes: &[Mesh], rng: &mut Lcg, f: &mut Visit) {
             .filter(|m| m.axes.len() == op.output.states.len())
         {
             for (shapes, _, _) in shape_table(&op, &Scope::default(), m).iter().take(4) {
-                let xs = random_inputs(&op, m, shapes, rng);
+                let xs = random_inputs(&op, m, shapes, rng, Lcg::int);
                 f(&op, p, m, xs);
             }
         }
@@ -513,7 +489,8 @@ fn a_reused_sampler_is_a_fresh_sampler() {
             .filter(|m| m.axes.len() == op.output.states.len())
         {
             let table = shape_table(&op, &Scope::default(), m);
-            let mut inst = |i: usize| random_inputs(&op, m, &table[i % table.len()].0, &mut rng);
+            let mut inst =
+                |i: usize| random_inputs(&op, m, &table[i % table.len()].0, &mut rng, Lcg::int);
             for (a, b) in [(0, 0), (0, 1), (1, 0), (2, 2)] {
                 let (xa, xb) = (inst(a), inst(b));
                 let (mut old, _) = p.sampler_at(m, &xa, None).expect("polynomial");
@@ -663,7 +640,7 @@ fn compare_chained(stale: bool) -> (usize, usize) {
             for (r, t) in work[i].tensors.iter_mut().enumerate() {
                 if touched[r] {
                     for v in t.data.iter_mut() {
-                        *v = v.add(&rng.q());
+                        *v = v.add(&rng.int());
                     }
                 }
             }

@@ -1,6 +1,54 @@
 //! Shared by the end-to-end tests: run the built `spmd-check` binary.
 
+use spmd_check::interp::TypedOp;
+use spmd_check::semantics::perrank::{from_free, num_free};
+use spmd_check::semantics::{Mesh, PerRank, Q};
 use std::process::Command;
+
+/// A small deterministic generator (no float, no clock).
+#[allow(dead_code)]
+pub struct Lcg(pub u64);
+
+#[allow(dead_code)]
+impl Lcg {
+    /// A number below `n`.
+    pub fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+    /// An integer from -3 to 3.
+    pub fn int(&mut self) -> Q {
+        Q::int(self.next(7) as i64 - 3)
+    }
+    /// An integer from -3 to 3 over 1 or 2.
+    pub fn frac(&mut self) -> Q {
+        Q::frac(self.next(7) as i64 - 3, self.next(2) as i64 + 1)
+    }
+}
+
+/// Random well-formed inputs of `op` on `m` with these shapes, each free
+/// scalar drawn by `draw`.
+#[allow(dead_code)]
+pub fn random_inputs<S: AsRef<[usize]>>(
+    op: &TypedOp,
+    m: &Mesh,
+    shapes: &[S],
+    rng: &mut Lcg,
+    draw: fn(&mut Lcg) -> Q,
+) -> Vec<PerRank> {
+    op.inputs
+        .iter()
+        .zip(shapes)
+        .map(|(t, s)| {
+            let s = s.as_ref();
+            let vals: Vec<Q> = (0..num_free(m, t, s)).map(|_| draw(rng)).collect();
+            from_free(m, t, s, &vals)
+        })
+        .collect()
+}
 
 /// Write `text` to a fresh file `name` in a directory of this test process,
 /// with no saved regressions beside it; its path.
@@ -27,6 +75,7 @@ pub fn rule_named(v: &serde_json::Value, name: &str) -> serde_json::Value {
 }
 
 /// Exit code, stdout and stderr of `spmd-check ARGS`.
+#[allow(dead_code)]
 pub fn run(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_spmd-check"))
         .args(args)
