@@ -319,6 +319,11 @@ fn gcd_u64(mut a: u64, mut b: u64) -> u64 {
     if b == 0 {
         return a;
     }
+    // An integer's denominator, a unit numerator: the loop would take one
+    // step per bit of the other value to find 1.
+    if a == 1 || b == 1 {
+        return 1;
+    }
     let k = (a | b).trailing_zeros();
     a >>= a.trailing_zeros();
     loop {
@@ -364,10 +369,10 @@ fn reduced(n: i128, d: u128) -> Option<Q> {
     let (nu, neg) = (n.unsigned_abs(), n < 0);
     let (nu, d) = match (u64::try_from(nu), u64::try_from(d)) {
         // The common case: 64-bit gcd and divisions.
-        (Ok(a), Ok(b)) => {
-            let g = gcd_u64(a, b);
-            ((a / g) as u128, (b / g) as u128)
-        }
+        (Ok(a), Ok(b)) => match gcd_u64(a, b) {
+            1 => (a as u128, b as u128),
+            g => ((a / g) as u128, (b / g) as u128),
+        },
         _ => {
             let g = gcd_u128(nu, d);
             (nu / g, d / g)
@@ -410,8 +415,21 @@ fn add_parts(an: i64, ad: i64, bn: i128, bd: i64) -> Option<Q> {
     let (ad1, bd1) = (adu / g, bdu / g);
     let t = an * bd1 as i128 + bn * ad1 as i128;
     let tu = t.unsigned_abs();
-    let g2 = gcd_u64((tu % g as u128) as u64, g);
-    small_of(t < 0, tu / g2 as u128, ad1 as u128 * (bdu / g2) as u128)
+    // The remainder in 64 bits when the numerator fits (a 128-bit one is a
+    // library call).
+    let (r, t64) = match u64::try_from(tu) {
+        Ok(t64) => (t64 % g, Some(t64)),
+        Err(_) => ((tu % g as u128) as u64, None),
+    };
+    let g2 = gcd_u64(r, g);
+    if g2 == 1 {
+        return small_of(t < 0, tu, ad1 as u128 * bdu as u128);
+    }
+    let n = match t64 {
+        Some(t64) => (t64 / g2) as u128,
+        None => tu / g2 as u128,
+    };
+    small_of(t < 0, n, ad1 as u128 * (bdu / g2) as u128)
 }
 
 /// `a + n/d` for canonical small parts.
@@ -447,8 +465,10 @@ fn small_mul(a: &Ratio<i64>, b: &Ratio<i64>) -> Option<Q> {
 fn mul_parts(an_neg: bool, an: u64, ad: u64, bn_neg: bool, bn: u64, bd: u64) -> Option<Q> {
     let g1 = gcd_u64(an, bd);
     let g2 = gcd_u64(bn, ad);
-    let n = (an / g1) as u128 * (bn / g2) as u128;
-    let d = (ad / g2) as u128 * (bd / g1) as u128;
+    // Most factors share nothing: no 64-bit divisions then.
+    let (an, bd) = if g1 == 1 { (an, bd) } else { (an / g1, bd / g1) };
+    let (bn, ad) = if g2 == 1 { (bn, ad) } else { (bn / g2, ad / g2) };
+    let (n, d) = (an as u128 * bn as u128, ad as u128 * bd as u128);
     small_of(an_neg != bn_neg && n != 0, n, d)
 }
 
@@ -560,19 +580,22 @@ mod tests {
     /// that fit must come back small (the canonical form `Eq` relies on).
     #[test]
     fn small_paths_agree_with_big_rationals() {
-        let parts: [i64; 10] = [
+        let parts: [i64; 13] = [
             0,
             1,
             -1,
             3,
             -7,
+            6,
+            -10,
+            45,
             i64::MAX,
             i64::MIN,
             i64::MAX - 1,
             (1 << 40) + 1,
             -(1 << 33) - 5,
         ];
-        let dens: [i64; 6] = [1, 2, 3, i64::MAX, (1 << 40) + 7, 1 << 62];
+        let dens: [i64; 9] = [1, 2, 3, 4, 9, 10, i64::MAX, (1 << 40) + 7, 1 << 62];
         let mut vals = Vec::new();
         for &n in &parts {
             for &d in &dens {
@@ -707,6 +730,10 @@ mod tests {
     fn gcds() {
         assert_eq!(gcd_u64(0, 5), 5);
         assert_eq!(gcd_u64(12, 18), 6);
+        assert_eq!(gcd_u64(1, 1 << 40), 1);
+        assert_eq!(gcd_u64(u64::MAX, 1), 1);
+        assert_eq!(gcd_u64(1, 1), 1);
+        assert_eq!(gcd_u64(7, 7), 7);
         assert_eq!(gcd_u128(1 << 100, 3 << 70), 1 << 70);
         assert_eq!(gcd_u128(u128::MAX, 5), 5);
         assert_eq!(gcd_u128(0, 0), 0);
