@@ -788,6 +788,34 @@ fn rev_at<T: Borrow<Tensor>>(
     Ok(())
 }
 
+/// `Ok` exactly where `at_point(e, xs, i, ..)` is, for the nodes
+/// `pointwise_shape(.., true)` admits: only a quotient can fail, so only
+/// the denominators are evaluated, not the entry's value.
+fn defined_at<T: Borrow<Tensor>>(e: &Expr, xs: &[T], i: usize) -> Result<(), EvalError> {
+    match e {
+        Expr::Var(_) | Expr::Const(_) => Ok(()),
+        Expr::Neg(a) | Expr::Pow(a, _) | Expr::Abs(a) | Expr::Relu(a) => defined_at(a, xs, i),
+        Expr::Add(a, b) | Expr::Sub(a, b) | Expr::Mul(a, b) => {
+            defined_at(a, xs, i)?;
+            defined_at(b, xs, i)
+        }
+        Expr::Div(a, b) => {
+            defined_at(a, xs, i)?;
+            let zero = match &**b {
+                Expr::Var(k) => entry(xs[*k].borrow(), i).is_zero(),
+                Expr::Const(q) => q.is_zero(),
+                b => at_point(b, xs, i, &mut Ctx::default())?.is_zero(),
+            };
+            if zero {
+                Err(EvalError::DivByZero)
+            } else {
+                Ok(())
+            }
+        }
+        _ => unreachable!("pointwise_shape(.., true) admits only the nodes above"),
+    }
+}
+
 /// Whether `e` divides anywhere (only then can its VJP leave the domain).
 fn divides(e: &Expr) -> bool {
     match e {
@@ -817,7 +845,7 @@ fn vjp_pointwise<T: Borrow<Tensor>>(
         let gi = entry(g, i);
         if gi.is_zero() {
             if div {
-                at_point(e, xs, i, &mut Ctx::default())?;
+                defined_at(e, xs, i)?;
             }
             continue;
         }
@@ -1711,7 +1739,7 @@ mod tests {
         ];
         let grid = [Q::zero(), Q::one(), Q::int(-2), Q::frac(1, 2), Q::int(2)];
         let shapes: [(&[usize], &[usize]); 3] = [(&[], &[]), (&[2], &[2]), (&[2], &[])];
-        let mut compared = 0;
+        let (mut compared, mut undefined) = (0, 0);
         for src in exprs {
             let f = parse(src).unwrap();
             for (sx, sy) in shapes {
@@ -1734,6 +1762,16 @@ mod tests {
                         let r = eval_into(&f.expr, &xs, &mut Ctx::default(), &mut into);
                         if let Ok(y) = &tree {
                             assert_eq!((r, &into), (Ok(()), y), "{src} at {a}, {b}");
+                        }
+                        // The VJP's domain probe at every entry, in the
+                        // domain or not.
+                        if pointwise_shape(&f.expr, &xs, true).is_some() {
+                            for i in 0..n {
+                                let probe = defined_at(&f.expr, &xs, i).is_ok();
+                                let value = at_point(&f.expr, &xs, i, &mut Ctx::default());
+                                assert_eq!(probe, value.is_ok(), "{src} at {a}, {b}, entry {i}");
+                                undefined += usize::from(!probe);
+                            }
                         }
                         // The kink flag means something only with a value.
                         let Ok(y) = tree else { continue };
@@ -1759,6 +1797,8 @@ mod tests {
             }
         }
         assert!(compared > 300, "{compared}");
+        // The probe met quotients with zero denominators.
+        assert!(undefined > 20, "{undefined}");
         // The twin: the comparison sees a wrong derivative (d/dx of x*y is
         // not that of x*x).
         let xs = [t(&[], &[2]), t(&[], &[3])];
