@@ -508,6 +508,13 @@ pub fn eval_into<T: Borrow<Tensor>>(
                 }
                 return Ok(());
             }
+            if let Some((op, a)) = leaf_unary(e) {
+                let a = leaf(a, xs);
+                for i in 0..n {
+                    out.data.push(op.apply(a.at(i), ctx));
+                }
+                return Ok(());
+            }
             for i in 0..n {
                 let v = at_point(e, xs, i, ctx)?;
                 out.data.push(v);
@@ -536,19 +543,31 @@ fn pointwise_shape<'a, T: Borrow<Tensor>>(
     xs: &'a [T],
     for_vjp: bool,
 ) -> Option<&'a [usize]> {
+    pointwise_walk(e, xs, for_vjp, &mut false)
+}
+
+/// `pointwise_shape`, which also sets `div` when `e` divides somewhere
+/// (only then can its VJP leave the domain): one walk of the tree.
+fn pointwise_walk<'a, T: Borrow<Tensor>>(
+    e: &Expr,
+    xs: &'a [T],
+    for_vjp: bool,
+    div: &mut bool,
+) -> Option<&'a [usize]> {
     Some(match e {
         Expr::Var(i) => &xs.get(*i)?.borrow().shape,
         Expr::Const(_) => &[],
         Expr::Neg(a) | Expr::Pow(a, _) | Expr::Abs(a) | Expr::Relu(a) => {
-            pointwise_shape(a, xs, for_vjp)?
+            pointwise_walk(a, xs, for_vjp, div)?
         }
         Expr::Floor(a) | Expr::Cast(a, _) | Expr::Round(_, a) if !for_vjp => {
-            pointwise_shape(a, xs, for_vjp)?
+            pointwise_walk(a, xs, for_vjp, div)?
         }
         Expr::Add(a, b) | Expr::Sub(a, b) | Expr::Mul(a, b) | Expr::Div(a, b) => {
+            *div |= matches!(e, Expr::Div(..));
             let (sa, sb) = (
-                pointwise_shape(a, xs, for_vjp)?,
-                pointwise_shape(b, xs, for_vjp)?,
+                pointwise_walk(a, xs, for_vjp, div)?,
+                pointwise_walk(b, xs, for_vjp, div)?,
             );
             // `elementwise_shape`'s rule: equal shapes or a scalar.
             if sa == sb || sb.is_empty() {
@@ -594,7 +613,51 @@ pub fn eval_at<T: Borrow<Tensor>>(
     if let Some((op, a, b)) = leaf_binary(e) {
         return op.apply(leaf(a, xs).at(k), leaf(b, xs).at(k));
     }
+    if let Some((op, a)) = leaf_unary(e) {
+        return Ok(op.apply(leaf(a, xs).at(k), ctx));
+    }
     at_point(e, xs, k, ctx)
+}
+
+/// The operation of a unary node without a domain to leave.
+#[derive(Clone, Copy)]
+enum Un {
+    Neg,
+    Abs,
+    Relu,
+}
+
+impl Un {
+    /// `op x`, as `at_point` computes the node, kink flag included.
+    #[inline]
+    fn apply(self, x: &Q, ctx: &mut Ctx) -> Q {
+        match self {
+            Un::Neg => x.neg(),
+            Un::Abs => {
+                ctx.at_kink |= x.is_zero();
+                x.abs()
+            }
+            Un::Relu => {
+                ctx.at_kink |= x.is_zero();
+                if x.is_negative() {
+                    Q::zero()
+                } else {
+                    x.clone()
+                }
+            }
+        }
+    }
+}
+
+/// A negation, absolute value or relu of a variable or a constant.
+fn leaf_unary(e: &Expr) -> Option<(Un, &Expr)> {
+    let (op, a) = match e {
+        Expr::Neg(a) => (Un::Neg, a),
+        Expr::Abs(a) => (Un::Abs, a),
+        Expr::Relu(a) => (Un::Relu, a),
+        _ => return None,
+    };
+    matches!(**a, Expr::Var(_) | Expr::Const(_)).then_some((op, &**a))
 }
 
 /// The operation of a binary node.
@@ -653,7 +716,7 @@ fn leaf<'a, T: Borrow<Tensor>>(e: &'a Expr, xs: &'a [T]) -> Leaf<'a> {
     match e {
         Expr::Var(k) => Leaf::Tensor(xs[*k].borrow()),
         Expr::Const(q) => Leaf::Const(q),
-        _ => unreachable!("leaf_binary admits only variables and constants"),
+        _ => unreachable!("leaf_binary and leaf_unary admit only variables and constants"),
     }
 }
 
@@ -816,31 +879,21 @@ fn defined_at<T: Borrow<Tensor>>(e: &Expr, xs: &[T], i: usize) -> Result<(), Eva
     }
 }
 
-/// Whether `e` divides anywhere (only then can its VJP leave the domain).
-fn divides(e: &Expr) -> bool {
-    match e {
-        Expr::Var(_) | Expr::Const(_) => false,
-        Expr::Div(..) => true,
-        Expr::Neg(a) | Expr::Pow(a, _) | Expr::Abs(a) | Expr::Relu(a) => divides(a),
-        Expr::Add(a, b) | Expr::Sub(a, b) | Expr::Mul(a, b) => divides(a) || divides(b),
-        _ => true,
-    }
-}
-
 /// `vjp` on the pointwise path: reverse mode entry by entry, each input's
 /// share added into its entry (summed over the entries a scalar input is
 /// broadcast to). Where the cotangent's entry is zero nothing is added, but
-/// an expression that divides is still evaluated there, so a division by
-/// zero is found wherever `backprop` finds it (it checks each quotient's
-/// denominator at every entry).
+/// when the expression divides (`div`, from `pointwise_walk`) its
+/// denominators are still evaluated there, so a division by zero is found
+/// wherever `backprop` finds it (it checks each quotient's denominator at
+/// every entry).
 fn vjp_pointwise<T: Borrow<Tensor>>(
     e: &Expr,
     xs: &[T],
     g: &Tensor,
     n: usize,
+    div: bool,
     grads: &mut [Tensor],
 ) -> Result<(), EvalError> {
-    let div = divides(e);
     for i in 0..n {
         let gi = entry(g, i);
         if gi.is_zero() {
@@ -1095,12 +1148,13 @@ pub fn vjp_add<T: Borrow<Tensor>>(
     g: &Tensor,
     grads: &mut [Tensor],
 ) -> Result<(), EvalError> {
-    if let Some(shape) = pointwise_shape(e, xs, true) {
+    let mut div = false;
+    if let Some(shape) = pointwise_walk(e, xs, true, &mut div) {
         let n = numel(shape);
         // Only a cotangent of the output's shape, and at least one input
         // (the duals are taken per input).
         if n > 0 && !xs.is_empty() && g.shape == shape {
-            return vjp_pointwise(e, xs, g, n, grads);
+            return vjp_pointwise(e, xs, g, n, div, grads);
         }
     }
     backprop(e, xs, g, grads, &mut Ctx::default())
@@ -1729,6 +1783,8 @@ mod tests {
             "x + y",
             "x / y",
             "relu(x)",
+            "abs(y)",
+            "-x",
             "x / (y + 1)",
             "-(x * x) - y / 2 + 3",
             "abs(x - y) * x",
@@ -1759,9 +1815,18 @@ mod tests {
                         let tree = ev(&f.expr, &xs, &mut c2).map(Cow::into_owned);
                         assert_eq!(fast, tree, "{src} at {a}, {b}");
                         let mut into = t(&[3], &[7, 8, 9]);
-                        let r = eval_into(&f.expr, &xs, &mut Ctx::default(), &mut into);
+                        let mut c3 = Ctx::default();
+                        let r = eval_into(&f.expr, &xs, &mut c3, &mut into);
                         if let Ok(y) = &tree {
                             assert_eq!((r, &into), (Ok(()), y), "{src} at {a}, {b}");
+                            assert_eq!(c3.at_kink, c2.at_kink, "{src} at {a}, {b}");
+                            // Entry by entry, as the entrywise samples read it.
+                            let mut c4 = Ctx::default();
+                            for (i, v) in y.data.iter().enumerate() {
+                                let at = eval_at(&f.expr, &xs, i, &mut c4);
+                                assert_eq!(at.as_ref(), Ok(v), "{src} at {a}, {b}");
+                            }
+                            assert_eq!(c4.at_kink, c2.at_kink, "{src} at {a}, {b}");
                         }
                         // The VJP's domain probe at every entry, in the
                         // domain or not.
