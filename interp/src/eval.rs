@@ -701,10 +701,10 @@ enum Leaf<'a> {
     Const(&'a Q),
 }
 
-impl Leaf<'_> {
+impl<'a> Leaf<'a> {
     #[inline]
-    fn at(&self, i: usize) -> &Q {
-        match self {
+    fn at(&self, i: usize) -> &'a Q {
+        match *self {
             Leaf::Tensor(t) => entry(t, i),
             Leaf::Const(q) => q,
         }
@@ -894,6 +894,8 @@ fn vjp_pointwise<T: Borrow<Tensor>>(
     div: bool,
     grads: &mut [Tensor],
 ) -> Result<(), EvalError> {
+    let bin = leaf_binary(e);
+    let un = leaf_unary(e);
     for i in 0..n {
         let gi = entry(g, i);
         if gi.is_zero() {
@@ -902,9 +904,65 @@ fn vjp_pointwise<T: Borrow<Tensor>>(
             }
             continue;
         }
-        rev_at(e, xs, i, gi, grads)?;
+        if let Some((op, a, b)) = bin {
+            rev_binary(op, a, b, xs, i, gi, grads)?;
+        } else if let Some((op, a)) = un {
+            let x = leaf(a, xs).at(i);
+            // The slope at 0 is 0, as in `rev_at`.
+            let ga = match op {
+                Un::Neg => gi.neg(),
+                _ if x.is_zero() => continue,
+                Un::Relu if x.is_negative() => continue,
+                Un::Abs if x.is_negative() => gi.neg(),
+                _ => gi.clone(),
+            };
+            add_share(a, i, &ga, grads);
+        } else {
+            rev_at(e, xs, i, gi, grads)?;
+        }
     }
     Ok(())
+}
+
+/// `rev_at` for a binary node of variables and constants (`leaf_binary`),
+/// reading the operands in place: the same shares, added in the same order.
+fn rev_binary<T: Borrow<Tensor>>(
+    op: Bin,
+    a: &Expr,
+    b: &Expr,
+    xs: &[T],
+    i: usize,
+    gbar: &Q,
+    grads: &mut [Tensor],
+) -> Result<(), EvalError> {
+    let (va, vb) = (leaf(a, xs).at(i), leaf(b, xs).at(i));
+    let (ga, gb) = match op {
+        Bin::Add => (gbar.clone(), gbar.clone()),
+        Bin::Sub => (gbar.clone(), gbar.neg()),
+        Bin::Mul => (gbar.mul(vb), gbar.mul(va)),
+        Bin::Div => {
+            // d(a/b)/da = 1/b, d(a/b)/db = -a/b² = -(g/b)·a/b.
+            let ga = gbar.div(vb).map_err(|_| EvalError::DivByZero)?;
+            let gb = ga.mul(va).div(vb).map_err(|_| EvalError::DivByZero)?.neg();
+            (ga, gb)
+        }
+    };
+    add_share(a, i, &ga, grads);
+    add_share(b, i, &gb, grads);
+    Ok(())
+}
+
+/// A variable's share `g` of output entry `i`, added into its cotangent
+/// (at entry 0 for a broadcast scalar); a constant takes none.
+#[inline]
+fn add_share(e: &Expr, i: usize, g: &Q, grads: &mut [Tensor]) {
+    if let Expr::Var(k) = e {
+        if !g.is_zero() {
+            let t = &mut grads[*k];
+            let at = if t.data.len() == 1 { 0 } else { i };
+            t.data[at] = t.data[at].add(g);
+        }
+    }
 }
 
 /// `eval` that borrows inputs instead of copying them: a variable is its
@@ -1782,6 +1840,9 @@ mod tests {
             "x * y",
             "x + y",
             "x / y",
+            "x - y",
+            "2 / y",
+            "x * x",
             "relu(x)",
             "abs(y)",
             "-x",
