@@ -466,8 +466,16 @@ fn mul_parts(an_neg: bool, an: u64, ad: u64, bn_neg: bool, bn: u64, bd: u64) -> 
     let g1 = gcd_u64(an, bd);
     let g2 = gcd_u64(bn, ad);
     // Most factors share nothing: no 64-bit divisions then.
-    let (an, bd) = if g1 == 1 { (an, bd) } else { (an / g1, bd / g1) };
-    let (bn, ad) = if g2 == 1 { (bn, ad) } else { (bn / g2, ad / g2) };
+    let (an, bd) = if g1 == 1 {
+        (an, bd)
+    } else {
+        (an / g1, bd / g1)
+    };
+    let (bn, ad) = if g2 == 1 {
+        (bn, ad)
+    } else {
+        (bn / g2, ad / g2)
+    };
     let (n, d) = (an as u128 * bn as u128, ad as u128 * bd as u128);
     small_of(an_neg != bn_neg && n != 0, n, d)
 }
