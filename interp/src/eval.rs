@@ -417,6 +417,7 @@ fn expand(t: &Tensor, dim: usize, k: usize) -> Tensor {
 /// The loop of an einsum over every label (in the order of `sizes`): each
 /// label's size, the output's shape, and the output's and each operand's
 /// stride per label (0 where the label is absent).
+#[derive(Debug, PartialEq)]
 pub struct EinsumPlan {
     pub dims: Vec<usize>,
     pub out_shape: Shape,
@@ -1019,7 +1020,11 @@ fn ev<'a, T: Borrow<Tensor>>(
                 .map(|a| ev(a, xs, ctx))
                 .collect::<Result<_, _>>()?;
             let refs: Vec<&Tensor> = vals.iter().map(|v| &**v).collect();
-            einsum(spec, &refs, &all_sizes(spec, &refs))
+            let shapes: Vec<&[usize]> = refs.iter().map(|t| t.shape.as_slice()).collect();
+            let plan = einsum_plan_cached(spec, &shapes).expect("einsum shapes were inferred");
+            let mut out = Tensor::placeholder();
+            einsum_planned_into(&plan, &refs, &mut out);
+            out
         }
         Expr::Reshape(a, s) => Tensor::new(s.clone(), ev(a, xs, ctx)?.into_owned().data),
         Expr::Slice(a, d, s, t) => ev(a, xs, ctx)?.slice(*d, *s, *t),
@@ -1650,6 +1655,71 @@ fn contract_into(dims: &[usize], srcs: &[(&[Q], &[usize])], dst: &mut [Q], dst_s
     }
 }
 
+/// The last few einsum plans a thread asked for, by spec, operand shapes
+/// and output shape: a program asks for the same einsum's plans at every
+/// instance and sample (SPEC.md §18.9). The oldest goes first.
+struct PlanCache<P> {
+    entries: Vec<(Einsum, Vec<Shape>, Shape, P)>,
+}
+
+impl<P: Clone> PlanCache<P> {
+    const KEEP: usize = 16;
+    const fn new() -> PlanCache<P> {
+        PlanCache {
+            entries: Vec::new(),
+        }
+    }
+    /// The plan kept for these, or `make`'s, kept.
+    fn get(
+        &mut self,
+        spec: &Einsum,
+        shapes: &[&[usize]],
+        out: &[usize],
+        make: impl FnOnce() -> P,
+    ) -> P {
+        let hit = self.entries.iter().find(|(sp, sh, o, _)| {
+            o[..] == *out
+                && sh.len() == shapes.len()
+                && sh.iter().zip(shapes).all(|(a, b)| a[..] == **b)
+                && sp == spec
+        });
+        if let Some(e) = hit {
+            return e.3.clone();
+        }
+        let p = make();
+        if self.entries.len() >= Self::KEEP {
+            self.entries.remove(0);
+        }
+        self.entries.push((
+            spec.clone(),
+            shapes.iter().map(|s| s.to_vec()).collect(),
+            out.to_vec(),
+            p.clone(),
+        ));
+        p
+    }
+}
+
+/// `einsum_plan_for`, remembered per thread for the last few specs and
+/// operand shapes (`PlanCache`): an einsum evaluated on the tree path, or
+/// a program's step denoted at every instance, is planned once. Shared
+/// (`Arc`), since a program's sampler, which holds its steps' plans, may
+/// move to another thread.
+pub fn einsum_plan_cached(
+    spec: &Einsum,
+    shapes: &[&[usize]],
+) -> Result<std::sync::Arc<EinsumPlan>, String> {
+    thread_local! {
+        static PLANS: RefCell<PlanCache<Result<std::sync::Arc<EinsumPlan>, String>>> =
+            const { RefCell::new(PlanCache::new()) };
+    }
+    PLANS.with(|c| {
+        c.borrow_mut().get(spec, shapes, &[], || {
+            einsum_plan_for(spec, shapes).map(std::sync::Arc::new)
+        })
+    })
+}
+
 /// Labels and operands an einsum's VJP plans without the heap
 /// (`FlatPlan`); more take `einsum`'s own path.
 const FLAT_LABELS: usize = 16;
@@ -1672,33 +1742,14 @@ impl FlatPlan {
     /// shapes asked: a program's backward asks for the same einsum's plan
     /// at every instance and sample (SPEC.md §18.9).
     fn cached(spec: &Einsum, shapes: &[&[usize]], out: &[usize]) -> Option<Rc<FlatPlan>> {
-        type Entry = (Einsum, Vec<Shape>, Shape, Option<Rc<FlatPlan>>);
         thread_local! {
-            static PLANS: RefCell<Vec<Entry>> = const { RefCell::new(Vec::new()) };
+            static PLANS: RefCell<PlanCache<Option<Rc<FlatPlan>>>> =
+                const { RefCell::new(PlanCache::new()) };
         }
-        const KEEP: usize = 16;
         PLANS.with(|c| {
-            let mut c = c.borrow_mut();
-            let hit = c.iter().find(|(sp, sh, o, _)| {
-                o[..] == *out
-                    && sh.len() == shapes.len()
-                    && sh.iter().zip(shapes).all(|(a, b)| a[..] == **b)
-                    && sp == spec
-            });
-            if let Some(e) = hit {
-                return e.3.clone();
-            }
-            let p = FlatPlan::new(spec, shapes, out).map(Rc::new);
-            if c.len() >= KEEP {
-                c.remove(0);
-            }
-            c.push((
-                spec.clone(),
-                shapes.iter().map(|s| s.to_vec()).collect(),
-                out.to_vec(),
-                p.clone(),
-            ));
-            p
+            c.borrow_mut().get(spec, shapes, out, || {
+                FlatPlan::new(spec, shapes, out).map(Rc::new)
+            })
         })
     }
 
@@ -2023,8 +2074,8 @@ mod tests {
         assert_ne!(wrong, def[0]);
     }
 
-    /// The per-thread plans give what `FlatPlan::new` gives, whatever was
-    /// asked before: specs and shapes in turn, more of them than are kept,
+    /// The per-thread plans give what `FlatPlan::new` and `einsum_plan_for`
+    /// give, whatever was asked before: specs and shapes in turn, more of them than are kept,
     /// and back. The twin: a plan for other shapes is not handed out (a
     /// cache keyed by the spec alone would give the 2x3 plan for 2x2).
     #[test]
@@ -2052,11 +2103,18 @@ mod tests {
                 let fresh = FlatPlan::new(&specs[*k], &shapes, out);
                 let kept = FlatPlan::cached(&specs[*k], &shapes, out);
                 assert_eq!(kept.as_deref(), fresh.as_ref(), "round {round}: {k} {sh:?}");
+                // The forward's plans, kept the same way.
+                let fresh = einsum_plan_for(&specs[*k], &shapes);
+                let kept = einsum_plan_cached(&specs[*k], &shapes);
+                assert_eq!(kept.as_deref(), fresh.as_ref(), "round {round}: {k} {sh:?}");
             }
         }
         let sp = &specs[0];
         let p23 = FlatPlan::cached(sp, &[&[2, 3], &[3, 2]], &[2, 2]).unwrap();
         let p22 = FlatPlan::cached(sp, &[&[2, 2], &[2, 2]], &[2, 2]).unwrap();
+        assert_ne!(*p23, *p22);
+        let p23 = einsum_plan_cached(sp, &[&[2, 3], &[3, 2]]).unwrap();
+        let p22 = einsum_plan_cached(sp, &[&[2, 2], &[2, 2]]).unwrap();
         assert_ne!(*p23, *p22);
     }
     /// The incremental einsum against the entry-by-entry definition (an

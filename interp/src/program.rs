@@ -6,8 +6,8 @@
 
 use crate::collective::Kind;
 use crate::eval::{
-    einsum_plan_for, einsum_planned_into, eval, eval_into, vjp, vjp_add, Ctx, Degree, EinsumPlan,
-    EvalError,
+    einsum_plan_cached, einsum_planned_into, eval, eval_into, vjp, vjp_add, Ctx, Degree,
+    EinsumPlan, EvalError,
 };
 use crate::expr::Expr;
 use crate::op::{Backward, Forward, Op, TypedOp};
@@ -875,7 +875,7 @@ fn local_vjp_in_place<'a>(
 /// A local step `einsum(...)` or `einsum(...)^k` over its arguments, planned
 /// for the operands' shapes at the sampler's instance.
 struct StepPlan {
-    plan: EinsumPlan,
+    plan: std::sync::Arc<EinsumPlan>,
     /// Per operand: the local function's variable (an index into the
     /// step's arguments).
     vars: Vec<usize>,
@@ -911,7 +911,7 @@ impl StepPlan {
             .map(|&v| shape_of(st.args[v]))
             .collect::<Option<_>>()?;
         let refs: Vec<&[usize]> = shapes.iter().map(|s| s.as_slice()).collect();
-        let plan = einsum_plan_for(spec, &refs).ok()?;
+        let plan = einsum_plan_cached(spec, &refs).ok()?;
         Some(StepPlan {
             plan,
             vars,
