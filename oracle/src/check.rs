@@ -1046,10 +1046,19 @@ impl<'a> Checker<'a> {
             for (((g, dg), bs), supp) in gs.iter().zip(&self.dgs).zip(results).zip(&self.dg_supp) {
                 self.proj_cot_in[i].denote_flat_into(&bs[i], got_flat);
                 let agrees = basis.iter().zip(cols).all(|((coord, _), col)| {
-                    let v = supp
-                        .iter()
-                        .fold(Q::zero(), |a, (k, w)| a.add(&col[*k].mul(w)));
-                    got_flat[coord.rank * ni + coord.elem] == v
+                    let got = &got_flat[coord.rank * ni + coord.elem];
+                    match &supp[..] {
+                        // A unit cotangent that denotes a unit vector: the
+                        // pairing is the column's entry itself.
+                        [(k, w)] if w.is_one() => *got == col[*k],
+                        _ => {
+                            let mut v = Q::zero();
+                            for (k, w) in supp {
+                                v.add_mul(&col[*k], w);
+                            }
+                            *got == v
+                        }
+                    }
                 });
                 if agrees {
                     continue;
