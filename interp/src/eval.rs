@@ -2,7 +2,7 @@
 //! expressions (SPEC.md §6.1-§6.3). One function per judgement, one arm per op.
 
 use crate::expr::{DimOp, Einsum, Expr, Mask, Rounding};
-use spmd_semantics::tensor::{numel, strides, unravel};
+use spmd_semantics::tensor::{numel, same_shape, strides, unravel};
 use spmd_semantics::{Shape, Tensor, Q};
 use std::borrow::{Borrow, Cow};
 use std::cell::RefCell;
@@ -571,7 +571,7 @@ fn pointwise_walk<'a, T: Borrow<Tensor>>(
                 pointwise_walk(b, xs, for_vjp, div)?,
             );
             // `elementwise_shape`'s rule: equal shapes or a scalar.
-            if sa == sb || sb.is_empty() {
+            if same_shape(sa, sb) || sb.is_empty() {
                 sa
             } else if sa.is_empty() {
                 sb
@@ -1216,7 +1216,7 @@ pub fn vjp_add<T: Borrow<Tensor>>(
         let n = numel(shape);
         // Only a cotangent of the output's shape, and at least one input
         // (the duals are taken per input).
-        if n > 0 && !xs.is_empty() && g.shape == shape {
+        if n > 0 && !xs.is_empty() && same_shape(&g.shape, shape) {
             return vjp_pointwise(e, xs, g, n, div, grads);
         }
     }

@@ -103,7 +103,7 @@ impl Tensor {
     /// (a backward's results at unit cotangents are mostly zeros).
     #[inline]
     pub fn zero_as(&mut self, shape: &[usize]) {
-        if self.shape == shape && self.data.len() == numel(shape) {
+        if same_shape(&self.shape, shape) && self.data.len() == numel(shape) {
             for q in &mut self.data {
                 if !q.is_zero() {
                     *q = Q::zero();
