@@ -144,10 +144,13 @@ pub fn denote(m: &Mesh, t: &Type, x: &PerRank) -> Denot {
 }
 
 /// The denotation map of one type on one mesh, precomputed: for every rank,
-/// the ranks whose tensors sum to its family entry.
+/// the ranks whose tensors sum to its family entry, and the first member
+/// with the same sources (members along an Invariant, Reduced or Partial
+/// axis repeat one sum, which is formed once).
 #[derive(Clone, Debug)]
 pub struct Projection {
     sources: Vec<Vec<usize>>,
+    first: Vec<usize>,
 }
 
 impl Projection {
@@ -173,8 +176,11 @@ impl Projection {
                 // Sum over the Partial coordinates of the projected rank.
                 m.group(m.rank(&base), &p_axes)
             })
+            .collect::<Vec<Vec<usize>>>();
+        let first = (0..sources.len())
+            .map(|r| (0..r).find(|&q| sources[q] == sources[r]).unwrap_or(r))
             .collect();
-        Projection { sources }
+        Projection { sources, first }
     }
     /// The sum over one source's ranks; a one-rank source is borrowed.
     fn source_sum<'a>(x: &'a PerRank, src: &[usize]) -> Cow<'a, Tensor> {
@@ -204,7 +210,14 @@ impl Projection {
         while out.family.len() < n {
             out.family.push(Tensor::scalar(Q::zero()));
         }
-        for (src, o) in self.sources.iter().zip(&mut out.family) {
+        for (r, src) in self.sources.iter().enumerate() {
+            let (done, rest) = out.family.split_at_mut(r);
+            let o = &mut rest[0];
+            let q = self.first[r];
+            if q < r {
+                o.clone_from(&done[q]);
+                continue;
+            }
             o.clone_from(&x.tensors[src[0]]);
             for &r in &src[1..] {
                 o.add_scaled(&Q::one(), &x.tensors[r]);
@@ -225,24 +238,34 @@ impl Projection {
     }
     /// `self.denote(x) == *d`, without building the family.
     pub fn matches(&self, x: &PerRank, d: &Denot) -> bool {
-        self.sources.iter().zip(&d.family).all(|(src, want)| {
-            let first = &x.tensors[src[0]];
-            if src.len() == 1 {
-                return first == want;
-            }
-            crate::tensor::same_shape(&first.shape, &want.shape)
-                && want
-                    .data
-                    .iter()
-                    .enumerate()
-                    .all(|(e, w)| Self::entry_sum(x, src, e) == *w)
-        })
+        self.sources
+            .iter()
+            .zip(&d.family)
+            .enumerate()
+            .all(|(r, (src, want))| {
+                // A repeated sum was compared at its first member.
+                let q = self.first[r];
+                if q < r {
+                    return *want == d.family[q];
+                }
+                let first = &x.tensors[src[0]];
+                if src.len() == 1 {
+                    return first == want;
+                }
+                crate::tensor::same_shape(&first.shape, &want.shape)
+                    && want
+                        .data
+                        .iter()
+                        .enumerate()
+                        .all(|(e, w)| Self::entry_sum(x, src, e) == *w)
+            })
     }
     /// Whether `x` denotes zero.
     pub fn denotes_zero(&self, x: &PerRank) -> bool {
-        self.sources
-            .iter()
-            .all(|src| (0..x.tensors[src[0]].numel()).all(|e| Self::entry_sum(x, src, e).is_zero()))
+        self.sources.iter().enumerate().all(|(r, src)| {
+            self.first[r] < r
+                || (0..x.tensors[src[0]].numel()).all(|e| Self::entry_sum(x, src, e).is_zero())
+        })
     }
     /// The denotation's entries, family member after member, in one flat
     /// vector (what finite differences work on).
@@ -256,8 +279,16 @@ impl Projection {
         let n = x.tensors.first().map_or(0, Tensor::numel);
         out.clear();
         out.reserve(n * self.sources.len());
-        for src in &self.sources {
+        // A repeated member is copied from its first at q·n: every member
+        // has n entries when every rank's tensor does.
+        let mut uniform = None;
+        for (r, src) in self.sources.iter().enumerate() {
             let at = out.len();
+            let q = self.first[r];
+            if q < r && *uniform.get_or_insert_with(|| x.tensors.iter().all(|t| t.numel() == n)) {
+                out.extend_from_within(q * n..(q + 1) * n);
+                continue;
+            }
             out.extend_from_slice(&x.tensors[src[0]].data);
             for &r in &src[1..] {
                 for (a, b) in out[at..].iter_mut().zip(&x.tensors[r].data) {
@@ -586,6 +617,77 @@ mod tests {
             }
         }
         assert!(checked > 300 && swapped > 250, "{checked} {swapped}");
+    }
+
+    /// The projection's paths that form a repeated member's sum once
+    /// (`denote_into`, `denote_flat_into`, `matches`, `denotes_zero`) give
+    /// what summing every member from its sources gives (`denote`): every
+    /// type on one-, two- and three-axis meshes, arbitrary per-rank values
+    /// (not well formed) and zeros. The twin: a
+    /// projection that takes member 0 for every repeated member is told
+    /// apart.
+    #[test]
+    fn projection_paths_agree_with_denote() {
+        use crate::state::ALL_STATES;
+        let meshes = [
+            Mesh::line(3),
+            Mesh::new(&[("a", 2), ("b", 2)]),
+            Mesh::new(&[("a", 2), ("b", 1), ("c", 2)]),
+        ];
+        let flat = |d: &Denot| -> Vec<Q> { d.family.iter().flat_map(|t| t.data.clone()).collect() };
+        let (mut checked, mut told_apart) = (0, 0);
+        for m in &meshes {
+            let k = m.axes.len();
+            let n = m.num_ranks();
+            for code in 0..4usize.pow(k as u32) {
+                let states = (0..k)
+                    .map(|a| ALL_STATES[code / 4usize.pow(a as u32) % 4])
+                    .collect();
+                let t = Type::new(states);
+                let p = Projection::new(m, &t);
+                let values = |len: &dyn Fn(usize) -> usize| PerRank {
+                    tensors: (0..n)
+                        .map(|r| {
+                            let l = len(r);
+                            Tensor::new(
+                                vec![l],
+                                (0..l).map(|e| Q::frac((r * 7 + e) as i64 - 5, 2)).collect(),
+                            )
+                        })
+                        .collect(),
+                };
+                let zero = PerRank::replicate(m, &Tensor::zeros(&[2]));
+                for x in [values(&|_| 2), values(&|_| 3), zero] {
+                    let want = p.denote(&x);
+                    let mut got = Denot {
+                        family: vec![Tensor::new(vec![1], q(&[4])); n + 1],
+                    };
+                    p.denote_into(&x, &mut got);
+                    assert_eq!(got, want, "{t:?}");
+                    let mut buf = q(&[1, 2, 3]);
+                    p.denote_flat_into(&x, &mut buf);
+                    assert_eq!(buf, flat(&want), "{t:?}");
+                    let zero = want.family.iter().all(|f| f.data.iter().all(Q::is_zero));
+                    assert_eq!(p.denotes_zero(&x), zero, "{t:?}");
+                    assert!(p.matches(&x, &want), "{t:?}");
+                    for r in 1..n {
+                        let mut other = want.clone();
+                        other.family[r].data[0] = other.family[r].data[0].add(&Q::one());
+                        assert!(!p.matches(&x, &other), "{t:?} member {r}");
+                    }
+                    // The twin.
+                    let wrong = Projection {
+                        sources: p.sources.clone(),
+                        first: vec![0; n],
+                    };
+                    let mut w = Denot { family: vec![] };
+                    wrong.denote_into(&x, &mut w);
+                    told_apart += usize::from(w != want);
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 200 && told_apart > 50, "{checked} {told_apart}");
     }
 
     /// Two axes sharding one dim: the first mesh axis is major. Rank (a, b)
