@@ -400,7 +400,7 @@ fn small_of(neg: bool, n: u128, d: u128) -> Option<Q> {
 /// denominators first, so the result needs at most one more small gcd.
 /// Every product of two parts fits in `i128`; `None` when the result does
 /// not fit in `i64`.
-#[inline]
+#[inline(always)]
 fn add_parts(an: i64, ad: i64, bn: i128, bd: i64) -> Option<Q> {
     let (an, adu, bdu) = (an as i128, ad as u64, bd as u64);
     if ad == bd {
@@ -461,7 +461,7 @@ fn small_mul(a: &Ratio<i64>, b: &Ratio<i64>) -> Option<Q> {
 /// `(±an/ad) · (±bn/bd)` for lowest-terms magnitudes and positive
 /// denominators, all below 2^64: 64-bit gcds and divisions, one 128-bit
 /// product each.
-#[inline]
+#[inline(always)]
 fn mul_parts(an_neg: bool, an: u64, ad: u64, bn_neg: bool, bn: u64, bd: u64) -> Option<Q> {
     let g1 = gcd_u64(an, bd);
     let g2 = gcd_u64(bn, ad);
