@@ -1666,8 +1666,8 @@ impl<'a> Checker<'a> {
         };
         fold(d, p, 0, y0);
         for k in 1..=n {
-            let h = Q::int(k as i64).mul(&self.step);
-            e.set(&mut work[i], &xs[i], &h);
+            let h = &w.hs[k];
+            e.set(&mut work[i], &xs[i], h);
             let r = self.sample(work, i, y, e, yw);
             if let Ok(false) = r {
                 self.proj_out.denote_flat_into(yw.out(), ys);
@@ -1723,8 +1723,8 @@ impl Checker<'_> {
             }
         }
         for k in 1..=n {
-            let h = Q::int(k as i64).mul(&self.step);
-            e.set(&mut work[i], &xs[i], &h);
+            let h = &w.hs[k];
+            e.set(&mut work[i], &xs[i], h);
             let r = self.sample(work, i, y, e, yw);
             let mut agrees = true;
             if let Ok(false) = r {

@@ -91,10 +91,12 @@ fn solve(
 /// For a polynomial of degree ≤ d sampled at h = k·step, k = 0..=d+1: the
 /// weights `w` with p'(0) = Σ_{k≤d} w_k p(h_k), and `c` with
 /// p(h_{d+1}) = Σ_{k≤d} c_k p(h_k) (the check sample). Lagrange forms.
+/// `hs` keeps the sample points h_k, which every sampling reads.
 #[derive(Clone, Debug)]
 pub struct PolyWeights {
     pub deriv: Vec<Q>,
     pub check: Vec<Q>,
+    pub hs: Vec<Q>,
 }
 
 impl PolyWeights {
@@ -126,7 +128,7 @@ impl PolyWeights {
                 .fold(Q::one(), |a, k| a.mul(&at.sub(&hs[k])));
             check.push(l.div(&dj).expect("distinct samples"));
         }
-        PolyWeights { deriv, check }
+        PolyWeights { deriv, check, hs }
     }
 }
 
