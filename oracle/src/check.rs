@@ -440,7 +440,13 @@ impl Sparse {
     /// `work := base + h·self` on the entries this direction touches.
     fn set(&self, work: &mut PerRank, base: &PerRank, h: &Q) {
         for (r, e, v) in &self.entries {
-            work.tensors[*r].data[*e] = base.tensors[*r].data[*e].add(&h.mul(v));
+            let b = &base.tensors[*r].data[*e];
+            // A unit direction's entries are 1: the step itself.
+            work.tensors[*r].data[*e] = if v.is_one() {
+                b.add(h)
+            } else {
+                b.add(&h.mul(v))
+            };
         }
     }
     /// Undo `set`.

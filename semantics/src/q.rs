@@ -188,6 +188,9 @@ impl Q {
             return Err(DivByZero);
         }
         if let (Q::Small(a), Q::Small(b)) = (self, o) {
+            if *a.numer() == 0 {
+                return Ok(Q::zero());
+            }
             // a / (bn/bd) = a · (bd/bn), the sign kept apart.
             if let Some(r) = mul_parts(
                 *a.numer() < 0,
