@@ -799,14 +799,7 @@ fn rev_at<T: Borrow<Tensor>>(
 ) -> Result<(), EvalError> {
     let val = |a: &Expr| at_point(a, xs, i, &mut Ctx::default());
     match e {
-        Expr::Var(k) => {
-            if !gbar.is_zero() {
-                let g = &mut grads[*k];
-                let at = if g.data.len() == 1 { 0 } else { i };
-                g.data[at] = g.data[at].add(gbar);
-            }
-        }
-        Expr::Const(_) => {}
+        Expr::Var(_) | Expr::Const(_) => add_share(e, i, gbar, grads),
         Expr::Neg(a) => rev_at(a, xs, i, &gbar.neg(), grads)?,
         Expr::Add(a, b) => {
             rev_at(a, xs, i, gbar, grads)?;
