@@ -650,6 +650,21 @@ impl Un {
     }
 }
 
+impl Un {
+    /// The operand's share of cotangent `g` at operand value `x`; the
+    /// slope at 0 is 0, as in `backprop`.
+    #[inline]
+    fn share(self, x: &Q, g: &Q) -> Q {
+        match self {
+            Un::Neg => g.neg(),
+            _ if x.is_zero() => Q::zero(),
+            Un::Relu if x.is_negative() => Q::zero(),
+            Un::Abs if x.is_negative() => g.neg(),
+            _ => g.clone(),
+        }
+    }
+}
+
 /// A negation, absolute value or relu of a variable or a constant.
 fn leaf_unary(e: &Expr) -> Option<(Un, &Expr)> {
     let (op, a) = match e {
@@ -829,16 +844,12 @@ fn rev_at<T: Borrow<Tensor>>(
             rev_at(a, xs, i, &gbar.mul(&slope), grads)?;
         }
         Expr::Abs(a) | Expr::Relu(a) => {
-            let va = val(a)?;
-            // The slope at 0 is 0, as in `backprop`.
-            let g = if va.is_zero() || (va.is_negative() && matches!(e, Expr::Relu(..))) {
-                Q::zero()
-            } else if va.is_negative() {
-                gbar.neg()
+            let op = if matches!(e, Expr::Relu(..)) {
+                Un::Relu
             } else {
-                gbar.clone()
+                Un::Abs
             };
-            rev_at(a, xs, i, &g, grads)?;
+            rev_at(a, xs, i, &op.share(&val(a)?, gbar), grads)?;
         }
         _ => unreachable!("pointwise_shape(.., true) admits only the nodes above"),
     }
@@ -901,16 +912,7 @@ fn vjp_pointwise<T: Borrow<Tensor>>(
         if let Some((op, a, b)) = bin {
             rev_binary(op, a, b, xs, i, gi, grads)?;
         } else if let Some((op, a)) = un {
-            let x = leaf(a, xs).at(i);
-            // The slope at 0 is 0, as in `rev_at`.
-            let ga = match op {
-                Un::Neg => gi.neg(),
-                _ if x.is_zero() => continue,
-                Un::Relu if x.is_negative() => continue,
-                Un::Abs if x.is_negative() => gi.neg(),
-                _ => gi.clone(),
-            };
-            add_share(a, i, &ga, grads);
+            add_share(a, i, &op.share(leaf(a, xs).at(i), gi), grads);
         } else {
             rev_at(e, xs, i, gi, grads)?;
         }
