@@ -548,8 +548,24 @@ fn pointwise_shape<'a, T: Borrow<Tensor>>(
 }
 
 /// `pointwise_shape`, which also sets `div` when `e` divides somewhere
-/// (only then can its VJP leave the domain): one walk of the tree.
+/// (only then can its VJP leave the domain): one walk of the tree. A leaf
+/// is answered here, inlined into its parent, so `x / y` is one call.
+#[inline(always)]
 fn pointwise_walk<'a, T: Borrow<Tensor>>(
+    e: &Expr,
+    xs: &'a [T],
+    for_vjp: bool,
+    div: &mut bool,
+) -> Option<&'a [usize]> {
+    match e {
+        Expr::Var(i) => Some(&xs.get(*i)?.borrow().shape),
+        Expr::Const(_) => Some(&[]),
+        _ => pointwise_node(e, xs, for_vjp, div),
+    }
+}
+
+/// `pointwise_walk` of an inner node.
+fn pointwise_node<'a, T: Borrow<Tensor>>(
     e: &Expr,
     xs: &'a [T],
     for_vjp: bool,

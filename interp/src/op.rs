@@ -507,7 +507,6 @@ impl TypedOp {
     /// exact zeros, and a rank whose cotangent is zero gets exact zeros, as
     /// there. Every other op gets `backward` itself. On an error `out`
     /// holds partial values.
-    #[allow(clippy::needless_range_loop)] // ranks index g, xs and out alike
     pub fn backward_into(
         &self,
         m: &Mesh,
@@ -515,19 +514,46 @@ impl TypedOp {
         g: &PerRank,
         out: &mut Vec<PerRank>,
     ) -> Result<(), EvalError> {
+        self.backward_into_kept(m, xs, g, out, &mut false)
+    }
+
+    /// `backward_into` for a caller that calls it again and again with one
+    /// cotangent's zero pattern, as the oracle does per unit cotangent
+    /// (SPEC.md §18.11). On entry `*kept` says that `out` is as the last
+    /// call left it, untouched since, and that call had inputs of these
+    /// shapes and a cotangent zero on exactly the ranks where `g` is.
+    /// Then the ranks where `g` is zero already hold exact zeros and are
+    /// not zeroed again. On return `*kept` says whether the next call may
+    /// claim it: true after the local VJP path, which writes only the
+    /// ranks where `g` is nonzero, even when it stops with an error.
+    #[allow(clippy::needless_range_loop)] // ranks index g, xs and out alike
+    pub fn backward_into_kept(
+        &self,
+        m: &Mesh,
+        xs: &[PerRank],
+        g: &PerRank,
+        out: &mut Vec<PerRank>,
+        kept: &mut bool,
+    ) -> Result<(), EvalError> {
         let n = m.num_ranks();
         let fits =
             xs.len() <= MAX_ARGS && g.tensors.len() == n && xs.iter().all(|x| x.tensors.len() == n);
         match (&self.backward, &self.op) {
             (Backward::LocalVjp, Op::Local(f)) if self.no_grad.is_empty() && fits => {
-                out.truncate(xs.len());
-                while out.len() < xs.len() {
-                    out.push(PerRank {
-                        tensors: Vec::new(),
-                    });
-                }
-                for (o, x) in out.iter_mut().zip(xs) {
-                    o.zero_as(x);
+                // A claim the buffers' structure contradicts is not taken.
+                let again =
+                    *kept && out.len() == xs.len() && out.iter().all(|o| o.tensors.len() == n);
+                *kept = true;
+                if !again {
+                    out.truncate(xs.len());
+                    while out.len() < xs.len() {
+                        out.push(PerRank {
+                            tensors: Vec::new(),
+                        });
+                    }
+                    for (o, x) in out.iter_mut().zip(xs) {
+                        o.zero_as(x);
+                    }
                 }
                 // Every swap below is undone before the loop can leave, so
                 // the slots hold placeholders, which own no memory, when
@@ -539,6 +565,11 @@ impl TypedOp {
                     // zeros, already in place.
                     if g.tensors[r].is_zero() {
                         continue;
+                    }
+                    if again {
+                        for (o, x) in out.iter_mut().zip(xs) {
+                            o.tensors[r].zero_as(&x.tensors[r].shape);
+                        }
                     }
                     let mut args: [&Tensor; MAX_ARGS] = [&g.tensors[r]; MAX_ARGS];
                     for (a, x) in args.iter_mut().zip(xs) {
@@ -557,6 +588,7 @@ impl TypedOp {
                 Ok(())
             }
             _ => {
+                *kept = false;
                 *out = self.backward(m, xs, g)?;
                 Ok(())
             }

@@ -145,3 +145,127 @@ fn a_backward_into_that_adds_to_old_buffer_data_is_caught() {
     let e = check(&stale).unwrap_err();
     assert_eq!(e, "neg on mesh {x: 1} shape [] zero rank Some(0)");
 }
+
+type Kept<'a> =
+    &'a dyn Fn(&TypedOp, &Mesh, &[PerRank], &PerRank, &mut Vec<PerRank>, &mut bool) -> bool;
+
+/// A cotangent zero on exactly the ranks in `zero`, nonzero elsewhere.
+fn cotangent(m: &Mesh, shape: &[usize], rng: &mut Lcg, zero: &[usize]) -> PerRank {
+    let mut g = value(m, shape, rng, None);
+    for (r, t) in g.tensors.iter_mut().enumerate() {
+        for q in &mut t.data {
+            if zero.contains(&r) {
+                *q = Q::zero();
+            } else if q.is_zero() {
+                *q = Q::one();
+            }
+        }
+    }
+    g
+}
+
+/// `backward_into_kept` as the oracle calls it (`run` returns whether the
+/// call succeeded): per op, mesh and shape, one buffer and one flag per
+/// cotangent zero pattern, kept across instances, some of them outside
+/// the domain (a zero denominator), against `backward`. With `shared`,
+/// the patterns share one buffer and flag, which breaks the contract.
+fn check_kept(run: Kept, shared: bool) -> Result<(usize, usize), String> {
+    let mut rng = Lcg(23);
+    let (mut cases, mut outside) = (0, 0);
+    let shapes: [&[usize]; 3] = [&[], &[2], &[2, 2]];
+    let meshes = [
+        Mesh::line(1),
+        Mesh::line(3),
+        Mesh::new(&[("x", 2), ("y", 2)]),
+    ];
+    for m in &meshes {
+        let n = m.num_ranks();
+        let patterns: Vec<Vec<usize>> = vec![vec![], vec![0], (1..n).collect()];
+        for name in OPS {
+            let f = builtin(name).expect("a built-in");
+            let arity = f.arity();
+            for s in shapes {
+                let ins = vec![s.to_vec(); arity];
+                let Ok((out_shape, _)) = infer(&f.expr, &ins) else {
+                    continue;
+                };
+                let v = Type::one(State::Varying);
+                let op = TypedOp::local(f.clone(), vec![v.clone(); arity], v);
+                let gs: Vec<PerRank> = patterns
+                    .iter()
+                    .map(|z| cotangent(m, &out_shape, &mut rng, z))
+                    .collect();
+                let mut bufs: Vec<(Vec<PerRank>, bool)> = vec![(Vec::new(), false); gs.len()];
+                for instance in 0..4 {
+                    let xs: Vec<PerRank> =
+                        (0..arity).map(|_| value(m, s, &mut rng, None)).collect();
+                    for (k, g) in gs.iter().enumerate() {
+                        let (buf, kept) = &mut bufs[if shared { 0 } else { k }];
+                        let ok = run(&op, m, &xs, g, buf, kept);
+                        let want = op.backward(m, &xs, g);
+                        let here = format!(
+                            "{name} on mesh {m} shape {s:?} instance {instance} zero ranks {:?}",
+                            patterns[k]
+                        );
+                        match want {
+                            Ok(w) if ok && *buf == w => cases += 1,
+                            Err(_) if !ok => outside += 1,
+                            _ => return Err(here),
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok((cases, outside))
+}
+
+fn kept_call(
+    op: &TypedOp,
+    m: &Mesh,
+    xs: &[PerRank],
+    g: &PerRank,
+    out: &mut Vec<PerRank>,
+    kept: &mut bool,
+) -> bool {
+    op.backward_into_kept(m, xs, g, out, kept).is_ok()
+}
+
+#[test]
+fn backward_into_kept_equals_backward() {
+    let (cases, outside) = check_kept(&kept_call, false).unwrap();
+    eprintln!("{cases} cases, {outside} outside the domain");
+    assert!(cases > 1000 && outside > 0, "{cases} {outside}");
+}
+
+#[test]
+fn a_kept_buffer_shared_by_two_zero_patterns_is_caught() {
+    // The contract broken: the rank the last cotangent wrote is not zeroed
+    // for a cotangent that is zero there.
+    let e = check_kept(&kept_call, true).unwrap_err();
+    assert_eq!(e, "neg on mesh {x: 1} shape [] instance 0 zero ranks [0]");
+}
+
+#[test]
+fn a_kept_path_that_adds_to_the_last_result_is_caught() {
+    // Skips the zeroing of the ranks it writes, where it may claim `kept`.
+    let stale = |op: &TypedOp,
+                 m: &Mesh,
+                 xs: &[PerRank],
+                 g: &PerRank,
+                 out: &mut Vec<PerRank>,
+                 kept: &mut bool| {
+        let (old, again) = (out.clone(), *kept);
+        let ok = op.backward_into_kept(m, xs, g, out, kept).is_ok();
+        if again {
+            for (o, p) in out.iter_mut().zip(&old) {
+                for (t, u) in o.tensors.iter_mut().zip(&p.tensors) {
+                    t.add_scaled(&Q::one(), u);
+                }
+            }
+        }
+        ok
+    };
+    let e = check_kept(&stale, false).unwrap_err();
+    assert_eq!(e, "neg on mesh {x: 1} shape [] instance 1 zero ranks []");
+}

@@ -336,6 +336,9 @@ struct FdBufs {
     /// The backward's results at the instance, one per cotangent basis
     /// direction, rewritten in place by each instance (`backward_here_into`).
     bws: Vec<Vec<PerRank>>,
+    /// Per entry of `bws`: whether it is as the op's last backward at that
+    /// same unit cotangent left it (`TypedOp::backward_into_kept`).
+    bws_kept: Vec<bool>,
     /// Buffers a program's backward zeroes and fills instead of allocating
     /// (`Program::backward_from_pooled`).
     spare: Vec<PerRank>,
@@ -902,6 +905,7 @@ impl<'a> Checker<'a> {
             got: got_flat,
             dbs,
             bws,
+            bws_kept,
             spare,
             b2s,
             ..
@@ -924,10 +928,11 @@ impl<'a> Checker<'a> {
         // B1 and the primal half of B2, per cotangent basis direction.
         if bws.len() < gs.len() {
             bws.resize_with(gs.len(), Vec::new);
+            bws_kept.resize(gs.len(), false);
         }
         let probe_linearity = hand_written_backward(op);
-        for (g, bs) in gs.iter().zip(bws.iter_mut()) {
-            self.backward_here_into(xs, yw, g, bs, spare)?;
+        for ((g, bs), kept) in gs.iter().zip(bws.iter_mut()).zip(bws_kept.iter_mut()) {
+            self.backward_here_into(xs, yw, g, bs, spare, kept)?;
             let bs: &[PerRank] = bs;
             if probe_linearity {
                 self.linear_in_g(xs, yw, g, bs)?;
@@ -999,7 +1004,7 @@ impl<'a> Checker<'a> {
         // The cotangent half of B2: a cotangent that denotes zero gives
         // results that denote zero (the backward is linear in g).
         for z in &self.g_kernel {
-            self.backward_here_into(xs, yw, z, b2s, spare)?;
+            self.backward_here_into(xs, yw, z, b2s, spare, &mut false)?;
             for (i, b) in b2s.iter().enumerate() {
                 if op.no_grad.contains(&i) {
                     continue;
@@ -1388,7 +1393,8 @@ impl<'a> Checker<'a> {
     }
 
     /// `backward_here` into `out`, reusing its buffers where the op's
-    /// backward can (`TypedOp::backward_into`); the values are the same.
+    /// backward can (`TypedOp::backward_into_kept`, whose `kept` this
+    /// passes on); the values are the same.
     fn backward_here_into(
         &self,
         xs: &[PerRank],
@@ -1396,7 +1402,11 @@ impl<'a> Checker<'a> {
         g: &PerRank,
         out: &mut Vec<PerRank>,
         spare: &mut Vec<PerRank>,
+        kept: &mut bool,
     ) -> Result<(), EvalError> {
+        if yw.prog.is_some() {
+            *kept = false;
+        }
         match (&self.op.op, &self.op.backward, &yw.prog) {
             (Op::Program(p), spmd_interp::Backward::Steps, Some(s)) => {
                 // The last results go back to the pool the backward takes
@@ -1412,7 +1422,7 @@ impl<'a> Checker<'a> {
                 *out = self.backward_here(xs, yw, g)?;
                 Ok(())
             }
-            (_, _, None) => self.op.backward_into(self.m, xs, g, out),
+            (_, _, None) => self.op.backward_into_kept(self.m, xs, g, out, kept),
         }
     }
 
