@@ -290,7 +290,7 @@ pub struct Checker<'a> {
     /// The inputs' cotangent types.
     cot_in: Vec<Type>,
     /// Buffers of this case, one set per thread at work on it (`Scratch`).
-    scratch: Mutex<Vec<Scratch>>,
+    scratch: Mutex<Vec<Box<Scratch>>>,
     /// Whether the op is checked by `exact_deriv` instead (SPEC.md §19.4).
     exact: bool,
     /// For a local op that is pointwise on this case's shapes, per input:
@@ -361,16 +361,20 @@ struct ColBufs {
     covered: Vec<Q>,
 }
 
-/// A `Scratch` taken from a case's pool, given back when dropped.
+/// A `Scratch` taken from a case's pool, given back when dropped. It is
+/// boxed, so taking and giving it back moves a pointer: no copy of the
+/// buffers' headers, and no empty `Scratch` built and dropped in its place.
 struct Lease<'c> {
-    pool: &'c Mutex<Vec<Scratch>>,
-    ws: Scratch,
+    pool: &'c Mutex<Vec<Box<Scratch>>>,
+    ws: Option<Box<Scratch>>,
 }
 
 impl Drop for Lease<'_> {
     fn drop(&mut self) {
-        let mut p = self.pool.lock().unwrap_or_else(|e| e.into_inner());
-        p.push(std::mem::take(&mut self.ws));
+        if let Some(ws) = self.ws.take() {
+            let mut p = self.pool.lock().unwrap_or_else(|e| e.into_inner());
+            p.push(ws);
+        }
     }
 }
 
@@ -700,13 +704,14 @@ impl<'a> Checker<'a> {
             .unwrap_or_default();
         Lease {
             pool: &self.scratch,
-            ws,
+            ws: Some(ws),
         }
     }
 
     fn run(&self, xs: &[PerRank], phase: Phase) -> Result<Pass, Stop> {
         let mut lease = self.lease();
-        self.run_in(xs, phase, &mut lease.ws)
+        let ws = lease.ws.as_deref_mut().expect("a lease holds its scratch");
+        self.run_in(xs, phase, ws)
     }
 
     fn run_in(&self, xs: &[PerRank], phase: Phase, ws: &mut Scratch) -> Result<Pass, Stop> {
