@@ -324,6 +324,29 @@ pub fn estimate_typings(ops: &[TypedOp], scope: &Scope) -> u64 {
         .fold(0u64, u64::saturating_add)
 }
 
+/// An upper bound on `estimate_typings(ops, scope)` from the shape tables
+/// alone, without the cases: every case a run keeps has at most
+/// `max_points` points, and the one multi-rank case it may take beyond the
+/// cap at most 16 times that (SPEC.md §8.1), so each typing has at most
+/// (table entries + 16) · `max_points`. When this is within a limit the
+/// estimate is too, and a caller that only compares with the limit need
+/// not walk every typing's cases (SPEC.md §18.11).
+pub fn typings_bound(ops: &[TypedOp], scope: &Scope) -> u64 {
+    let Some(first) = ops.first() else {
+        return 0;
+    };
+    if tuple_guard(first, scope).is_err() {
+        return u64::MAX;
+    }
+    let entries: u64 = meshes_for(first, scope)
+        .iter()
+        .map(|m| shape_table(first, scope, m).len() as u64)
+        .fold(0, u64::saturating_add);
+    (ops.len() as u64)
+        .saturating_mul(entries.saturating_add(16))
+        .saturating_mul(scope.max_points)
+}
+
 /// The largest degree bound, numerator plus denominator per input, that
 /// exact finite differences accept (SPEC.md §5.2). Beyond it the sampled
 /// rationals grow too large for a check to finish.
@@ -409,4 +432,82 @@ pub fn enumerated_cases(
             (c.mesh, c.shapes, flat)
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exhaustive::{all_types, tuples};
+
+    /// Every one-axis typing of a built-in, as `derive` makes them.
+    fn typings(name: &str) -> Vec<TypedOp> {
+        let f = spmd_interp::builtin(name).expect("a built-in");
+        let types = all_types(1);
+        let mut ops = Vec::new();
+        for ins in tuples(&types, f.arity()) {
+            for o in &types {
+                ops.push(TypedOp::local(f.clone(), ins.clone(), o.clone()));
+            }
+        }
+        ops
+    }
+
+    fn scopes() -> Vec<(&'static str, Scope)> {
+        vec![
+            ("default", Scope::default()),
+            (
+                "scalars, one point per case",
+                Scope {
+                    max_rank: 0,
+                    max_points: 1,
+                    ..Scope::default()
+                },
+            ),
+            (
+                "four points per case",
+                Scope {
+                    max_points: 4,
+                    ..Scope::default()
+                },
+            ),
+        ]
+    }
+
+    /// The first op and scope where `bound` is below the estimate, or how
+    /// many were compared.
+    fn first_below(bound: &dyn Fn(&[TypedOp], &Scope) -> u64) -> Result<usize, String> {
+        let mut n = 0;
+        for name in ["neg", "relu", "add", "mul", "div", "sum", "matmul"] {
+            let ops = typings(name);
+            for (what, scope) in scopes() {
+                let (b, e) = (bound(&ops, &scope), estimate_typings(&ops, &scope));
+                if b < e {
+                    return Err(format!("{name} on scope {what}: bound {b} < estimate {e}"));
+                }
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    #[test]
+    fn the_typings_bound_is_never_below_the_estimate() {
+        assert_eq!(first_below(&typings_bound), Ok(21));
+    }
+
+    #[test]
+    fn a_bound_without_the_spilled_case_is_caught() {
+        // Forgets the one case a run takes beyond the cap (SPEC.md §8.1).
+        let no_spill = |ops: &[TypedOp], scope: &Scope| {
+            let entries: u64 = meshes_for(&ops[0], scope)
+                .iter()
+                .map(|m| shape_table(&ops[0], scope, m).len() as u64)
+                .sum();
+            ops.len() as u64 * entries * scope.max_points
+        };
+        assert_eq!(
+            first_below(&no_spill),
+            Err("add on scope scalars, one point per case: bound 256 < estimate 400".into())
+        );
+    }
 }

@@ -10,7 +10,8 @@ pub mod random;
 
 pub use driver::{
     cases, cases_in, degree_guard, enumerated_cases, estimate, estimate_typings, meshes_for,
-    shape_table, tuple_guard, Case, Coverage, ShapeTable, MAX_DEGREE, MAX_SHAPE_TUPLES,
+    shape_table, tuple_guard, typings_bound, Case, Coverage, ShapeTable, MAX_DEGREE,
+    MAX_SHAPE_TUPLES,
 };
 pub use exhaustive::{
     all_global_types, all_types, candidate_tuples, for_each_grid_point, for_each_lower_point,
