@@ -8,6 +8,7 @@ use spmd_interp::{Backward, Degree, Jvp, Op, TypedOp};
 use spmd_semantics::perrank::{from_free_into, num_free};
 use spmd_semantics::{Mesh, PerRank, Shape, Q};
 use std::ops::ControlFlow;
+use std::rc::Rc;
 
 /// Cases set aside by the caps (SPEC.md §8.1).
 #[derive(Clone, Copy, Debug, Default)]
@@ -138,7 +139,7 @@ fn grid_degree(
 /// The cases of a typed op in a scope: meshes with as many axes as the types,
 /// every fitting shape tuple, those over the free-scalar cap set aside.
 pub fn cases(op: &TypedOp, scope: &Scope, meshes: &[Mesh]) -> (Vec<Case>, Coverage) {
-    let tables: Vec<ShapeTable> = meshes.iter().map(|m| shape_table(op, scope, m)).collect();
+    let tables: Vec<Rc<ShapeTable>> = meshes.iter().map(|m| shape_table(op, scope, m)).collect();
     cases_in(op, scope, meshes, &tables)
 }
 
@@ -151,9 +152,9 @@ pub type ShapeTable = Vec<(Vec<Shape>, Shape, spmd_interp::Degree)>;
 /// its order, each inferred once. A run asks for the same table twice (the
 /// estimate, then the cases), so each thread keeps its last few tables; a
 /// table depends only on the function, the mesh and the scope's shapes,
-/// which key it.
-pub fn shape_table(op: &TypedOp, scope: &Scope, m: &Mesh) -> ShapeTable {
-    type Entry = (Op, Mesh, Vec<Shape>, std::rc::Rc<ShapeTable>);
+/// which key it. Shared, not copied: a hit clones a pointer.
+pub fn shape_table(op: &TypedOp, scope: &Scope, m: &Mesh) -> Rc<ShapeTable> {
+    type Entry = (Op, Mesh, Vec<Shape>, Rc<ShapeTable>);
     thread_local! {
         static TABLES: std::cell::RefCell<Vec<Entry>> = const { std::cell::RefCell::new(Vec::new()) };
     }
@@ -166,7 +167,7 @@ pub fn shape_table(op: &TypedOp, scope: &Scope, m: &Mesh) -> ShapeTable {
             .map(|e| e.3.clone())
     });
     if let Some(t) = hit {
-        return (*t).clone();
+        return t;
     }
     let mut table: ShapeTable = candidate_tuples(&op.op, m, &shapes)
         .into_iter()
@@ -179,17 +180,13 @@ pub fn shape_table(op: &TypedOp, scope: &Scope, m: &Mesh) -> ShapeTable {
             t.clone(),
         )
     });
+    let table = Rc::new(table);
     TABLES.with(|t| {
         let mut t = t.borrow_mut();
         if t.len() >= KEEP {
             t.remove(0);
         }
-        t.push((
-            op.op.clone(),
-            m.clone(),
-            shapes,
-            std::rc::Rc::new(table.clone()),
-        ));
+        t.push((op.op.clone(), m.clone(), shapes, table.clone()));
     });
     table
 }
@@ -200,14 +197,14 @@ pub fn cases_in(
     op: &TypedOp,
     scope: &Scope,
     meshes: &[Mesh],
-    tables: &[ShapeTable],
+    tables: &[Rc<ShapeTable>],
 ) -> (Vec<Case>, Coverage) {
     let mut tally = Coverage::default();
     let mut out = Vec::new();
     // Cases over the points cap on more than one rank, fewest points kept.
     let mut spill: Option<Case> = None;
     for (m, table) in meshes.iter().zip(tables) {
-        for (shapes, out_shape, deg) in table {
+        for (shapes, out_shape, deg) in table.iter() {
             let shapes = shapes.clone();
             if !op.layouts_fit(m, &shapes, out_shape) {
                 continue; // a layout names a dim these shapes lack (SPEC.md §13.1)
@@ -309,7 +306,7 @@ pub fn estimate_typings(ops: &[TypedOp], scope: &Scope) -> u64 {
         return u64::MAX;
     }
     let meshes = meshes_for(first, scope);
-    let tables: Vec<ShapeTable> = meshes
+    let tables: Vec<Rc<ShapeTable>> = meshes
         .iter()
         .map(|m| shape_table(first, scope, m))
         .collect();
