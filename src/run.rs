@@ -176,6 +176,7 @@ impl Scan {
         use rayon::prelude::*;
         use std::sync::atomic::AtomicUsize;
         let full = Phase::full(backward);
+        let reader = c.inputs_for(op);
         // The smallest index with a forward violation found so far: points
         // beyond it are never read, so they are not checked.
         let first_forward = AtomicUsize::new(usize::MAX);
@@ -195,7 +196,7 @@ impl Scan {
             }
             let o = XS.with(|b| match b.try_borrow_mut() {
                 Ok(mut xs) => {
-                    c.inputs_into(op, p, &mut xs);
+                    reader.inputs_into(p, &mut xs);
                     checker.check(&xs, full)
                 }
                 Err(_) => checker.check(&c.inputs(op, p), full),

@@ -5,7 +5,7 @@
 
 use crate::exhaustive::{candidate_tuples, for_each_lower_point, lower_size, shape_tuples, Scope};
 use spmd_interp::{Backward, Degree, Jvp, Op, TypedOp};
-use spmd_semantics::perrank::{from_free_into, num_free};
+use spmd_semantics::perrank::{num_free, FreeSlots};
 use spmd_semantics::{Mesh, PerRank, Shape, Q};
 use std::ops::ControlFlow;
 use std::rc::Rc;
@@ -397,14 +397,41 @@ impl Case {
 
     /// `inputs` written into `out`, reusing its buffers.
     pub fn inputs_into(&self, op: &TypedOp, point: &[Q], out: &mut Vec<PerRank>) {
-        let c = self;
-        out.truncate(op.inputs.len());
-        out.resize_with(op.inputs.len(), || PerRank {
+        self.inputs_for(op).inputs_into(point, out);
+    }
+
+    /// How `op`'s inputs are read from this case's grid points: compute it
+    /// once per case, then `CaseInputs::inputs_into` per point.
+    pub fn inputs_for<'c>(&'c self, op: &TypedOp) -> CaseInputs<'c> {
+        CaseInputs {
+            case: self,
+            slots: op
+                .inputs
+                .iter()
+                .map(|t| FreeSlots::new(&self.mesh, t))
+                .collect(),
+        }
+    }
+}
+
+/// A case's inputs as read from its grid points (`Case::inputs_for`).
+pub struct CaseInputs<'c> {
+    case: &'c Case,
+    slots: Vec<FreeSlots>,
+}
+
+impl CaseInputs<'_> {
+    /// `Case::inputs_into`: each input's per-rank value at one grid point,
+    /// written into `out`'s buffers.
+    pub fn inputs_into(&self, point: &[Q], out: &mut Vec<PerRank>) {
+        let c = self.case;
+        out.truncate(self.slots.len());
+        out.resize_with(self.slots.len(), || PerRank {
             tensors: Vec::new(),
         });
         let mut at = 0;
-        for (((t, s), (k, _)), x) in op.inputs.iter().zip(&c.shapes).zip(&c.lists).zip(out) {
-            from_free_into(&c.mesh, t, s, &point[at..at + k], x);
+        for (((slots, s), (k, _)), x) in self.slots.iter().zip(&c.shapes).zip(&c.lists).zip(out) {
+            slots.fill(s, &point[at..at + k], x);
             at += k;
         }
     }

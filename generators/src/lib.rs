@@ -10,7 +10,7 @@ pub mod random;
 
 pub use driver::{
     cases, cases_in, degree_guard, enumerated_cases, estimate, estimate_typings, meshes_for,
-    shape_table, tuple_guard, typings_bound, Case, Coverage, ShapeTable, MAX_DEGREE,
+    shape_table, tuple_guard, typings_bound, Case, CaseInputs, Coverage, ShapeTable, MAX_DEGREE,
     MAX_SHAPE_TUPLES,
 };
 pub use exhaustive::{

@@ -432,41 +432,55 @@ pub fn from_free(m: &Mesh, t: &Type, shape: &[usize], vals: &[Q]) -> PerRank {
 /// `from_free` written into `out`, reusing its tensors' buffers (a driver
 /// builds every grid point's inputs this way); the same value.
 pub fn from_free_into(m: &Mesh, t: &Type, shape: &[usize], vals: &[Q], out: &mut PerRank) {
-    let n = numel(shape);
-    let nr = m.num_ranks();
-    // Each rank's slot among the representatives (in rank order): a
-    // representative's is the count of those before it, and any other
-    // rank's is its representative's, a smaller rank's.
-    let mut small = [0usize; 64];
-    let mut big = Vec::new();
-    let slot: &mut [usize] = if nr <= small.len() {
-        &mut small[..nr]
-    } else {
-        big.resize(nr, 0);
-        &mut big
-    };
-    let mut reps = 0;
-    for r in 0..nr {
-        let p = representative(m, t, r);
-        slot[r] = if p == r {
-            reps += 1;
-            reps - 1
-        } else {
-            slot[p]
-        };
+    FreeSlots::new(m, t).fill(shape, vals, out);
+}
+
+/// Where each rank of a well-formed value of one type on one mesh reads
+/// its tensor among the free scalars (`from_free`): its slot among the
+/// representatives, in rank order. It depends on the mesh and the type
+/// only, so a driver computes it once per case, not per grid point.
+#[derive(Clone, Debug)]
+pub struct FreeSlots {
+    slot: Vec<usize>,
+    reps: usize,
+}
+
+impl FreeSlots {
+    pub fn new(m: &Mesh, t: &Type) -> FreeSlots {
+        let nr = m.num_ranks();
+        // A representative's slot is the count of those before it, and any
+        // other rank's is its representative's, a smaller rank's.
+        let mut slot = vec![0; nr];
+        let mut reps = 0;
+        for r in 0..nr {
+            let p = representative(m, t, r);
+            slot[r] = if p == r {
+                reps += 1;
+                reps - 1
+            } else {
+                slot[p]
+            };
+        }
+        FreeSlots { slot, reps }
     }
-    assert_eq!(
-        vals.len(),
-        reps * n,
-        "from_free: wrong number of free scalars (interpreter bug)"
-    );
-    out.tensors.truncate(nr);
-    out.tensors.resize_with(nr, Tensor::placeholder);
-    for (o, &k) in out.tensors.iter_mut().zip(slot.iter()) {
-        o.shape.clear();
-        o.shape.extend_from_slice(shape);
-        o.data.clear();
-        o.data.extend_from_slice(&vals[k * n..(k + 1) * n]);
+
+    /// `from_free_into` for a value of this mesh and type.
+    pub fn fill(&self, shape: &[usize], vals: &[Q], out: &mut PerRank) {
+        let n = numel(shape);
+        assert_eq!(
+            vals.len(),
+            self.reps * n,
+            "from_free: wrong number of free scalars (interpreter bug)"
+        );
+        let nr = self.slot.len();
+        out.tensors.truncate(nr);
+        out.tensors.resize_with(nr, Tensor::placeholder);
+        for (o, &k) in out.tensors.iter_mut().zip(&self.slot) {
+            o.shape.clear();
+            o.shape.extend_from_slice(shape);
+            o.data.clear();
+            o.data.extend_from_slice(&vals[k * n..(k + 1) * n]);
+        }
     }
 }
 
@@ -574,8 +588,8 @@ mod tests {
         v.iter().map(|&x| Q::int(x)).collect()
     }
 
-    /// `from_free_into` gives `from_free`'s value whatever its buffer held
-    /// before: every type on one-, two- and three-axis meshes, shapes of 1
+    /// `from_free_into`, and one type's `FreeSlots` kept across shapes, give
+    /// `from_free`'s value whatever the buffer held before: every type on one-, two- and three-axis meshes, shapes of 1
     /// to 6 entries, one buffer reused throughout. The twin: the same
     /// scalars with two of them swapped give a different value, so the
     /// comparison sees where each scalar goes.
@@ -600,10 +614,14 @@ mod tests {
                     .map(|a| ALL_STATES[code / 4usize.pow(a as u32) % 4])
                     .collect();
                 let t = Type::new(states);
+                // One type's slots serve every shape (a driver's case).
+                let slots = FreeSlots::new(m, &t);
                 for sh in shapes {
                     let nf = num_free(m, &t, sh);
                     let vals: Vec<Q> = (0..nf).map(|i| Q::frac(i as i64 + 1, 3)).collect();
                     from_free_into(m, &t, sh, &vals, &mut buf);
+                    assert_eq!(buf, from_free(m, &t, sh, &vals), "{t:?} {sh:?}");
+                    slots.fill(sh, &vals, &mut buf);
                     assert_eq!(buf, from_free(m, &t, sh, &vals), "{t:?} {sh:?}");
                     checked += 1;
                     if nf >= 2 {
