@@ -290,7 +290,7 @@ pub struct Checker<'a> {
     /// The inputs' cotangent types.
     cot_in: Vec<Type>,
     /// Buffers of this case, one set per thread at work on it (`Scratch`).
-    scratch: Mutex<Vec<Box<Scratch>>>,
+    scratch: Pool,
     /// Whether the op is checked by `exact_deriv` instead (SPEC.md §19.4).
     exact: bool,
     /// For a local op that is pointwise on this case's shapes, per input:
@@ -361,11 +361,16 @@ struct ColBufs {
     covered: Vec<Q>,
 }
 
+/// A case's scratch buffers, boxed on purpose: a lease (below) moves a
+/// pointer in and out, not the structure.
+#[allow(clippy::vec_box)]
+type Pool = Mutex<Vec<Box<Scratch>>>;
+
 /// A `Scratch` taken from a case's pool, given back when dropped. It is
 /// boxed, so taking and giving it back moves a pointer: no copy of the
 /// buffers' headers, and no empty `Scratch` built and dropped in its place.
 struct Lease<'c> {
-    pool: &'c Mutex<Vec<Box<Scratch>>>,
+    pool: &'c Pool,
     ws: Option<Box<Scratch>>,
 }
 
