@@ -548,8 +548,9 @@ fn pointwise_shape<'a, T: Borrow<Tensor>>(
 }
 
 /// `pointwise_shape`, which also sets `div` when `e` divides somewhere
-/// (only then can its VJP leave the domain): one walk of the tree. A leaf
-/// is answered here, inlined into its parent, so `x / y` is one call.
+/// (only then can its VJP leave the domain): one walk of the tree. A leaf,
+/// and a binary node of two leaves, are answered here, inlined into the
+/// caller, so `x / y` takes no call.
 #[inline(always)]
 fn pointwise_walk<'a, T: Borrow<Tensor>>(
     e: &Expr,
@@ -558,9 +559,39 @@ fn pointwise_walk<'a, T: Borrow<Tensor>>(
     div: &mut bool,
 ) -> Option<&'a [usize]> {
     match e {
-        Expr::Var(i) => Some(&xs.get(*i)?.borrow().shape),
-        Expr::Const(_) => Some(&[]),
+        Expr::Var(_) | Expr::Const(_) => leaf_shape(e, xs),
+        Expr::Add(a, b) | Expr::Sub(a, b) | Expr::Mul(a, b) | Expr::Div(a, b)
+            if is_leaf(a) && is_leaf(b) =>
+        {
+            *div |= matches!(e, Expr::Div(..));
+            pair_shape(leaf_shape(a, xs)?, leaf_shape(b, xs)?)
+        }
         _ => pointwise_node(e, xs, for_vjp, div),
+    }
+}
+
+fn is_leaf(e: &Expr) -> bool {
+    matches!(e, Expr::Var(_) | Expr::Const(_))
+}
+
+/// The shape of a variable (`None` past the inputs) or of a constant.
+#[inline(always)]
+fn leaf_shape<'a, T: Borrow<Tensor>>(e: &Expr, xs: &'a [T]) -> Option<&'a [usize]> {
+    match e {
+        Expr::Var(i) => Some(&xs.get(*i)?.borrow().shape),
+        _ => Some(&[]),
+    }
+}
+
+/// `elementwise_shape`'s rule for a binary node: equal shapes or a scalar.
+#[inline(always)]
+fn pair_shape<'a>(sa: &'a [usize], sb: &'a [usize]) -> Option<&'a [usize]> {
+    if same_shape(sa, sb) || sb.is_empty() {
+        Some(sa)
+    } else if sa.is_empty() {
+        Some(sb)
+    } else {
+        None
     }
 }
 
@@ -571,32 +602,22 @@ fn pointwise_node<'a, T: Borrow<Tensor>>(
     for_vjp: bool,
     div: &mut bool,
 ) -> Option<&'a [usize]> {
-    Some(match e {
-        Expr::Var(i) => &xs.get(*i)?.borrow().shape,
-        Expr::Const(_) => &[],
+    match e {
+        Expr::Var(_) | Expr::Const(_) => leaf_shape(e, xs),
         Expr::Neg(a) | Expr::Pow(a, _) | Expr::Abs(a) | Expr::Relu(a) => {
-            pointwise_walk(a, xs, for_vjp, div)?
+            pointwise_walk(a, xs, for_vjp, div)
         }
         Expr::Floor(a) | Expr::Cast(a, _) | Expr::Round(_, a) if !for_vjp => {
-            pointwise_walk(a, xs, for_vjp, div)?
+            pointwise_walk(a, xs, for_vjp, div)
         }
         Expr::Add(a, b) | Expr::Sub(a, b) | Expr::Mul(a, b) | Expr::Div(a, b) => {
             *div |= matches!(e, Expr::Div(..));
-            let (sa, sb) = (
-                pointwise_walk(a, xs, for_vjp, div)?,
-                pointwise_walk(b, xs, for_vjp, div)?,
-            );
-            // `elementwise_shape`'s rule: equal shapes or a scalar.
-            if same_shape(sa, sb) || sb.is_empty() {
-                sa
-            } else if sa.is_empty() {
-                sb
-            } else {
-                return None;
-            }
+            let sa = pointwise_walk(a, xs, for_vjp, div)?;
+            let sb = pointwise_walk(b, xs, for_vjp, div)?;
+            pair_shape(sa, sb)
         }
-        _ => return None,
-    })
+        _ => None,
+    }
 }
 
 /// Per input, for an expression that is pointwise on inputs of these
@@ -689,7 +710,7 @@ fn leaf_unary(e: &Expr) -> Option<(Un, &Expr)> {
         Expr::Relu(a) => (Un::Relu, a),
         _ => return None,
     };
-    matches!(**a, Expr::Var(_) | Expr::Const(_)).then_some((op, &**a))
+    is_leaf(a).then_some((op, &**a))
 }
 
 /// The operation of a binary node.
@@ -723,7 +744,6 @@ fn leaf_binary(e: &Expr) -> Option<(Bin, &Expr, &Expr)> {
         Expr::Div(a, b) => (Bin::Div, a, b),
         _ => return None,
     };
-    let is_leaf = |x: &Expr| matches!(x, Expr::Var(_) | Expr::Const(_));
     (is_leaf(a) && is_leaf(b)).then_some((op, &**a, &**b))
 }
 
@@ -1896,6 +1916,50 @@ mod tests {
     /// The pointwise path against the tree definition (`ev`, `backprop`):
     /// values, kinks, divisions by zero and VJPs on scalars, vectors and a
     /// broadcast scalar, over a small grid with zeros and fractions.
+    /// The walk's shape rule and division flag, on leaf pairs (answered
+    /// inline) and deeper nodes alike: mismatched shapes are not
+    /// pointwise, a scalar goes with any shape, and only a quotient sets
+    /// the flag.
+    #[test]
+    fn pointwise_walk_shapes_and_division() {
+        let walk = |src: &str, xs: &[Tensor]| {
+            let mut div = false;
+            let s = pointwise_walk(&parse(src).unwrap().expr, xs, true, &mut div);
+            (s.map(<[usize]>::to_vec), div)
+        };
+        let (v2, v3, s) = (t(&[2], &[1, 2]), t(&[3], &[1, 2, 3]), t(&[], &[5]));
+        let m21 = Tensor::new(vec![2, 1], vec![Q::one(), Q::one()]);
+        for src in ["x / y", "(x + 0) / (y * 1)"] {
+            assert_eq!(walk(src, &[v2.clone(), v3.clone()]), (None, true), "{src}");
+            assert_eq!(walk(src, &[v2.clone(), m21.clone()]), (None, true), "{src}");
+            assert_eq!(
+                walk(src, &[v2.clone(), s.clone()]),
+                (Some(vec![2]), true),
+                "{src}"
+            );
+            assert_eq!(
+                walk(src, &[s.clone(), v3.clone()]),
+                (Some(vec![3]), true),
+                "{src}"
+            );
+        }
+        for src in ["x * y", "(x + 0) - (y * 1)"] {
+            assert_eq!(
+                walk(src, &[v2.clone(), v2.clone()]),
+                (Some(vec![2]), false),
+                "{src}"
+            );
+            assert_eq!(walk(src, &[v2.clone(), v3.clone()]), (None, false), "{src}");
+        }
+        // A variable past the inputs is not pointwise.
+        assert_eq!(walk("x / y", &[v2.clone()]).0, None);
+        let relu_of_second = Expr::Relu(Box::new(Expr::Var(1)));
+        assert_eq!(
+            pointwise_walk(&relu_of_second, &[v2.clone()], true, &mut false),
+            None
+        );
+    }
+
     #[test]
     fn pointwise_path_agrees_with_the_tree() {
         let exprs = [
