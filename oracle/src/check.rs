@@ -287,8 +287,9 @@ pub struct Checker<'a> {
     kernel_nz: Vec<Vec<Sparse>>,
     /// Per input: the steps along its kernel lines (`line_steps`).
     steps: Vec<Vec<Q>>,
-    /// The inputs' cotangent types.
+    /// The inputs' cotangent types, and the output's.
     cot_in: Vec<Type>,
+    cot_out: Type,
     /// Buffers of this case, one set per thread at work on it (`Scratch`).
     scratch: Pool,
     /// Whether the op is checked by `exact_deriv` instead (SPEC.md §19.4).
@@ -641,6 +642,7 @@ impl<'a> Checker<'a> {
             kernel_nz,
             steps,
             cot_in,
+            cot_out: tc,
             scratch: Mutex::new(Vec::new()),
             exact: crate::exact_deriv::applies(op),
             entrywise,
@@ -923,7 +925,7 @@ impl<'a> Checker<'a> {
         flat_into(dy, y0);
         let m = self.m;
         let op = self.op;
-        let tc = op.output.cot();
+        let tc = &self.cot_out;
         let gs = &self.gs;
         let cot_in = &self.cot_in;
         if let Some(why) = &self.bwd_shape_err {
@@ -954,7 +956,7 @@ impl<'a> Checker<'a> {
                 let bad = misfit(m, &cot_in[i], b, &self.shapes[i], "input");
                 if let Some(why) = bad {
                     let mut s = self.inputs_shown(xs);
-                    s.push(shown("g", &tc, g));
+                    s.push(shown("g", tc, g));
                     s.push(shown(format!("d{}", self.nm(i)), &cot_in[i], b));
                     return Err(self.fail(
                         Property::B1,
@@ -993,7 +995,7 @@ impl<'a> Checker<'a> {
                             {
                                 let mut s = self.inputs_shown(xs);
                                 s.push(alternative(format!("{}'", self.nm(j)), tj, &xs2[j]));
-                                s.push(shown("g", &tc, g));
+                                s.push(shown("g", tc, g));
                                 s.push(shown(format!("d{}", self.nm(i)), &cot_in[i], &bs[i]));
                                 s.push(shown(format!("d{}'", self.nm(i)), &cot_in[i], b2));
                                 return Err(self.fail(
@@ -1022,7 +1024,7 @@ impl<'a> Checker<'a> {
                 if !self.proj_cot_in[i].denotes_zero(b) {
                     let d = self.proj_cot_in[i].denote(b);
                     let mut s = self.inputs_shown(xs);
-                    s.push(shown("g", &tc, z));
+                    s.push(shown("g", tc, z));
                     s.push(shown(format!("d{}", self.nm(i)), &cot_in[i], b));
                     return Err(self.fail(
                         Property::B2,
@@ -1093,7 +1095,7 @@ impl<'a> Checker<'a> {
                 if !self.proj_cot_in[i].matches(&bs[i], &want) {
                     let got = self.proj_cot_in[i].denote(&bs[i]);
                     let mut s = self.inputs_shown(xs);
-                    s.push(shown("g", &tc, g));
+                    s.push(shown("g", tc, g));
                     s.push(shown(format!("d{}", self.nm(i)), &cot_in[i], &bs[i]));
                     return Err(self.fail(
                         Property::B3,
