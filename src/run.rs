@@ -125,14 +125,20 @@ fn scan_case(
     backward: bool,
     tally: &mut Tally,
 ) -> (u64, Option<Box<spmd_oracle::Violation>>) {
-    // Points are taken in blocks, so memory stays bounded on any grid.
+    // Points are taken in blocks, so memory stays bounded on any grid; a
+    // block's points lie end to end in one buffer.
     const BLOCK: usize = 4096;
     let mut scan = Scan { held: None, n: 0 };
-    let mut block: Vec<Vec<Q>> = Vec::with_capacity(BLOCK.min(c.points() as usize));
+    let width: usize = c.lists.iter().map(|(k, _)| k).sum();
+    let mut block = Points {
+        flat: Vec::with_capacity(BLOCK.min(c.points() as usize) * width),
+        width,
+        len: 0,
+    };
     let mut found: Option<Box<spmd_oracle::Violation>> = None;
     let r = c.for_each_point(&mut |p| {
-        block.push(p.to_vec());
-        if block.len() < BLOCK {
+        block.push(p);
+        if block.len < BLOCK {
             return ControlFlow::Continue(());
         }
         let r = scan.block(op, c, checker, backward, tally, &block);
@@ -145,12 +151,34 @@ fn scan_case(
             None => ControlFlow::Continue(()),
         }
     });
-    if r.is_continue() && !block.is_empty() {
+    if r.is_continue() && block.len > 0 {
         if let Some(v) = scan.block(op, c, checker, backward, tally, &block) {
             found = v;
         }
     }
     (scan.n, found.or(scan.held))
+}
+
+/// A block of grid points of equal length, end to end in one buffer.
+struct Points {
+    flat: Vec<Q>,
+    width: usize,
+    len: usize,
+}
+
+impl Points {
+    fn push(&mut self, p: &[Q]) {
+        debug_assert_eq!(p.len(), self.width);
+        self.flat.extend_from_slice(p);
+        self.len += 1;
+    }
+    fn clear(&mut self) {
+        self.flat.clear();
+        self.len = 0;
+    }
+    fn get(&self, k: usize) -> &[Q] {
+        &self.flat[k * self.width..(k + 1) * self.width]
+    }
 }
 
 /// The state of reading a case's outcomes in order (see `scan_case`).
@@ -171,7 +199,7 @@ impl Scan {
         checker: &Checker,
         backward: bool,
         tally: &mut Tally,
-        points: &[Vec<Q>],
+        points: &Points,
     ) -> Option<Option<Box<spmd_oracle::Violation>>> {
         use rayon::prelude::*;
         use std::sync::atomic::AtomicUsize;
@@ -181,7 +209,7 @@ impl Scan {
         // beyond it are never read, so they are not checked.
         let first_forward = AtomicUsize::new(usize::MAX);
         let stopped: OnceLock<String> = OnceLock::new();
-        let one = |k: usize, p: &Vec<Q>| -> Option<Outcome> {
+        let one = |k: usize, p: &[Q]| -> Option<Outcome> {
             if k > first_forward.load(Ordering::Relaxed) || stopped.get().is_some() {
                 return None;
             }
@@ -209,13 +237,12 @@ impl Scan {
         // A point costs at least ~10 µs, far above rayon's cost of a split,
         // so even two points are worth spreading (a program whose cases are
         // small otherwise ran on one core).
-        let outcomes: Vec<Option<Outcome>> = if points.len() < 2 {
-            points.iter().enumerate().map(|(k, p)| one(k, p)).collect()
+        let outcomes: Vec<Option<Outcome>> = if points.len < 2 {
+            (0..points.len).map(|k| one(k, points.get(k))).collect()
         } else {
-            points
-                .par_iter()
-                .enumerate()
-                .map(|(k, p)| one(k, p))
+            (0..points.len)
+                .into_par_iter()
+                .map(|k| one(k, points.get(k)))
                 .collect()
         };
         // Read in order, as one thread would have.
@@ -239,7 +266,7 @@ impl Scan {
                 (false, o) => o,
                 (true, Outcome::Fail(v)) if is_forward(v.property) => Outcome::Fail(v),
                 (true, Outcome::OutsideDomain) => {
-                    checker.check(&c.inputs(op, &points[k]), Phase::Forward)
+                    checker.check(&c.inputs(op, points.get(k)), Phase::Forward)
                 }
                 (true, _) => Outcome::Pass(Default::default()),
             };
