@@ -1952,10 +1952,10 @@ mod tests {
             assert_eq!(walk(src, &[v2.clone(), v3.clone()]), (None, false), "{src}");
         }
         // A variable past the inputs is not pointwise.
-        assert_eq!(walk("x / y", &[v2.clone()]).0, None);
+        assert_eq!(walk("x / y", std::slice::from_ref(&v2)).0, None);
         let relu_of_second = Expr::Relu(Box::new(Expr::Var(1)));
         assert_eq!(
-            pointwise_walk(&relu_of_second, &[v2.clone()], true, &mut false),
+            pointwise_walk(&relu_of_second, std::slice::from_ref(&v2), true, &mut false),
             None
         );
     }
