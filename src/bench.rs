@@ -185,7 +185,20 @@ fn thread_counts() -> Vec<usize> {
 }
 
 /// Runs of the exact job and of its f64 floor behind `ratio_exact_to_f64`.
-const FLOOR_RUNS: usize = 3;
+const FLOOR_RUNS: usize = 7;
+/// The most turns, and the exact side's total time below which turns go on.
+const FLOOR_MAX_RUNS: usize = 41;
+const FLOOR_MS: f64 = 1500.0;
+
+fn min_of(v: &[f64]) -> f64 {
+    v.iter().copied().fold(f64::INFINITY, f64::min)
+}
+
+/// The median of a nonempty list (the upper one of an even count).
+fn median_of(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
 
 fn measure(job: &Job) -> Value {
     let counts = thread_counts();
@@ -218,21 +231,36 @@ fn measure(job: &Job) -> Value {
     if let (Some(e), Some(name)) = (job.floor, job.name.strip_prefix("derive ")) {
         // The ratio is the fastest of FLOOR_RUNS runs of each, exact and f64
         // taking turns on one thread, so a busy machine slows both alike
-        // and a stray pause does not decide it.
-        let (mut fms, fl) = timed_in_pool(1, || floor_derive(name, e, &Scope::default()));
-        let mut ems = ms1;
-        for _ in 1..FLOOR_RUNS {
-            ems = ems.min(timed_in_pool(1, || (job.run)()).0);
-            fms = fms.min(timed_in_pool(1, || floor_derive(name, e, &Scope::default())).0);
+        // and a stray pause does not decide it. The medians are reported
+        // beside it, so a reader sees how much the machine moved.
+        let mut fms = Vec::with_capacity(FLOOR_RUNS);
+        let mut ems = vec![ms1];
+        let (f0, fl) = timed_in_pool(1, || floor_derive(name, e, &Scope::default()));
+        fms.push(f0);
+        // At least FLOOR_RUNS turns, and more while the exact side has had
+        // under FLOOR_MS in all: a short job's minimum needs more tries to
+        // land in a quiet moment.
+        while ems.len() < FLOOR_MAX_RUNS
+            && (ems.len() < FLOOR_RUNS || ems.iter().sum::<f64>() < FLOOR_MS)
+        {
+            ems.push(timed_in_pool(1, || (job.run)()).0);
+            fms.push(timed_in_pool(1, || floor_derive(name, e, &Scope::default())).0);
         }
-        let exact_us = ems * 1e3 / instances.max(1) as f64;
-        let f64_us = fms * 1e3 / fl.instances.max(1) as f64;
+        let runs = ems.len();
+        let per = |ms: f64, n: u64| ms * 1e3 / n.max(1) as f64;
+        let exact_us = per(min_of(&ems), instances);
+        let f64_us = per(min_of(&fms), fl.instances);
+        let exact_med = per(median_of(&mut ems), instances);
+        let f64_med = per(median_of(&mut fms), fl.instances);
         v["f64"] = json!({
             "instances": fl.instances,
-            "ms": round3(fms),
+            "ms": round3(min_of(&fms)),
             "us_per_instance": round3(f64_us),
-            "runs": FLOOR_RUNS,
+            "runs": runs,
             "exact_us_per_instance": round3(exact_us),
+            "median_us_per_instance": round3(f64_med),
+            "exact_median_us_per_instance": round3(exact_med),
+            "ratio_of_medians": round3(exact_med / f64_med),
             "failing_typings": fl.failing,
         });
         v["ratio_exact_to_f64"] = json!(round3(exact_us / f64_us));
@@ -276,7 +304,8 @@ pub fn print(json: bool) {
             .map(|t| format!("{:.1}", t["ms"].as_f64().unwrap_or(0.0)))
             .collect();
         let ratio = j["ratio_exact_to_f64"].as_f64().map_or(String::new(), |r| {
-            format!("  exact/f64 per instance {r:.1}x")
+            let med = j["f64"]["ratio_of_medians"].as_f64().unwrap_or(0.0);
+            format!("  exact/f64 per instance {r:.2}x (medians {med:.2}x)")
         });
         println!(
             "{:<16} {:>9} instances  {:>10.0}/s  ms {}{ratio}",
