@@ -595,7 +595,7 @@ fn pair_shape<'a>(sa: &'a [usize], sb: &'a [usize]) -> Option<&'a [usize]> {
     }
 }
 
-/// `pointwise_walk` of an inner node.
+/// `pointwise_walk` of an inner node (leaves never reach it).
 fn pointwise_node<'a, T: Borrow<Tensor>>(
     e: &Expr,
     xs: &'a [T],
@@ -603,7 +603,6 @@ fn pointwise_node<'a, T: Borrow<Tensor>>(
     div: &mut bool,
 ) -> Option<&'a [usize]> {
     match e {
-        Expr::Var(_) | Expr::Const(_) => leaf_shape(e, xs),
         Expr::Neg(a) | Expr::Pow(a, _) | Expr::Abs(a) | Expr::Relu(a) => {
             pointwise_walk(a, xs, for_vjp, div)
         }

@@ -86,37 +86,70 @@ fn check(run: Into) -> Result<usize, String> {
     ];
     // One buffer for everything.
     let mut buf: Vec<PerRank> = Vec::new();
-    for m in &meshes {
+    each_case(&meshes, &shapes, |c| {
+        for zero_rank in [None, Some(0)] {
+            let xs: Vec<PerRank> = (0..c.arity)
+                .map(|_| value(c.m, c.s, &mut rng, None))
+                .collect();
+            let g = value(c.m, c.out_shape, &mut rng, zero_rank);
+            let want = match c.op.backward(c.m, &xs, &g) {
+                Ok(w) => w,
+                Err(_) => continue, // outside the domain (div)
+            };
+            run(c.op, c.m, &xs, &g, &mut buf);
+            if buf != want {
+                return Err(format!(
+                    "{} on mesh {} shape {:?} zero rank {zero_rank:?}",
+                    c.name, c.m, c.s
+                ));
+            }
+            cases += 1;
+        }
+        Ok(())
+    })?;
+    Ok(cases)
+}
+
+/// One op of `OPS` on one mesh and input shape, typed all Varying.
+struct Case<'a> {
+    m: &'a Mesh,
+    name: &'a str,
+    s: &'a [usize],
+    arity: usize,
+    op: &'a TypedOp,
+    out_shape: &'a [usize],
+}
+
+/// `f` on every op of `OPS`, mesh and input shape the op accepts, in that
+/// order; the first error stops the walk.
+fn each_case(
+    meshes: &[Mesh],
+    shapes: &[&[usize]],
+    mut f: impl FnMut(&Case) -> Result<(), String>,
+) -> Result<(), String> {
+    for m in meshes {
         for name in OPS {
-            let f = builtin(name).expect("a built-in");
-            let arity = f.arity();
-            for s in shapes {
+            let fun = builtin(name).expect("a built-in");
+            let arity = fun.arity();
+            for &s in shapes {
                 let ins = vec![s.to_vec(); arity];
-                let Ok((out_shape, _)) = infer(&f.expr, &ins) else {
+                let Ok((out_shape, _)) = infer(&fun.expr, &ins) else {
                     continue;
                 };
                 let v = Type::one(State::Varying);
-                let op = TypedOp::local(f.clone(), vec![v.clone(); arity], v);
-                for zero_rank in [None, Some(0)] {
-                    let xs: Vec<PerRank> =
-                        (0..arity).map(|_| value(m, s, &mut rng, None)).collect();
-                    let g = value(m, &out_shape, &mut rng, zero_rank);
-                    let want = match op.backward(m, &xs, &g) {
-                        Ok(w) => w,
-                        Err(_) => continue, // outside the domain (div)
-                    };
-                    run(&op, m, &xs, &g, &mut buf);
-                    if buf != want {
-                        return Err(format!(
-                            "{name} on mesh {m} shape {s:?} zero rank {zero_rank:?}"
-                        ));
-                    }
-                    cases += 1;
-                }
+                let op = TypedOp::local(fun.clone(), vec![v.clone(); arity], v);
+                f(&Case {
+                    m,
+                    name,
+                    s,
+                    arity,
+                    op: &op,
+                    out_shape: &out_shape,
+                })?;
             }
         }
     }
-    Ok(cases)
+    Ok(())
 }
 
 #[test]
@@ -178,45 +211,35 @@ fn check_kept(run: Kept, shared: bool) -> Result<(usize, usize), String> {
         Mesh::line(3),
         Mesh::new(&[("x", 2), ("y", 2)]),
     ];
-    for m in &meshes {
-        let n = m.num_ranks();
+    each_case(&meshes, &shapes, |c| {
+        let n = c.m.num_ranks();
         let patterns: Vec<Vec<usize>> = vec![vec![], vec![0], (1..n).collect()];
-        for name in OPS {
-            let f = builtin(name).expect("a built-in");
-            let arity = f.arity();
-            for s in shapes {
-                let ins = vec![s.to_vec(); arity];
-                let Ok((out_shape, _)) = infer(&f.expr, &ins) else {
-                    continue;
-                };
-                let v = Type::one(State::Varying);
-                let op = TypedOp::local(f.clone(), vec![v.clone(); arity], v);
-                let gs: Vec<PerRank> = patterns
-                    .iter()
-                    .map(|z| cotangent(m, &out_shape, &mut rng, z))
-                    .collect();
-                let mut bufs: Vec<(Vec<PerRank>, bool)> = vec![(Vec::new(), false); gs.len()];
-                for instance in 0..4 {
-                    let xs: Vec<PerRank> =
-                        (0..arity).map(|_| value(m, s, &mut rng, None)).collect();
-                    for (k, g) in gs.iter().enumerate() {
-                        let (buf, kept) = &mut bufs[if shared { 0 } else { k }];
-                        let ok = run(&op, m, &xs, g, buf, kept);
-                        let want = op.backward(m, &xs, g);
-                        let here = format!(
-                            "{name} on mesh {m} shape {s:?} instance {instance} zero ranks {:?}",
-                            patterns[k]
-                        );
-                        match want {
-                            Ok(w) if ok && *buf == w => cases += 1,
-                            Err(_) if !ok => outside += 1,
-                            _ => return Err(here),
-                        }
-                    }
+        let gs: Vec<PerRank> = patterns
+            .iter()
+            .map(|z| cotangent(c.m, c.out_shape, &mut rng, z))
+            .collect();
+        let mut bufs: Vec<(Vec<PerRank>, bool)> = vec![(Vec::new(), false); gs.len()];
+        for instance in 0..4 {
+            let xs: Vec<PerRank> = (0..c.arity)
+                .map(|_| value(c.m, c.s, &mut rng, None))
+                .collect();
+            for (k, g) in gs.iter().enumerate() {
+                let (buf, kept) = &mut bufs[if shared { 0 } else { k }];
+                let ok = run(c.op, c.m, &xs, g, buf, kept);
+                let want = c.op.backward(c.m, &xs, g);
+                let here = format!(
+                    "{} on mesh {} shape {:?} instance {instance} zero ranks {:?}",
+                    c.name, c.m, c.s, patterns[k]
+                );
+                match want {
+                    Ok(w) if ok && *buf == w => cases += 1,
+                    Err(_) if !ok => outside += 1,
+                    _ => return Err(here),
                 }
             }
         }
-    }
+        Ok(())
+    })?;
     Ok((cases, outside))
 }
 
