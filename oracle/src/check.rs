@@ -330,8 +330,6 @@ struct FdBufs {
     cols: Vec<Vec<Q>>,
     /// A column's working buffers (`ColBufs`).
     col: ColBufs,
-    /// The backward's result, denoted flat (B3).
-    got: Vec<Q>,
     /// The backward's results at the instance, denoted (B2).
     dbs: Vec<Denot>,
     /// The backward's results at the instance, one per cotangent basis
@@ -914,7 +912,6 @@ impl<'a> Checker<'a> {
             y0,
             cols,
             col,
-            got: got_flat,
             dbs,
             bws,
             bws_kept,
@@ -1065,21 +1062,25 @@ impl<'a> Checker<'a> {
             // Entrywise: the Jacobian entry ⟨column b, ⟦g_k⟧⟩ against entry
             // b of the backward's denotation, a short sum per entry since
             // ⟦g_k⟧ is a unit vector's denotation (SPEC.md §18).
-            let ni = spmd_semantics::tensor::numel(&self.shapes[i]);
+            // Only the basis coordinates of the result's denotation are
+            // read, each as its own sum (`Projection::entry`); a missing
+            // entry disagrees, and the full comparison below decides.
+            let proj = &self.proj_cot_in[i];
             for (((g, dg), bs), supp) in gs.iter().zip(&self.dgs).zip(results).zip(&self.dg_supp) {
-                self.proj_cot_in[i].denote_flat_into(&bs[i], got_flat);
                 let agrees = basis.iter().zip(cols).all(|((coord, _), col)| {
-                    let got = &got_flat[coord.rank * ni + coord.elem];
+                    let Some(got) = proj.entry(&bs[i], coord.rank, coord.elem) else {
+                        return false;
+                    };
                     match &supp[..] {
                         // A unit cotangent that denotes a unit vector: the
                         // pairing is the column's entry itself.
-                        [(k, w)] if w.is_one() => *got == col[*k],
+                        [(k, w)] if w.is_one() => got == col[*k],
                         _ => {
                             let mut v = Q::zero();
                             for (k, w) in supp {
                                 v.add_mul(&col[*k], w);
                             }
-                            *got == v
+                            got == v
                         }
                     }
                 });

@@ -260,6 +260,21 @@ impl Projection {
                         .all(|(e, w)| Self::entry_sum(x, src, e) == *w)
             })
     }
+    /// Entry `e` of member `r` of the denotation of `x`, `denote`'s value
+    /// there, without forming the other members; `None` where a source
+    /// rank has no entry `e`. The oracle's B3 reads the basis coordinates
+    /// of a backward's result this way (SPEC.md §18.11).
+    pub fn entry(&self, x: &PerRank, r: usize, e: usize) -> Option<Q> {
+        let src = self.sources.get(r)?;
+        let mut acc = x.tensors.get(src[0])?.data.get(e)?.clone();
+        for &s in &src[1..] {
+            let b = x.tensors.get(s)?.data.get(e)?;
+            if !b.is_zero() {
+                acc = acc.add(b);
+            }
+        }
+        Some(acc)
+    }
     /// Whether `x` denotes zero.
     pub fn denotes_zero(&self, x: &PerRank) -> bool {
         self.sources.iter().enumerate().all(|(r, src)| {
@@ -638,7 +653,8 @@ mod tests {
     }
 
     /// The projection's paths that form a repeated member's sum once
-    /// (`denote_into`, `denote_flat_into`, `matches`, `denotes_zero`) give
+    /// (`denote_into`, `denote_flat_into`, `matches`, `denotes_zero`,
+    /// `entry`) give
     /// what summing every member from its sources gives (`denote`): every
     /// type on one-, two- and three-axis meshes, arbitrary per-rank values
     /// (not well formed) and zeros. The twin: a
@@ -653,7 +669,7 @@ mod tests {
             Mesh::new(&[("a", 2), ("b", 1), ("c", 2)]),
         ];
         let flat = |d: &Denot| -> Vec<Q> { d.family.iter().flat_map(|t| t.data.clone()).collect() };
-        let (mut checked, mut told_apart) = (0, 0);
+        let (mut checked, mut told_apart, mut entry_told_apart) = (0, 0, 0);
         for m in &meshes {
             let k = m.axes.len();
             let n = m.num_ranks();
@@ -688,6 +704,21 @@ mod tests {
                     let zero = want.family.iter().all(|f| f.data.iter().all(Q::is_zero));
                     assert_eq!(p.denotes_zero(&x), zero, "{t:?}");
                     assert!(p.matches(&x, &want), "{t:?}");
+                    // Each entry on its own, and none past the tensors.
+                    for (r, f) in want.family.iter().enumerate() {
+                        for (e, w) in f.data.iter().enumerate() {
+                            assert_eq!(p.entry(&x, r, e).as_ref(), Some(w), "{t:?} {r} {e}");
+                        }
+                        assert_eq!(p.entry(&x, r, f.data.len()), None, "{t:?}");
+                    }
+                    // The entry twin: one that reads only the first source
+                    // misses every Partial sum.
+                    let first_only =
+                        |r: usize, e: usize| x.tensors[p.sources(r)[0]].data[e].clone();
+                    entry_told_apart += usize::from((0..n).any(|r| {
+                        (0..want.family[r].data.len())
+                            .any(|e| first_only(r, e) != want.family[r].data[e])
+                    }));
                     for r in 1..n {
                         let mut other = want.clone();
                         other.family[r].data[0] = other.family[r].data[0].add(&Q::one());
@@ -706,6 +737,7 @@ mod tests {
             }
         }
         assert!(checked > 200 && told_apart > 50, "{checked} {told_apart}");
+        assert!(entry_told_apart > 50, "{entry_told_apart}");
     }
 
     /// Two axes sharding one dim: the first mesh axis is major. Rank (a, b)
