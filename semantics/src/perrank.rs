@@ -264,6 +264,7 @@ impl Projection {
     /// there, without forming the other members; `None` where a source
     /// rank has no entry `e`. The oracle's B3 reads the basis coordinates
     /// of a backward's result this way (SPEC.md §18.11).
+    #[inline]
     pub fn entry(&self, x: &PerRank, r: usize, e: usize) -> Option<Q> {
         let src = self.sources.get(r)?;
         let mut acc = x.tensors.get(src[0])?.data.get(e)?.clone();
