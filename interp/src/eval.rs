@@ -549,8 +549,8 @@ fn pointwise_shape<'a, T: Borrow<Tensor>>(
 
 /// `pointwise_shape`, which also sets `div` when `e` divides somewhere
 /// (only then can its VJP leave the domain): one walk of the tree. A leaf,
-/// and a binary node of two leaves, are answered here, inlined into the
-/// caller, so `x / y` takes no call.
+/// a unary node of a leaf and a binary node of two leaves are answered
+/// here, inlined into the caller, so `x / y` and `relu(x)` take no call.
 #[inline(always)]
 fn pointwise_walk<'a, T: Borrow<Tensor>>(
     e: &Expr,
@@ -560,6 +560,9 @@ fn pointwise_walk<'a, T: Borrow<Tensor>>(
 ) -> Option<&'a [usize]> {
     match e {
         Expr::Var(_) | Expr::Const(_) => leaf_shape(e, xs),
+        Expr::Neg(a) | Expr::Pow(a, _) | Expr::Abs(a) | Expr::Relu(a) if is_leaf(a) => {
+            leaf_shape(a, xs)
+        }
         Expr::Add(a, b) | Expr::Sub(a, b) | Expr::Mul(a, b) | Expr::Div(a, b)
             if is_leaf(a) && is_leaf(b) =>
         {
@@ -1950,6 +1953,30 @@ mod tests {
             );
             assert_eq!(walk(src, &[v2.clone(), v3.clone()]), (None, false), "{src}");
         }
+        // A unary node of a leaf, answered inline, and the same node one
+        // level deeper, answered by `pointwise_node`: the leaf's shape, a
+        // scalar constant's, no division.
+        for src in [
+            "relu(x)",
+            "-x",
+            "abs(x)",
+            "x ^ 2",
+            "relu(x + 0)",
+            "-(x * 1)",
+        ] {
+            for v in [&v2, &v3, &s] {
+                let want = Some(v.shape.clone());
+                assert_eq!(walk(src, std::slice::from_ref(v)), (want, false), "{src}");
+            }
+        }
+        assert_eq!(
+            walk("relu(2)", std::slice::from_ref(&v2)),
+            (Some(vec![]), false)
+        );
+        assert_eq!(
+            walk("relu(x / 2)", std::slice::from_ref(&v3)),
+            (Some(vec![3]), true)
+        );
         // A variable past the inputs is not pointwise.
         assert_eq!(walk("x / y", std::slice::from_ref(&v2)).0, None);
         let relu_of_second = Expr::Relu(Box::new(Expr::Var(1)));
