@@ -21,9 +21,20 @@ impl Clone for Tensor {
             data: self.data.clone(),
         }
     }
+    /// In place: a buffer of the same shape, the oracle's usual case, is
+    /// overwritten entry by entry without the vector's general path (a
+    /// truncate, a slice clone and an extend per call).
     fn clone_from(&mut self, o: &Tensor) {
-        self.shape.clone_from(&o.shape);
-        self.data.clone_from(&o.data);
+        if !same_shape(&self.shape, &o.shape) {
+            self.shape.clone_from(&o.shape);
+        }
+        if self.data.len() == o.data.len() {
+            for (a, b) in self.data.iter_mut().zip(&o.data) {
+                a.clone_from(b);
+            }
+        } else {
+            self.data.clone_from(&o.data);
+        }
     }
 }
 
@@ -289,6 +300,32 @@ mod tests {
     use super::*;
     fn t(shape: &[usize], v: &[i64]) -> Tensor {
         Tensor::new(shape.to_vec(), v.iter().map(|&x| Q::int(x)).collect())
+    }
+
+    /// `clone_from` gives a copy of the source whatever the buffer held:
+    /// the same shape (the in-place path), another shape of the same size,
+    /// another size, a placeholder, and big values both ways.
+    #[test]
+    fn clone_from_copies_into_any_buffer() {
+        let big = Q::int(i64::MAX).add(&Q::one());
+        let mut src = t(&[2, 2], &[1, 0, -3, 4]);
+        src.data[1] = big.clone();
+        let buffers = [
+            t(&[2, 2], &[9, 9, 9, 9]),
+            t(&[4], &[5, 6, 7, 8]),
+            t(&[3], &[1, 2, 3]),
+            t(&[2, 2], &[0, 0, 0, 0]).map(|_| big.clone()),
+            Tensor::placeholder(),
+        ];
+        for mut b in buffers {
+            b.clone_from(&src);
+            assert_eq!(b, src);
+        }
+        // Into a buffer of the source's shape that held other values: every
+        // entry is written, the big one included.
+        let mut b = src.map(|q| q.add(&Q::one()));
+        b.clone_from(&src);
+        assert_eq!(b.data, src.data);
     }
 
     /// `zero_as` gives `Tensor::zeros` from any start: the same shape with
