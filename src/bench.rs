@@ -228,7 +228,7 @@ fn measure(job: &Job) -> Value {
         "f64": Value::Null,
     });
     if let (Some(e), Some(name)) = (job.floor, job.name.strip_prefix("derive ")) {
-        // The ratio is the fastest of FLOOR_RUNS runs of each, exact and f64
+        // The ratio is the fastest of the runs of each, exact and f64
         // taking turns on one thread, so a busy machine slows both alike
         // and a stray pause does not decide it. The medians are reported
         // beside it, so a reader sees how much the machine moved.
@@ -451,10 +451,7 @@ fn close(a: f64, b: f64) -> bool {
 
 /// `q` as the nearest-ish f64: a small value's parts divided, which is
 /// what an f64 program reading these values would hold. Computed per grid
-/// point, as the exact side builds its inputs per point. A hash map from
-/// values to floats (hashed per scalar per point, and built per case from
-/// printed values) was 7.7% of the floor's instructions, which flattered
-/// the ratio (SPEC.md §18.4).
+/// point, as the exact side builds its inputs per point (SPEC.md §18.4).
 fn q64(q: &Q) -> f64 {
     match q {
         Q::Small(r) => *r.numer() as f64 / *r.denom() as f64,
@@ -496,9 +493,7 @@ fn floor_derive(name: &str, e: Elem, scope: &Scope) -> Floor {
             let op = TypedOp::local(f.clone(), ins.clone(), o.clone());
             // The one-rank run is counted in each typing that takes it, as
             // `derive`'s rows count it, and not once more for the run
-            // itself: both sides do the same work, so they must count it
-            // alike (counting it once more made the floor's instances
-            // cheaper by 7% on relu and the ratio that much worse).
+            // itself: both sides do the same work and must count it alike.
             if first {
                 first = false;
                 let (n, failed) = floor_op(e, &op, scope, &single);
