@@ -7,18 +7,7 @@ use crate::programs::ProgramResult;
 use serde_json::{json, Value};
 use spmd_oracle::{Verdict, Violation};
 
-/// A rule's name as printed between double quotes: control characters,
-/// backslashes and double quotes escaped (so it stays on one line and inside
-/// its quotes), an apostrophe left as it is.
-pub fn quoted_name(name: &str) -> String {
-    name.chars()
-        .map(|c| match c {
-            '\'' => c.to_string(),
-            c if c.is_control() || c == '"' || c == '\\' => c.escape_debug().to_string(),
-            c => c.to_string(),
-        })
-        .collect()
-}
+pub use spmd_syntax::quoted_name;
 
 /// A user's text as quoted in a one-line error: whole up to 80 characters,
 /// else its first 60 and its length (the error's column still points into

@@ -6,112 +6,16 @@ use crate::partial_kinds::{Coll, Place};
 use crate::run::UsageError;
 use crate::types::{has_kinds, kind_places, meshes_named, parse_types_in, strip_kinds};
 use indexmap::IndexMap;
-use serde::{Deserialize, Serialize};
 use spmd_generators::Scope;
 use spmd_interp::catalogue::{check_group_sizes, collective_typed};
 use spmd_interp::{builtin, parse, parse_with_vars, Backward, Jvp, Op, TypedOp};
 use spmd_semantics::pending::PartialKind;
 use spmd_semantics::{Dialect, Mesh, Type, ALL_STATES};
-
-/// An op: a built-in name or `{ expr = "..." }`.
-#[derive(Deserialize, Serialize, Debug, Clone)]
-#[serde(untagged)]
-pub enum OpSpec {
-    Name(String),
-    Expr { expr: String },
-}
-
-/// A type: one state (one-axis meshes) or a state per named axis.
-#[derive(Deserialize, Serialize, Debug, Clone)]
-#[serde(untagged)]
-pub enum TypeSpec {
-    One(String),
-    Axes(IndexMap<String, String>),
-}
-
-/// A backward: a collective or composition (or `"local"`, the local VJP),
-/// or for a local op one expression per input over the primals and the
-/// output cotangent `g` (`["g * y", "g * x"]`).
-#[derive(Deserialize, Serialize, Debug, Clone)]
-#[serde(untagged)]
-pub enum BackwardSpec {
-    One(String),
-    PerInput(Vec<String>),
-}
-
-/// One `[[rule]]` as written.
-#[derive(Deserialize, Serialize, Debug, Clone, Default)]
-#[serde(deny_unknown_fields)]
-pub struct RuleSpec {
-    pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub dialect: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub op: Option<OpSpec>,
-    /// The order in which `op`'s variables bind to `inputs` (default: order
-    /// of first appearance).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub vars: Option<Vec<String>>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub forward: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backward: Option<BackwardSpec>,
-    /// Inputs (0-based) that get no gradient: B1-B3 skip them.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub no_grad: Vec<usize>,
-    /// A local op's declared global meaning, when it is not the local
-    /// function itself (an expression over the same variables).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub meaning: Option<String>,
-    pub inputs: Vec<TypeSpec>,
-    pub output: TypeSpec,
-    /// A declared JVP, checked by J1: for a local op an expression of the
-    /// primals and their tangents (`dx * y + x * dy`), for a collective the
-    /// op applied to the tangent (`all_reduce`).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub jvp: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mesh: Option<IndexMap<String, usize>>,
-    /// A program (SPEC.md §12.3): names for the inputs, in order ...
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub names: Vec<String>,
-    /// ... and its steps; the last one's value is the output.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub step: Vec<StepSpec>,
-}
-
-impl Default for TypeSpec {
-    fn default() -> TypeSpec {
-        TypeSpec::One(String::new())
-    }
-}
-
-/// One `[[rule.step]]` of a program: a local expression over earlier values
-/// by name, or a collective on one of them.
-#[derive(Deserialize, Serialize, Debug, Clone)]
-#[serde(deny_unknown_fields)]
-pub struct StepSpec {
-    /// The value it defines.
-    pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub expr: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub forward: Option<String>,
-    /// The collective's argument.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub input: Option<String>,
-    /// The collective's declared transpose.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub backward: Option<String>,
-    pub output: TypeSpec,
-}
-
-#[derive(Deserialize, Serialize, Debug)]
-#[serde(deny_unknown_fields)]
-struct RuleFile {
-    #[serde(default)]
-    rule: Vec<RuleSpec>,
-}
+use spmd_syntax::rule::{find_in_rule, type_text};
+pub use spmd_syntax::rule::{
+    locate, parse_file, read_text, read_text_limit, to_toml, BackwardSpec, OpSpec, RuleSpec,
+    StepSpec, TypeSpec, MAX_FILE_BYTES,
+};
 
 /// The most ranks a written mesh may have.
 pub const MAX_RANKS: usize = 64;
@@ -203,120 +107,6 @@ fn kind_collective(text: &str, src: Place, dst: Place) -> Result<Coll, String> {
         ));
     }
     Ok(c)
-}
-
-/// `file:line:col` of a byte offset.
-pub fn locate(file: &str, text: &str, offset: usize) -> String {
-    let before = &text[..offset.min(text.len())];
-    let line = before.matches('\n').count() + 1;
-    let col = before
-        .rsplit('\n')
-        .next()
-        .map(|l| l.chars().count())
-        .unwrap_or(0)
-        + 1;
-    format!("{file}:{line}:{col}")
-}
-
-/// Where the `idx`-th rule's value `needle` is written, best effort: the
-/// first occurrence of it after the rule's name.
-fn find_in_rule(text: &str, rule_name: &str, needle: &str) -> usize {
-    let start = text.find(&format!("\"{rule_name}\"")).unwrap_or(0);
-    text[start..]
-        .find(needle)
-        .map(|i| start + i)
-        .unwrap_or(start)
-}
-
-/// Parse a rule file's text (TOML, or JSON when it starts with `{`).
-pub fn parse_file(file: &str, text: &str) -> Result<Vec<RuleSpec>, UsageError> {
-    if text.trim_start().starts_with('{') {
-        let f: RuleFile = serde_json::from_str(text).map_err(|e| {
-            UsageError(format!(
-                "{file}:{}:{}: {}",
-                e.line(),
-                e.column(),
-                first_line(&e.to_string())
-            ))
-        })?;
-        check_list(file, text, f.rule)
-    } else {
-        let f: RuleFile = toml::from_str(text).map_err(|e| {
-            let at = e
-                .span()
-                .map(|s| locate(file, text, s.start))
-                .unwrap_or_else(|| file.to_string());
-            UsageError(format!("{at}: {}", first_line(e.message())))
-        })?;
-        check_list(file, text, f.rule)
-    }
-}
-
-/// A rule file names at least one rule, each once.
-fn check_list(file: &str, text: &str, rules: Vec<RuleSpec>) -> Result<Vec<RuleSpec>, UsageError> {
-    if rules.is_empty() {
-        return Err(UsageError(format!("{file}: the file defines no rule")));
-    }
-    for (i, r) in rules.iter().enumerate() {
-        if rules[..i].iter().any(|q| q.name == r.name) {
-            let second = text
-                .match_indices(&format!("\"{}\"", r.name))
-                .nth(1)
-                .map_or(0, |(k, _)| k);
-            return Err(UsageError(format!(
-                "{}: rule name \"{}\" is used twice; names must be unique (they key regressions)",
-                locate(file, text, second),
-                crate::report::quoted_name(&r.name)
-            )));
-        }
-    }
-    Ok(rules)
-}
-
-/// The largest rule file read, in bytes.
-pub const MAX_FILE_BYTES: u64 = 4 << 20;
-
-/// Read a rule or job file, refusing what is not a reasonably sized text
-/// file (`/dev/zero` would otherwise be read forever).
-pub fn read_text(path: &str) -> Result<String, UsageError> {
-    read_text_limit(path, MAX_FILE_BYTES)
-}
-
-/// `read_text` with another size limit, in bytes.
-pub fn read_text_limit(path: &str, limit: u64) -> Result<String, UsageError> {
-    use std::io::Read;
-    let f =
-        std::fs::File::open(path).map_err(|e| UsageError(format!("{path}: cannot read: {e}")))?;
-    let mut buf = Vec::new();
-    f.take(limit + 1)
-        .read_to_end(&mut buf)
-        .map_err(|e| UsageError(format!("{path}: cannot read: {e}")))?;
-    if buf.len() as u64 > limit {
-        return Err(UsageError(format!(
-            "{path}: larger than {} MiB; a rule file is a small text file",
-            limit >> 20
-        )));
-    }
-    String::from_utf8(buf).map_err(|e| {
-        UsageError(format!(
-            "{path}: not UTF-8 text (invalid byte at offset {})",
-            e.utf8_error().valid_up_to()
-        ))
-    })
-}
-
-fn first_line(s: &str) -> String {
-    s.lines().next().unwrap_or("").trim().to_string()
-}
-
-fn type_text(t: &TypeSpec) -> String {
-    match t {
-        TypeSpec::One(s) => s.clone(),
-        TypeSpec::Axes(m) => {
-            let parts: Vec<String> = m.iter().map(|(a, s)| format!("{a}: {s}")).collect();
-            format!("{{{}}}", parts.join(", "))
-        }
-    }
 }
 
 /// The intermediate states of a composition `a |> b |> ...` from `src` to
@@ -985,12 +775,4 @@ pub fn load(path: &str, scope: &Scope) -> Result<Vec<Rule>, UsageError> {
     let text = read_text(path)?;
     let specs = parse_file(path, &text)?;
     build(path, &text, &specs, scope)
-}
-
-/// One rule as a TOML file of its own (for emitted tests).
-pub fn to_toml(spec: &RuleSpec) -> String {
-    toml::to_string(&RuleFile {
-        rule: vec![spec.clone()],
-    })
-    .unwrap_or_default()
 }

@@ -32,15 +32,7 @@ pub fn stop_reason() -> Option<String> {
     }
 }
 
-/// A user error in what was asked (exit code 2).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct UsageError(pub String);
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.0)
-    }
-}
+pub use spmd_syntax::UsageError;
 
 /// Refuse an op whose degree bound exceeds `MAX_DEGREE` (SPEC.md §5.2), or
 /// whose inputs make too many shape tuples (§8.1).
