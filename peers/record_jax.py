@@ -452,8 +452,12 @@ def header():
 
 
 def main():
-    write(os.path.join(FIX, "jax_collectives.json"), {**header(), "cases": collective_cases() + mesh22_cases()})
-    write(os.path.join(FIX, "jax_typing.json"), {**header(), "cases": typing_cases()})
+    # --versioned: write jax_collectives_<jax version>.json and
+    # jax_typing_<jax version>.json beside the pinned, unversioned fixtures
+    # (for recording another JAX release without overwriting them).
+    suffix = f"_{jax.__version__}" if "--versioned" in sys.argv[1:] else ""
+    write(os.path.join(FIX, f"jax_collectives{suffix}.json"), {**header(), "cases": collective_cases() + mesh22_cases()})
+    write(os.path.join(FIX, f"jax_typing{suffix}.json"), {**header(), "cases": typing_cases()})
 
 
 if __name__ == "__main__":

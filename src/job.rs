@@ -377,9 +377,18 @@ pub fn run_file(path: &str, check: bool) -> Result<JobReport, UsageError> {
 
 /// Run a parsed job: `file` and `text` locate build errors.
 pub fn run_job(job: &Job, file: &str, text: &str, check: bool) -> Result<JobReport, UsageError> {
-    let d = match &job.dialect {
-        Some(x) => Dialect::parse(x).map_err(err)?,
-        None => Dialect::SpmdTypes,
+    let (d, system) = match job.dialect.as_deref() {
+        None => (Dialect::SpmdTypes, None),
+        Some("canonical") => (Dialect::Canonical, None),
+        Some(x) => {
+            let sys = spmd_dialects::system(x).map_err(|e| {
+                err(format!(
+                    "dialect: {}",
+                    e.replace("(expected one of: ", "(expected one of: canonical, ")
+                ))
+            })?;
+            (sys.dialect, Some(sys))
+        }
     };
     let m = job_mesh(&job.mesh)?;
     let in_types: Vec<Type> = job
@@ -410,12 +419,65 @@ pub fn run_job(job: &Job, file: &str, text: &str, check: bool) -> Result<JobRepo
         check_well_formed(&m, t, x, &format!("inputs[{i}].per_rank"))?;
     }
     let shapes: Vec<Shape> = xs.iter().map(|x| x.shape().to_vec()).collect();
-    let (rule, output_inferred) = match &job.output {
-        Some(o) => {
+    let global = in_types.iter().any(Type::is_global);
+    // Jobs in JAX's language are elaborated by JAX's typing; the other
+    // systems' jobs are read in their names only, for now (SPEC.md §15.5).
+    let (rule, output_inferred) = match (&job.output, system.filter(|s| !global && s.name == "jax"))
+    {
+        // A system's language: its typing elaborates the job (SPEC.md §15.5).
+        (o, Some(sys)) => {
+            let output = o
+                .as_ref()
+                .map(|o| job_type(d, o, &m, "output"))
+                .transpose()?;
+            let step_types = job
+                .steps
+                .iter()
+                .map(|s| {
+                    job_type(d, &s.output, &m, &format!("step `{}`: output", s.name)).map(Some)
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let spec = RuleSpec {
+                name: job.name.clone().unwrap_or_else(|| "job".into()),
+                op: job.op.clone(),
+                forward: job.forward.clone(),
+                backward: job.backward.clone(),
+                jvp: job.jvp.clone(),
+                vars: job.vars.clone(),
+                no_grad: job.no_grad.clone(),
+                meaning: job.meaning.clone(),
+                names: job.names.clone(),
+                step: job.steps.clone(),
+                ..RuleSpec::default()
+            };
+            let axes: Vec<String> = m.axes.iter().map(|a| a.name.clone()).collect();
+            let surface = spmd_dialects::elaborate::Surface {
+                spec: &spec,
+                inputs: in_types.clone(),
+                output: output.clone(),
+                steps: step_types,
+                axes,
+            };
+            let e = spmd_dialects::elaborate::elaborate(sys, &surface).map_err(err)?;
+            let canon = RuleSpec {
+                mesh: Some(m.axes.iter().map(|a| (a.name.clone(), a.size)).collect()),
+                ..e.spec
+            };
+            let scope = Scope {
+                max_instances: u64::MAX,
+                ..Scope::default()
+            };
+            let mut built = rules::build(file, text, &[canon], &scope)?;
+            let mut rule = built.remove(0);
+            rule.dialect = d;
+            rule.elaboration = e.notes;
+            (rule, output.is_none())
+        }
+        (Some(o), None) => {
             let t = job_type(d, o, &m, "output")?;
             (build(job, file, text, &m, &in_types, &t, &steps)?, false)
         }
-        None => (
+        (None, None) => (
             infer_and_build(job, d, file, text, &m, &in_types, &steps, &shapes)?,
             true,
         ),
@@ -693,8 +755,8 @@ impl JobReport {
     }
 
     fn notes(&self) -> Vec<String> {
-        let mut n = Vec::new();
-        if self.output_inferred {
+        let mut n: Vec<String> = self.rule.elaboration.clone();
+        if self.output_inferred && self.rule.elaboration.is_empty() {
             n.push(format!(
                 "output type {} inferred (no `output` given)",
                 self.op.output.display(&self.mesh)

@@ -78,6 +78,7 @@ pub fn check_external(
         meshes,
         dialect,
         pending: None,
+        elaboration: Vec::new(),
     };
     let mut rep = check::check_rule(&rule, cfg, &[], &|_| {});
     if let (n @ 1.., why) = ext.refused() {

@@ -439,8 +439,8 @@ pub fn dialect_text(rows: &[crate::derive::DialectRow], sys: &spmd_dialects::Sys
             sys.describe(&r.outcome)
         ));
         match &r.class {
-            spmd_dialects::Class::UnsoundAcceptance(c) => s.push_str(&format!("\n      {c}")),
-            spmd_dialects::Class::Unknown(c) if !c.starts_with("seed silent") => {
+            crate::derive::Class::UnsoundAcceptance(c) => s.push_str(&format!("\n      {c}")),
+            crate::derive::Class::Unknown(c) if !c.starts_with("seed silent") => {
                 s.push_str(&format!("\n      {c}"))
             }
             _ => {}
@@ -453,7 +453,7 @@ pub fn dialect_text(rows: &[crate::derive::DialectRow], sys: &spmd_dialects::Sys
 
 /// The classes' counts, e.g. `64 typings: 20 agrees, 3 unsound acceptance, ...`.
 pub fn dialect_counts(rows: &[crate::derive::DialectRow]) -> String {
-    let parts: Vec<String> = spmd_dialects::Class::WORDS
+    let parts: Vec<String> = crate::derive::Class::WORDS
         .iter()
         .map(|w| {
             let n = rows.iter().filter(|r| r.class.word() == *w).count();
@@ -474,10 +474,10 @@ pub fn dialect_json(rows: &[crate::derive::DialectRow], sys: &spmd_dialects::Sys
                 v["system"] = json!(sys.name);
                 v["class"] = json!(r.class.word());
                 match &r.class {
-                    spmd_dialects::Class::UnsoundAcceptance(c) => {
+                    crate::derive::Class::UnsoundAcceptance(c) => {
                         v["acceptance_counterexample"] = json!(c)
                     }
-                    spmd_dialects::Class::Unknown(why) => v["unknown_because"] = json!(why),
+                    crate::derive::Class::Unknown(why) => v["unknown_because"] = json!(why),
                     _ => {}
                 }
                 v["system_does"] = match &r.outcome {

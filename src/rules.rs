@@ -35,6 +35,10 @@ pub struct Rule {
     /// §21.7): checked by the pending-kind checks instead of the core. Its
     /// `op` then reads every kind as the core's Partial and is never checked.
     pub pending: Option<PendingRule>,
+    /// What the system decided when it elaborated the rule (SPEC.md §15.5):
+    /// inserted casts, inferred types, chosen backwards; empty when nothing
+    /// was elaborated.
+    pub elaboration: Vec<String>,
 }
 
 /// A rule with pending kinds (SPEC.md §21.7): a local op or a collective of
@@ -184,10 +188,25 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
     let err = |needle: &str, msg: String| {
         UsageError(format!("{}: rule \"{}\": {msg}", at(needle), s.name))
     };
-    let dialect = match &s.dialect {
-        Some(d) => Dialect::parse(d).map_err(|e| err(d, e))?,
-        None => Dialect::SpmdTypes,
+    // The names a rule is written in, and the system that elaborates it
+    // (SPEC.md §15.5): none without `dialect` (the project's letters) or
+    // with `dialect = "canonical"`.
+    let (dialect, system) = match s.dialect.as_deref() {
+        None => (Dialect::SpmdTypes, None),
+        Some("canonical") => (Dialect::Canonical, None),
+        Some(d) => {
+            let sys = spmd_dialects::system(d).map_err(|e| {
+                err(
+                    d,
+                    e.replace("(expected one of: ", "(expected one of: canonical, "),
+                )
+            })?;
+            (sys.dialect, Some(sys))
+        }
     };
+    // Note: rule files are read in the system's names but not yet
+    // elaborated by its typing (SPEC.md §15.5 says which commands do).
+    let _ = system;
     // serde_json's exact numbers arrive as a one-key table; a type is text.
     let all_types = s
         .inputs
@@ -450,6 +469,7 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
         has_backward,
         dialect,
         pending: None,
+        elaboration: Vec::new(),
     })
 }
 
@@ -622,6 +642,7 @@ fn build_pending(
         has_backward: false,
         dialect,
         pending: Some(pending),
+        elaboration: Vec::new(),
     })
 }
 

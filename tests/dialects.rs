@@ -5,11 +5,10 @@
 
 mod common;
 
-use spmd_check::derive::{classify_rows, derive, DerivedRow};
+use spmd_check::derive::{classify_outcome, classify_rows, derive, Class, DerivedRow};
 use spmd_check::dialects::tables::{jvp_rows, seed_rules, SYSTEMS as TABLE_SYSTEMS};
 use spmd_check::dialects::{
-    classify_outcome, dtensor, jax, ltensor, nabla, spmd_types, system, Class, OpClass, Outcome,
-    System, SYSTEMS,
+    dtensor, jax, ltensor, nabla, spmd_types, system, OpClass, Outcome, System, SYSTEMS,
 };
 use spmd_check::generators::Scope;
 use spmd_check::interp::builtin;
@@ -445,6 +444,8 @@ const WRONG: System = System {
     dialect: spmd_check::semantics::Dialect::Canonical,
     seeds: "none",
     typing: wrong,
+    cast: spmd_check::dialects::elaborate::cast_by_table_ltensor,
+    collective: spmd_check::dialects::elaborate::collective_by_table_ltensor,
 };
 
 /// The negative twin: the classifier must call P * P -> P an unsound

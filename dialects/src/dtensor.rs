@@ -29,6 +29,8 @@ pub const SYSTEM: System = System {
     dialect: Dialect::Dtensor,
     seeds: "001",
     typing,
+    cast: crate::elaborate::cast_by_table_dtensor,
+    collective: crate::elaborate::collective_by_table_dtensor,
 };
 
 /// The seed's FSDP example's reading of `Reduced()` propagation.
@@ -37,6 +39,8 @@ pub const FSDP_READING: System = System {
     dialect: Dialect::Dtensor,
     seeds: "001",
     typing: typing_fsdp_reading,
+    cast: crate::elaborate::cast_by_table_dtensor,
+    collective: crate::elaborate::collective_by_table_dtensor,
 };
 
 /// The real library's version whose propagation `one_dim` follows.
@@ -192,12 +196,13 @@ fn one_dim(op: OpClass, s: &[State]) -> Result<(State, Vec<Move>), String> {
         ))
     };
     Ok(match (op, s) {
-        (Neg | ScalarMul | View, [x]) => (*x, vec![]),
+        (Neg | ScalarMul | View | Cumsum, [x]) => (*x, vec![]),
         (Sum, [I]) => (I, vec![]),
         (Sum, [_]) => (P, vec![]),
         (Mean, [V]) => return not_sum("avg"),
         (Max, [V]) => return not_sum("max"),
         (Nonlinear | NarrowingCast | Mean | Max, [P]) => (I, vec![(0, I)]),
+        (FloorDivision, [P, b]) => (*b, vec![(0, I)]),
         (Nonlinear | NarrowingCast | Mean | Max, [x]) => (*x, vec![]),
         (Add | Sub | Mul | Division | Matmul | Concat, [a, b]) => binary(op, *a, *b)
             .ok_or_else(|| format!("no recorded propagation for {}", op.name()))?,

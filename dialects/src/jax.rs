@@ -27,13 +27,15 @@
 
 use crate::{columns, malformed, Cast, OpClass, Operand, Outcome, System};
 use spmd_interp::Collective;
-use spmd_semantics::{Dialect, State};
+use spmd_semantics::{Dialect, State, Type};
 
 pub const SYSTEM: System = System {
     name: "jax",
     dialect: Dialect::Jax,
     seeds: "000",
     typing,
+    cast,
+    collective,
 };
 
 /// The casts JAX inserts, and the no-op casts and collectives of seed 000's
@@ -79,12 +81,12 @@ fn reduced_rule(op: OpClass, arity: usize) -> ReducedRule {
     match op {
         // Unary ops (sin, exp, neg, ...), convert_element_type, transpose,
         // squeeze, dynamic_slice, reduce_sum: "Propagates from input".
-        Neg | Nonlinear | NarrowingCast | View | Sum if arity == 1 => ReducedRule::Unary,
+        Neg | Nonlinear | NarrowingCast | View | Sum | Cumsum if arity == 1 => ReducedRule::Unary,
         // Binary ops (add, mul, sub, div), concatenate,
         // dynamic_update_slice: "All inputs must match, then propagates".
         // A constant factor is an Invariant operand (`mul_const_R`).
-        Add | Sub | Mul | Division | Concat | Nonlinear | NarrowingCast | View | Sum | Neg
-        | ScalarMul => ReducedRule::Nary,
+        Add | Sub | Mul | Division | FloorDivision | Concat | Nonlinear | NarrowingCast | View
+        | Sum | Neg | ScalarMul | Cumsum => ReducedRule::Nary,
         Matmul | Einsum => ReducedRule::DotGeneral,
         // reduce_max has no reduced_rule in the seed's list.
         Max => ReducedRule::None,
@@ -125,8 +127,8 @@ fn unreduced_rule(op: OpClass) -> UnreducedRule {
         Mul | ScalarMul => UnreducedRule::Mul,
         Matmul | Einsum => UnreducedRule::DotGeneral,
         Sum => UnreducedRule::Keep,
-        Neg | Sub | Division | Nonlinear => UnreducedRule::NotImplemented,
-        Mean | Max | View | Concat | NarrowingCast => UnreducedRule::Unknown,
+        Neg | Sub | Division | Nonlinear | FloorDivision => UnreducedRule::NotImplemented,
+        Mean | Max | View | Concat | NarrowingCast | Cumsum => UnreducedRule::Unknown,
     }
 }
 
@@ -296,5 +298,361 @@ pub fn primitive_name(c: &Collective) -> Option<&'static str> {
         (Kind::PPermute { .. }, _, _) => "ppermute",
         (Kind::AllToAll { .. }, _, _) => "all_to_all",
         _ => return None,
+    })
+}
+
+/// How JAX runs a cast its typing inserts (or `pcast` names): the catalogue
+/// call and JAX's transpose of it (`jax/_src/lax/parallel.py` in 0.12:
+/// pvary and psum_invariant, preduced and unreduced_psum,
+/// vary_unreduced_cast and reduced_vary_cast transpose to each other).
+pub fn cast(name: &str, from: State, to: State) -> Option<(String, String)> {
+    use State::*;
+    let (f, b) = match (name, from, to) {
+        (PVARY, Invariant, Varying) => (PVARY, "psum_invariant"),
+        (REDUCED_VARY_CAST, Reduced, Varying) => (REDUCED_VARY_CAST, "vary_unreduced_cast"),
+        ("preduced", Invariant, Reduced) => ("preduced", "unreduced_psum"),
+        ("vary_unreduced_cast", Varying, Partial) => ("vary_unreduced_cast", REDUCED_VARY_CAST),
+        _ => return None,
+    };
+    Some((f.into(), b.into()))
+}
+
+/// JAX's word for a state in `pcast` errors.
+fn word(s: State) -> &'static str {
+    match s {
+        State::Invariant => "invarying",
+        State::Varying => "varying",
+        State::Partial => "unreduced",
+        State::Reduced => "reduced",
+    }
+}
+
+/// JAX's `pcast` legality (`_pcast_funcs` in 0.12): the cast it runs from
+/// `from` to the destination named `to`, or its error.
+pub fn pcast(from: State, to: &str) -> Result<&'static str, String> {
+    use State::*;
+    match (from, to) {
+        (Invariant, "varying") => Ok(PVARY),
+        (Invariant, "reduced") => Ok("preduced"),
+        (Varying, "unreduced") => Ok("vary_unreduced_cast"),
+        (Reduced, "varying") => Ok(REDUCED_VARY_CAST),
+        (_, "varying" | "reduced" | "unreduced") => Err(format!(
+            "ValueError: Unsupported pcast from={}, to='{to}'",
+            word(from)
+        )),
+        _ => Err(format!(
+            "ValueError: Got unexpected `to` value '{to}'. Allowed `to` values are: {{'varying', 'unreduced', 'reduced'}}"
+        )),
+    }
+}
+
+/// A call's keyword argument, unquoted.
+fn kwarg(call: &str, key: &str) -> Option<String> {
+    crate::elaborate::call_args(call).into_iter().find_map(|a| {
+        let (k, v) = a.split_once('=')?;
+        (k.trim() == key).then(|| v.trim().trim_matches(|c| c == '\'' || c == '"').to_string())
+    })
+}
+
+/// The call with its name replaced and the keywords in `drop` removed.
+fn respell(call: &str, name: &str, drop: &[&str]) -> String {
+    let args: Vec<String> = crate::elaborate::call_args(call)
+        .into_iter()
+        .filter(|a| {
+            !a.split_once('=')
+                .is_some_and(|(k, _)| drop.contains(&k.trim()))
+        })
+        .collect();
+    if args.is_empty() {
+        name.to_string()
+    } else {
+        format!("{name}({})", args.join(", "))
+    }
+}
+
+/// The inverse of a `perm` argument: pairs `(s, d)` become `(d, s)`; a list
+/// `perm[s] = d` (with `_` for none) is inverted.
+fn inverse_perm(call: &str) -> Option<String> {
+    let p = crate::elaborate::call_args(call)
+        .into_iter()
+        .find_map(|a| {
+            a.split_once('=')
+                .filter(|(k, _)| k.trim() == "perm")
+                .map(|(_, v)| v.trim().to_string())
+        })?;
+    let inner = p.strip_prefix('[')?.strip_suffix(']')?;
+    if inner.contains('(') {
+        let pairs: Vec<String> = inner
+            .split(')')
+            .filter_map(|x| {
+                let x = x.trim_start_matches([',', ' ']).trim().strip_prefix('(')?;
+                let (a, b) = x.split_once(',')?;
+                Some(format!("({}, {})", b.trim(), a.trim()))
+            })
+            .collect();
+        return Some(format!("[{}]", pairs.join(", ")));
+    }
+    let entries: Vec<&str> = inner.split(',').map(str::trim).collect();
+    let mut inv = vec!["_".to_string(); entries.len()];
+    for (s, d) in entries.iter().enumerate() {
+        if let Ok(d) = d.parse::<usize>() {
+            *inv.get_mut(d)? = s.to_string();
+        }
+    }
+    Some(format!("[{}]", inv.join(",")))
+}
+
+/// JAX's reading of a collective call inside `shard_map(check_vma=True)`,
+/// as jax 0.12 behaves (tests/fixtures/jax_pipeline_0.12.0.1.json): the
+/// `pvary` it inserts on Invariant axes before a collective that needs
+/// Varying ones (`insert_collective_pvary`), the primitive it binds for the
+/// input's states (psum of Unreduced is `unreduced_psum`, `all_gather(...,
+/// to='reduced')` is `all_gather_reduced`, ...), the output type and JAX's
+/// transpose; or JAX's error.
+pub fn collective(
+    call: &str,
+    t: &Type,
+    axes: &[String],
+) -> Result<crate::elaborate::Reading, String> {
+    use crate::elaborate::{acting_axes, base_name, collective_by_table, Call, Reading};
+    use State::*;
+    let name = base_name(call);
+    let varying_family = [
+        "psum",
+        "pmean",
+        "all_gather",
+        "psum_scatter",
+        "ppermute",
+        "all_to_all",
+    ];
+    if !varying_family.contains(&name) && name != "pcast" && name != PVARY {
+        return collective_by_table(&SYSTEM, call, t, axes);
+    }
+    let at = acting_axes(call, t, axes, &[Varying, Invariant, Partial, Reduced]);
+    let named = |a: usize| -> String {
+        if axes.len() == 1 {
+            String::new()
+        } else {
+            format!("axis={}", axes[a])
+        }
+    };
+    let with_axis = |f: &str, a: usize| -> String {
+        let n = named(a);
+        if n.is_empty() {
+            f.to_string()
+        } else {
+            format!("{f}({n})")
+        }
+    };
+    let mut cur = t.clone();
+    let mut casts = Vec::new();
+    let set = |t: &Type, s: State| {
+        let mut o = t.clone();
+        for &a in &at {
+            o.states[a] = s;
+            o.layout[a] = None;
+        }
+        o
+    };
+    if name == "pcast" || name == PVARY {
+        let to = match name {
+            "pcast" => {
+                kwarg(call, "to").ok_or("pcast: give its destination, e.g. pcast(to='varying')")?
+            }
+            _ => "varying".to_string(),
+        };
+        let src = cur.states[at[0]];
+        if at.iter().any(|&a| cur.states[a] != src) {
+            return Err(format!("`{call}` acts on mesh axes in different states"));
+        }
+        let f = pcast(src, &to)?;
+        let (fw, bw) = cast(
+            f,
+            src,
+            match f {
+                PVARY | REDUCED_VARY_CAST => Varying,
+                "preduced" => Reduced,
+                _ => Partial,
+            },
+        )
+        .expect("every pcast has a cast");
+        let out = set(
+            &cur,
+            match f {
+                PVARY | REDUCED_VARY_CAST => Varying,
+                "preduced" => Reduced,
+                _ => Partial,
+            },
+        );
+        let axis = at.iter().map(|&a| axes[a].as_str()).collect::<Vec<_>>();
+        let tail = if axes.len() > 1 {
+            format!("(axes=[{}])", axis.join(", "))
+        } else {
+            String::new()
+        };
+        return Ok(Reading {
+            casts: vec![],
+            call: Call {
+                forward: format!("{fw}{tail}"),
+                output: out,
+                backward: Some(format!("{bw}{tail}")),
+                name: format!("pcast to {to} ({f})"),
+            },
+        });
+    }
+    let any = |t: &Type, s: State| at.iter().any(|&a| t.states[a] == s);
+    let to = kwarg(call, "to");
+    if name != "all_gather" && to.is_some() {
+        return Err(format!(
+            "TypeError: {name}() got an unexpected keyword argument 'to'"
+        ));
+    }
+    // Unreduced inputs: psum and psum_scatter have their own primitives.
+    if any(&cur, Partial) {
+        if at.iter().all(|&a| cur.states[a] == Partial) {
+            match name {
+                "psum" => {
+                    return Ok(Reading {
+                        casts,
+                        call: Call {
+                            forward: respell(call, "unreduced_psum", &[]),
+                            output: set(&cur, Invariant),
+                            backward: Some(respell(call, "preduced", &[])),
+                            name: "unreduced_psum".into(),
+                        },
+                    })
+                }
+                "psum_scatter" => {
+                    return Ok(Reading {
+                        casts,
+                        call: Call {
+                            forward: respell(call, "unreduced_psum_scatter", &[]),
+                            output: set(&cur, Varying),
+                            backward: Some(respell(call, "all_gather_reduced", &[])),
+                            name: "unreduced_psum_scatter".into(),
+                        },
+                    })
+                }
+                _ => {}
+            }
+        }
+        return Err("ValueError: pvary cannot accept args which are unreduced".into());
+    }
+    if name == "all_gather" && to.as_deref() == Some("reduced") {
+        if any(&cur, Invariant) || any(&cur, Reduced) {
+            return Err(
+                "ValueError: all_gather_reduced only accepts inputs that are varying".into(),
+            );
+        }
+        return Ok(Reading {
+            casts,
+            call: Call {
+                forward: respell(call, "all_gather_reduced", &["to"]),
+                output: set(&cur, Reduced),
+                backward: Some(respell(call, "unreduced_psum_scatter", &["to"])),
+                name: "all_gather_reduced".into(),
+            },
+        });
+    }
+    if any(&cur, Reduced) {
+        return Err("ValueError: pvary cannot accept args which are reduced".into());
+    }
+    // Invariant axes are pvaried first (jax_auto_pcast).
+    for &a in &at {
+        if cur.states[a] == Invariant {
+            let mut o = cur.clone();
+            o.states[a] = Varying;
+            casts.push(Call {
+                forward: with_axis(PVARY, a),
+                output: o.clone(),
+                backward: Some(with_axis("psum_invariant", a)),
+                name: PVARY.into(),
+            });
+            cur = o;
+        }
+    }
+    let (fw, out, bw, prim) = match (name, to.as_deref()) {
+        ("psum", _) => (
+            respell(call, "psum_invariant", &[]),
+            set(&cur, Invariant),
+            respell(call, PVARY, &[]),
+            "psum_invariant",
+        ),
+        ("pmean", _) => (
+            call.to_string(),
+            set(&cur, Invariant),
+            "divide_by_group_size |> pvary".to_string(),
+            "pmean",
+        ),
+        ("all_gather", None | Some("varying")) => (
+            respell(call, "all_gather", &["to"]),
+            set(&cur, Varying),
+            respell(call, "psum_scatter", &["to"]),
+            "all_gather",
+        ),
+        ("all_gather", Some("invarying")) => {
+            let d = kwarg(call, "dim").unwrap_or("0".into());
+            (
+                respell(call, "all_gather_invariant", &["to"]),
+                set(&cur, Invariant),
+                format!("convert(I,V, dim={d})"),
+                "all_gather_invariant",
+            )
+        }
+        ("all_gather", Some(v)) => return Err(format!(
+            "ValueError: all_gather's `to` is one of 'varying', 'reduced', 'invarying'; got '{v}'"
+        )),
+        ("psum_scatter", _) => (
+            call.to_string(),
+            set(&cur, Varying),
+            respell(call, "all_gather", &[]),
+            "psum_scatter",
+        ),
+        ("ppermute", _) => {
+            let inv = inverse_perm(call).ok_or("ppermute: give `perm`")?;
+            let args: Vec<String> = crate::elaborate::call_args(call)
+                .into_iter()
+                .map(|a| match a.split_once('=') {
+                    Some((k, _)) if k.trim() == "perm" => format!("perm={inv}"),
+                    _ => a,
+                })
+                .collect();
+            (
+                call.to_string(),
+                set(&cur, Varying),
+                format!("ppermute({})", args.join(", ")),
+                "ppermute",
+            )
+        }
+        ("all_to_all", _) => {
+            let args: Vec<String> = crate::elaborate::call_args(call)
+                .into_iter()
+                .map(|a| match a.split_once('=') {
+                    Some((k, v)) if matches!(k.trim(), "split" | "split_axis") => {
+                        format!("concat={}", v.trim())
+                    }
+                    Some((k, v)) if matches!(k.trim(), "concat" | "concat_axis") => {
+                        format!("split={}", v.trim())
+                    }
+                    _ => a,
+                })
+                .collect();
+            (
+                call.to_string(),
+                set(&cur, Varying),
+                format!("all_to_all({})", args.join(", ")),
+                "all_to_all",
+            )
+        }
+        _ => unreachable!("names of the varying family"),
+    };
+    Ok(Reading {
+        casts,
+        call: Call {
+            forward: fw,
+            output: out,
+            backward: Some(bw),
+            name: prim.into(),
+        },
     })
 }

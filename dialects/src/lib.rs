@@ -7,17 +7,16 @@
 //! system infers, which casts it inserts, or the error it raises. Each rule
 //! cites its seed; where the seed is silent the function answers `Unknown`.
 //! `tables` holds each system's seed table as data (`tables/<system>.toml`).
-//! `classify` sets a typing function's answer beside the oracle's verdict.
 
 pub mod dtensor;
+pub mod elaborate;
 pub mod jax;
 pub mod ltensor;
 pub mod nabla;
 pub mod spmd_types;
 pub mod tables;
 
-use spmd_oracle::Verdict;
-use spmd_semantics::{Dialect, State};
+use spmd_semantics::{Dialect, State, Type};
 
 /// The op classes a typing function distinguishes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -45,6 +44,10 @@ pub enum OpClass {
     /// (linear in all inputs jointly).
     Concat,
     Division,
+    /// `floor(x / y)`: one op in PyTorch (`floor_divide`, `//`).
+    FloorDivision,
+    /// A running sum along a dim: linear.
+    Cumsum,
     NarrowingCast,
 }
 
@@ -67,6 +70,8 @@ impl OpClass {
             "transpose" | "reshape" | "slice" | "gather" => View,
             "concat" | "dynamic_update_slice" => Concat,
             "div" => Division,
+            "floor_divide" => FloorDivision,
+            "cumsum" => Cumsum,
             "cast" => NarrowingCast,
             _ => return None,
         })
@@ -88,6 +93,8 @@ impl OpClass {
             View => "view",
             Concat => "concat",
             Division => "division",
+            FloorDivision => "floor division",
+            Cumsum => "cumsum",
             NarrowingCast => "narrowing cast",
         }
     }
@@ -173,6 +180,13 @@ pub struct System {
     /// Its typing function: op class and input types, a state per mesh axis
     /// for each input (all of one length).
     pub typing: fn(OpClass, &[Vec<State>]) -> Outcome,
+    /// How a cast its typing inserts is run: the catalogue call and the
+    /// system's backward for it (SPEC.md §15.5).
+    pub cast: fn(&str, State, State) -> Option<(String, String)>,
+    /// How it reads a collective call on an input type over the mesh axes:
+    /// the casts it inserts, the catalogue call, the output type it
+    /// infers and its transpose; or its refusal (SPEC.md §15.5).
+    pub collective: fn(&str, &Type, &[String]) -> Result<elaborate::Reading, String>,
 }
 
 /// Every system, in the order of the seed tables.
@@ -219,6 +233,15 @@ impl System {
                 .unwrap_or_else(|| format!("{} (no name in {})", s.letter(), d.name())),
         }
     }
+    /// A type in its names: one state, or `{axis: state, ...}` by position.
+    pub fn type_name(&self, t: &Type) -> String {
+        let names: Vec<String> = t.states.iter().map(|&s| self.state_name(s)).collect();
+        if names.len() == 1 {
+            names[0].clone()
+        } else {
+            format!("({})", names.join(", "))
+        }
+    }
     /// Its answer for one typing on one axis, in its own words.
     pub fn describe(&self, o: &Outcome) -> String {
         match o {
@@ -238,132 +261,6 @@ impl System {
             }
             Outcome::Error(e) => format!("error: {e}"),
             Outcome::Unknown(r) => format!("unknown: {r}"),
-        }
-    }
-}
-
-/// How a system's answer for one typing compares with the oracle's verdict.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Class {
-    /// It accepts the typing (after its casts) and the oracle proves it
-    /// sound, or it does not give this typing and the oracle finds it unsound.
-    Agrees,
-    /// It accepts a typing the oracle finds unsound: the counterexample.
-    UnsoundAcceptance(String),
-    /// It raises an error on inputs whose typing the oracle finds sound.
-    SoundRejection,
-    /// It infers another output for these inputs, and this one is sound too.
-    PermissivenessGap,
-    /// The seed is silent, or the oracle reached no verdict: the reason.
-    Unknown(String),
-}
-
-impl Class {
-    pub fn word(&self) -> &'static str {
-        match self {
-            Class::Agrees => "agrees",
-            Class::UnsoundAcceptance(_) => "unsound acceptance",
-            Class::SoundRejection => "sound rejection",
-            Class::PermissivenessGap => "permissiveness gap",
-            Class::Unknown(_) => "unknown",
-        }
-    }
-    /// The words of every class, in report order.
-    pub const WORDS: [&'static str; 5] = [
-        "agrees",
-        "unsound acceptance",
-        "sound rejection",
-        "permissiveness gap",
-        "unknown",
-    ];
-}
-
-/// Run a system's typing function on one one-axis typing (`inputs` → `output`)
-/// and classify its answer. `verdict(ins, out)` is the oracle's verdict of a
-/// one-axis typing of the same op; the row's own verdict is asked for
-/// `(inputs, output)`, and where the system inserts casts, the verdict of the
-/// typing after them decides (the casts themselves are checked with the
-/// collective tables, SPEC.md §10.3).
-pub fn classify(
-    sys: &System,
-    op: OpClass,
-    inputs: &[State],
-    output: State,
-    verdict: &dyn Fn(&[State], State) -> Option<Verdict>,
-) -> (Outcome, Class) {
-    let per_axis: Vec<Vec<State>> = inputs.iter().map(|&s| vec![s]).collect();
-    let outcome = (sys.typing)(op, &per_axis);
-    let mut class = classify_outcome(&outcome, inputs, output, verdict);
-    // DTensor picks a gradient's placement when autograd runs: torch 2.14.1
-    // returns the gradient of a Replicate() operand of mul or matmul as
-    // Partial() where the other operand is Partial() or Shard(), and the
-    // proposal's grad-placement hook all-reduces it to Replicate(). Read as
-    // the proposal's Reduced() (whose cotangent is a pending sum) a backward
-    // failure of the plain local VJP may vanish; the row's verdict is then
-    // about a backward DTensor does not use, and the class says so.
-    if let (Dialect::Dtensor, Class::UnsoundAcceptance(x), Outcome::Infers { casts, .. }) =
-        (sys.dialect, &class, &outcome)
-    {
-        if x.starts_with('B') {
-            let mut eff = inputs.to_vec();
-            for c in casts {
-                eff[c.input] = c.to;
-            }
-            for s in eff.iter_mut().filter(|s| **s == State::Invariant) {
-                *s = State::Reduced;
-            }
-            if verdict(&eff, output).is_some_and(|v| v.is_sound()) {
-                class = Class::Unknown(format!(
-                    "sound with DTensor's own backward, not with this typing's: torch 2.14.1 returns the Replicate() inputs' gradients as Partial() (tests/fixtures/dtensor_ops.json, mul_R_P; read as Reduced(), sound), and seed 001's grad-placement hook then all-reduces them to Replicate(); taken as Replicate() gradients from the local VJP as is: {x}"
-                ));
-            }
-        }
-    }
-    (outcome, class)
-}
-
-/// The classification of an outcome already computed (SPEC.md §15.3).
-pub fn classify_outcome(
-    outcome: &Outcome,
-    inputs: &[State],
-    output: State,
-    verdict: &dyn Fn(&[State], State) -> Option<Verdict>,
-) -> Class {
-    let inconclusive = |v: &Option<Verdict>| {
-        Class::Unknown(match v {
-            Some(v) => format!("the oracle's verdict is {}", v.name()),
-            None => "the oracle has no verdict for this typing".into(),
-        })
-    };
-    // Not this typing: the system errs, or infers another output.
-    let rejected = |gap: Class| {
-        let v = verdict(inputs, output);
-        match &v {
-            Some(v) if v.is_sound() => gap,
-            Some(v) if v.violation().is_some() => Class::Agrees,
-            _ => inconclusive(&v),
-        }
-    };
-    match outcome {
-        Outcome::Unknown(r) => Class::Unknown(format!("seed silent: {r}")),
-        Outcome::Error(_) => rejected(Class::SoundRejection),
-        Outcome::Infers { output: o, .. } if o.as_slice() != [output] => {
-            rejected(Class::PermissivenessGap)
-        }
-        Outcome::Infers { casts, .. } => {
-            let mut eff = inputs.to_vec();
-            for c in casts {
-                eff[c.input] = c.to;
-            }
-            let v = verdict(&eff, output);
-            match &v {
-                Some(v) if v.is_sound() => Class::Agrees,
-                Some(v) => match v.violation() {
-                    Some(x) => Class::UnsoundAcceptance(x.one_line()),
-                    None => inconclusive(&Some(v.clone())),
-                },
-                None => inconclusive(&v),
-            }
         }
     }
 }

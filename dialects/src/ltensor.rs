@@ -20,6 +20,8 @@ pub const SYSTEM: System = System {
     dialect: Dialect::Canonical,
     seeds: "001",
     typing,
+    cast: crate::elaborate::cast_by_table_ltensor,
+    collective: crate::elaborate::collective_by_table_ltensor,
 };
 
 /// The cast LTensor inserts.

@@ -21,6 +21,8 @@ pub const SYSTEM: System = System {
     dialect: Dialect::Nabla,
     seeds: "002, 004",
     typing,
+    cast: crate::elaborate::cast_by_table_nabla,
+    collective: crate::elaborate::collective_by_table_nabla,
 };
 
 /// The cast Nabla inserts to force a pending sum.
@@ -39,7 +41,7 @@ fn on_partial(op: OpClass, col: &[State]) -> OnPartial {
     let partials = col.iter().filter(|&&s| s == State::Partial).count();
     match op {
         // Linear in their one input: defer (SliceTensorOp, GatherOp).
-        Neg | ScalarMul | View | Sum | Mean if col.len() == 1 => OnPartial::Defer,
+        Neg | ScalarMul | View | Sum | Mean | Cumsum if col.len() == 1 => OnPartial::Defer,
         // "preserve if all inputs carry the axis" (ConcatenateOp; add and
         // sub are linear in all inputs jointly the same way).
         Add | Sub | Concat => {
@@ -64,9 +66,9 @@ fn on_partial(op: OpClass, col: &[State]) -> OnPartial {
         }
         // "nonlinear ops must force reduction"; "CastOp no longer
         // incorrectly defers narrowing casts". max is not linear.
-        Nonlinear | Max | NarrowingCast => OnPartial::Force,
+        Nonlinear | Max | NarrowingCast | FloorDivision => OnPartial::Force,
         Division => OnPartial::Unknown("seed 004 does not say whether division defers".into()),
-        Neg | ScalarMul | View | Sum | Mean => {
+        Neg | ScalarMul | View | Sum | Mean | Cumsum => {
             OnPartial::Unknown(format!("{} with several inputs", op.name()))
         }
     }

@@ -21,6 +21,8 @@ pub const SYSTEM: System = System {
     dialect: Dialect::SpmdTypes,
     seeds: "003",
     typing,
+    cast: crate::elaborate::cast_by_table_spmd_types,
+    collective: crate::elaborate::collective_by_table_spmd_types,
 };
 
 /// The explicit casts of seed 003, which local ops never insert.
@@ -52,8 +54,14 @@ impl Linearity {
     pub fn of(op: OpClass) -> Linearity {
         use OpClass::*;
         match op {
-            Add | Sub | Neg | Sum | Mean | View | Concat => Linearity::Linear,
-            Mul | Matmul | Einsum | ScalarMul | Division => Linearity::Multilinear,
+            // `torch.cumsum` is registered LINEAR (the fixture's op_linearity
+            // cases).
+            Add | Sub | Neg | Sum | Mean | View | Concat | Cumsum => Linearity::Linear,
+            // `x // y` is `torch.div(x, y, rounding_mode="floor")`: the
+            // registry's `div` entry, MULTILINEAR with the divisor nonlinear,
+            // so a Partial dividend stays Partial, which the floor makes
+            // unsound (SPEC.md §15.5).
+            Mul | Matmul | Einsum | ScalarMul | Division | FloorDivision => Linearity::Multilinear,
             Nonlinear | Max | NarrowingCast => Linearity::Nonlinear,
         }
     }
@@ -103,7 +111,8 @@ pub fn typing_operands(op: OpClass, operands: &[Operand], out_partial: &[usize])
         // [1]`): a Partial divisor is refused (`torch_div_R_P_plain`), a
         // Partial dividend is scaled (`torch_div_P_R_plain` -> P). Seed 003
         // has no rule for division.
-        if op == OpClass::Division && matches!(slots.get(1), Some(Slot::Tensor(State::Partial, _)))
+        if matches!(op, OpClass::Division | OpClass::FloorDivision)
+            && matches!(slots.get(1), Some(Slot::Tensor(State::Partial, _)))
         {
             return Outcome::Error(format!(
                 "mesh axis {a}: Partial type cannot propagate through the nonlinear argument of div"

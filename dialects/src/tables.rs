@@ -7,8 +7,8 @@
 //! binary with `include_str!` and deserialized on first use into owned rows.
 
 use serde::Deserialize;
-use spmd_oracle::Property;
 use spmd_semantics::Dialect;
+use spmd_semantics::Property;
 use std::sync::OnceLock;
 
 /// What a seed system says of a typing.

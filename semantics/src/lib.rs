@@ -7,12 +7,14 @@ pub mod interval;
 pub mod mesh;
 pub mod pending;
 pub mod perrank;
+pub mod property;
 pub mod q;
 pub mod state;
 pub mod tensor;
 
 pub use mesh::{Axis, Mesh};
 pub use perrank::{denote, equivalent, well_formed, Denot, PerRank};
+pub use property::Property;
 pub use q::Q;
 pub use state::{Dialect, State, Type, ALL_STATES};
 pub use tensor::{Shape, Tensor};

@@ -1,0 +1,141 @@
+//! Elaboration (SPEC.md §15.5): a job written in JAX's language runs as
+//! JAX runs it: the casts JAX inserts, the output type it infers, its
+//! transposes as backwards, its refusals. Expected numbers are those real
+//! JAX 0.12.0.1 gave (peers/recorded/jax_pipeline_0.12.0.1.json), worked out
+//! again here by hand.
+
+use serde_json::{json, Value};
+use spmd_check::job::{parse_job, run_job, CheckResult};
+
+fn run(job: &Value, check: bool) -> Result<spmd_check::job::JobReport, String> {
+    let text = job.to_string();
+    let j = parse_job("job.json", &text).map_err(|e| e.0)?;
+    run_job(&j, "job.json", &text, check).map_err(|e| e.0)
+}
+
+fn per_rank(v: &Value) -> Vec<Value> {
+    v["per_rank"].as_array().unwrap().clone()
+}
+
+/// x Invariant + y Varying: JAX inserts pvary on x, whose transpose sums
+/// the cotangents, so x's gradient is 101+201+301+401 = 1004 on every rank.
+#[test]
+fn invariant_plus_varying_gets_jax_gradients() {
+    let job = json!({"dialect": "jax", "mesh": {"x": 4}, "op": "add",
+        "inputs": [{"type": "Invariant", "per_rank": [[1], [1], [1], [1]]},
+                   {"type": "Varying", "per_rank": [[10], [20], [30], [40]]}],
+        "cotangent": [[101], [201], [301], [401]]});
+    let r = run(&job, true).unwrap();
+    let v = r.to_json();
+    assert_eq!(v["output"]["type"], "V");
+    let b = v["backward"].as_array().unwrap();
+    assert_eq!(b[0]["type"], "I");
+    assert_eq!(per_rank(&b[0]), vec![json!([1004]); 4]);
+    assert_eq!(
+        per_rank(&b[1]),
+        vec![json!([101]), json!([201]), json!([301]), json!([401])]
+    );
+    assert!(
+        v["notes"].to_string().contains("inserts pvary on `x`"),
+        "{}",
+        v["notes"]
+    );
+    assert!(matches!(r.check, Some(CheckResult::Pass { .. })));
+}
+
+/// The negative twin: the same program with pvary's transpose written
+/// wrongly (pvary again, which keeps each rank's cotangent) is caught by
+/// the oracle, at B3 or before.
+#[test]
+fn a_wrong_transpose_of_the_inserted_cast_is_refuted() {
+    let job = json!({"dialect": "canonical", "mesh": {"x": 4},
+        "names": ["x_in", "y"],
+        "steps": [
+            {"name": "x", "forward": "pvary", "input": "x_in", "backward": "reinterpret(V,I)", "output": "V"},
+            {"name": "out", "expr": "x + y", "output": "V"}],
+        "inputs": [{"type": "Invariant", "per_rank": [[1], [1], [1], [1]]},
+                   {"type": "Varying", "per_rank": [[10], [20], [30], [40]]}],
+        "cotangent": [[101], [201], [301], [401]]});
+    match run(&job, true) {
+        Ok(r) => assert!(
+            matches!(r.check, Some(CheckResult::Violation(_))),
+            "{}",
+            r.to_text()
+        ),
+        // Refused before running: the written backward does not even type.
+        Err(e) => assert!(e.contains("reinterpret"), "{e}"),
+    }
+}
+
+/// U * U: JAX refuses a bilinear op of two Unreduced operands.
+#[test]
+fn unreduced_times_unreduced_is_refused_with_jax_reason() {
+    let job = json!({"dialect": "jax", "mesh": {"x": 2}, "op": "mul",
+        "inputs": [{"type": "Unreduced", "per_rank": [[1], [2]]},
+                   {"type": "Unreduced", "per_rank": [[3], [4]]}]});
+    let e = run(&job, false).unwrap_err();
+    assert!(e.contains("bilinear"), "{e}");
+    // Twin: U * R is accepted (one Unreduced factor beside Reduced).
+    let ok = json!({"dialect": "jax", "mesh": {"x": 2}, "op": "mul",
+        "inputs": [{"type": "Unreduced", "per_rank": [[1], [2]]},
+                   {"type": "Reduced", "per_rank": [[3], [3]]}]});
+    assert_eq!(run(&ok, false).unwrap().to_json()["output"]["type"], "P");
+}
+
+/// psum of an Invariant value: JAX pvaries it first; 4 x 5 = 20, and the
+/// transpose (psum_invariant of pvary's) gives 4 x 7 = 28.
+#[test]
+fn psum_of_invariant_is_pvaried_first_and_transposed() {
+    let job = json!({"dialect": "jax", "mesh": {"x": 4}, "forward": "psum",
+        "inputs": [{"type": "Invariant", "per_rank": [[5], [5], [5], [5]]}],
+        "cotangent": [[7], [7], [7], [7]]});
+    let v = run(&job, true).unwrap().to_json();
+    assert_eq!(per_rank(&v["output"]), vec![json!([20]); 4]);
+    assert_eq!(per_rank(&v["backward"][0]), vec![json!([28]); 4]);
+    // psum of Unreduced is unreduced_psum (transpose preduced): 1+2+3+4.
+    let u = json!({"dialect": "jax", "mesh": {"x": 4}, "forward": "psum",
+        "inputs": [{"type": "Unreduced", "per_rank": [[1], [2], [3], [4]]}],
+        "cotangent": [[7], [7], [7], [7]]});
+    let v = run(&u, true).unwrap().to_json();
+    assert_eq!(v["output"]["type"], "I");
+    assert_eq!(per_rank(&v["output"]), vec![json!([10]); 4]);
+    assert_eq!(v["backward"][0]["type"], "R");
+}
+
+/// JAX's pcast table: Unreduced -> varying is refused; Reduced -> varying
+/// is reduced_vary_cast.
+#[test]
+fn pcast_follows_jax_table() {
+    let bad = json!({"dialect": "jax", "mesh": {"x": 2}, "forward": "pcast(to='varying')",
+        "inputs": [{"type": "Unreduced", "per_rank": [[1], [2]]}]});
+    let e = run(&bad, false).unwrap_err();
+    assert!(e.contains("Unsupported pcast from=unreduced"), "{e}");
+    let ok = json!({"dialect": "jax", "mesh": {"x": 2}, "forward": "pcast(to='varying')",
+        "inputs": [{"type": "Reduced", "per_rank": [[1], [1]]}]});
+    assert_eq!(run(&ok, false).unwrap().to_json()["output"]["type"], "V");
+}
+
+/// all_gather(..., to='invarying') is all_gather_invariant, transposed by
+/// a local slice: rank r keeps entry r of the cotangent.
+#[test]
+fn all_gather_to_invarying() {
+    let job = json!({"dialect": "jax", "mesh": {"x": 4}, "forward": "all_gather(dim=0, to='invarying')",
+        "inputs": [{"type": "Varying", "per_rank": [[1], [2], [3], [4]]}],
+        "cotangent": [[7, 8, 9, 10], [7, 8, 9, 10], [7, 8, 9, 10], [7, 8, 9, 10]]});
+    let v = run(&job, true).unwrap().to_json();
+    assert_eq!(v["output"]["type"], "I");
+    assert_eq!(
+        per_rank(&v["backward"][0]),
+        vec![json!([7]), json!([8]), json!([9]), json!([10])]
+    );
+}
+
+/// Dialect names are the same in jobs and rule files: `ltensor` is read.
+#[test]
+fn ltensor_is_a_dialect_of_rule_files_too() {
+    let text = "[[rule]]\nname = \"l\"\ndialect = \"ltensor\"\nop = \"add\"\ninputs = [\"V\", \"V\"]\noutput = \"V\"\n";
+    assert!(spmd_check::rules::load_str("r.toml", text).is_ok());
+    let bad = text.replace("ltensor", "ltensr");
+    let e = spmd_check::rules::load_str("r.toml", &bad).unwrap_err().0;
+    assert!(e.contains("canonical, spmd_types, jax"), "{e}");
+}
