@@ -139,30 +139,7 @@ pub fn fill(t: &str) -> String {
 /// `all_reduce` of a partial input is `all_reduce(I)` with seed 003's
 /// transpose of it, `reinterpret(I,R)`.
 pub fn cast_spelling(system: &str, name: &str, from: State, to: State) -> Option<(String, String)> {
-    if let Some((r, _, _)) = slot_rows(system)
-        .into_iter()
-        .find(|(r, s, d)| r.forward == name && *s == from && *d == to)
-    {
-        return Some((fill(r.forward), fill(r.backward.expect("has a backward"))));
-    }
-    // DTensor's moves and its grad-placement hook, as seed 003's calls with
-    // seed 003's transposes (dialects/src/dtensor.rs says which).
-    if system == "dtensor" {
-        let fwd = spmd_dialects::dtensor::cast_as_catalogue(name, from, to)?;
-        let (r, _, _) = slot_rows("spmd_types")
-            .into_iter()
-            .find(|(r, _, _)| r.forward == fwd)?;
-        return Some((fill(r.forward), fill(r.backward.expect("has a backward"))));
-    }
-    match (name, from, to) {
-        ("mark_varying", State::Invariant, State::Varying) => {
-            Some(("pvary".into(), "psum_invariant".into()))
-        }
-        ("all_reduce", State::Partial, State::Invariant) => {
-            Some(("all_reduce(I)".into(), "reinterpret(I,R)".into()))
-        }
-        _ => None,
-    }
+    spmd_dialects::elaborate::cast_by_table(system, name, from, to)
 }
 
 fn value_name(inputs: usize, v: usize) -> String {

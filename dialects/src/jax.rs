@@ -599,9 +599,11 @@ pub fn collective(
                 "all_gather_invariant",
             )
         }
-        ("all_gather", Some(v)) => return Err(format!(
+        ("all_gather", Some(v)) => {
+            return Err(format!(
             "ValueError: all_gather's `to` is one of 'varying', 'reduced', 'invarying'; got '{v}'"
-        )),
+        ))
+        }
         ("psum_scatter", _) => (
             call.to_string(),
             set(&cur, Varying),
