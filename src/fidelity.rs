@@ -11,8 +11,8 @@
 //! refuses; the oracle decides whether that typing means anything.
 
 use crate::check::{check_rule, CheckConfig};
-use crate::job::{parse_job, run_job, tensor_json};
-use crate::rules::{load_str, Rule};
+use crate::job::{parse_job, run_job, run_job_as_recorded, tensor_json};
+use crate::rules::{load_str_as_recorded, Rule};
 use crate::run::UsageError;
 use serde_json::Value;
 use spmd_generators::Scope;
@@ -34,6 +34,9 @@ pub enum Class {
     ModelMismatch(String),
     /// The case cannot be written in this tool's terms, and why.
     NotExpressible(String),
+    /// The oracle could not decide the question the case asks (vacuous or
+    /// undetermined even with random cases), and why: never counted as sound.
+    Undetermined(String),
 }
 
 impl Class {
@@ -44,11 +47,15 @@ impl Class {
             Class::RealDefect(_) => "real_defect",
             Class::ModelMismatch(_) => "model_mismatch",
             Class::NotExpressible(_) => "not_expressible",
+            Class::Undetermined(_) => "undetermined",
         }
     }
     pub fn detail(&self) -> Option<&str> {
         match self {
-            Class::RealDefect(s) | Class::ModelMismatch(s) | Class::NotExpressible(s) => Some(s),
+            Class::RealDefect(s)
+            | Class::ModelMismatch(s)
+            | Class::NotExpressible(s)
+            | Class::Undetermined(s) => Some(s),
             _ => None,
         }
     }
@@ -61,6 +68,7 @@ pub const CLASSES: &[&str] = &[
     "real_defect",
     "model_mismatch",
     "not_expressible",
+    "undetermined",
 ];
 
 /// One classified case.
@@ -256,13 +264,57 @@ fn config(cases: u32) -> CheckConfig {
     }
 }
 
-/// The oracle's verdict on a rule over the whole scope on its mesh:
-/// `Ok(())` or the counterexample.
-fn oracle(rule: &Rule) -> Result<(), String> {
+/// What the oracle decided about a rule.
+enum Judged {
+    Sound,
+    Unsound(String),
+    /// Neither: vacuous or undetermined, and why.
+    Undetermined(String),
+}
+
+impl Judged {
+    fn is_sound(&self) -> bool {
+        matches!(self, Judged::Sound)
+    }
+    /// The class of an accepted case: sound agrees, unsound is the real
+    /// system's defect, undecided is undetermined.
+    fn accepted(self, note: String) -> (Class, String) {
+        match self {
+            Judged::Sound => (Class::Agree, note),
+            Judged::Unsound(v) => (Class::RealDefect(v), note),
+            Judged::Undetermined(why) => (Class::Undetermined(why), note),
+        }
+    }
+}
+
+/// The judgement a verdict gives: a vacuous or undetermined verdict is
+/// never sound (SPEC.md §16).
+fn judged(v: &spmd_oracle::Verdict, rule: &Rule) -> Judged {
+    if let Some(x) = v.violation() {
+        return Judged::Unsound(x.one_line_in(rule.dialect));
+    }
+    if v.is_sound() {
+        return Judged::Sound;
+    }
+    Judged::Undetermined(
+        v.vacuous_reason()
+            .map(str::to_string)
+            .or_else(|| v.undetermined_reason())
+            .unwrap_or_else(|| v.name().to_string()),
+    )
+}
+
+/// The oracle's verdict on a rule over the whole scope on its mesh; a
+/// vacuous or undetermined scope is widened by random cases before it is
+/// called undetermined.
+fn oracle(rule: &Rule) -> Judged {
     let r = check_rule(rule, &config(0), &[], &|_| {});
-    match r.verdict.violation() {
-        Some(v) => Err(v.one_line_in(rule.dialect)),
-        None => Ok(()),
+    match judged(&r.verdict, rule) {
+        Judged::Undetermined(_) => {
+            let r = check_rule(rule, &config(256), &[], &|_| {});
+            judged(&r.verdict, rule)
+        }
+        j => j,
     }
 }
 
@@ -318,11 +370,15 @@ fn collective(c: &Value) -> (Class, String) {
     if let Some(e) = refused {
         // The real system refuses what the model builds: is it meaningful?
         return match oracle(&rep.rule) {
-            Ok(()) => (
+            Judged::Sound => (
                 Class::SoundRejection,
                 format!("refused ({e}), but the oracle finds the rule sound"),
             ),
-            Err(_) => (Class::Agree, "refused, and the rule is unsound".into()),
+            Judged::Unsound(_) => (Class::Agree, "refused, and the rule is unsound".into()),
+            Judged::Undetermined(why) => (
+                Class::Undetermined(why),
+                format!("refused ({e}); the oracle cannot decide the rule"),
+            ),
         };
     }
     if let Some(d) = differs(&rep.output.value, &real["output_per_rank"]) {
@@ -345,10 +401,7 @@ fn collective(c: &Value) -> (Class, String) {
     };
     let mut note = note;
     note.push_str(&cot_note);
-    match oracle(&rep.rule) {
-        Ok(()) => (Class::Agree, note),
-        Err(v) => (Class::RealDefect(v), note),
-    }
+    oracle(&rep.rule).accepted(note)
 }
 
 /// The expression of a recorded JAX local op on operands `a`, `b`.
@@ -387,17 +440,14 @@ fn local_rule(
         axis.size,
         ins.join(", ")
     );
-    let mut rules = load_str("<fixture>", &text)?;
+    let mut rules = load_str_as_recorded("<fixture>", &text)?;
     Ok(rules.remove(0))
 }
 
 /// Forward properties only (F1-F3): what a recorded typing says.
-fn forward_sound(rule: &Rule) -> Result<(), String> {
+fn forward_sound(rule: &Rule) -> Judged {
     let v = crate::run::check_forward(&rule.op, &Scope::default(), &rule.meshes);
-    match v.violation() {
-        Some(x) => Err(x.one_line_in(rule.dialect)),
-        None => Ok(()),
-    }
+    judged(&v, rule)
 }
 
 fn jax_typing(c: &Value) -> (Class, String) {
@@ -498,10 +548,7 @@ fn jax_typing(c: &Value) -> (Class, String) {
                 None => "the op is rational; program steps must be polynomial".into(),
             }
         );
-        match forward_sound(&rule) {
-            Ok(()) => (Class::Agree, note),
-            Err(v) => (Class::RealDefect(v), note),
-        }
+        forward_sound(&rule).accepted(note)
     } else {
         judge_refusal("jax", &expr, &states, &[], real, "", "")
     }
@@ -760,9 +807,10 @@ fn dtensor_pending(
     }
 }
 
+/// A DTensor case as DTensor recorded it: its redistributions are steps.
 fn run_json(job: &Value) -> Result<crate::job::JobReport, UsageError> {
     let text = job.to_string();
-    parse_job("<fixture>", &text).and_then(|j| run_job(&j, "<fixture>", &text, false))
+    parse_job("<fixture>", &text).and_then(|j| run_job_as_recorded(&j, "<fixture>", &text, false))
 }
 
 /// One redistribution as DTensor 2.14.1 performs it, on recorded per-rank
@@ -966,10 +1014,7 @@ fn dtensor_typing(c: &Value) -> (Class, String) {
                 "`{expr}` on {} -> {out}; forward and every gradient equal DTensor's per rank{read}",
                 placements.join(", ")
             );
-            return match oracle(&rule) {
-                Ok(()) => (Class::Agree, note),
-                Err(v) => (Class::RealDefect(v), note),
-            };
+            return oracle(&rule).accepted(note);
         }
     }
     let rule = match local_rule("dtensor", &mesh, expr, &seen, out, &[]) {
@@ -992,10 +1037,7 @@ fn dtensor_typing(c: &Value) -> (Class, String) {
             "DTensor recorded no gradient"
         }
     );
-    match forward_sound(&rule) {
-        Ok(()) => (Class::Agree, note),
-        Err(v) => (Class::RealDefect(v), note),
-    }
+    forward_sound(&rule).accepted(note)
 }
 
 /// Classify what spmd_types did with `expr` on `types`: accepted with
@@ -1025,10 +1067,7 @@ fn judge_spmd_types(
             }
         };
         let note = format!("`{expr}` accepted as {} -> {out}{ng}", types.join(", "));
-        match oracle(&rule) {
-            Ok(()) => (Class::Agree, note),
-            Err(v) => (Class::RealDefect(v), note),
-        }
+        oracle(&rule).accepted(note)
     } else {
         let what = format!("`{expr}` ");
         let ng = if no_grad.is_empty() {
@@ -1057,21 +1096,28 @@ fn judge_refusal(
     } else {
         &["I", "R", "V", "P"]
     };
-    let sound: Vec<&str> = outs
+    let judged: Vec<(&str, Judged)> = outs
         .iter()
-        .copied()
-        .filter(|out| {
-            local_rule(dialect, &mesh, expr, types, out, no_grad).is_ok_and(|r| oracle(&r).is_ok())
+        .filter_map(|out| {
+            let r = local_rule(dialect, &mesh, expr, types, out, no_grad).ok()?;
+            Some((*out, oracle(&r)))
+        })
+        .collect();
+    let sound: Vec<&str> = judged
+        .iter()
+        .filter(|(_, j)| j.is_sound())
+        .map(|(o, _)| *o)
+        .collect();
+    let open: Vec<String> = judged
+        .iter()
+        .filter_map(|(o, j)| match j {
+            Judged::Undetermined(why) => Some(format!("{o} ({why})")),
+            _ => None,
         })
         .collect();
     let e = real["error"].as_str().unwrap_or("");
     let e = e.split(':').next().unwrap_or(e);
-    if sound.is_empty() {
-        (
-            Class::Agree,
-            format!("{what}refused ({e}){ng}; no output type is sound"),
-        )
-    } else {
+    if !sound.is_empty() {
         (
             Class::SoundRejection,
             format!(
@@ -1080,16 +1126,32 @@ fn judge_refusal(
                 sound.join(" or ")
             ),
         )
+    } else if !open.is_empty() {
+        (
+            Class::Undetermined(format!("undecided for {}", open.join(", "))),
+            format!(
+                "{what}refused ({e}){ng}; no output type is proved sound, and the oracle cannot decide {} -> {}",
+                types.join(", "),
+                open.join(" or ")
+            ),
+        )
+    } else {
+        (
+            Class::Agree,
+            format!("{what}refused ({e}){ng}; no output type is sound"),
+        )
     }
 }
 
-/// A JAX typing case whose gradients were recorded, replayed as a program:
-/// the casts JAX inserted as steps with JAX's transposes of them (pvary by
-/// psum_invariant, reduced_vary_cast by vary_unreduced_cast), then the op.
-/// The per-rank output and every operand's gradient must equal JAX's; then
-/// the whole program is checked, backward included. `None` when JAX could
-/// not differentiate it, or the op is not polynomial (program steps must
-/// be, SPEC.md §12.1).
+/// An accepted JAX case replayed through the user's path (SPEC.md §15.5):
+/// the op as a `run` job in JAX's names, with no casts and no output
+/// written, so the JAX dialect elaborates it (inserts the casts, infers the
+/// output, picks JAX's transposes). The per-rank output and every operand's
+/// gradient must equal JAX's; then the elaborated program is checked,
+/// backward included. `None` when JAX could not differentiate it, or the
+/// dialect does not read it as JAX did (refuses, or infers another output:
+/// the dialect check reports that), so the recorded typing is judged as
+/// recorded instead.
 fn jax_typing_with_backward(
     c: &Value,
     expr: &str,
@@ -1097,59 +1159,27 @@ fn jax_typing_with_backward(
     casts: &str,
 ) -> Option<(Class, String)> {
     let real = &c["real"];
-    if !real["transpose_error"].is_null() || expr.contains('/') {
+    if !real["transpose_error"].is_null() {
         return None;
     }
     let grads = real["transpose"].as_array()?;
-    if grads.len() != states.len() {
+    if grads.len() != states.len() || states.len() > 3 {
         return None;
     }
-    let inserted: Vec<&str> = real["inserted"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default();
-    let pvary = inserted.iter().any(|s| s.starts_with("pvary"));
-    let rvary = inserted.iter().any(|s| s.starts_with("reduced_vary_cast"));
-    let has_vary = states.iter().any(|s| s == "Varying");
-    let names = ["a", "b"];
-    let mut steps = Vec::new();
-    let mut body = expr.to_string();
-    for (k, st) in states.iter().enumerate() {
-        let cast = match st.as_str() {
-            "Invariant" if pvary && has_vary => Some(("pvary", "psum_invariant")),
-            "Reduced" if rvary => Some(("reduced_vary_cast", "vary_unreduced_cast")),
-            _ => None,
-        };
-        if let Some((fw, bw)) = cast {
-            let v = format!("{}1", names[k]);
-            steps.push(
-                serde_json::json!({"name": v, "forward": fw, "input": names[k],
-                "backward": bw, "output": "Varying"}),
-            );
-            body = body.replace(names[k], &v);
-        }
-    }
+    let names = &["a", "b", "c"][..states.len()];
     let out = real["output"]["state"].as_str()?;
-    steps.push(serde_json::json!({"name": "out", "expr": body, "output": out}));
     let job = serde_json::json!({
-        "dialect": "jax", "mesh": c["mesh"], "names": &names[..states.len()],
-        "steps": steps,
+        "dialect": "jax", "mesh": c["mesh"], "op": {"expr": expr}, "vars": names,
         "inputs": c["inputs"].as_array()?.iter().map(|i| serde_json::json!({
             "type": i["state"], "per_rank": i["per_rank"]})).collect::<Vec<_>>(),
-        "output": out,
         "cotangent": real["cotangent"]["per_rank"],
     });
     let text = job.to_string();
     let j = parse_job("<fixture>", &text).ok()?;
-    let rep = match run_job(&j, "<fixture>", &text, false) {
-        Ok(r) => r,
-        Err(e) => {
-            return Some((
-                Class::ModelMismatch(format!("JAX accepts it; the model refuses: {e}")),
-                String::new(),
-            ))
-        }
-    };
+    let rep = run_job(&j, "<fixture>", &text, false).ok()?;
+    if !jax_state_is(&rep.rule.op.output, out) {
+        return None;
+    }
     if let Some(d) = differs(&rep.output.value, &real["output_per_rank"]) {
         return Some((Class::ModelMismatch(format!("forward: {d}")), String::new()));
     }
@@ -1163,13 +1193,18 @@ fn jax_typing_with_backward(
         }
     }
     let note = format!(
-        "accepted as {} -> {out}{casts}; forward and every gradient equal JAX's; checked with JAX's transposes of its casts",
+        "accepted as {} -> {out}{casts}; forward and every gradient equal JAX's, run as a user's job (the dialect elaborates it)",
         states.join(", ")
     );
-    Some(match oracle(&rep.rule) {
-        Ok(()) => (Class::Agree, note),
-        Err(v) => (Class::RealDefect(v), note),
-    })
+    Some(oracle(&rep.rule).accepted(note))
+}
+
+/// Whether a one-axis type is JAX's state `name` (Varying, Invariant, ...).
+fn jax_state_is(t: &spmd_semantics::Type, name: &str) -> bool {
+    t.states.len() == 1
+        && spmd_semantics::Dialect::Jax
+            .parse_state(name)
+            .is_ok_and(|(s, _)| s == t.states[0])
 }
 
 // ---- the dialect typing functions against the real systems ----
@@ -1560,4 +1595,31 @@ pub fn dialect_json(results: &[CaseResult]) -> Value {
             }))
         }).collect::<Vec<_>>(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A refusal whose every candidate rule is vacuous (the op is defined
+    /// nowhere) is undetermined, never a sound rejection; its twin, a
+    /// refusal of an op the oracle decides, is (SPEC.md §16).
+    #[test]
+    fn a_vacuous_refusal_is_undetermined_not_sound() {
+        let real = serde_json::json!({"accepted": false, "error": "SpmdTypeError: refused"});
+        let (c, note) = judge_refusal(
+            "spmd_types",
+            "1 / (a - a)",
+            &["V".into()],
+            &[],
+            &real,
+            "",
+            "",
+        );
+        assert_eq!(c.key(), "undetermined", "{c:?} {note}");
+        assert!(!note.contains("sound as"), "{note}");
+        let (c, note) = judge_refusal("spmd_types", "a + a", &["V".into()], &[], &real, "", "");
+        assert_eq!(c.key(), "sound_rejection", "{c:?} {note}");
+        assert!(note.contains("sound as V -> V"), "{note}");
+    }
 }

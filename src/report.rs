@@ -388,12 +388,20 @@ pub fn fidelity(results: &[crate::fidelity::CaseResult], json: bool, all: bool) 
         "the real systems, recorded by peers/ and replayed through the model (SPEC.md §16):\n",
     );
     s.push_str(&format!(
-        "  {:<12} {:<14} {:>6} {:>6} {:>8} {:>8} {:>9} {:>9}\n",
-        "system", "version", "cases", "agree", "sound-rej", "defect", "mismatch", "not-expr"
+        "  {:<12} {:<14} {:>6} {:>6} {:>8} {:>8} {:>9} {:>9} {:>7}\n",
+        "system",
+        "version",
+        "cases",
+        "agree",
+        "sound-rej",
+        "defect",
+        "mismatch",
+        "not-expr",
+        "undet"
     ));
     for g in &groups {
         s.push_str(&format!(
-            "  {:<12} {:<14} {:>6} {:>6} {:>8} {:>8} {:>9} {:>9}\n",
+            "  {:<12} {:<14} {:>6} {:>6} {:>8} {:>8} {:>9} {:>9} {:>7}\n",
             g.0,
             g.1,
             results
@@ -405,6 +413,7 @@ pub fn fidelity(results: &[crate::fidelity::CaseResult], json: bool, all: bool) 
             count(g, "real_defect"),
             count(g, "model_mismatch"),
             count(g, "not_expressible"),
+            count(g, "undetermined"),
         ));
     }
     s.push_str(&crate::fidelity::dialect_text(results));

@@ -179,11 +179,33 @@ pub fn build(
 ) -> Result<Vec<Rule>, UsageError> {
     specs
         .iter()
-        .map(|s| build_one(file, text, s, scope))
+        .map(|s| build_one(file, text, s, scope, true))
         .collect()
 }
 
-fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule, UsageError> {
+/// Build rules as a real system recorded them (fixtures, SPEC.md §15.5):
+/// read in the system's names but not elaborated by our model of its
+/// typing, so that what the system did is checked, not what we think it
+/// does.
+pub fn build_as_recorded(
+    file: &str,
+    text: &str,
+    specs: &[RuleSpec],
+    scope: &Scope,
+) -> Result<Vec<Rule>, UsageError> {
+    specs
+        .iter()
+        .map(|s| build_one(file, text, s, scope, false))
+        .collect()
+}
+
+fn build_one(
+    file: &str,
+    text: &str,
+    s: &RuleSpec,
+    scope: &Scope,
+    elaborate: bool,
+) -> Result<Rule, UsageError> {
     let at = |needle: &str| locate(file, text, find_in_rule(text, &s.name, needle));
     let err = |needle: &str, msg: String| {
         UsageError(format!("{}: rule \"{}\": {msg}", at(needle), s.name))
@@ -204,9 +226,6 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
             (sys.dialect, Some(sys))
         }
     };
-    // Note: rule files are read in the system's names but not yet
-    // elaborated by its typing (SPEC.md §15.5 says which commands do).
-    let _ = system;
     // serde_json's exact numbers arrive as a one-key table; a type is text.
     let all_types = s
         .inputs
@@ -274,6 +293,27 @@ fn build_one(file: &str, text: &str, s: &RuleSpec, scope: &Scope) -> Result<Rule
                 ),
             ));
         }
+    }
+    // A system's language: its typing elaborates the rule (SPEC.md §15.5),
+    // and the canonical rule it yields is what is checked.
+    let global = types.iter().chain([&output]).any(Type::is_global);
+    if let Some(sys) = system.filter(|_| elaborate && !global) {
+        let surface = spmd_dialects::elaborate::Surface {
+            spec: s,
+            inputs: types.clone(),
+            output: Some(output.clone()),
+            steps: step_types.iter().cloned().map(Some).collect(),
+            axes: axes.clone(),
+        };
+        let e = spmd_dialects::elaborate::elaborate(sys, &surface).map_err(|m| err("output", m))?;
+        let canon = RuleSpec {
+            dialect: None,
+            ..e.spec
+        };
+        let mut rule = build_one(file, text, &canon, scope, false)?;
+        rule.dialect = dialect;
+        rule.elaboration = e.notes;
+        return Ok(rule);
     }
     let meshes = match &s.mesh {
         Some(m) => {
@@ -789,6 +829,12 @@ impl Rule {
 pub fn load_str(file: &str, text: &str) -> Result<Vec<Rule>, UsageError> {
     let specs = parse_file(file, text)?;
     build(file, text, &specs, &Scope::default())
+}
+
+/// [`load_str`] for what a real system recorded: see [`build_as_recorded`].
+pub fn load_str_as_recorded(file: &str, text: &str) -> Result<Vec<Rule>, UsageError> {
+    let specs = parse_file(file, text)?;
+    build_as_recorded(file, text, &specs, &Scope::default())
 }
 
 /// Read and build every rule of a file.

@@ -237,6 +237,7 @@ fn the_command_reports_per_system_and_version() {
             "real_defect",
             "model_mismatch",
             "not_expressible",
+            "undetermined",
         ]
         .iter()
         .map(|k| row[*k].as_u64().unwrap())
@@ -372,4 +373,34 @@ fn jax_0_11_implements_unreduced_division() {
         .filter(|r| !r.dialect.as_ref().unwrap().matches())
         .count();
     assert_eq!(differ, 1);
+}
+
+/// A refusal is judged by deciding every output type; a vacuous or
+/// undecided oracle run is never "sound" (SPEC.md §16). spmd_types refusing
+/// a nonlinear op on (R, V, P): no output type is sound, so the refusal is
+/// justified (it used to be "sound as R, V, P -> I or R or V or P", from a
+/// run that checked nothing). Twin: refusing the linear sum of three
+/// Partial operands is a sound rejection, decided on three inputs too.
+#[test]
+fn three_input_refusals_are_decided_never_vacuously_sound() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("spmd-fidelity-3in-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let case = |id: &str, op: &str, inputs: &[&str]| {
+        serde_json::json!({"kind": "typing", "source": "infer_local_type_for_axis",
+            "id": id, "op": op, "inputs": inputs, "no_grad": null, "out_partial": false,
+            "real": {"accepted": false, "output": null, "error": "SpmdTypeError: refused"}})
+    };
+    let f = serde_json::json!({"system": "spmd_types", "version": "three-inputs", "cases": [
+        case("nonlinear_R_V_P", "linearity=NONLINEAR", &["R", "V", "P"]),
+        case("linear_P_P_P", "linearity=LINEAR", &["P", "P", "P"]),
+    ]});
+    std::fs::write(dir.join("spmd_types_typing.json"), f.to_string()).unwrap();
+    let rs = run(dir.to_str().unwrap()).unwrap();
+    let n = class_of(&rs, "spmd_types", "nonlinear_R_V_P");
+    assert_eq!(n.class.key(), "agree", "{n:?}");
+    assert!(n.note.contains("no output type is sound"), "{n:?}");
+    let l = class_of(&rs, "spmd_types", "linear_P_P_P");
+    assert_eq!(l.class.key(), "sound_rejection", "{l:?}");
+    assert!(l.note.contains("-> P"), "{l:?}");
 }

@@ -249,13 +249,23 @@ fn a_pending_sum_alone_is_the_core_partial() {
         &["Shard(0)"],
         "Partial(\"sum\")",
     );
-    text += &rule(
+    // In DTensor's language, x + 1 on a pending sum is redistributed to
+    // Replicate first (SPEC.md §15.5): claiming Partial is refused with
+    // the typing DTensor infers, and nothing is checked.
+    let claim = rule(
         "sum plus one",
         "dtensor",
         "x + 1",
         &["Partial(\"sum\")"],
         "Partial(sum)",
     );
+    let f = temp_rule_file("sum-plus-one.toml", &claim);
+    let (code, _, err) = run(&["check", &f]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("dtensor infers Replicate()"), "{err}");
+    // Twin: the same claim in canonical letters is the core's P, which the
+    // oracle refutes at F3.
+    text += &rule("sum plus one", "canonical", "x + 1", &["P"], "P");
     let (code, v) = check_json("sum.toml", &text);
     assert_eq!(code, 1);
     let s = rule_named(&v, "sum");

@@ -35,7 +35,7 @@ output = "P"
 [[rule]]
 name = "gather to reduced"
 dialect = "jax"
-forward = "all_gather(dim = 0)"
+forward = "all_gather(dim = 0, to = 'reduced')"
 backward = "psum_scatter(dim = 0)"
 inputs = ["Varying"]
 output = "Reduced"

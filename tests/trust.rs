@@ -536,14 +536,22 @@ fn reports_use_the_rules_own_dialect_names() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("y : Replicate()"), "{out}");
     assert!(out.contains("x : Shard(0)"), "{out}");
-    let jax = "[[rule]]\nname = \"jx\"\ndialect = \"jax\"\nop = \"mul\"\ninputs = [\"Unreduced\", \"Unreduced\"]\noutput = \"Unreduced\"\n";
+    // JAX refuses U * U itself (bilinear), with its reason and exit 2.
+    let uu = "[[rule]]\nname = \"jx\"\ndialect = \"jax\"\nop = \"mul\"\ninputs = [\"Unreduced\", \"Unreduced\"]\noutput = \"Unreduced\"\n";
+    let (code, _, err) = run(&["check", &rules("dialect-jax-uu", uu)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("bilinear"), "{err}");
+    // What JAX accepts, U * R, with a wrong hand-written backward: refuted,
+    // and reported in JAX's names.
+    let jax = "[[rule]]\nname = \"jx\"\ndialect = \"jax\"\nop = \"mul\"\nbackward = [\"g * y\", \"g\"]\ninputs = [\"Unreduced\", \"Reduced\"]\noutput = \"Unreduced\"\n";
     let (code, out) = verdict_of("dialect-jax", jax);
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("x : Unreduced"), "{out}");
     // The same rule in canonical letters prints letters.
     let canon = jax
         .replace("\"jax\"", "\"canonical\"")
-        .replace("Unreduced", "P");
+        .replace("Unreduced", "P")
+        .replace("Reduced", "R");
     let (_, out) = verdict_of("dialect-canon", &canon);
     assert!(out.contains("x : P"), "{out}");
 }

@@ -456,7 +456,7 @@ pub fn elaborate(sys: &System, s: &Surface) -> Result<Elaborated, String> {
             Ok(Elaborated { spec: out, notes })
         }
         (None, Some(fw)) if s.inputs.len() == 1 && !fw.contains("|>") => {
-            let r = (sys.collective)(fw, &s.inputs[0], axes)?;
+            let r = (sys.collective)(fw, &s.inputs[0], axes, s.output.as_ref())?;
             agree(sys, "output", &r.call.output, &s.output)?;
             if s.output.is_none() {
                 notes.push(format!(
@@ -647,7 +647,7 @@ fn elaborate_program(sys: &System, s: &Surface) -> Result<Elaborated, String> {
                     .as_deref()
                     .ok_or_else(|| format!("step `{}` names its collective's `input`", st.name))?;
                 let a = find(&vals, arg)?;
-                let r = (sys.collective)(fw, &vals[a].1, axes)
+                let r = (sys.collective)(fw, &vals[a].1, axes, written.as_ref())
                     .map_err(|x| format!("step `{}`: {x}", st.name))?;
                 agree(sys, &format!("step `{}`", st.name), &r.call.output, written)?;
                 let mut last = vals[a].0.clone();
@@ -892,6 +892,7 @@ pub fn collective_by_table(
     call: &str,
     t: &Type,
     axes: &[String],
+    want: Option<&Type>,
 ) -> Result<Reading, String> {
     let name = base_name(call);
     let rows = crate::tables::collective_rows();
@@ -918,16 +919,65 @@ pub fn collective_by_table(
             system.type_name(t)
         ));
     }
+    // A call's flags: positional arguments that are no state (`stack`).
+    let flags = |c: &str| -> Vec<String> {
+        call_args(c)
+            .into_iter()
+            .filter(|a| {
+                !a.contains('=')
+                    && system.dialect.parse_state(a).is_err()
+                    && spmd_semantics::Dialect::Canonical.parse_state(a).is_err()
+            })
+            .collect()
+    };
+    let mine = flags(call);
     let mut found: Vec<(State, Option<String>)> = Vec::new();
-    for r in rows
-        .iter()
-        .filter(one_axis)
-        .filter(|r| base_name(&r.forward) == name)
-    {
-        if let Some((s, d)) = states(r) {
-            if s == src && !found.iter().any(|(x, _)| *x == d) {
-                found.push((d, r.backward.clone()));
+    // Rows spelled with the call's own flags first, then the rest.
+    for exact in [true, false] {
+        for r in rows
+            .iter()
+            .filter(one_axis)
+            .filter(|r| base_name(&r.forward) == name)
+            .filter(|r| (flags(&r.forward) == mine) == exact)
+        {
+            if let Some((s, d)) = states(r) {
+                if s == src && !found.iter().any(|(x, _)| *x == d) {
+                    found.push((d, r.backward.clone()));
+                }
             }
+        }
+    }
+    // States written as the call's positional arguments name its
+    // destination (`all_gather(R)`), or its source and destination
+    // (`reinterpret(V, I)`), in the system's names or canonical letters.
+    let written: Vec<State> = call_args(call)
+        .iter()
+        .filter(|a| !a.contains('='))
+        .filter_map(|a| {
+            system
+                .dialect
+                .parse_state(a)
+                .or_else(|_| spmd_semantics::Dialect::Canonical.parse_state(a))
+                .ok()
+                .map(|x| x.0)
+        })
+        .collect();
+    match written.as_slice() {
+        [d] => found.retain(|(x, _)| x == d),
+        [s, d] if *s == src => found.retain(|(x, _)| x == d),
+        [s, _] => {
+            return Err(format!(
+                "`{call}` names its source {}, the input is {} there",
+                system.state_name(*s),
+                system.state_name(src)
+            ))
+        }
+        _ => {}
+    }
+    // Then the output the author wrote picks between what is left.
+    if found.len() > 1 {
+        if let Some(w) = want.filter(|w| w.states.len() == t.states.len()) {
+            found.retain(|(x, _)| *x == w.states[at[0]]);
         }
     }
     let (dst, bw) = match found.as_slice() {
@@ -989,15 +1039,35 @@ fn with_params(template: &str, call: &str) -> String {
         .replace("{c}", &s)
 }
 
-pub fn collective_by_table_spmd_types(c: &str, t: &Type, a: &[String]) -> Result<Reading, String> {
-    collective_by_table(&crate::spmd_types::SYSTEM, c, t, a)
+pub fn collective_by_table_spmd_types(
+    c: &str,
+    t: &Type,
+    a: &[String],
+    w: Option<&Type>,
+) -> Result<Reading, String> {
+    collective_by_table(&crate::spmd_types::SYSTEM, c, t, a, w)
 }
-pub fn collective_by_table_dtensor(c: &str, t: &Type, a: &[String]) -> Result<Reading, String> {
-    collective_by_table(&crate::dtensor::SYSTEM, c, t, a)
+pub fn collective_by_table_dtensor(
+    c: &str,
+    t: &Type,
+    a: &[String],
+    w: Option<&Type>,
+) -> Result<Reading, String> {
+    collective_by_table(&crate::dtensor::SYSTEM, c, t, a, w)
 }
-pub fn collective_by_table_ltensor(c: &str, t: &Type, a: &[String]) -> Result<Reading, String> {
-    collective_by_table(&crate::ltensor::SYSTEM, c, t, a)
+pub fn collective_by_table_ltensor(
+    c: &str,
+    t: &Type,
+    a: &[String],
+    w: Option<&Type>,
+) -> Result<Reading, String> {
+    collective_by_table(&crate::ltensor::SYSTEM, c, t, a, w)
 }
-pub fn collective_by_table_nabla(c: &str, t: &Type, a: &[String]) -> Result<Reading, String> {
-    collective_by_table(&crate::nabla::SYSTEM, c, t, a)
+pub fn collective_by_table_nabla(
+    c: &str,
+    t: &Type,
+    a: &[String],
+    w: Option<&Type>,
+) -> Result<Reading, String> {
+    collective_by_table(&crate::nabla::SYSTEM, c, t, a, w)
 }

@@ -413,6 +413,7 @@ pub fn collective(
     call: &str,
     t: &Type,
     axes: &[String],
+    want: Option<&Type>,
 ) -> Result<crate::elaborate::Reading, String> {
     use crate::elaborate::{acting_axes, base_name, collective_by_table, Call, Reading};
     use State::*;
@@ -426,7 +427,7 @@ pub fn collective(
         "all_to_all",
     ];
     if !varying_family.contains(&name) && name != "pcast" && name != PVARY {
-        return collective_by_table(&SYSTEM, call, t, axes);
+        return collective_by_table(&SYSTEM, call, t, axes, want);
     }
     let at = acting_axes(call, t, axes, &[Varying, Invariant, Partial, Reduced]);
     let named = |a: usize| -> String {

@@ -185,9 +185,16 @@ pub struct System {
     pub cast: fn(&str, State, State) -> Option<(String, String)>,
     /// How it reads a collective call on an input type over the mesh axes:
     /// the casts it inserts, the catalogue call, the output type it
-    /// infers and its transpose; or its refusal (SPEC.md §15.5).
-    pub collective: fn(&str, &Type, &[String]) -> Result<elaborate::Reading, String>,
+    /// infers and its transpose; or its refusal (SPEC.md §15.5). The
+    /// output the author wrote, if any, picks between readings the call
+    /// leaves open (a redistribute to any placement).
+    pub collective: ReadCollective,
 }
+
+/// How a system reads a collective call: the call, the input type, the
+/// mesh axes and the written output if any (see [`System::collective`]).
+pub type ReadCollective =
+    fn(&str, &Type, &[String], Option<&Type>) -> Result<elaborate::Reading, String>;
 
 /// Every system, in the order of the seed tables.
 pub const SYSTEMS: [System; 5] = [
