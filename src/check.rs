@@ -248,6 +248,9 @@ struct RandomRun {
 
 /// The random part's proptest runner: `cfg.cases` cases from `cfg.seed`
 /// (ChaCha), shrinking up to 4096 steps, nothing persisted.
+/// The failure a random part reports to proptest to stop (Ctrl-C, time limit).
+const STOPPED: &str = "stopped";
+
 fn random_runner(cfg: &CheckConfig) -> TestRunner {
     let mut seed = [0u8; 32];
     seed[..8].copy_from_slice(&cfg.seed.to_le_bytes());
@@ -282,8 +285,11 @@ fn random_part(rule: &Rule, cfg: &CheckConfig) -> RandomRun {
     let stopped: RefCell<Option<String>> = RefCell::new(None);
     let result = runner.run(&random_cases(rule), |c| {
         if let Some(why) = crate::run::stop_reason() {
+            // A failure ends the run at once; passing would still have
+            // proptest generate every remaining case. Below, a stop that
+            // found no real failure is not taken for one.
             *stopped.borrow_mut() = Some(why);
-            return Ok(());
+            return Err(TestCaseError::fail(STOPPED));
         }
         let xs = inputs_of(rule, &c);
         let checker =
@@ -310,6 +316,7 @@ fn random_part(rule: &Rule, cfg: &CheckConfig) -> RandomRun {
         out.note = Some(format!("random part {why}"));
     }
     match result {
+        Err(TestError::Fail(..)) if !failed.get() => {}
         Err(TestError::Fail(_, minimal)) => {
             // Re-run the shrunk case to get its violation.
             let xs = inputs_of(rule, &minimal);
@@ -1060,8 +1067,9 @@ fn pending_random(
     let stopped: RefCell<Option<String>> = RefCell::new(None);
     let result = runner.run(&strategy, |c| {
         if let Some(why) = crate::run::stop_reason() {
+            // As in `random_part`: stop generating at once.
             *stopped.borrow_mut() = Some(why);
-            return Ok(());
+            return Err(TestCaseError::fail(STOPPED));
         }
         match pending_instance(r, pending_inputs(r, &c), c.n) {
             Ok(Some((p, _))) => {
@@ -1082,6 +1090,7 @@ fn pending_random(
     let mut note = stopped.into_inner().map(|w| format!("random part {w}"));
     let mut found = None;
     match result {
+        Err(TestError::Fail(..)) if !failed.get() => {}
         Err(TestError::Fail(_, minimal)) => {
             found = pending_instance(r, pending_inputs(r, &minimal), minimal.n)
                 .ok()

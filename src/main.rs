@@ -953,15 +953,31 @@ struct CheckOpts {
 const EXIT_INCONCLUSIVE: u8 = 3;
 /// Exit code after Ctrl-C, as a shell reports SIGINT.
 const EXIT_INTERRUPTED: u8 = 130;
+/// How long a command has after Ctrl-C to stop and print what it found.
+const INTERRUPT_GRACE: std::time::Duration = std::time::Duration::from_millis(700);
 
-/// Ctrl-C sets the stop flag: running rules stop at their next instance and
-/// what was found is printed. A second Ctrl-C exits at once.
+/// Ctrl-C, for every command: the stop flag is set, so that every running
+/// enumeration ends at its next instance and the command prints what it
+/// found, then exits 130 (see `main`). A command still running after
+/// `INTERRUPT_GRACE` (a part that does not look at the flag) is ended with
+/// exit 130 and a line saying so; a second Ctrl-C ends it at once.
 fn install_interrupt_handler() {
     let _ = ctrlc::set_handler(|| {
+        use std::io::Write;
         use std::sync::atomic::Ordering;
         if spmd_check::run::INTERRUPTED.swap(true, Ordering::SeqCst) {
             std::process::exit(i32::from(EXIT_INTERRUPTED));
         }
+        std::thread::spawn(|| {
+            std::thread::sleep(INTERRUPT_GRACE);
+            // Holding stdout's lock, no line the command prints is cut.
+            let mut out = std::io::stdout().lock();
+            let _ = out.flush();
+            eprintln!(
+                "interrupted: stopped before the report was complete; exit {EXIT_INTERRUPTED}"
+            );
+            std::process::exit(i32::from(EXIT_INTERRUPTED));
+        });
     });
 }
 
@@ -984,7 +1000,6 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
         cases: o.cases,
         seed: o.seed,
     };
-    install_interrupt_handler();
     let interrupted = || spmd_check::run::INTERRUPTED.load(Ordering::SeqCst);
     let total: usize = loaded.iter().map(|l| l.2.len()).sum();
     let b = bar(0, o.json);
@@ -1132,10 +1147,7 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
     } else if o.json {
         println!("{}", serde_json::to_string_pretty(&out_json).expect("json"));
     }
-    Ok(if interrupted() {
-        eprintln!("interrupted: exit {EXIT_INTERRUPTED}");
-        ExitCode::from(EXIT_INTERRUPTED)
-    } else if failed {
+    Ok(if failed {
         ExitCode::from(1)
     } else if inconclusive && !o.allow_vacuous {
         ExitCode::from(EXIT_INCONCLUSIVE)
@@ -1249,11 +1261,20 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    match run() {
+    install_interrupt_handler();
+    let result = run();
+    let interrupted = spmd_check::run::INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst);
+    match result {
+        Ok(_) if interrupted => {
+            eprintln!(
+                "interrupted: what was found before is printed above; exit {EXIT_INTERRUPTED}"
+            );
+            ExitCode::from(EXIT_INTERRUPTED)
+        }
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::from(2)
+            ExitCode::from(if interrupted { EXIT_INTERRUPTED } else { 2 })
         }
     }
 }
