@@ -94,7 +94,66 @@ impl Stored {
                 .collect::<Vec<_>>(),
         )
     }
+    /// Whether the stored case is well formed (every file read is untrusted):
+    /// named axes of positive sizes and a bounded rank count, every rank's
+    /// values for every input, as many as its shape holds, each a rational.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut ranks = 1usize;
+        for (i, (name, size)) in self.mesh.iter().enumerate() {
+            if name.is_empty() {
+                return Err("a mesh axis with an empty name".into());
+            }
+            if self.mesh[..i].iter().any(|(n, _)| n == name) {
+                return Err(format!("mesh axis \"{name}\" named twice"));
+            }
+            if *size == 0 {
+                return Err(format!("mesh axis \"{name}\" of size 0"));
+            }
+            ranks = ranks
+                .checked_mul(*size)
+                .filter(|&n| n <= MAX_STORED_RANKS)
+                .ok_or_else(|| format!("a mesh of more than {MAX_STORED_RANKS} ranks"))?;
+        }
+        let cap = crate::run::MAX_CHECK_SCALARS;
+        let mut scalars = 0usize;
+        for (i, (shape, per_rank)) in self.inputs.iter().enumerate() {
+            let numel = shape
+                .iter()
+                .try_fold(1usize, |n, &d| n.checked_mul(d))
+                .and_then(|n| n.checked_mul(ranks))
+                .and_then(|n| n.checked_add(scalars))
+                .filter(|&n| n <= cap)
+                .map(|n| (n - scalars) / ranks)
+                .ok_or_else(|| {
+                    format!("input {i} has shape {shape:?}: more than {cap} elements on all ranks together")
+                })?;
+            scalars += numel * ranks;
+            if per_rank.len() != ranks {
+                return Err(format!(
+                    "input {i} has values for {} ranks; the mesh has {ranks}",
+                    per_rank.len()
+                ));
+            }
+            for (r, vals) in per_rank.iter().enumerate() {
+                if vals.len() != numel {
+                    return Err(format!(
+                        "input {i}, rank {r}: {} values for shape {shape:?} ({numel})",
+                        vals.len()
+                    ));
+                }
+                if let Some(v) = vals.iter().find(|v| Q::parse(v).is_none()) {
+                    return Err(format!(
+                        "input {i}, rank {r}: `{}` is not a rational",
+                        crate::report::excerpt(v)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+    /// The stored values per input; `None` unless the case is well formed.
     pub fn values(&self) -> Option<Vec<PerRank>> {
+        self.validate().ok()?;
         self.inputs
             .iter()
             .map(|(shape, ranks)| {
@@ -128,16 +187,45 @@ pub fn regression_path(rule_file: &str) -> String {
 
 pub type Regressions = BTreeMap<String, Vec<Stored>>;
 
-pub fn load_regressions(path: &str) -> Regressions {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default()
+/// The most ranks a stored counterexample may name: those of a rule's mesh.
+pub const MAX_STORED_RANKS: usize = crate::rules::MAX_RANKS;
+
+/// Read a regression file. A file that does not exist holds none; one that
+/// cannot be read, is not a regular file, is larger than a rule file may be,
+/// is not JSON of the right form, or stores a case that is not well formed
+/// is an error naming the file, so that it is never overwritten unread.
+pub fn load_regressions(path: &str) -> Result<Regressions, UsageError> {
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Regressions::new()),
+        _ => {}
+    }
+    let text = crate::rules::read_text_limit(path, crate::rules::MAX_FILE_BYTES)?;
+    let regs: Regressions = serde_json::from_str(&text).map_err(|e| {
+        UsageError(format!(
+            "{path}: not a regression file ({e}); move it away or repair it"
+        ))
+    })?;
+    for (rule, cases) in &regs {
+        for (k, s) in cases.iter().enumerate() {
+            s.validate().map_err(|why| {
+                UsageError(format!(
+                    "{path}: rule \"{}\", stored case {}: {why}",
+                    crate::report::quoted_name(rule),
+                    k + 1
+                ))
+            })?;
+        }
+    }
+    Ok(regs)
 }
 
+/// Write a regression file through a temporary file beside it, so that an
+/// interrupted write leaves the old file whole.
 pub fn save_regressions(path: &str, r: &Regressions) -> Result<(), UsageError> {
     let text = serde_json::to_string_pretty(r).expect("json");
-    std::fs::write(path, text)
+    let tmp = format!("{path}.tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, path))
         .map_err(|e| UsageError(format!("{path}: cannot write regressions: {e}")))
 }
 
@@ -499,7 +587,7 @@ pub fn assert_rules_sound(path: &str) {
     let rules = crate::rules::load(path, &spmd_generators::Scope::default())
         .unwrap_or_else(|e| panic!("{e}"));
     let rpath = regression_path(path);
-    let mut regs = load_regressions(&rpath);
+    let mut regs = load_regressions(&rpath).unwrap_or_else(|e| panic!("{e}"));
     for r in &rules {
         let stored = regs.get(&r.name).cloned().unwrap_or_default();
         let rep = check_rule(r, &library_config(), &stored, &|_| {});

@@ -987,13 +987,17 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
         Stored,
     };
     use std::sync::atomic::Ordering;
-    // Parse everything first: bad input stops before any checking.
+    // Read everything first, regression files too: bad input stops before
+    // any checking, and a regression file that cannot be read is never
+    // overwritten.
     let mut loaded = Vec::new();
     for f in files {
         let text = spmd_check::rules::read_text(f)?;
         let specs = spmd_check::rules::parse_file(f, &text)?;
         let rules = spmd_check::rules::build(f, &text, &specs, scope)?;
-        loaded.push((f.clone(), specs, rules));
+        let rpath = regression_path(f);
+        let regs = load_regressions(&rpath)?;
+        loaded.push((f.clone(), specs, rules, rpath, regs));
     }
     let cfg = CheckConfig {
         scope: scope.clone(),
@@ -1009,9 +1013,8 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
     // Each rule's index over all files, for --partition (SPEC.md §18.3).
     let mut first_index = 0;
     let mut indices = Vec::new();
-    for (f, specs, rules) in &loaded {
-        let rpath = regression_path(f);
-        let mut regs = load_regressions(&rpath);
+    for (f, specs, rules, rpath, regs) in &mut loaded {
+        let (f, specs, rules, rpath) = (&*f, &*specs, &*rules, &*rpath);
         let at = first_index;
         first_index += rules.len();
         let owned = |i: usize| o.partition.is_none_or(|p| p.owns(at + i));
@@ -1124,7 +1127,7 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
             }
         }
         if changed {
-            save_regressions(&rpath, &regs)?;
+            save_regressions(rpath, regs)?;
         }
         if interrupted() {
             break;
