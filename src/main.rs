@@ -42,11 +42,12 @@ struct ScopeArgs {
     /// Mesh x shape cases with more grid points than this are not enumerated.
     #[arg(long, default_value_t = 256)]
     max_points: u64,
-    /// Refuse runs estimated above this many instances.
-    #[arg(long, default_value_t = 20_000_000)]
+    /// Refuse runs estimated above this many instances (at most 100,000,000:
+    /// beyond, a run would not finish, so the estimate refuses it).
+    #[arg(long, default_value_t = 20_000_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     max_instances: u64,
     /// Tensors of rank 0 up to this (1 to 4).
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=4))]
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=4))]
     max_rank: u64,
     /// Tensor dims 1 up to this (1 to 8).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=8))]
