@@ -512,3 +512,12 @@ fn ctrl_c_stops_a_million_random_cases() {
     assert_eq!(code, 130, "{out}{err}");
     assert!(out.contains("interrupted"), "{out}");
 }
+
+#[test]
+fn a_reshape_whose_size_wraps_is_refused_not_built() {
+    // 4 x (2^62 + 1) wraps to 4 in 64 bits: it panicked in Tensor::new.
+    refused(
+        &["derive", "--expr", "reshape(x, [4, 4611686018427387905])"],
+        "no input shapes in scope fit",
+    );
+}

@@ -243,7 +243,10 @@ pub fn infer(e: &Expr, shapes: &[Shape]) -> Result<(Shape, Degree), String> {
         }
         Expr::Reshape(a, shape) => {
             let (s, d) = infer(a, shapes)?;
-            if numel(&s) != numel(shape) {
+            // Checked: written sizes whose product wraps to the input's
+            // element count (4 x (2^62 + 1)) must not pass for it.
+            let product = shape.iter().try_fold(1usize, |n, &k| n.checked_mul(k));
+            if product != Some(numel(&s)) {
                 return Err(format!(
                     "reshape of {s:?} to {shape:?} changes the number of elements"
                 ));

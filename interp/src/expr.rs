@@ -1064,6 +1064,14 @@ mod tests {
     }
 
     #[test]
+    fn a_reshape_whose_size_wraps_is_refused() {
+        let f = parse("reshape(x, [4, 4611686018427387905])").unwrap();
+        assert!(crate::eval::infer(&f.expr, &[vec![4]]).is_err());
+        let f = parse("reshape(x, [2, 2])").unwrap();
+        assert!(crate::eval::infer(&f.expr, &[vec![4]]).is_ok());
+    }
+
+    #[test]
     fn index_lists_are_bounded_and_nonempty() {
         assert!(parse("take(x, 0, [])")
             .unwrap_err()
