@@ -94,7 +94,66 @@ impl Stored {
                 .collect::<Vec<_>>(),
         )
     }
+    /// Whether the stored case is well formed (every file read is untrusted):
+    /// named axes of positive sizes and a bounded rank count, every rank's
+    /// values for every input, as many as its shape holds, each a rational.
+    pub fn validate(&self) -> Result<(), String> {
+        let mut ranks = 1usize;
+        for (i, (name, size)) in self.mesh.iter().enumerate() {
+            if name.is_empty() {
+                return Err("a mesh axis with an empty name".into());
+            }
+            if self.mesh[..i].iter().any(|(n, _)| n == name) {
+                return Err(format!("mesh axis \"{name}\" named twice"));
+            }
+            if *size == 0 {
+                return Err(format!("mesh axis \"{name}\" of size 0"));
+            }
+            ranks = ranks
+                .checked_mul(*size)
+                .filter(|&n| n <= MAX_STORED_RANKS)
+                .ok_or_else(|| format!("a mesh of more than {MAX_STORED_RANKS} ranks"))?;
+        }
+        let cap = crate::run::MAX_CHECK_SCALARS;
+        let mut scalars = 0usize;
+        for (i, (shape, per_rank)) in self.inputs.iter().enumerate() {
+            let numel = shape
+                .iter()
+                .try_fold(1usize, |n, &d| n.checked_mul(d))
+                .and_then(|n| n.checked_mul(ranks))
+                .and_then(|n| n.checked_add(scalars))
+                .filter(|&n| n <= cap)
+                .map(|n| (n - scalars) / ranks)
+                .ok_or_else(|| {
+                    format!("input {i} has shape {shape:?}: more than {cap} elements on all ranks together")
+                })?;
+            scalars += numel * ranks;
+            if per_rank.len() != ranks {
+                return Err(format!(
+                    "input {i} has values for {} ranks; the mesh has {ranks}",
+                    per_rank.len()
+                ));
+            }
+            for (r, vals) in per_rank.iter().enumerate() {
+                if vals.len() != numel {
+                    return Err(format!(
+                        "input {i}, rank {r}: {} values for shape {shape:?} ({numel})",
+                        vals.len()
+                    ));
+                }
+                if let Some(v) = vals.iter().find(|v| Q::parse(v).is_none()) {
+                    return Err(format!(
+                        "input {i}, rank {r}: `{}` is not a rational",
+                        crate::report::excerpt(v)
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+    /// The stored values per input; `None` unless the case is well formed.
     pub fn values(&self) -> Option<Vec<PerRank>> {
+        self.validate().ok()?;
         self.inputs
             .iter()
             .map(|(shape, ranks)| {
@@ -128,16 +187,45 @@ pub fn regression_path(rule_file: &str) -> String {
 
 pub type Regressions = BTreeMap<String, Vec<Stored>>;
 
-pub fn load_regressions(path: &str) -> Regressions {
-    std::fs::read_to_string(path)
-        .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or_default()
+/// The most ranks a stored counterexample may name: those of a rule's mesh.
+pub const MAX_STORED_RANKS: usize = crate::rules::MAX_RANKS;
+
+/// Read a regression file. A file that does not exist holds none; one that
+/// cannot be read, is not a regular file, is larger than a rule file may be,
+/// is not JSON of the right form, or stores a case that is not well formed
+/// is an error naming the file, so that it is never overwritten unread.
+pub fn load_regressions(path: &str) -> Result<Regressions, UsageError> {
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Regressions::new()),
+        _ => {}
+    }
+    let text = crate::rules::read_text_limit(path, crate::rules::MAX_FILE_BYTES)?;
+    let regs: Regressions = serde_json::from_str(&text).map_err(|e| {
+        UsageError(format!(
+            "{path}: not a regression file ({e}); move it away or repair it"
+        ))
+    })?;
+    for (rule, cases) in &regs {
+        for (k, s) in cases.iter().enumerate() {
+            s.validate().map_err(|why| {
+                UsageError(format!(
+                    "{path}: rule \"{}\", stored case {}: {why}",
+                    crate::report::quoted_name(rule),
+                    k + 1
+                ))
+            })?;
+        }
+    }
+    Ok(regs)
 }
 
+/// Write a regression file through a temporary file beside it, so that an
+/// interrupted write leaves the old file whole.
 pub fn save_regressions(path: &str, r: &Regressions) -> Result<(), UsageError> {
     let text = serde_json::to_string_pretty(r).expect("json");
-    std::fs::write(path, text)
+    let tmp = format!("{path}.tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, path))
         .map_err(|e| UsageError(format!("{path}: cannot write regressions: {e}")))
 }
 
@@ -248,6 +336,9 @@ struct RandomRun {
 
 /// The random part's proptest runner: `cfg.cases` cases from `cfg.seed`
 /// (ChaCha), shrinking up to 4096 steps, nothing persisted.
+/// The failure a random part reports to proptest to stop (Ctrl-C, time limit).
+const STOPPED: &str = "stopped";
+
 fn random_runner(cfg: &CheckConfig) -> TestRunner {
     let mut seed = [0u8; 32];
     seed[..8].copy_from_slice(&cfg.seed.to_le_bytes());
@@ -282,8 +373,11 @@ fn random_part(rule: &Rule, cfg: &CheckConfig) -> RandomRun {
     let stopped: RefCell<Option<String>> = RefCell::new(None);
     let result = runner.run(&random_cases(rule), |c| {
         if let Some(why) = crate::run::stop_reason() {
+            // A failure ends the run at once; passing would still have
+            // proptest generate every remaining case. Below, a stop that
+            // found no real failure is not taken for one.
             *stopped.borrow_mut() = Some(why);
-            return Ok(());
+            return Err(TestCaseError::fail(STOPPED));
         }
         let xs = inputs_of(rule, &c);
         let checker =
@@ -310,6 +404,7 @@ fn random_part(rule: &Rule, cfg: &CheckConfig) -> RandomRun {
         out.note = Some(format!("random part {why}"));
     }
     match result {
+        Err(TestError::Fail(..)) if !failed.get() => {}
         Err(TestError::Fail(_, minimal)) => {
             // Re-run the shrunk case to get its violation.
             let xs = inputs_of(rule, &minimal);
@@ -492,7 +587,7 @@ pub fn assert_rules_sound(path: &str) {
     let rules = crate::rules::load(path, &spmd_generators::Scope::default())
         .unwrap_or_else(|e| panic!("{e}"));
     let rpath = regression_path(path);
-    let mut regs = load_regressions(&rpath);
+    let mut regs = load_regressions(&rpath).unwrap_or_else(|e| panic!("{e}"));
     for r in &rules {
         let stored = regs.get(&r.name).cloned().unwrap_or_default();
         let rep = check_rule(r, &library_config(), &stored, &|_| {});
@@ -1060,8 +1155,9 @@ fn pending_random(
     let stopped: RefCell<Option<String>> = RefCell::new(None);
     let result = runner.run(&strategy, |c| {
         if let Some(why) = crate::run::stop_reason() {
+            // As in `random_part`: stop generating at once.
             *stopped.borrow_mut() = Some(why);
-            return Ok(());
+            return Err(TestCaseError::fail(STOPPED));
         }
         match pending_instance(r, pending_inputs(r, &c), c.n) {
             Ok(Some((p, _))) => {
@@ -1082,6 +1178,7 @@ fn pending_random(
     let mut note = stopped.into_inner().map(|w| format!("random part {w}"));
     let mut found = None;
     match result {
+        Err(TestError::Fail(..)) if !failed.get() => {}
         Err(TestError::Fail(_, minimal)) => {
             found = pending_instance(r, pending_inputs(r, &minimal), minimal.n)
                 .ok()

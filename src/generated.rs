@@ -1106,6 +1106,26 @@ pub fn merged_json(
             summary.distinct
         ));
     }
+    // The report adds these counts up: parts read from files must not make
+    // the sums wrap. Programs of a class are at most its members, members of
+    // all classes at most the accepted programs.
+    let mut members = 0usize;
+    for c in &classes {
+        members = members
+            .checked_add(c.members)
+            .filter(|&m| m <= summary.accepted)
+            .ok_or("programs: the classes have more members than programs were accepted")?;
+        c.blames
+            .iter()
+            .try_fold(0usize, |n, g| n.checked_add(g.count))
+            .filter(|&n| n <= c.members)
+            .ok_or_else(|| {
+                format!(
+                    "programs: class {} blames more programs than it has",
+                    c.class
+                )
+            })?;
+    }
     Ok(summary.report(&classes).json())
 }
 

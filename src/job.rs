@@ -65,6 +65,9 @@ fn job_mesh(m: &MeshSpec) -> Result<Mesh, UsageError> {
         return Err(err("mesh: names no axis"));
     }
     for (i, (a, n)) in m.0.iter().enumerate() {
+        if a.trim().is_empty() {
+            return Err(err("mesh: an axis needs a name"));
+        }
         if m.0[..i].iter().any(|(b, _)| b == a) {
             return Err(err(format!("mesh: axis `{a}` named twice")));
         }
@@ -73,6 +76,10 @@ fn job_mesh(m: &MeshSpec) -> Result<Mesh, UsageError> {
                 "mesh: axis `{a}` has size {n}; sizes are 1 to 8"
             )));
         }
+    }
+    let ranks = m.0.iter().try_fold(1usize, |r, (_, n)| r.checked_mul(*n));
+    if ranks.is_none_or(|r| r > rules::MAX_RANKS) {
+        return Err(err(format!("mesh: more than {} ranks", rules::MAX_RANKS)));
     }
     let axes: Vec<(&str, usize)> = m.0.iter().map(|(a, n)| (a.as_str(), *n)).collect();
     Ok(Mesh::new(&axes))
@@ -562,6 +569,17 @@ fn run_job_with(
         _ => None,
     };
     let check = if check {
+        // Checked before the oracle allocates (it grows with the square).
+        let scalars: usize = xs
+            .iter()
+            .map(|x| x.shape().iter().product::<usize>() * m.num_ranks())
+            .sum();
+        if scalars > crate::run::MAX_CHECK_SCALARS {
+            return Err(err(format!(
+                "--check: the inputs hold {scalars} elements on all ranks together; the oracle checks at most {}",
+                crate::run::MAX_CHECK_SCALARS
+            )));
+        }
         let c = Checker::new(&op, &m, shapes.clone()).map_err(err)?;
         Some(match c.check(&xs, Phase::full(rule.has_backward)) {
             Outcome::Pass(p) => CheckResult::Pass {

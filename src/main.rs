@@ -42,11 +42,12 @@ struct ScopeArgs {
     /// Mesh x shape cases with more grid points than this are not enumerated.
     #[arg(long, default_value_t = 256)]
     max_points: u64,
-    /// Refuse runs estimated above this many instances.
-    #[arg(long, default_value_t = 20_000_000)]
+    /// Refuse runs estimated above this many instances (at most 100,000,000:
+    /// beyond, a run would not finish, so the estimate refuses it).
+    #[arg(long, default_value_t = 20_000_000, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     max_instances: u64,
     /// Tensors of rank 0 up to this (1 to 4).
-    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(0..=4))]
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u64).range(1..=4))]
     max_rank: u64,
     /// Tensor dims 1 up to this (1 to 8).
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(1..=8))]
@@ -953,15 +954,31 @@ struct CheckOpts {
 const EXIT_INCONCLUSIVE: u8 = 3;
 /// Exit code after Ctrl-C, as a shell reports SIGINT.
 const EXIT_INTERRUPTED: u8 = 130;
+/// How long a command has after Ctrl-C to stop and print what it found.
+const INTERRUPT_GRACE: std::time::Duration = std::time::Duration::from_millis(700);
 
-/// Ctrl-C sets the stop flag: running rules stop at their next instance and
-/// what was found is printed. A second Ctrl-C exits at once.
+/// Ctrl-C, for every command: the stop flag is set, so that every running
+/// enumeration ends at its next instance and the command prints what it
+/// found, then exits 130 (see `main`). A command still running after
+/// `INTERRUPT_GRACE` (a part that does not look at the flag) is ended with
+/// exit 130 and a line saying so; a second Ctrl-C ends it at once.
 fn install_interrupt_handler() {
     let _ = ctrlc::set_handler(|| {
+        use std::io::Write;
         use std::sync::atomic::Ordering;
         if spmd_check::run::INTERRUPTED.swap(true, Ordering::SeqCst) {
             std::process::exit(i32::from(EXIT_INTERRUPTED));
         }
+        std::thread::spawn(|| {
+            std::thread::sleep(INTERRUPT_GRACE);
+            // Holding stdout's lock, no line the command prints is cut.
+            let mut out = std::io::stdout().lock();
+            let _ = out.flush();
+            eprintln!(
+                "interrupted: stopped before the report was complete; exit {EXIT_INTERRUPTED}"
+            );
+            std::process::exit(i32::from(EXIT_INTERRUPTED));
+        });
     });
 }
 
@@ -971,20 +988,23 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
         Stored,
     };
     use std::sync::atomic::Ordering;
-    // Parse everything first: bad input stops before any checking.
+    // Read everything first, regression files too: bad input stops before
+    // any checking, and a regression file that cannot be read is never
+    // overwritten.
     let mut loaded = Vec::new();
     for f in files {
         let text = spmd_check::rules::read_text(f)?;
         let specs = spmd_check::rules::parse_file(f, &text)?;
         let rules = spmd_check::rules::build(f, &text, &specs, scope)?;
-        loaded.push((f.clone(), specs, rules));
+        let rpath = regression_path(f);
+        let regs = load_regressions(&rpath)?;
+        loaded.push((f.clone(), specs, rules, rpath, regs));
     }
     let cfg = CheckConfig {
         scope: scope.clone(),
         cases: o.cases,
         seed: o.seed,
     };
-    install_interrupt_handler();
     let interrupted = || spmd_check::run::INTERRUPTED.load(Ordering::SeqCst);
     let total: usize = loaded.iter().map(|l| l.2.len()).sum();
     let b = bar(0, o.json);
@@ -994,9 +1014,8 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
     // Each rule's index over all files, for --partition (SPEC.md §18.3).
     let mut first_index = 0;
     let mut indices = Vec::new();
-    for (f, specs, rules) in &loaded {
-        let rpath = regression_path(f);
-        let mut regs = load_regressions(&rpath);
+    for (f, specs, rules, rpath, regs) in &mut loaded {
+        let (f, specs, rules, rpath) = (&*f, &*specs, &*rules, &*rpath);
         let at = first_index;
         first_index += rules.len();
         let owned = |i: usize| o.partition.is_none_or(|p| p.owns(at + i));
@@ -1109,7 +1128,7 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
             }
         }
         if changed {
-            save_regressions(&rpath, &regs)?;
+            save_regressions(rpath, regs)?;
         }
         if interrupted() {
             break;
@@ -1132,10 +1151,7 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
     } else if o.json {
         println!("{}", serde_json::to_string_pretty(&out_json).expect("json"));
     }
-    Ok(if interrupted() {
-        eprintln!("interrupted: exit {EXIT_INTERRUPTED}");
-        ExitCode::from(EXIT_INTERRUPTED)
-    } else if failed {
+    Ok(if failed {
         ExitCode::from(1)
     } else if inconclusive && !o.allow_vacuous {
         ExitCode::from(EXIT_INCONCLUSIVE)
@@ -1249,11 +1265,20 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    match run() {
+    install_interrupt_handler();
+    let result = run();
+    let interrupted = spmd_check::run::INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst);
+    match result {
+        Ok(_) if interrupted => {
+            eprintln!(
+                "interrupted: what was found before is printed above; exit {EXIT_INTERRUPTED}"
+            );
+            ExitCode::from(EXIT_INTERRUPTED)
+        }
         Ok(c) => c,
         Err(e) => {
             eprintln!("error: {e}");
-            ExitCode::from(2)
+            ExitCode::from(if interrupted { EXIT_INTERRUPTED } else { 2 })
         }
     }
 }

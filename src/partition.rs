@@ -20,6 +20,9 @@ pub struct Partition {
 
 /// The most parts a run may be split into.
 pub const MAX_PARTS: usize = 100_000;
+/// The most entries a section of a merged run may have (a check of this
+/// many rules or programs classes is far beyond any run).
+pub const MAX_ENTRIES: usize = 10_000_000;
 
 impl Partition {
     /// Parse `K/N`, 1 ≤ K ≤ N ≤ `MAX_PARTS`; a one-line error otherwise.
@@ -117,9 +120,19 @@ pub fn merge(docs: &[(String, Value)]) -> Result<Value, UsageError> {
             ))
         };
     let (_, n, command, key, shape) = head(&first.0, &first.1)?;
+    // Parts are files and untrusted: N is checked before anything is
+    // allocated for it, and entries are kept by index as they come, so a
+    // part claiming a huge total allocates nothing for it.
+    if n == 0 || n > MAX_PARTS {
+        return Err(UsageError(format!(
+            "{}: partition into {n} parts; N is between 1 and {MAX_PARTS}",
+            first.0
+        )));
+    }
     let mut seen = vec![false; n];
     // Per section: total and the entries found, by index.
-    let mut sections: Vec<(String, usize, Vec<Option<Value>>)> = Vec::new();
+    type Entries = std::collections::BTreeMap<usize, Value>;
+    let mut sections: Vec<(String, usize, Entries)> = Vec::new();
     for (file, v) in docs {
         let (k, n2, c2, key2, _) = head(file, v)?;
         if n2 != n || c2 != command || key2 != key {
@@ -144,17 +157,17 @@ pub fn merge(docs: &[(String, Value)]) -> Result<Value, UsageError> {
             let total = s
                 .get("total")
                 .and_then(Value::as_u64)
-                .ok_or_else(|| UsageError(format!("{file}: section `{name}` has no total")))?
-                as usize;
-            if total > 100_000_000 {
+                .and_then(|t| usize::try_from(t).ok())
+                .ok_or_else(|| UsageError(format!("{file}: section `{name}` has no total")))?;
+            if total > MAX_ENTRIES {
                 return Err(UsageError(format!(
-                    "{file}: section `{name}`: total {total} is too large"
+                    "{file}: section `{name}`: total {total} is too large (at most {MAX_ENTRIES})"
                 )));
             }
             let at = match sections.iter().position(|x| x.0 == *name) {
                 Some(i) => i,
                 None => {
-                    sections.push((name.clone(), total, vec![None; total]));
+                    sections.push((name.clone(), total, Entries::new()));
                     sections.len() - 1
                 }
             };
@@ -175,13 +188,15 @@ pub fn merge(docs: &[(String, Value)]) -> Result<Value, UsageError> {
                         "{file}: section `{name}`: a malformed entry"
                     )));
                 };
-                let i = i as usize;
-                let slot = sections[at].2.get_mut(i).ok_or_else(|| {
-                    UsageError(format!(
-                        "{file}: section `{name}`: entry {i} beyond its total {total}"
-                    ))
-                })?;
-                if slot.replace(val.clone()).is_some() {
+                let i = usize::try_from(i)
+                    .ok()
+                    .filter(|&i| i < total)
+                    .ok_or_else(|| {
+                        UsageError(format!(
+                            "{file}: section `{name}`: entry {i} beyond its total {total}"
+                        ))
+                    })?;
+                if sections[at].2.insert(i, val.clone()).is_some() {
                     return Err(UsageError(format!(
                         "{file}: section `{name}`: entry {i} appears in two parts"
                     )));
@@ -193,14 +208,15 @@ pub fn merge(docs: &[(String, Value)]) -> Result<Value, UsageError> {
         return Err(UsageError(format!("merge: part {}/{n} is missing", k + 1)));
     }
     let mut out = Map::new();
-    for (name, _, entries) in sections {
-        let mut list = Vec::with_capacity(entries.len());
-        for (i, e) in entries.into_iter().enumerate() {
-            list.push(e.ok_or_else(|| {
-                UsageError(format!("merge: section `{name}`: no part holds entry {i}"))
-            })?);
+    for (name, total, entries) in sections {
+        // Indices are below `total` and distinct: all are there when as many.
+        if entries.len() != total {
+            let i = (0..total).find(|i| !entries.contains_key(i)).unwrap_or(0);
+            return Err(UsageError(format!(
+                "merge: section `{name}`: no part holds entry {i}"
+            )));
         }
-        out.insert(name, Value::Array(list));
+        out.insert(name, Value::Array(entries.into_values().collect()));
     }
     if command == "programs" {
         // A programs run's parts hold its classes; the single run's JSON

@@ -113,11 +113,21 @@ fn kind_collective(text: &str, src: Place, dst: Place) -> Result<Coll, String> {
     Ok(c)
 }
 
+/// The most steps of a composition `a |> b |> ...`.
+pub const MAX_COMPOSED: usize = 4;
+
 /// The intermediate states of a composition `a |> b |> ...` from `src` to
 /// `dst`: the unique assignment under which every step is a catalogue op.
 /// Rule files and the collective tables' backwards use it.
 pub fn compose(text: &str, src: &Type, dst: &Type, axes: &[String]) -> Result<Op, String> {
     let steps: Vec<&str> = text.split("|>").map(str::trim).collect();
+    // The search below tries every intermediate state at every step.
+    if steps.len() > MAX_COMPOSED {
+        return Err(format!(
+            "a composition of {} steps; at most {MAX_COMPOSED}",
+            steps.len()
+        ));
+    }
     if steps.len() == 1 {
         return collective_typed(steps[0], src, dst, axes).map(Op::Collective);
     }
@@ -150,6 +160,10 @@ pub fn compose(text: &str, src: &Type, dst: &Type, axes: &[String]) -> Result<Op
             return;
         }
         for mid in all {
+            // Two chains already make it ambiguous.
+            if out.len() > 1 {
+                return;
+            }
             if let Ok(c) = collective_typed(steps[0], from, mid, axes) {
                 if c.is_noop_cast() {
                     continue;
@@ -164,8 +178,8 @@ pub fn compose(text: &str, src: &Type, dst: &Type, axes: &[String]) -> Result<Op
     match chains.len() {
         0 => Err(format!("`{text}` does not go from {src} to {dst} through catalogue ops")),
         1 => Ok(Op::Compose(chains.pop().expect("one chain"))),
-        k => Err(format!(
-            "`{text}` is ambiguous ({k} ways through intermediate states); give each step its states, e.g. `all_gather(R)`"
+        _ => Err(format!(
+            "`{text}` is ambiguous (more than one way through intermediate states); give each step its states, e.g. `all_gather(R)`"
         )),
     }
 }
@@ -548,6 +562,9 @@ fn rule_mesh(m: &IndexMap<String, usize>, axes: usize) -> Result<Vec<(&str, usiz
             ordered.len()
         ));
     }
+    if ordered.iter().any(|(a, _)| a.trim().is_empty()) {
+        return Err("a mesh axis needs a name".into());
+    }
     if ordered.iter().any(|(_, n)| *n == 0 || *n > 8) {
         return Err("mesh axis sizes must be 1 to 8".into());
     }
@@ -703,6 +720,13 @@ fn build_program(
                 types.len(),
                 s.names.len()
             ),
+        ));
+    }
+    if let Some((i, n)) = (s.names.iter().enumerate()).find(|(i, n)| s.names[..*i].contains(n)) {
+        let first = s.names.iter().position(|m| m == n).unwrap_or(0);
+        return Err(err(
+            "names",
+            format!("input name `{n}` is given twice (inputs {first} and {i}, 0-based)"),
         ));
     }
     let mut names: Vec<String> = s.names.clone();

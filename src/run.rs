@@ -34,6 +34,12 @@ pub fn stop_reason() -> Option<String> {
 
 pub use spmd_syntax::UsageError;
 
+/// The most scalars (elements of every input on every rank) one instance
+/// given by value may have for the oracle to check it: a job's `--check`,
+/// a stored counterexample. The check's memory grows with the square of
+/// this (2 ranks of 1024 elements took 0.5 GB, of 4096 elements 10 GB).
+pub const MAX_CHECK_SCALARS: usize = 2048;
+
 /// Refuse an op whose degree bound exceeds `MAX_DEGREE` (SPEC.md §5.2), or
 /// whose inputs make too many shape tuples (§8.1).
 pub fn degree_guard(op: &TypedOp, scope: &Scope) -> Result<(), UsageError> {

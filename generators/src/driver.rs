@@ -356,11 +356,12 @@ pub fn degree_guard(op: &TypedOp, scope: &Scope) -> Result<(), String> {
     for m in meshes_for(op, scope) {
         if let Some(shapes) = shape_tuples(&op.op, &m, scope).into_iter().next() {
             let (_, d) = op.op.infer(&m, &shapes)?;
-            if let Some(i) = (0..d.num.len()).find(|&i| d.num[i] + d.den[i] > MAX_DEGREE) {
+            let bound = |i: usize| d.num[i].saturating_add(d.den[i]);
+            if let Some(i) = (0..d.num.len()).find(|&i| bound(i) > MAX_DEGREE) {
                 return Err(format!(
                     "`{}` has degree bound {} in input {i}; exact finite differences take at most {MAX_DEGREE}",
                     op.op.describe(),
-                    d.num[i] + d.den[i]
+                    bound(i)
                 ));
             }
             return Ok(());

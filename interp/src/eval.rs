@@ -52,19 +52,30 @@ impl Degree {
             piecewise: a.piecewise || b.piecewise,
         }
     }
+    // Degrees saturate rather than wrap: a bound that overflowed would
+    // read as small and let a huge power past the degree refusal.
     /// p1/q1 ± p2/q2 = (p1 q2 ± p2 q1) / (q1 q2).
     fn plus(a: &Degree, b: &Degree) -> Degree {
-        Degree::zip(a, b, |n1, d1, n2, d2| ((n1 + d2).max(n2 + d1), d1 + d2))
+        Degree::zip(a, b, |n1, d1, n2, d2| {
+            (
+                n1.saturating_add(d2).max(n2.saturating_add(d1)),
+                d1.saturating_add(d2),
+            )
+        })
     }
     fn times(a: &Degree, b: &Degree) -> Degree {
-        Degree::zip(a, b, |n1, d1, n2, d2| (n1 + n2, d1 + d2))
+        Degree::zip(a, b, |n1, d1, n2, d2| {
+            (n1.saturating_add(n2), d1.saturating_add(d2))
+        })
     }
     fn over(a: &Degree, b: &Degree) -> Degree {
-        Degree::zip(a, b, |n1, d1, n2, d2| (n1 + d2, d1 + n2))
+        Degree::zip(a, b, |n1, d1, n2, d2| {
+            (n1.saturating_add(d2), d1.saturating_add(n2))
+        })
     }
     /// A sum of `k` terms of this degree.
     fn summed(&self, k: usize) -> Degree {
-        let k = k.max(1) as u32;
+        let k = u32::try_from(k.max(1)).unwrap_or(u32::MAX);
         let (num, den) = self
             .num
             .iter()
@@ -73,7 +84,10 @@ impl Degree {
                 if d == 0 {
                     (n, 0)
                 } else {
-                    (n + (k - 1) * d, k * d)
+                    (
+                        n.saturating_add((k - 1).saturating_mul(d)),
+                        k.saturating_mul(d),
+                    )
                 }
             })
             .unzip();
@@ -182,8 +196,8 @@ pub fn infer(e: &Expr, shapes: &[Shape]) -> Result<(Shape, Degree), String> {
         }
         Expr::Pow(a, k) => {
             let (s, d) = infer(a, shapes)?;
-            let num = d.num.iter().map(|x| x * k).collect();
-            let den = d.den.iter().map(|x| x * k).collect();
+            let num = d.num.iter().map(|x| x.saturating_mul(*k)).collect();
+            let den = d.den.iter().map(|x| x.saturating_mul(*k)).collect();
             (
                 s,
                 Degree {
@@ -229,7 +243,10 @@ pub fn infer(e: &Expr, shapes: &[Shape]) -> Result<(Shape, Degree), String> {
         }
         Expr::Reshape(a, shape) => {
             let (s, d) = infer(a, shapes)?;
-            if numel(&s) != numel(shape) {
+            // Checked: written sizes whose product wraps to the input's
+            // element count (4 x (2^62 + 1)) must not pass for it.
+            let product = shape.iter().try_fold(1usize, |n, &k| n.checked_mul(k));
+            if product != Some(numel(&s)) {
                 return Err(format!(
                     "reshape of {s:?} to {shape:?} changes the number of elements"
                 ));

@@ -212,6 +212,19 @@ pub const MAX_EXPR_LEN: usize = 20_000;
 pub const MAX_DEPTH: usize = 256;
 /// The longest number literal accepted, in characters.
 pub const MAX_LITERAL: usize = 64;
+/// The longest list of indices, starts or dims accepted (`take(x, 0, [..])`):
+/// each index is a slice and a concatenation at every instance.
+pub const MAX_LIST: usize = 64;
+/// The largest exponent accepted, also as the product of nested powers
+/// (`(x^32)^32`). Beyond `MAX_DEGREE` (16) a power of an input is refused by
+/// the degree check anyway; the cap keeps `run`, which has no degree check,
+/// and powers of constants from multiplying for ever, and keeps the
+/// exponent far inside `u32` so that it can never wrap.
+pub const MAX_EXPONENT: u64 = 1024;
+/// The largest power of a constant accepted, in bits of its numerator and
+/// denominator (an upper estimate): `3^1100` would otherwise be rebuilt by
+/// 1100 big-integer products at every instance.
+pub const MAX_CONST_BITS: u64 = 4096;
 
 fn lex(src: &str) -> Result<Vec<(Tok, usize)>, ParseError> {
     let cs: Vec<char> = src.chars().collect();
@@ -446,8 +459,9 @@ impl Parser {
         }
         let base = self.atom()?;
         if self.eat('^') {
+            let col = self.col();
             let n = self.uint("exponent")?;
-            return Ok(Expr::Pow(Box::new(base), n as u32));
+            return power(base, n, col);
         }
         Ok(base)
     }
@@ -474,6 +488,9 @@ impl Parser {
         let mut v = Vec::new();
         if !self.eat(']') {
             loop {
+                if v.len() == MAX_LIST {
+                    return self.err(format!("more than {MAX_LIST} entries in a list ({what})"));
+                }
                 v.push(self.uint(what)?);
                 if self.eat(']') {
                     break;
@@ -614,7 +631,14 @@ impl Parser {
                 self.expect(',')?;
                 let d = self.uint("dim")?;
                 self.expect(',')?;
-                Expr::Take(b(a), d, self.uint_list("index")?)
+                let idx = self.uint_list("index")?;
+                if idx.is_empty() {
+                    return Err(ParseError {
+                        column: col,
+                        message: format!("{name} needs at least one index"),
+                    });
+                }
+                Expr::Take(b(a), d, idx)
             }
             "dynamic_update_slice" => {
                 let a = self.expr()?;
@@ -729,7 +753,9 @@ impl Parser {
             "pow" => {
                 let a = self.expr()?;
                 self.expect(',')?;
-                Expr::Pow(b(a), self.uint("exponent")? as u32)
+                let col = self.col();
+                let n = self.uint("exponent")?;
+                power(a, n, col)?
             }
             _ => {
                 return Err(ParseError {
@@ -751,6 +777,137 @@ fn describe(t: &Tok) -> String {
         Tok::Str(s) => format!("string \"{s}\""),
         Tok::Sym(c) => format!("`{c}`"),
         Tok::Arrow => "`->`".into(),
+    }
+}
+
+/// `base^n`, refused where the exponent, the product of nested exponents,
+/// or the size of a power of a constant is beyond its cap.
+fn power(base: Expr, n: usize, column: usize) -> Result<Expr, ParseError> {
+    let refuse = |message: String| Err(ParseError { column, message });
+    let n64 = u64::try_from(n).unwrap_or(u64::MAX);
+    let nested = n64.saturating_mul(nested_power(&base).max(1));
+    if n64 > MAX_EXPONENT {
+        return refuse(format!(
+            "exponent {n} is too large (at most {MAX_EXPONENT}; exact finite differences take degree 16 at most)"
+        ));
+    }
+    if nested > MAX_EXPONENT {
+        return refuse(format!(
+            "nested powers multiply to exponent {nested}; at most {MAX_EXPONENT}"
+        ));
+    }
+    if !has_var(&base) {
+        let folded = fold_const(&base);
+        let bits = folded
+            .as_ref()
+            .map_or_else(|| const_bits(&base), q_bits)
+            .saturating_mul(n64);
+        if bits > MAX_CONST_BITS {
+            return refuse(format!(
+                "a power of a constant of about {bits} bits; at most {MAX_CONST_BITS}"
+            ));
+        }
+        // Computed once here, not again at every instance: `3^100 * x` took
+        // seconds, `3^400 * x` minutes.
+        if let Some(q) = folded {
+            return Ok(Expr::Const((0..n).fold(Q::one(), |acc, _| acc.mul(&q))));
+        }
+    }
+    // Both caps keep `n` far below u32::MAX.
+    Ok(Expr::Pow(Box::new(base), n as u32))
+}
+
+/// The value of a constant made of numbers and arithmetic, if it is one.
+fn fold_const(e: &Expr) -> Option<Q> {
+    Some(match e {
+        Expr::Const(q) => q.clone(),
+        Expr::Neg(a) => fold_const(a)?.neg(),
+        Expr::Add(a, b) => fold_const(a)?.add(&fold_const(b)?),
+        Expr::Sub(a, b) => fold_const(a)?.sub(&fold_const(b)?),
+        Expr::Mul(a, b) => fold_const(a)?.mul(&fold_const(b)?),
+        Expr::Div(a, b) => fold_const(a)?.div(&fold_const(b)?).ok()?,
+        Expr::Pow(a, k) => {
+            let q = fold_const(a)?;
+            (0..*k).fold(Q::one(), |acc, _| acc.mul(&q))
+        }
+        _ => return None,
+    })
+}
+
+/// An upper estimate of the bits of a rational's numerator and denominator
+/// (a decimal digit is under 10/3 bits).
+fn q_bits(q: &Q) -> u64 {
+    (q.to_string().len() as u64).saturating_mul(10) / 3 + 1
+}
+
+/// The product of the exponents of nested powers, the largest over the tree.
+fn nested_power(e: &Expr) -> u64 {
+    match e {
+        Expr::Pow(a, k) => u64::from(*k).saturating_mul(nested_power(a).max(1)),
+        _ => e
+            .children()
+            .into_iter()
+            .map(nested_power)
+            .max()
+            .unwrap_or(0),
+    }
+}
+
+fn has_var(e: &Expr) -> bool {
+    matches!(e, Expr::Var(_)) || e.children().into_iter().any(has_var)
+}
+
+/// An upper estimate of the bits of a constant expression's exact value.
+fn const_bits(e: &Expr) -> u64 {
+    let sum = |extra: u64| {
+        e.children()
+            .into_iter()
+            .map(const_bits)
+            .fold(extra, u64::saturating_add)
+    };
+    match e {
+        Expr::Const(q) => q_bits(q),
+        Expr::Pow(a, k) => const_bits(a).saturating_mul(u64::from(*k)),
+        Expr::Neg(_) | Expr::Abs(_) | Expr::Relu(_) => sum(0),
+        Expr::Add(..) | Expr::Sub(..) | Expr::Mul(..) | Expr::Div(..) => sum(1),
+        // Functions of constants (exp(1), floor(1/3)): their own terms.
+        _ => sum(64),
+    }
+}
+
+impl Expr {
+    /// The subexpressions one level down.
+    pub fn children(&self) -> Vec<&Expr> {
+        match self {
+            Expr::Var(_) | Expr::Const(_) => vec![],
+            Expr::Neg(a)
+            | Expr::Pow(a, _)
+            | Expr::Sum(a, _)
+            | Expr::Mean(a, _)
+            | Expr::Max(a, _)
+            | Expr::Reshape(a, _)
+            | Expr::Slice(a, ..)
+            | Expr::Take(a, ..)
+            | Expr::Abs(a)
+            | Expr::Relu(a)
+            | Expr::Floor(a)
+            | Expr::Cast(a, _)
+            | Expr::Unary(_, a)
+            | Expr::Dimwise(_, a, ..)
+            | Expr::Cumsum(a, _)
+            | Expr::Round(_, a) => vec![a],
+            Expr::Add(a, b)
+            | Expr::Sub(a, b)
+            | Expr::Mul(a, b)
+            | Expr::Div(a, b)
+            | Expr::UpdateSlice(a, b, _)
+            | Expr::CrossEntropy(a, b, _) => vec![a, b],
+            Expr::Einsum(_, xs) | Expr::Concat(xs, _) => xs.iter().collect(),
+            Expr::Where(m, a, b) => match m {
+                Mask::Input(e) => vec![e, a, b],
+                Mask::Const(_) => vec![a, b],
+            },
+        }
     }
 }
 
@@ -863,6 +1020,69 @@ pub fn parse_with_vars(src: &str, order: &[String]) -> Result<LocalFn, ParseErro
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn exponents_never_wrap() {
+        // 2^32 and 2^32 + 1 once wrapped to x^0 and x^1.
+        for e in [
+            "x^4294967296",
+            "x^4294967297",
+            "pow(x, 4294967296)",
+            "x^1025",
+        ] {
+            let err = parse(e).unwrap_err();
+            assert!(err.message.contains("exponent"), "{e}: {err}");
+        }
+        let err = parse("x^99999999999999999999999").unwrap_err();
+        assert!(err.message.contains("too large"), "{err}");
+        // Nested powers multiply.
+        assert!(parse("(x^64)^64").is_err());
+        assert!(parse("(x^32)^32").is_ok());
+        assert_eq!(
+            parse("x^17").unwrap().expr,
+            Expr::Pow(Box::new(Expr::Var(0)), 17)
+        );
+    }
+
+    #[test]
+    fn powers_of_constants_are_capped_and_computed_once() {
+        for e in [
+            "3^1100/2*x",
+            "(10^500)^3 * x",
+            "(1/3)^1024 * x",
+            "exp(1)^100 * x",
+        ] {
+            let err = parse(e).unwrap_err();
+            assert!(err.message.contains("at most"), "{e}: {err}");
+        }
+        let f = parse("(1/3)^3 * x").unwrap();
+        let Expr::Mul(c, _) = &f.expr else { panic!() };
+        assert_eq!(**c, Expr::Const(Q::frac(1, 27)));
+        assert!(parse("2^30 * x").is_ok());
+        assert!(parse("exp(1)^2 * x").is_ok());
+        assert_eq!(parse("0^0").unwrap().expr, Expr::Const(Q::one()));
+    }
+
+    #[test]
+    fn a_reshape_whose_size_wraps_is_refused() {
+        let f = parse("reshape(x, [4, 4611686018427387905])").unwrap();
+        assert!(crate::eval::infer(&f.expr, &[vec![4]]).is_err());
+        let f = parse("reshape(x, [2, 2])").unwrap();
+        assert!(crate::eval::infer(&f.expr, &[vec![4]]).is_ok());
+    }
+
+    #[test]
+    fn index_lists_are_bounded_and_nonempty() {
+        assert!(parse("take(x, 0, [])")
+            .unwrap_err()
+            .message
+            .contains("at least one"));
+        assert!(parse("gather(x, 0, [])").is_err());
+        let many = vec!["0"; 9000].join(",");
+        let err = parse(&format!("take(x,0,[{many}])")).unwrap_err();
+        assert!(err.message.contains("more than"), "{err}");
+        assert!(parse("take(x, 0, [0, 1, 0])").is_ok());
+    }
 
     #[test]
     fn explicit_variable_order() {

@@ -41,6 +41,11 @@ pub type ShapeFn = dyn Fn(&[Shape]) -> Result<Shape, String> + Send + Sync;
 pub const MAX_MAGNITUDE_BITS: u32 = 30;
 pub const MAX_FRACTION_BITS: u32 = 24;
 
+/// The largest output a kernel's shape function may give: in dims, and in
+/// elements (far beyond any shape in a checking scope).
+pub const MAX_KERNEL_RANK: usize = 8;
+pub const MAX_KERNEL_ELEMENTS: usize = 1 << 16;
+
 /// `q` as a float64, if it is in the exact window.
 pub fn to_f64(q: &Q) -> Option<f64> {
     let s = q.to_string();
@@ -179,6 +184,18 @@ impl External {
             return Err(format!("{} takes {} inputs", self.name, self.arity()));
         }
         let s = (self.shape)(shapes)?;
+        // The shape comes from the kernel's author: a result of 10^9
+        // elements would be allocated at every rank and instance.
+        if s.len() > MAX_KERNEL_RANK
+            || s.iter()
+                .try_fold(1usize, |n, &d| n.checked_mul(d))
+                .is_none_or(|n| n > MAX_KERNEL_ELEMENTS)
+        {
+            return Err(format!(
+                "{}'s shape function gave {s:?}: at most {MAX_KERNEL_RANK} dims and {MAX_KERNEL_ELEMENTS} elements",
+                self.name
+            ));
+        }
         Ok((
             s,
             Degree {

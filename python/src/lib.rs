@@ -13,7 +13,9 @@ use spmd_check::check::{
     check_rule, place_in, CheckConfig, PendingOutcome, PendingReport, RuleReport,
 };
 use spmd_check::generators::Scope;
-use spmd_check::interp::external::{from_f64, to_f64, External, KernelError};
+use spmd_check::interp::external::{
+    from_f64, to_f64, External, KernelError, MAX_KERNEL_ELEMENTS, MAX_KERNEL_RANK,
+};
 use spmd_check::oracle::Violation;
 use spmd_check::run::UsageError;
 use spmd_check::semantics::Tensor;
@@ -27,6 +29,59 @@ create_exception!(
 
 fn bad(e: UsageError) -> PyErr {
     BadInput::new_err(e.0)
+}
+
+/// The most random cases per rule, as the CLI's `--cases` allows.
+const MAX_CASES: u32 = 1_000_000;
+
+fn check_cases(cases: u32) -> PyResult<()> {
+    if cases > MAX_CASES {
+        return Err(BadInput::new_err(format!(
+            "cases={cases}: at most {MAX_CASES} random cases per rule"
+        )));
+    }
+    Ok(())
+}
+
+/// Run `work` on a thread of its own while this one watches for Ctrl-C.
+/// Python handles signals only on its main thread, between bytecodes; while
+/// Rust works nothing would, and a kernel called from Rust would take the
+/// KeyboardInterrupt for its own failure. Here Ctrl-C sets the stop flag,
+/// the work ends at its next instance, and KeyboardInterrupt is raised.
+fn interruptible<T: Send>(py: Python<'_>, work: impl FnOnce() -> T + Send) -> PyResult<T> {
+    use spmd_check::run::INTERRUPTED;
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+    std::thread::scope(|s| {
+        let h = s.spawn(work);
+        let mut caught: Option<PyErr> = None;
+        loop {
+            py.allow_threads(|| {
+                let t = Instant::now();
+                while !h.is_finished() && t.elapsed() < Duration::from_millis(50) {
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            });
+            if h.is_finished() {
+                break;
+            }
+            if caught.is_none() {
+                if let Err(e) = py.check_signals() {
+                    INTERRUPTED.store(true, Ordering::SeqCst);
+                    caught = Some(e);
+                }
+            }
+        }
+        let out = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        match caught {
+            Some(e) => {
+                // Later calls start afresh.
+                INTERRUPTED.store(false, Ordering::SeqCst);
+                Err(e)
+            }
+            None => Ok(out),
+        }
+    })
 }
 
 /// The scope presets of the CLI's `--scope`.
@@ -203,7 +258,8 @@ fn check_text(
     seed: u64,
     scope: &str,
 ) -> PyResult<String> {
-    py.allow_threads(|| check_text_inner(file, text, cases, seed, scope))
+    check_cases(cases)?;
+    interruptible(py, || check_text_inner(file, text, cases, seed, scope))?
 }
 
 /// emit(text, lang, scope) -> JSON: per rule with a counterexample, its
@@ -264,7 +320,7 @@ fn derive(
         (Some(_), Some(_)) => return Err(BadInput::new_err("give either op or expr, not both")),
         (None, None) => return Err(BadInput::new_err("give an op (\"mul\") or expr=\"x * y\"")),
     };
-    py.allow_threads(|| {
+    interruptible(py, || {
         let rows = if global_ {
             spmd_check::derive::derive_global(&f, &sc, &|_| {})
         } else {
@@ -279,7 +335,7 @@ fn derive(
             None => spmd_check::report::derive_json(&rows),
         };
         Ok(v.to_string())
-    })
+    })?
 }
 
 /// run_job(file, text, check) -> JSON: one instance on given values
@@ -305,7 +361,8 @@ fn to_py(t: &Tensor) -> Option<(Vec<usize>, Vec<f64>)> {
 }
 
 fn from_py(name: &str, shape: Vec<usize>, data: Vec<f64>) -> Result<Tensor, KernelError> {
-    if shape.iter().product::<usize>() != data.len() {
+    let numel = shape.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+    if numel != Some(data.len()) {
         return Err(KernelError::Failed(format!(
             "{name} returned {} values for shape {shape:?}",
             data.len()
@@ -325,6 +382,11 @@ fn from_py(name: &str, shape: Vec<usize>, data: Vec<f64>) -> Result<Tensor, Kern
 }
 
 fn py_failed(name: &str, e: PyErr) -> KernelError {
+    // A Ctrl-C that reached the kernel stops the run; it is not the
+    // kernel's failure (see `interruptible`).
+    if Python::with_gil(|py| e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py)) {
+        spmd_check::run::INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
     KernelError::Failed(format!("{name} raised {e}"))
 }
 
@@ -364,6 +426,7 @@ fn check_kernel(
             "{name}: degree {d} is beyond what exact finite differences take (16)"
         )));
     }
+    check_cases(cases)?;
     let d = spmd_check::semantics::Dialect::parse(dialect).map_err(BadInput::new_err)?;
     let sc = self::scope(scope)?;
     let n1 = name.clone();
@@ -396,14 +459,31 @@ fn check_kernel(
             gs.into_iter().map(|(s, v)| from_py(&n2, s, v)).collect()
         });
     }
+    // A shape function that gives an output too large to build is the
+    // caller's error, not a shape that does not fit: it is kept here and
+    // raised as BadInput after the run.
+    let too_large: std::sync::Arc<std::sync::Mutex<Option<String>>> = Default::default();
     if let Some(sh) = shape {
-        ext = ext.with_shape(move |shapes: &[Vec<usize>]| {
-            Python::with_gil(|py| {
+        let too_large = too_large.clone();
+        let sized = move |shapes: &[Vec<usize>]| {
+            let s = Python::with_gil(|py| {
                 sh.call1(py, (shapes.to_vec(),))
                     .and_then(|r| r.extract::<Vec<usize>>(py))
                     .map_err(|e| e.to_string())
-            })
-        });
+            })?;
+            let numel = s.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
+            if s.len() > MAX_KERNEL_RANK || numel.is_none_or(|n| n > MAX_KERNEL_ELEMENTS) {
+                let why = format!(
+                    "the shape function gave {s:?} for {shapes:?}: at most {MAX_KERNEL_RANK} dims and {MAX_KERNEL_ELEMENTS} elements"
+                );
+                if let Ok(mut g) = too_large.lock() {
+                    g.get_or_insert(why.clone());
+                }
+                return Err(why);
+            }
+            Ok(s)
+        };
+        ext = ext.with_shape(sized);
     }
     let ins: Vec<&str> = inputs.iter().map(String::as_str).collect();
     let cfg = CheckConfig {
@@ -412,9 +492,13 @@ fn check_kernel(
         seed,
     };
     // The oracle's worker threads take the GIL for each call.
-    let rep = py
-        .allow_threads(|| spmd_check::check_external(ext, &ins, &output, d, &cfg))
-        .map_err(bad)?;
+    let rep = interruptible(py, || {
+        spmd_check::check_external(ext, &ins, &output, d, &cfg)
+    })?
+    .map_err(bad)?;
+    if let Some(why) = too_large.lock().ok().and_then(|g| g.clone()) {
+        return Err(BadInput::new_err(format!("{name}: {why}")));
+    }
     Ok(report_value(&rep, "<kernel>", "").to_string())
 }
 

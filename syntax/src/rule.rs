@@ -7,11 +7,43 @@ use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
 /// An op: a built-in name or `{ expr = "..." }`.
-#[derive(Deserialize, Serialize, Debug, Clone)]
+#[derive(Serialize, Debug, Clone)]
 #[serde(untagged)]
 pub enum OpSpec {
     Name(String),
     Expr { expr: String },
+}
+
+// By hand rather than derived: an untagged enum lets `{ expr = "...",
+// extra = 1 }` through, its unknown key unseen, and says nothing useful
+// about what did not match.
+impl<'de> Deserialize<'de> for OpSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<OpSpec, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = OpSpec;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an op name or a table { expr = \"...\" }")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<OpSpec, E> {
+                Ok(OpSpec::Name(s.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut m: A) -> Result<OpSpec, A::Error> {
+                use serde::de::Error;
+                let mut expr = None;
+                while let Some(k) = m.next_key::<String>()? {
+                    match k.as_str() {
+                        "expr" if expr.is_none() => expr = Some(m.next_value::<String>()?),
+                        "expr" => return Err(A::Error::duplicate_field("expr")),
+                        _ => return Err(A::Error::unknown_field(&k, &["expr"])),
+                    }
+                }
+                let expr = expr.ok_or_else(|| A::Error::missing_field("expr"))?;
+                Ok(OpSpec::Expr { expr })
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// A type: one state (one-axis meshes) or a state per named axis.
@@ -186,6 +218,18 @@ pub fn read_text(path: &str) -> Result<String, UsageError> {
 /// `read_text` with another size limit, in bytes.
 pub fn read_text_limit(path: &str, limit: u64) -> Result<String, UsageError> {
     use std::io::Read;
+    // Look before opening: opening a FIFO with no writer waits for ever, and
+    // a device may never end.
+    let meta =
+        std::fs::metadata(path).map_err(|e| UsageError(format!("{path}: cannot read: {e}")))?;
+    if !meta.is_file() {
+        let what = if meta.is_dir() {
+            "a directory"
+        } else {
+            "not a regular file"
+        };
+        return Err(UsageError(format!("{path}: {what}; give a file")));
+    }
     let f =
         std::fs::File::open(path).map_err(|e| UsageError(format!("{path}: cannot read: {e}")))?;
     let mut buf = Vec::new();
@@ -194,7 +238,7 @@ pub fn read_text_limit(path: &str, limit: u64) -> Result<String, UsageError> {
         .map_err(|e| UsageError(format!("{path}: cannot read: {e}")))?;
     if buf.len() as u64 > limit {
         return Err(UsageError(format!(
-            "{path}: larger than {} MiB; a rule file is a small text file",
+            "{path}: larger than {} MiB, the most read from one file",
             limit >> 20
         )));
     }
