@@ -199,10 +199,23 @@ def same(n, row):
     return [list(row) for _ in range(n)]
 
 
-def collective(cid, n, call, fn, inp, ct, forward=None, backward=None, why=None):
+# --versioned (the newest JAX): a case with a `user` spelling is written as
+# a JAX user writes it, in JAX's own call and no backward or output, so
+# that `spmd-check fidelity` replays it through elaboration (SPEC.md §15.5):
+# the dialect inserts JAX's casts, infers the output and picks JAX's
+# transpose, and all of that is compared with what JAX did.
+USER = False
+
+
+def collective(cid, n, call, fn, inp, ct, forward=None, backward=None, why=None, user=None):
     real, err = run(n, fn, [inp], ct)
     case = {"kind": "collective", "id": cid}
-    if forward is not None and err is None:
+    if USER and user is not None and err is None:
+        case["job"] = {"dialect": "jax", "mesh": {"x": n} if isinstance(n, int) else n,
+                       "forward": user, "inputs": [{"type": inp[0], "per_rank": inp[1]}]}
+        if ct is not None:
+            case["job"]["cotangent"] = ct[1]
+    elif forward is not None and err is None:
         case["job"] = {"dialect": "jax", "mesh": {"x": n} if isinstance(n, int) else n, "forward": forward}
         if backward is not None:
             case["job"]["backward"] = backward
@@ -238,26 +251,27 @@ def collective_cases():
         inv_perm = [(k - 1) % n for k in range(n)]
         cs += [
             collective(f"psum_V_n{n}", n, "jax.lax.psum(x, 'x')", lambda x: lax.psum(x, "x"),
-                       ("Varying", V(n)), ("Invariant", same(n, [5])), "psum", "pvary"),
+                       ("Varying", V(n)), ("Invariant", same(n, [5])), "psum", "pvary", user="psum"),
             collective(f"psum_I_n{n}", n, "jax.lax.psum(x, 'x')", lambda x: lax.psum(x, "x"),
                        ("Invariant", same(n, [5])), ("Invariant", same(n, [7])),
                        why="psum of an Invariant value: JAX inserts pvary first (auto_pcast); "
-                           "the catalogue's psum cannot start from Invariant"),
+                           "the catalogue's psum cannot start from Invariant", user="psum"),
             collective(f"psum_U_n{n}", n, "jax.lax.psum(x, 'x')  # x Unreduced: dispatches to unreduced_psum",
                        lambda x: lax.psum(x, "x"),
-                       ("Unreduced", V(n)), ("Invariant", same(n, [5])), "unreduced_psum", "preduced"),
+                       ("Unreduced", V(n)), ("Invariant", same(n, [5])), "unreduced_psum", "preduced", user="psum"),
             collective(f"psum_R_n{n}", n, "jax.lax.psum(x, 'x')", lambda x: lax.psum(x, "x"),
                        ("Reduced", same(n, [5])), ("Invariant", same(n, [7])),
                        why="psum of a Reduced value (not in the catalogue)"),
             collective(f"pmean_V_n{n}", n, "jax.lax.pmean(x, 'x')", lambda x: lax.pmean(x, "x"),
                        ("Varying", V(n)), ("Invariant", same(n, [5])), "pmean",
-                       "divide_by_group_size |> pvary"),
+                       "divide_by_group_size |> pvary", user="pmean"),
             collective(f"pmean_U_n{n}", n, "jax.lax.pmean(x, 'x')", lambda x: lax.pmean(x, "x"),
                        ("Unreduced", V(n)), ("Invariant", same(n, [5])),
                        why="pmean of an Unreduced value is unreduced_psum then a division: no single catalogue spelling"),
             collective(f"all_gather_tiled_n{n}", n, "jax.lax.all_gather(x, 'x', axis=0, tiled=True)",
                        lambda x: lax.all_gather(x, "x", axis=0, tiled=True),
-                       ("Varying", V(n)), ("Varying", V(n, n, 10)), "all_gather(dim=0)", "psum_scatter(dim=0)"),
+                       ("Varying", V(n)), ("Varying", V(n, n, 10)), "all_gather(dim=0)", "psum_scatter(dim=0)",
+                       user="all_gather(dim=0)"),
             collective(f"all_gather_untiled_n{n}", n, "jax.lax.all_gather(x, 'x', axis=0, tiled=False)",
                        lambda x: lax.all_gather(x, "x", axis=0, tiled=False),
                        ("Varying", V(n)), ("Varying", [[[10 * (r * n + k + 1)] for k in range(n)] for r in range(n)]),
@@ -266,18 +280,20 @@ def collective_cases():
             collective(f"all_gather_I_n{n}", n, "jax.lax.all_gather(x, 'x', axis=0, tiled=True)",
                        lambda x: lax.all_gather(x, "x", axis=0, tiled=True),
                        ("Invariant", same(n, [5])), ("Varying", V(n, n, 10)),
-                       why="all_gather of an Invariant value: JAX inserts pvary first; the catalogue's gather needs Varying pieces"),
+                       why="all_gather of an Invariant value: JAX inserts pvary first; the catalogue's gather needs Varying pieces",
+                       user="all_gather(dim=0)"),
             collective(f"all_gather_invariant_n{n}", n, "jax.lax.all_gather(x, 'x', axis=0, tiled=True, to='invarying')",
                        lambda x: lax.all_gather(x, "x", axis=0, tiled=True, to="invarying"),
                        ("Varying", V(n)), ("Invariant", same(n, [10 * (k + 1) for k in range(n)])),
-                       "all_gather_invariant(dim=0)", "convert(dim=0)"),
+                       "all_gather_invariant(dim=0)", "convert(dim=0)", user="all_gather(dim=0, to='invarying')"),
             collective(f"all_gather_reduced_n{n}", n, "jax.lax.all_gather(x, 'x', axis=0, tiled=True, to='reduced')",
                        lambda x: lax.all_gather(x, "x", axis=0, tiled=True, to="reduced"),
                        ("Varying", V(n)), ("Unreduced", V(n, n)),
-                       "all_gather_reduced(dim=0)", "unreduced_psum_scatter(dim=0)"),
+                       "all_gather_reduced(dim=0)", "unreduced_psum_scatter(dim=0)", user="all_gather(dim=0, to='reduced')"),
             collective(f"psum_scatter_tiled_n{n}", n, "jax.lax.psum_scatter(x, 'x', scatter_dimension=0, tiled=True)",
                        lambda x: lax.psum_scatter(x, "x", scatter_dimension=0, tiled=True),
-                       ("Varying", V(n, n)), ("Varying", V(n, 1, 10)), "psum_scatter(dim=0)", "all_gather(dim=0)"),
+                       ("Varying", V(n, n)), ("Varying", V(n, 1, 10)), "psum_scatter(dim=0)", "all_gather(dim=0)",
+                       user="psum_scatter(dim=0)"),
             collective(f"psum_scatter_untiled_n{n}", n, "jax.lax.psum_scatter(x, 'x', scatter_dimension=0, tiled=False)",
                        lambda x: lax.psum_scatter(x, "x", scatter_dimension=0, tiled=False),
                        ("Varying", [[[v] for v in row] for row in V(n, n)]), ("Varying", V(n, 1, 10)),
@@ -285,16 +301,18 @@ def collective_cases():
             collective(f"psum_scatter_U_n{n}", n, "jax.lax.psum_scatter(x, 'x', scatter_dimension=0, tiled=True)  # x Unreduced",
                        lambda x: lax.psum_scatter(x, "x", scatter_dimension=0, tiled=True),
                        ("Unreduced", V(n, n)), ("Varying", V(n, 1, 10)),
-                       "unreduced_psum_scatter(dim=0)", "all_gather_reduced(dim=0)"),
+                       "unreduced_psum_scatter(dim=0)", "all_gather_reduced(dim=0)", user="psum_scatter(dim=0)"),
             collective(f"all_to_all_n{n}", n, "jax.lax.all_to_all(x, 'x', 0, 0, tiled=True)",
                        lambda x: lax.all_to_all(x, "x", 0, 0, tiled=True),
                        ("Varying", V(n, n)), ("Varying", V(n, n, 10)),
-                       "all_to_all(split=0, concat=0)", "all_to_all(split=0, concat=0)"),
+                       "all_to_all(split=0, concat=0)", "all_to_all(split=0, concat=0)",
+                       user="all_to_all(split=0, concat=0)"),
             collective(f"ppermute_shift_n{n}", n, f"jax.lax.ppermute(x, 'x', perm={perm})",
                        lambda x, perm=perm: lax.ppermute(x, "x", perm),
                        ("Varying", V(n)), ("Varying", V(n, 1, 10)),
                        f"ppermute(perm=[{', '.join(map(str, fwd_perm))}])",
-                       f"ppermute(perm=[{', '.join(map(str, inv_perm))}])"),
+                       f"ppermute(perm=[{', '.join(map(str, inv_perm))}])",
+                       user=f"ppermute(perm=[{', '.join(map(str, fwd_perm))}])"),
             collective(f"ppermute_partial_n{n}", n, "jax.lax.ppermute(x, 'x', perm=[(0, 1)])",
                        lambda x: lax.ppermute(x, "x", [(0, 1)]),
                        ("Varying", V(n)), ("Varying", V(n, 1, 10)),
@@ -303,19 +321,24 @@ def collective_cases():
             collective(f"ppermute_I_n{n}", n, f"jax.lax.ppermute(x, 'x', perm={perm})",
                        lambda x, perm=perm: lax.ppermute(x, "x", perm),
                        ("Invariant", same(n, [5])), ("Varying", V(n, 1, 10)),
-                       why="ppermute of an Invariant value (the catalogue's ppermute needs Varying pieces)"),
+                       why="ppermute of an Invariant value (the catalogue's ppermute needs Varying pieces)",
+                       user=f"ppermute(perm=[{', '.join(map(str, fwd_perm))}])"),
             collective(f"pvary_n{n}", n, "jax.lax.pcast(x, 'x', to='varying')",
                        lambda x: lax.pcast(x, "x", to="varying"),
-                       ("Invariant", same(n, [5])), ("Varying", V(n)), "pvary", "psum_invariant"),
+                       ("Invariant", same(n, [5])), ("Varying", V(n)), "pvary", "psum_invariant",
+                       user="pcast(to='varying')"),
             collective(f"preduced_n{n}", n, "jax.lax.pcast(x, 'x', to='reduced')",
                        lambda x: lax.pcast(x, "x", to="reduced"),
-                       ("Invariant", same(n, [5])), ("Unreduced", V(n)), "preduced", "unreduced_psum"),
+                       ("Invariant", same(n, [5])), ("Unreduced", V(n)), "preduced", "unreduced_psum",
+                       user="pcast(to='reduced')"),
             collective(f"vary_unreduced_cast_n{n}", n, "jax.lax.pcast(x, 'x', to='unreduced')",
                        lambda x: lax.pcast(x, "x", to="unreduced"),
-                       ("Varying", V(n)), ("Reduced", same(n, [7])), "vary_unreduced_cast", "reduced_vary_cast"),
+                       ("Varying", V(n)), ("Reduced", same(n, [7])), "vary_unreduced_cast", "reduced_vary_cast",
+                       user="pcast(to='unreduced')"),
             collective(f"reduced_vary_cast_n{n}", n, "jax.lax.pcast(x, 'x', to='varying')  # x Reduced",
                        lambda x: lax.pcast(x, "x", to="varying"),
-                       ("Reduced", same(n, [5])), ("Varying", V(n, 1, 10)), "reduced_vary_cast", "vary_unreduced_cast"),
+                       ("Reduced", same(n, [5])), ("Varying", V(n, 1, 10)), "reduced_vary_cast", "vary_unreduced_cast",
+                       user="pcast(to='varying')"),
             collective(f"pcast_V_to_reduced_n{n}", n, "jax.lax.pcast(x, 'x', to='reduced')  # x Varying",
                        lambda x: lax.pcast(x, "x", to="reduced"),
                        ("Varying", V(n)), None, why="no pcast route from varying to reduced (expected refusal)"),
@@ -455,7 +478,9 @@ def main():
     # --versioned: write jax_collectives_<jax version>.json and
     # jax_typing_<jax version>.json beside the pinned, unversioned fixtures
     # (for recording another JAX release without overwriting them).
-    suffix = f"_{jax.__version__}" if "--versioned" in sys.argv[1:] else ""
+    global USER
+    USER = "--versioned" in sys.argv[1:]
+    suffix = f"_{jax.__version__}" if USER else ""
     write(os.path.join(FIX, f"jax_collectives{suffix}.json"), {**header(), "cases": collective_cases() + mesh22_cases()})
     write(os.path.join(FIX, f"jax_typing{suffix}.json"), {**header(), "cases": typing_cases()})
 

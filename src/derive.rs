@@ -85,7 +85,7 @@ fn derive_types(
     degree_guard(&ops[0], scope)?;
     // Every typing shares the function's shape tables (SPEC.md §18.1).
     // The estimate walks every typing's cases; a bound from the tables
-    // alone spares that walk when it is within the limit (§18.11).
+    // alone spares that walk when it is within the limit (benches/HISTORY.md §18.11).
     if spmd_generators::typings_bound(&ops, scope) > scope.max_instances {
         let total = spmd_generators::estimate_typings(&ops, scope);
         guard(total, scope)?;

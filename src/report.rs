@@ -359,6 +359,13 @@ pub fn fidelity(results: &[crate::fidelity::CaseResult], json: bool, all: bool) 
             groups.push(g);
         }
     }
+    // Versions in numeric order (0.10.2 before 0.12.0.1).
+    let key = |v: &str| -> Vec<u64> {
+        v.split(|c: char| !c.is_ascii_digit())
+            .map(|p| p.parse().unwrap_or(0))
+            .collect()
+    };
+    groups.sort_by(|a, b| a.0.cmp(&b.0).then_with(|| key(&a.1).cmp(&key(&b.1))));
     let count = |g: &(String, String), k: &str| {
         results
             .iter()

@@ -218,9 +218,40 @@ fn jax_follows_seed_000_where_real_jax_does() {
     // Seed 000 is silent on Unreduced; JAX's rules are per primitive.
     assert_eq!(t(OpClass::Add, &one(&[P, P])), Outcome::infers(vec![P]));
     assert_eq!(t(OpClass::Mul, &one(&[P, R])), Outcome::infers(vec![P]));
+    // JAX 0.10.2 had no unreduced rule for sub; 0.12 types it as add:
+    // all operands Unreduced, else refused.
     assert!(matches!(
-        t(OpClass::Sub, &one(&[P, P])),
+        jax::typing_0_10(OpClass::Sub, &one(&[P, P])),
         Outcome::Error(e) if e.contains("NotImplementedError")
+    ));
+    assert_eq!(t(OpClass::Sub, &one(&[P, P])), Outcome::infers(vec![P]));
+    assert!(matches!(
+        t(OpClass::Sub, &one(&[P, R])),
+        Outcome::Error(e) if e.contains("`sub` does not allow this")
+    ));
+    // neg of Unreduced: refused by 0.10.2, kept Unreduced by 0.12; abs
+    // refused by both, as non-linear in 0.12.
+    assert!(matches!(
+        jax::typing_0_10(OpClass::Neg, &one(&[P])),
+        Outcome::Error(e) if e.contains("NotImplementedError")
+    ));
+    assert_eq!(t(OpClass::Neg, &one(&[P])), Outcome::infers(vec![P]));
+    assert!(matches!(
+        t(OpClass::Nonlinear, &one(&[P])),
+        Outcome::Error(e) if e.contains("non-linear")
+    ));
+    // div: 0.11 added U / R -> U; an Unreduced denominator stays refused.
+    assert!(matches!(
+        jax::typing_0_10(OpClass::Division, &one(&[P, R])),
+        Outcome::Error(_)
+    ));
+    assert_eq!(
+        jax::typing_0_11(OpClass::Division, &one(&[P, R])),
+        Outcome::infers(vec![P])
+    );
+    assert!(matches!(
+        t(OpClass::Division, &one(&[R, P])),
+        Outcome::Error(e) if e.contains("denominator")
     ));
     assert!(matches!(
         t(OpClass::Matmul, &one(&[P, R])),
@@ -414,12 +445,16 @@ fn one_case_per_class() {
         class_of(&mul, &jax::SYSTEM, OpClass::Mul, &[P, I], P),
         Class::Agrees
     );
-    // Real JAX refuses sub on Unreduced (`sub_U_U`), which is linear and
-    // sound: a sound rejection.
+    // JAX 0.10.2 refused sub on Unreduced (`sub_U_U`), which is linear and
+    // sound: a sound rejection. JAX 0.12 accepts it, and agrees.
     let sub = derived("sub");
     assert_eq!(
-        class_of(&sub, &jax::SYSTEM, OpClass::Sub, &[P, P], P),
+        class_of(&sub, &jax::SYSTEM_0_10, OpClass::Sub, &[P, P], P),
         Class::SoundRejection
+    );
+    assert_eq!(
+        class_of(&sub, &jax::SYSTEM, OpClass::Sub, &[P, P], P),
+        Class::Agrees
     );
     // Where no recorded case and no seed sentence speak, still unknown.
     let concat = derived("concat");

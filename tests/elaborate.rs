@@ -139,3 +139,27 @@ fn ltensor_is_a_dialect_of_rule_files_too() {
     let e = spmd_check::rules::load_str("r.toml", &bad).unwrap_err().0;
     assert!(e.contains("canonical, spmd_types, jax"), "{e}");
 }
+
+/// The `jax` dialect follows JAX 0.12.0.1: `neg` of an Unreduced value
+/// stays Unreduced, with the cotangent passed through negated. The twin:
+/// the recorded 0.10.2, selected as `jax@0.10`, refuses it with
+/// NotImplementedError, as that version did; and `jax@0.11` likewise.
+#[test]
+fn jax_versions_are_selectable_by_name() {
+    let job = |d: &str| {
+        json!({"dialect": d, "mesh": {"x": 2}, "op": "neg",
+            "inputs": [{"type": "Unreduced", "per_rank": [[1], [2]]}],
+            "cotangent": [[5], [5]]})
+    };
+    let r = run(&job("jax"), true).unwrap();
+    let v = r.to_json();
+    assert_eq!(v["output"]["type"], "P", "{v}");
+    assert_eq!(per_rank(&v["output"]), vec![json!([-1]), json!([-2])]);
+    assert!(matches!(r.check, Some(CheckResult::Pass { .. })));
+    for old in ["jax@0.10", "jax@0.11"] {
+        let e = run(&job(old), false).unwrap_err();
+        assert!(e.contains("NotImplementedError"), "{old}: {e}");
+    }
+    let e = run(&job("jax@0.9"), false).unwrap_err();
+    assert!(e.contains("jax@0.10"), "{e}");
+}

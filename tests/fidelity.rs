@@ -345,12 +345,14 @@ fn tampered_dtensor_cases_are_caught() {
     assert!(!c.dialect.as_ref().unwrap().matches(), "{c:?}");
 }
 
-/// jax 0.11.2 (recorded on the device machine; Python 3.12): the same 96
-/// typing cases, identical but for division with an Unreduced operand,
-/// where 0.11.2 implements JAX's rule (an Unreduced numerator over a
-/// Reduced denominator stays Unreduced) that 0.10.2 refused. The oracle finds
-/// it sound, so 0.10.2's sound rejection is gone; the JAX dialect follows
-/// the pinned 0.10.2 and differs on exactly that case.
+/// jax 0.11.2 and 0.12.0.1 (recorded on Python 3.12): the same 96 typing
+/// cases, identical but for local ops on Unreduced operands. 0.11.2
+/// implements division (an Unreduced numerator over a Reduced denominator
+/// stays Unreduced), which 0.10.2 refused; 0.12.0.1 adds neg and sub. The
+/// oracle finds them sound, so 0.10.2's sound rejections are gone. Each
+/// version is judged against the dialect of its own version (`jax@0.10`,
+/// `jax@0.11`, `jax`), which matches it on all 96; the twin: the newest
+/// dialect's typing differs from 0.10.2's recorded refusals.
 #[test]
 fn jax_0_11_implements_unreduced_division() {
     let rs = run(&default_dir()).unwrap();
@@ -362,17 +364,28 @@ fn jax_0_11_implements_unreduced_division() {
     assert_eq!(at("0.10.2", "div_U_R").class.key(), "sound_rejection");
     let c = at("0.11.2", "div_U_R");
     assert_eq!(c.class.key(), "agree", "{c:?}");
-    assert!(!c.dialect.as_ref().unwrap().matches());
-    let newer: Vec<&CaseResult> = rs
-        .iter()
-        .filter(|r| r.system == "jax" && r.version == "0.11.2")
-        .collect();
-    assert_eq!(newer.len(), 96);
-    let differ = newer
-        .iter()
-        .filter(|r| !r.dialect.as_ref().unwrap().matches())
-        .count();
-    assert_eq!(differ, 1);
+    for id in ["neg_U", "sub_U_U", "div_U_R"] {
+        let c = at("0.12.0.1", id);
+        assert_eq!(c.class.key(), "agree", "{c:?}");
+    }
+    for v in ["0.10.2", "0.11.2", "0.12.0.1"] {
+        let typing: Vec<&CaseResult> = rs
+            .iter()
+            .filter(|r| r.system == "jax" && r.version == v && r.dialect.is_some())
+            .collect();
+        assert_eq!(typing.len(), 96, "{v}");
+        assert!(
+            typing.iter().all(|r| r.dialect.as_ref().unwrap().matches()),
+            "{v}"
+        );
+    }
+    let real = serde_json::json!({"accepted": false});
+    let case = serde_json::json!({"kind": "typing", "id": "neg_U", "op": "neg",
+        "inputs": [{"state": "Unreduced"}], "real": real});
+    let newest = spmd_check::fidelity::dialect_check("jax", "0.12.0.1", &case).unwrap();
+    assert!(!newest.matches(), "{newest:?}");
+    let old = spmd_check::fidelity::dialect_check("jax", "0.10.2", &case).unwrap();
+    assert!(old.matches(), "{old:?}");
 }
 
 /// A refusal is judged by deciding every output type; a vacuous or
@@ -403,4 +416,40 @@ fn three_input_refusals_are_decided_never_vacuously_sound() {
     let l = class_of(&rs, "spmd_types", "linear_P_P_P");
     assert_eq!(l.class.key(), "sound_rejection", "{l:?}");
     assert!(l.note.contains("-> P"), "{l:?}");
+}
+
+/// JAX 0.12's collective cases are written as JAX users call them (no
+/// backward, no output), so the dialect's inserted pvary, inferred output
+/// and transpose are what is compared with JAX: psum of an Invariant value
+/// agrees, forward and transpose. Twin: the same case with JAX's recorded
+/// transpose changed on one rank is a model mismatch at the transpose.
+#[test]
+fn jax_0_12_collectives_replay_through_elaboration() {
+    let rs = run(&default_dir()).unwrap();
+    let c = rs
+        .iter()
+        .find(|r| r.system == "jax" && r.version == "0.12.0.1" && r.id == "psum_I_n4")
+        .unwrap();
+    assert_eq!(c.class.key(), "agree", "{c:?}");
+    assert!(c.note.contains("forward and transpose equal"), "{c:?}");
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("spmd-fidelity-012-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let name = "jax_collectives_0.12.0.1.json";
+    let src = std::fs::read_to_string(format!("{}/{name}", default_dir())).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&src).unwrap();
+    let case = v["cases"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| c["id"] == "psum_I_n4")
+        .unwrap();
+    assert!(case["job"]["backward"].is_null(), "{case}");
+    let t = &mut case["real"]["transpose_per_rank"];
+    t[2] = serde_json::json!([0]);
+    std::fs::write(dir.join(name), v.to_string()).unwrap();
+    let rs = run(dir.to_str().unwrap()).unwrap();
+    let c = class_of(&rs, "jax", "psum_I_n4");
+    assert_eq!(c.class.key(), "model_mismatch", "{c:?}");
+    assert!(c.class.detail().unwrap().contains("transpose"), "{c:?}");
 }

@@ -29,6 +29,8 @@ use crate::{columns, malformed, Cast, OpClass, Operand, Outcome, System};
 use spmd_interp::Collective;
 use spmd_semantics::{Dialect, State, Type};
 
+/// The newest JAX on the registry (0.12.0.1). Older recorded versions are
+/// asked for by name: `jax@0.11`, `jax@0.10`.
 pub const SYSTEM: System = System {
     name: "jax",
     dialect: Dialect::Jax,
@@ -37,6 +39,56 @@ pub const SYSTEM: System = System {
     cast,
     collective,
 };
+
+/// JAX 0.11.2: as 0.10.2, and `div` of an Unreduced numerator by a Reduced
+/// denominator (`div_U_R`).
+pub const SYSTEM_0_11: System = System {
+    name: "jax@0.11",
+    typing: typing_0_11,
+    ..SYSTEM
+};
+
+/// JAX 0.10.2, recorded in `tests/fixtures/jax_typing.json`.
+pub const SYSTEM_0_10: System = System {
+    name: "jax@0.10",
+    typing: typing_0_10,
+    ..SYSTEM
+};
+
+/// The recorded JAX versions whose typing of local ops differs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Version {
+    V0_10,
+    V0_11,
+    V0_12,
+}
+
+impl Version {
+    /// The version a recorded `x.y.z` follows (the newest at or below it).
+    pub fn of(recorded: &str) -> Version {
+        let mut it = recorded.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+        match (it.next().unwrap_or(0), it.next().unwrap_or(0)) {
+            (0, m) if m <= 10 => Version::V0_10,
+            (0, 11) => Version::V0_11,
+            _ => Version::V0_12,
+        }
+    }
+    /// The dialect that follows this version.
+    pub fn system(self) -> &'static System {
+        match self {
+            Version::V0_10 => &SYSTEM_0_10,
+            Version::V0_11 => &SYSTEM_0_11,
+            Version::V0_12 => &SYSTEM,
+        }
+    }
+    fn text(self) -> &'static str {
+        match self {
+            Version::V0_10 => "jax 0.10.2",
+            Version::V0_11 => "jax 0.11.2",
+            Version::V0_12 => "jax 0.12.0.1",
+        }
+    }
+}
 
 /// The casts JAX inserts, and the no-op casts and collectives of seed 000's
 /// "State Transition Primitives" (the catalogue holds their meanings).
@@ -49,8 +101,8 @@ pub const CASTS: &[&str] = &[
     "reduced_vary_cast",
 ];
 
-/// The version of JAX this function follows where it departs from seed 000.
-pub const REAL_VERSION: &str = "jax 0.10.2";
+/// The version of JAX `SYSTEM` follows where it departs from seed 000.
+pub const REAL_VERSION: &str = "jax 0.12.0.1";
 
 /// How an op treats `reduced` on an axis where no operand is Varying.
 enum ReducedRule {
@@ -97,39 +149,64 @@ fn reduced_rule(op: OpClass, arity: usize) -> ReducedRule {
 
 /// How an op treats an Unreduced operand on an axis where no operand is
 /// Varying. Seed 000 states no rule for local ops on Unreduced inputs; these
-/// are real JAX 0.10.2's, one per primitive, from the recorded cases.
+/// are real JAX's, one per primitive and version, from the recorded cases
+/// (0.10.2, 0.11.2, 0.12.0.1).
 enum UnreducedRule {
-    /// add: every operand Unreduced gives Unreduced (`add_U_U`); Unreduced
-    /// beside anything else is refused (`add_U_I`, `add_U_R`: "lhs is
-    /// unreduced while rhs is not").
+    /// add (and sub from 0.12): every operand Unreduced gives Unreduced
+    /// (`add_U_U`, `sub_U_U`); Unreduced beside anything else is refused
+    /// (`add_U_I`, `add_U_R`: "lhs is unreduced while rhs is not").
     Add,
     /// mul: one Unreduced factor beside Reduced ones gives Unreduced
     /// (`mul_U_R`, `mul_R_U`); two Unreduced factors are refused ("mul is
     /// bilinear", `mul_U_U`); an Invariant factor is refused ("should be
     /// reduced along the same axes", `mul_U_I`, `mul_const_U`).
     Mul,
+    /// div from 0.11: an Unreduced numerator over a Reduced denominator
+    /// stays Unreduced (`div_U_R`); an Unreduced denominator is refused
+    /// (`div_U_U`, `div_R_U`, `div_I_U`), and so is an Invariant one under an
+    /// Unreduced numerator (`div_U_I`).
+    Div,
     /// dot_general: any Unreduced operand is refused (`dot_U_R`, `dot_U_U`,
     /// `dot_I_U`), even where mul accepts it.
     DotGeneral,
-    /// reduce_sum: Unreduced stays Unreduced (`sum_U`).
+    /// reduce_sum, and neg from 0.12: Unreduced stays Unreduced (`sum_U`,
+    /// `neg_U`).
     Keep,
-    /// neg, sub, div, abs: `NotImplementedError: unreduced rule for <op> is
-    /// not implemented` (`neg_U`, `sub_U_U`, `div_U_R`, `abs_U`).
+    /// abs from 0.12: "abs is a non-linear operation and cannot accept
+    /// input that is unreduced" (`abs_U`).
+    NonLinear,
+    /// neg, sub, div, abs before the versions above: `NotImplementedError:
+    /// unreduced rule for <op> is not implemented` (`neg_U`, `sub_U_U`,
+    /// `div_U_R`, `abs_U`).
     NotImplemented,
     /// No recorded case and no seed rule.
     Unknown,
 }
 
-fn unreduced_rule(op: OpClass) -> UnreducedRule {
+fn unreduced_rule(op: OpClass, v: Version) -> UnreducedRule {
     use OpClass::*;
     match op {
         Add => UnreducedRule::Add,
+        Sub if v >= Version::V0_12 => UnreducedRule::Add,
         Mul | ScalarMul => UnreducedRule::Mul,
+        Division if v >= Version::V0_11 => UnreducedRule::Div,
         Matmul | Einsum => UnreducedRule::DotGeneral,
         Sum => UnreducedRule::Keep,
+        Neg if v >= Version::V0_12 => UnreducedRule::Keep,
+        Nonlinear if v >= Version::V0_12 => UnreducedRule::NonLinear,
         Neg | Sub | Division | Nonlinear | FloorDivision => UnreducedRule::NotImplemented,
         Mean | Max | View | Concat | NarrowingCast | Cumsum => UnreducedRule::Unknown,
     }
+}
+
+/// [`typing`] as JAX 0.11.2 types local ops.
+pub fn typing_0_11(op: OpClass, inputs: &[Vec<State>]) -> Outcome {
+    typing_in(Version::V0_11, op, inputs)
+}
+
+/// [`typing`] as JAX 0.10.2 types local ops.
+pub fn typing_0_10(op: OpClass, inputs: &[Vec<State>]) -> Outcome {
+    typing_in(Version::V0_10, op, inputs)
 }
 
 /// JAX's typing of a local op on plain tensors. A constant factor
@@ -138,10 +215,14 @@ fn unreduced_rule(op: OpClass) -> UnreducedRule {
 /// (`pvary` in `mul_const_V`) is left out here: the constant is no input of
 /// the typing.
 pub fn typing(op: OpClass, inputs: &[Vec<State>]) -> Outcome {
+    typing_in(Version::V0_12, op, inputs)
+}
+
+fn typing_in(v: Version, op: OpClass, inputs: &[Vec<State>]) -> Outcome {
     if op == OpClass::ScalarMul && inputs.len() == 1 {
         let mut operands = vec![Operand::Scalar];
         operands.extend(Operand::tensors(inputs));
-        return match typing_operands(OpClass::Mul, &operands) {
+        return match typing_operands_in(v, OpClass::Mul, &operands) {
             Outcome::Infers { output, casts } => Outcome::Infers {
                 output,
                 casts: casts
@@ -156,13 +237,18 @@ pub fn typing(op: OpClass, inputs: &[Vec<State>]) -> Outcome {
             o => o,
         };
     }
-    typing_operands(op, &Operand::tensors(inputs))
+    typing_operands_in(v, op, &Operand::tensors(inputs))
 }
 
 /// JAX's typing of a local op whose operands may be Python scalars (each an
 /// Invariant value; `no_grad` means nothing to JAX's typing). Cast inputs
 /// index `operands`.
 pub fn typing_operands(op: OpClass, operands: &[Operand]) -> Outcome {
+    typing_operands_in(Version::V0_12, op, operands)
+}
+
+/// [`typing_operands`] as JAX version `v` types them.
+pub fn typing_operands_in(v: Version, op: OpClass, operands: &[Operand]) -> Outcome {
     let axes = operands.iter().find_map(|o| match o {
         Operand::Tensor { types, .. } => Some(types.len()),
         Operand::Scalar => None,
@@ -183,7 +269,7 @@ pub fn typing_operands(op: OpClass, operands: &[Operand]) -> Outcome {
     let mut output = Vec::new();
     let mut casts = Vec::new();
     for (a, col) in cols.iter().enumerate() {
-        match axis(op, a, col, &mut casts) {
+        match axis(v, op, a, col, &mut casts) {
             Ok(s) => output.push(s),
             Err(o) => return o,
         }
@@ -192,7 +278,13 @@ pub fn typing_operands(op: OpClass, operands: &[Operand]) -> Outcome {
 }
 
 /// One mesh axis: the output state, or the outcome that ends the typing.
-fn axis(op: OpClass, a: usize, col: &[State], casts: &mut Vec<Cast>) -> Result<State, Outcome> {
+fn axis(
+    v: Version,
+    op: OpClass,
+    a: usize,
+    col: &[State],
+    casts: &mut Vec<Cast>,
+) -> Result<State, Outcome> {
     use State::*;
     let any = |s: State| col.contains(&s);
     let err = |e: String| Err(Outcome::Error(e));
@@ -225,15 +317,27 @@ fn axis(op: OpClass, a: usize, col: &[State], casts: &mut Vec<Cast>) -> Result<S
         return Ok(Varying);
     }
     if any(Partial) {
-        // Seed 000: no rule for local ops on Unreduced. Real JAX 0.10.2 has
-        // one per primitive (UnreducedRule).
+        // Seed 000: no rule for local ops on Unreduced. Real JAX has one
+        // per primitive and version (UnreducedRule).
         let all_u = col.iter().all(|&s| s == Partial);
         let units = col.iter().filter(|&&s| s == Partial).count();
-        return match unreduced_rule(op) {
+        return match unreduced_rule(op, v) {
             UnreducedRule::Keep if col.len() == 1 => Ok(Partial),
             UnreducedRule::Add if all_u => Ok(Partial),
             UnreducedRule::Add => err(format!(
-                "ShardingTypeError: an operand is unreduced on mesh axis {a} while another is not; `add` does not allow this"
+                "ShardingTypeError: an operand is unreduced on mesh axis {a} while another is not; `{}` does not allow this",
+                if op == OpClass::Sub { "sub" } else { "add" }
+            )),
+            UnreducedRule::Div if col.len() == 2 && col[1] == Partial => err(format!(
+                "ValueError: the denominator cannot be unreduced passed to `div` (mesh axis {a})"
+            )),
+            UnreducedRule::Div if col.len() == 2 && col[1] == Reduced => Ok(Partial),
+            UnreducedRule::Div => err(format!(
+                "ValueError: the denominator should be reduced along mesh axis {a}, where the numerator is unreduced"
+            )),
+            UnreducedRule::NonLinear => err(format!(
+                "ShardingTypeError: {} is a non-linear operation and cannot accept input that is unreduced (mesh axis {a})",
+                op.name()
             )),
             UnreducedRule::Mul if units > 1 => err(format!(
                 "ShardingTypeError: operands of `mul` cannot both be unreduced on mesh axis {a} since mul is bilinear"
@@ -250,7 +354,8 @@ fn axis(op: OpClass, a: usize, col: &[State], casts: &mut Vec<Cast>) -> Result<S
                 op.name()
             )),
             UnreducedRule::Keep | UnreducedRule::Unknown => Err(Outcome::Unknown(format!(
-                "neither seed 000 nor a recorded {REAL_VERSION} case gives {} a rule for Unreduced inputs",
+                "neither seed 000 nor a recorded {} case gives {} a rule for Unreduced inputs",
+                v.text(),
                 op.name()
             ))),
         };

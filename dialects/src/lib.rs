@@ -224,9 +224,10 @@ pub fn system(name: &str) -> Result<&'static System, String> {
         })
 }
 
-/// Second readings of a system's seed, asked for by name only: DTensor's
-/// `Reduced()` propagation as the seed's FSDP example reads it.
-pub const READINGS: &[System] = &[dtensor::FSDP_READING];
+/// Second readings of a system, asked for by name only: DTensor's
+/// `Reduced()` propagation as the seed's FSDP example reads it, and older
+/// recorded JAX versions (`jax@0.11`, `jax@0.10`).
+pub const READINGS: &[System] = &[dtensor::FSDP_READING, jax::SYSTEM_0_11, jax::SYSTEM_0_10];
 
 impl System {
     /// A state in this system's names.

@@ -327,7 +327,7 @@ pub fn estimate_typings(ops: &[TypedOp], scope: &Scope) -> u64 {
 /// cap at most 16 times that (SPEC.md §8.1), so each typing has at most
 /// (table entries + 16) · `max_points`. When this is within a limit the
 /// estimate is too, and a caller that only compares with the limit need
-/// not walk every typing's cases (SPEC.md §18.11).
+/// not walk every typing's cases (benches/HISTORY.md §18.11).
 pub fn typings_bound(ops: &[TypedOp], scope: &Scope) -> u64 {
     let Some(first) = ops.first() else {
         return 0;

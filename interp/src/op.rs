@@ -519,7 +519,7 @@ impl TypedOp {
 
     /// `backward_into` for a caller that calls it again and again with one
     /// cotangent's zero pattern, as the oracle does per unit cotangent
-    /// (SPEC.md §18.11). On entry `*kept` says that `out` is as the last
+    /// (benches/HISTORY.md §18.11). On entry `*kept` says that `out` is as the last
     /// call left it, untouched since, and that call had inputs of these
     /// shapes and a cotangent zero on exactly the ranks where `g` is.
     /// Then the ranks where `g` is zero already hold exact zeros and are

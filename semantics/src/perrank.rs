@@ -263,7 +263,7 @@ impl Projection {
     /// Entry `e` of member `r` of the denotation of `x`, `denote`'s value
     /// there, without forming the other members; `None` where a source
     /// rank has no entry `e`. The oracle's B3 reads the basis coordinates
-    /// of a backward's result this way (SPEC.md §18.11).
+    /// of a backward's result this way (benches/HISTORY.md §18.11).
     #[inline]
     pub fn entry(&self, x: &PerRank, r: usize, e: usize) -> Option<Q> {
         let src = self.sources.get(r)?;
