@@ -165,7 +165,11 @@ fn spmd_types_call(c: &Collective) -> Result<String, String> {
             st(c.src),
             shard(*dim, *stack)
         ),
-        Kind::AllToAll { split, concat } => {
+        Kind::AllToAll {
+            split,
+            concat,
+            stack: false,
+        } => {
             format!("all_to_all(a0, PG, src=S({concat}), dst=S({split}))")
         }
         Kind::Reinterpret => format!("reinterpret(a0, PG, src={}, dst={})", st(c.src), st(c.dst)),
@@ -211,10 +215,19 @@ fn jax_call(c: &Collective) -> Result<String, String> {
         (Kind::ReduceScatter { dim, stack: false }, V | P, V) => {
             format!("lax.psum_scatter(a0, {ax}, scatter_dimension={dim}, tiled=True)")
         }
-        (Kind::AllToAll { split, concat }, V, V) => {
-            format!("lax.all_to_all(a0, {ax}, {split}, {concat}, tiled=True)")
+        (
+            Kind::AllToAll {
+                split,
+                concat,
+                stack,
+            },
+            V,
+            V,
+        ) => {
+            let tiled = if *stack { "False" } else { "True" };
+            format!("lax.all_to_all(a0, {ax}, {split}, {concat}, tiled={tiled})")
         }
-        (Kind::PPermute { perm }, V, V) => {
+        (Kind::PPermute { perm, .. }, V, V) => {
             let pairs: Vec<String> = perm
                 .iter()
                 .enumerate()

@@ -33,6 +33,9 @@ fn calls(forward: &Collective) -> Vec<String> {
         }
         for c in 0..2 {
             v.push(format!("all_to_all(split={d}, concat={c})"));
+            if matches!(forward.kind, Kind::AllToAll { stack: true, .. }) {
+                v.push(format!("all_to_all(split={d}, concat={c}, stack)"));
+            }
         }
     }
     v.extend(
@@ -45,18 +48,26 @@ fn calls(forward: &Collective) -> Vec<String> {
         ]
         .map(String::from),
     );
-    if let Kind::PPermute { perm } = &forward.kind {
+    if let Kind::PPermute { perm, pairs } = &forward.kind {
         let mut inv = vec![None; perm.len()];
         for (k, p) in perm.iter().enumerate() {
             if let Some(j) = p {
                 inv[*j] = Some(k);
             }
         }
-        let text: Vec<String> = inv
-            .iter()
-            .map(|x| x.map(|k| k.to_string()).unwrap_or("_".into()))
-            .collect();
-        v.push(format!("ppermute(perm=[{}])", text.join(",")));
+        let text: Vec<String> = if *pairs {
+            // JAX's form keeps the group open: the inverse as pairs.
+            inv.iter()
+                .enumerate()
+                .filter_map(|(d, s)| s.map(|s| format!("({d}, {s})")))
+                .collect()
+        } else {
+            inv.iter()
+                .map(|x| x.map(|k| k.to_string()).unwrap_or("_".into()))
+                .collect()
+        };
+        let sep = if *pairs { ", " } else { "," };
+        v.push(format!("ppermute(perm=[{}])", text.join(sep)));
     }
     v
 }
@@ -146,7 +157,7 @@ pub fn search(
     };
     // A quick screen on the two-rank mesh, then the whole scope.
     let quick_mesh = match &fwd_kind {
-        Kind::PPermute { perm } => Mesh::line(perm.len()),
+        Kind::PPermute { perm, .. } => Mesh::line(perm.len()),
         _ => Mesh::line(2),
     };
     let quick = Scope {

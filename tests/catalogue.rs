@@ -345,7 +345,8 @@ fn redistribute_between_layouts_is_an_all_to_all() {
             c.kind,
             Kind::AllToAll {
                 split: 1,
-                concat: 0
+                concat: 0,
+                stack: false
             }
         ),
         other => panic!("redistribute S(0) -> S(1) built {other:?}"),
@@ -581,6 +582,7 @@ fn applying_a_malformed_collective_is_an_error() {
         (
             Kind::PPermute {
                 perm: vec![Some(5), Some(5)],
+                pairs: false,
             },
             v,
             v,
@@ -588,6 +590,7 @@ fn applying_a_malformed_collective_is_an_error() {
         (
             Kind::PPermute {
                 perm: vec![Some(0), Some(0)],
+                pairs: false,
             },
             v,
             v,
@@ -595,6 +598,7 @@ fn applying_a_malformed_collective_is_an_error() {
         (
             Kind::PPermute {
                 perm: vec![Some(0)],
+                pairs: false,
             },
             v,
             v,
@@ -710,9 +714,10 @@ fn bad_parameters_exit_2_with_one_line() {
 
 /// JAX's own spellings (SPEC.md §10.1): `all_gather(axis=0)` names a tensor
 /// dim, `perm` may be (source, destination) pairs, `pcast(to=...)` and
-/// `pbroadcast` are casts, `all_to_all(tiled=True)`; each builds the same
-/// collective as the catalogue's spelling, and what is not in the
-/// catalogue (pmax, axis_index, untiled all_to_all) is refused by name.
+/// `pbroadcast` are casts, `all_to_all(tiled=True)` and `tiled=False`; each
+/// builds the same collective as the catalogue's spelling (pairs: one that
+/// moves the same data on a group of their size), and what is not in the
+/// catalogue (pmax, axis_index) is refused by name.
 #[test]
 fn jax_spellings_build_the_same_collectives() {
     use spmd_interp::catalogue::collective;
@@ -742,17 +747,28 @@ fn jax_spellings_build_the_same_collectives() {
         Varying,
     );
     same(
-        "ppermute(perm=[(0, 1), (1, 0)])",
-        "ppermute(perm=[1, 0])",
+        "all_to_all(split_axis=1, concat_axis=0, tiled=False)",
+        "all_to_all(split=1, concat=0, stack)",
         Varying,
         Varying,
     );
-    same(
-        "ppermute(perm=[(0, 1)])",
-        "ppermute(perm=[1, _])",
-        Varying,
-        Varying,
-    );
+    // Pairs leave the group open (members past the largest named send
+    // nothing), so they are compared by what they do on a group of 2.
+    let moves = |text: &str| {
+        let c = collective(text, &[Varying], &[Varying], &axes).unwrap();
+        let m = Mesh::line(2);
+        let t = |v: i64| spmd_check::semantics::Tensor::new(vec![1], vec![Q::int(v)]);
+        let x = spmd_check::semantics::PerRank {
+            tensors: vec![t(1), t(2)],
+        };
+        c.forward(&m, &x).tensors
+    };
+    for (pairs, list) in [
+        ("ppermute(perm=[(0, 1), (1, 0)])", "ppermute(perm=[1, 0])"),
+        ("ppermute(perm=[(0, 1)])", "ppermute(perm=[1, _])"),
+    ] {
+        assert_eq!(moves(pairs), moves(list), "{pairs} vs {list}");
+    }
     same("pcast(to='varying')", "pvary", Invariant, Varying);
     same("pbroadcast", "pvary", Invariant, Varying);
     // Twins: a pcast whose `to` contradicts the destination, and what the
@@ -761,13 +777,73 @@ fn jax_spellings_build_the_same_collectives() {
     for (text, want) in [
         ("pmax", "not linear"),
         ("axis_index", "no operand"),
-        (
-            "all_to_all(split_axis=0, concat_axis=0, tiled=False)",
-            "untiled",
-        ),
         ("ppermute(perm=[(0, 1), (0, 1)])", "two destinations"),
+        ("ppermute(perm=[(0, 1), (2, 1)])", "injective"),
+        ("ppermute(perm=[(0, -1)])", "negative"),
     ] {
         let e = collective(text, &[Varying], &[Varying], &axes).unwrap_err();
         assert!(e.contains(want), "{text}: {e}");
     }
+}
+
+/// Issue 25: JAX's partial permutation (pairs naming some members; the
+/// others send nothing and receive zeros) and its untiled all_to_all, each
+/// with the transpose JAX's rule gives (the pairs reversed; split and
+/// concat swapped), are sound under the oracle; their twins are refuted
+/// with the property named, and a permutation naming a member no mesh
+/// group has is bad input.
+#[test]
+fn partial_ppermute_and_untiled_all_to_all_are_checked() {
+    let four = "mesh = { x = 4 }\n";
+    let on = |fw: &str, bw: &str, mesh: &str| {
+        verdict(&format!("{}{mesh}", rule_text(fw, Some(bw), "V", "V")))
+            .unwrap_or_else(|e| panic!("{fw} / {bw}: {e}"))
+            .1
+    };
+    for mesh in [four, ""] {
+        let v = on("ppermute(perm=[(0, 1)])", "ppermute(perm=[(1, 0)])", mesh);
+        assert!(v.is_sound(), "{mesh}: {}", v.name());
+    }
+    let v = on(
+        "ppermute(perm=[(0, 2), (3, 1)])",
+        "ppermute(perm=[(2, 0), (1, 3)])",
+        four,
+    );
+    assert!(v.is_sound(), "{}", v.name());
+    // Twins: the forward's own pairs, and the inverse of a full
+    // permutation that extends it (cotangent reaches ranks JAX zeroes).
+    for bw in [
+        "ppermute(perm=[(0, 1)])",
+        "ppermute(perm=[(1, 0), (0, 1), (2, 2), (3, 3)])",
+    ] {
+        let v = on("ppermute(perm=[(0, 1)])", bw, four);
+        assert_eq!(failed(&v), Some(Property::B3), "{bw}: {}", v.name());
+    }
+    let e = build_rule(&format!(
+        "{}{four}",
+        rule_text("ppermute(perm=[(0, 5)])", None, "V", "V")
+    ))
+    .err()
+    .unwrap_or_default();
+    assert!(e.contains("names member 5"), "{e}");
+    for (s, c) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+        let fw = format!("all_to_all(split_axis={s}, concat_axis={c}, tiled=False)");
+        let bw = format!("all_to_all(split_axis={c}, concat_axis={s}, tiled=False)");
+        let v = on(&fw, &bw, "");
+        assert!(v.is_sound(), "{fw}: {}", v.name());
+    }
+    // Twins: split and concat not swapped (the wrong shape on the smallest
+    // case: B1), and the right call then divided by n (B3).
+    let v = on(
+        "all_to_all(split=0, concat=1, stack)",
+        "all_to_all(split=0, concat=1, stack)",
+        "",
+    );
+    assert_eq!(failed(&v), Some(Property::B1), "{}", v.name());
+    let v = on(
+        "all_to_all(split=0, concat=0, stack)",
+        "all_to_all(split=0, concat=0, stack) |> divide_by_group_size",
+        "",
+    );
+    assert_eq!(failed(&v), Some(Property::B3), "{}", v.name());
 }

@@ -1093,3 +1093,264 @@ fn local_ops_and_programs_through_the_library() {
     assert!(matches!(r.check, Some(CheckResult::Pass { .. })));
     assert_eq!(r.exit_code(), 0);
 }
+
+/// One JAX job on {x: 4} with no backward written (so the dialect's
+/// transpose runs), checked by the oracle: its JSON report.
+fn jax4(name: &str, forward: &str, x: Value, ct: Value) -> Value {
+    let job = json!({"dialect": "jax", "mesh": {"x": 4}, "forward": forward,
+        "inputs": [{"type": "Varying", "per_rank": x}], "cotangent": ct});
+    let (code, v, err) = run_job_json(name, &job, &["--check"]);
+    assert_eq!(code, 0, "{forward}: {err}");
+    assert_eq!(v["output"]["type"], "V", "{forward}");
+    assert_eq!(v["check"]["outcome"], "pass", "{forward}: {}", v["check"]);
+    v
+}
+
+/// The gradient a run reports (its one input's backward, per rank).
+fn grad(v: &Value) -> Value {
+    v["backward"][0]["per_rank"].clone()
+}
+
+/// Partial permutations (issue 25), as real JAX 0.12.0.1 runs them inside
+/// shard_map on {x: 4}: a rank no pair sends to gets zeros, a rank no pair
+/// sends from loses its value, and the gradient is the ppermute with the
+/// pairs reversed. The numbers were recorded from JAX itself by
+/// peers/probe_jax_catalogue.py (peers/recorded/jax_catalogue_0.12.0.1.json,
+/// section `ppermute`), not worked out from this tool.
+#[test]
+fn jax_partial_ppermute_as_recorded() {
+    let x = json!([[1], [2], [3], [4]]);
+    let ct = json!([[10], [20], [30], [40]]);
+    let cases = [
+        (
+            "ppermute(perm=[(0, 1)])",
+            json!([[0], [1], [0], [0]]),
+            json!([[20], [0], [0], [0]]),
+            "ppermute(perm=[(1, 0)])",
+        ),
+        (
+            "ppermute(perm=[(0, 2), (3, 1)])",
+            json!([[0], [4], [1], [0]]),
+            json!([[30], [0], [0], [20]]),
+            "ppermute(perm=[(2, 0), (1, 3)])",
+        ),
+        (
+            "ppermute(perm=[(1, 0), (2, 3), (3, 2)])",
+            json!([[2], [0], [4], [3]]),
+            json!([[0], [10], [40], [30]]),
+            "ppermute(perm=[(0, 1), (3, 2), (2, 3)])",
+        ),
+    ];
+    for (i, (fw, y, dx, back)) in cases.into_iter().enumerate() {
+        let v = jax4(&format!("pp_partial_{i}.json"), fw, x.clone(), ct.clone());
+        assert_eq!(v["output"]["per_rank"], y, "{fw}: forward");
+        assert_eq!(grad(&v), dx, "{fw}: gradient");
+        let notes = v["notes"].to_string();
+        assert!(notes.contains(back), "{fw}: {notes}");
+    }
+}
+
+/// The negative twins of the partial ppermute: its own perm as the
+/// backward, and the inverse of a full permutation that agrees with it on
+/// rank 0 (so sends cotangent to ranks JAX gives zero), are both refuted,
+/// at B3 (the gradient), on exactly this instance.
+#[test]
+fn wrong_transposes_of_a_partial_ppermute_fail_b3() {
+    for (i, back) in [
+        "ppermute(perm=[(0, 1)])",
+        "ppermute(perm=[(1, 0), (0, 1), (2, 2), (3, 3)])",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let job = json!({"dialect": "jax", "mesh": {"x": 4},
+            "forward": "ppermute(perm=[(0, 1)])", "backward": back,
+            "inputs": [{"type": "Varying", "per_rank": [[1], [2], [3], [4]]}],
+            "cotangent": [[10], [20], [30], [40]]});
+        let (code, v, err) = run_job_json(&format!("pp_wrong_{i}.json"), &job, &["--check"]);
+        assert_eq!(code, 1, "{back}: {err}");
+        assert_eq!(v["check"]["outcome"], "violation", "{back}");
+        assert_eq!(v["check"]["property"], "B3", "{back}: {}", v["check"]);
+    }
+}
+
+/// Permutations JAX refuses (recorded: a repeated source or destination is
+/// "ValueError: ppermute sources and destinations must be unique", a rank
+/// past the group an IndexError) are bad input: exit 2, one line. JAX
+/// reads a negative rank from the end of the group; here it is refused with
+/// that said, as the catalogue fixes no group size.
+#[test]
+fn bad_jax_permutations_are_refused() {
+    for (perm, want) in [
+        ("[(0, 1), (0, 2)]", "must be unique"),
+        ("[(0, 1), (2, 1)]", "sends two members to 1"),
+        ("[(0, 4)]", "names member 4"),
+        ("[(5, 0)]", "names member 5"),
+        ("[(0, -1)]", "negative"),
+    ] {
+        let job = json!({"dialect": "jax", "mesh": {"x": 4},
+            "forward": format!("ppermute(perm={perm})"),
+            "inputs": [{"type": "Varying", "per_rank": [[1], [2], [3], [4]]}],
+            "cotangent": [[10], [20], [30], [40]]});
+        let (code, v, err) = run_job_json("pp_bad.json", &job, &[]);
+        assert_eq!(code, 2, "{perm}: {v} {err}");
+        assert!(err.contains(want), "{perm}: expected `{want}` in: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{perm}: {err}");
+    }
+}
+
+/// The untiled all_to_all (issue 25): `split_axis` has the group's size 4;
+/// member k's output holds member j's entry k (along split, that dim
+/// dropped) at entry j of a new dim at `concat_axis`. Forwards and, where
+/// JAX 0.12.0.1 computes one, gradients are its recorded values
+/// (peers/probe_jax_catalogue.py, section `all_to_all`). Where split and
+/// concat differ, real JAX's own vjp raises ("Expected cotangent type
+/// float64[4,2,1]{V:x} but got float64[4,1,2]{V:x}": its transpose rule
+/// inserts the new dim twice); the gradient here is the transpose that rule
+/// means, the untiled all_to_all with split and concat swapped, and the
+/// expected values are that call run by real JAX on the cotangent.
+#[test]
+fn jax_untiled_all_to_all_as_recorded() {
+    // Rank r holds entry (i, j) = 100 (r + 1) + 10 i + j; the cotangent's
+    // flat entry k on rank r is 100 (r + 1) + k + 1.
+    let x42 = json!([
+        [[100, 101], [110, 111], [120, 121], [130, 131]],
+        [[200, 201], [210, 211], [220, 221], [230, 231]],
+        [[300, 301], [310, 311], [320, 321], [330, 331]],
+        [[400, 401], [410, 411], [420, 421], [430, 431]]
+    ]);
+    let x24 = json!([
+        [[100, 101, 102, 103], [110, 111, 112, 113]],
+        [[200, 201, 202, 203], [210, 211, 212, 213]],
+        [[300, 301, 302, 303], [310, 311, 312, 313]],
+        [[400, 401, 402, 403], [410, 411, 412, 413]]
+    ]);
+    let c24 = json!([
+        [[101, 102, 103, 104], [105, 106, 107, 108]],
+        [[201, 202, 203, 204], [205, 206, 207, 208]],
+        [[301, 302, 303, 304], [305, 306, 307, 308]],
+        [[401, 402, 403, 404], [405, 406, 407, 408]]
+    ]);
+    let c42 = json!([
+        [[101, 102], [103, 104], [105, 106], [107, 108]],
+        [[201, 202], [203, 204], [205, 206], [207, 208]],
+        [[301, 302], [303, 304], [305, 306], [307, 308]],
+        [[401, 402], [403, 404], [405, 406], [407, 408]]
+    ]);
+    let cases = [
+        (
+            "all_to_all(split_axis=0, concat_axis=1, tiled=False)",
+            &x42,
+            &c24,
+            json!([
+                [[100, 200, 300, 400], [101, 201, 301, 401]],
+                [[110, 210, 310, 410], [111, 211, 311, 411]],
+                [[120, 220, 320, 420], [121, 221, 321, 421]],
+                [[130, 230, 330, 430], [131, 231, 331, 431]]
+            ]),
+            json!([
+                [[101, 105], [201, 205], [301, 305], [401, 405]],
+                [[102, 106], [202, 206], [302, 306], [402, 406]],
+                [[103, 107], [203, 207], [303, 307], [403, 407]],
+                [[104, 108], [204, 208], [304, 308], [404, 408]]
+            ]),
+            true,
+        ),
+        (
+            "all_to_all(split_axis=0, concat_axis=0, tiled=False)",
+            &x42,
+            &c42,
+            json!([
+                [[100, 101], [200, 201], [300, 301], [400, 401]],
+                [[110, 111], [210, 211], [310, 311], [410, 411]],
+                [[120, 121], [220, 221], [320, 321], [420, 421]],
+                [[130, 131], [230, 231], [330, 331], [430, 431]]
+            ]),
+            json!([
+                [[101, 102], [201, 202], [301, 302], [401, 402]],
+                [[103, 104], [203, 204], [303, 304], [403, 404]],
+                [[105, 106], [205, 206], [305, 306], [405, 406]],
+                [[107, 108], [207, 208], [307, 308], [407, 408]]
+            ]),
+            false,
+        ),
+        (
+            "all_to_all(split_axis=1, concat_axis=0, tiled=False)",
+            &x24,
+            &c42,
+            json!([
+                [[100, 110], [200, 210], [300, 310], [400, 410]],
+                [[101, 111], [201, 211], [301, 311], [401, 411]],
+                [[102, 112], [202, 212], [302, 312], [402, 412]],
+                [[103, 113], [203, 213], [303, 313], [403, 413]]
+            ]),
+            json!([
+                [[101, 201, 301, 401], [102, 202, 302, 402]],
+                [[103, 203, 303, 403], [104, 204, 304, 404]],
+                [[105, 205, 305, 405], [106, 206, 306, 406]],
+                [[107, 207, 307, 407], [108, 208, 308, 408]]
+            ]),
+            true,
+        ),
+        (
+            "all_to_all(split_axis=1, concat_axis=1, tiled=False)",
+            &x24,
+            &c24,
+            json!([
+                [[100, 200, 300, 400], [110, 210, 310, 410]],
+                [[101, 201, 301, 401], [111, 211, 311, 411]],
+                [[102, 202, 302, 402], [112, 212, 312, 412]],
+                [[103, 203, 303, 403], [113, 213, 313, 413]]
+            ]),
+            json!([
+                [[101, 201, 301, 401], [105, 205, 305, 405]],
+                [[102, 202, 302, 402], [106, 206, 306, 406]],
+                [[103, 203, 303, 403], [107, 207, 307, 407]],
+                [[104, 204, 304, 404], [108, 208, 308, 408]]
+            ]),
+            false,
+        ),
+    ];
+    for (i, (fw, x, ct, y, dx, jax_raises)) in cases.into_iter().enumerate() {
+        let v = jax4(&format!("a2a_untiled_{i}.json"), fw, x.clone(), ct.clone());
+        assert_eq!(v["output"]["per_rank"], y, "{fw}: forward");
+        assert_eq!(grad(&v), dx, "{fw}: gradient");
+        let notes = v["notes"].to_string();
+        assert!(notes.contains("tiled=False"), "{fw}: {notes}");
+        assert_eq!(notes.contains("raises"), jax_raises, "{fw}: {notes}");
+    }
+}
+
+/// The untiled all_to_all's negative twins: on square pieces (4 x 4 on 4
+/// ranks) the forward itself as the backward (split and concat not
+/// swapped) has the right shape but moves entries wrongly, so B3 refutes
+/// it; a split dim that is not the group size is bad input, one line, as
+/// JAX refuses it (recorded: "all_to_all requires the size of the mapped
+/// axis axis_name to equal x.shape[split_axis], but they are 4 and 2").
+#[test]
+fn untiled_all_to_all_twins() {
+    let sq: Vec<Value> = (0..4)
+        .map(|r| {
+            json!((0..4)
+                .map(|i| (0..4)
+                    .map(|j| 100 * (r + 1) + 10 * i + j)
+                    .collect::<Vec<_>>())
+                .collect::<Vec<_>>())
+        })
+        .collect();
+    let fw = "all_to_all(split_axis=0, concat_axis=1, tiled=False)";
+    let mut job = json!({"dialect": "jax", "mesh": {"x": 4}, "forward": fw,
+        "inputs": [{"type": "Varying", "per_rank": sq}], "cotangent": sq});
+    let (code, v, err) = run_job_json("a2a_sq.json", &job, &["--check"]);
+    assert_eq!((code, &v["check"]["outcome"]), (0, &json!("pass")), "{err}");
+    job["backward"] = json!(fw);
+    let (code, v, err) = run_job_json("a2a_sq_wrong.json", &job, &["--check"]);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(v["check"]["property"], "B3", "{}", v["check"]);
+    let bad = json!({"dialect": "jax", "mesh": {"x": 4}, "forward": fw,
+        "inputs": [{"type": "Varying", "per_rank": [[[1, 2], [3, 4]], [[1, 2], [3, 4]], [[1, 2], [3, 4]], [[1, 2], [3, 4]]]}]});
+    let (code, _, err) = run_job_json("a2a_bad.json", &bad, &[]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("group size 4"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}

@@ -745,11 +745,26 @@ pub fn collective(
                     _ => a,
                 })
                 .collect();
+            // jax 0.12.0.1's own vjp of an untiled all_to_all whose split and
+            // concat differ raises (a cotangent shape error: its transpose
+            // rule inserts the new dim a second time); the backward here is
+            // the transpose that rule means, and the note says so.
+            let arg = |k: &[&str]| k.iter().find_map(|k| kwarg(call, k));
+            let untiled = arg(&["tiled"]).is_some_and(|t| t.eq_ignore_ascii_case("false"))
+                || arg(&["stack"]).is_some_and(|t| t.eq_ignore_ascii_case("true"))
+                || crate::elaborate::call_args(call)
+                    .iter()
+                    .any(|a| a.trim() == "stack");
+            let moved = arg(&["split", "split_axis"]) != arg(&["concat", "concat_axis"]);
             (
                 call.to_string(),
                 set(&cur, Varying),
                 format!("all_to_all({})", args.join(", ")),
-                "all_to_all",
+                if untiled && moved {
+                    "all_to_all (real jax 0.12.0.1 raises on this vjp)"
+                } else {
+                    "all_to_all"
+                },
             )
         }
         _ => unreachable!("names of the varying family"),

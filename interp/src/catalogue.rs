@@ -45,6 +45,8 @@ struct Args {
     concat: Option<usize>,
     stack: Option<bool>,
     perm: Option<Vec<Option<usize>>>,
+    /// `perm` was given as JAX's (source, destination) pairs.
+    pairs: bool,
     axes: Option<Vec<String>>,
     states: Vec<String>,
 }
@@ -115,7 +117,10 @@ fn list<'a>(name: &str, k: &str, v: &'a str) -> Result<Vec<&'a str>, String> {
 }
 
 /// `[(0, 1), (1, 0)]`: JAX's permutation as (source, destination) pairs,
-/// turned into `perm[source] = destination` over members 0..=max index.
+/// turned into `perm[source] = destination` over members 0..=max index
+/// (members past the largest index named send nothing; the group size comes
+/// from the mesh). As in JAX, a source or a destination named twice is an
+/// error; a rank outside the group is one when the mesh is known.
 fn perm_pairs(name: &str, v: &str) -> Result<Vec<Option<usize>>, String> {
     let inner = v
         .trim()
@@ -134,9 +139,16 @@ fn perm_pairs(name: &str, v: &str) -> Result<Vec<Option<usize>>, String> {
             .split_once(',')
             .ok_or_else(|| format!("{name}: `({})` is not a pair", body.0))?;
         let num = |x: &str| {
-            x.trim()
-                .parse::<usize>()
-                .map_err(|_| format!("{name}: `perm` pair entry `{}` is not a rank", x.trim()))
+            let x = x.trim();
+            if x.starts_with('-') && x[1..].trim().parse::<usize>().is_ok() {
+                // JAX reads a negative rank from the end of the group, which
+                // only the mesh fixes.
+                return Err(format!(
+                    "{name}: `perm` pair entry `{x}` is negative; write the member's rank (0 to the group size - 1)"
+                ));
+            }
+            x.parse::<usize>()
+                .map_err(|_| format!("{name}: `perm` pair entry `{x}` is not a rank"))
         };
         pairs.push((num(a)?, num(b)?));
         rest = body.1.trim().trim_start_matches(',').trim();
@@ -148,7 +160,9 @@ fn perm_pairs(name: &str, v: &str) -> Result<Vec<Option<usize>>, String> {
     let mut perm = vec![None; n];
     for (a, b) in pairs {
         if perm[a].replace(b).is_some() {
-            return Err(format!("{name}: member {a} is given two destinations"));
+            return Err(format!(
+                "{name}: sources and destinations must be unique; member {a} is given two destinations"
+            ));
         }
     }
     Ok(perm)
@@ -211,6 +225,7 @@ fn parse_args(name: &str, body: &str) -> Result<Args, String> {
                         // to be members 0 to the largest index named.
                         once("perm", a.perm.is_some())?;
                         a.perm = Some(perm_pairs(name, v)?);
+                        a.pairs = true;
                     }
                     "perm" => {
                         once("perm", a.perm.is_some())?;
@@ -286,7 +301,7 @@ fn takes(family: &str) -> &'static [&'static str] {
         "gather" => &["dim", "stack"],
         "scatter" => &["dim", "stack"],
         "convert" => &["dim", "stack"],
-        "all_to_all" => &["split", "concat"],
+        "all_to_all" => &["split", "concat", "stack"],
         "ppermute" => &["perm"],
         "redistribute" => &["dim"],
         _ => &[],
@@ -399,20 +414,7 @@ pub fn collective_typed(
             dst.len()
         ));
     }
-    let mut a = parse_args(name, body)?;
-    if family == "all_to_all" {
-        // JAX's all_to_all(tiled=True) concatenates, as this catalogue's
-        // does; the untiled form makes a new axis, which it does not.
-        match a.stack {
-            Some(false) => a.stack = None,
-            Some(true) => {
-                return Err(format!(
-                "{name}: the untiled (stacking) all_to_all is not in the catalogue; use tiled=True"
-            ))
-            }
-            None => {}
-        }
-    }
+    let a = parse_args(name, body)?;
     if name == "pcast" && a.states.is_empty() {
         return Err("pcast: give its destination, e.g. pcast(to='varying')".into());
     }
@@ -562,9 +564,11 @@ pub fn collective_typed(
             dim: a.dim.or(ld).unwrap_or(0),
             stack,
         },
+        // `stack` is JAX's untiled form (tiled=False).
         "all_to_all" => Kind::AllToAll {
             split: a.split.or(ld).unwrap_or(0),
             concat: a.concat.or(ls).unwrap_or(0),
+            stack,
         },
         "cast" => Kind::Reinterpret,
         "convert" => {
@@ -618,7 +622,10 @@ pub fn collective_typed(
                 .perm
                 .ok_or_else(|| format!("{name}: needs perm = [...]"))?;
             check_perm(name, &perm)?;
-            Kind::PPermute { perm }
+            Kind::PPermute {
+                perm,
+                pairs: a.pairs,
+            }
         }
         // Keep the global value (Varying read as concatenation along its
         // layout's dim, or `dim` without a layout): the route of seed 003's
@@ -641,6 +648,7 @@ pub fn collective_typed(
                     (Some(i), Some(j)) if i != j => Kind::AllToAll {
                         split: j,
                         concat: i,
+                        stack: false,
                     },
                     _ => Kind::Reinterpret,
                 },
@@ -717,13 +725,20 @@ pub fn collective_typed(
 pub fn check_group_sizes(op: &crate::Op, meshes: &[spmd_semantics::Mesh]) -> Result<(), String> {
     match op {
         crate::Op::Collective(c) => {
-            if let Kind::PPermute { perm } = &c.kind {
+            if let Kind::PPermute { perm, pairs } = &c.kind {
                 let sizes: Vec<usize> = meshes
                     .iter()
                     .filter(|m| c.axes.iter().all(|&a| a < m.ndim()))
                     .map(|m| c.group_size(m))
                     .collect();
-                if !sizes.contains(&perm.len()) {
+                if *pairs && !sizes.iter().any(|&s| s >= perm.len()) {
+                    return Err(format!(
+                        "{}: the permutation names member {}; the meshes give groups of {sizes:?}",
+                        c.name,
+                        perm.len() - 1
+                    ));
+                }
+                if !*pairs && !sizes.contains(&perm.len()) {
                     return Err(format!(
                         "{}: a permutation of {} entries needs a group of {} ranks; the meshes give groups of {sizes:?}",
                         c.name,

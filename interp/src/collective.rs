@@ -21,8 +21,15 @@ pub enum Kind {
     /// form), `dim` has size n and the chunk's dim is dropped.
     ReduceScatter { dim: usize, stack: bool },
     /// Split along `split`, send chunk j to group member j, concatenate the
-    /// received chunks along `concat`.
-    AllToAll { split: usize, concat: usize },
+    /// received chunks along `concat`. With `stack` (JAX's untiled form),
+    /// `split` has size n and each chunk is one entry with that dim dropped;
+    /// the received entries are stacked along a new dim at `concat` (a
+    /// position in the output).
+    AllToAll {
+        split: usize,
+        concat: usize,
+        stack: bool,
+    },
     /// Keep the local tensors; change only the type.
     Reinterpret,
     /// Keep the denotation with local work only (Varying read as
@@ -30,8 +37,13 @@ pub enum Kind {
     /// `dim`).
     Convert { dim: usize, stack: bool },
     /// Member k sends to member perm[k] (None: sends nowhere); members that
-    /// receive nothing hold zeros.
-    PPermute { perm: Vec<Option<usize>> },
+    /// receive nothing hold zeros. With `pairs` (JAX's `(source,
+    /// destination)` form) the group may be larger than `perm`: members past
+    /// its end send nothing. Without it, `perm` lists every member.
+    PPermute {
+        perm: Vec<Option<usize>>,
+        pairs: bool,
+    },
     /// All-reduce divided by the group size.
     PMean,
     /// Divide by the group size, locally, the state unchanged (what JAX's
@@ -257,12 +269,34 @@ impl Collective {
                 div(*dim)?;
                 out[*dim] /= n;
             }
-            Kind::AllToAll { split, concat } => {
+            Kind::AllToAll {
+                split,
+                concat,
+                stack: false,
+            } => {
                 dim_ok(*split)?;
                 dim_ok(*concat)?;
                 div(*split)?;
                 out[*split] /= n;
                 out[*concat] *= n;
+            }
+            Kind::AllToAll {
+                split,
+                concat,
+                stack: true,
+            } => {
+                // JAX: x.shape[split_axis] must be the group size; the
+                // output drops that dim and has a new one of size n at
+                // `concat` (so `concat` is below the rank, as in JAX).
+                if *split >= s.len() || s[*split] != n {
+                    return Err(format!(
+                        "{}: the untiled all_to_all needs its split dim {split} of {s:?} to have the group size {n}",
+                        self.name
+                    ));
+                }
+                dim_ok(*concat)?;
+                out.remove(*split);
+                out.insert(*concat, n);
             }
             Kind::Convert { dim, stack } => match (self.src, self.dst, stack) {
                 (State::Reduced | State::Invariant, State::Varying, true) => {
@@ -302,9 +336,16 @@ impl Collective {
                 }
                 _ => {}
             },
-            Kind::PPermute { perm } => {
+            Kind::PPermute { perm, pairs } => {
                 crate::catalogue::check_perm(&self.name, perm)?;
-                if perm.len() != n {
+                if *pairs && perm.len() > n {
+                    return Err(format!(
+                        "{}: perm names member {}, outside the group of {n}",
+                        self.name,
+                        perm.len() - 1
+                    ));
+                }
+                if !*pairs && perm.len() != n {
                     return Err(format!(
                         "{}: permutation of {} entries on a group of {n}",
                         self.name,
@@ -418,12 +459,23 @@ impl Collective {
                         runs.add(&mut o.data, &x.tensors[q].data);
                     }
                 }
-                Kind::AllToAll { split, concat } => {
+                Kind::AllToAll {
+                    split,
+                    concat,
+                    stack,
+                } => {
                     // Chunk k (along `split`) of each member, concatenated
-                    // along `concat` in group order.
+                    // along `concat` in group order. Untiled, the chunk is
+                    // one entry with its dim dropped (the same flat data)
+                    // and the pieces are stacked at `concat`: the same runs
+                    // as concatenating pieces of the dropped shape there.
                     let runs = Chunk::new(s, *split, n, k);
                     let mut ps = s.to_vec();
-                    ps[*split] /= n;
+                    if *stack {
+                        ps.remove(*split);
+                    } else {
+                        ps[*split] /= n;
+                    }
                     let inner = numel(&ps[*concat..]);
                     o.data.reserve(runs.len * n);
                     for b in 0..numel(&ps[..*concat]) {
@@ -464,7 +516,7 @@ impl Collective {
                     }
                     _ => o.data.extend_from_slice(&here.data),
                 },
-                Kind::PPermute { perm } => match perm.iter().position(|p| *p == Some(k)) {
+                Kind::PPermute { perm, .. } => match perm.iter().position(|p| *p == Some(k)) {
                     Some(src) => o.data.extend_from_slice(&x.tensors[g[src]].data),
                     None => o.data.resize(size, Q::zero()),
                 },
@@ -495,10 +547,23 @@ impl Collective {
                     Kind::ReduceScatter { dim, stack: false } => {
                         sums.get(g, &xs).chunk(n, *dim)[k].clone()
                     }
-                    Kind::AllToAll { split, concat } => {
+                    Kind::AllToAll {
+                        split,
+                        concat,
+                        stack: false,
+                    } => {
                         let parts: Vec<Tensor> =
                             xs.iter().map(|t| t.chunk(n, *split)[k].clone()).collect();
                         Tensor::concat(&parts, *concat)
+                    }
+                    Kind::AllToAll {
+                        split,
+                        concat,
+                        stack: true,
+                    } => {
+                        let parts: Vec<Tensor> =
+                            xs.iter().map(|t| unstack(t, n, k, *split)).collect();
+                        Tensor::stack(&parts, *concat)
                     }
                     Kind::Reinterpret => x.tensors[r].clone(),
                     Kind::Convert { dim, stack } => match (self.src, self.dst) {
@@ -521,7 +586,7 @@ impl Collective {
                         (State::Varying, State::Partial) => place(&x.tensors[r], n, k, *dim),
                         _ => x.tensors[r].clone(),
                     },
-                    Kind::PPermute { perm } => match perm.iter().position(|p| *p == Some(k)) {
+                    Kind::PPermute { perm, .. } => match perm.iter().position(|p| *p == Some(k)) {
                         Some(src) => xs[src].clone(),
                         None => Tensor::zeros(&x.tensors[r].shape),
                     },
@@ -560,9 +625,41 @@ impl Collective {
                     }
                     (Kind::ReduceScatter { dim, .. }, State::Partial) => piece(here, n, k, *dim),
                     (Kind::ReduceScatter { dim, .. }, _) => piece(sums.get(g, &ds), n, k, *dim),
-                    (Kind::AllToAll { split, concat }, _) => {
+                    (
+                        Kind::AllToAll {
+                            split,
+                            concat,
+                            stack: false,
+                        },
+                        _,
+                    ) => {
                         let parts: Vec<Tensor> =
                             ds.iter().map(|t| piece(t, n, k, *split)).collect();
+                        Tensor::concat(&parts, *concat)
+                    }
+                    // Untiled: member k's output, entry j along `concat`,
+                    // is member j's entry k along `split`.
+                    (
+                        Kind::AllToAll {
+                            split,
+                            concat,
+                            stack: true,
+                        },
+                        _,
+                    ) => {
+                        // Written apart from the forward: entry k of each
+                        // member as a slice of size 1, that unit dim moved
+                        // to `concat`, then concatenated there.
+                        let parts: Vec<Tensor> = ds
+                            .iter()
+                            .map(|t| {
+                                let p = piece(t, n, k, *split);
+                                let mut shape = p.shape.clone();
+                                shape.remove(*split);
+                                shape.insert(*concat, 1);
+                                Tensor::new(shape, p.data)
+                            })
+                            .collect();
                         Tensor::concat(&parts, *concat)
                     }
                     // Reinterpreting keeps local data, so the denotation
@@ -592,10 +689,12 @@ impl Collective {
                         _ => here.clone(),
                     },
                     (Kind::Convert { .. }, State::Partial) => here.clone(),
-                    (Kind::PPermute { perm }, _) => match perm.iter().position(|p| *p == Some(k)) {
-                        Some(src) => ds[src].clone(),
-                        None => Tensor::zeros(&here.shape),
-                    },
+                    (Kind::PPermute { perm, .. }, _) => {
+                        match perm.iter().position(|p| *p == Some(k)) {
+                            Some(src) => ds[src].clone(),
+                            None => Tensor::zeros(&here.shape),
+                        }
+                    }
                 }
             })
             .collect();
@@ -613,7 +712,7 @@ impl Collective {
             Kind::ReduceScatter { .. } => frac.mul(&Q::int(local)),
             Kind::AllReduce | Kind::PMean => frac.mul(&Q::int(2 * local)),
             Kind::AllToAll { .. } => frac.mul(&Q::int(local)),
-            Kind::PPermute { perm } => {
+            Kind::PPermute { perm, .. } => {
                 if perm.iter().enumerate().all(|(k, p)| *p == Some(k)) {
                     Q::zero()
                 } else {
@@ -648,8 +747,23 @@ impl Collective {
                     String::new()
                 }
             }
-            Kind::AllToAll { split, concat } => format!("split={split}, concat={concat}"),
-            Kind::PPermute { perm } => {
+            Kind::AllToAll {
+                split,
+                concat,
+                stack,
+            } => format!(
+                "split={split}, concat={concat}{}",
+                if *stack { ", stack" } else { "" }
+            ),
+            Kind::PPermute { perm, pairs: true } => {
+                let p: Vec<String> = perm
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(s, d)| d.map(|d| format!("({s}, {d})")))
+                    .collect();
+                format!("perm=[{}]", p.join(", "))
+            }
+            Kind::PPermute { perm, .. } => {
                 let p: Vec<String> = perm
                     .iter()
                     .map(|x| x.map(|v| v.to_string()).unwrap_or("_".into()))

@@ -56,9 +56,11 @@ fn kinds(n: usize) -> Vec<Kind> {
         Kind::DivideByGroupSize,
         Kind::PPermute {
             perm: (0..n).map(|k| Some((k + 1) % n)).collect(),
+            pairs: false,
         },
         Kind::PPermute {
             perm: (0..n).map(|k| (k + 1 < n).then_some(k + 1)).collect(),
+            pairs: false,
         },
     ];
     for dim in 0..3 {
@@ -68,7 +70,29 @@ fn kinds(n: usize) -> Vec<Kind> {
             out.push(Kind::Convert { dim, stack });
         }
         for concat in 0..3 {
-            out.push(Kind::AllToAll { split: dim, concat });
+            out.push(Kind::AllToAll {
+                split: dim,
+                concat,
+                stack: false,
+            });
+        }
+    }
+    // Added last, so the cases before them meet the same buffers as before.
+    // JAX's partial form: only member 0 sends (to member 1); the rest of the
+    // group is past the end of `perm`.
+    out.push(Kind::PPermute {
+        perm: vec![Some(1 % n)],
+        pairs: true,
+    });
+    // The untiled all_to_all (split dim of the group size, a new dim at
+    // concat).
+    for split in 0..3 {
+        for concat in 0..3 {
+            out.push(Kind::AllToAll {
+                split,
+                concat,
+                stack: true,
+            });
         }
     }
     out
