@@ -1,95 +1,18 @@
 //! spmd-check: an exact reference interpreter and exhaustive checker for the
-//! sharding type rules of SPMD systems. This facade re-exports the workspace
-//! crates and holds the drivers: exhaustive runs, derived tables and the
-//! conformance tables of the seed systems.
+//! sharding type rules of SPMD systems. This facade re-exports the
+//! workspace crates, which follow the pipeline: read → elaborate → execute →
+//! check → report.
 //!
-//! | crate | SPEC.md |
-//! |---|---|
-//! | `semantics` | §1 states and dialects, §2 values and denotation, §3 cotangents and pairing |
-//! | `interp` | §6 local ops |
-//! | `oracle` | §4 properties, §5 exact finite differences, §7 verdicts |
-//! | `generators` | §8 scope |
-//! | `dialects` | §15 the seed systems as dialects, their tables |
-//! | this crate | §9 derived tables and conformance |
+//! | crate | phase | SPEC.md |
+//! |---|---|---|
+//! | `syntax` | read: rule files and jobs | §11.1, §11.4 |
+//! | `semantics` | states, values, denotation | §1–§3 |
+//! | `dialects` | elaborate: each system's names, typing, casts, transposes | §15 |
+//! | `interp` | execute: local ops and collectives | §6, §10 |
+//! | `oracle` | check: properties, exact finite differences, verdicts | §4, §5, §7 |
+//! | `generators` | scope and enumeration | §8 |
+//! | `drivers` | commands and their reports | §9, §11–§21 |
+//!
+//! `src/` holds only this facade and the command line (`main.rs`).
 
-pub mod bench;
-pub mod check;
-pub mod collectives;
-pub mod conform;
-pub mod derive;
-pub mod emit;
-pub mod fidelity;
-pub mod fsdp;
-pub mod generated;
-pub mod job;
-pub mod jvps;
-pub mod partial_kinds;
-pub mod partition;
-pub mod patterns;
-pub mod programs;
-pub mod report;
-pub mod rules;
-pub mod run;
-pub mod transposes;
-pub mod types;
-
-pub use spmd_dialects as dialects;
-pub use spmd_generators as generators;
-pub use spmd_interp as interp;
-pub use spmd_oracle as oracle;
-pub use spmd_semantics as semantics;
-
-/// Check an external kernel typed as `inputs -> output` (written in
-/// `dialect`'s names) like a rule (SPEC.md §20.4). Calls the kernel refused
-/// (a value outside float64's exact window, or a failing kernel) leave their
-/// case unchecked, so a verdict that is not a counterexample becomes
-/// undetermined, naming the first refusal.
-pub fn check_external(
-    ext: interp::external::External,
-    inputs: &[&str],
-    output: &str,
-    dialect: semantics::Dialect,
-    cfg: &check::CheckConfig,
-) -> Result<check::RuleReport, run::UsageError> {
-    let mut texts = inputs.to_vec();
-    texts.push(output);
-    let (axes, mut types) = types::parse_types(dialect, &texts)?;
-    let out = types.pop().expect("the output type");
-    if types.len() != ext.arity() {
-        return Err(run::UsageError(format!(
-            "{}: {} input types for {} inputs",
-            ext.name,
-            types.len(),
-            ext.arity()
-        )));
-    }
-    let meshes = types::meshes_named(&cfg.scope.meshes, &axes);
-    let rule = rules::Rule {
-        name: ext.name.clone(),
-        has_backward: ext.has_backward(),
-        op: interp::TypedOp {
-            op: interp::Op::External(ext.clone()),
-            inputs: types,
-            output: out,
-            backward: interp::Backward::LocalVjp,
-            jvp: None,
-            no_grad: vec![],
-        },
-        meshes,
-        dialect,
-        pending: None,
-        elaboration: Vec::new(),
-    };
-    let mut rep = check::check_rule(&rule, cfg, &[], &|_| {});
-    if let (n @ 1.., why) = ext.refused() {
-        if rep.verdict.violation().is_none() {
-            let mut tally = rep.verdict.tally().clone();
-            tally.stopped = Some(format!(
-                "{n} kernel calls refused, their cases unchecked; the first: {}",
-                why.unwrap_or_default()
-            ));
-            rep.verdict = oracle::Verdict::Undetermined { tally };
-        }
-    }
-    Ok(rep)
-}
+pub use spmd_drivers::*;

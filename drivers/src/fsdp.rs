@@ -10,7 +10,7 @@ use spmd_generators::Scope;
 use spmd_oracle::Property;
 
 /// The strategies, as data.
-pub const FSDP_TOML: &str = include_str!("../examples/fsdp.toml");
+pub const FSDP_TOML: &str = include_str!("../../examples/fsdp.toml");
 
 /// x: a local batch of 3 rows times the full 8-row weight, whose local
 /// shard is 2 x 4 on 4 ranks.

@@ -113,7 +113,11 @@ impl DialectCheck {
 
 /// The fixtures directory of this checkout.
 pub fn default_dir() -> String {
-    format!("{}/tests/fixtures", env!("CARGO_MANIFEST_DIR"))
+    // This crate sits one folder below the checkout.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap_or(std::path::Path::new("."));
+    format!("{}/tests/fixtures", root.display())
 }
 
 /// Classify every case of every fixture in `dir`.

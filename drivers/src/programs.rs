@@ -14,7 +14,7 @@ use spmd_oracle::{Property, Verdict};
 use spmd_semantics::{Mesh, Shape, Q};
 
 /// The layers, as data.
-pub const LAYERS_TOML: &str = include_str!("../examples/programs.toml");
+pub const LAYERS_TOML: &str = include_str!("../../examples/programs.toml");
 
 /// One program of a table: its name in the rule file, what this suite
 /// expects (`None`: sound, else the property it fails), and the local input

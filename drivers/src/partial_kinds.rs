@@ -2452,7 +2452,7 @@ pub fn global_gradient(f: &LocalFn, xs: &[Tensor], g: &Tensor) -> Option<Vec<Ten
 // The real systems' rules, as data (SPEC.md §21.6)
 
 /// The systems' rule lists for the pending kinds.
-pub const RULES_TOML: &str = include_str!("../dialects/tables/partial_kinds.toml");
+pub const RULES_TOML: &str = include_str!("../../dialects/tables/partial_kinds.toml");
 
 /// One rule of `dialects/tables/partial_kinds.toml`.
 #[derive(Clone, Debug)]

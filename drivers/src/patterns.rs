@@ -31,7 +31,7 @@ macro_rules! pattern {
     ($name:literal, $shapes:expr) => {
         PatternFile {
             file: concat!("examples/patterns/", $name),
-            text: include_str!(concat!("../examples/patterns/", $name)),
+            text: include_str!(concat!("../../examples/patterns/", $name)),
             shapes: $shapes,
         }
     };
