@@ -699,3 +699,32 @@ fn both_readings_of_dtensor_reduced_are_derived() {
     assert_eq!(any.len(), 64);
     assert_eq!(every.len(), 64);
 }
+
+/// Every built-in op has the op class elaboration gives its expression, so
+/// `derive sin --dialect jax` is asked like `derive mul --dialect jax`:
+/// transcendental and normalising ops are Nonlinear, `floordiv` is floor
+/// division, `cumsum` linear in every system. The twin: a composition has
+/// no single class.
+#[test]
+fn every_builtin_has_an_op_class() {
+    for (name, _) in spmd_check::interp::BUILTINS {
+        assert!(OpClass::of_builtin(name).is_some(), "{name}");
+    }
+    assert_eq!(OpClass::of_builtin("sin"), Some(OpClass::Nonlinear));
+    assert_eq!(OpClass::of_builtin("softmax"), Some(OpClass::Nonlinear));
+    assert_eq!(
+        OpClass::of_builtin("floordiv"),
+        Some(OpClass::FloorDivision)
+    );
+    assert_eq!(
+        spmd_check::dialects::elaborate::single_op_class("sin(x) + x"),
+        None
+    );
+    // And the oracle's classification of JAX on sin: R -> P is unsound,
+    // and JAX keeps R, which agrees.
+    let sin = derived("sin");
+    assert_eq!(
+        class_of(&sin, &jax::SYSTEM, OpClass::Nonlinear, &[R], P),
+        Class::Agrees
+    );
+}

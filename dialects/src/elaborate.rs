@@ -103,8 +103,9 @@ fn node_class(e: &Expr) -> Option<(OpClass, Vec<&Expr>)> {
         Div(a, b) if konst(b) => (OpClass::ScalarMul, vec![a]),
         Div(a, b) if konst(a) => (OpClass::Nonlinear, vec![b]),
         Div(a, b) => (OpClass::Division, vec![a, b]),
-        // floor(a / b) is one op in PyTorch (floor_divide).
-        Floor(d) if matches!(&**d, Div(_, b) if !konst(b)) => match &**d {
+        // floor(a / b) is one op in PyTorch (floor_divide), and so is the
+        // truncating division (`torch.div(rounding_mode='trunc')`).
+        Floor(d) | Round(_, d) if matches!(&**d, Div(_, b) if !konst(b)) => match &**d {
             Div(a, b) => (OpClass::FloorDivision, vec![a, b]),
             _ => unreachable!("matched above"),
         },
@@ -140,6 +141,19 @@ fn node_class(e: &Expr) -> Option<(OpClass, Vec<&Expr>)> {
             )
         }
     })
+}
+
+/// The op class of an expression that is one op on its inputs (every
+/// operand of the root a variable or a constant), as elaboration types it:
+/// `sin(x)` is Nonlinear, `floor(x / y)` floor division. `None` for a
+/// composition, whose class is per node.
+pub fn single_op_class(text: &str) -> Option<OpClass> {
+    let f = parse(text).ok()?;
+    let (class, operands) = node_class(&f.expr)?;
+    operands
+        .iter()
+        .all(|o| matches!(o, Expr::Var(_) | Expr::Const(_)))
+        .then_some(class)
 }
 
 fn has_var(e: &Expr) -> bool {

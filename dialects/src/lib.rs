@@ -73,7 +73,12 @@ impl OpClass {
             "floor_divide" => FloorDivision,
             "cumsum" => Cumsum,
             "cast" => NarrowingCast,
-            _ => return None,
+            // The rest (transcendental and normalising ops, `where`,
+            // `floordiv`, `int`, ...) as elaboration types their expression.
+            _ => {
+                let (_, text) = spmd_interp::BUILTINS.iter().find(|(n, _)| *n == name)?;
+                return elaborate::single_op_class(text);
+            }
         })
     }
     pub fn name(self) -> &'static str {
