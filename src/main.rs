@@ -1094,6 +1094,9 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
                 j["random_requested"] = serde_json::json!(rep.random_requested);
                 j["random_note"] = serde_json::json!(rep.random_note);
                 j["replayed"] = serde_json::json!(rep.replayed);
+                if !rep.elaboration.is_empty() {
+                    j["elaboration"] = serde_json::json!(rep.elaboration);
+                }
                 if let Some(x) = v.violation() {
                     j["counterexample"]["inputs"] = serde_json::json!(x
                         .inputs()
@@ -1112,6 +1115,10 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
                     report::quoted_name(&rep.name),
                     report::rule_word(rep)
                 );
+                // What was checked: the rule as its system elaborated it.
+                for n in &rep.elaboration {
+                    println!("  elaborated: {n}");
+                }
                 if let Some(x) = v.violation() {
                     print!("{}", x.report_in(rep.dialect));
                     match o.emit.as_deref() {

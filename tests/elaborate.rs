@@ -4,6 +4,8 @@
 //! JAX 0.12.0.1 gave (peers/recorded/jax_pipeline_0.12.0.1.json), worked out
 //! again here by hand.
 
+mod common;
+use common::{rule_named, temp_rule_file};
 use serde_json::{json, Value};
 use spmd_check::job::{parse_job, run_job, CheckResult};
 
@@ -162,4 +164,33 @@ fn jax_versions_are_selectable_by_name() {
     }
     let e = run(&job("jax@0.9"), false).unwrap_err();
     assert!(e.contains("jax@0.10"), "{e}");
+}
+
+/// `check` reads a rule file in JAX's language as JAX runs it: `x + y` on
+/// Invariant and Varying gets JAX's pvary (with its transpose, a sum of
+/// the cotangents), so the rule is sound, and the report lists the cast.
+/// The twin: the same typing in canonical letters, with no cast, takes each
+/// rank's cotangent as the Invariant input's gradient, and is refuted.
+#[test]
+fn check_elaborates_rule_files() {
+    let jax = "[[rule]]\nname = \"iv\"\ndialect = \"jax\"\nop = \"add\"\ninputs = [\"Invariant\", \"Varying\"]\noutput = \"Varying\"\n";
+    let f = temp_rule_file("elab-jax.toml", jax);
+    let (code, out, err) = common::run(&["check", &f, "--json", "--cases", "0"]);
+    assert_eq!(code, 0, "{out} {err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let r = rule_named(&v, "iv");
+    assert_eq!(r["verdict"], "sound", "{r}");
+    assert!(r["elaboration"][0].as_str().unwrap().contains("inserts pvary"), "{r}");
+    let canon = jax
+        .replace("\"jax\"", "\"canonical\"")
+        .replace("Invariant", "I")
+        .replace("Varying", "V");
+    let f = temp_rule_file("elab-canon.toml", &canon);
+    let (code, out, err) = common::run(&["check", &f, "--json", "--cases", "0"]);
+    assert_eq!(code, 1, "{out} {err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let r = rule_named(&v, "iv");
+    assert_eq!(r["verdict"], "unsound", "{r}");
+    assert!(r.get("elaboration").is_none(), "{r}");
+    assert!(r["property"].as_str().unwrap().starts_with('B'), "{r}");
 }

@@ -47,6 +47,9 @@ pub struct RuleReport {
     /// found; `verdict` then only summarises it for callers that do not
     /// read this.
     pub pending: Option<PendingReport>,
+    /// What the rule's system decided when it elaborated it (SPEC.md
+    /// §15.5): inserted casts, inferred types, chosen backwards.
+    pub elaboration: Vec<String>,
 }
 
 /// A counterexample stored by value (SPEC.md §11.3).
@@ -460,6 +463,7 @@ pub fn check_rule(
             .collect(),
         dialect: rule.dialect,
         pending: None,
+        elaboration: rule.elaboration.clone(),
     };
     for s in stored {
         if let Some(v) = replay(rule, s) {
@@ -1281,6 +1285,7 @@ fn check_pending(rule: &Rule, p: &PendingRule, cfg: &CheckConfig, stored: &[Stor
         no_grad: vec![],
         dialect: rule.dialect,
         pending: Some(rep),
+        elaboration: rule.elaboration.clone(),
     }
 }
 
