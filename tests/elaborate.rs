@@ -180,7 +180,13 @@ fn check_elaborates_rule_files() {
     let v: Value = serde_json::from_str(&out).unwrap();
     let r = rule_named(&v, "iv");
     assert_eq!(r["verdict"], "sound", "{r}");
-    assert!(r["elaboration"][0].as_str().unwrap().contains("inserts pvary"), "{r}");
+    assert!(
+        r["elaboration"][0]
+            .as_str()
+            .unwrap()
+            .contains("inserts pvary"),
+        "{r}"
+    );
     let canon = jax
         .replace("\"jax\"", "\"canonical\"")
         .replace("Invariant", "I")
