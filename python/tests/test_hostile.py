@@ -4,6 +4,7 @@ BadInput, never a crash of the interpreter, and Ctrl-C is KeyboardInterrupt."""
 import os
 import signal
 import subprocess
+import tempfile
 import sys
 import textwrap
 
@@ -58,7 +59,14 @@ def test_ctrl_c_during_check_kernel_is_keyboard_interrupt():
             sys.exit(7)
         print("finished", flush=True)
     """)
-    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    # Run outside the checkout: from python/, `import spmd_check` would find
+    # the source folder (no compiled `_native`) before the installed package.
+    p = subprocess.Popen(
+        [sys.executable, "-c", code],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=tempfile.gettempdir(),
+    )
     assert p.stdout.readline().strip() == "start"
     import time
     time.sleep(1.0)
