@@ -423,9 +423,11 @@ def typing_case(op, call, fn, states, n=2):
         case["real"] = {"accepted": False, "output": None, "inserted": [], "error": err}
     else:
         own = {"neg": "neg", "sum": "reduce_sum", "mul_const": "mul", "abs": "abs", "add": "add",
-               "sub": "sub", "mul": "mul", "div": "div", "dot": "dot_general"}[op]
+               "sub": "sub", "mul": "mul", "div": "div", "dot": "dot_general",
+               "add3": "add", "mul3": "mul", "fma": ("mul", "add")}[op]
+        own = own if isinstance(own, tuple) else (own,)
         k = sum(s in ("Unreduced", "Reduced") for s in states)  # our own input casts come first
-        inserted = [p for p in real["jaxpr"][k:] if p.split("[")[0] not in (own, "reshape")]  # reshape: our lift
+        inserted = [p for p in real["jaxpr"][k:] if p.split("[")[0] not in (*own, "reshape")]  # reshape: our lift
         case["real"] = {"accepted": True, "output": {"state": real["output"]["state"], **mat(real["output"])},
                         "inserted": inserted, "jaxpr": real["jaxpr"],
                         "output_per_rank": real["output_per_rank"], "error": None}
@@ -453,8 +455,21 @@ def transpose_of(n, fn, ins, out):
             "transpose_error": real["transpose_error"]}
 
 
+# Three operands (--versioned only): compositions JAX types node by node,
+# so the casts it inserts may sit on an intermediate value.
+TERNARY = {"add3": (lambda a, b, c: a + b + c, "a + b + c"),
+           "mul3": (lambda a, b, c: a * b * c, "a * b * c"),
+           "fma": (lambda a, b, c: a * b + c, "a * b + c")}
+
+
 def typing_cases():
     cs = []
+    if USER:
+        for op, (fn, call) in TERNARY.items():
+            for s in STATES:
+                for t in STATES:
+                    for u in STATES:
+                        cs.append(typing_case(op, call, fn, [s, t, u]))
     for op, (fn, call) in UNARY.items():
         for s in STATES:
             cs.append(typing_case(op, call, fn, [s]))

@@ -421,6 +421,10 @@ fn jax_expr(op: &str, shapes: &[Vec<usize>]) -> Option<String> {
             "div" => "a / b",
             "sum" if shapes.first()?.len() == 1 => "sum(a, 0)",
             "dot" if shapes.iter().all(|s| s.len() == 1) => "einsum(\"i,i->\", a, b)",
+            // Three operands (JAX 0.12 recordings): compositions.
+            "add3" => "a + b + c",
+            "mul3" => "a * b * c",
+            "fma" => "a * b + c",
             _ => return None,
         }
         .to_string(),
@@ -1258,12 +1262,48 @@ fn accepted_words(out: &str, casts: &[&str]) -> String {
     }
 }
 
+/// A recorded JAX composition of three operands against the dialect's
+/// elaboration of the same expression (SPEC.md §15.5), as a user's job on
+/// the recorded states: accepted or refused, and the output. JAX types it
+/// node by node, so where it puts a cast (on an operand or on an
+/// intermediate) is not compared; the values are, by the user's path.
+fn jax_dialect_by_elaboration(c: &Value, version: &str) -> Option<DialectCheck> {
+    let expr = jax_expr(c["op"].as_str()?, &[])?;
+    let sys = spmd_dialects::jax::Version::of(version).system();
+    let job = serde_json::json!({
+        "dialect": sys.name, "mesh": c["mesh"], "op": {"expr": expr}, "vars": ["a", "b", "c"],
+        "inputs": c["inputs"].as_array()?.iter().map(|i| serde_json::json!({
+            "type": i["state"], "per_rank": i["per_rank"]})).collect::<Vec<_>>(),
+    });
+    let text = job.to_string();
+    let ours =
+        match parse_job("<fixture>", &text).and_then(|j| run_job(&j, "<fixture>", &text, false)) {
+            Ok(r) if r.rule.op.output.states.len() == 1 => {
+                accepted_words(&sys.state_name(r.rule.op.output.states[0]), &[])
+            }
+            Ok(_) => return None,
+            // Undefined on the recorded values is not a refusal of the typing.
+            Err(e) if e.0.contains("undefined on these values") => return None,
+            Err(_) => "refused".to_string(),
+        };
+    let r = &c["real"];
+    let real = if r["accepted"] == true {
+        accepted_words(r["output"]["state"].as_str()?, &[])
+    } else {
+        "refused".to_string()
+    };
+    Some(DialectCheck { ours, real })
+}
+
 /// A recorded JAX typing case: the op as an op class, its operands (the
 /// Python scalar of `2.0 * a` an operand of its own), and the real outcome
 /// with the inserted casts by name (`pvary[x]` is `pvary`,
 /// `reduced_vary_cast_p[x]` is `reduced_vary_cast`).
 fn jax_dialect(c: &Value, version: &str) -> Option<DialectCheck> {
     use spmd_dialects::{jax, OpClass, Operand};
+    if c["inputs"].as_array().is_some_and(|a| a.len() == 3) {
+        return jax_dialect_by_elaboration(c, version);
+    }
     let state = |s: &str| -> Option<spmd_semantics::State> {
         spmd_semantics::Dialect::Jax
             .parse_state(s)
