@@ -164,43 +164,9 @@ fn has_var(e: &Expr) -> bool {
 
 /// Every variable under `e`.
 fn leaves(e: &Expr, f: &mut dyn FnMut(usize)) {
-    use Expr::*;
     match e {
-        Var(i) => f(*i),
-        Const(_) => {}
-        Neg(a)
-        | Pow(a, _)
-        | Sum(a, _)
-        | Mean(a, _)
-        | Max(a, _)
-        | Reshape(a, _)
-        | Slice(a, _, _, _)
-        | Take(a, _, _)
-        | Abs(a)
-        | Relu(a)
-        | Floor(a)
-        | Cast(a, _)
-        | Unary(_, a)
-        | Dimwise(_, a, _, _)
-        | Cumsum(a, _)
-        | Round(_, a) => leaves(a, f),
-        Add(a, b)
-        | Sub(a, b)
-        | Mul(a, b)
-        | Div(a, b)
-        | UpdateSlice(a, b, _)
-        | CrossEntropy(a, b, _) => {
-            leaves(a, f);
-            leaves(b, f);
-        }
-        Einsum(_, xs) | Concat(xs, _) => xs.iter().for_each(|x| leaves(x, f)),
-        Where(m, a, b) => {
-            if let spmd_interp::expr::Mask::Input(c) = m {
-                leaves(c, f);
-            }
-            leaves(a, f);
-            leaves(b, f);
-        }
+        Expr::Var(i) => f(*i),
+        _ => e.children().into_iter().for_each(|c| leaves(c, f)),
     }
 }
 
@@ -1053,35 +1019,15 @@ fn with_params(template: &str, call: &str) -> String {
         .replace("{c}", &s)
 }
 
-pub fn collective_by_table_spmd_types(
-    c: &str,
-    t: &Type,
-    a: &[String],
-    w: Option<&Type>,
-) -> Result<Reading, String> {
-    collective_by_table(&crate::spmd_types::SYSTEM, c, t, a, w)
+/// One system's [`collective_by_table`], as a function its `System` holds.
+macro_rules! by_table {
+    ($name:ident, $system:path) => {
+        pub fn $name(c: &str, t: &Type, a: &[String], w: Option<&Type>) -> Result<Reading, String> {
+            collective_by_table(&$system, c, t, a, w)
+        }
+    };
 }
-pub fn collective_by_table_dtensor(
-    c: &str,
-    t: &Type,
-    a: &[String],
-    w: Option<&Type>,
-) -> Result<Reading, String> {
-    collective_by_table(&crate::dtensor::SYSTEM, c, t, a, w)
-}
-pub fn collective_by_table_ltensor(
-    c: &str,
-    t: &Type,
-    a: &[String],
-    w: Option<&Type>,
-) -> Result<Reading, String> {
-    collective_by_table(&crate::ltensor::SYSTEM, c, t, a, w)
-}
-pub fn collective_by_table_nabla(
-    c: &str,
-    t: &Type,
-    a: &[String],
-    w: Option<&Type>,
-) -> Result<Reading, String> {
-    collective_by_table(&crate::nabla::SYSTEM, c, t, a, w)
-}
+by_table!(collective_by_table_spmd_types, crate::spmd_types::SYSTEM);
+by_table!(collective_by_table_dtensor, crate::dtensor::SYSTEM);
+by_table!(collective_by_table_ltensor, crate::ltensor::SYSTEM);
+by_table!(collective_by_table_nabla, crate::nabla::SYSTEM);

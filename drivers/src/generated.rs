@@ -221,18 +221,14 @@ fn go(
             let per_axis: Vec<Vec<State>> = ins.iter().map(|&s| vec![s]).collect();
             let (output, casts) = match (sys.typing)(class_of(*op), &per_axis) {
                 Outcome::Infers { output, casts } => (output, casts),
-                Outcome::Error(e) => {
+                o => {
+                    let (word, why) = match o {
+                        Outcome::Error(e) => ("error", e),
+                        Outcome::Unknown(r) => ("unknown", r),
+                        Outcome::Infers { .. } => unreachable!("matched above"),
+                    };
                     out.push(Typing::Rejected(format!(
-                        "step {}: {} on ({}): error: {e}",
-                        j + 1,
-                        op.name(),
-                        letters(&ins)
-                    )));
-                    return;
-                }
-                Outcome::Unknown(r) => {
-                    out.push(Typing::Rejected(format!(
-                        "step {}: {} on ({}): unknown: {r}",
+                        "step {}: {} on ({}): {word}: {why}",
                         j + 1,
                         op.name(),
                         letters(&ins)

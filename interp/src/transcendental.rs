@@ -17,35 +17,10 @@ type R<T> = Result<T, XErr>;
 
 /// Whether an expression needs the exact transcendental path.
 pub fn is_transcendental(e: &Expr) -> bool {
-    let t = is_transcendental;
-    match e {
-        Expr::Unary(..) | Expr::Dimwise(..) | Expr::CrossEntropy(..) => true,
-        Expr::Var(_) | Expr::Const(_) => false,
-        Expr::Neg(a)
-        | Expr::Pow(a, _)
-        | Expr::Sum(a, _)
-        | Expr::Mean(a, _)
-        | Expr::Max(a, _)
-        | Expr::Reshape(a, _)
-        | Expr::Slice(a, ..)
-        | Expr::Take(a, ..)
-        | Expr::Abs(a)
-        | Expr::Relu(a)
-        | Expr::Floor(a)
-        | Expr::Cast(a, _)
-        | Expr::Round(_, a)
-        | Expr::Cumsum(a, _) => t(a),
-        Expr::Add(a, b) | Expr::Sub(a, b) | Expr::Mul(a, b) | Expr::Div(a, b) => t(a) || t(b),
-        Expr::UpdateSlice(a, b, _) => t(a) || t(b),
-        Expr::Einsum(_, args) | Expr::Concat(args, _) => args.iter().any(t),
-        Expr::Where(m, a, b) => {
-            t(a) || t(b)
-                || match m {
-                    Mask::Input(me) => t(me),
-                    Mask::Const(_) => false,
-                }
-        }
-    }
+    matches!(
+        e,
+        Expr::Unary(..) | Expr::Dimwise(..) | Expr::CrossEntropy(..)
+    ) || e.children().into_iter().any(is_transcendental)
 }
 
 /// Why `e` would leave the exact field (SPEC.md §19.2), if it would: exp,
