@@ -6,6 +6,7 @@
 use spmd_check::partial_kinds::*;
 use spmd_interp::expr::parse;
 use spmd_semantics::pending::PartialKind::{Avg, Max, Min, Sum};
+use spmd_semantics::pending::Place;
 
 use Place::{Inv, Part, Shard};
 

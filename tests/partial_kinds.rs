@@ -5,6 +5,7 @@
 use spmd_check::partial_kinds::*;
 use spmd_interp::expr::parse;
 use spmd_semantics::pending::PartialKind::{Avg, Max, Min, Sum};
+use spmd_semantics::pending::Place;
 use spmd_semantics::Q;
 
 use Place::{Inv, Part, Shard};

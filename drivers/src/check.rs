@@ -2,7 +2,7 @@
 //! (SPEC.md §11.2-11.4): saved counterexamples replayed first, then the
 //! exhaustive scope, then random cases beyond it (proptest, shrinking).
 
-use crate::partial_kinds::{self, Place};
+use crate::partial_kinds;
 use crate::rules::{PendingRule, Rule};
 use crate::run::{check_forward, check_op, UsageError};
 use proptest::prelude::*;
@@ -10,6 +10,7 @@ use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, Test
 use serde::{Deserialize, Serialize};
 use spmd_generators::arb_q;
 use spmd_oracle::{Checker, Outcome, Tally, Verdict, Violation};
+use spmd_semantics::pending::Place;
 use spmd_semantics::perrank::{from_free, num_free};
 use spmd_semantics::{Mesh, PerRank, Shape, Tensor, Q};
 use std::cell::RefCell;
@@ -737,8 +738,8 @@ impl PendingReport {
             cex.n, r.axis
         );
         for (i, x) in cex.inputs.iter().enumerate() {
-            let den =
-                partial_kinds::denote(r.inputs[i], x).map_or("nothing".into(), |t| t.to_string());
+            let den = spmd_semantics::pending::denote(r.inputs[i], x)
+                .map_or("nothing".into(), |t| t.to_string());
             s.push_str(&format!(
                 "  {} : {}   per rank {}   denotes {den}\n",
                 r.f.vars.get(i).map_or("?", String::as_str),
@@ -1011,7 +1012,7 @@ fn pending_instance(
         .inputs
         .iter()
         .zip(&xs)
-        .map(|(&p, x)| partial_kinds::denote(p, x).ok_or("an input is not well formed"))
+        .map(|(&p, x)| spmd_semantics::pending::denote(p, x).ok_or("an input is not well formed"))
         .collect::<Result<_, _>>()?;
     let mut ctx = Ctx::default();
     let expected = match eval(&r.f.expr, &globals, &mut ctx) {
@@ -1032,7 +1033,7 @@ fn pending_instance(
             }
         }
     }
-    let denoted = partial_kinds::denote(r.output, &per_rank);
+    let denoted = spmd_semantics::pending::denote(r.output, &per_rank);
     if denoted.as_ref() == Some(&expected) {
         return Ok(None);
     }
@@ -1070,7 +1071,7 @@ fn replay_pending(
     if r.inputs
         .iter()
         .zip(&xs)
-        .any(|(&p, x)| partial_kinds::denote(p, x).is_none())
+        .any(|(&p, x)| spmd_semantics::pending::denote(p, x).is_none())
     {
         return None;
     }

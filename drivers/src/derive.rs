@@ -192,9 +192,11 @@ fn per_axis(
     // Two-axis types: every pair of one-axis types.
     let two: Vec<Type> = spmd_generators::tuples(&one, 2)
         .into_iter()
-        .map(|p| Type {
-            states: vec![p[0].states[0], p[1].states[0]],
-            layout: vec![p[0].layout[0], p[1].layout[0]],
+        .map(|p| {
+            Type::laid(
+                vec![p[0].states[0], p[1].states[0]],
+                vec![p[0].layout[0], p[1].layout[0]],
+            )
         })
         .collect();
     let ops: Vec<TypedOp> = spmd_generators::tuples(&two, f.arity())
@@ -207,10 +209,7 @@ fn per_axis(
     let results: Vec<(TypedOp, Verdict, bool)> = ops
         .into_par_iter()
         .map(|op| {
-            let axis = |t: &Type, a: usize| Type {
-                states: vec![t.states[a]],
-                layout: vec![t.layout[a]],
-            };
+            let axis = |t: &Type, a: usize| Type::laid(vec![t.states[a]], vec![t.layout[a]]);
             let predicted = (0..2).all(|a| {
                 sound1(
                     op.inputs.iter().map(|t| axis(t, a)).collect(),

@@ -703,7 +703,8 @@ fn dtensor_pending(
     out: &str,
     n: u64,
 ) -> (Class, String) {
-    use crate::partial_kinds::{check_places, denote, global_gradient, Place, Scope as PScope};
+    use crate::partial_kinds::{check_places, global_gradient, Scope as PScope};
+    use spmd_semantics::pending::{denote, Place};
     use spmd_semantics::Tensor;
     let not = |why: String| (Class::NotExpressible(why), String::new());
     if c["real"]["inserted"]

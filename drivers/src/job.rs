@@ -147,10 +147,7 @@ fn job_type(d: Dialect, spec: &TypeSpec, m: &Mesh, what: &str) -> Result<Type, U
         }
         TypeSpec::One(s) => {
             let (st, dim) = d.parse_state(s.trim()).map_err(bad)?;
-            Ok(Type {
-                states: vec![st; names.len()],
-                layout: vec![dim; names.len()],
-            })
+            Ok(Type::laid(vec![st; names.len()], vec![dim; names.len()]))
         }
     }
 }

@@ -18,67 +18,12 @@ use spmd_interp::transcendental::{
     eval as xeval_expr, is_transcendental, representable, XCtx, XEvalError, XT,
 };
 use spmd_semantics::expoly::{XErr, X};
-use spmd_semantics::pending::{combine, PartialKind, ALL_KINDS};
+use spmd_semantics::pending::{
+    combine, denote, denote_into, denotes, fold_col, PartialKind, Place, ALL_KINDS,
+};
 use spmd_semantics::tensor::same_shape;
 use spmd_semantics::{Shape, Tensor, Q};
 use std::fmt;
-
-/// A placement on one mesh axis (SPEC.md §21.1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Place {
-    /// The same tensor on every rank (Invariant, DTensor's `Replicate()`).
-    Inv,
-    /// One tensor per rank, owing the reduction `k`.
-    Part(PartialKind),
-    /// One piece per rank of a global tensor split evenly along dim `d`.
-    Shard(usize),
-}
-
-impl Place {
-    /// Reads `I`, `R`, `Replicate()`, `Invariant`, `Partial()`,
-    /// `Partial(max)`, `P(avg)`, `Unreduced(min)`, `S(0)`, `Shard(0)`.
-    pub fn parse(s: &str) -> Result<Place, String> {
-        let t = s.trim();
-        match t {
-            "I" | "R" | "Invariant" | "Replicate" | "Replicate()" => return Ok(Place::Inv),
-            "P" | "Partial" | "Partial()" | "Unreduced" => {
-                return Ok(Place::Part(PartialKind::Sum))
-            }
-            _ => {}
-        }
-        let inner = |pre: &str| {
-            t.strip_prefix(pre)
-                .and_then(|r| r.strip_suffix(')'))
-                .map(|r| r.trim().trim_matches(|c| c == '"' || c == '\''))
-        };
-        for pre in ["Partial(", "P(", "Unreduced("] {
-            if let Some(k) = inner(pre) {
-                return PartialKind::parse(k).map(Place::Part);
-            }
-        }
-        for pre in ["Shard(", "S("] {
-            if let Some(d) = inner(pre) {
-                return d
-                    .parse::<usize>()
-                    .map(Place::Shard)
-                    .map_err(|_| format!("`{t}`: the dim of a shard is a number"));
-            }
-        }
-        Err(format!(
-            "unknown placement `{t}` (Replicate(), Partial(sum|avg|max|min), Shard(d))"
-        ))
-    }
-}
-
-impl fmt::Display for Place {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Place::Inv => f.write_str("I"),
-            Place::Part(k) => write!(f, "P({k})"),
-            Place::Shard(d) => write!(f, "S({d})"),
-        }
-    }
-}
 
 /// The bounded scope of SPEC.md §21.2.
 #[derive(Clone, Debug)]
@@ -306,75 +251,6 @@ fn undecided_note(c: &Counts) -> String {
     }
 }
 
-/// What `xs` (one tensor per rank) denotes under `p`; `None` where they are
-/// not well formed for it.
-pub fn denote(p: Place, xs: &[Tensor]) -> Option<Tensor> {
-    match p {
-        Place::Inv => xs.iter().all(|x| x == &xs[0]).then(|| xs[0].clone()),
-        Place::Part(k) => combine(k, xs).ok(),
-        Place::Shard(d) => {
-            let s = &xs[0].shape;
-            (d < s.len() && xs.iter().all(|x| x.shape == *s)).then(|| Tensor::concat(xs, d))
-        }
-    }
-}
-
-/// `denote` into `out`, reusing its buffers: `false` where `xs` are not
-/// well formed for `p` (then `out` is unspecified).
-fn denote_into(p: Place, xs: &[Tensor], out: &mut Tensor) -> bool {
-    let first = &xs[0];
-    match p {
-        Place::Inv => {
-            if !xs.iter().all(|x| x == first) {
-                return false;
-            }
-            out.clone_from(first);
-        }
-        Place::Part(k) => {
-            if !xs.iter().all(|x| same_shape(&x.shape, &first.shape)) {
-                return false;
-            }
-            out.shape.clone_from(&first.shape);
-            out.data.clear();
-            let n = xs.len();
-            out.data
-                .extend((0..first.numel()).map(|e| fold_col(k, n, xs.iter().map(|x| &x.data[e]))));
-        }
-        Place::Shard(_) => match denote(p, xs) {
-            Some(t) => *out = t,
-            None => return false,
-        },
-    }
-    true
-}
-
-/// Whether `xs` under `p` denote `want` (`None`: not well formed), that
-/// is `denote(p, xs).map(|t| t == *want)`, compared in place.
-fn denotes(p: Place, xs: &[Tensor], want: &Tensor) -> Option<bool> {
-    let first = &xs[0];
-    match p {
-        Place::Inv => xs.iter().all(|x| x == first).then(|| first == want),
-        Place::Part(k) => {
-            if !xs.iter().all(|x| same_shape(&x.shape, &first.shape)) {
-                return None;
-            }
-            let n = xs.len();
-            Some(
-                same_shape(&first.shape, &want.shape)
-                    && (0..first.numel()).all(|e| {
-                        let col = xs.iter().map(|x| &x.data[e]);
-                        match k {
-                            PartialKind::Max => col.max().expect("n >= 1") == &want.data[e],
-                            PartialKind::Min => col.min().expect("n >= 1") == &want.data[e],
-                            _ => fold_col(k, n, col) == want.data[e],
-                        }
-                    }),
-            )
-        }
-        Place::Shard(_) => denote(p, xs).map(|t| t == *want),
-    }
-}
-
 fn global_shape(p: Place, local: &[usize], n: usize) -> Option<Shape> {
     let mut s = local.to_vec();
     if let Place::Shard(d) = p {
@@ -556,19 +432,6 @@ fn concat_positions(shape: &[usize], n: usize, d: usize) -> Vec<usize> {
         .iter()
         .map(|q| q.to_i64().expect("a position") as usize)
         .collect()
-}
-
-/// ⊕ₖ of one column (`pending::combine` on one element).
-fn fold_col<'q>(k: PartialKind, n: usize, col: impl Iterator<Item = &'q Q>) -> Q {
-    match k {
-        PartialKind::Sum => col.fold(Q::zero(), |a, b| a.add(b)),
-        PartialKind::Avg => col
-            .fold(Q::zero(), |a, b| a.add(b))
-            .div(&Q::int(n as i64))
-            .expect("n >= 1"),
-        PartialKind::Max => col.max().expect("n >= 1").clone(),
-        PartialKind::Min => col.min().expect("n >= 1").clone(),
-    }
 }
 
 impl<'a> CaseWs<'a> {

@@ -2,14 +2,15 @@
 //! the same structure as JSON, turned into typed operations. Every error
 //! names the file, line and column.
 
-use crate::partial_kinds::{Coll, Place};
+use crate::partial_kinds::Coll;
 use crate::run::UsageError;
-use crate::types::{has_kinds, kind_places, meshes_named, parse_types_in, strip_kinds};
+use crate::types::{apply_kinds, kind_places, meshes_named, parse_types_in, strip_kinds};
 use indexmap::IndexMap;
 use spmd_generators::Scope;
 use spmd_interp::catalogue::{check_group_sizes, collective_typed};
 use spmd_interp::{builtin, parse, parse_with_vars, Backward, Jvp, Op, TypedOp};
 use spmd_semantics::pending::PartialKind;
+use spmd_semantics::pending::Place;
 use spmd_semantics::{Dialect, Mesh, Type, ALL_STATES};
 use spmd_syntax::rule::{find_in_rule, type_text};
 pub use spmd_syntax::rule::{
@@ -281,10 +282,11 @@ fn build_one(
             .to_string();
         err(&needle, e.0)
     })?;
+    apply_kinds(&axes, &mut types, &marks);
     let step_types = types.split_off(s.inputs.len() + 1);
     let output = types.pop().expect("output type");
-    if has_kinds(&marks) {
-        return build_pending(s, dialect, &axes, types, output, &marks, scope, &err);
+    if types.iter().chain([&output]).chain(&step_types).any(Type::has_kinds) {
+        return build_pending(s, dialect, &axes, types, output, scope, &err);
     }
     // Global SPMD (SPEC.md §13): once a type carries a layout, every Varying
     // axis of the rule must say which dim it shards.
@@ -583,7 +585,6 @@ fn build_pending(
     axes: &[String],
     types: Vec<Type>,
     output: Type,
-    marks: &[crate::types::KindMarks],
     scope: &Scope,
     err: &dyn Fn(&str, String) -> UsageError,
 ) -> Result<Rule, UsageError> {
@@ -638,7 +639,7 @@ fn build_pending(
         ));
     }
     let all: Vec<&Type> = types.iter().chain([&output]).collect();
-    let places = kind_places(axes, &all, marks).map_err(|e| err("inputs", e))?;
+    let places = kind_places(axes, &all).map_err(|e| err("inputs", e))?;
     // The axis checked: the one where some placement is not Replicate.
     let active: Vec<usize> = (0..axes.len())
         .filter(|&a| places.iter().any(|p| p[a] != Place::Inv))

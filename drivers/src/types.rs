@@ -1,9 +1,8 @@
 //! Types written in any dialect (SPEC.md §1.2): `P` on one axis, or
 //! `{dp: V, tp: P}` naming every axis of a mesh.
 
-use crate::partial_kinds::Place;
 use crate::run::UsageError;
-use spmd_semantics::pending::PartialKind;
+use spmd_semantics::pending::{PartialKind, Place};
 use spmd_semantics::{Dialect, Mesh, State, Type};
 
 /// Parse a type. A single state applies to a one-axis mesh; an axis map
@@ -31,16 +30,10 @@ pub fn parse_type(d: Dialect, text: &str) -> Result<(Vec<String>, Type), UsageEr
         if names.is_empty() {
             return Err(UsageError(format!("type `{t}` names no axis")));
         }
-        return Ok((names, Type { states, layout }));
+        return Ok((names, Type::laid(states, layout)));
     }
     let (s, dim) = d.parse_state(t).map_err(UsageError)?;
-    Ok((
-        vec!["x".into()],
-        Type {
-            states: vec![s],
-            layout: vec![dim],
-        },
-    ))
+    Ok((vec!["x".into()], Type::laid(vec![s], vec![dim])))
 }
 
 /// Split at commas not inside parentheses (so `Shard(0)` stays whole).
@@ -205,7 +198,7 @@ fn parse_pspecs(
         for a in &sp.unreduced {
             put(a, State::Partial, None)?;
         }
-        out.push(Type { states, layout });
+        out.push(Type::laid(states, layout));
     }
     Ok((axes, out))
 }
@@ -271,10 +264,10 @@ pub fn parse_types_in(
             .iter()
             .map(|a| names.iter().position(|n| n == a).expect("same set"))
             .collect();
-        out.push(Type {
-            states: perm.iter().map(|&i| ty.states[i]).collect(),
-            layout: perm.iter().map(|&i| ty.layout[i]).collect(),
-        });
+        out.push(Type::laid(
+            perm.iter().map(|&i| ty.states[i]).collect(),
+            perm.iter().map(|&i| ty.layout[i]).collect(),
+        ));
     }
     Ok((axes.unwrap_or_default(), out))
 }
@@ -432,40 +425,34 @@ pub fn strip_kinds(
     Ok((out, marks))
 }
 
-/// Whether a rule's types name a kind other than sum (SPEC.md §21.7): then
-/// it is checked by the pending-kind checks, not by the core.
-pub fn has_kinds(marks: &[KindMarks]) -> bool {
-    marks.iter().flatten().any(|(_, k)| *k != PartialKind::Sum)
+/// Writes the kinds `strip_kinds` found into the types read without them
+/// (one `KindMarks` per type, in order): a kind refines the Partial state
+/// of the axes it names (`Type::kinds`), every Partial axis where it names
+/// none.
+pub fn apply_kinds(axes: &[String], types: &mut [Type], marks: &[KindMarks]) {
+    for (t, m) in types.iter_mut().zip(marks) {
+        for (ax, k) in m {
+            for a in 0..t.states.len() {
+                if ax.as_deref().is_none_or(|n| axes.get(a).is_some_and(|x| x == n)) {
+                    t.set_kind(a, *k);
+                }
+            }
+        }
+    }
 }
 
-/// Each type as placements per axis (SPEC.md §21.7): Invariant and Reduced
-/// are Replicate (the same value on every rank), Partial is Partial of its
-/// marked kind (sum where none is marked), a Varying axis with a layout is
-/// Shard(d). A Varying axis without a layout has no global value: an error.
-pub fn kind_places(
-    axes: &[String],
-    types: &[&Type],
-    marks: &[KindMarks],
-) -> Result<Vec<Vec<Place>>, String> {
+/// Each type's placement on every axis (SPEC.md §21.7, `Type::place`). A
+/// Varying axis without a layout has no global value: an error.
+pub fn kind_places(axes: &[String], types: &[&Type]) -> Result<Vec<Vec<Place>>, String> {
     types
         .iter()
-        .zip(marks)
-        .map(|(t, m)| {
+        .map(|t| {
             (0..t.states.len())
-                .map(|a| match (t.states[a], t.layout.get(a).copied().flatten()) {
-                    (State::Invariant | State::Reduced, _) => Ok(Place::Inv),
-                    (State::Varying, Some(d)) => Ok(Place::Shard(d)),
-                    (State::Varying, None) => Err(format!(
+                .map(|a| {
+                    t.place(a).ok_or_else(|| format!(
                         "axis `{}` is Varying without a layout; with pending kinds every Varying axis shards a dim (Shard(d))",
                         axes.get(a).map_or("?", String::as_str)
-                    )),
-                    (State::Partial, _) => {
-                        let k = m
-                            .iter()
-                            .find(|(ax, _)| ax.as_deref().is_none_or(|n| axes.get(a).is_some_and(|x| x == n)))
-                            .map_or(PartialKind::Sum, |(_, k)| *k);
-                        Ok(Place::Part(k))
-                    }
+                    ))
                 })
                 .collect()
         })

@@ -43,10 +43,7 @@ pub fn all_global_types(max_rank: usize) -> Vec<Type> {
         .into_iter()
         .map(Type::one)
         .collect();
-    out.extend((0..max_rank).map(|d| Type {
-        states: vec![State::Varying],
-        layout: vec![Some(d)],
-    }));
+    out.extend((0..max_rank).map(|d| Type::laid(vec![State::Varying], vec![Some(d)])));
     out
 }
 

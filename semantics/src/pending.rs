@@ -2,11 +2,13 @@
 //! a mesh axis whose reduction over the ranks is a sum, a mean, an
 //! elementwise maximum or an elementwise minimum.
 //!
-//! `State::P` (SPEC.md §1.1) is the pending sum and stays the only Partial
-//! state of the core; the other kinds live beside it, here, with their
-//! denotation, and are checked by the root package's `partial_kinds`
-//! module. Conventions: `k` a kind, `xs` one tensor per rank of the axis, in
-//! rank order.
+//! A kind refines the Partial state of one axis of a `Type` (`Type::kinds`),
+//! as a layout refines a Varying one; `State::Partial` alone is the pending
+//! sum of SPEC.md §1.1. This module holds what a kind means: ⊕ₖ over one
+//! axis (`fold_col`, `combine`), and what one axis contributes to a global
+//! value (`Place`, `denote`), which `perrank::Projection` folds with too.
+//! Conventions: `k` a kind, `xs` one tensor per rank of the axis, in rank
+//! order.
 
 use crate::q::Q;
 use crate::tensor::{same_shape, Tensor};
@@ -114,22 +116,154 @@ pub fn combine(k: PartialKind, xs: &[Tensor]) -> Result<Tensor, String> {
             first.shape, bad.shape
         ));
     }
-    let n = Q::int(xs.len() as i64);
+    let n = xs.len();
     let data = (0..first.numel())
-        .map(|i| {
-            let col = xs.iter().map(|x| &x.data[i]);
-            match k {
-                PartialKind::Sum => col.fold(Q::zero(), |a, b| a.add(b)),
-                PartialKind::Avg => col
-                    .fold(Q::zero(), |a, b| a.add(b))
-                    .div(&n)
-                    .expect("n >= 1"),
-                PartialKind::Max => col.max().expect("nonempty").clone(),
-                PartialKind::Min => col.min().expect("nonempty").clone(),
-            }
-        })
+        .map(|i| fold_col(k, n, xs.iter().map(|x| &x.data[i])))
         .collect();
     Ok(Tensor::new(first.shape.clone(), data))
+}
+
+/// What one axis of a type contributes to the global value (SPEC.md
+/// §21.1): `Type::place` of that axis. Invariant and Reduced are one
+/// value (`Inv`, DTensor's `Replicate()`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Place {
+    /// The same tensor on every rank (Invariant, DTensor's `Replicate()`).
+    Inv,
+    /// One tensor per rank, owing the reduction `k`.
+    Part(PartialKind),
+    /// One piece per rank of a global tensor split evenly along dim `d`.
+    Shard(usize),
+}
+
+impl Place {
+    /// Reads `I`, `R`, `Replicate()`, `Invariant`, `Partial()`,
+    /// `Partial(max)`, `P(avg)`, `Unreduced(min)`, `S(0)`, `Shard(0)`.
+    pub fn parse(s: &str) -> Result<Place, String> {
+        let t = s.trim();
+        match t {
+            "I" | "R" | "Invariant" | "Replicate" | "Replicate()" => return Ok(Place::Inv),
+            "P" | "Partial" | "Partial()" | "Unreduced" => {
+                return Ok(Place::Part(PartialKind::Sum))
+            }
+            _ => {}
+        }
+        let inner = |pre: &str| {
+            t.strip_prefix(pre)
+                .and_then(|r| r.strip_suffix(')'))
+                .map(|r| r.trim().trim_matches(|c| c == '"' || c == '\''))
+        };
+        for pre in ["Partial(", "P(", "Unreduced("] {
+            if let Some(k) = inner(pre) {
+                return PartialKind::parse(k).map(Place::Part);
+            }
+        }
+        for pre in ["Shard(", "S("] {
+            if let Some(d) = inner(pre) {
+                return d
+                    .parse::<usize>()
+                    .map(Place::Shard)
+                    .map_err(|_| format!("`{t}`: the dim of a shard is a number"));
+            }
+        }
+        Err(format!(
+            "unknown placement `{t}` (Replicate(), Partial(sum|avg|max|min), Shard(d))"
+        ))
+    }
+}
+
+impl fmt::Display for Place {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Place::Inv => f.write_str("I"),
+            Place::Part(k) => write!(f, "P({k})"),
+            Place::Shard(d) => write!(f, "S({d})"),
+        }
+    }
+}
+
+/// What `xs` (one tensor per rank) denotes under `p`; `None` where they are
+/// not well formed for it.
+pub fn denote(p: Place, xs: &[Tensor]) -> Option<Tensor> {
+    match p {
+        Place::Inv => xs.iter().all(|x| x == &xs[0]).then(|| xs[0].clone()),
+        Place::Part(k) => combine(k, xs).ok(),
+        Place::Shard(d) => {
+            let s = &xs[0].shape;
+            (d < s.len() && xs.iter().all(|x| x.shape == *s)).then(|| Tensor::concat(xs, d))
+        }
+    }
+}
+
+/// `denote` into `out`, reusing its buffers: `false` where `xs` are not
+/// well formed for `p` (then `out` is unspecified).
+pub fn denote_into(p: Place, xs: &[Tensor], out: &mut Tensor) -> bool {
+    let first = &xs[0];
+    match p {
+        Place::Inv => {
+            if !xs.iter().all(|x| x == first) {
+                return false;
+            }
+            out.clone_from(first);
+        }
+        Place::Part(k) => {
+            if !xs.iter().all(|x| same_shape(&x.shape, &first.shape)) {
+                return false;
+            }
+            out.shape.clone_from(&first.shape);
+            out.data.clear();
+            let n = xs.len();
+            out.data
+                .extend((0..first.numel()).map(|e| fold_col(k, n, xs.iter().map(|x| &x.data[e]))));
+        }
+        Place::Shard(_) => match denote(p, xs) {
+            Some(t) => *out = t,
+            None => return false,
+        },
+    }
+    true
+}
+
+/// Whether `xs` under `p` denote `want` (`None`: not well formed), that
+/// is `denote(p, xs).map(|t| t == *want)`, compared in place.
+pub fn denotes(p: Place, xs: &[Tensor], want: &Tensor) -> Option<bool> {
+    let first = &xs[0];
+    match p {
+        Place::Inv => xs.iter().all(|x| x == first).then(|| first == want),
+        Place::Part(k) => {
+            if !xs.iter().all(|x| same_shape(&x.shape, &first.shape)) {
+                return None;
+            }
+            let n = xs.len();
+            Some(
+                same_shape(&first.shape, &want.shape)
+                    && (0..first.numel()).all(|e| {
+                        let col = xs.iter().map(|x| &x.data[e]);
+                        match k {
+                            PartialKind::Max => col.max().expect("n >= 1") == &want.data[e],
+                            PartialKind::Min => col.min().expect("n >= 1") == &want.data[e],
+                            _ => fold_col(k, n, col) == want.data[e],
+                        }
+                    }),
+            )
+        }
+        Place::Shard(_) => denote(p, xs).map(|t| t == *want),
+    }
+}
+
+/// ⊕ₖ of one column: one element of the denotation of a Partial(k) axis
+/// whose ranks hold `col` (`n` of them). Every denotation of a pending
+/// kind, here and in `perrank::Projection`, folds with this.
+pub fn fold_col<'q>(k: PartialKind, n: usize, col: impl Iterator<Item = &'q Q>) -> Q {
+    match k {
+        PartialKind::Sum => col.fold(Q::zero(), |a, b| a.add(b)),
+        PartialKind::Avg => col
+            .fold(Q::zero(), |a, b| a.add(b))
+            .div(&Q::int(n as i64))
+            .expect("n >= 1"),
+        PartialKind::Max => col.max().expect("n >= 1").clone(),
+        PartialKind::Min => col.min().expect("n >= 1").clone(),
+    }
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@
 //! function of an op applies rank by rank to families (SPEC.md §2.4).
 
 use crate::mesh::Mesh;
+use crate::pending::{fold_col, PartialKind};
 use crate::q::Q;
 use crate::state::{State, Type};
 use crate::tensor::{numel, Tensor};
@@ -137,8 +138,9 @@ impl Denot {
     }
 }
 
-/// SPEC.md §2.4: sum over Partial axes, coordinate 0 of Invariant and
-/// Reduced axes, Varying axes kept as an index.
+/// SPEC.md §2.4: sum over Partial axes (⊕ₖ where they owe another kind,
+/// §21.1), coordinate 0 of Invariant and Reduced axes, Varying axes kept
+/// as an index.
 pub fn denote(m: &Mesh, t: &Type, x: &PerRank) -> Denot {
     Projection::new(m, t).denote(x)
 }
@@ -151,6 +153,10 @@ pub fn denote(m: &Mesh, t: &Type, x: &PerRank) -> Denot {
 pub struct Projection {
     sources: Vec<Vec<usize>>,
     first: Vec<usize>,
+    /// The reduction over the sources: a sum, unless the type's Partial
+    /// axes owe another kind (SPEC.md §21.1; `Type::kinds`). A type whose
+    /// Partial axes owe two different kinds is refused where it is read.
+    kind: PartialKind,
 }
 
 impl Projection {
@@ -180,7 +186,33 @@ impl Projection {
         let first = (0..sources.len())
             .map(|r| (0..r).find(|&q| sources[q] == sources[r]).unwrap_or(r))
             .collect();
-        Projection { sources, first }
+        let kind = (0..t.states.len())
+            .map(|a| t.kind(a))
+            .find(|k| *k != PartialKind::Sum)
+            .unwrap_or(PartialKind::Sum);
+        Projection {
+            sources,
+            first,
+            kind,
+        }
+    }
+    /// ⊕ₖ over the sources of one element, for a kind other than sum.
+    fn fold_entry(&self, x: &PerRank, src: &[usize], e: usize) -> Q {
+        fold_col(
+            self.kind,
+            src.len(),
+            src.iter().map(|&r| &x.tensors[r].data[e]),
+        )
+    }
+    /// The reduction over one source's ranks, for a kind other than sum.
+    fn fold_tensor(&self, x: &PerRank, src: &[usize]) -> Tensor {
+        let first = &x.tensors[src[0]];
+        Tensor::new(
+            first.shape.clone(),
+            (0..first.numel())
+                .map(|e| self.fold_entry(x, src, e))
+                .collect(),
+        )
     }
     /// The sum over one source's ranks; a one-rank source is borrowed.
     fn source_sum<'a>(x: &'a PerRank, src: &[usize]) -> Cow<'a, Tensor> {
@@ -199,7 +231,10 @@ impl Projection {
         let family = self
             .sources
             .iter()
-            .map(|src| Self::source_sum(x, src).into_owned())
+            .map(|src| match self.kind {
+                PartialKind::Sum => Self::source_sum(x, src).into_owned(),
+                _ => self.fold_tensor(x, src),
+            })
             .collect();
         Denot { family }
     }
@@ -216,6 +251,10 @@ impl Projection {
             let q = self.first[r];
             if q < r {
                 o.clone_from(&done[q]);
+                continue;
+            }
+            if self.kind != PartialKind::Sum {
+                *o = self.fold_tensor(x, src);
                 continue;
             }
             o.clone_from(&x.tensors[src[0]]);
@@ -253,11 +292,10 @@ impl Projection {
                     return first == want;
                 }
                 crate::tensor::same_shape(&first.shape, &want.shape)
-                    && want
-                        .data
-                        .iter()
-                        .enumerate()
-                        .all(|(e, w)| Self::entry_sum(x, src, e) == *w)
+                    && want.data.iter().enumerate().all(|(e, w)| match self.kind {
+                        PartialKind::Sum => Self::entry_sum(x, src, e) == *w,
+                        _ => self.fold_entry(x, src, e) == *w,
+                    })
             })
     }
     /// Entry `e` of member `r` of the denotation of `x`, `denote`'s value
@@ -267,6 +305,12 @@ impl Projection {
     #[inline]
     pub fn entry(&self, x: &PerRank, r: usize, e: usize) -> Option<Q> {
         let src = self.sources.get(r)?;
+        if self.kind != PartialKind::Sum {
+            let ok = src
+                .iter()
+                .all(|&s| x.tensors.get(s).is_some_and(|t| e < t.data.len()));
+            return ok.then(|| self.fold_entry(x, src, e));
+        }
         let mut acc = x.tensors.get(src[0])?.data.get(e)?.clone();
         for &s in &src[1..] {
             let b = x.tensors.get(s)?.data.get(e)?;
@@ -280,7 +324,10 @@ impl Projection {
     pub fn denotes_zero(&self, x: &PerRank) -> bool {
         self.sources.iter().enumerate().all(|(r, src)| {
             self.first[r] < r
-                || (0..x.tensors[src[0]].numel()).all(|e| Self::entry_sum(x, src, e).is_zero())
+                || (0..x.tensors[src[0]].numel()).all(|e| match self.kind {
+                    PartialKind::Sum => Self::entry_sum(x, src, e).is_zero(),
+                    _ => self.fold_entry(x, src, e).is_zero(),
+                })
         })
     }
     /// The denotation's entries, family member after member, in one flat
@@ -303,6 +350,10 @@ impl Projection {
             let q = self.first[r];
             if q < r && *uniform.get_or_insert_with(|| x.tensors.iter().all(|t| t.numel() == n)) {
                 out.extend_from_within(q * n..(q + 1) * n);
+                continue;
+            }
+            if self.kind != PartialKind::Sum {
+                out.extend((0..x.tensors[src[0]].numel()).map(|e| self.fold_entry(x, src, e)));
                 continue;
             }
             out.extend_from_slice(&x.tensors[src[0]].data);
@@ -729,6 +780,7 @@ mod tests {
                     let wrong = Projection {
                         sources: p.sources.clone(),
                         first: vec![0; n],
+                        kind: PartialKind::Sum,
                     };
                     let mut w = Denot { family: vec![] };
                     wrong.denote_into(&x, &mut w);
@@ -747,10 +799,7 @@ mod tests {
     #[test]
     fn global_tensors_assemble_blocks_major_axis_first() {
         let m = Mesh::new(&[("dp", 2), ("tp", 2)]);
-        let both0 = Type {
-            states: vec![State::Varying, State::Varying],
-            layout: vec![Some(0), Some(0)],
-        };
+        let both0 = Type::laid(vec![State::Varying, State::Varying], vec![Some(0), Some(0)]);
         let x = PerRank {
             tensors: (0..4)
                 .map(|r| Tensor::new(vec![1], q(&[r as i64])))
@@ -763,10 +812,7 @@ mod tests {
         assert_eq!(g.shape, vec![4]);
         assert_eq!(g.data, want);
         // dp shards columns, tp is Partial: the global tensor sums over tp.
-        let mixed = Type {
-            states: vec![State::Varying, State::Partial],
-            layout: vec![Some(1), None],
-        };
+        let mixed = Type::laid(vec![State::Varying, State::Partial], vec![Some(1), None]);
         let y = PerRank {
             tensors: (0..4)
                 .map(|r| Tensor::new(vec![1, 1], q(&[r as i64])))
@@ -921,6 +967,56 @@ mod tests {
         let zero = denote(&m, &t, &PerRank::replicate(&m, &Tensor::zeros(&[2])));
         for k in ks {
             assert_eq!(denote(&m, &t, &k), zero);
+        }
+    }
+
+    /// One denotation (SPEC.md §21.1): a two-axis type whose Partial axis
+    /// owes a kind denotes, per Varying coordinate, ⊕ₖ over that axis, the
+    /// same fold as `pending::combine`; every entry point of `Projection`
+    /// agrees. Twin: the same values read as a sum differ for max, min, avg.
+    #[test]
+    fn pending_kinds_denote_by_their_fold() {
+        use crate::pending::{combine, ALL_KINDS};
+        let m = Mesh::new(&[("dp", 2), ("tp", 3)]);
+        let base = Type::new(vec![State::Varying, State::Partial]);
+        let x = PerRank {
+            tensors: (0..6)
+                .map(|r| {
+                    Tensor::new(
+                        vec![2],
+                        vec![Q::int(r as i64 * 3 - 7), Q::frac(5 - r as i64, 2)],
+                    )
+                })
+                .collect(),
+        };
+        for k in ALL_KINDS {
+            let t = base.clone().with_kind(1, k);
+            let p = Projection::new(&m, &t);
+            let d = p.denote(&x);
+            for r in 0..6 {
+                let group: Vec<Tensor> =
+                    p.sources(r).iter().map(|&s| x.tensors[s].clone()).collect();
+                assert_eq!(group.len(), 3);
+                let want = combine(k, &group).unwrap();
+                assert_eq!(d.family[r], want, "{k} member {r}");
+                for e in 0..2 {
+                    assert_eq!(p.entry(&x, r, e), Some(want.data[e].clone()));
+                }
+            }
+            let mut into = Denot::default();
+            p.denote_into(&x, &mut into);
+            assert_eq!(into, d);
+            assert!(p.matches(&x, &d));
+            assert_eq!(p.denote_flat(&x), d.flat());
+            let as_sum = Projection::new(&m, &base).denote(&x);
+            assert_eq!(as_sum == d, k == PartialKind::Sum, "{k}");
+            assert_eq!(
+                t.display(&m),
+                match k {
+                    PartialKind::Sum => "{dp: V, tp: P}".to_string(),
+                    _ => format!("{{dp: V, tp: P({k})}}"),
+                }
+            );
         }
     }
 }

@@ -1,6 +1,7 @@
 //! States, types, cotangent types and the dialect translation table
 //! (SPEC.md §1 "States and dialects", §3 "Cotangents").
 
+use crate::pending::{PartialKind, Place};
 use serde::{Deserialize, Serialize};
 use std::fmt;
 
@@ -217,33 +218,86 @@ impl Dialect {
     }
 }
 
-/// A local SPMD type: one state per mesh axis, plus (room for global SPMD)
-/// the tensor dim each Varying axis shards, when known.
+/// A type: one state per mesh axis, refined where known by the tensor dim
+/// a Varying axis shards (its layout, SPEC.md §13) and by the reduction a
+/// Partial axis owes (its pending kind, SPEC.md §21.1). A type without
+/// layouts is a local SPMD type; one whose Partial axes all owe a sum is
+/// what the core checks (§7); the other kinds are checked as §21 says.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Type {
     pub states: Vec<State>,
     /// `layout[a] = Some(d)`: axis `a` shards tensor dim `d` (only for Varying
     /// axes; used by global SPMD, ignored by local SPMD checks).
     pub layout: Vec<Option<usize>>,
+    /// `kinds[a]`: the reduction Partial axis `a` owes; `Sum` on every other
+    /// axis (so that equal types compare equal).
+    pub kinds: Vec<PartialKind>,
 }
 
 impl Type {
     pub fn new(states: Vec<State>) -> Type {
         let n = states.len();
+        Type::laid(states, vec![None; n])
+    }
+    /// A type with layouts and every Partial axis a pending sum.
+    pub fn laid(states: Vec<State>, layout: Vec<Option<usize>>) -> Type {
+        let n = states.len();
         Type {
             states,
-            layout: vec![None; n],
+            layout,
+            kinds: vec![PartialKind::Sum; n],
         }
     }
     pub fn one(s: State) -> Type {
         Type::new(vec![s])
     }
-    /// SPEC.md §3: the cotangent type, axis by axis.
-    pub fn cot(&self) -> Type {
-        Type {
-            states: self.states.iter().map(|s| s.cot()).collect(),
-            layout: self.layout.clone(),
+    /// Sets the pending kind of Partial axis `a` (other axes keep `Sum`).
+    pub fn set_kind(&mut self, a: usize, k: PartialKind) {
+        if self.states.get(a) == Some(&State::Partial) {
+            self.kinds[a] = k;
         }
+    }
+    /// `set_kind`, by value.
+    pub fn with_kind(mut self, a: usize, k: PartialKind) -> Type {
+        self.set_kind(a, k);
+        self
+    }
+    /// The kind a Partial axis owes (`Sum` for every other axis).
+    pub fn kind(&self, a: usize) -> PartialKind {
+        self.kinds.get(a).copied().unwrap_or(PartialKind::Sum)
+    }
+    /// Whether some Partial axis owes a reduction other than a sum: then
+    /// the type is checked by the pending-kind checks of SPEC.md §21.
+    pub fn has_kinds(&self) -> bool {
+        self.kinds.iter().any(|k| *k != PartialKind::Sum)
+    }
+    /// What axis `a` contributes to the global value (SPEC.md §21.1):
+    /// Invariant and Reduced axes hold one value, a Partial axis owes its
+    /// kind, a Varying axis with a layout is a shard of it. `None`: a
+    /// Varying axis without a layout has no global value.
+    pub fn place(&self, a: usize) -> Option<Place> {
+        match (self.states[a], self.layout.get(a).copied().flatten()) {
+            (State::Invariant | State::Reduced, _) => Some(Place::Inv),
+            (State::Varying, Some(d)) => Some(Place::Shard(d)),
+            (State::Varying, None) => None,
+            (State::Partial, _) => Some(Place::Part(self.kind(a))),
+        }
+    }
+    /// The one-axis type of a placement (Replicate is Invariant).
+    pub fn of_place(p: Place) -> Type {
+        match p {
+            Place::Inv => Type::one(State::Invariant),
+            Place::Part(k) => Type::one(State::Partial).with_kind(0, k),
+            Place::Shard(d) => Type::laid(vec![State::Varying], vec![Some(d)]),
+        }
+    }
+    /// SPEC.md §3: the cotangent type, axis by axis (a pending kind has no
+    /// cotangent of its own: the cotangent's axes owe sums).
+    pub fn cot(&self) -> Type {
+        Type::laid(
+            self.states.iter().map(|s| s.cot()).collect(),
+            self.layout.clone(),
+        )
     }
     /// Print with the letters of the canonical dialect: `V` or `{dp: V, tp: P}`;
     /// a Varying axis with a layout prints as `S(d)`.
@@ -267,6 +321,11 @@ impl Type {
         let name = |i: usize| match (self.states[i], self.layout.get(i).copied().flatten()) {
             (State::Varying, Some(k)) if d == Dialect::Dtensor => format!("Shard({k})"),
             (State::Varying, Some(k)) => format!("S({k})"),
+            (State::Partial, _) if self.kind(i) != PartialKind::Sum => match d {
+                Dialect::Dtensor => self.kind(i).dtensor(),
+                Dialect::Jax => format!("Unreduced({})", self.kind(i)),
+                _ => format!("P({})", self.kind(i)),
+            },
             (s, _) => d
                 .state_name(s)
                 .map_or_else(|| s.letter().to_string(), str::to_string),
@@ -280,10 +339,14 @@ impl Type {
             .collect();
         format!("{{{}}}", parts.join(", "))
     }
-    /// The letter of axis `a`, or `S(d)` for a Varying axis sharding dim d.
+    /// The letter of axis `a`, or `S(d)` for a Varying axis sharding dim d,
+    /// `P(k)` for a Partial axis owing a kind other than sum.
     pub fn axis_letter(&self, a: usize) -> String {
         match (self.states[a], self.layout.get(a).copied().flatten()) {
             (State::Varying, Some(d)) => format!("S({d})"),
+            (State::Partial, _) if self.kind(a) != PartialKind::Sum => {
+                format!("P({})", self.kind(a))
+            }
             (s, _) => s.letter().to_string(),
         }
     }
