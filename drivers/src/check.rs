@@ -988,7 +988,7 @@ fn pending_fits(r: &PendingRule, n: usize, shapes: &[Shape]) -> bool {
         .zip(shapes)
         .map(|(&p, s)| pending_global(p, s, n))
         .collect();
-    if let Some(partial_kinds::Coll::ReduceScatter(_, d)) = r.forward {
+    if let Some(spmd_interp::collective::Coll::ReduceScatter(_, d)) = r.forward {
         // Each rank keeps its chunk of the reduced tensor along d.
         if shapes.first().is_none_or(|s| d >= s.len() || s[d] % n != 0) {
             return false;

@@ -2,14 +2,14 @@
 //! the same structure as JSON, turned into typed operations. Every error
 //! names the file, line and column.
 
-use crate::partial_kinds::Coll;
 use crate::run::UsageError;
 use crate::types::{apply_kinds, kind_places, meshes_named, parse_types_in, strip_kinds};
 use indexmap::IndexMap;
 use spmd_generators::Scope;
+use spmd_interp::catalogue::kind_collective;
 use spmd_interp::catalogue::{check_group_sizes, collective_typed};
+use spmd_interp::collective::Coll;
 use spmd_interp::{builtin, parse, parse_with_vars, Backward, Jvp, Op, TypedOp};
-use spmd_semantics::pending::PartialKind;
 use spmd_semantics::pending::Place;
 use spmd_semantics::{Dialect, Mesh, Type, ALL_STATES};
 use spmd_syntax::rule::{find_in_rule, type_text};
@@ -56,62 +56,6 @@ pub struct PendingRule {
     /// For a collective rule, its per-rank forward; `f` is then the identity,
     /// its meaning (a collective keeps the value it is given).
     pub forward: Option<Coll>,
-}
-
-/// A collective of a pending kind named in a rule's `forward` (SPEC.md
-/// §21.7), for the claimed placements `src -> dst`: `all_reduce(k)`,
-/// `reduce_scatter(k, dim=d)`, `partition(k)`, JAX's `unreduced_psum`,
-/// `unreduced_pmax`, `unreduced_pmin`, and DTensor's `redistribute`, which
-/// the placements determine.
-fn kind_collective(text: &str, src: Place, dst: Place) -> Result<Coll, String> {
-    let t: String = text.chars().filter(|c| !c.is_whitespace()).collect();
-    let kind = |w: &str| PartialKind::parse(w.trim_matches(|c| c == '"' || c == '\''));
-    let arg = |pre: &str| t.strip_prefix(pre).and_then(|r| r.strip_suffix(')'));
-    let c = if t == "redistribute" {
-        match (src, dst) {
-            (Place::Part(k), Place::Inv) => Coll::AllReduce(k),
-            (Place::Part(k), Place::Shard(d)) => Coll::ReduceScatter(k, d),
-            _ => {
-                return Err(format!(
-                    "`redistribute` from {src} to {dst} is not a pending-kind collective here (from Partial(k) to Replicate() or Shard(d); DTensor's redistribute refuses Replicate() to Partial(k), SPEC.md §21.3)"
-                ))
-            }
-        }
-    } else if let Some(k @ ("sum" | "max" | "min")) = t.strip_prefix("unreduced_p") {
-        Coll::AllReduce(kind(k)?)
-    } else if let Some(a) = arg("all_reduce(") {
-        Coll::AllReduce(kind(a)?)
-    } else if let Some(a) = arg("partition(") {
-        Coll::Partition(kind(a)?)
-    } else if let Some(a) = arg("reduce_scatter(") {
-        let (k, d) = a
-            .split_once(',')
-            .ok_or_else(|| format!("`{text}`: reduce_scatter(k, dim=d)"))?;
-        let d = d.trim_start_matches("dim=");
-        Coll::ReduceScatter(
-            kind(k)?,
-            d.parse()
-                .map_err(|_| format!("`{text}`: the dim of reduce_scatter is a number"))?,
-        )
-    } else {
-        return Err(format!(
-            "`{text}` is not a pending-kind collective (all_reduce(k), reduce_scatter(k, dim=d), partition(k), unreduced_psum|pmax|pmin, redistribute; SPEC.md §21.7)"
-        ));
-    };
-    // The kinds may differ from the claim (that is what is checked); the
-    // shape of the move may not.
-    let (cs, cd) = c.places();
-    let same = |a: Place, b: Place| match (a, b) {
-        (Place::Part(_), Place::Part(_)) | (Place::Inv, Place::Inv) => true,
-        (Place::Shard(x), Place::Shard(y)) => x == y,
-        _ => false,
-    };
-    if !same(cs, src) || !same(cd, dst) {
-        return Err(format!(
-            "`{text}` goes from {cs} to {cd}; the rule claims {src} -> {dst}"
-        ));
-    }
-    Ok(c)
 }
 
 /// The most steps of a composition `a |> b |> ...`.
@@ -285,7 +229,12 @@ fn build_one(
     apply_kinds(&axes, &mut types, &marks);
     let step_types = types.split_off(s.inputs.len() + 1);
     let output = types.pop().expect("output type");
-    if types.iter().chain([&output]).chain(&step_types).any(Type::has_kinds) {
+    if types
+        .iter()
+        .chain([&output])
+        .chain(&step_types)
+        .any(Type::has_kinds)
+    {
         return build_pending(s, dialect, &axes, types, output, scope, &err);
     }
     // Global SPMD (SPEC.md §13): once a type carries a layout, every Varying

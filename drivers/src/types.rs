@@ -433,7 +433,10 @@ pub fn apply_kinds(axes: &[String], types: &mut [Type], marks: &[KindMarks]) {
     for (t, m) in types.iter_mut().zip(marks) {
         for (ax, k) in m {
             for a in 0..t.states.len() {
-                if ax.as_deref().is_none_or(|n| axes.get(a).is_some_and(|x| x == n)) {
+                if ax
+                    .as_deref()
+                    .is_none_or(|n| axes.get(a).is_some_and(|x| x == n))
+                {
                     t.set_kind(a, *k);
                 }
             }

@@ -4,7 +4,8 @@
 //! and `divide_by_group_size` (a local division by n, the other half of
 //! JAX's transpose of pmean).
 
-use crate::collective::{Collective, Kind};
+use crate::collective::{Coll, Collective, Kind};
+use spmd_semantics::pending::{PartialKind, Place};
 use spmd_semantics::{Dialect, State, Type};
 
 /// Names and the kind each stands for (parameters filled in from the call).
@@ -752,4 +753,60 @@ pub fn check_group_sizes(op: &crate::Op, meshes: &[spmd_semantics::Mesh]) -> Res
         crate::Op::Compose(ops) => ops.iter().try_for_each(|o| check_group_sizes(o, meshes)),
         _ => Ok(()),
     }
+}
+
+/// A collective of a pending kind named in a rule's `forward` (SPEC.md
+/// §21.7), for the claimed placements `src -> dst`: `all_reduce(k)`,
+/// `reduce_scatter(k, dim=d)`, `partition(k)`, JAX's `unreduced_psum`,
+/// `unreduced_pmax`, `unreduced_pmin`, and DTensor's `redistribute`, which
+/// the placements determine.
+pub fn kind_collective(text: &str, src: Place, dst: Place) -> Result<Coll, String> {
+    let t: String = text.chars().filter(|c| !c.is_whitespace()).collect();
+    let kind = |w: &str| PartialKind::parse(w.trim_matches(|c| c == '"' || c == '\''));
+    let arg = |pre: &str| t.strip_prefix(pre).and_then(|r| r.strip_suffix(')'));
+    let c = if t == "redistribute" {
+        match (src, dst) {
+            (Place::Part(k), Place::Inv) => Coll::AllReduce(k),
+            (Place::Part(k), Place::Shard(d)) => Coll::ReduceScatter(k, d),
+            _ => {
+                return Err(format!(
+                    "`redistribute` from {src} to {dst} is not a pending-kind collective here (from Partial(k) to Replicate() or Shard(d); DTensor's redistribute refuses Replicate() to Partial(k), SPEC.md §21.3)"
+                ))
+            }
+        }
+    } else if let Some(k @ ("sum" | "max" | "min")) = t.strip_prefix("unreduced_p") {
+        Coll::AllReduce(kind(k)?)
+    } else if let Some(a) = arg("all_reduce(") {
+        Coll::AllReduce(kind(a)?)
+    } else if let Some(a) = arg("partition(") {
+        Coll::Partition(kind(a)?)
+    } else if let Some(a) = arg("reduce_scatter(") {
+        let (k, d) = a
+            .split_once(',')
+            .ok_or_else(|| format!("`{text}`: reduce_scatter(k, dim=d)"))?;
+        let d = d.trim_start_matches("dim=");
+        Coll::ReduceScatter(
+            kind(k)?,
+            d.parse()
+                .map_err(|_| format!("`{text}`: the dim of reduce_scatter is a number"))?,
+        )
+    } else {
+        return Err(format!(
+            "`{text}` is not a pending-kind collective (all_reduce(k), reduce_scatter(k, dim=d), partition(k), unreduced_psum|pmax|pmin, redistribute; SPEC.md §21.7)"
+        ));
+    };
+    // The kinds may differ from the claim (that is what is checked); the
+    // shape of the move may not.
+    let (cs, cd) = c.places();
+    let same = |a: Place, b: Place| match (a, b) {
+        (Place::Part(_), Place::Part(_)) | (Place::Inv, Place::Inv) => true,
+        (Place::Shard(x), Place::Shard(y)) => x == y,
+        _ => false,
+    };
+    if !same(cs, src) || !same(cd, dst) {
+        return Err(format!(
+            "`{text}` goes from {cs} to {cd}; the rule claims {src} -> {dst}"
+        ));
+    }
+    Ok(c)
 }

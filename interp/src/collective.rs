@@ -6,6 +6,7 @@
 //! rank's index in its group and `n` the group size. The forward and the spec
 //! are written separately, so F3 compares two independent descriptions.
 
+use spmd_semantics::pending::{PartialKind, Place};
 use spmd_semantics::perrank::Denot;
 use spmd_semantics::tensor::{numel, same_shape};
 use spmd_semantics::{Mesh, PerRank, Shape, State, Tensor, Q};
@@ -773,5 +774,76 @@ impl Collective {
             _ => String::new(),
         };
         format!("{}({p})", self.name)
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Collectives of pending kinds (SPEC.md §21.3): on one axis, per-rank
+// tensors in rank order.
+
+/// A collective on one axis that performs (or creates) a pending reduction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Coll {
+    /// all_reduce(k): Partial(k) -> Replicate. JAX `unreduced_pmax`, DTensor
+    /// `redistribute(Partial(k) -> Replicate())`.
+    AllReduce(PartialKind),
+    /// reduce_scatter(k, d): Partial(k) -> Shard(d).
+    ReduceScatter(PartialKind, usize),
+    /// DTensor's `Replicate() -> Partial(k)`: `_partition_value`.
+    Partition(PartialKind),
+}
+
+/// Ring all-reduce, written pairwise: member r starts from its own tensor
+/// and folds in the others in ring order r+1, r+2, ...; avg divides once at
+/// the end (how a sum-then-scale backend computes it). Independent of
+/// `pending::combine` on purpose: F3 compares the two. One axis, `xs`
+/// one tensor per rank.
+pub fn ring_fold(k: PartialKind, xs: &[Tensor], start: usize) -> Tensor {
+    let n = xs.len();
+    let mut acc = xs[start].clone();
+    for j in 1..n {
+        let y = &xs[(start + j) % n];
+        acc = match k {
+            PartialKind::Sum | PartialKind::Avg => acc.add(y),
+            PartialKind::Max => acc.zip(y, |a, b| if b > a { b.clone() } else { a.clone() }),
+            PartialKind::Min => acc.zip(y, |a, b| if b < a { b.clone() } else { a.clone() }),
+        };
+    }
+    if k == PartialKind::Avg {
+        acc = acc.scale(&Q::frac(1, n as i64));
+    }
+    acc
+}
+
+impl Coll {
+    pub fn name(&self) -> String {
+        match self {
+            Coll::AllReduce(k) => format!("all_reduce({k}): P({k}) -> I"),
+            Coll::ReduceScatter(k, d) => format!("reduce_scatter({k}, dim={d}): P({k}) -> S({d})"),
+            Coll::Partition(k) => format!("partition({k}): I -> P({k})"),
+        }
+    }
+    pub fn places(&self) -> (Place, Place) {
+        match *self {
+            Coll::AllReduce(k) => (Place::Part(k), Place::Inv),
+            Coll::ReduceScatter(k, d) => (Place::Part(k), Place::Shard(d)),
+            Coll::Partition(k) => (Place::Inv, Place::Part(k)),
+        }
+    }
+    /// The per-rank forward.
+    pub fn forward(&self, xs: &[Tensor]) -> Vec<Tensor> {
+        let n = xs.len();
+        match *self {
+            Coll::AllReduce(k) => (0..n).map(|r| ring_fold(k, xs, r)).collect(),
+            Coll::ReduceScatter(k, d) => (0..n)
+                .map(|r| ring_fold(k, xs, r).chunk(n, d)[r].clone())
+                .collect(),
+            Coll::Partition(k) => match k {
+                // DTensor 2.14.1 `Partial._partition_value`: v / n for sum,
+                // v itself for avg, max and min.
+                PartialKind::Sum => xs.iter().map(|x| x.scale(&Q::frac(1, n as i64))).collect(),
+                PartialKind::Avg | PartialKind::Max | PartialKind::Min => xs.to_vec(),
+            },
+        }
     }
 }
