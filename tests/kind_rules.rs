@@ -652,3 +652,45 @@ fn transcendental_kind_rules_are_decided_exactly_and_never_replayed() {
     assert_eq!(code2, 1);
     assert_eq!(rule_named(&v2, "exp avg")["replayed"], false, "{v2}");
 }
+
+/// One verdict (SPEC.md §7.1, §21.7): the library's `RuleReport::verdict`
+/// of a refuted pending-kind rule is the oracle's `Unsound`, with the
+/// counterexample as a violation of F3 on the rule's axis (the inputs and
+/// per-rank outputs typed by their placements); the deferring twin is
+/// sound and never a proof.
+#[test]
+fn a_refuted_kind_rule_is_unsound_in_the_one_verdict() {
+    use spmd_check::check::{check_rule, CheckConfig};
+    let text = rule(
+        "wrong",
+        "dtensor",
+        "max(x, 0)",
+        &["Shard(0)"],
+        "Partial(\"min\")",
+    ) + &rule(
+        "right",
+        "dtensor",
+        "max(x, 0)",
+        &["Shard(0)"],
+        "Partial(\"max\")",
+    );
+    let rules = spmd_check::rules::load_str("<kinds>", &text).unwrap();
+    let cfg = CheckConfig {
+        scope: spmd_generators::Scope::default(),
+        cases: 8,
+        seed: 0,
+    };
+    let wrong = check_rule(&rules[0], &cfg, &[], &|_| {});
+    let v = wrong
+        .verdict
+        .violation()
+        .expect("the wrong kind is unsound");
+    assert_eq!(v.property, spmd_semantics::Property::F3, "{}", v.one_line());
+    assert_eq!(v.mesh.ndim(), 1);
+    let tys: Vec<String> = v.shown.iter().map(|s| s.ty.display(&v.mesh)).collect();
+    assert_eq!(tys, ["S(0)", "P(min)"], "{}", v.one_line());
+    assert!(!v.shown[1].input);
+    let right = check_rule(&rules[1], &cfg, &[], &|_| {});
+    assert!(right.verdict.is_sound() && !right.verdict.proof());
+    assert!(right.verdict.violation().is_none());
+}

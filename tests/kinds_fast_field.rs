@@ -60,8 +60,8 @@ fn memoised_field_checks_agree_with_plain_ones() {
         assert_eq!(a, b, "`{expr}` {ins:?}: memoised and plain differ");
         let f = parse(expr).unwrap();
         for v in check_places(&f, &ins, &outs(), &s).unwrap() {
-            undecided += v.counts().undecided;
-            outside += v.counts().outside_domain;
+            undecided += v.tally().undecided;
+            outside += v.tally().outside_domain;
             refuted += u64::from(v.key() == "refuted");
         }
     }

@@ -20,13 +20,13 @@ fn verdict(expr: &str, ins: &[Place], out: Place) -> Verdict {
 fn defers(expr: &str, ins: &[Place], out: Place) {
     let v = verdict(expr, ins, out);
     assert_eq!(v.key(), "defers", "`{expr}` {ins:?} -> {out}: {}", v.text());
-    assert!(v.counts().multi_rank_cases > 0);
+    assert!(v.tally().distributed_cases > 0);
 }
 
 /// The counterexample of a typing that must be refuted.
 fn refuted(expr: &str, ins: &[Place], out: Place) -> Counterexample {
     match verdict(expr, ins, out) {
-        Verdict::Refuted(c, _) => *c,
+        Verdict::Unsound { violation: c, .. } => *c,
         v => panic!("`{expr}` {ins:?} -> {out} should be refuted: {}", v.text()),
     }
 }
@@ -405,8 +405,8 @@ fn exp_defers_a_pending_max_and_fails_on_a_pending_sum() {
     // exp is increasing: exp(max x) = max exp(x), on every decided instance.
     let v = verdict("exp(x)", &[Part(Max)], Part(Max));
     assert_eq!(v.key(), "defers", "{}", v.text());
-    assert!(v.counts().multi_rank_cases > 0 && v.counts().instances > 0);
-    assert_eq!(v.counts().undecided, 0, "{}", v.text());
+    assert!(v.tally().distributed_cases > 0 && v.decided() > 0);
+    assert_eq!(v.tally().undecided, 0, "{}", v.text());
     defers("exp(x)", &[Part(Min)], Part(Min));
     // Twin: exp(a + b) is not exp a + exp b. The first instance of two
     // ranks already differs, exactly: e^0 + e^0 = 2 against e^(0 + 0) = 1.
@@ -464,9 +464,9 @@ fn undecided_instances_are_named_never_passed() {
     // values needs enclosures, which all contain 0: undecided.
     let v = verdict("log(x * x) - 2 * log(x)", &[Part(Max)], Part(Max));
     assert_eq!(v.key(), "defers", "{}", v.text());
-    assert!(v.counts().undecided > 0, "{}", v.text());
+    assert!(v.tally().undecided > 0, "{}", v.text());
     assert!(v.text().contains("undecided"), "{}", v.text());
-    assert_eq!(v.json()["undecided"], v.counts().undecided);
+    assert_eq!(v.json()["undecided"], v.tally().undecided);
     // Twin: adding 1 and claiming a pending sum counts the 1 once per rank,
     // decided exactly on x = (1, 1) (log 1 = 0): 1 + 1 against 1.
     let c = refuted("log(x * x) - 2 * log(x) + 1", &[Part(Max)], Part(Sum));
@@ -490,4 +490,47 @@ fn derive_exp_partial_max_on_the_command_line() {
         at("P(min)")["counterexample"]["decided"],
         "by disjoint enclosures"
     );
+}
+
+/// Never vacuously sound (SPEC.md §7.1): a pending-kind run whose every
+/// instance was undecided (overlapping enclosures, §21.2) concludes
+/// undetermined with that reason, neither sound nor vacuous; one where
+/// nothing ran on more than one rank is vacuous. Twin: one decided
+/// instance on two ranks beside them defers, and never as a proof.
+#[test]
+fn a_check_with_nothing_decided_is_undetermined() {
+    let run = |passed: u64, undecided: u64, distributed: u64| {
+        let mut t = tally();
+        t.cases = 2;
+        t.distributed_cases = distributed;
+        t.passed = passed;
+        t.undecided = undecided;
+        conclude(&t, 0, None)
+    };
+    let v = run(0, 5, 1);
+    assert_eq!(v.key(), "undetermined", "{}", v.text());
+    assert!(!v.is_sound());
+    assert!(
+        v.text().contains("no instance decided: on all 5"),
+        "{}",
+        v.text()
+    );
+    assert_eq!(v.json()["verdict"], "undetermined");
+    let v = run(3, 0, 0);
+    assert_eq!(v.key(), "vacuous", "{}", v.text());
+    assert!(
+        v.text().contains("no case on more than one rank"),
+        "{}",
+        v.text()
+    );
+    let v = run(1, 5, 1);
+    assert_eq!(v.key(), "defers", "{}", v.text());
+    assert!(v.is_sound() && !v.proof());
+    // A failure is a refutation, whatever else was counted.
+    let f = parse("x").unwrap();
+    let cex = check_places(&f, &[Part(Max)], &[Part(Min)], &Scope::conform())
+        .unwrap()
+        .remove(0);
+    assert_eq!(cex.key(), "refuted");
+    assert!(cex.tally().failed > 0 && cex.decided() > cex.tally().failed);
 }

@@ -560,7 +560,7 @@ fn library_config() -> CheckConfig {
 fn assert_report(rule: &Rule, r: &RuleReport) {
     if let Some(p) = &r.pending {
         assert!(
-            matches!(p.outcome, PendingOutcome::Defers),
+            p.verdict.is_sound(),
             "rule `{}` is {}\n{}",
             rule.name,
             p.word(),
@@ -614,33 +614,14 @@ pub fn assert_rules_sound(path: &str) {
 // ---------------------------------------------------------------------------
 // Rules with pending kinds (SPEC.md §21.7)
 
-/// What the check of a rule with pending kinds found.
-#[derive(Clone, Debug)]
-pub enum PendingOutcome {
-    /// No instance failed, and some case on more than one rank ran: bounded.
-    Defers,
-    /// `property` is F1 (the per-rank outputs are not well formed for the
-    /// output placement) or F3 (they denote something else).
-    Refuted {
-        property: &'static str,
-        cex: Box<partial_kinds::Counterexample>,
-    },
-    /// Nothing on more than one rank was checked.
-    Vacuous(String),
-    /// Stopped (time limit, Ctrl-C) before the check was complete.
-    Undetermined(String),
-}
-
 /// The report of a rule with pending kinds (SPEC.md §21.7).
 #[derive(Clone, Debug)]
 pub struct PendingReport {
     pub rule: PendingRule,
-    pub outcome: PendingOutcome,
-    /// The exhaustive part (`partial_kinds::check_places`).
-    pub counts: partial_kinds::Counts,
-    /// Random cases that ran and passed, and how many on more than one rank.
-    pub random: u64,
-    pub random_multi: u64,
+    /// The oracle's verdict (`pending::check_places` on the exhaustive
+    /// scope, then the random cases, counted in its tally): defers is
+    /// `Sound` and never a proof; a counterexample is the per-rank values.
+    pub verdict: partial_kinds::Verdict,
     pub random_note: Option<String>,
     /// The counterexample came from the regression file ...
     pub replayed: bool,
@@ -666,47 +647,55 @@ pub fn place_in(d: spmd_semantics::Dialect, p: Place) -> String {
 
 impl PendingReport {
     pub fn failed(&self) -> bool {
-        matches!(self.outcome, PendingOutcome::Refuted { .. })
+        self.verdict.violation().is_some()
     }
     /// Vacuous or undetermined: `check` exits 3 unless --allow-vacuous.
     pub fn inconclusive(&self) -> bool {
         matches!(
-            self.outcome,
-            PendingOutcome::Vacuous(_) | PendingOutcome::Undetermined(_)
+            self.verdict,
+            Verdict::Vacuous { .. } | Verdict::Undetermined { .. }
         )
+    }
+    /// The counterexample and the property it violates, F1 or F3.
+    pub fn refuted(&self) -> Option<(&'static str, &partial_kinds::Counterexample)> {
+        self.verdict.violation().map(|c| (c.property(), c))
     }
     /// The verdict in words: what was checked, never "proof".
     pub fn word(&self) -> String {
-        let c = &self.counts;
-        let mut w = match &self.outcome {
-            PendingOutcome::Defers => format!(
+        let c = self.verdict.tally();
+        let mut w = match &self.verdict {
+            Verdict::Sound { .. } => format!(
                 "defers (bounded: {} instances exhaustive on {} cases, {} on more than one rank, and {} random; {} outside the domain; {} cases beyond the cap{}); backward not checked (pending kinds are checked forward only, SPEC.md §21.7)",
-                c.instances, c.cases, c.multi_rank_cases, self.random, c.outside_domain, c.beyond_cap,
+                self.verdict.decided(), c.cases, c.distributed_cases, c.random, c.outside_domain, c.cases_beyond_cap,
                 match c.undecided {
                     0 => String::new(),
                     u => format!("; {u} undecided (overlapping enclosures or a value beyond the exact field), not counted as passes"),
                 }
             ),
-            PendingOutcome::Refuted { property, .. } => format!(
-                "unsound {property} (the per-rank outputs under {} {}, SPEC.md §21.2)",
+            Verdict::Unsound { violation: cex, .. } => format!(
+                "unsound {} (the per-rank outputs under {} {}, SPEC.md §21.2)",
+                cex.property(),
                 place_in(self.dialect, self.rule.output),
-                match (*property, self.rule.forward) {
+                match (cex.property(), self.rule.forward) {
                     ("F1", _) => "are not well formed",
                     (_, Some(_)) => "do not denote the value the input denotes",
                     _ => "do not denote the op of the inputs' denotations",
                 }
             ),
-            PendingOutcome::Vacuous(why) => format!(
-                "vacuous ({why}; nothing on more than one rank was checked: {})",
+            Verdict::Vacuous { .. } => format!(
+                "vacuous ({}; nothing on more than one rank was checked: {})",
+                self.verdict.reason().unwrap_or_default(),
                 if self.rule.ranks == Some(1) {
                     format!("the rule's mesh gives axis `{}` one rank", self.rule.axis)
                 } else {
                     "raise --max-points".into()
                 }
             ),
-            PendingOutcome::Undetermined(why) => format!("undetermined ({why})"),
+            Verdict::Undetermined { .. } => {
+                format!("undetermined ({})", self.verdict.reason().unwrap_or_default())
+            }
         };
-        if let PendingOutcome::Refuted { cex, .. } = &self.outcome {
+        if let Some(cex) = self.verdict.violation() {
             if let Some(fv) = &cex.field {
                 w.push_str(&format!(" (decided {})", fv.decided));
             }
@@ -723,7 +712,7 @@ impl PendingReport {
     }
     /// The counterexample, one line per value, in the rule's dialect.
     pub fn report(&self, d: spmd_semantics::Dialect) -> String {
-        let PendingOutcome::Refuted { property, cex } = &self.outcome else {
+        let Some((property, cex)) = self.refuted() else {
             return String::new();
         };
         let r = &self.rule;
@@ -784,19 +773,14 @@ impl PendingReport {
     /// The `--json` entry (without name and file).
     pub fn json(&self, d: spmd_semantics::Dialect) -> serde_json::Value {
         use serde_json::json;
-        let c = &self.counts;
+        let c = self.verdict.tally();
         let r = &self.rule;
-        let (verdict, reason) = match &self.outcome {
-            PendingOutcome::Defers => ("sound", None),
-            PendingOutcome::Refuted { .. } => ("unsound", None),
-            PendingOutcome::Vacuous(w) => ("vacuous", Some(w.clone())),
-            PendingOutcome::Undetermined(w) => ("undetermined", Some(w.clone())),
-        };
-        let (property, cex) = match &self.outcome {
-            PendingOutcome::Refuted { property, cex } => {
+        let (verdict, reason) = (self.verdict.name(), self.verdict.reason());
+        let (property, cex) = match self.refuted() {
+            Some((property, cex)) => {
                 let ts = |x: &[Tensor]| x.iter().map(|t| t.to_string()).collect::<Vec<_>>();
                 (
-                    Some(*property),
+                    Some(property),
                     json!({
                         "ranks": cex.n,
                         "axis": r.axis,
@@ -830,25 +814,20 @@ impl PendingReport {
             "property": property,
             "counterexample": cex,
             "pending": {
-                "verdict": match &self.outcome {
-                    PendingOutcome::Defers => "defers",
-                    PendingOutcome::Refuted { .. } => "refuted",
-                    PendingOutcome::Vacuous(_) => "vacuous",
-                    PendingOutcome::Undetermined(_) => "undetermined",
-                },
+                "verdict": self.verdict.key(),
                 "axis": r.axis,
                 "inputs": r.inputs.iter().map(|p| place_in(d, *p)).collect::<Vec<_>>(),
                 "output": place_in(d, r.output),
                 "scope": self.scope,
             },
-            "instances": c.instances,
+            "instances": self.verdict.decided(),
             "cases": c.cases,
-            "distributed_cases": c.multi_rank_cases,
-            "cases_beyond_cap": c.beyond_cap,
+            "distributed_cases": c.distributed_cases,
+            "cases_beyond_cap": c.cases_beyond_cap,
             "outside_domain": c.outside_domain,
             "undecided": c.undecided,
-            "random_cases": self.random,
-            "random_distributed": self.random_multi,
+            "random_cases": c.random,
+            "random_distributed": c.random_distributed,
             "random_note": self.random_note,
             "replayed": self.replayed,
             "backward_checked": false,
@@ -858,9 +837,7 @@ impl PendingReport {
     }
     /// The counterexample by value, for the regression file (SPEC.md §11.3).
     pub fn stored(&self) -> Option<Stored> {
-        let PendingOutcome::Refuted { property, cex } = &self.outcome else {
-            return None;
-        };
+        let (property, cex) = self.refuted()?;
         if cex.field.is_some() {
             // A transcendental counterexample is found again by the
             // exhaustive part; replay evaluates rationals only.
@@ -883,44 +860,76 @@ impl PendingReport {
             property: property.to_string(),
         })
     }
-    /// The core verdict shown to callers that do not read `pending` (the
-    /// library's `RuleReport::verdict`): sound (bounded, never a proof) for
-    /// a deferring rule, vacuous, or undetermined with the counterexample
-    /// in words, since the core's counterexamples have no kinds.
+    /// The verdict as `RuleReport::verdict` holds it for callers that do
+    /// not read `pending`: the same verdict and tally, its counterexample
+    /// as a core `Violation` on the rule's axis (inputs and per-rank
+    /// outputs typed by their placements; a transcendental op's outputs,
+    /// which are not rationals, in `expected` and `actual` only).
     fn core_verdict(&self) -> Verdict {
-        let c = &self.counts;
-        let tally = Tally {
-            passed: c.instances + self.random,
-            outside_domain: c.outside_domain,
-            cases: c.cases,
-            distributed_cases: c.multi_rank_cases,
-            cases_beyond_cap: c.beyond_cap,
-            proof_grid: false,
-            random: self.random,
-            random_distributed: self.random_multi,
-            ..Tally::default()
+        match &self.verdict {
+            Verdict::Sound { proof, tally } => Verdict::Sound {
+                proof: *proof,
+                tally: tally.clone(),
+            },
+            Verdict::Vacuous { tally } => Verdict::Vacuous {
+                tally: tally.clone(),
+            },
+            Verdict::Undetermined { tally } => Verdict::Undetermined {
+                tally: tally.clone(),
+            },
+            Verdict::Unsound { violation, tally } => Verdict::Unsound {
+                violation: Box::new(self.violation(violation)),
+                tally: tally.clone(),
+            },
+        }
+    }
+    fn violation(&self, cex: &partial_kinds::Counterexample) -> spmd_oracle::check::Violation {
+        use spmd_oracle::check::{Shown, Violation};
+        use spmd_semantics::{PerRank, Property, Type};
+        let r = &self.rule;
+        let shown = |label: &str, input: bool, p: Place, ts: &[Tensor]| Shown {
+            label: label.to_string(),
+            input,
+            alternative: false,
+            ty: Type::of_place(p),
+            value: PerRank {
+                tensors: ts.to_vec(),
+            },
         };
-        match &self.outcome {
-            PendingOutcome::Defers => Verdict::Sound {
-                proof: false,
-                tally,
+        let mut values: Vec<Shown> = cex
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(i, x)| {
+                shown(
+                    r.f.vars.get(i).map_or("?", String::as_str),
+                    true,
+                    r.inputs[i],
+                    x,
+                )
+            })
+            .collect();
+        let (expected, actual) = match &cex.field {
+            Some(fv) => (fv.expected.clone(), fv.denoted.clone()),
+            None => {
+                values.push(shown("output", false, r.output, &cex.per_rank));
+                (
+                    cex.expected.to_string(),
+                    cex.denoted.as_ref().map(|t| t.to_string()),
+                )
+            }
+        };
+        Violation {
+            property: if cex.property() == "F1" {
+                Property::F1
+            } else {
+                Property::F3
             },
-            PendingOutcome::Vacuous(_) => Verdict::Vacuous { tally },
-            PendingOutcome::Undetermined(w) => Verdict::Undetermined {
-                tally: Tally {
-                    stopped: Some(w.clone()),
-                    ..tally
-                },
-            },
-            PendingOutcome::Refuted { cex, .. } => Verdict::Undetermined {
-                tally: Tally {
-                    stopped: Some(format!(
-                        "{}: {cex} (a pending-kind counterexample; see RuleReport::pending)",
-                        self.word()
-                    )),
-                    ..tally
-                },
-            },
+            mesh: spmd_semantics::Mesh::new(&[(r.axis.as_str(), cex.n)]),
+            what: self.word(),
+            shown: values,
+            expected,
+            actual: actual.unwrap_or_else(|| "no value (not well formed)".into()),
         }
     }
 }
@@ -1203,10 +1212,9 @@ fn check_pending(rule: &Rule, p: &PendingRule, cfg: &CheckConfig, stored: &[Stor
     let scope = pending_scope(&cfg.scope, p.ranks);
     let mut rep = PendingReport {
         rule: p.clone(),
-        outcome: PendingOutcome::Vacuous("nothing checked".into()),
-        counts: partial_kinds::Counts::default(),
-        random: 0,
-        random_multi: 0,
+        verdict: Verdict::Vacuous {
+            tally: partial_kinds::tally(),
+        },
         random_note: None,
         replayed: false,
         from_random: false,
@@ -1215,70 +1223,51 @@ fn check_pending(rule: &Rule, p: &PendingRule, cfg: &CheckConfig, stored: &[Stor
     };
     let transcendental = spmd_interp::transcendental::is_transcendental(&p.f.expr);
     let stored = if transcendental { &[][..] } else { stored };
-    if let Some((property, cex)) = stored.iter().find_map(|s| replay_pending(p, s)) {
-        rep.outcome = PendingOutcome::Refuted {
-            property,
-            cex: Box::new(cex),
-        };
+    if let Some((_, cex)) = stored.iter().find_map(|s| replay_pending(p, s)) {
+        rep.verdict = partial_kinds::conclude(&partial_kinds::tally(), 0, Some(cex));
         rep.replayed = true;
     } else {
         let exhaustive = match p.forward {
             Some(_) => Ok(collective_exhaustive(p, &scope)),
             None => partial_kinds::check_places(&p.f, &p.inputs, &[p.output], &scope),
         };
-        match exhaustive {
-            Err(e) => rep.outcome = PendingOutcome::Undetermined(e),
-            Ok(mut vs) => {
-                let v = vs.remove(0);
-                rep.counts = v.counts().clone();
-                rep.outcome = match v {
-                    partial_kinds::Verdict::Defers(_) => PendingOutcome::Defers,
-                    partial_kinds::Verdict::Vacuous(why, _) => PendingOutcome::Vacuous(why),
-                    partial_kinds::Verdict::Refuted(cex, _) => {
-                        // Not well formed: no value denoted (in the exact
-                        // field for a transcendental op).
-                        let ill = match &cex.field {
-                            Some(fv) => fv.denoted.is_none(),
-                            None => cex.denoted.is_none(),
-                        };
-                        let property = if ill { "F1" } else { "F3" };
-                        PendingOutcome::Refuted { property, cex }
-                    }
-                };
-            }
-        }
+        rep.verdict = match exhaustive {
+            Err(e) => Verdict::Undetermined {
+                tally: Tally {
+                    stopped: Some(e),
+                    ..partial_kinds::tally()
+                },
+            },
+            Ok(mut vs) => vs.remove(0),
+        };
         if !rep.failed() && transcendental && cfg.cases > 0 {
             rep.random_note = Some(
                 "no random cases: a transcendental op is checked on the exhaustive grid only, SPEC.md §21.7"
                     .into(),
             );
-        } else if !rep.failed() {
+        } else if !rep.failed() && !matches!(rep.verdict, Verdict::Undetermined { .. }) {
             let (ran, multi, found, note) = pending_random(p, &scope.ranks, cfg);
-            rep.random = ran;
-            rep.random_multi = multi;
             rep.random_note = note;
-            if let Some((property, cex)) = found {
-                rep.outcome = PendingOutcome::Refuted {
-                    property,
-                    cex: Box::new(cex),
-                };
-                rep.from_random = true;
-            } else if let Some(w) = rep
-                .random_note
-                .clone()
-                .filter(|_| crate::run::stop_reason().is_some())
-            {
-                rep.outcome = PendingOutcome::Undetermined(w);
-            } else if matches!(rep.outcome, PendingOutcome::Vacuous(_)) && multi > 0 {
-                // Random cases on more than one rank decide it, bounded.
-                rep.outcome = PendingOutcome::Defers;
+            rep.from_random = found.is_some();
+            // The random cases join the tally; the verdict is concluded
+            // again (random cases on more than one rank decide a vacuous
+            // exhaustive part, bounded; a stop leaves it undetermined).
+            let mut t = rep.verdict.tally().clone();
+            t.random = ran;
+            t.random_distributed = multi;
+            if found.is_none() {
+                t.stopped = rep
+                    .random_note
+                    .clone()
+                    .filter(|_| crate::run::stop_reason().is_some());
             }
+            rep.verdict = Verdict::conclude(t, found.map(|(_, cex)| Box::new(cex)));
         }
     }
     RuleReport {
         name: rule.name.clone(),
         verdict: rep.core_verdict(),
-        random_cases: rep.random,
+        random_cases: rep.verdict.tally().random,
         random_requested: cfg.cases,
         random_note: rep.random_note.clone(),
         replayed: rep.replayed,
@@ -1325,7 +1314,8 @@ fn collective_exhaustive(
     scope: &partial_kinds::Scope,
 ) -> Vec<partial_kinds::Verdict> {
     let nv = scope.values.len();
-    let mut counts = partial_kinds::Counts::default();
+    let mut counts = partial_kinds::tally();
+    let mut failed = 0u64;
     type Fail = ((usize, Vec<usize>), partial_kinds::Counterexample);
     let mut fail: Option<Fail> = None;
     'ranks: for &n in &scope.ranks {
@@ -1342,11 +1332,11 @@ fn collective_exhaustive(
                 .and_then(|f| (nv as u64).checked_pow(f))
                 .filter(|&p| p <= scope.max_points)
             else {
-                counts.beyond_cap += 1;
+                counts.cases_beyond_cap += 1;
                 continue;
             };
             counts.cases += 1;
-            counts.multi_rank_cases += u64::from(n > 1);
+            counts.distributed_cases += u64::from(n > 1);
             let mut idx = vec![0usize; fr];
             for _ in 0..points {
                 let c = PendingCase {
@@ -1354,8 +1344,9 @@ fn collective_exhaustive(
                     shapes: vec![s.clone()],
                     vals: idx.iter().map(|&i| scope.values[i].clone()).collect(),
                 };
-                counts.instances += 1;
+                counts.passed += 1;
                 if let Ok(Some((_, cex))) = pending_instance(r, pending_inputs(r, &c), n) {
+                    failed += 1;
                     let key = (idx.iter().filter(|&&i| i != 0).count(), idx.clone());
                     if fail.as_ref().is_none_or(|f| key < f.0) {
                         fail = Some((key, cex));
@@ -1374,12 +1365,9 @@ fn collective_exhaustive(
             }
         }
     }
-    vec![match fail {
-        Some((_, cex)) => partial_kinds::Verdict::Refuted(Box::new(cex), counts),
-        None if counts.multi_rank_cases == 0 => partial_kinds::Verdict::Vacuous(
-            "no case on more than one rank within the cap".into(),
-            counts,
-        ),
-        None => partial_kinds::Verdict::Defers(counts),
-    }]
+    vec![partial_kinds::conclude(
+        &counts,
+        failed,
+        fail.map(|(_, cex)| cex),
+    )]
 }

@@ -391,7 +391,11 @@ pub fn conform_section(scope: &Scope) -> Result<(String, serde_json::Value, bool
     for row in collective_rows() {
         let res = check_collective(&row, scope);
         let line = match (&res, row.expect_fail) {
-            (Ok(c), None) => format!("F1, F3 hold ({} instances, {} cases)", c.instances, c.cases),
+            (Ok(c), None) => format!(
+                "F1, F3 hold ({} instances, {} cases)",
+                c.instances(),
+                c.cases
+            ),
             (Err((p, w)), Some(want)) if p == want => format!("fails {p} as it must: {w}"),
             (Ok(_), Some(want)) => {
                 ok = false;

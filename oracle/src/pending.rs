@@ -10,6 +10,7 @@
 //! `f` the local function, `k` a kind, `n` the ranks of the axis,
 //! `xs[i][r]` input i's tensor on rank r, `g` a cotangent.
 
+use crate::verdict::Tally;
 use serde_json::{json, Value};
 use spmd_interp::collective::{ring_fold, Coll};
 use spmd_interp::eval::{eval, eval_into, infer, Ctx, EvalError};
@@ -87,20 +88,6 @@ impl Scope {
     }
 }
 
-/// What a run covered.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Counts {
-    pub cases: u64,
-    pub multi_rank_cases: u64,
-    pub instances: u64,
-    pub outside_domain: u64,
-    pub beyond_cap: u64,
-    /// Instances of a transcendental op (SPEC.md §21.2) whose evaluation
-    /// left the exact field or whose comparison the enclosures could not
-    /// decide: neither passes nor failures.
-    pub undecided: u64,
-}
-
 /// A minimal instance where the output does not denote the meaning.
 #[derive(Clone, Debug)]
 pub struct Counterexample {
@@ -170,49 +157,101 @@ impl fmt::Display for Counterexample {
     }
 }
 
-#[derive(Clone, Debug)]
-pub enum Verdict {
-    /// No instance of the scope failed, on at least one multi-rank case.
-    Defers(Counts),
-    Refuted(Box<Counterexample>, Counts),
-    /// Nothing on more than one rank was checked.
-    Vacuous(String, Counts),
+/// The verdict of a pending-kind check: the oracle's one `Verdict`, whose
+/// counterexample is the per-rank values of §21.2. A run that defers is
+/// `Sound` and never a proof (the scope is bounded); nothing on more than
+/// one rank, or nothing in the domain, is `Vacuous`; no instance decided
+/// is `Undetermined` (SPEC.md §7.1).
+pub type Verdict = crate::verdict::Verdict<Counterexample>;
+
+/// What a pending-kind run counted, before a verdict per output: `passed`
+/// holds every instance in the domain that was decided (failures are
+/// moved out per output by `conclude`), and it is never a proof grid.
+pub fn tally() -> Tally {
+    Tally::default()
 }
 
-impl Verdict {
+/// The verdict of one output: `failed` of the run's decided instances
+/// violated it, the first-ordered of them is `cex`.
+pub fn conclude(run: &Tally, failed: u64, cex: Option<Counterexample>) -> Verdict {
+    let mut t = run.clone();
+    t.passed -= failed;
+    t.failed = failed;
+    t.proof_grid = false;
+    Verdict::conclude(t, cex.map(Box::new))
+}
+
+impl Counterexample {
+    /// F1 when the per-rank outputs are not well formed for the output
+    /// placement (no value denoted, in the exact field for a
+    /// transcendental op), else F3.
+    pub fn property(&self) -> &'static str {
+        let ill = match &self.field {
+            Some(fv) => fv.denoted.is_none(),
+            None => self.denoted.is_none(),
+        };
+        if ill {
+            "F1"
+        } else {
+            "F3"
+        }
+    }
+}
+
+impl crate::verdict::Verdict<Counterexample> {
+    /// The word of SPEC.md §21.2 for the verdict.
     pub fn key(&self) -> &'static str {
         match self {
-            Verdict::Defers(_) => "defers",
-            Verdict::Refuted(..) => "refuted",
-            Verdict::Vacuous(..) => "vacuous",
+            Verdict::Sound { .. } => "defers",
+            Verdict::Unsound { .. } => "refuted",
+            Verdict::Vacuous { .. } => "vacuous",
+            Verdict::Undetermined { .. } => "undetermined",
         }
     }
-    pub fn counts(&self) -> &Counts {
+    /// Why nothing was decided, in §21's words.
+    pub fn reason(&self) -> Option<String> {
+        let c = self.tally();
         match self {
-            Verdict::Defers(c) | Verdict::Refuted(_, c) | Verdict::Vacuous(_, c) => c,
+            Verdict::Vacuous { .. } if c.distributed_cases == 0 => {
+                Some("no case on more than one rank within the cap".into())
+            }
+            Verdict::Vacuous { .. } => Some("every instance is outside the domain".into()),
+            Verdict::Undetermined { tally } => Some(tally.stopped.clone().unwrap_or_else(|| {
+                format!(
+                    "no instance decided: on all {} the values left the exact field or the enclosures overlapped",
+                    tally.undecided
+                )
+            })),
+            _ => None,
         }
+    }
+    /// The instances in the domain that were decided, passed or failed.
+    pub fn decided(&self) -> u64 {
+        let c = self.tally();
+        c.passed + c.failed
     }
     pub fn text(&self) -> String {
+        let c = self.tally();
         match self {
-            Verdict::Defers(c) => format!(
+            Verdict::Sound { .. } => format!(
                 "defers (bounded: {} instances exhaustive on {} cases, {} on more than one rank; {} outside the domain; {} cases beyond the cap{})",
-                c.instances, c.cases, c.multi_rank_cases, c.outside_domain, c.beyond_cap,
+                self.decided(), c.cases, c.distributed_cases, c.outside_domain, c.cases_beyond_cap,
                 undecided_note(c)
             ),
-            Verdict::Refuted(cex, _) => format!("counterexample: {cex}"),
-            Verdict::Vacuous(why, _) => format!("vacuous ({why})"),
+            Verdict::Unsound { violation, .. } => format!("counterexample: {violation}"),
+            _ => format!("{} ({})", self.key(), self.reason().unwrap_or_default()),
         }
     }
     pub fn json(&self) -> Value {
-        let c = self.counts();
-        let mut v = json!({"verdict": self.key(), "instances": c.instances, "cases": c.cases,
-            "multi_rank_cases": c.multi_rank_cases, "outside_domain": c.outside_domain,
-            "beyond_cap": c.beyond_cap});
+        let c = self.tally();
+        let mut v = json!({"verdict": self.key(), "instances": self.decided(), "cases": c.cases,
+            "multi_rank_cases": c.distributed_cases, "outside_domain": c.outside_domain,
+            "beyond_cap": c.cases_beyond_cap});
         if c.undecided > 0 {
             v["undecided"] = json!(c.undecided);
         }
         match self {
-            Verdict::Refuted(cex, _) if cex.field.is_some() => {
+            Verdict::Unsound { violation: cex, .. } if cex.field.is_some() => {
                 let fv = cex.field.as_ref().expect("field values");
                 let ts = |x: &[Tensor]| x.iter().map(|t| t.to_string()).collect::<Vec<_>>();
                 v["counterexample"] = json!({
@@ -224,7 +263,7 @@ impl Verdict {
                     "decided": fv.decided,
                 });
             }
-            Verdict::Refuted(cex, _) => {
+            Verdict::Unsound { violation: cex, .. } => {
                 let ts = |x: &[Tensor]| x.iter().map(|t| t.to_string()).collect::<Vec<_>>();
                 v["counterexample"] = json!({
                     "ranks": cex.n,
@@ -234,15 +273,17 @@ impl Verdict {
                     "expected": cex.expected.to_string(),
                 });
             }
-            Verdict::Vacuous(why, _) => v["reason"] = json!(why),
-            Verdict::Defers(_) => {}
+            Verdict::Vacuous { .. } | Verdict::Undetermined { .. } => {
+                v["reason"] = json!(self.reason())
+            }
+            Verdict::Sound { .. } => {}
         }
         v
     }
 }
 
 /// The undecided instances of a transcendental check, where there are any.
-fn undecided_note(c: &Counts) -> String {
+fn undecided_note(c: &Tally) -> String {
     match c.undecided {
         0 => String::new(),
         u => format!(
@@ -825,7 +866,7 @@ fn case_points(
     n: usize,
     nv: u64,
     scope: &Scope,
-    counts: &mut Counts,
+    counts: &mut Tally,
 ) -> Option<(Vec<usize>, u64)> {
     let sizes: Vec<usize> = ins
         .iter()
@@ -838,12 +879,12 @@ fn case_points(
         .and_then(|t| nv.checked_pow(t))
         .filter(|&p| p <= scope.max_points);
     let Some(points) = points else {
-        counts.beyond_cap += 1;
+        counts.cases_beyond_cap += 1;
         return None;
     };
     counts.cases += 1;
     if n > 1 {
-        counts.multi_rank_cases += 1;
+        counts.distributed_cases += 1;
     }
     Some((sizes, points))
 }
@@ -884,10 +925,11 @@ pub fn check_places_memo(
         return check_places_field(f, ins, outs, scope);
     }
     let nv = scope.values.len() as u64;
-    let mut counts = Counts::default();
+    let mut counts = tally();
     // Per output: (case index, key, counterexample) of its first failure.
     type Fail = (usize, (usize, Vec<usize>), Counterexample);
     let mut fails: Vec<Option<Fail>> = vec![None; outs.len()];
+    let mut failed = vec![0u64; outs.len()];
     for (ci, (n, shapes)) in cases(f, ins, scope).into_iter().enumerate() {
         if fails.iter().all(|x| x.as_ref().is_some_and(|x| x.0 < ci)) {
             break;
@@ -904,11 +946,12 @@ pub fn check_places_memo(
         let mut idx = vec![0usize; sizes.iter().sum()];
         for _ in 0..points {
             if ws.instance(&idx, lmemo)? {
-                counts.instances += 1;
+                counts.passed += 1;
                 for &o in &live {
                     if ws.matches(lmemo, outs[o]) {
                         continue;
                     }
+                    failed[o] += 1;
                     let nonzero = idx.iter().filter(|&&i| i != 0).count();
                     let better = match &fails[o] {
                         None => true,
@@ -937,14 +980,8 @@ pub fn check_places_memo(
     }
     Ok(fails
         .into_iter()
-        .map(|fl| match fl {
-            Some((_, _, cex)) => Verdict::Refuted(Box::new(cex), counts.clone()),
-            None if counts.multi_rank_cases == 0 || counts.instances == 0 => Verdict::Vacuous(
-                "no case on more than one rank within the cap".into(),
-                counts.clone(),
-            ),
-            None => Verdict::Defers(counts.clone()),
-        })
+        .zip(failed)
+        .map(|(fl, k)| conclude(&counts, k, fl.map(|(_, _, cex)| cex)))
         .collect())
 }
 
@@ -1485,9 +1522,10 @@ fn check_places_field_with(
     let mut evals = Evals::default();
     let values = &scope.values;
     let nv = values.len() as u64;
-    let mut counts = Counts::default();
+    let mut counts = tally();
     // Per output: undecided comparisons, and its first failure.
     let mut undecided = vec![0u64; outs.len()];
+    let mut failed = vec![0u64; outs.len()];
     type Fail = (usize, (usize, Vec<usize>), Counterexample);
     let mut fails: Vec<Option<Fail>> = vec![None; outs.len()];
     let mut side_ix: Vec<usize> = Vec::new();
@@ -1559,7 +1597,7 @@ fn check_places_field_with(
                 Some(true) => counts.outside_domain += 1,
                 Some(false) => counts.undecided += 1,
                 None => {
-                    counts.instances += 1;
+                    counts.passed += 1;
                     let val = |i: &usize| match &evals.sides[*i] {
                         Side::Val(t) => t,
                         _ => unreachable!("only values are kept in side_ix"),
@@ -1575,6 +1613,7 @@ fn check_places_field_with(
                             Some((true, _)) => continue,
                             Some((false, enc)) => enc,
                         };
+                        failed[o] += 1;
                         let nonzero = idx.iter().filter(|&&i| i != 0).count();
                         let better = match &fails[o] {
                             None => true,
@@ -1620,27 +1659,14 @@ fn check_places_field_with(
     Ok(fails
         .into_iter()
         .zip(undecided)
-        .map(|(fl, u)| {
+        .zip(failed)
+        .map(|((fl, u), k)| {
             // Instances whose evaluation was undecided, and those whose
             // comparison for this output was.
             let mut c = counts.clone();
             c.undecided += u;
-            c.instances -= u;
-            match fl {
-                Some((_, _, cex)) => Verdict::Refuted(Box::new(cex), c),
-                None if c.multi_rank_cases == 0 => Verdict::Vacuous(
-                    "no case on more than one rank within the cap".into(),
-                    c,
-                ),
-                None if c.instances == 0 => Verdict::Vacuous(
-                    format!(
-                        "no instance decided: on all {} the values left the exact field or the enclosures overlapped",
-                        c.undecided
-                    ),
-                    c,
-                ),
-                None => Verdict::Defers(c),
-            }
+            c.passed -= u;
+            conclude(&c, k, fl.map(|(_, _, cex)| cex))
         })
         .collect())
 }
@@ -1665,10 +1691,10 @@ pub struct CollRow {
 /// F1 (closure) and F3 (the value denoted is kept) for a collective on one
 /// axis, exhaustive over the scope (SPEC.md §21.3). Returns the first
 /// failure: (property, ranks, input per rank, output per rank).
-pub fn check_collective(row: &CollRow, scope: &Scope) -> Result<Counts, (String, String)> {
+pub fn check_collective(row: &CollRow, scope: &Scope) -> Result<Tally, (String, String)> {
     let (src, dst) = row.claim;
     let nv = scope.values.len();
-    let mut counts = Counts::default();
+    let mut counts = tally();
     for &n in &scope.ranks {
         let mut shapes: Vec<&Shape> = scope.shapes.iter().collect();
         shapes.sort_by_key(|s| s.iter().product::<usize>());
@@ -1684,12 +1710,12 @@ pub fn check_collective(row: &CollRow, scope: &Scope) -> Result<Counts, (String,
                 .checked_pow(fr as u32)
                 .filter(|&p| p <= scope.max_points)
             else {
-                counts.beyond_cap += 1;
+                counts.cases_beyond_cap += 1;
                 continue;
             };
             counts.cases += 1;
             if n > 1 {
-                counts.multi_rank_cases += 1;
+                counts.distributed_cases += 1;
             }
             let mut idx = vec![0usize; fr];
             // One workspace per case: the per-rank inputs are overwritten in
@@ -1706,7 +1732,7 @@ pub fn check_collective(row: &CollRow, scope: &Scope) -> Result<Counts, (String,
                         v.clone_from(&scope.values[idx[base + e]]);
                     }
                 }
-                counts.instances += 1;
+                counts.passed += 1;
                 assert!(
                     denote_into(src, &xs, &mut before),
                     "well formed by construction"

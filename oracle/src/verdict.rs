@@ -14,6 +14,10 @@ pub struct Tally {
     pub undecided: u64,
     /// Instances outside the op's domain (division by zero).
     pub outside_domain: u64,
+    /// Instances that violated a property, where a run goes on past its
+    /// first violation (the pending-kind checks of SPEC.md §21, which find
+    /// the smallest counterexample of every output at once); 0 elsewhere.
+    pub failed: u64,
     /// Mesh × shape cases enumerated completely ...
     pub cases: u64,
     /// ... and how many of them were on a mesh of more than one rank.
@@ -55,6 +59,7 @@ impl Tally {
         self.b3_undetermined += o.b3_undetermined;
         self.undecided += o.undecided;
         self.outside_domain += o.outside_domain;
+        self.failed += o.failed;
         self.cases += o.cases;
         self.distributed_cases += o.distributed_cases;
         self.cases_beyond_cap += o.cases_beyond_cap;
@@ -67,21 +72,21 @@ impl Tally {
         }
     }
     pub fn instances(&self) -> u64 {
-        self.passed + self.b3_undetermined + self.undecided + self.outside_domain
+        self.passed + self.b3_undetermined + self.undecided + self.outside_domain + self.failed
     }
 }
 
-/// The conclusion of a run.
+/// The conclusion of a run. `C` is what a counterexample shows: a
+/// `Violation` of the core's properties (SPEC.md §7), or the per-rank
+/// values of a pending-kind check (`pending::Counterexample`, §21); every
+/// check concludes through `conclude`.
 #[derive(Clone, Debug)]
-pub enum Verdict {
+pub enum Verdict<C = Violation> {
     /// No instance violated anything. `proof`: the polynomial-grid argument
     /// (SPEC.md §8.3) makes this hold for all values on the cases checked.
     Sound { proof: bool, tally: Tally },
     /// The first violation in the order of SPEC.md §7.2.
-    Unsound {
-        violation: Box<Violation>,
-        tally: Tally,
-    },
+    Unsound { violation: Box<C>, tally: Tally },
     /// No instance satisfied the premises (every case outside the domain, or
     /// no shape in scope fits the op), or every case that ran was on a
     /// one-rank mesh, where every state denotes the local value and nothing
@@ -91,12 +96,12 @@ pub enum Verdict {
     Undetermined { tally: Tally },
 }
 
-impl Verdict {
+impl<C> Verdict<C> {
     /// Conclude from a tally and the first violation, if any. Random cases
     /// can make a run bounded-sound when the exhaustive part tested nothing
     /// on more than one rank, never a proof; a stopped run without a
     /// violation is undetermined.
-    pub fn conclude(tally: Tally, violation: Option<Box<Violation>>) -> Verdict {
+    pub fn conclude(tally: Tally, violation: Option<Box<C>>) -> Verdict<C> {
         let distributed = tally.distributed_cases > 0 || tally.random_distributed > 0;
         match violation {
             Some(v) => Verdict::Unsound {
@@ -175,7 +180,7 @@ impl Verdict {
     pub fn proof(&self) -> bool {
         matches!(self, Verdict::Sound { proof: true, .. })
     }
-    pub fn violation(&self) -> Option<&Violation> {
+    pub fn violation(&self) -> Option<&C> {
         match self {
             Verdict::Unsound { violation, .. } => Some(violation),
             _ => None,

@@ -9,9 +9,7 @@ use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use serde_json::{json, Value};
-use spmd_check::check::{
-    check_rule, place_in, CheckConfig, PendingOutcome, PendingReport, RuleReport,
-};
+use spmd_check::check::{check_rule, place_in, CheckConfig, PendingReport, RuleReport};
 use spmd_check::generators::Scope;
 use spmd_check::interp::external::{
     from_f64, to_f64, External, KernelError, MAX_KERNEL_ELEMENTS, MAX_KERNEL_RANK,
@@ -150,7 +148,7 @@ fn check_text_inner(file: &str, text: &str, cases: u32, seed: u64, sc: &str) -> 
 /// A pending-kinds counterexample (SPEC.md §21.7) in the fields of
 /// `violation_value`: the inputs and the per-rank outputs, exact.
 fn pending_violation_value(p: &PendingReport, rep: &RuleReport) -> Value {
-    let PendingOutcome::Refuted { property, cex } = &p.outcome else {
+    let Some((property, cex)) = p.refuted() else {
         return Value::Null;
     };
     let r = &p.rule;
@@ -188,7 +186,7 @@ fn pending_violation_value(p: &PendingReport, rep: &RuleReport) -> Value {
     };
     json!({
         "property": property,
-        "title": if *property == "F1" {
+        "title": if property == "F1" {
             "F1 closure (SPEC.md §21.2)"
         } else {
             "F3 spec (SPEC.md §21.2)"
