@@ -200,3 +200,112 @@ fn check_elaborates_rule_files() {
     assert!(r.get("elaboration").is_none(), "{r}");
     assert!(r["property"].as_str().unwrap().starts_with('B'), "{r}");
 }
+
+/// `jax(auto_pcast=False)` (JAX 0.12.0.1 with `jax_auto_pcast=False`,
+/// recorded in peers/recorded/jax_options_0.12.0.1.json): the I + V job
+/// that the default dialect runs with an inserted pvary (the twin above,
+/// 1004 on every rank) is refused with JAX's reason, as is psum of an
+/// Invariant value; with the pcast written, the program runs and x's
+/// gradient is 1004 again, as JAX's was; psum of a Varying value is the
+/// default's. `jax(check_vma=False)` is refused, saying why.
+#[test]
+fn auto_pcast_false_refuses_what_jax_then_refuses() {
+    let ins = json!([{"type": "Invariant", "per_rank": [[1], [1], [1], [1]]},
+                     {"type": "Varying", "per_rank": [[10], [20], [30], [40]]}]);
+    let add = json!({"dialect": "jax(auto_pcast=False)", "mesh": {"x": 4}, "op": "add",
+        "inputs": ins, "cotangent": [[101], [201], [301], [401]]});
+    let e = run(&add, false).unwrap_err();
+    assert!(e.contains("requires varying manual axes to match"), "{e}");
+    let mut default = add.clone();
+    default["dialect"] = json!("jax");
+    assert!(run(&default, false).is_ok());
+    let written = json!({"dialect": "jax(auto_pcast=False)", "mesh": {"x": 4},
+        "names": ["x_in", "y"],
+        "steps": [
+            {"name": "x", "forward": "pcast(to='varying')", "input": "x_in", "output": "Varying"},
+            {"name": "out", "expr": "x + y", "output": "Varying"}],
+        "inputs": ins, "cotangent": [[101], [201], [301], [401]]});
+    let r = run(&written, true).unwrap();
+    let v = r.to_json();
+    assert_eq!(per_rank(&v["backward"][0]), vec![json!([1004]); 4], "{v}");
+    assert!(matches!(r.check, Some(CheckResult::Pass { .. })));
+    let psum = |t: &str| {
+        json!({"dialect": "jax(auto_pcast=False)", "mesh": {"x": 4}, "forward": "psum",
+            "inputs": [{"type": t, "per_rank": [[1], [2], [3], [4]]}],
+            "cotangent": [[101], [101], [101], [101]]})
+    };
+    let mut inv = psum("Invariant");
+    inv["inputs"][0]["per_rank"] = json!([[5], [5], [5], [5]]);
+    let e = run(&inv, false).unwrap_err();
+    assert!(e.contains("variant->invariant"), "{e}");
+    let v = run(&psum("Varying"), true).unwrap().to_json();
+    assert_eq!(per_rank(&v["output"]), vec![json!([10]); 4]);
+    assert_eq!(per_rank(&v["backward"][0]), vec![json!([101]); 4]);
+    let mut off = default.clone();
+    off["dialect"] = json!("jax(check_vma=False)");
+    let e = run(&off, false).unwrap_err();
+    assert!(
+        e.contains("is not modelled") && e.contains("boundary"),
+        "{e}"
+    );
+}
+
+/// The auto_pcast=False reading against every float64 typing JAX recorded
+/// under that option (add and mul on the 16 state pairs): accepted or
+/// refused, output state and casts all equal. Twin: the default reading
+/// differs from the recording (it accepts I + V with a pvary).
+#[test]
+fn auto_pcast_false_matches_the_recorded_typing() {
+    use spmd_dialects::{jax, OpClass, Outcome};
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/peers/recorded/jax_options_0.12.0.1.json"
+    );
+    let rec: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    let state = |s: &Value| {
+        spmd_semantics::Dialect::Jax
+            .parse_state(s.as_str().unwrap())
+            .unwrap()
+            .0
+    };
+    let (mut compared, mut default_differs) = (0, 0);
+    for c in rec["settings"]["auto_pcast_false"]["typing"]
+        .as_array()
+        .unwrap()
+    {
+        if c["dtype"] != "float64" {
+            continue;
+        }
+        let op = match c["op"].as_str().unwrap() {
+            "add" => OpClass::Add,
+            "mul" => OpClass::Mul,
+            o => panic!("{o}"),
+        };
+        let ins: Vec<Vec<_>> = c["inputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| vec![state(&i["state"])])
+            .collect();
+        let real = c["accepted"] == true;
+        let ours = jax::typing_no_auto_pcast(op, &ins);
+        match (&ours, real) {
+            (Outcome::Infers { output, casts }, true) => {
+                assert!(casts.is_empty(), "{}", c["id"]);
+                assert_eq!(
+                    output[0],
+                    state(&c["output_type"]["state_as_typed"]),
+                    "{}",
+                    c["id"]
+                );
+            }
+            (Outcome::Error(_), false) => {}
+            _ => panic!("{}: ours {ours:?}, JAX accepted = {real}", c["id"]),
+        }
+        compared += 1;
+        let default = jax::typing(op, &ins);
+        default_differs += usize::from(matches!(default, Outcome::Infers { .. }) != real);
+    }
+    assert_eq!(compared, 32);
+    assert!(default_differs >= 4, "{default_differs}");
+}

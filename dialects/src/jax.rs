@@ -55,6 +55,84 @@ pub const SYSTEM_0_10: System = System {
     ..SYSTEM
 };
 
+/// JAX 0.12.0.1 with `jax.config.update('jax_auto_pcast', False)`
+/// (`shard_map` still checks vma), recorded in
+/// `peers/recorded/jax_options_0.12.0.1.json`: JAX inserts no `pvary` and
+/// no `reduced_vary_cast` of its own. Where the default inserts one, before
+/// a local op or a collective, this reading refuses with JAX's error; the
+/// author writes `pcast(x, to='varying')`. Everything else is the default.
+/// (Floating-point values: for integer dtypes JAX 0.12 still inserts the
+/// cast, and this tool's values are float64's.)
+pub const SYSTEM_NO_AUTO_PCAST: System = System {
+    name: "jax(auto_pcast=False)",
+    typing: typing_no_auto_pcast,
+    collective: collective_no_auto_pcast,
+    ..SYSTEM
+};
+
+/// The name `shard_map(..., check_vma=False)` would have, refused where a
+/// dialect is read: without vma checking JAX types nothing inside the body
+/// and binds other primitives (psum transposes to psum, pcast to varying is
+/// no primitive at all), and its gradients come out right only through
+/// shard_map's own transpose at the boundary (the cotangent of a `P()`
+/// output divided by the axis size, the gradient of a `P()` input summed),
+/// recorded in `peers/recorded/jax_options_0.12.0.1.json`. A typed rule of
+/// this tool cannot say that.
+pub const NO_CHECK_VMA: &str = "jax(check_vma=False)";
+
+/// Why `jax(check_vma=False)` is not a dialect here.
+pub fn no_check_vma_reason() -> String {
+    format!(
+        "dialect `{NO_CHECK_VMA}` is not modelled: with check_vma=False JAX tracks no types inside shard_map (every op and collective is accepted, no cast is inserted, psum transposes to psum) and gradients come out right only through shard_map's boundary transpose (a P() output's cotangent divided by the axis size, a P() input's gradient summed), which a typed rule does not describe; check the program with dialect `jax` (check_vma=True), whose gradients through shard_map are the same wherever both accept (recorded, JAX 0.12.0.1)"
+    )
+}
+
+/// JAX's typing with `jax_auto_pcast=False`: operands whose varying axes
+/// differ are refused, not cast (see [`SYSTEM_NO_AUTO_PCAST`]).
+pub fn typing_no_auto_pcast(op: OpClass, inputs: &[Vec<State>]) -> Outcome {
+    let varying = |t: &Vec<State>| -> Vec<usize> {
+        (0..t.len()).filter(|&a| t[a] == State::Varying).collect()
+    };
+    let differ = inputs.windows(2).any(|w| varying(&w[0]) != varying(&w[1]));
+    match typing(op, inputs) {
+        Outcome::Infers { casts, .. } if !casts.is_empty() => refuse_mismatch(op),
+        // The default's own refusal of a Varying beside an Unreduced
+        // operand comes from the pvary it would insert; without auto_pcast
+        // JAX refuses the mismatch first.
+        Outcome::Error(_) if differ => refuse_mismatch(op),
+        o => o,
+    }
+}
+
+fn refuse_mismatch(op: OpClass) -> Outcome {
+    Outcome::Error(format!(
+        "Primitive {} requires varying manual axes to match (jax_auto_pcast=False: JAX inserts no pvary; write pcast(x, to='varying'))",
+        op.name()
+    ))
+}
+
+/// JAX's reading of a collective with `jax_auto_pcast=False`: the default
+/// reading, refused where it starts with a cast JAX would insert.
+pub fn collective_no_auto_pcast(
+    call: &str,
+    t: &Type,
+    axes: &[String],
+    want: Option<&Type>,
+) -> Result<crate::elaborate::Reading, String> {
+    let r = collective(call, t, axes, want)?;
+    if r.casts.is_empty() {
+        return Ok(r);
+    }
+    let name = crate::elaborate::base_name(call);
+    Err(match name {
+        "psum" | "pmean" => "psum is a variant->invariant collective: the axes passed to it must be varying in its input (jax_auto_pcast=False: JAX inserts no pvary; write pcast(x, to='varying'))".to_string(),
+        _ => format!(
+            "Collective {} must be applied to a device-varying type (jax_auto_pcast=False: JAX inserts no pvary; write pcast(x, to='varying'))",
+            r.call.name
+        ),
+    })
+}
+
 /// The recorded JAX versions whose typing of local ops differs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Version {

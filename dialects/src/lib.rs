@@ -212,6 +212,9 @@ pub const SYSTEMS: [System; 5] = [
 
 /// A system by name.
 pub fn system(name: &str) -> Result<&'static System, String> {
+    if name == jax::NO_CHECK_VMA {
+        return Err(jax::no_check_vma_reason());
+    }
     SYSTEMS
         .iter()
         .chain(READINGS)
@@ -231,8 +234,14 @@ pub fn system(name: &str) -> Result<&'static System, String> {
 
 /// Second readings of a system, asked for by name only: DTensor's
 /// `Reduced()` propagation as the seed's FSDP example reads it, and older
-/// recorded JAX versions (`jax@0.11`, `jax@0.10`).
-pub const READINGS: &[System] = &[dtensor::FSDP_READING, jax::SYSTEM_0_11, jax::SYSTEM_0_10];
+/// recorded JAX versions (`jax@0.11`, `jax@0.10`), and JAX with
+/// `jax_auto_pcast=False` (`jax(auto_pcast=False)`).
+pub const READINGS: &[System] = &[
+    dtensor::FSDP_READING,
+    jax::SYSTEM_0_11,
+    jax::SYSTEM_0_10,
+    jax::SYSTEM_NO_AUTO_PCAST,
+];
 
 impl System {
     /// A state in this system's names.
