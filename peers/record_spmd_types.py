@@ -12,6 +12,19 @@ tests/fixtures/spmd_types_typing.json:
    spmd_types.typecheck() on a fake 2-rank process group, with and without
    requires_grad / torch.no_grad(), to see the registry and the typing
    function at work together.
+
+With --three it records only three-operand cases of
+infer_local_type_for_axis into tests/fixtures/spmd_types_typing3.json (same
+top-level keys and case layout as spmd_types_typing.json; ids
+{lin}_{a}_{b}_{c}): every linearity, every triple of R, I, V, P and Scalar,
+no_grad None and out_partial False only (to keep it small). Without --three
+the script records spmd_types_typing.json exactly as before and does not
+touch spmd_types_typing3.json.
+
+Re-record (from the repository root, in a venv with peers/requirements.txt's
+torch==2.14.1 spmd-types==0.3.1 numpy==2.4.6):
+    python peers/record_spmd_types.py            # tests/fixtures/spmd_types_typing.json
+    python peers/record_spmd_types.py --three    # tests/fixtures/spmd_types_typing3.json
 """
 import itertools
 import os
@@ -47,13 +60,14 @@ def first_line(e):
     return f"{type(e).__name__}: {str(e).strip().splitlines()[0]}"
 
 
-def local_cases(axis):
+def local_cases(axis, arities=(1, 2), variants=True):
+    """variants=False keeps only no_grad=None and out_partial=False."""
     cs = []
     for lin in OpLinearity:
-        for k in (1, 2):
+        for k in arities:
             for ins in itertools.product(STATES, repeat=k):
-                for ng in [None, *itertools.product([False, True], repeat=k)]:
-                    for outp in (False, True):
+                for ng in [None, *itertools.product([False, True], repeat=k)] if variants else [None]:
+                    for outp in (False, True) if variants else (False,):
                         try:
                             out = name(infer_local_type_for_axis(
                                 axis, [STATES[s] for s in ins], out_partial=outp, linearity=lin,
@@ -144,17 +158,28 @@ def torch_cases(pg):
     return cs
 
 
+def header(cases):
+    return {"system": "spmd_types", "version": spmd_types.__version__ if hasattr(spmd_types, "__version__")
+            else "0.3.1",
+            "recorded_with": {"python": platform.python_version(), "spmd_types": "0.3.1",
+                              "torch": torch.__version__, "process_group": "fake, world_size 2"},
+            "recorded_by": "peers/record_spmd_types.py",
+            "cases": cases}
+
+
 def main():
+    args = sys.argv[1:]
+    if args not in ([], ["--three"]):
+        sys.exit("usage: record_spmd_types.py [--three]")
+    if args == ["--three"]:
+        with fake_pg(2) as pg:
+            lc = local_cases(pg, arities=(3,), variants=False)
+        write(os.path.join(FIX, "spmd_types_typing3.json"), header(lc))
+        return
     with fake_pg(2) as pg:  # the axis is the default process group, named default_pg
         lc = local_cases(pg)
         tc = torch_cases(pg)
-    doc = {"system": "spmd_types", "version": spmd_types.__version__ if hasattr(spmd_types, "__version__")
-           else "0.3.1",
-           "recorded_with": {"python": platform.python_version(), "spmd_types": "0.3.1",
-                             "torch": torch.__version__, "process_group": "fake, world_size 2"},
-           "recorded_by": "peers/record_spmd_types.py",
-           "cases": lc + registry_cases() + tc}
-    write(os.path.join(FIX, "spmd_types_typing.json"), doc)
+    write(os.path.join(FIX, "spmd_types_typing.json"), header(lc + registry_cases() + tc))
 
 
 if __name__ == "__main__":

@@ -817,7 +817,7 @@ fn run() -> Result<ExitCode, UsageError> {
                     .map_err(|e| UsageError(format!("{f}: not JSON: {e}")))?;
                 docs.push((f.clone(), v));
             }
-            let merged = spmd_check::partition::merge(&docs)?;
+            let merged = spmd_check::partition::merge(&docs, spmd_check::generated::ASSEMBLE)?;
             let command = spmd_check::partition::command_of(&docs[0].1).unwrap_or("");
             println!("{}", serde_json::to_string_pretty(&merged).expect("json"));
             Ok(ExitCode::from(spmd_check::partition::exit_code(

@@ -93,7 +93,11 @@ fn the_dialects_match_the_real_systems_on_every_typing_case() {
     assert!(infer.iter().any(|r| r.id.ends_with("_outpartial")));
     let torch = typing("spmd_types", &|r| r.id.starts_with("torch_"));
     assert_eq!(torch.len(), 360);
-    for r in jax.iter().chain(&infer).chain(&torch) {
+    // Three inputs (every state triple, each linearity): spmd_types types
+    // the set of input types, a Scalar taking the others' type.
+    let three = typing("spmd_types", &|r| r.file.ends_with("spmd_types_typing3.json"));
+    assert_eq!(three.len(), 375);
+    for r in jax.iter().chain(&infer).chain(&torch).chain(&three) {
         let d = r
             .dialect
             .as_ref()
@@ -124,7 +128,7 @@ fn the_dialects_match_the_real_systems_on_every_typing_case() {
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("dialect matches real 96 of 96"), "{text}");
-    assert!(text.contains("dialect matches real 1200 of 1200"), "{text}");
+    assert!(text.contains("dialect matches real 1575 of 1575"), "{text}");
 }
 
 /// Negative twins: a fixture whose recorded value is off, or whose system
@@ -461,4 +465,50 @@ fn jax_0_12_collectives_replay_through_elaboration() {
     let c = class_of(&rs, "jax", "psum_I_n4");
     assert_eq!(c.class.key(), "model_mismatch", "{c:?}");
     assert!(c.class.detail().unwrap().contains("transpose"), "{c:?}");
+}
+
+/// Negative twins for the three-operand typings (JAX 0.12.0.1): a gradient
+/// claimed wrong (the Invariant operand of `a + b + c` keeping each rank's
+/// cotangent instead of their sum) is a model mismatch, and a refusal
+/// flipped to an acceptance makes the dialect differ; the untouched cases
+/// beside them still agree.
+#[test]
+fn tampered_three_operand_cases_are_caught() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("spmd-fidelity-3-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src =
+        std::fs::read_to_string(format!("{}/jax_typing_0.12.0.1.json", default_dir())).unwrap();
+    let mut t: serde_json::Value = serde_json::from_str(&src).unwrap();
+    let cases = t["cases"].as_array_mut().unwrap();
+    let add3 = cases.iter_mut().find(|c| c["id"] == "add3_I_V_V").unwrap();
+    let ct = add3["real"]["cotangent"]["per_rank"].clone();
+    add3["real"]["transpose"][0]["per_rank"] = ct;
+    let refused = cases
+        .iter_mut()
+        .find(|c| c["id"].as_str().unwrap().starts_with("mul3_") && c["real"]["accepted"] == false)
+        .unwrap();
+    let flipped = refused["id"].as_str().unwrap().to_string();
+    refused["real"]["accepted"] = serde_json::json!(true);
+    refused["real"]["error"] = serde_json::Value::Null;
+    refused["real"]["output"] = serde_json::json!({"state": "Varying"});
+    refused["real"]["inserted"] = serde_json::json!([]);
+    t["cases"] = serde_json::json!(t["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(
+            |c| ["add3_I_V_V", "fma_I_V_V", flipped.as_str()].contains(&c["id"].as_str().unwrap())
+        )
+        .cloned()
+        .collect::<Vec<_>>());
+    std::fs::write(dir.join("jax_typing_0.12.0.1.json"), t.to_string()).unwrap();
+    let rs = run(dir.to_str().unwrap()).unwrap();
+    let c = class_of(&rs, "jax", "add3_I_V_V");
+    assert_eq!(c.class.key(), "model_mismatch", "{c:?}");
+    let c = class_of(&rs, "jax", &flipped);
+    assert!(c.note.contains("dialect: differs"), "{c:?}");
+    let c = class_of(&rs, "jax", "fma_I_V_V");
+    assert_eq!(c.class.key(), "agree", "{c:?}");
+    assert!(c.note.contains("dialect: matches"), "{c:?}");
 }

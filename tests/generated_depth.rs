@@ -5,6 +5,7 @@
 //! split with --partition merges into exactly the single run's JSON.
 
 use spmd_check::dialects::{jax, ltensor, nabla};
+use spmd_check::generated::ASSEMBLE;
 use spmd_check::generated::{
     canonical_form, canonical_key, classify, merged_json, part_json, run, run_with, RunOptions,
 };
@@ -199,9 +200,13 @@ fn partitioned_programs_merge_into_the_single_run() {
                 (format!("part{k}"), part_json(&r, p, &scope))
             })
             .collect();
-        let merged = merge(&[parts[2].clone(), parts[0].clone(), parts[1].clone()]).unwrap();
+        let merged = merge(
+            &[parts[2].clone(), parts[0].clone(), parts[1].clone()],
+            ASSEMBLE,
+        )
+        .unwrap();
         assert_eq!(merged, single.json(), "{}", sys.name);
-        assert!(merge(&parts[..2]).is_err());
+        assert!(merge(&parts[..2], ASSEMBLE).is_err());
         // The classes section alone, without the typing, is refused.
         let mut sections = serde_json::Map::new();
         sections.insert("classes".into(), serde_json::json!([]));

@@ -2,6 +2,7 @@
 //! a negative twin that says which property fails. Verdicts come from the
 //! oracle; the expected ones here are what the denotation implies.
 
+use spmd_check::conform::{check_oracle_row, conform_section, ORACLE_ROWS};
 use spmd_check::partial_kinds::*;
 use spmd_interp::expr::parse;
 use spmd_semantics::pending::PartialKind::{Avg, Max, Min, Sum};

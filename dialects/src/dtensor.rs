@@ -29,8 +29,8 @@ pub const SYSTEM: System = System {
     dialect: Dialect::Dtensor,
     seeds: "001",
     typing,
-    cast: crate::elaborate::cast_by_table_dtensor,
-    collective: crate::elaborate::collective_by_table_dtensor,
+    cast,
+    collective,
 };
 
 /// The seed's FSDP example's reading of `Reduced()` propagation.
@@ -39,8 +39,8 @@ pub const FSDP_READING: System = System {
     dialect: Dialect::Dtensor,
     seeds: "001",
     typing: typing_fsdp_reading,
-    cast: crate::elaborate::cast_by_table_dtensor,
-    collective: crate::elaborate::collective_by_table_dtensor,
+    cast,
+    collective,
 };
 
 /// The real library's version whose propagation `one_dim` follows.
@@ -284,4 +284,29 @@ pub fn cast_as_catalogue(name: &str, from: State, to: State) -> Option<&'static 
         (GRAD_HOOK, V, R) => "all_gather(R, dim={d})",
         _ => return None,
     })
+}
+
+/// How DTensor runs a cast its propagation inserts: by its table, else
+/// its move as seed 003's call (`cast_as_catalogue`) with that call's
+/// backward from the spmd_types table.
+pub fn cast(name: &str, from: State, to: State) -> Option<(String, String)> {
+    use crate::elaborate::{cast_by_table, fill, table_rows};
+    if let Some(c) = cast_by_table("dtensor", name, from, to) {
+        return Some(c);
+    }
+    let fwd = cast_as_catalogue(name, from, to)?;
+    let (r, _, _) = table_rows("spmd_types")
+        .into_iter()
+        .find(|(r, _, _)| r.forward == fwd)?;
+    Some((fill(&r.forward), fill(r.backward.as_deref()?)))
+}
+
+/// How DTensor reads a collective call: by its table (SPEC.md §15.5).
+pub fn collective(
+    call: &str,
+    t: &spmd_semantics::Type,
+    axes: &[String],
+    want: Option<&spmd_semantics::Type>,
+) -> Result<crate::elaborate::Reading, String> {
+    crate::elaborate::collective_by_table(&SYSTEM, call, t, axes, want)
 }

@@ -758,47 +758,16 @@ pub fn table_rows(system: &str) -> Vec<(&'static crate::tables::CollectiveRow, S
         .collect()
 }
 
-/// How `system` runs a cast its typing inserts, from its collective table
-/// (a row named so, between these states); DTensor's moves and hook, as
-/// seed 003's calls; LTensor's `mark_varying` as pvary; Nabla's forced
-/// all-reduce of a partial input.
+/// How `system` runs a cast its typing inserts, from its collective table:
+/// a row named so, between these states (the catalogue call and the
+/// system's backward). A system's own casts beyond its table are in its
+/// file (`dtensor::cast`, `ltensor::cast`, `nabla::cast`).
 pub fn cast_by_table(system: &str, name: &str, from: State, to: State) -> Option<(String, String)> {
     let rows = table_rows(system);
-    if let Some((r, _, _)) = rows
+    let (r, _, _) = rows
         .iter()
-        .find(|(r, s, d)| r.forward == name && *s == from && *d == to)
-    {
-        return Some((fill(&r.forward), fill(r.backward.as_deref()?)));
-    }
-    if system == "dtensor" {
-        let fwd = crate::dtensor::cast_as_catalogue(name, from, to)?;
-        let (r, _, _) = table_rows("spmd_types")
-            .into_iter()
-            .find(|(r, _, _)| r.forward == fwd)?;
-        return Some((fill(&r.forward), fill(r.backward.as_deref()?)));
-    }
-    match (name, from, to) {
-        ("mark_varying", State::Invariant, State::Varying) => {
-            Some(("pvary".into(), "psum_invariant".into()))
-        }
-        ("all_reduce", State::Partial, State::Invariant) => {
-            Some(("all_reduce(I)".into(), "reinterpret(I,R)".into()))
-        }
-        _ => None,
-    }
-}
-
-pub fn cast_by_table_spmd_types(n: &str, f: State, t: State) -> Option<(String, String)> {
-    cast_by_table("spmd_types", n, f, t)
-}
-pub fn cast_by_table_dtensor(n: &str, f: State, t: State) -> Option<(String, String)> {
-    cast_by_table("dtensor", n, f, t)
-}
-pub fn cast_by_table_ltensor(n: &str, f: State, t: State) -> Option<(String, String)> {
-    cast_by_table("ltensor", n, f, t)
-}
-pub fn cast_by_table_nabla(n: &str, f: State, t: State) -> Option<(String, String)> {
-    cast_by_table("nabla", n, f, t)
+        .find(|(r, s, d)| r.forward == name && *s == from && *d == to)?;
+    Some((fill(&r.forward), fill(r.backward.as_deref()?)))
 }
 
 /// The name of a call, `all_gather` of `all_gather(R, dim=0)`.
@@ -1018,16 +987,3 @@ fn with_params(template: &str, call: &str) -> String {
         .replace("{s}", &c)
         .replace("{c}", &s)
 }
-
-/// One system's [`collective_by_table`], as a function its `System` holds.
-macro_rules! by_table {
-    ($name:ident, $system:path) => {
-        pub fn $name(c: &str, t: &Type, a: &[String], w: Option<&Type>) -> Result<Reading, String> {
-            collective_by_table(&$system, c, t, a, w)
-        }
-    };
-}
-by_table!(collective_by_table_spmd_types, crate::spmd_types::SYSTEM);
-by_table!(collective_by_table_dtensor, crate::dtensor::SYSTEM);
-by_table!(collective_by_table_ltensor, crate::ltensor::SYSTEM);
-by_table!(collective_by_table_nabla, crate::nabla::SYSTEM);

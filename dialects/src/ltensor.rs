@@ -20,8 +20,8 @@ pub const SYSTEM: System = System {
     dialect: Dialect::Canonical,
     seeds: "001",
     typing,
-    cast: crate::elaborate::cast_by_table_ltensor,
-    collective: crate::elaborate::collective_by_table_ltensor,
+    cast,
+    collective,
 };
 
 /// The cast LTensor inserts.
@@ -66,4 +66,28 @@ pub fn typing(op: OpClass, inputs: &[Vec<State>]) -> Outcome {
         }
     }
     Outcome::Infers { output: out, casts }
+}
+
+/// How LTensor runs a cast its typing inserts: by its table, and
+/// `mark_varying` as pvary (whose transpose sums the cotangents).
+pub fn cast(name: &str, from: State, to: State) -> Option<(String, String)> {
+    if let Some(c) = crate::elaborate::cast_by_table("ltensor", name, from, to) {
+        return Some(c);
+    }
+    match (name, from, to) {
+        ("mark_varying", State::Invariant, State::Varying) => {
+            Some(("pvary".into(), "psum_invariant".into()))
+        }
+        _ => None,
+    }
+}
+
+/// How LTensor reads a collective call: by its table (SPEC.md §15.5).
+pub fn collective(
+    call: &str,
+    t: &spmd_semantics::Type,
+    axes: &[String],
+    want: Option<&spmd_semantics::Type>,
+) -> Result<crate::elaborate::Reading, String> {
+    crate::elaborate::collective_by_table(&SYSTEM, call, t, axes, want)
 }

@@ -21,8 +21,8 @@ pub const SYSTEM: System = System {
     dialect: Dialect::Nabla,
     seeds: "002, 004",
     typing,
-    cast: crate::elaborate::cast_by_table_nabla,
-    collective: crate::elaborate::collective_by_table_nabla,
+    cast,
+    collective,
 };
 
 /// The cast Nabla inserts to force a pending sum.
@@ -193,4 +193,28 @@ pub fn reshape_sharding(
     Ok(ReshapeSharding::Gathers(format!(
         "no dim of {output:?} holds the {n} contiguous blocks of dim {dim} of {input:?}"
     )))
+}
+
+/// How Nabla runs a cast its typing inserts: by its table, and its forced
+/// all-reduce of a partial input (Partial to Invariant).
+pub fn cast(name: &str, from: State, to: State) -> Option<(String, String)> {
+    if let Some(c) = crate::elaborate::cast_by_table("nabla", name, from, to) {
+        return Some(c);
+    }
+    match (name, from, to) {
+        ("all_reduce", State::Partial, State::Invariant) => {
+            Some(("all_reduce(I)".into(), "reinterpret(I,R)".into()))
+        }
+        _ => None,
+    }
+}
+
+/// How Nabla reads a collective call: by its table (SPEC.md §15.5).
+pub fn collective(
+    call: &str,
+    t: &spmd_semantics::Type,
+    axes: &[String],
+    want: Option<&spmd_semantics::Type>,
+) -> Result<crate::elaborate::Reading, String> {
+    crate::elaborate::collective_by_table(&SYSTEM, call, t, axes, want)
 }

@@ -21,8 +21,8 @@ pub const SYSTEM: System = System {
     dialect: Dialect::SpmdTypes,
     seeds: "003",
     typing,
-    cast: crate::elaborate::cast_by_table_spmd_types,
-    collective: crate::elaborate::collective_by_table_spmd_types,
+    cast,
+    collective,
 };
 
 /// The explicit casts of seed 003, which local ops never insert.
@@ -255,4 +255,19 @@ fn axis(lin: Linearity, slots: &[Slot], out_partial: bool) -> Result<State, Stri
             s.letter()
         )),
     }
+}
+
+/// How spmd_types runs a cast its typing inserts: by its table.
+pub fn cast(name: &str, from: State, to: State) -> Option<(String, String)> {
+    crate::elaborate::cast_by_table("spmd_types", name, from, to)
+}
+
+/// How spmd_types reads a collective call: by its table (SPEC.md §15.5).
+pub fn collective(
+    call: &str,
+    t: &spmd_semantics::Type,
+    axes: &[String],
+    want: Option<&spmd_semantics::Type>,
+) -> Result<crate::elaborate::Reading, String> {
+    crate::elaborate::collective_by_table(&SYSTEM, call, t, axes, want)
 }

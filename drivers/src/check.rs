@@ -3,6 +3,7 @@
 //! exhaustive scope, then random cases beyond it (proptest, shrinking).
 
 use crate::partial_kinds;
+use crate::rules::{pending_fits, pending_free, pending_scope};
 use crate::rules::{PendingRule, Rule};
 use crate::run::{check_forward, check_op, UsageError};
 use proptest::prelude::*;
@@ -148,7 +149,7 @@ impl Stored {
                 if let Some(v) = vals.iter().find(|v| Q::parse(v).is_none()) {
                     return Err(format!(
                         "input {i}, rank {r}: `{}` is not a rational",
-                        crate::report::excerpt(v)
+                        crate::words::excerpt(v)
                     ));
                 }
             }
@@ -214,7 +215,7 @@ pub fn load_regressions(path: &str) -> Result<Regressions, UsageError> {
             s.validate().map_err(|why| {
                 UsageError(format!(
                     "{path}: rule \"{}\", stored case {}: {why}",
-                    crate::report::quoted_name(rule),
+                    crate::words::quoted_name(rule),
                     k + 1
                 ))
             })?;
@@ -572,7 +573,7 @@ fn assert_report(rule: &Rule, r: &RuleReport) {
         panic!(
             "rule `{}` is {}:\n{}",
             rule.name,
-            crate::report::rule_word(r),
+            rule_word(r),
             v.report_in(rule.dialect)
         );
     }
@@ -580,7 +581,7 @@ fn assert_report(rule: &Rule, r: &RuleReport) {
         r.verdict.is_sound(),
         "rule `{}` is {}",
         rule.name,
-        crate::report::rule_word(r)
+        rule_word(r)
     );
 }
 
@@ -934,80 +935,6 @@ impl PendingReport {
     }
 }
 
-/// The scope of a pending-kind rule (SPEC.md §21.7): `partial_kinds`'
-/// default (1-4 ranks, local shapes up to [2, 2], six values, 50,000 points
-/// per case), with the ranks of `check`'s one-axis meshes (`--scope small`
-/// keeps 1-2), the rule's own axis size when its mesh fixes it, and
-/// `--max-points`, `--max-rank`, `--max-dim` where given other than their
-/// defaults.
-pub fn pending_scope(s: &spmd_generators::Scope, ranks: Option<usize>) -> partial_kinds::Scope {
-    let d = spmd_generators::Scope::default();
-    let mut p = partial_kinds::Scope::default();
-    match ranks {
-        Some(n) => p.ranks = vec![n],
-        None => {
-            let mut r: Vec<usize> = s
-                .meshes
-                .iter()
-                .filter(|m| m.ndim() == 1)
-                .map(|m| m.num_ranks())
-                .collect();
-            r.sort_unstable();
-            r.dedup();
-            if !r.is_empty() {
-                p.ranks = r;
-            }
-        }
-    }
-    if s.max_points != d.max_points {
-        p.max_points = s.max_points;
-    }
-    if s.max_rank != d.max_rank || s.max_dim != d.max_dim {
-        p.shapes = (0..=s.max_rank)
-            .flat_map(|k| spmd_generators::tuples(&(1..=s.max_dim).collect::<Vec<_>>(), k))
-            .collect();
-    }
-    p
-}
-
-/// The global shape of a local one under a placement on `n` ranks.
-fn pending_global(p: Place, local: &[usize], n: usize) -> Option<Shape> {
-    let mut s = local.to_vec();
-    if let Place::Shard(d) = p {
-        *s.get_mut(d)? *= n;
-    }
-    Some(s)
-}
-
-/// The scalars an input of this placement and local shape takes on `n` ranks.
-fn pending_free(p: Place, shape: &[usize], n: usize) -> usize {
-    let numel: usize = shape.iter().product();
-    match p {
-        Place::Inv => numel,
-        Place::Part(_) | Place::Shard(_) => numel * n,
-    }
-}
-
-/// Whether the op takes these local shapes, and the global ones they make.
-fn pending_fits(r: &PendingRule, n: usize, shapes: &[Shape]) -> bool {
-    use spmd_interp::eval::infer;
-    let globals: Option<Vec<Shape>> = r
-        .inputs
-        .iter()
-        .zip(shapes)
-        .map(|(&p, s)| pending_global(p, s, n))
-        .collect();
-    if let Some(spmd_interp::collective::Coll::ReduceScatter(_, d)) = r.forward {
-        // Each rank keeps its chunk of the reduced tensor along d.
-        if shapes.first().is_none_or(|s| d >= s.len() || s[d] % n != 0) {
-            return false;
-        }
-    }
-    shapes.len() == r.inputs.len()
-        && infer(&r.f.expr, shapes).is_ok()
-        && globals.is_some_and(|g| infer(&r.f.expr, &g).is_ok())
-}
-
 /// One instance: the per-rank inputs `xs[i][rank]`. `Ok(None)`: the op
 /// divides by zero (outside the domain), or the instance passes;
 /// `Ok(Some(..))`: the failing property and the counterexample.
@@ -1279,32 +1206,6 @@ fn check_pending(rule: &Rule, p: &PendingRule, cfg: &CheckConfig, stored: &[Stor
     }
 }
 
-/// How many instances the exhaustive part of a pending-kind rule runs: the
-/// grid points of every case within the cap (SPEC.md §21.7), saturating.
-pub fn pending_estimate(r: &PendingRule, scope: &partial_kinds::Scope) -> u64 {
-    let nv = scope.values.len() as u64;
-    let mut total = 0u64;
-    for &n in &scope.ranks {
-        for shapes in spmd_generators::tuples(&scope.shapes, r.inputs.len()) {
-            if !pending_fits(r, n, &shapes) {
-                continue;
-            }
-            let free: usize = r
-                .inputs
-                .iter()
-                .zip(&shapes)
-                .map(|(&p, s)| pending_free(p, s, n))
-                .sum();
-            let points = u32::try_from(free)
-                .ok()
-                .and_then(|f| nv.checked_pow(f))
-                .filter(|&p| p <= scope.max_points);
-            total = total.saturating_add(points.unwrap_or(0));
-        }
-    }
-    total
-}
-
 /// The exhaustive part for a collective of a pending kind (SPEC.md §21.7):
 /// §21.2's scope and order (fewest ranks, then fewest free scalars; in the
 /// first failing case the fewest nonzero scalars, then the earliest values),
@@ -1370,4 +1271,56 @@ fn collective_exhaustive(
         failed,
         fail.map(|(_, cex)| cex),
     )]
+}
+
+/// A rule's verdict in words that say exactly what was checked (SPEC.md
+/// §11.2): `sound (proof)`, `sound (bounded: 0 exhaustive, 812 random)`,
+/// `forward sound (proof); backward not checked (none declared)`, ...
+pub fn rule_word(rep: &RuleReport) -> String {
+    let v = &rep.verdict;
+    let t = v.tally();
+    let fwd = if rep.backward_checked { "" } else { "forward " };
+    let mut w = match v {
+        Verdict::Sound { proof: true, .. } => format!("{fwd}sound (proof)"),
+        Verdict::Sound { .. } => format!(
+            "{fwd}sound (bounded: {} exhaustive, {} random{})",
+            t.instances(),
+            t.random,
+            if t.undecided > 0 {
+                format!("; {} undecided, overlapping enclosures", t.undecided)
+            } else {
+                String::new()
+            }
+        ),
+        Verdict::Unsound { violation, .. } => format!("unsound {}", violation.property.code()),
+        Verdict::Vacuous { .. } => match crate::words::vacuous_hint(v) {
+            Some(r) => format!("vacuous ({r})"),
+            None => "vacuous".into(),
+        },
+        Verdict::Undetermined { .. } => format!(
+            "undetermined ({})",
+            v.undetermined_reason().unwrap_or_default()
+        ),
+    };
+    if !rep.backward_checked && !matches!(v, Verdict::Unsound { .. }) {
+        w.push_str("; backward not checked (none declared)");
+    } else if !rep.no_grad.is_empty() && !matches!(v, Verdict::Unsound { .. }) {
+        w.push_str(&format!(
+            "; no gradient checked for {} (no_grad)",
+            rep.no_grad.join(", ")
+        ));
+    }
+    if v.proof() && rep.random_cases > 0 {
+        w.push_str(&format!(
+            ", and {} random cases beyond it",
+            rep.random_cases
+        ));
+    }
+    if let Some(n) = &rep.random_note {
+        w.push_str(&format!(" [{n}]"));
+    }
+    if rep.replayed {
+        w.push_str(" (replayed from the regression file)");
+    }
+    w
 }

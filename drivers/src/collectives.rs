@@ -374,11 +374,11 @@ impl PairResult {
             self.row.system,
             self.row.id,
             format!("{sig}{back}"),
-            crate::report::verdict_word(&self.verdict)
+            crate::words::verdict_word(&self.verdict)
         )
     }
     pub fn json(&self) -> serde_json::Value {
-        let mut v = crate::report::verdict_json(&self.verdict);
+        let mut v = crate::words::verdict_json(&self.verdict);
         v["id"] = serde_json::json!(self.row.id);
         v["system"] = serde_json::json!(self.row.system);
         v["forward"] = serde_json::json!(self.row.forward);

@@ -28,7 +28,7 @@ pub fn typed(
     scope: &Scope,
 ) -> Result<(TypedOp, Vec<spmd_semantics::Mesh>), UsageError> {
     let f = parse(op)
-        .map_err(|e| UsageError(format!("expression `{}`: {e}", crate::report::excerpt(op))))?;
+        .map_err(|e| UsageError(format!("expression `{}`: {e}", crate::words::excerpt(op))))?;
     if f.arity() != inputs.len() {
         return Err(UsageError(format!(
             "`{op}` takes {} inputs, {} types given",
@@ -283,6 +283,203 @@ pub fn transformer_text(rows: &[TransformerRow]) -> String {
 /// with their twins, the collectives of the kinds and their gradients and
 /// JVPs. Returns the text and whether every verdict came out as pinned.
 pub fn partial_kinds_section() -> Result<(String, serde_json::Value, bool), UsageError> {
-    crate::partial_kinds::conform_section(&crate::partial_kinds::Scope::conform())
-        .map_err(UsageError)
+    conform_section(&crate::partial_kinds::Scope::conform()).map_err(UsageError)
+}
+
+// ---------------------------------------------------------------------------
+// Pending reductions beyond sums (SPEC.md §21.6)
+
+pub use pending::{check_oracle_row, conform_section, ORACLE_ROWS};
+
+mod pending {
+    use crate::partial_kinds::*;
+    use spmd_semantics::pending::{PartialKind, ALL_KINDS};
+
+    /// The per-rank gradients of the linear kinds, by the oracle itself
+    /// (SPEC.md §21.4): a Partial(sum) or Partial(avg) value's per-rank tensors
+    /// are independent per-rank data, which the core reads as Varying, so the
+    /// reduction collective is `psum` or `pmean` from Varying to Invariant and
+    /// B1–B3 of §4 check a backward of it. DTensor's backward puts the
+    /// cotangent on every rank (`pvary`). Each row: name, rule file, and
+    /// whether the oracle must find it sound.
+    pub const ORACLE_ROWS: &[(&str, &str, bool)] = &[
+    (
+        "all_reduce(sum) read per rank (psum V -> I), DTensor's backward: g on every rank",
+        "[[rule]]\nname = \"a\"\ndialect = \"jax\"\nforward = \"psum\"\nbackward = \"pvary\"\ninputs = [\"Varying\"]\noutput = \"Invariant\"\n",
+        true,
+    ),
+    (
+        "all_reduce(avg) read per rank (pmean V -> I), DTensor's backward: g on every rank",
+        "[[rule]]\nname = \"b\"\ndialect = \"jax\"\nforward = \"pmean\"\nbackward = \"pvary\"\ninputs = [\"Varying\"]\noutput = \"Invariant\"\n",
+        false,
+    ),
+    (
+        "all_reduce(avg) read per rank (pmean V -> I), the transpose g / n",
+        "[[rule]]\nname = \"c\"\ndialect = \"jax\"\nforward = \"pmean\"\nbackward = \"divide_by_group_size |> pvary\"\ninputs = [\"Varying\"]\noutput = \"Invariant\"\n",
+        true,
+    ),
+];
+
+    /// Runs one of `ORACLE_ROWS` through the oracle: `Ok(verdict words)` when
+    /// sound, `Err(counterexample)` otherwise.
+    pub fn check_oracle_row(toml_text: &str) -> Result<String, String> {
+        let rules = crate::rules::load_str("<partial_kinds>", toml_text).map_err(|e| e.0)?;
+        let cfg = crate::check::CheckConfig {
+            scope: spmd_generators::Scope::default(),
+            cases: 0,
+            seed: 0,
+        };
+        let r = crate::check::check_rule(&rules[0], &cfg, &[], &|_| {});
+        match r.verdict.violation() {
+            Some(v) => Err(v.one_line_in(rules[0].dialect)),
+            None => Ok(crate::words::verdict_word(&r.verdict)),
+        }
+    }
+
+    /// The `conform` section (SPEC.md §21.6): every system rule, its verdict,
+    /// its twin; the collectives and their twins; the gradient rows. Returns
+    /// the text and whether everything came out as pinned.
+    pub fn conform_section(scope: &Scope) -> Result<(String, serde_json::Value, bool), String> {
+        let mut s = String::from("\npending reductions beyond sums (SPEC.md §21):\n");
+        let mut ok = true;
+        // The same lines for --json: (group, name, result, as pinned).
+        let mut entries: Vec<serde_json::Value> = Vec::new();
+        let mut entry = |group: &str, name: String, result: String, pinned: bool| {
+            entries.push(serde_json::json!({"group": group, "name": name, "result": result, "as_pinned": pinned}));
+        };
+        let rules = read_rules(RULES_TOML)?;
+        let results = check_rules(&rules, scope)?;
+        for r in &results {
+            let t = typing(&r.rule.inputs, r.rule.output);
+            let mark = if r.is_finding() { "FINDING " } else { "" };
+            s += &format!(
+                "  {mark}[{}] {}: `{}` {t}: {}\n",
+                r.rule.system,
+                r.rule.name,
+                r.rule.op.text,
+                r.verdict.text()
+            );
+            if let (Some((ins, out)), Some(tv)) = (&r.rule.twin, &r.twin) {
+                s += &format!(
+                    "      twin {}: {}\n",
+                    typing(ins, *out),
+                    if tv.key() == "refuted" {
+                        "refuted (as it must be)".into()
+                    } else {
+                        format!("NOT refuted: {}", tv.text())
+                    }
+                );
+            }
+            ok &= r.as_expected() && r.twin_rejected();
+            entry(
+                "rule",
+                format!("[{}] {}", r.rule.system, r.rule.name),
+                r.verdict.text(),
+                r.as_expected() && r.twin_rejected(),
+            );
+        }
+        let findings = results.iter().filter(|r| r.is_finding()).count();
+        s += &format!(
+        "  {} system rules: {} as pinned, {findings} refuted by the oracle (findings), {} twins refuted\n",
+        results.len(),
+        results.iter().filter(|r| r.as_expected()).count(),
+        results.iter().filter(|r| r.twin.is_some() && r.twin_rejected()).count()
+    );
+        for row in collective_rows() {
+            let res = check_collective(&row, scope);
+            let line = match (&res, row.expect_fail) {
+                (Ok(c), None) => format!(
+                    "F1, F3 hold ({} instances, {} cases)",
+                    c.instances(),
+                    c.cases
+                ),
+                (Err((p, w)), Some(want)) if p == want => format!("fails {p} as it must: {w}"),
+                (Ok(_), Some(want)) => {
+                    ok = false;
+                    format!("NOT rejected (should fail {want})")
+                }
+                (Err((p, w)), _) => {
+                    ok = false;
+                    format!("fails {p}: {w}")
+                }
+            };
+            let pinned = match (&res, row.expect_fail) {
+                (Ok(_), None) => true,
+                (Err((p, _)), Some(want)) => *p == want,
+                _ => false,
+            };
+            entry(
+                "collective",
+                format!("[{}] {}", row.system, row.name),
+                line.clone(),
+                pinned,
+            );
+            s += &format!("  [{}] {}: {line}\n", row.system, row.name);
+        }
+        for k in ALL_KINDS {
+            for (who, bw, must_hold) in [
+                (
+                    "dtensor from_local backward (Replicate grad)",
+                    dtensor_from_local_backward as LocalBackward,
+                    k == PartialKind::Sum,
+                ),
+                (
+                    "transpose of the denotation",
+                    exact_from_local_backward as LocalBackward,
+                    true,
+                ),
+            ] {
+                let res = check_from_local(k, bw, scope);
+                let line = match &res {
+                    Ok((c, u)) => format!("B3 holds ({c} instances, {u} at a tie undetermined)"),
+                    Err(e) => e.clone(),
+                };
+                ok &= res.is_ok() == must_hold;
+                entry(
+                    "from_local",
+                    format!("P({k}), {who}"),
+                    line.clone(),
+                    res.is_ok() == must_hold,
+                );
+                s += &format!("  from_local P({k}), {who}: {line}\n");
+            }
+        }
+        for (name, text, must_hold) in ORACLE_ROWS {
+            let res = check_oracle_row(text);
+            ok &= res.is_ok() == *must_hold;
+            let pinned = res.is_ok() == *must_hold;
+            let line = match res {
+                Ok(w) => w,
+                Err(e) => format!("unsound {e}"),
+            };
+            entry("gradient", name.to_string(), line.clone(), pinned);
+            s += &format!("  {name}: {line}\n");
+        }
+        for k in [PartialKind::Max, PartialKind::Min] {
+            for (who, j, must_hold) in [
+                ("tangent at the extremum", argext_jvp as CollJvp, true),
+                ("psum of tangents (twin)", psum_jvp as CollJvp, false),
+                (
+                    "same reduction of tangents (twin)",
+                    same_kind_jvp as CollJvp,
+                    false,
+                ),
+            ] {
+                let res = check_all_reduce_jvp(k, j, scope);
+                let line = match &res {
+                    Ok((c, u)) => format!("J1 holds ({c} instances, {u} at a tie undetermined)"),
+                    Err(e) => e.clone(),
+                };
+                ok &= res.is_ok() == must_hold;
+                entry(
+                    "jvp",
+                    format!("all_reduce({k}), {who}"),
+                    line.clone(),
+                    res.is_ok() == must_hold,
+                );
+                s += &format!("  all_reduce({k}) JVP, {who}: {line}\n");
+            }
+        }
+        Ok((s, serde_json::json!({"ok": ok, "entries": entries}), ok))
+    }
 }

@@ -332,7 +332,7 @@ pub fn derive_partial_cmd(
     let f = match (op, expr) {
         (Some(name), None) => spmd_interp::op::builtin(name).map_err(UsageError)?,
         (None, Some(e)) => spmd_interp::expr::parse(e)
-            .map_err(|err| UsageError(format!("--expr `{}`: {err}", crate::report::excerpt(e))))?,
+            .map_err(|err| UsageError(format!("--expr `{}`: {err}", crate::words::excerpt(e))))?,
         _ => return Err(UsageError("give either OP or --expr with --partial".into())),
     };
     let rows = pk::derive_partial(&f, k, &scope)?;

@@ -132,14 +132,17 @@ pub fn fill(t: &str) -> String {
         .replace("{c}", "1")
 }
 
-/// How a system's inserted cast is spelled as a step: forward and backward.
-/// JAX's are rows of its table (pvary by psum_invariant, reduced_vary_cast by
-/// vary_unreduced_cast). LTensor's `mark_varying`, whose body seed 001
-/// elides, is read as pvary with pvary's transpose; Nabla's forced
-/// `all_reduce` of a partial input is `all_reduce(I)` with seed 003's
-/// transpose of it, `reinterpret(I,R)`.
-pub fn cast_spelling(system: &str, name: &str, from: State, to: State) -> Option<(String, String)> {
-    spmd_dialects::elaborate::cast_by_table(system, name, from, to)
+/// How a system's inserted cast is spelled as a step: forward and backward,
+/// as the system runs it (`System::cast`: JAX's pvary by psum_invariant,
+/// LTensor's `mark_varying` as pvary, Nabla's forced `all_reduce` of a
+/// partial input as `all_reduce(I)` with `reinterpret(I,R)`, ...).
+pub fn cast_spelling(
+    sys: &spmd_dialects::System,
+    name: &str,
+    from: State,
+    to: State,
+) -> Option<(String, String)> {
+    (sys.cast)(name, from, to)
 }
 
 fn value_name(inputs: usize, v: usize) -> String {
@@ -247,7 +250,7 @@ fn go(
                 {
                     n.clone()
                 } else {
-                    let Some((fw, bw)) = cast_spelling(sys.name, cast.name, cast.from, cast.to)
+                    let Some((fw, bw)) = cast_spelling(sys, cast.name, cast.from, cast.to)
                     else {
                         out.push(Typing::Rejected(format!(
                             "step {}: the inserted cast {} ({} -> {}) has no known spelling",
@@ -1076,6 +1079,11 @@ impl ClassResult {
         })
     }
 }
+
+/// How `merge` assembles a partitioned `programs` run: its parts hold its
+/// classes, and the single run's JSON is the report over all of them
+/// (SPEC.md §17.3).
+pub const ASSEMBLE: &[(&str, crate::partition::Assemble)] = &[("programs", merged_json)];
 
 /// The single run's JSON from the merged sections of a partitioned
 /// `programs` run: `typing` (one entry) and `classes` (one per class).

@@ -22,6 +22,7 @@ pub mod rules;
 pub mod run;
 pub mod transposes;
 pub mod types;
+pub mod words;
 
 pub use spmd_dialects as dialects;
 pub use spmd_generators as generators;

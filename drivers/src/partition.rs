@@ -85,10 +85,16 @@ pub fn envelope(
     })
 }
 
+/// How a command's merged sections become its single run's JSON, where
+/// that is more than the sections themselves (a `programs` run's report
+/// over all its classes, SPEC.md §17.3).
+pub type Assemble = fn(&Map<String, Value>) -> Result<Value, String>;
+
 /// Merge the envelopes of parts 1..=N of one run into the single run's
 /// JSON. Every part must be present once, with the same command, key and
-/// N, and together they must hold every entry exactly once.
-pub fn merge(docs: &[(String, Value)]) -> Result<Value, UsageError> {
+/// N, and together they must hold every entry exactly once. `assemble`
+/// names the commands whose sections are assembled further.
+pub fn merge(docs: &[(String, Value)], assemble: &[(&str, Assemble)]) -> Result<Value, UsageError> {
     let first = docs
         .first()
         .ok_or_else(|| UsageError("merge: no files given".into()))?;
@@ -218,10 +224,8 @@ pub fn merge(docs: &[(String, Value)]) -> Result<Value, UsageError> {
         }
         out.insert(name, Value::Array(entries.into_values().collect()));
     }
-    if command == "programs" {
-        // A programs run's parts hold its classes; the single run's JSON
-        // is the report over all of them (SPEC.md §17.3).
-        return crate::generated::merged_json(&out).map_err(|e| UsageError(format!("merge: {e}")));
+    if let Some((_, f)) = assemble.iter().find(|(c, _)| *c == command) {
+        return f(&out).map_err(|e| UsageError(format!("merge: {e}")));
     }
     match shape.as_str() {
         "array" => {
@@ -327,9 +331,9 @@ mod tests {
                 }],
             )
         };
-        let ok = merge(&[("a".into(), part(2)), ("b".into(), part(1))]).unwrap();
+        let ok = merge(&[("a".into(), part(2)), ("b".into(), part(1))], &[]).unwrap();
         assert_eq!(ok, json!([0, 1, 2]));
-        assert!(merge(&[("a".into(), part(1))]).is_err());
-        assert!(merge(&[("a".into(), part(1)), ("b".into(), part(1))]).is_err());
+        assert!(merge(&[("a".into(), part(1))], &[]).is_err());
+        assert!(merge(&[("a".into(), part(1)), ("b".into(), part(1))], &[]).is_err());
     }
 }

@@ -6,11 +6,12 @@
 //! system's typing function (with the casts it inserts), its collectives by
 //! the system's table rows with the system's own backwards.
 
+use crate::check::rule_word;
 use crate::check::{check_rule, CheckConfig};
 use crate::generated::{build_spec, cast_spelling, step_rule, Origin, Typed};
-use crate::report::{rule_word, verdict_json};
 use crate::rules::{build, compose, parse_file, to_toml, Rule, RuleSpec, StepSpec, TypeSpec};
 use crate::run::UsageError;
+use crate::words::verdict_json;
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use spmd_dialects::{OpClass, Outcome, System};
@@ -387,7 +388,7 @@ pub fn retype(sys: &System, spec: &RuleSpec, rule: &Rule) -> Result<(Typed, Vec<
             let mut text = e.clone();
             let mut eff = ins.clone();
             for c in &casts {
-                let (fw, bw) = cast_spelling(sys.name, c.name, c.from, c.to).ok_or_else(|| {
+                let (fw, bw) = cast_spelling(sys, c.name, c.from, c.to).ok_or_else(|| {
                     format!(
                         "step `{}`: the inserted cast {} ({} -> {}) has no known spelling",
                         st.name,

@@ -11,7 +11,7 @@ use spmd_interp::catalogue::{check_group_sizes, collective_typed};
 use spmd_interp::collective::Coll;
 use spmd_interp::{builtin, parse, parse_with_vars, Backward, Jvp, Op, TypedOp};
 use spmd_semantics::pending::Place;
-use spmd_semantics::{Dialect, Mesh, Type, ALL_STATES};
+use spmd_semantics::{Dialect, Mesh, Shape, Type, ALL_STATES};
 use spmd_syntax::rule::{find_in_rule, type_text};
 pub use spmd_syntax::rule::{
     locate, parse_file, read_text, read_text_limit, to_toml, BackwardSpec, OpSpec, RuleSpec,
@@ -497,7 +497,7 @@ fn local_fn(
         .map_err(|e| {
             err(
                 expr,
-                format!("expression `{}`: {e}", crate::report::excerpt(expr)),
+                format!("expression `{}`: {e}", crate::words::excerpt(expr)),
             )
         }),
     }
@@ -631,8 +631,7 @@ fn build_pending(
         forward,
     };
     // Refuse what cannot finish, as for the core (SPEC.md §11.2).
-    let total =
-        crate::check::pending_estimate(&pending, &crate::check::pending_scope(scope, ranks));
+    let total = pending_estimate(&pending, &pending_scope(scope, ranks));
     if total > scope.max_instances {
         return Err(err(
             "name",
@@ -709,7 +708,7 @@ fn build_program(
                         format!(
                             "step `{}`: expression `{}`: {x}",
                             st.name,
-                            crate::report::excerpt(e)
+                            crate::words::excerpt(e)
                         ),
                     )
                 })?;
@@ -816,4 +815,107 @@ pub fn load(path: &str, scope: &Scope) -> Result<Vec<Rule>, UsageError> {
     let text = read_text(path)?;
     let specs = parse_file(path, &text)?;
     build(path, &text, &specs, scope)
+}
+
+/// The scope of a pending-kind rule (SPEC.md §21.7): `partial_kinds`'
+/// default (1-4 ranks, local shapes up to [2, 2], six values, 50,000 points
+/// per case), with the ranks of `check`'s one-axis meshes (`--scope small`
+/// keeps 1-2), the rule's own axis size when its mesh fixes it, and
+/// `--max-points`, `--max-rank`, `--max-dim` where given other than their
+/// defaults.
+pub fn pending_scope(
+    s: &spmd_generators::Scope,
+    ranks: Option<usize>,
+) -> crate::partial_kinds::Scope {
+    let d = spmd_generators::Scope::default();
+    let mut p = crate::partial_kinds::Scope::default();
+    match ranks {
+        Some(n) => p.ranks = vec![n],
+        None => {
+            let mut r: Vec<usize> = s
+                .meshes
+                .iter()
+                .filter(|m| m.ndim() == 1)
+                .map(|m| m.num_ranks())
+                .collect();
+            r.sort_unstable();
+            r.dedup();
+            if !r.is_empty() {
+                p.ranks = r;
+            }
+        }
+    }
+    if s.max_points != d.max_points {
+        p.max_points = s.max_points;
+    }
+    if s.max_rank != d.max_rank || s.max_dim != d.max_dim {
+        p.shapes = (0..=s.max_rank)
+            .flat_map(|k| spmd_generators::tuples(&(1..=s.max_dim).collect::<Vec<_>>(), k))
+            .collect();
+    }
+    p
+}
+
+/// The global shape of a local one under a placement on `n` ranks.
+pub fn pending_global(p: Place, local: &[usize], n: usize) -> Option<Shape> {
+    let mut s = local.to_vec();
+    if let Place::Shard(d) = p {
+        *s.get_mut(d)? *= n;
+    }
+    Some(s)
+}
+
+/// The scalars an input of this placement and local shape takes on `n` ranks.
+pub fn pending_free(p: Place, shape: &[usize], n: usize) -> usize {
+    let numel: usize = shape.iter().product();
+    match p {
+        Place::Inv => numel,
+        Place::Part(_) | Place::Shard(_) => numel * n,
+    }
+}
+
+/// Whether the op takes these local shapes, and the global ones they make.
+pub fn pending_fits(r: &PendingRule, n: usize, shapes: &[Shape]) -> bool {
+    use spmd_interp::eval::infer;
+    let globals: Option<Vec<Shape>> = r
+        .inputs
+        .iter()
+        .zip(shapes)
+        .map(|(&p, s)| pending_global(p, s, n))
+        .collect();
+    if let Some(spmd_interp::collective::Coll::ReduceScatter(_, d)) = r.forward {
+        // Each rank keeps its chunk of the reduced tensor along d.
+        if shapes.first().is_none_or(|s| d >= s.len() || s[d] % n != 0) {
+            return false;
+        }
+    }
+    shapes.len() == r.inputs.len()
+        && infer(&r.f.expr, shapes).is_ok()
+        && globals.is_some_and(|g| infer(&r.f.expr, &g).is_ok())
+}
+
+/// How many instances the exhaustive part of a pending-kind rule runs: the
+/// grid points of every case within the cap (SPEC.md §21.7), saturating.
+pub fn pending_estimate(r: &PendingRule, scope: &crate::partial_kinds::Scope) -> u64 {
+    let nv = scope.values.len() as u64;
+    let mut total = 0u64;
+    for &n in &scope.ranks {
+        for shapes in spmd_generators::tuples(&scope.shapes, r.inputs.len()) {
+            if !pending_fits(r, n, &shapes) {
+                continue;
+            }
+            let free: usize = r
+                .inputs
+                .iter()
+                .zip(&shapes)
+                .map(|(&p, s)| pending_free(p, s, n))
+                .sum();
+            let points = u32::try_from(free)
+                .ok()
+                .and_then(|f| nv.checked_pow(f))
+                .filter(|&p| p <= scope.max_points);
+            total = total.saturating_add(points.unwrap_or(0));
+        }
+    }
+    total
 }

@@ -4,7 +4,7 @@
 //! and `divide_by_group_size` (a local division by n, the other half of
 //! JAX's transpose of pmean).
 
-use crate::collective::{Coll, Collective, Kind};
+use crate::collective::{check_perm, Coll, Collective, Kind};
 use spmd_semantics::pending::{PartialKind, Place};
 use spmd_semantics::{Dialect, State, Type};
 
@@ -307,30 +307,6 @@ fn takes(family: &str) -> &'static [&'static str] {
         "redistribute" => &["dim"],
         _ => &[],
     }
-}
-
-/// Check a permutation on its own: entries in range and no member receiving
-/// twice. Its length must be the group size, which only a mesh says
-/// (`Collective::infer`).
-pub fn check_perm(name: &str, perm: &[Option<usize>]) -> Result<(), String> {
-    let n = perm.len();
-    if n == 0 {
-        return Err(format!("{name}: empty permutation"));
-    }
-    let mut seen = vec![false; n];
-    for p in perm.iter().flatten() {
-        if *p >= n {
-            return Err(format!(
-                "{name}: perm entry {p} out of range for a group of {n}"
-            ));
-        }
-        if std::mem::replace(&mut seen[*p], true) {
-            return Err(format!(
-                "{name}: perm sends two members to {p}; it must be injective"
-            ));
-        }
-    }
-    Ok(())
 }
 
 /// Build a collective from a call's text and the states it converts between

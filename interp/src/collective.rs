@@ -338,7 +338,7 @@ impl Collective {
                 _ => {}
             },
             Kind::PPermute { perm, pairs } => {
-                crate::catalogue::check_perm(&self.name, perm)?;
+                check_perm(&self.name, perm)?;
                 if *pairs && perm.len() > n {
                     return Err(format!(
                         "{}: perm names member {}, outside the group of {n}",
@@ -846,4 +846,28 @@ impl Coll {
             },
         }
     }
+}
+
+/// Check a permutation on its own: entries in range and no member receiving
+/// twice. Its length must be the group size, which only a mesh says
+/// (`Collective::infer`).
+pub fn check_perm(name: &str, perm: &[Option<usize>]) -> Result<(), String> {
+    let n = perm.len();
+    if n == 0 {
+        return Err(format!("{name}: empty permutation"));
+    }
+    let mut seen = vec![false; n];
+    for p in perm.iter().flatten() {
+        if *p >= n {
+            return Err(format!(
+                "{name}: perm entry {p} out of range for a group of {n}"
+            ));
+        }
+        if std::mem::replace(&mut seen[*p], true) {
+            return Err(format!(
+                "{name}: perm sends two members to {p}; it must be injective"
+            ));
+        }
+    }
+    Ok(())
 }

@@ -1,0 +1,97 @@
+//! Verdicts and a user's text in words and JSON, as every command puts
+//! them: the leaf the commands share, depending on the oracle alone (the
+//! reports of whole commands are `report`'s).
+
+use serde_json::{json, Value};
+use spmd_oracle::{Verdict, Violation};
+
+pub use spmd_syntax::quoted_name;
+
+/// A user's text as quoted in a one-line error: whole up to 80 characters,
+/// else its first 60 and its length (the error's column still points into
+/// the whole text).
+pub fn excerpt(text: &str) -> String {
+    let n = text.chars().count();
+    if n <= 80 {
+        return text.to_string();
+    }
+    let head: String = text.chars().take(60).collect();
+    format!("{head}… ({n} characters)")
+}
+
+/// `sound (proof)`, `sound (bounded)`, `unsound F2`, `vacuous`, `undetermined`.
+pub fn verdict_word(v: &Verdict) -> String {
+    match v {
+        Verdict::Sound { proof: true, .. } => "sound (proof)".into(),
+        Verdict::Sound { tally, .. } if tally.undecided > 0 => format!(
+            "sound (bounded; {} of {} instances undecided)",
+            tally.undecided,
+            tally.instances()
+        ),
+        Verdict::Sound { .. } => "sound (bounded)".into(),
+        Verdict::Unsound { violation, .. } => format!("unsound {}", violation.property.code()),
+        Verdict::Vacuous { .. } => match v.vacuous_reason() {
+            Some(r) => format!("vacuous ({r})"),
+            None => "vacuous".into(),
+        },
+        Verdict::Undetermined { .. } => match v.undetermined_reason() {
+            Some(r) => format!("undetermined ({r})"),
+            None => "undetermined".into(),
+        },
+    }
+}
+
+/// A vacuous verdict's reason with the flag that widens the scope.
+pub fn vacuous_hint(v: &Verdict) -> Option<String> {
+    let r = v.vacuous_reason()?;
+    let flag = match r {
+        "every case is beyond the caps" | "no multi-rank case within the caps" => {
+            "; raise --max-points or --max-free"
+        }
+        "no shape in scope fits" | "no multi-rank shapes fit" => {
+            "; try --mesh-dims, --max-dim or --max-rank"
+        }
+        _ => "",
+    };
+    Some(format!("{r}{flag}"))
+}
+
+pub fn violation_json(v: &Violation) -> Value {
+    let shown: Vec<Value> = v
+        .shown
+        .iter()
+        .map(|s| {
+            json!({
+                "label": s.label,
+                "type": s.ty.display(&v.mesh),
+                "per_rank": s.value.tensors.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({
+        "property": v.property.code(),
+        "mesh": v.mesh.to_string(),
+        "what": v.what,
+        "values": shown,
+        "expected": v.expected,
+        "actual": v.actual,
+    })
+}
+
+pub fn verdict_json(v: &Verdict) -> Value {
+    let t = v.tally();
+    json!({
+        "verdict": v.name(),
+        "proof": v.proof(),
+        "property": v.violation().map(|x| x.property.code()),
+        "counterexample": v.violation().map(violation_json),
+        "instances": t.instances(),
+        "cases": t.cases,
+        "distributed_cases": t.distributed_cases,
+        "cases_beyond_cap": t.cases_beyond_cap,
+        "b3_undetermined": t.b3_undetermined,
+        "undecided": t.undecided,
+        "random_cases": t.random,
+        "reason": v.vacuous_reason().map(String::from).or_else(|| v.undetermined_reason()),
+    })
+}
