@@ -479,8 +479,8 @@ const WRONG: System = System {
     dialect: spmd_check::semantics::Dialect::Canonical,
     seeds: "none",
     typing: wrong,
-    cast: spmd_check::dialects::elaborate::cast_by_table_ltensor,
-    collective: spmd_check::dialects::elaborate::collective_by_table_ltensor,
+    cast: spmd_check::dialects::ltensor::cast,
+    collective: spmd_check::dialects::ltensor::collective,
 };
 
 /// The negative twin: the classifier must call P * P -> P an unsound

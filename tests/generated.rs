@@ -161,8 +161,8 @@ const WRONG: System = System {
     dialect: spmd_check::semantics::Dialect::SpmdTypes,
     seeds: "003 (twin)",
     typing: wrong_typing,
-    cast: spmd_check::dialects::elaborate::cast_by_table_spmd_types,
-    collective: spmd_check::dialects::elaborate::collective_by_table_spmd_types,
+    cast: spmd_check::dialects::spmd_types::cast,
+    collective: spmd_check::dialects::spmd_types::collective,
 };
 
 #[test]

@@ -250,8 +250,7 @@ fn go(
                 {
                     n.clone()
                 } else {
-                    let Some((fw, bw)) = cast_spelling(sys, cast.name, cast.from, cast.to)
-                    else {
+                    let Some((fw, bw)) = cast_spelling(sys, cast.name, cast.from, cast.to) else {
                         out.push(Typing::Rejected(format!(
                             "step {}: the inserted cast {} ({} -> {}) has no known spelling",
                             j + 1,

@@ -75,7 +75,7 @@ pub enum SystemOutcome {
         toml: String,
         /// Where the system's program differs from the pattern as written.
         notes: Vec<String>,
-        verdict: Verdict,
+        verdict: Box<Verdict>,
         words: String,
         /// For an unsound program: the first step unsound alone, or
         /// "composition".
@@ -540,7 +540,7 @@ fn under(sys: &System, spec: &RuleSpec, rule: &Rule, scope: &Scope) -> SystemOut
     SystemOutcome::Typed {
         toml: to_toml(&t.spec),
         notes,
-        verdict,
+        verdict: Box::new(verdict),
         words,
         blame,
     }

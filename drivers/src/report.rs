@@ -412,7 +412,7 @@ pub fn conform_totals(results: &[RowResult]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use spmd_oracle::Tally;
+    use spmd_oracle::{Tally, Verdict};
 
     /// A bounded-sound verdict with undecided instances says how many; its
     /// twin without any says plain "sound (bounded)".

@@ -222,7 +222,7 @@ mod tests {
     /// kink: alone it makes the verdict undetermined, with its own reason.
     #[test]
     fn undecided_instances_are_never_passes() {
-        let v = Verdict::conclude(tally(&[undecided(), undecided()]), None);
+        let v: Verdict = Verdict::conclude(tally(&[undecided(), undecided()]), None);
         assert_eq!(v.name(), "undetermined");
         let why = v.undetermined_reason().unwrap();
         assert!(why.contains("enclosures overlapped"), "{why}");
@@ -236,10 +236,10 @@ mod tests {
     #[test]
     fn undecided_instances_forbid_a_proof() {
         let pass = Outcome::Pass(Pass::default());
-        let with = Verdict::conclude(tally(&[pass.clone(), undecided()]), None);
+        let with: Verdict = Verdict::conclude(tally(&[pass.clone(), undecided()]), None);
         assert_eq!(with.name(), "sound");
         assert!(!with.proof());
-        let without = Verdict::conclude(tally(&[pass]), None);
+        let without: Verdict = Verdict::conclude(tally(&[pass]), None);
         assert!(without.proof());
     }
 }
