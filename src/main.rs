@@ -1,7 +1,7 @@
 //! The `spmd-check` command line. Exit codes: 0 all sound / agreed, 1 a
 //! finding or counterexample, 2 bad input.
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use spmd_check::collectives::{check_pair, pair_rows, PairResult};
@@ -137,6 +137,7 @@ enum Cmd {
         /// max, min): which outputs defer it (SPEC.md §21.2).
         #[arg(long)]
         partial: Option<String>,
+        /// Print the result as JSON instead of text.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -151,6 +152,7 @@ enum Cmd {
         /// (SPEC.md §19.7).
         #[arg(long)]
         transformer: bool,
+        /// Print the result as JSON instead of text.
         #[arg(long)]
         json: bool,
         /// Check only part K of N (1-based): rows whose index i has
@@ -174,6 +176,7 @@ enum Cmd {
         /// State names: spmd_types (default), jax, dtensor, nabla, canonical.
         #[arg(long, default_value = "spmd_types")]
         dialect: String,
+        /// Print the result as JSON instead of text.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -191,6 +194,7 @@ enum Cmd {
         /// Random cases beyond the exhaustive scope, per rule (at most 1,000,000).
         #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
         cases: u32,
+        /// Print the result as JSON instead of text.
         #[arg(long)]
         json: bool,
         /// Print each counterexample as a paste-ready Rust test (rstest), or
@@ -217,6 +221,7 @@ enum Cmd {
     /// Join the --json outputs of `check` or `conform` run with
     /// --partition 1/N .. N/N into the single run's JSON, with its exit code.
     Merge {
+        /// The parts' --json outputs, one file each.
         #[arg(required = true)]
         files: Vec<String>,
         /// As for `check`: exit 0 even when a rule is vacuous or undetermined.
@@ -229,15 +234,13 @@ enum Cmd {
         /// The fixtures directory (default: this checkout's tests/fixtures).
         #[arg(long)]
         dir: Option<String>,
+        /// Print the result as JSON instead of text.
         #[arg(long)]
         json: bool,
         /// Also list every agreeing case.
         #[arg(long)]
         all: bool,
     },
-    /// Generate every small program (1 to --depth steps), type it with one
-    /// system's typing function and collective table, and check each
-    /// accepted program end to end (SPEC.md §17).
     /// Check the named patterns of examples/patterns/ (FSDP, ZeRO, DDP,
     /// Megatron, sequence parallel, MoE, FSDP x TP), their wrong twins, their
     /// traffic, and each system's typing of them (SPEC.md §17.4).
@@ -245,11 +248,15 @@ enum Cmd {
         /// Only this system (default: every system).
         #[arg(long)]
         dialect: Option<String>,
+        /// Print the result as JSON instead of text.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
         scope: ScopeArgs,
     },
+    /// Generate every small program (1 to --depth steps), type it with one
+    /// system's typing function and collective table, and check each
+    /// accepted program end to end (SPEC.md §17).
     Programs {
         /// The system: spmd_types, jax, dtensor, ltensor, nabla.
         #[arg(long)]
@@ -275,6 +282,7 @@ enum Cmd {
         /// number of classes the oracle would check, check nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Print the result as JSON instead of text.
         #[arg(long)]
         json: bool,
         #[command(flatten)]
@@ -283,6 +291,7 @@ enum Cmd {
     /// Time the main jobs on this machine (SPEC.md §18): instances per
     /// second, thread scaling, the f64 floor, peak memory.
     Bench {
+        /// Print the result as JSON instead of text.
         #[arg(long)]
         json: bool,
     },
@@ -291,11 +300,26 @@ enum Cmd {
     Run {
         /// The job file.
         job: String,
+        /// Print the result as JSON instead of text.
         #[arg(long)]
         json: bool,
         /// Also check this instance (F1-F3, B1-B3, J1); exit 1 on a violation.
         #[arg(long)]
         check: bool,
+    },
+    /// Print a shell completion script, e.g. `spmd-check completions bash >
+    /// ~/.local/share/bash-completion/completions/spmd-check`.
+    Completions {
+        /// The shell: bash, elvish, fish, powershell or zsh.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff) of spmd-check, or with --dir write one
+    /// page per command there.
+    Man {
+        /// Write spmd-check.1 and a page per subcommand (spmd-check-check.1,
+        /// ...) into this existing directory instead of printing the top page.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<String>,
     },
 }
 
@@ -841,6 +865,22 @@ fn run() -> Result<ExitCode, UsageError> {
             spmd_check::bench::print(json);
             Ok(ExitCode::SUCCESS)
         }
+        Cmd::Completions { shell } => {
+            let mut cmd = Cli::command();
+            clap_complete::generate(shell, &mut cmd, "spmd-check", &mut std::io::stdout());
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Man { dir } => {
+            let cmd = Cli::command();
+            match dir {
+                Some(d) => clap_mangen::generate_to(cmd, &d)
+                    .map_err(|e| UsageError(format!("{d}: cannot write the manual pages: {e}")))?,
+                None => clap_mangen::Man::new(cmd)
+                    .render(&mut std::io::stdout())
+                    .map_err(|e| UsageError(format!("cannot print the manual page: {e}")))?,
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Cmd::Run { job, json, check } => {
             let r = spmd_check::job::run_file(&job, check)?;
             if json {
@@ -1286,6 +1326,95 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::from(if interrupted { EXIT_INTERRUPTED } else { 2 })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::builder::StyledStr;
+    use clap::{Arg, Command, CommandFactory};
+
+    /// Every command and argument of `cmd`, its subcommands' too, that has
+    /// no help text, as a path: `spmd-check check --json`, `spmd-check merge`.
+    fn missing_help(cmd: &Command) -> Vec<String> {
+        fn blank(s: Option<&StyledStr>) -> bool {
+            s.is_none_or(|s| s.to_string().trim().is_empty())
+        }
+        fn walk(cmd: &Command, path: &str, out: &mut Vec<String>) {
+            if blank(cmd.get_about()) && blank(cmd.get_long_about()) {
+                out.push(path.to_string());
+            }
+            for a in cmd.get_arguments() {
+                if blank(a.get_help()) && blank(a.get_long_help()) {
+                    let name = match a.get_long() {
+                        Some(l) => format!("--{l}"),
+                        None => a.get_id().to_string().to_uppercase(),
+                    };
+                    out.push(format!("{path} {name}"));
+                }
+            }
+            for s in cmd.get_subcommands() {
+                walk(s, &format!("{path} {}", s.get_name()), out);
+            }
+        }
+        // Built, so that the generated `help` subcommand and the --help and
+        // --version flags are walked too.
+        let mut cmd = cmd.clone();
+        cmd.build();
+        let mut out = Vec::new();
+        walk(&cmd, cmd.get_name(), &mut out);
+        out
+    }
+
+    /// `--help` of every command explains every argument (issue 26: `--json`
+    /// had no help, `programs` none at all, `patterns` showed programs').
+    #[test]
+    fn every_command_and_argument_has_help() {
+        assert_eq!(missing_help(&Cli::command()), Vec::<String>::new());
+        // Each subcommand's text is its own.
+        let cmd = Cli::command();
+        let about = |name: &str| {
+            cmd.find_subcommand(name)
+                .and_then(|c| c.get_about())
+                .map(|a| a.to_string())
+                .unwrap_or_default()
+        };
+        assert!(about("patterns").starts_with("Check the named patterns"));
+        assert!(about("programs").starts_with("Generate every small program"));
+    }
+
+    /// The negative twin: the walker does report a command or an argument
+    /// without help, in the real tree and in a bare one.
+    #[test]
+    fn the_help_walker_reports_what_is_missing() {
+        let cut = Cli::command().mut_subcommand("check", |c| {
+            c.mut_arg("json", |a| a.help(None::<&str>).long_help(None::<&str>))
+        });
+        assert_eq!(missing_help(&cut), ["spmd-check check --json"]);
+        let bare = Command::new("t").about("a tool").subcommand(
+            Command::new("sub")
+                .arg(Arg::new("flag").long("flag"))
+                .arg(Arg::new("file")),
+        );
+        // `t help sub` is clap's generated help entry, which copies sub's
+        // (missing) text.
+        assert_eq!(
+            missing_help(&bare),
+            ["t sub", "t sub --flag", "t sub FILE", "t help sub"]
+        );
+    }
+
+    /// The bash completions offer every subcommand.
+    #[test]
+    fn bash_completions_name_every_subcommand() {
+        let mut cmd = Cli::command();
+        let mut out = Vec::new();
+        clap_complete::generate(clap_complete::Shell::Bash, &mut cmd, "spmd-check", &mut out);
+        let bash = String::from_utf8(out).expect("utf-8");
+        for s in Cli::command().get_subcommands() {
+            assert!(bash.contains(s.get_name()), "{} missing", s.get_name());
         }
     }
 }

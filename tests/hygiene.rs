@@ -14,9 +14,20 @@ fn walk(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
         if name.starts_with('.') || name == "target" {
             continue;
         }
-        if p.is_dir() {
+        // Not following links: tests leave links to /dev/zero and FIFOs in
+        // their temporary directories, which reading would never finish.
+        let Ok(kind) = e.file_type() else {
+            continue;
+        };
+        if kind.is_dir() {
+            // A build directory by any name (CARGO_TARGET_DIR inside the
+            // checkout, where those temporary directories are): cargo marks
+            // each with CACHEDIR.TAG.
+            if p.join("CACHEDIR.TAG").exists() {
+                continue;
+            }
             walk(&p, out);
-        } else {
+        } else if kind.is_file() {
             out.push(p);
         }
     }

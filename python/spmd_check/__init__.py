@@ -22,16 +22,36 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from fractions import Fraction
 from typing import Any, Dict, List, Optional, Sequence, Union
 
 from . import _native
 from ._native import BadInput
 
-try:  # numpy is optional: values are Fractions either way.
-    import numpy as _np
-except ImportError:  # pragma: no cover - exercised where numpy is absent
-    _np = None
+#: The version of the spmd-check crate this package was built from (the
+#: CLI's ``spmd-check --version``).
+__version__: str = _native.__version__
+
+# numpy is optional (values are Fractions either way) and imported only where
+# it is used: ``Value.arrays``, ``check_kernel``. ``import spmd_check`` alone
+# does not import it, so a program that never asks for an array never pays
+# for numpy's import.
+_NUMPY_UNSET = object()
+_np_module: Any = _NUMPY_UNSET
+
+
+def _numpy() -> Any:
+    """The numpy module, imported on first use; None when not installed."""
+    global _np_module
+    if _np_module is _NUMPY_UNSET:
+        try:
+            import numpy
+        except ImportError:  # pragma: no cover - exercised where numpy is absent
+            numpy = None
+        _np_module = numpy
+    return _np_module
+
 
 __all__ = [
     "BadInput",
@@ -68,6 +88,7 @@ def _nest(flat: List[Fraction], shape: Sequence[int]) -> Any:
 
 
 def _to_numpy(nested: Any, flat: List[Fraction], shape: Sequence[int]) -> Any:
+    _np = _numpy()
     if _np is None:
         return None
     exact = all(Fraction(float(q)) == q for q in flat)
@@ -85,7 +106,8 @@ class Value:
 
     ``per_rank[r]`` is rank r's local tensor as nested lists of exact
     ``Fraction`` (a bare Fraction for a scalar). ``arrays[r]`` is the same as
-    a numpy array (None when numpy is not installed)."""
+    a numpy array (None when numpy is not installed), made on first access:
+    numpy is imported only then."""
 
     def __init__(self, raw: Dict[str, Any]):
         self.label: str = raw["label"]
@@ -93,11 +115,17 @@ class Value:
         self.is_input: bool = raw["input"]
         self.is_alternative: bool = raw["alternative"]
         self.shape: tuple = tuple(raw["shape"])
-        flats = [[_fraction(x) for x in rank] for rank in raw["per_rank"]]
-        self.per_rank: List[Any] = [_nest(f, self.shape) for f in flats]
-        self.arrays: List[Any] = [
-            _to_numpy(n, f, self.shape) for n, f in zip(self.per_rank, flats)
-        ]
+        self._flats = [[_fraction(x) for x in rank] for rank in raw["per_rank"]]
+        self.per_rank: List[Any] = [_nest(f, self.shape) for f in self._flats]
+        self._arrays: Optional[List[Any]] = None
+
+    @property
+    def arrays(self) -> List[Any]:
+        if self._arrays is None:
+            self._arrays = [
+                _to_numpy(n, f, self.shape) for n, f in zip(self.per_rank, self._flats)
+            ]
+        return self._arrays
 
     def __repr__(self) -> str:
         return f"Value({self.label}: {self.type} = {self.per_rank!r})"
@@ -240,7 +268,9 @@ def _job_value(x: Any) -> Any:
         return [_job_value(y) for y in x]
     if isinstance(x, dict):
         return {k: _job_value(v) for k, v in x.items()}
-    if _np is not None and isinstance(x, _np.ndarray):
+    # An ndarray exists only if numpy was imported already: not imported here.
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(x, np.ndarray):
         return _job_value(x.tolist())
     return x
 
@@ -291,17 +321,19 @@ def emit(rule: RuleLike, lang: str, *, scope: str = "default") -> List[Dict[str,
 # ---- external kernels (SPEC.md §20.4) ----
 
 def _need_numpy():
-    if _np is None:
+    if _numpy() is None:
         raise ImportError("spmd_check.check_kernel needs numpy: kernels receive numpy float64 arrays")
 
 
 def _to_arrays(args):
+    _np = _numpy()
     return [_np.array(v, dtype=_np.float64).reshape(tuple(s)) for s, v in args]
 
 
 def _from_array(x):
     if hasattr(x, "detach"):  # a torch tensor
         x = x.detach().cpu().numpy()
+    _np = _numpy()
     a = _np.asarray(x, dtype=_np.float64)
     return (list(a.shape), a.ravel().tolist())
 

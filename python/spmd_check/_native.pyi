@@ -1,5 +1,7 @@
 """The compiled half of spmd_check: JSON text in and out (SPEC.md §20.1)."""
 
+__version__: str
+
 class BadInput(ValueError):
     """A rule, job, expression or flag the tool refuses (CLI exit code 2)."""
 

@@ -503,6 +503,9 @@ fn check_kernel(
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("BadInput", m.py().get_type::<BadInput>())?;
+    // The crate's version, which is also the wheel's (pyproject.toml's
+    // dynamic version) and the CLI's `--version`.
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(check_text, m)?)?;
     m.add_function(wrap_pyfunction!(read_rule_file, m)?)?;
     m.add_function(wrap_pyfunction!(derive, m)?)?;
