@@ -95,7 +95,9 @@ fn the_dialects_match_the_real_systems_on_every_typing_case() {
     assert_eq!(torch.len(), 360);
     // Three inputs (every state triple, each linearity): spmd_types types
     // the set of input types, a Scalar taking the others' type.
-    let three = typing("spmd_types", &|r| r.file.ends_with("spmd_types_typing3.json"));
+    let three = typing("spmd_types", &|r| {
+        r.file.ends_with("spmd_types_typing3.json")
+    });
     assert_eq!(three.len(), 375);
     for r in jax.iter().chain(&infer).chain(&torch).chain(&three) {
         let d = r

@@ -770,6 +770,42 @@ pub fn cast_by_table(system: &str, name: &str, from: State, to: State) -> Option
     Some((fill(&r.forward), fill(r.backward.as_deref()?)))
 }
 
+/// A cast of a system's own beyond its table: its name, the states it goes
+/// between, the catalogue call and that call's backward.
+pub type OwnCast = (&'static str, State, State, &'static str, &'static str);
+
+/// [`cast_by_table`], else one of the system's own casts.
+pub fn cast_by_table_or(
+    system: &str,
+    own: &[OwnCast],
+    name: &str,
+    from: State,
+    to: State,
+) -> Option<(String, String)> {
+    cast_by_table(system, name, from, to).or_else(|| {
+        own.iter()
+            .find(|(n, f, t, _, _)| *n == name && *f == from && *t == to)
+            .map(|(_, _, _, fw, bw)| (fw.to_string(), bw.to_string()))
+    })
+}
+
+/// A table-read system's collective reader, `collective` in its file:
+/// [`collective_by_table`] for that file's `SYSTEM`.
+macro_rules! table_collective_reader {
+    ($what:literal) => {
+        #[doc = concat!("How ", $what, " reads a collective call: by its table (SPEC.md §15.5).")]
+        pub fn collective(
+            call: &str,
+            t: &spmd_semantics::Type,
+            axes: &[String],
+            want: Option<&spmd_semantics::Type>,
+        ) -> Result<crate::elaborate::Reading, String> {
+            crate::elaborate::collective_by_table(&SYSTEM, call, t, axes, want)
+        }
+    };
+}
+pub(crate) use table_collective_reader;
+
 /// The name of a call, `all_gather` of `all_gather(R, dim=0)`.
 pub fn base_name(call: &str) -> &str {
     call.split('(').next().unwrap_or("").trim()

@@ -71,23 +71,14 @@ pub fn typing(op: OpClass, inputs: &[Vec<State>]) -> Outcome {
 /// How LTensor runs a cast its typing inserts: by its table, and
 /// `mark_varying` as pvary (whose transpose sums the cotangents).
 pub fn cast(name: &str, from: State, to: State) -> Option<(String, String)> {
-    if let Some(c) = crate::elaborate::cast_by_table("ltensor", name, from, to) {
-        return Some(c);
-    }
-    match (name, from, to) {
-        ("mark_varying", State::Invariant, State::Varying) => {
-            Some(("pvary".into(), "psum_invariant".into()))
-        }
-        _ => None,
-    }
+    let own = [(
+        "mark_varying",
+        State::Invariant,
+        State::Varying,
+        "pvary",
+        "psum_invariant",
+    )];
+    crate::elaborate::cast_by_table_or("ltensor", &own, name, from, to)
 }
 
-/// How LTensor reads a collective call: by its table (SPEC.md §15.5).
-pub fn collective(
-    call: &str,
-    t: &spmd_semantics::Type,
-    axes: &[String],
-    want: Option<&spmd_semantics::Type>,
-) -> Result<crate::elaborate::Reading, String> {
-    crate::elaborate::collective_by_table(&SYSTEM, call, t, axes, want)
-}
+crate::elaborate::table_collective_reader!("LTensor");

@@ -198,23 +198,14 @@ pub fn reshape_sharding(
 /// How Nabla runs a cast its typing inserts: by its table, and its forced
 /// all-reduce of a partial input (Partial to Invariant).
 pub fn cast(name: &str, from: State, to: State) -> Option<(String, String)> {
-    if let Some(c) = crate::elaborate::cast_by_table("nabla", name, from, to) {
-        return Some(c);
-    }
-    match (name, from, to) {
-        ("all_reduce", State::Partial, State::Invariant) => {
-            Some(("all_reduce(I)".into(), "reinterpret(I,R)".into()))
-        }
-        _ => None,
-    }
+    let own = [(
+        "all_reduce",
+        State::Partial,
+        State::Invariant,
+        "all_reduce(I)",
+        "reinterpret(I,R)",
+    )];
+    crate::elaborate::cast_by_table_or("nabla", &own, name, from, to)
 }
 
-/// How Nabla reads a collective call: by its table (SPEC.md §15.5).
-pub fn collective(
-    call: &str,
-    t: &spmd_semantics::Type,
-    axes: &[String],
-    want: Option<&spmd_semantics::Type>,
-) -> Result<crate::elaborate::Reading, String> {
-    crate::elaborate::collective_by_table(&SYSTEM, call, t, axes, want)
-}
+crate::elaborate::table_collective_reader!("Nabla");

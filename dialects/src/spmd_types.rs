@@ -262,12 +262,4 @@ pub fn cast(name: &str, from: State, to: State) -> Option<(String, String)> {
     crate::elaborate::cast_by_table("spmd_types", name, from, to)
 }
 
-/// How spmd_types reads a collective call: by its table (SPEC.md §15.5).
-pub fn collective(
-    call: &str,
-    t: &spmd_semantics::Type,
-    axes: &[String],
-    want: Option<&spmd_semantics::Type>,
-) -> Result<crate::elaborate::Reading, String> {
-    crate::elaborate::collective_by_table(&SYSTEM, call, t, axes, want)
-}
+crate::elaborate::table_collective_reader!("spmd_types");
