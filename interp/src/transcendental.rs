@@ -15,65 +15,7 @@ use std::cmp::Ordering;
 
 type R<T> = Result<T, XErr>;
 
-/// Whether an expression needs the exact transcendental path.
-pub fn is_transcendental(e: &Expr) -> bool {
-    matches!(
-        e,
-        Expr::Unary(..) | Expr::Dimwise(..) | Expr::CrossEntropy(..)
-    ) || e.children().into_iter().any(is_transcendental)
-}
-
-/// Why `e` would leave the exact field (SPEC.md §19.2), if it would: exp,
-/// tanh, sigmoid, silu, sin, cos, gelu, √ and the dim ops take only
-/// arguments that are rational on rational inputs, and so does rounding.
-/// log, comparisons and arithmetic take any value.
-pub fn representable(e: &Expr) -> Result<(), String> {
-    let irr = is_transcendental;
-    let bad = |what: &str| {
-        Err(format!(
-            "{what} of a transcendental value has no exact representation (SPEC.md §19.2); write its argument without transcendental ops"
-        ))
-    };
-    match e {
-        Expr::Unary(f, a) if *f != Fun::Log && irr(a) => return bad(f.name()),
-        Expr::Dimwise(op, a, ..) if irr(a) => return bad(&format!("{op:?}").to_lowercase()),
-        Expr::CrossEntropy(a, ..) if irr(a) => return bad("cross_entropy"),
-        Expr::Floor(a) | Expr::Cast(a, _) | Expr::Round(_, a) if irr(a) => return bad("rounding"),
-        _ => {}
-    }
-    match e {
-        Expr::Var(_) | Expr::Const(_) => Ok(()),
-        Expr::Neg(a)
-        | Expr::Pow(a, _)
-        | Expr::Sum(a, _)
-        | Expr::Mean(a, _)
-        | Expr::Max(a, _)
-        | Expr::Reshape(a, _)
-        | Expr::Slice(a, ..)
-        | Expr::Take(a, ..)
-        | Expr::Abs(a)
-        | Expr::Relu(a)
-        | Expr::Floor(a)
-        | Expr::Cast(a, _)
-        | Expr::Round(_, a)
-        | Expr::Cumsum(a, _)
-        | Expr::Unary(_, a)
-        | Expr::Dimwise(_, a, ..) => representable(a),
-        Expr::Add(a, b)
-        | Expr::Sub(a, b)
-        | Expr::Mul(a, b)
-        | Expr::Div(a, b)
-        | Expr::UpdateSlice(a, b, _)
-        | Expr::CrossEntropy(a, b, _) => representable(a).and(representable(b)),
-        Expr::Einsum(_, args) | Expr::Concat(args, _) => args.iter().try_for_each(representable),
-        Expr::Where(m, a, b) => {
-            if let Mask::Input(me) = m {
-                representable(me)?;
-            }
-            representable(a).and(representable(b))
-        }
-    }
-}
+pub use crate::expr::{is_transcendental, representable};
 
 /// A scalar the evaluator can run on: the field itself, or dual numbers
 /// over it.

@@ -8,7 +8,7 @@
 //! coordinate, and paired with the cotangent: ⟨ḡ, J e_k⟩ must equal the k-th
 //! coordinate of the backward's result. It never runs the backward.
 
-use crate::check::{Outcome, Pass, Phase, Property, Shown, Violation};
+use crate::outcome::{Outcome, Pass, Phase, Property, Shown, Violation};
 use spmd_interp::transcendental::{eval, is_transcendental, vjp, Dual, XCtx, XEvalError, XT};
 use spmd_interp::{Backward, Jvp, Op, TypedOp};
 use spmd_semantics::expoly::{XErr, X};

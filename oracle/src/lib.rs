@@ -6,6 +6,7 @@
 pub mod check;
 pub mod exact_deriv;
 pub mod fd;
+pub mod outcome;
 pub mod pending;
 pub mod verdict;
 
