@@ -1024,8 +1024,7 @@ fn install_interrupt_handler() {
 
 fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCode, UsageError> {
     use spmd_check::check::{
-        check_rule, emit_rstest, load_regressions, regression_path, save_regressions, CheckConfig,
-        Stored,
+        check_rule, load_regressions, regression_path, save_regressions, CheckConfig, Stored,
     };
     use std::sync::atomic::Ordering;
     // Read everything first, regression files too: bad input stops before
@@ -1100,6 +1099,10 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
                     j["name"] = serde_json::json!(rep.name);
                     j["file"] = serde_json::json!(f);
                     j["random_requested"] = serde_json::json!(rep.random_requested);
+                    if let (true, Some(lang)) = (p.failed(), o.emit.as_deref()) {
+                        j["emitted"] = serde_json::json!({"kind": lang, "path": null,
+                            "why": "no test or script is emitted for pending kinds yet"});
+                    }
                     out_json.push(j);
                 } else {
                     let name = report::quoted_name(&rep.name);
@@ -1137,6 +1140,9 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
                 if !rep.elaboration.is_empty() {
                     j["elaboration"] = serde_json::json!(rep.elaboration);
                 }
+                if let (Some(x), Some(lang)) = (v.violation(), o.emit.as_deref()) {
+                    j["emitted"] = emit_one(lang, &o.emit_dir, spec, rules, rep, x)?.1;
+                }
                 if let Some(x) = v.violation() {
                     j["counterexample"]["inputs"] = serde_json::json!(x
                         .inputs()
@@ -1161,15 +1167,8 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
                 }
                 if let Some(x) = v.violation() {
                     print!("{}", x.report_in(rep.dialect));
-                    match o.emit.as_deref() {
-                        Some("rstest") => println!(
-                            "{}",
-                            emit_rstest(&spmd_check::rules::to_toml(spec), &rep.name, x)
-                        ),
-                        Some(lang) => {
-                            println!("{}", emit_file(lang, &o.emit_dir, spec, rules, rep, x)?)
-                        }
-                        None => {}
+                    if let Some(lang) = o.emit.as_deref() {
+                        println!("{}", emit_one(lang, &o.emit_dir, spec, rules, rep, x)?.0);
                     }
                 }
             }
@@ -1207,35 +1206,46 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
     })
 }
 
-/// `--emit jax|pytorch`: write one script, or say why there is none.
-fn emit_file(
+/// `--emit rstest|jax|pytorch` for one counterexample: the rstest test, or
+/// the script written (or why there is none), as a text line and as the
+/// `emitted` object of `--json` (SPEC.md §20.2).
+fn emit_one(
     lang: &str,
     dir: &str,
     spec: &spmd_check::rules::RuleSpec,
     rules: &[spmd_check::rules::Rule],
     rep: &spmd_check::check::RuleReport,
     x: &spmd_check::oracle::Violation,
-) -> Result<String, UsageError> {
+) -> Result<(String, serde_json::Value), UsageError> {
+    use serde_json::json;
     use spmd_check::emit::{emit_script, Lang};
+    let toml = spmd_check::rules::to_toml(spec);
+    if lang == "rstest" {
+        let test = spmd_check::check::emit_rstest(&toml, &rep.name, x);
+        let j = json!({"kind": "rstest", "test": test});
+        return Ok((test, j));
+    }
     let lang = Lang::parse(lang).expect("clap checked --emit");
     let rule = rules
         .iter()
         .find(|r| r.name == rep.name)
         .expect("a rule per report");
-    let toml = spmd_check::rules::to_toml(spec);
     match emit_script(lang, rule, &toml, x) {
         Ok(script) => {
             let h = spmd_check::check::Stored::from_violation(x).hash(&rep.name);
             let path = std::path::Path::new(dir).join(format!("repro_{}_{h}.py", lang.name()));
             std::fs::write(&path, script)
                 .map_err(|e| UsageError(format!("{}: cannot write: {e}", path.display())))?;
-            Ok(format!(
-                "  {} repro written to {}",
-                lang.name(),
-                path.display()
+            let shown = path.display().to_string();
+            Ok((
+                format!("  {} repro written to {shown}", lang.name()),
+                json!({"kind": lang.name(), "path": shown}),
             ))
         }
-        Err(why) => Ok(format!("  no {} repro: {why}", lang.name())),
+        Err(why) => Ok((
+            format!("  no {} repro: {why}", lang.name()),
+            json!({"kind": lang.name(), "path": null, "why": why}),
+        )),
     }
 }
 

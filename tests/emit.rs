@@ -369,3 +369,67 @@ output = "Varying"
         .replace("(not its inverse)", "by its inverse");
     assert!(script(&right, Lang::Jax).is_none());
 }
+
+/// `--json` keeps `--emit` (issue 26): each unsound rule's entry carries an
+/// `emitted` object (the script's path, which exists, or why there is none;
+/// with rstest the test itself), and the sound rule's entry has none. Twin:
+/// without `--emit` no entry has one.
+#[test]
+fn json_keeps_emit() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("spmd-check-emit-json-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let rules = dir.join("r.toml");
+    std::fs::write(&rules, format!("{FLOOR_DIV}\n{TRUE_DIV}")).unwrap();
+    let f = rules.to_str().unwrap();
+    let d = dir.to_str().unwrap();
+    let parse = |out: &str| -> Vec<serde_json::Value> {
+        serde_json::from_str::<serde_json::Value>(out)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .clone()
+    };
+    let (code, out, err) = run(&[
+        "check",
+        f,
+        "--cases",
+        "0",
+        "--json",
+        "--emit",
+        "pytorch",
+        "--emit-dir",
+        d,
+    ]);
+    assert_eq!(code, 1, "{err}");
+    let entries = parse(&out);
+    let unsound: Vec<_> = entries
+        .iter()
+        .filter(|e| e["verdict"] == "unsound")
+        .collect();
+    assert!(!unsound.is_empty(), "{out}");
+    for e in &unsound {
+        let em = &e["emitted"];
+        assert_eq!(em["kind"], "pytorch", "{e}");
+        match em["path"].as_str() {
+            Some(p) => assert!(std::path::Path::new(p).exists(), "{p}"),
+            None => assert!(em["why"].is_string(), "{em}"),
+        }
+    }
+    assert!(entries
+        .iter()
+        .filter(|e| e["verdict"] != "unsound")
+        .all(|e| e.get("emitted").is_none()));
+    let (_, out, _) = run(&["check", f, "--cases", "0", "--json", "--emit", "rstest"]);
+    let entries = parse(&out);
+    let e = entries.iter().find(|e| e["verdict"] == "unsound").unwrap();
+    assert!(
+        e["emitted"]["test"].as_str().unwrap().contains("#[test]"),
+        "{e}"
+    );
+    let (_, out, _) = run(&["check", f, "--cases", "0", "--json"]);
+    assert!(
+        parse(&out).iter().all(|e| e.get("emitted").is_none()),
+        "{out}"
+    );
+}
