@@ -616,3 +616,20 @@ output = "V"
     let (code, out) = verdict_of("a2a-step-ok", &ok);
     assert_eq!(code, 0, "{out}");
 }
+
+/// A rule on a one-rank mesh it writes is vacuous, and its hint names no
+/// flag (none widens a written mesh); exit 3.
+#[test]
+fn a_written_one_rank_mesh_names_no_flag() {
+    let f = common::temp_rule_file(
+        "one_rank",
+        "[[rule]]\nname = \"one\"\nop = \"add\"\ninputs = [\"V\", \"V\"]\noutput = \"V\"\nmesh = { x = 1 }\n",
+    );
+    let (code, out, err) = common::run(&["check", &f]);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        out.contains("the rule's mesh has one rank, so no flag widens it"),
+        "{out}"
+    );
+    assert!(!out.contains("--mesh-dims"), "{out}");
+}

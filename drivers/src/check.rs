@@ -52,6 +52,9 @@ pub struct RuleReport {
     /// What the rule's system decided when it elaborated it (SPEC.md
     /// §15.5): inserted casts, inferred types, chosen backwards.
     pub elaboration: Vec<String>,
+    /// The rule writes its mesh and every axis of it has one rank: nothing
+    /// on more than one rank can run, whatever the flags.
+    pub one_rank_mesh: bool,
 }
 
 /// A counterexample stored by value (SPEC.md §11.3).
@@ -466,6 +469,7 @@ pub fn check_rule(
         dialect: rule.dialect,
         pending: None,
         elaboration: rule.elaboration.clone(),
+        one_rank_mesh: one_rank_mesh(rule),
     };
     for s in stored {
         if let Some(v) = replay(rule, s) {
@@ -1203,6 +1207,7 @@ fn check_pending(rule: &Rule, p: &PendingRule, cfg: &CheckConfig, stored: &[Stor
         dialect: rule.dialect,
         pending: Some(rep),
         elaboration: rule.elaboration.clone(),
+        one_rank_mesh: one_rank_mesh(rule),
     }
 }
 
@@ -1293,7 +1298,7 @@ pub fn rule_word(rep: &RuleReport) -> String {
             }
         ),
         Verdict::Unsound { violation, .. } => format!("unsound {}", violation.property.code()),
-        Verdict::Vacuous { .. } => match crate::words::vacuous_hint(v) {
+        Verdict::Vacuous { .. } => match crate::words::vacuous_hint(v, rep.one_rank_mesh) {
             Some(r) => format!("vacuous ({r})"),
             None => "vacuous".into(),
         },
@@ -1323,4 +1328,10 @@ pub fn rule_word(rep: &RuleReport) -> String {
         w.push_str(" (replayed from the regression file)");
     }
     w
+}
+
+/// Whether a rule writes its mesh and that mesh has one rank (see
+/// `RuleReport::one_rank_mesh`).
+fn one_rank_mesh(rule: &Rule) -> bool {
+    rule.mesh_written && !rule.meshes.is_empty() && rule.meshes.iter().all(|m| m.num_ranks() == 1)
 }

@@ -67,6 +67,7 @@ pub fn check_external(
             no_grad: vec![],
         },
         meshes,
+        mesh_written: false,
         dialect,
         pending: None,
         elaboration: Vec::new(),

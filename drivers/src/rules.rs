@@ -28,6 +28,9 @@ pub struct Rule {
     pub op: TypedOp,
     /// The meshes it is checked on.
     pub meshes: Vec<Mesh>,
+    /// Whether the rule writes its mesh (`mesh = {...}`): then no flag
+    /// changes the meshes it is checked on.
+    pub mesh_written: bool,
     /// Whether a backward was declared (collectives may have none).
     pub has_backward: bool,
     /// The dialect its types were written in; reports use its names.
@@ -471,6 +474,7 @@ fn build_one(
         name: s.name.clone(),
         op,
         meshes,
+        mesh_written: s.mesh.is_some(),
         has_backward,
         dialect,
         pending: None,
@@ -645,6 +649,7 @@ fn build_pending(
         name: s.name.clone(),
         op: TypedOp::local(f, types, output),
         meshes,
+        mesh_written: s.mesh.is_some(),
         has_backward: false,
         dialect,
         pending: Some(pending),

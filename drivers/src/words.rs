@@ -41,9 +41,21 @@ pub fn verdict_word(v: &Verdict) -> String {
     }
 }
 
-/// A vacuous verdict's reason with the flag that widens the scope.
-pub fn vacuous_hint(v: &Verdict) -> Option<String> {
+/// A vacuous verdict's reason with the flag that widens the scope, where
+/// one does: on a mesh the rule writes with one rank (`one_rank_mesh`)
+/// nothing on more than one rank runs whatever the flags, and the hint
+/// says so instead.
+pub fn vacuous_hint(v: &Verdict, one_rank_mesh: bool) -> Option<String> {
     let r = v.vacuous_reason()?;
+    let multi = matches!(
+        r,
+        "no multi-rank shapes fit" | "no multi-rank case within the caps"
+    );
+    if one_rank_mesh && multi {
+        return Some(format!(
+            "{r}; the rule's mesh has one rank, so no flag widens it: write a mesh with more ranks"
+        ));
+    }
     let flag = match r {
         "every case is beyond the caps" | "no multi-rank case within the caps" => {
             "; raise --max-points or --max-free"
@@ -94,4 +106,31 @@ pub fn verdict_json(v: &Verdict) -> Value {
         "random_cases": t.random,
         "reason": v.vacuous_reason().map(String::from).or_else(|| v.undetermined_reason()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spmd_oracle::Tally;
+
+    /// The hint names a flag only where one widens the scope: not on a
+    /// one-rank mesh the rule writes (twin: the same verdict on meshes the
+    /// flags choose names them).
+    #[test]
+    fn the_vacuous_hint_names_a_flag_only_where_one_helps() {
+        let v: Verdict = Verdict::Vacuous {
+            tally: Tally {
+                cases: 3,
+                passed: 5,
+                ..Tally::new()
+            },
+        };
+        let fixed = vacuous_hint(&v, true).unwrap();
+        assert!(
+            fixed.contains("no flag widens it") && !fixed.contains("--"),
+            "{fixed}"
+        );
+        let free = vacuous_hint(&v, false).unwrap();
+        assert!(free.contains("--mesh-dims"), "{free}");
+    }
 }
