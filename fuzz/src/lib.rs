@@ -51,7 +51,8 @@ pub fn tiny_scope() -> Scope {
     }
 }
 
-/// `check`'s configuration for the tiny scope: two random cases.
+/// `check`'s configuration for the tiny scope: two random cases (none for
+/// programs: see `check_and_report`).
 pub fn tiny_config() -> CheckConfig {
     CheckConfig {
         scope: tiny_scope(),
@@ -102,10 +103,15 @@ pub fn read_rules(file: &str, text: &str) -> Result<(Vec<RuleSpec>, Vec<Rule>), 
 /// writes it to the regression file it will read next time), the rstest
 /// and the JAX / PyTorch scripts.
 pub fn check_and_report(spec: &RuleSpec, rule: &Rule, stored: &[Stored]) {
-    let cfg = match is_transcendental(rule) {
+    let mut cfg = match is_transcendental(rule) {
         true => transcendental_config(),
         false => tiny_config(),
     };
+    if matches!(rule.op.op, spmd_interp::Op::Program(_)) {
+        // A failing random case is shrunk (up to 4096 more checks): seconds
+        // for a program of several steps here.
+        cfg.cases = 0;
+    }
     // `build` refused rules beyond the tiny scope's estimate; the
     // transcendental scope has its own, smaller limit.
     let estimate = match &rule.pending {
