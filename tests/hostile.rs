@@ -521,3 +521,26 @@ fn a_reshape_whose_size_wraps_is_refused_not_built() {
         "no input shapes in scope fit",
     );
 }
+
+// ---------------------------------------------------------------------------
+// Found by the fuzz targets (fuzz/README.md); each input is also in the
+// target's seed corpus, named crash_*.
+
+#[test]
+fn a_collective_naming_an_axis_the_mesh_lacks_is_refused() {
+    // `axis=0` named no axis of {x: 4}: elaboration indexed the empty list
+    // of acting axes and panicked (fuzz target job).
+    let d = dir("axis-name");
+    let job = br#"{"dialect": "jax", "mesh": {"x": 4}, "forward": "ltp_sil(axis=0, =Fal",
+        "inputs": [{"type": "Varying", "per_rank": [[1], [2], [3], [4]]}]}"#;
+    let f = write(&d.join("job.json"), job);
+    refused(&["run", &f], "`0` is not an axis of the mesh (its axes: x)");
+    // The same through JAX's own collectives and a rule file.
+    let job = br#"{"dialect": "jax", "mesh": {"x": 2}, "forward": "pcast(axis=zz, to='varying')",
+        "inputs": [{"type": "Invariant", "per_rank": [[1], [1]]}]}"#;
+    let f = write(&d.join("pcast.json"), job);
+    refused(&["run", &f], "`zz` is not an axis");
+    let rule = b"[[rule]]\nname = \"r\"\ndialect = \"jax\"\nforward = \"psum(axes=[x, y])\"\ninputs = [\"Varying\"]\noutput = \"Invariant\"\n";
+    let f = write(&d.join("r.toml"), rule);
+    refused(&["check", &f], "`y` is not an axis");
+}

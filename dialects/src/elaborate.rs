@@ -842,8 +842,14 @@ pub fn call_args(call: &str) -> Vec<String> {
 }
 
 /// The mesh axes a call acts on: those it names (`axis=x`, `axes=[x, y]`),
-/// else every axis in `from`, else every axis.
-pub fn acting_axes(call: &str, t: &Type, axes: &[String], from: &[State]) -> Vec<usize> {
+/// else every axis in `from`, else every axis. Never empty: a name that is
+/// not an axis of the mesh, or a type of no axis, is an error.
+pub fn acting_axes(
+    call: &str,
+    t: &Type,
+    axes: &[String],
+    from: &[State],
+) -> Result<Vec<usize>, String> {
     for a in call_args(call) {
         if let Some((k, v)) = a.split_once('=') {
             if matches!(k.trim(), "axis" | "axes" | "axis_name") {
@@ -853,20 +859,33 @@ pub fn acting_axes(call: &str, t: &Type, axes: &[String], from: &[State]) -> Vec
                     .map(|n| n.trim().trim_matches(|c| c == '\'' || c == '"').to_string())
                     .filter(|n| !n.is_empty())
                     .collect();
-                return (0..axes.len())
+                if let Some(n) = names.iter().find(|n| !axes.contains(n)) {
+                    return Err(format!(
+                        "`{call}`: `{n}` is not an axis of the mesh (its axes: {})",
+                        axes.join(", ")
+                    ));
+                }
+                let at: Vec<usize> = (0..axes.len().min(t.states.len()))
                     .filter(|&i| names.contains(&axes[i]))
                     .collect();
+                if at.is_empty() {
+                    return Err(format!("`{call}`: `{}` names no axis", a.trim()));
+                }
+                return Ok(at);
             }
         }
+    }
+    if t.states.is_empty() {
+        return Err(format!("`{call}`: the input's type has no mesh axis"));
     }
     let some: Vec<usize> = (0..t.states.len())
         .filter(|&i| from.contains(&t.states[i]))
         .collect();
-    if some.is_empty() {
+    Ok(if some.is_empty() {
         (0..t.states.len()).collect()
     } else {
         some
-    }
+    })
 }
 
 /// A system's reading of a collective from its table: the rows with this
@@ -896,7 +915,7 @@ pub fn collective_by_table(
         .filter(|r| base_name(&r.forward) == name)
         .filter_map(|r| states(r).map(|s| s.0))
         .collect();
-    let at = acting_axes(call, t, axes, &from);
+    let at = acting_axes(call, t, axes, &from)?;
     let src = t.states[at[0]];
     if at.iter().any(|&a| t.states[a] != src) {
         return Err(format!(

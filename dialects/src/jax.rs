@@ -612,7 +612,7 @@ pub fn collective(
     if !varying_family.contains(&name) && name != "pcast" && name != PVARY {
         return collective_by_table(&SYSTEM, call, t, axes, want);
     }
-    let at = acting_axes(call, t, axes, &[Varying, Invariant, Partial, Reduced]);
+    let at = acting_axes(call, t, axes, &[Varying, Invariant, Partial, Reduced])?;
     let named = |a: usize| -> String {
         if axes.len() == 1 {
             String::new()
