@@ -18,7 +18,7 @@ fuzz_target!(|data: &[u8]| {
         };
         docs.push((format!("part{i}.json"), v));
     }
-    let Ok(merged) = partition::merge(&docs) else {
+    let Ok(merged) = partition::merge(&docs, spmd_drivers::generated::ASSEMBLE) else {
         return;
     };
     let command = partition::command_of(&docs[0].1).unwrap_or("");

@@ -115,9 +115,9 @@ pub fn check_and_report(spec: &RuleSpec, rule: &Rule, stored: &[Stored]) {
     // `build` refused rules beyond the tiny scope's estimate; the
     // transcendental scope has its own, smaller limit.
     let estimate = match &rule.pending {
-        Some(p) => spmd_drivers::check::pending_estimate(
+        Some(p) => spmd_drivers::rules::pending_estimate(
             p,
-            &spmd_drivers::check::pending_scope(&cfg.scope, p.ranks),
+            &spmd_drivers::rules::pending_scope(&cfg.scope, p.ranks),
         ),
         None => spmd_drivers::run::estimate(&rule.op, &cfg.scope),
     };
