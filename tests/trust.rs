@@ -633,3 +633,30 @@ fn a_written_one_rank_mesh_names_no_flag() {
     );
     assert!(!out.contains("--mesh-dims"), "{out}");
 }
+
+/// `assert_rules_sound` names every rule that is not sound, not only the
+/// first, and the sound rule between them is not named; a file whose rules
+/// are all sound does not panic (the twin).
+#[test]
+fn assert_rules_sound_reports_every_failing_rule() {
+    let f = rules(
+        "libmany",
+        "[[rule]]\nname = \"pp\"\nop = \"mul\"\ninputs = [\"P\", \"P\"]\noutput = \"P\"\n\n\
+         [[rule]]\nname = \"ok\"\nop = \"add\"\ninputs = [\"V\", \"V\"]\noutput = \"V\"\n\n\
+         [[rule]]\nname = \"vi\"\nop = \"add\"\ninputs = [\"V\", \"V\"]\noutput = \"I\"\n",
+    );
+    let _ = std::fs::remove_file(format!("{f}.regressions.json"));
+    let e = std::panic::catch_unwind(|| spmd_check::check::assert_rules_sound(&f)).unwrap_err();
+    let msg = e.downcast_ref::<String>().cloned().unwrap_or_default();
+    assert!(msg.starts_with("2 of 3 rules of"), "{msg}");
+    assert!(
+        msg.contains("rule `pp`") && msg.contains("rule `vi`"),
+        "{msg}"
+    );
+    assert!(!msg.contains("rule `ok`"), "{msg}");
+    let g = rules(
+        "libsound",
+        "[[rule]]\nname = \"ok\"\nop = \"add\"\ninputs = [\"V\", \"V\"]\noutput = \"V\"\n",
+    );
+    spmd_check::check::assert_rules_sound(&g);
+}

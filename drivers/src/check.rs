@@ -563,41 +563,46 @@ fn library_config() -> CheckConfig {
 
 #[track_caller]
 fn assert_report(rule: &Rule, r: &RuleReport) {
+    if let Some(why) = not_sound(rule, r) {
+        panic!("{why}");
+    }
+}
+
+/// Why a rule's report is not sound, as the assertions say it: its
+/// verdict in words and the counterexample; `None` when it is sound.
+fn not_sound(rule: &Rule, r: &RuleReport) -> Option<String> {
     if let Some(p) = &r.pending {
-        assert!(
-            p.verdict.is_sound(),
-            "rule `{}` is {}\n{}",
-            rule.name,
-            p.word(),
-            p.report(rule.dialect)
-        );
-        return;
+        return (!p.verdict.is_sound()).then(|| {
+            format!(
+                "rule `{}` is {}\n{}",
+                rule.name,
+                p.word(),
+                p.report(rule.dialect)
+            )
+        });
     }
     if let Some(v) = r.verdict.violation() {
-        panic!(
+        return Some(format!(
             "rule `{}` is {}:\n{}",
             rule.name,
             rule_word(r),
             v.report_in(rule.dialect)
-        );
+        ));
     }
-    assert!(
-        r.verdict.is_sound(),
-        "rule `{}` is {}",
-        rule.name,
-        rule_word(r)
-    );
+    (!r.verdict.is_sound()).then(|| format!("rule `{}` is {}", rule.name, rule_word(r)))
 }
 
 /// Every rule of a rule file must be sound. As `spmd-check check` does,
-/// the counterexamples saved beside the file are replayed first and a new
-/// one is saved there (`FILE.regressions.json`) before the panic.
+/// the counterexamples saved beside the file are replayed first and new
+/// ones are saved there (`FILE.regressions.json`) before the panic, which
+/// names every rule that is not sound, not only the first.
 #[track_caller]
 pub fn assert_rules_sound(path: &str) {
     let rules = crate::rules::load(path, &spmd_generators::Scope::default())
         .unwrap_or_else(|e| panic!("{e}"));
     let rpath = regression_path(path);
     let mut regs = load_regressions(&rpath).unwrap_or_else(|e| panic!("{e}"));
+    let mut failures = Vec::new();
     for r in &rules {
         let stored = regs.get(&r.name).cloned().unwrap_or_default();
         let rep = check_rule(r, &library_config(), &stored, &|_| {});
@@ -612,7 +617,15 @@ pub fn assert_rules_sound(path: &str) {
                 let _ = save_regressions(&rpath, &regs);
             }
         }
-        assert_report(r, &rep);
+        failures.extend(not_sound(r, &rep));
+    }
+    if !failures.is_empty() {
+        panic!(
+            "{} of {} rules of {path} are not sound:\n\n{}",
+            failures.len(),
+            rules.len(),
+            failures.join("\n\n")
+        );
     }
 }
 
