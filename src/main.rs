@@ -756,6 +756,29 @@ fn run() -> Result<ExitCode, UsageError> {
                 if let Some((text, _, _)) = &pending {
                     print!("{text}");
                 }
+                // One summary line, last (issue 26).
+                let sound = results.iter().filter(|r| r.verdict.is_sound()).count();
+                let ok = !wrong && code == ExitCode::SUCCESS;
+                println!(
+                    "\nconform: {} seed rules ({sound} sound, {} not), {} collective pairs, {} JVP rules, {} FSDP strategies, {} programs, generated programs of {} systems{}; {}",
+                    results.len(),
+                    results.len() - sound,
+                    pairs.len(),
+                    jvps.len(),
+                    fsdp.len(),
+                    progs.len(),
+                    generated.len(),
+                    match &pending {
+                        Some((_, _, true)) => ", pending kinds as pinned",
+                        Some((_, _, false)) => ", pending kinds NOT as pinned",
+                        None => "",
+                    },
+                    if ok {
+                        "every twin rejected and every result as expected (exit 0)"
+                    } else {
+                        "NOT as expected (exit 1)"
+                    }
+                );
             }
             Ok(if wrong { ExitCode::from(1) } else { code })
         }

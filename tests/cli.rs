@@ -87,3 +87,21 @@ fn readme_counterexample_is_current() {
         "README shows\n{shown}\nbut derive mul prints\n{out}"
     );
 }
+
+/// `conform` ends with one summary line (issue 26): what was checked and
+/// whether everything came out as expected, matching its exit code. Twin:
+/// with `--json` there is no such line (the JSON document is the output).
+#[test]
+fn conform_ends_with_one_summary_line() {
+    let (code, out, err) = run(&["conform"]);
+    assert_eq!(code, 0, "{err}");
+    let last = out.lines().last().unwrap();
+    assert!(last.starts_with("conform: 53 seed rules ("), "{last}");
+    assert!(
+        last.ends_with("every twin rejected and every result as expected (exit 0)"),
+        "{last}"
+    );
+    let (_, json, _) = run(&["conform", "--json"]);
+    assert!(!json.contains("\nconform: "));
+    assert!(serde_json::from_str::<serde_json::Value>(&json).is_ok());
+}
