@@ -106,7 +106,16 @@ fuzz_target!(|data: &[u8]| {
     for cases in regs.values() {
         for s in cases {
             for (_, rule) in rules {
-                let _ = check::replay(rule, s);
+                let t = std::time::Instant::now();
+                let found = check::replay(rule, s).is_some();
+                spmd_fuzz::show(|| {
+                    format!(
+                        "replay on \"{}\": {} ({:.2} s)",
+                        rule.name,
+                        if found { "fails" } else { "passes or does not fit" },
+                        t.elapsed().as_secs_f64()
+                    )
+                });
             }
         }
     }

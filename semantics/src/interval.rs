@@ -8,6 +8,9 @@
 //! explicit bound on the remainder, never from floats.
 
 use crate::q::Q;
+use num_bigint::BigInt;
+use num_integer::Integer;
+use num_traits::{One, Signed, Zero};
 use std::cmp::Ordering;
 
 trait Positive {
@@ -46,6 +49,7 @@ enum Fun {
     Exp,
     Sqrt,
     Log,
+    Pi,
 }
 
 /// The most entries the memo keeps; it is emptied when full.
@@ -165,12 +169,122 @@ impl Iv {
     }
 }
 
-/// |y|^(n+1) / (n+1)! for the remainder bounds of the series below.
-fn tail(y: &Q, n: u32) -> Q {
-    let mut t = Q::one();
-    let a = y.abs();
+/// An enclosure in fixed point, for the series below: the value lies in
+/// [lo, hi] · 2^-bits. Every operation rounds outward to whole units, so
+/// the integers keep about `bits` bits plus the value's own, whatever the
+/// size of the series' argument; exact rational terms grew with every
+/// power of it (sin 1000, or the log of a stored case's e^1000, took
+/// minutes), and rounding rationals pays a gcd per step.
+#[derive(Clone, Debug)]
+struct Fx {
+    lo: BigInt,
+    hi: BigInt,
+    bits: u32,
+}
+
+fn ceil_div(a: &BigInt, b: &BigInt) -> BigInt {
+    -((-a).div_floor(b))
+}
+
+impl Fx {
+    fn unit(bits: u32) -> BigInt {
+        BigInt::one() << bits
+    }
+    fn zero(bits: u32) -> Fx {
+        Fx {
+            lo: BigInt::zero(),
+            hi: BigInt::zero(),
+            bits,
+        }
+    }
+    fn one(bits: u32) -> Fx {
+        let u = Fx::unit(bits);
+        Fx {
+            lo: u.clone(),
+            hi: u,
+            bits,
+        }
+    }
+    fn of(q: &Q, bits: u32) -> Fx {
+        let (n, d) = q.parts();
+        let s = n << bits;
+        Fx {
+            lo: s.div_floor(&d),
+            hi: ceil_div(&s, &d),
+            bits,
+        }
+    }
+    fn add(&self, o: &Fx) -> Fx {
+        Fx {
+            lo: &self.lo + &o.lo,
+            hi: &self.hi + &o.hi,
+            bits: self.bits,
+        }
+    }
+    fn sub(&self, o: &Fx) -> Fx {
+        Fx {
+            lo: &self.lo - &o.hi,
+            hi: &self.hi - &o.lo,
+            bits: self.bits,
+        }
+    }
+    /// Times the rational a / b, b > 0.
+    fn mul_frac(&self, a: i64, b: i64) -> Fx {
+        let (a, b) = (BigInt::from(a), BigInt::from(b));
+        let (x, y) = if a.is_negative() {
+            (&self.hi, &self.lo)
+        } else {
+            (&self.lo, &self.hi)
+        };
+        Fx {
+            lo: (x * &a).div_floor(&b),
+            hi: ceil_div(&(y * &a), &b),
+            bits: self.bits,
+        }
+    }
+    /// Times another enclosure at the same precision.
+    fn mul(&self, o: &Fx) -> Fx {
+        let c = [
+            &self.lo * &o.lo,
+            &self.lo * &o.hi,
+            &self.hi * &o.lo,
+            &self.hi * &o.hi,
+        ];
+        let u = Fx::unit(self.bits);
+        Fx {
+            lo: c.iter().min().expect("four").div_floor(&u),
+            hi: ceil_div(c.iter().max().expect("four"), &u),
+            bits: self.bits,
+        }
+    }
+    /// The largest |member|, in units.
+    fn max_abs(&self) -> BigInt {
+        std::cmp::max(self.lo.abs(), self.hi.abs())
+    }
+    /// Widened by `e` units either side.
+    fn widen(&self, e: &BigInt) -> Fx {
+        Fx {
+            lo: &self.lo - e,
+            hi: &self.hi + e,
+            bits: self.bits,
+        }
+    }
+    fn iv(&self) -> Iv {
+        let u = Fx::unit(self.bits);
+        Iv {
+            lo: Q::from_parts(self.lo.clone(), u.clone()),
+            hi: Q::from_parts(self.hi.clone(), u),
+        }
+    }
+}
+
+/// An upper bound of |y|^(n+1) / (n+1)!, in units of 2^-bits, where `a`
+/// (in units) bounds |y|: the remainders of the series below.
+fn tail(a: &BigInt, n: u32, bits: u32) -> BigInt {
+    let u = Fx::unit(bits);
+    let mut t = u.clone();
     for k in 1..=n + 1 {
-        t = t.mul(&a).div(&Q::int(k as i64)).expect("k > 0");
+        t = ceil_div(&(t * a), &(&u * BigInt::from(k)));
     }
     t
 }
@@ -199,24 +313,24 @@ fn exp_series(q: &Q, bits: u32) -> Iv {
     }
     let wb = bits + 2 * k + 8;
     let n = terms(wb);
-    let mut s = Q::zero();
-    let mut t = Q::one();
+    // The terms in fixed point 16 bits finer: n + 1 outward roundings
+    // widen the sum by less than the remainder below.
+    let rb = wb + 16;
+    let yf = Fx::of(&y, rb);
+    let mut s = Fx::zero(rb);
+    let mut t = Fx::one(rb);
     for j in 0..=n {
         s = s.add(&t);
-        t = t.mul(&y).div(&Q::int(j as i64 + 1)).expect("j+1>0");
+        t = t.mul(&yf).mul_frac(1, j as i64 + 1);
     }
-    // The terms are exact; the remainder of e^y after n+1 terms is at most
-    // 2 |y|^(n+1)/(n+1)! (|y| <= 1/2, so e^|y| < 2).
-    let err = tail(&y, n).mul(&Q::int(2));
-    let mut iv = Iv {
-        lo: s.sub(&err),
-        hi: s.add(&err),
-    }
-    .round(wb);
+    // The remainder of e^y after n+1 terms is at most 2 |y|^(n+1)/(n+1)!
+    // (|y| <= 1/2, so e^|y| < 2).
+    let err = tail(&yf.max_abs(), n, rb) * 2;
+    let mut f = s.widen(&err);
     for _ in 0..k {
-        iv = iv.mul(&iv).round(wb);
+        f = f.mul(&f);
     }
-    iv.round(bits)
+    f.iv().round(bits)
 }
 
 /// √r for rational r >= 0, by bisection on multiples of 2^-bits.
@@ -279,40 +393,85 @@ fn log_reduced(m: &Q, bits: u32) -> Iv {
         .sub(&Q::one())
         .div(&m.add(&Q::one()))
         .expect("m > 0, so m + 1 > 0");
-    let z2 = z.mul(&z);
     let n = bits / 3 + 4;
-    let mut s = Q::zero();
-    let mut p = z.clone();
+    // The terms in fixed point, as in `exp_series`.
+    let rb = bits + 16;
+    let zf = Fx::of(&z, rb);
+    let z2 = zf.mul(&zf);
+    let mut s = Fx::zero(rb);
+    let mut p = zf;
     for j in 0..n {
-        s = s.add(&p.div(&Q::int(2 * j as i64 + 1)).expect("odd"));
+        s = s.add(&p.mul_frac(1, 2 * j as i64 + 1));
         p = p.mul(&z2);
     }
-    // The terms are exact; the remainder is
-    // Σ_{j>=n} |z|^(2j+1)/(2j+1) <= |z|^(2n+1) / (1 - z^2), and p = z^(2n+1).
-    let err = p.abs().div(&Q::one().sub(&z2)).expect("|z| < 1");
-    Iv {
-        lo: s.sub(&err).mul(&two_q()),
-        hi: s.add(&err).mul(&two_q()),
-    }
-    .round(bits)
+    // The remainder is Σ_{j>=n} |z|^(2j+1)/(2j+1) <= |z|^(2n+1) / (1 - z^2);
+    // p encloses z^(2n+1) and z2 encloses z^2 <= 1/9.
+    let u = Fx::unit(rb);
+    let err = ceil_div(&(p.max_abs() * &u), &(&u - &z2.hi));
+    s.widen(&err).mul_frac(2, 1).iv().round(bits)
 }
 
-fn two_q() -> Q {
-    Q::int(2)
-}
-
-/// sin q and cos q by their Taylor series, with the Lagrange remainder
-/// |q|^(n+1)/(n+1)!.
+/// sin q and cos q: q is reduced by a multiple of 2π to r with |r| <= 4,
+/// then summed as a Taylor series with the Lagrange remainder
+/// |r|^(n+1)/(n+1)!. Without the reduction the series of sin 1000 has
+/// ~2,700 terms of thousands of bits (minutes per call).
 pub fn sin_cos(q: &Q, bits: u32) -> (Iv, Iv) {
     let wb = bits + 16;
-    let mut n = terms(wb);
-    // Enough terms that |q|^(n+1)/(n+1)! < 2^-wb.
-    let eps = Q::one().div(&pow2(wb)).expect("pow");
-    while tail(q, n) > eps && n < 4096 {
-        n += 8;
+    let unit = Iv {
+        lo: Q::int(-1),
+        hi: Q::one(),
+    };
+    if q.abs() > Q::int(1 << 20) {
+        // Callers stop at |q| <= 1024 (`expoly::MAX_ENCLOSED_ARG`); [-1, 1]
+        // holds both.
+        return (unit.clone(), unit);
     }
-    let (mut s, mut c) = (Q::zero(), Q::zero());
-    let mut t = Q::one();
+    // r = q - 2πk, enclosed with π at enough bits that r's radius stays
+    // below 2^-(wb+8); sin and cos move by at most |r - m| from the
+    // midpoint m, so the series is summed at m and widened by the radius.
+    let (m, rad) = if q.abs() <= Q::int(4) {
+        (q.clone(), Q::zero())
+    } else {
+        let two_pi = pi_to(wb + 40).mul(&Iv::point(Q::int(2)));
+        let k = q
+            .div(&two_pi.lo)
+            .expect("2π > 0")
+            .add(&Q::frac(1, 2))
+            .floor();
+        let r = Iv::point(q.clone()).sub(&two_pi.mul(&Iv::point(k)));
+        let m = down(&r.lo.add(&r.hi).mul(&Q::frac(1, 2)), wb + 40);
+        let rad = std::cmp::max(r.hi.sub(&m), m.sub(&r.lo));
+        (m, rad)
+    };
+    let (s, c) = sin_cos_series(&m, wb);
+    let widen = |v: Iv| {
+        Iv {
+            lo: v.lo.sub(&rad),
+            hi: v.hi.add(&rad),
+        }
+        .round(bits)
+    };
+    (widen(s), widen(c))
+}
+
+/// sin and cos of a small rational (|r| <= 4 + 2^-40) at about `wb` bits.
+fn sin_cos_series(r: &Q, wb: u32) -> (Iv, Iv) {
+    // The terms in fixed point, as in `exp_series`; they stay below
+    // e^4 < 2^6.
+    let rb = wb + 24;
+    let rf = Fx::of(r, rb);
+    // Enough terms that the remainder |r|^(n+1)/(n+1)! is below 2^-wb, at
+    // most 4096: one pass over upper bounds of the terms, in units.
+    let (a, u) = (rf.max_abs(), Fx::unit(rb));
+    let eps = Fx::unit(rb - wb);
+    let mut n = 0u32;
+    let mut err = a.clone();
+    while n < 4096 && (n < terms(wb) || err > eps) {
+        n += 1;
+        err = ceil_div(&(err * &a), &(&u * BigInt::from(n + 1)));
+    }
+    let (mut s, mut c) = (Fx::zero(rb), Fx::zero(rb));
+    let mut t = Fx::one(rb);
     for j in 0..=n {
         match j % 4 {
             0 => c = c.add(&t),
@@ -320,17 +479,48 @@ pub fn sin_cos(q: &Q, bits: u32) -> (Iv, Iv) {
             2 => c = c.sub(&t),
             _ => s = s.sub(&t),
         }
-        t = t.mul(q).div(&Q::int(j as i64 + 1)).expect("j+1>0");
+        t = t.mul(&rf).mul_frac(1, j as i64 + 1);
     }
-    let err = tail(q, n);
-    let iv = |v: Q| {
-        Iv {
-            lo: v.sub(&err),
-            hi: v.add(&err),
+    (s.widen(&err).iv(), c.widen(&err).iv())
+}
+
+/// π at `bits` of precision, by Machin's formula
+/// π = 16 atan(1/5) - 4 atan(1/239).
+fn pi_to(bits: u32) -> Iv {
+    memo(Fun::Pi, &Q::zero(), bits, || {
+        let rb = bits + 16;
+        let a = atan_inv(5, rb).mul_frac(16, 1);
+        let b = atan_inv(239, rb).mul_frac(4, 1);
+        a.sub(&b).iv().round(bits)
+    })
+}
+
+/// atan(1/x) for an integer x >= 2, in fixed point: the alternating series
+/// Σ (-1)^j / ((2j+1) x^(2j+1)), whose remainder is at most its first
+/// omitted term.
+fn atan_inv(x: i64, bits: u32) -> Fx {
+    let u = Fx::unit(bits);
+    let x2 = BigInt::from(x) * BigInt::from(x);
+    let mut s = Fx::zero(bits);
+    // x^(2j+1)
+    let mut p = BigInt::from(x);
+    let mut j = 0i64;
+    loop {
+        let d = &p * BigInt::from(2 * j + 1);
+        let t = Fx {
+            lo: u.div_floor(&d),
+            hi: ceil_div(&u, &d),
+            bits,
+        };
+        s = if j % 2 == 0 { s.add(&t) } else { s.sub(&t) };
+        p *= &x2;
+        j += 1;
+        // The next term, rounded up; below one unit the sum is done.
+        let next = ceil_div(&u, &(&p * BigInt::from(2 * j + 1)));
+        if next <= BigInt::one() {
+            return s.widen(&next);
         }
-        .round(bits)
-    };
-    (iv(s), iv(c))
+    }
 }
 
 /// π, from its first 40 decimal digits (the enclosure is proved by the
@@ -418,6 +608,53 @@ mod tests {
             "0.4621171572600097585",
             "0.4621171572600097586"
         ));
+    }
+
+    #[test]
+    fn large_or_long_arguments_take_bounded_time() {
+        // sin 1000 summed ~2,700 exact terms of growing size (minutes); the
+        // terms are now rounded, and the enclosure still holds the value:
+        // sin 1000 = 0.82687954053200256025588..., cos 1000 = 0.56237907629070299107...
+        let (s, c) = sin_cos(&Q::int(1000), 96);
+        assert!(contains(
+            &s,
+            "0.826879540532002560255",
+            "0.826879540532002560256"
+        ));
+        assert!(contains(
+            &c,
+            "0.562379076290702991078",
+            "0.562379076290702991079"
+        ));
+        // log of a rational of 2,500-bit numerator (log(1 + e^1000) in a
+        // stored case took minutes): log((2^2500 + 1) / 2^1000) is
+        // 1500 log 2 + 2^-2500.
+        let big = pow2(2500).add(&Q::one()).div(&pow2(1000)).unwrap();
+        let l = log(&big, 1024);
+        let l2 = log(&Q::int(2), 1024 + 16);
+        let want = Iv {
+            lo: l2.lo.mul(&Q::int(1500)),
+            hi: l2.hi.mul(&Q::int(1500)),
+        };
+        assert!(!l.disjoint(&want), "{l:?}");
+        assert!(l.hi.sub(&l.lo) < Q::one().div(&pow2(1000)).unwrap());
+        // e^q for q of a 1000-digit denominator: 1 + q + ..., narrow.
+        let q = Q::parse(&format!("1/{}", "7".repeat(1000))).unwrap();
+        let e = exp(&q, 1024);
+        assert!(e.hi > Q::one() && e.lo <= Q::one().add(&q));
+        assert!(e.hi.sub(&e.lo) < Q::one().div(&pow2(1000)).unwrap());
+    }
+
+    #[test]
+    fn pi_to_any_precision_sits_inside_its_digits() {
+        let p = pi_to(200);
+        let d = pi();
+        assert!(p.lo >= d.lo && p.hi <= d.hi, "{p:?}");
+        let p = pi_to(1024);
+        assert!(p.hi.sub(&p.lo) < Q::one().div(&pow2(1020)).unwrap());
+        assert!(p.lo >= d.lo && p.hi <= d.hi);
+        // The negative twin: an enclosure of π misses 22/7.
+        assert!(p.hi < Q::frac(22, 7));
     }
 
     #[test]

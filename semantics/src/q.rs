@@ -55,6 +55,17 @@ impl Q {
             Q::Big(b) => (**b).clone(),
         }
     }
+    /// Numerator and (positive) denominator, in lowest terms.
+    pub(crate) fn parts(&self) -> (BigInt, BigInt) {
+        match self {
+            Q::Small(r) => (BigInt::from(*r.numer()), BigInt::from(*r.denom())),
+            Q::Big(b) => (b.numer().clone(), b.denom().clone()),
+        }
+    }
+    /// `n / d`, `d` nonzero, reduced.
+    pub(crate) fn from_parts(n: BigInt, d: BigInt) -> Q {
+        Q::from_big(BigRational::new(n, d))
+    }
     fn from_big(b: BigRational) -> Q {
         match (b.numer().to_i64(), b.denom().to_i64()) {
             (Some(n), Some(d)) => Q::Small(Ratio::new_raw(n, d)),
