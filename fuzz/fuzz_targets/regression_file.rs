@@ -78,7 +78,7 @@ fn rules() -> &'static [Built] {
                 let built = spmd_drivers::rules::build(
                     file,
                     text,
-                    &[spec.clone()],
+                    std::slice::from_ref(&spec),
                     &spmd_fuzz::tiny_scope(),
                 );
                 if let Ok(mut rule) = built {
@@ -112,7 +112,11 @@ fuzz_target!(|data: &[u8]| {
                     format!(
                         "replay on \"{}\": {} ({:.2} s)",
                         rule.name,
-                        if found { "fails" } else { "passes or does not fit" },
+                        if found {
+                            "fails"
+                        } else {
+                            "passes or does not fit"
+                        },
                         t.elapsed().as_secs_f64()
                     )
                 });
