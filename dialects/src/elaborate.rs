@@ -861,7 +861,8 @@ pub fn acting_axes(
                     .collect();
                 if let Some(n) = names.iter().find(|n| !axes.contains(n)) {
                     return Err(format!(
-                        "`{call}`: `{n}` is not an axis of the mesh (its axes: {})",
+                        "`{call}`: `{n}` is not an axis of the mesh{} (its axes: {})",
+                        spmd_semantics::names::did_you_mean(n, axes.iter().map(|a| a.as_str())),
                         axes.join(", ")
                     ));
                 }

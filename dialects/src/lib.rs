@@ -221,7 +221,11 @@ pub fn system(name: &str) -> Result<&'static System, String> {
         .find(|s| s.name == name)
         .ok_or_else(|| {
             format!(
-                "unknown dialect `{name}` (expected one of: {})",
+                "unknown dialect `{name}`{} (expected one of: {})",
+                spmd_semantics::names::did_you_mean(
+                    name,
+                    SYSTEMS.iter().chain(READINGS).map(|s| s.name)
+                ),
                 SYSTEMS
                     .iter()
                     .chain(READINGS)

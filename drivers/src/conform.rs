@@ -133,7 +133,8 @@ pub fn rows(system: Option<&str>) -> Result<Vec<&'static SeedRule>, UsageError> 
     if let Some(s) = system {
         if !SYSTEMS.contains(&s) {
             return Err(UsageError(format!(
-                "unknown dialect `{s}` (expected one of: {})",
+                "unknown dialect `{s}`{} (expected one of: {})",
+                spmd_semantics::names::did_you_mean(s, SYSTEMS.iter().copied()),
                 SYSTEMS.join(", ")
             )));
         }

@@ -379,7 +379,8 @@ pub fn collective_typed(
                 "`axis_index` takes no operand: give each rank's index as a Varying input's per-rank values instead".to_string()
             }
             _ => format!(
-                "unknown collective `{name}` (known: {})",
+                "unknown collective `{name}`{} (known: {})",
+                spmd_semantics::names::did_you_mean(name, NAMES.iter().map(|n| n.0)),
                 NAMES.iter().map(|n| n.0).collect::<Vec<_>>().join(", ")
             ),
         })?;
@@ -462,10 +463,15 @@ pub fn collective_typed(
         Some(names) => {
             let mut v = Vec::new();
             for n in names {
-                let i = axis_names
-                    .iter()
-                    .position(|x| x == n)
-                    .ok_or_else(|| format!("{name}: no mesh axis `{n}`"))?;
+                let i = axis_names.iter().position(|x| x == n).ok_or_else(|| {
+                    format!(
+                        "{name}: no mesh axis `{n}`{}",
+                        spmd_semantics::names::did_you_mean(
+                            n,
+                            axis_names.iter().map(|a| a.as_str())
+                        )
+                    )
+                })?;
                 if v.contains(&i) {
                     return Err(format!("{name}: mesh axis `{n}` named twice"));
                 }

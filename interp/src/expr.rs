@@ -761,7 +761,8 @@ impl Parser {
                 return Err(ParseError {
                     column: col,
                     message: format!(
-                        "unknown function `{name}` (known: {})",
+                        "unknown function `{name}`{} (known: {})",
+                        spmd_semantics::names::did_you_mean(name, FUNCTIONS.iter().copied()),
                         FUNCTIONS.join(", ")
                     ),
                 })
@@ -1003,7 +1004,8 @@ pub fn parse_with_vars(src: &str, order: &[String]) -> Result<LocalFn, ParseErro
                 return Err(ParseError {
                     column,
                     message: format!(
-                        "unknown variable `{v}` (the inputs are {})",
+                        "unknown variable `{v}`{} (the inputs are {})",
+                        spmd_semantics::names::did_you_mean(v, order.iter().map(|s| s.as_str())),
                         order.join(", ")
                     ),
                 });

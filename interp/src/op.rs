@@ -800,7 +800,8 @@ pub fn builtin(name: &str) -> Result<LocalFn, String> {
             Ok(f)
         }
         None => Err(format!(
-            "unknown op `{name}` (built-in ops: {}; or use --expr)",
+            "unknown op `{name}`{} (built-in ops: {}; or use --expr)",
+            spmd_semantics::names::did_you_mean(name, BUILTINS.iter().map(|b| b.0)),
             BUILTINS.iter().map(|b| b.0).collect::<Vec<_>>().join(", ")
         )),
     }

@@ -5,6 +5,7 @@
 pub mod expoly;
 pub mod interval;
 pub mod mesh;
+pub mod names;
 pub mod pending;
 pub mod perrank;
 pub mod property;

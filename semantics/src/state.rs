@@ -143,7 +143,12 @@ impl Dialect {
             .iter()
             .copied()
             .find(|d| d.name() == s)
-            .ok_or_else(|| format!("unknown dialect `{s}` (expected one of: canonical, spmd_types, jax, dtensor, nabla)"))
+            .ok_or_else(|| {
+                format!(
+                    "unknown dialect `{s}`{} (expected one of: canonical, spmd_types, jax, dtensor, nabla)",
+                    crate::names::did_you_mean(s, ALL_DIALECTS.iter().map(|d| d.name()))
+                )
+            })
     }
     fn column(self) -> usize {
         ALL_DIALECTS
@@ -193,9 +198,20 @@ impl Dialect {
             .iter()
             .filter_map(|(_, n)| n[self.column()])
             .collect();
+        // A near name of this dialect, else this dialect's name of the state
+        // whose long name is near (`Vary` in spmd_types: `V`).
+        let near = crate::names::closest(t, known.iter().copied()).or_else(|| {
+            let long = ["Invariant", "Varying", "Partial", "Reduced"];
+            let k = long
+                .iter()
+                .position(|&l| crate::names::closest(t, long) == Some(l))?;
+            self.state_name(ALL_STATES[k])
+        });
         let mut msg = format!(
-            "`{t}` is not a state of dialect {} (expected one of: {})",
+            "`{t}` is not a state of dialect {}{} (expected one of: {})",
             self.name(),
+            near.map(|n| format!("; did you mean `{n}`?"))
+                .unwrap_or_default(),
             known.join(", ")
         );
         // Point at the famous trap: the same word in another dialect.

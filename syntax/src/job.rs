@@ -162,7 +162,7 @@ pub fn parse_job(file: &str, text: &str) -> Result<Job, UsageError> {
     if text.trim_start().starts_with('{') {
         serde_json::from_str(text).map_err(|e| {
             let msg = e.to_string();
-            let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+            let msg = crate::with_suggestion(msg.split(" at line ").next().unwrap_or(&msg));
             UsageError(format!("{file}:{}:{}: {msg}", e.line(), e.column()))
         })
     } else {
@@ -174,8 +174,12 @@ pub fn parse_job(file: &str, text: &str) -> Result<Job, UsageError> {
             UsageError(format!("{at}: {}", one_line(&e.message())))
         })?;
         floats_as_text(doc.as_item_mut());
-        toml::from_str(&doc.to_string())
-            .map_err(|e| UsageError(format!("{file}: {}", one_line(&e.message()))))
+        toml::from_str(&doc.to_string()).map_err(|e| {
+            UsageError(format!(
+                "{file}: {}",
+                crate::with_suggestion(&one_line(&e.message()))
+            ))
+        })
     }
 }
 

@@ -169,7 +169,7 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<RuleSpec>, UsageError> {
                 "{file}:{}:{}: {}",
                 e.line(),
                 e.column(),
-                first_line(&e.to_string())
+                crate::with_suggestion(&first_line(&e.to_string()))
             ))
         })?;
         check_list(file, text, f.rule)
@@ -179,7 +179,10 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<RuleSpec>, UsageError> {
                 .span()
                 .map(|s| locate(file, text, s.start))
                 .unwrap_or_else(|| file.to_string());
-            UsageError(format!("{at}: {}", first_line(e.message())))
+            UsageError(format!(
+                "{at}: {}",
+                crate::with_suggestion(&first_line(e.message()))
+            ))
         })?;
         check_list(file, text, f.rule)
     }
