@@ -1357,7 +1357,7 @@ fn main() -> ExitCode {
         }
         Ok(c) => c,
         Err(e) => {
-            eprintln!("error: {e}");
+            eprint!("{}", spmd_check::diagnostic::render_error(&e.to_string()));
             ExitCode::from(if interrupted { EXIT_INTERRUPTED } else { 2 })
         }
     }
@@ -1367,7 +1367,7 @@ fn main() -> ExitCode {
 mod tests {
     use super::Cli;
     use clap::builder::StyledStr;
-    use clap::{Arg, Command, CommandFactory};
+    use clap::{Arg, Command, CommandFactory, Parser};
 
     /// Every command and argument of `cmd`, its subcommands' too, that has
     /// no help text, as a path: `spmd-check check --json`, `spmd-check merge`.
@@ -1436,6 +1436,83 @@ mod tests {
         assert_eq!(
             missing_help(&bare),
             ["t sub", "t sub --flag", "t sub FILE", "t help sub"]
+        );
+    }
+
+    /// The `spmd-check ...` commands of README.md's code blocks, each as its
+    /// words (double quotes grouped, the shell's `#` comment, redirection and
+    /// `;`/`&&` ending a command).
+    fn readme_commands(readme: &str) -> Vec<Vec<String>> {
+        let mut out = Vec::new();
+        let mut in_code = false;
+        for line in readme.lines() {
+            if line.trim_start().starts_with("```") {
+                in_code = !in_code;
+                continue;
+            }
+            if !in_code {
+                continue;
+            }
+            let mut words: Vec<String> = Vec::new();
+            let (mut cur, mut quoted, mut any) = (String::new(), false, false);
+            let mut taking = false;
+            let flush = |cur: &mut String, any: &mut bool, words: &mut Vec<String>| {
+                if *any {
+                    words.push(std::mem::take(cur));
+                    *any = false;
+                }
+            };
+            for c in line.chars().chain([' ']) {
+                match c {
+                    '"' => (quoted, any) = (!quoted, true),
+                    c if quoted => cur.push(c),
+                    ' ' | '\t' => flush(&mut cur, &mut any, &mut words),
+                    '#' | '>' | ';' | '&' | '|' if !any => {
+                        flush(&mut cur, &mut any, &mut words);
+                        if taking {
+                            out.push(std::mem::take(&mut words));
+                        }
+                        taking = false;
+                        words.clear();
+                        if c == '#' {
+                            break;
+                        }
+                    }
+                    c => (cur, any) = (cur + &c.to_string(), true),
+                }
+                if words.first().is_some_and(|w| w != "spmd-check") {
+                    words.clear();
+                }
+                taking = words.first().is_some_and(|w| w == "spmd-check");
+            }
+            if taking {
+                out.push(words);
+            }
+        }
+        out
+    }
+
+    /// Every `spmd-check` command README.md shows is one the command line
+    /// accepts as written (issue 26: README commands that no longer ran).
+    #[test]
+    fn readme_commands_parse() {
+        let readme = include_str!("../README.md");
+        let cmds = readme_commands(readme);
+        assert!(cmds.len() >= 30, "{}", cmds.len());
+        for c in &cmds {
+            // `$k` from a shell loop stands for a part number.
+            let c: Vec<String> = c.iter().map(|w| w.replace("$k", "1")).collect();
+            if let Err(e) = Cli::try_parse_from(&c) {
+                panic!("README: `{}` does not parse: {e}", c.join(" "));
+            }
+        }
+        // The twin: a stale flag is caught.
+        let stale = readme_commands("```\nspmd-check derive mul --no-such-flag  # x\n```\n");
+        assert_eq!(stale, [["spmd-check", "derive", "mul", "--no-such-flag"]]);
+        assert!(Cli::try_parse_from(&stale[0]).is_err());
+        assert_eq!(
+            readme_commands("```\nfor k in 1 2; do spmd-check check \"a b\" > p.json; done\n```"),
+            [["spmd-check", "check", "a b"]]
         );
     }
 

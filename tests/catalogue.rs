@@ -6,6 +6,7 @@
 //! here independently by running the forward. Each verdict fixed here has a
 //! wrong twin the oracle must reject, with the property that fails.
 
+mod common;
 use spmd_check::check::{check_rule, CheckConfig};
 use spmd_check::generators::Scope;
 use spmd_check::interp::catalogue::NAMES;
@@ -707,7 +708,7 @@ fn bad_parameters_exit_2_with_one_line() {
             .expect("runs");
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{call}: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "{call}: {err}");
+        assert_eq!(common::error_lines(&err), 1, "{call}: {err}");
         assert!(err.contains("bad") && err.contains(":3:"), "{call}: {err}");
     }
 }

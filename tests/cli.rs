@@ -43,7 +43,7 @@ fn bad_input_is_one_line_and_exit_2() {
     ] {
         let (code, out, err) = run(&args);
         assert_eq!(code, 2, "{args:?}: {out}{err}");
-        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert_eq!(common::error_lines(&err), 1, "{args:?}: {err}");
         assert!(err.starts_with("error: "), "{args:?}: {err}");
         assert!(!err.contains("panicked"), "{args:?}: {err}");
     }
@@ -104,4 +104,74 @@ fn conform_ends_with_one_summary_line() {
     let (_, json, _) = run(&["conform", "--json"]);
     assert!(!json.contains("\nconform: "));
     assert!(serde_json::from_str::<serde_json::Value>(&json).is_ok());
+}
+
+/// A misspelt name anywhere a name is read (ops, functions, collectives,
+/// states, dialects, fields, mesh axes) is answered with the nearest known
+/// name, and an error that points into a file shows that line with a caret
+/// under the name (SPEC.md §11.4).
+#[test]
+fn misspelt_names_get_the_nearest_name_and_a_caret() {
+    let rule = |line: &str| {
+        format!("[[rule]]\nname = \"m\"\nmesh = {{ x = 2 }}\ninputs = [\"V\"]\noutput = \"V\"\n{line}\n")
+    };
+    let cases = [
+        (rule("op = \"nge\""), "`neg`", "\"nge\""),
+        (rule("forward = \"all_gathr(I)\""), "`all_gather`", "all_gathr"),
+        (rule("dialect = \"jaxx\""), "`jax`", "jaxx"),
+        (rule("outptu = 1"), "`output`", "outptu"),
+        (rule("op = { expr = \"sinn(x)\" }"), "`sin`", ""),
+        (rule("forward = \"psum(axis=xx)\""), "`x`", ""),
+        (
+            "[[rule]]\nname = \"m\"\ndialect = \"jax\"\ninputs = [\"Varyng\"]\nop = \"neg\"\noutput = \"Varying\"\n".to_string(),
+            "`Varying`",
+            "Varyng",
+        ),
+    ];
+    for (i, (text, want, under)) in cases.iter().enumerate() {
+        let f = common::temp_rule_file(&format!("typo{i}.toml"), text);
+        let (code, out, err) = run(&["check", &f]);
+        assert_eq!(code, 2, "{text}: {out}{err}");
+        assert_eq!(common::error_lines(&err), 1, "{text}: {err}");
+        let first = err.lines().next().unwrap();
+        assert!(first.starts_with("error: "), "{err}");
+        assert!(
+            first.contains(&format!("did you mean {want}?")),
+            "{text}: {err}"
+        );
+        // The snippet: the file's line, then a caret under the name.
+        let caret = err.lines().find(|l| l.contains('^'));
+        assert!(caret.is_some(), "{text}: no caret: {err}");
+        if !under.is_empty() {
+            let src = err
+                .lines()
+                .find(|l| l.contains(under) && l.contains(" | "))
+                .unwrap();
+            let at = src.find(under).unwrap();
+            let c = caret.unwrap().find('^').unwrap();
+            assert!((at..at + under.len()).contains(&c), "{text}: {err}");
+        }
+    }
+    // Commands and expressions too.
+    for (args, want) in [
+        (vec!["derive", "mull"], "`mul`"),
+        (vec!["derive", "--expr", "sinn(x)"], "`sin`"),
+        (vec!["conform", "--dialect", "jaxx"], "`jax`"),
+    ] {
+        let (code, _, err) = run(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(
+            err.contains(&format!("did you mean {want}?")),
+            "{args:?}: {err}"
+        );
+    }
+    // The twin: a name near nothing gets no guess, only the list.
+    for args in [
+        vec!["derive", "frobnicate"],
+        vec!["conform", "--dialect", "klingon"],
+    ] {
+        let (code, _, err) = run(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(!err.contains("did you mean"), "{args:?}: {err}");
+    }
 }

@@ -114,7 +114,7 @@ fn man_dir_writes_a_page_per_subcommand() {
     let (code, _, err) = run(&["man", "--dir", dir.join("no/such").to_str().unwrap()]);
     assert_eq!(code, 2, "{err}");
     assert!(
-        err.starts_with("error: ") && err.trim().lines().count() == 1,
+        err.starts_with("error: ") && common::error_lines(&err) == 1,
         "{err}"
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -559,7 +559,7 @@ fn derive_dialect_refuses_what_it_cannot_classify() {
     ] {
         let (code, _, err) = common::run(args);
         assert_eq!(code, 2, "{args:?}: {err}");
-        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert_eq!(common::error_lines(&err), 1, "{err}");
     }
 }
 

@@ -2,6 +2,7 @@
 //! untrusted, no number wraps, nothing panics, aborts or hangs, and Ctrl-C
 //! stops every command. Each refusal is one line and exit 2.
 
+mod common;
 use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -77,7 +78,7 @@ fn refused(args: &[&str], want: &str) -> String {
     let (code, out, err) = run_for(args, 120);
     let (args, out) = (short(&args.join(" ")), short(&out));
     assert_eq!(code, 2, "{args}: {out}{err}");
-    assert_eq!(err.trim().lines().count(), 1, "{args}: {err}");
+    assert_eq!(common::error_lines(&err), 1, "{args}: {err}");
     assert!(err.starts_with("error: "), "{args}: {err}");
     assert!(err.contains(want), "{args}: wanted {want:?} in {err}");
     err

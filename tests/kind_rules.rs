@@ -441,7 +441,7 @@ fn bad_kind_rules_are_one_line_errors() {
         let f = temp_rule_file("bad.toml", &text);
         let (code, out, err) = run(&["check", &f]);
         assert_eq!(code, 2, "{name}: {out} {err}");
-        assert_eq!(err.trim().lines().count(), 1, "{name}: {err}");
+        assert_eq!(common::error_lines(&err), 1, "{name}: {err}");
         assert!(
             err.contains(needle) && err.contains(&format!("rule \"{name}\"")),
             "{name}: {err}"
@@ -595,7 +595,7 @@ fn odd_kind_spellings_never_panic() {
                 "{dialect} {o}: {code} {out} {err}"
             );
             if code == 2 {
-                assert_eq!(err.trim().lines().count(), 1, "{dialect} {o}: {err}");
+                assert_eq!(common::error_lines(&err), 1, "{dialect} {o}: {err}");
             }
         }
     }

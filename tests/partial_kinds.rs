@@ -2,6 +2,7 @@
 //! a negative twin that says which property fails. Verdicts come from the
 //! oracle; the expected ones here are what the denotation implies.
 
+mod common;
 use spmd_check::conform::{check_oracle_row, conform_section, ORACLE_ROWS};
 use spmd_check::partial_kinds::*;
 use spmd_interp::expr::parse;
@@ -306,7 +307,7 @@ fn derive_partial_on_the_command_line() {
         let out = cli(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8(out.stderr).unwrap();
-        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert_eq!(common::error_lines(&err), 1, "{args:?}: {err}");
     }
 }
 

@@ -2,6 +2,7 @@
 //! parts' JSON equals the single run's JSON, with its exit code. Bad K/N
 //! and mismatched parts are bad input (one line, exit 2).
 
+mod common;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -104,7 +105,10 @@ fn merged_check_parts_equal_the_single_run() {
     // The twin: a part left out, or given twice, is refused.
     let (c, _, err) = run_in(&parts, &["merge", &files[0], &files[1]]);
     assert_eq!(c, 2);
-    assert!(err.contains("missing") && err.lines().count() == 1, "{err}");
+    assert!(
+        err.contains("missing") && common::error_lines(&err) == 1,
+        "{err}"
+    );
     let (c, _, err) = run_in(&parts, &["merge", &files[0], &files[0], &files[1]]);
     assert_eq!(c, 2, "{err}");
 }
@@ -174,11 +178,11 @@ fn bad_partitions_are_one_line_and_exit_2() {
             a.extend(["--partition", p]);
             let (c, out, err) = run_in(&dir, &a);
             assert_eq!(c, 2, "{a:?}: {out}{err}");
-            assert_eq!(err.trim().lines().count(), 1, "{a:?}: {err}");
+            assert_eq!(common::error_lines(&err), 1, "{a:?}: {err}");
             assert!(err.contains("--partition"), "{err}");
         }
     }
     let (c, _, err) = run_in(&dir, &["merge", "rules.toml"]);
     assert_eq!(c, 2);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert_eq!(common::error_lines(&err), 1, "{err}");
 }

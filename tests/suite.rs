@@ -221,7 +221,7 @@ fn compare(exp: &Value, got: &Outcome) -> Vec<String> {
         if !got.err.contains(e) {
             bad.push(format!("stderr lacks `{e}`: {}", got.err.trim()));
         }
-        if got.err.trim().lines().count() != 1 {
+        if common::error_lines(&got.err) != 1 {
             bad.push(format!("stderr is not one line: {}", got.err.trim()));
         }
         if got.err.contains("panicked") {

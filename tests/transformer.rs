@@ -259,7 +259,7 @@ fn bad_arguments_are_one_line_errors() {
     ] {
         let (code, out, err) = run(&["derive", "--expr", e]);
         assert_eq!(code, 2, "{e}: {out}");
-        assert_eq!(err.trim().lines().count(), 1, "{e}: {err}");
+        assert_eq!(common::error_lines(&err), 1, "{e}: {err}");
     }
     // A dim out of range is a shape error for every shape in scope: vacuous,
     // never a panic.

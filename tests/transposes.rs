@@ -120,7 +120,7 @@ fn transposes_answer_in_the_dialect_asked() {
     // Bad input is a one-line error, exit 2.
     let (code, _, err) = run(&["transposes", "convert(dim=0)", "--from", "V", "--to", "R"]);
     assert_eq!(code, 2);
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert_eq!(common::error_lines(&err), 1, "{err}");
 }
 
 /// With layouts, the transposes are searched under global types: the

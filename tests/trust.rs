@@ -217,7 +217,7 @@ fn bad_rule_files_are_one_line_errors() {
     ] {
         let (code, _, err) = run(&["check", &rules(name, text)]);
         assert_eq!(code, 2, "{name}");
-        assert_eq!(err.lines().count(), 1, "{err}");
+        assert_eq!(common::error_lines(&err), 1, "{err}");
         assert!(err.contains(want), "{name}: {err}");
     }
     let (code, _, err) = run(&["check", "/dev/zero"]);
@@ -234,7 +234,7 @@ fn huge_or_deep_expressions_are_errors_not_crashes() {
     for e in [&deep, &flat, &negs, &digits] {
         let (code, _, err) = run(&["derive", "--expr", e]);
         assert_eq!(code, 2, "{err}");
-        assert_eq!(err.lines().count(), 1);
+        assert_eq!(common::error_lines(&err), 1);
     }
     // Seven inputs: refused at once instead of exhausting memory.
     let t = std::time::Instant::now();
@@ -561,7 +561,7 @@ fn deeply_nested_files_are_short_one_line_errors() {
     let deep = format!("a = {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
     let (code, _, err) = run(&["check", &rules("deep-rule", &deep)]);
     assert_eq!(code, 2);
-    assert_eq!(err.lines().count(), 1);
+    assert_eq!(common::error_lines(&err), 1);
     assert!(err.len() < 300, "{}", &err[..300]);
     let job = format!(
         "mesh = {{x = 2}}\nop = \"neg\"\n[[inputs]]\ntype = \"V\"\nper_rank = {}{}\n",
@@ -571,7 +571,7 @@ fn deeply_nested_files_are_short_one_line_errors() {
     let f = rules("deep-job", &job);
     let (code, _, err) = run(&["run", &f]);
     assert_eq!(code, 2);
-    assert_eq!(err.lines().count(), 1);
+    assert_eq!(common::error_lines(&err), 1);
     assert!(err.len() < 300, "{}", &err[..300]);
     let json = format!(
         "{{\"mesh\": {{\"x\": 2}}, \"op\": \"neg\", \"inputs\": [{{\"type\": \"V\", \"per_rank\": {}{}}}]}}",

@@ -7,6 +7,7 @@ pub mod check;
 pub mod collectives;
 pub mod conform;
 pub mod derive;
+pub mod diagnostic;
 pub mod emit;
 pub mod fidelity;
 pub mod fsdp;

@@ -128,3 +128,24 @@ pub fn emitted_literals(out: &str) -> (String, String) {
     }
     (lits.remove(0), lits.remove(0))
 }
+
+/// The lines of an error on stderr that are not a source snippet: 1 for a
+/// well-formed error. A snippet (SPEC.md §11.4) may follow the one-line
+/// error; each of its lines starts with a space or with `N |`, and it shows
+/// a caret line.
+#[allow(dead_code)]
+pub fn error_lines(err: &str) -> usize {
+    let snippet = |l: &str| {
+        l.starts_with(' ') || {
+            let d = l.bytes().take_while(u8::is_ascii_digit).count();
+            d > 0 && l[d..].starts_with(" |")
+        }
+    };
+    let lines: Vec<&str> = err.trim().lines().collect();
+    let body = lines.iter().filter(|l| !snippet(l)).count();
+    if body < lines.len() {
+        // A snippet has its caret line.
+        assert!(err.contains('^'), "a snippet without a caret: {err}");
+    }
+    body
+}
