@@ -15,4 +15,6 @@
 //!
 //! `src/` holds only this facade and the command line (`main.rs`).
 
+/// One `#[test]` per rule of a rule file (SPEC.md §11.4).
+pub use spmd_check_macros::rule_tests;
 pub use spmd_drivers::*;

@@ -424,12 +424,7 @@ fn random_part(rule: &Rule, cfg: &CheckConfig) -> RandomRun {
                 })
                 .or_else(|| last.into_inner());
         }
-        Err(TestError::Abort(why)) => {
-            out.note = Some(format!(
-                "random part stopped after {} cases: {why}",
-                out.ran
-            ));
-        }
+        Err(TestError::Abort(why)) => out.note = Some(random_abort(out.ran, &why)),
         Ok(()) => {}
     }
     if out.note.is_none() && out.violation.is_none() && out.ran < u64::from(cfg.cases) {
@@ -439,6 +434,20 @@ fn random_part(rule: &Rule, cfg: &CheckConfig) -> RandomRun {
         ));
     }
     out
+}
+
+/// Why the random part stopped early, in this tool's words: proptest aborts
+/// a run when too many generated cases are rejected ("Too many local
+/// rejects"), which here means they were outside the op's domain or did not
+/// fit the rule.
+fn random_abort(ran: u64, why: &proptest::test_runner::Reason) -> String {
+    let what = if why.message().contains("reject") {
+        "too many of the generated cases were outside the op's domain or did not fit the rule"
+            .to_string()
+    } else {
+        why.message().to_string()
+    };
+    format!("random part stopped after {ran} cases: {what}")
 }
 
 /// Check one rule: replayed counterexamples, the exhaustive scope, then
@@ -592,6 +601,69 @@ fn not_sound(rule: &Rule, r: &RuleReport) -> Option<String> {
     (!r.verdict.is_sound()).then(|| format!("rule `{}` is {}", rule.name, rule_word(r)))
 }
 
+/// Check one rule of the file `path` as `spmd-check check` does: its stored
+/// counterexamples replayed first, and a new one saved.
+fn check_saving(path: &str, r: &Rule) -> RuleReport {
+    let rpath = regression_path(path);
+    let mut regs = load_regressions(&rpath).unwrap_or_else(|e| panic!("{e}"));
+    let stored = regs.get(&r.name).cloned().unwrap_or_default();
+    let rep = check_rule(r, &library_config(), &stored, &|_| {});
+    let found = match &rep.pending {
+        Some(p) => p.stored(),
+        None => rep.verdict.violation().map(Stored::from_violation),
+    };
+    if let Some(s) = found {
+        let list = regs.entry(r.name.clone()).or_default();
+        if !list.contains(&s) {
+            list.push(s);
+            let _ = save_regressions(&rpath, &regs);
+        }
+    }
+    rep
+}
+
+/// The rule named `name` of the file `path`, read as `spmd-check check`
+/// reads it; panics when the file does not read or has no such rule.
+#[track_caller]
+fn rule_in_file(path: &str, name: &str) -> Rule {
+    crate::rules::load(path, &spmd_generators::Scope::default())
+        .unwrap_or_else(|e| panic!("{e}"))
+        .into_iter()
+        .find(|r| r.name == name)
+        .unwrap_or_else(|| panic!("{path} has no rule named {name:?}"))
+}
+
+/// Panics unless the rule named `name` of the file `path` is sound, with
+/// its verdict in words and its report; what `rule_tests!` calls for each
+/// rule (SPEC.md §11.4).
+#[track_caller]
+pub fn assert_rule_in_file_sound(path: &str, name: &str) {
+    let r = rule_in_file(path, name);
+    if let Some(why) = not_sound(&r, &check_saving(path, &r)) {
+        panic!("{why}");
+    }
+}
+
+/// Panics unless the checker finds the rule named `name` of the file `path`
+/// unsound (a counterexample): for deliberately wrong twins
+/// (`rule_tests!(PATH, unsound = [...])`). Vacuous or undetermined is not
+/// unsound, and fails too.
+#[track_caller]
+pub fn assert_rule_in_file_unsound(path: &str, name: &str) {
+    let r = rule_in_file(path, name);
+    let rep = check_saving(path, &r);
+    let unsound = match &rep.pending {
+        Some(p) => p.stored().is_some(),
+        None => rep.verdict.violation().is_some(),
+    };
+    if !unsound {
+        panic!(
+            "rule `{name}` of {path} is listed as unsound, but the checker says: {}",
+            rule_word(&rep)
+        );
+    }
+}
+
 /// Every rule of a rule file must be sound. As `spmd-check check` does,
 /// the counterexamples saved beside the file are replayed first and new
 /// ones are saved there (`FILE.regressions.json`) before the panic, which
@@ -600,24 +672,9 @@ fn not_sound(rule: &Rule, r: &RuleReport) -> Option<String> {
 pub fn assert_rules_sound(path: &str) {
     let rules = crate::rules::load(path, &spmd_generators::Scope::default())
         .unwrap_or_else(|e| panic!("{e}"));
-    let rpath = regression_path(path);
-    let mut regs = load_regressions(&rpath).unwrap_or_else(|e| panic!("{e}"));
     let mut failures = Vec::new();
     for r in &rules {
-        let stored = regs.get(&r.name).cloned().unwrap_or_default();
-        let rep = check_rule(r, &library_config(), &stored, &|_| {});
-        let found = match &rep.pending {
-            Some(p) => p.stored(),
-            None => rep.verdict.violation().map(Stored::from_violation),
-        };
-        if let Some(s) = found {
-            let list = regs.entry(r.name.clone()).or_default();
-            if !list.contains(&s) {
-                list.push(s);
-                let _ = save_regressions(&rpath, &regs);
-            }
-        }
-        failures.extend(not_sound(r, &rep));
+        failures.extend(not_sound(r, &check_saving(path, r)));
     }
     if !failures.is_empty() {
         panic!(
@@ -1142,9 +1199,7 @@ fn pending_random(
                 .ok()
                 .flatten();
         }
-        Err(TestError::Abort(why)) => {
-            note = Some(format!("random part stopped after {ran} cases: {why}"));
-        }
+        Err(TestError::Abort(why)) => note = Some(random_abort(ran, &why)),
         Ok(()) => {}
     }
     (ran, multi, found, note)
