@@ -409,21 +409,36 @@ def _exact(x: Any) -> Any:
     return x
 
 
-def _job_value(x: Any) -> Any:
+def _key(k: Any) -> str:
+    return json.dumps(k) if isinstance(k, str) else repr(k)
+
+
+def _job_value(x: Any, path: str = "job", depth: int = 0) -> Any:
+    if depth > _MAX_DEPTH:
+        raise BadInput(f"{path}: nested more than {_MAX_DEPTH} deep; no job is")
     if isinstance(x, Fraction):
         return str(x) if x.denominator != 1 else x.numerator
     if isinstance(x, float):
+        if x != x or x in (float("inf"), float("-inf")):
+            raise BadInput(f"{path}: {x!r} is not a value a job can hold (it has no exact value)")
         q = Fraction(x)
         return str(q) if q.denominator != 1 else q.numerator
     if isinstance(x, (list, tuple)):
-        return [_job_value(y) for y in x]
+        return [_job_value(y, f"{path}[{i}]", depth + 1) for i, y in enumerate(x)]
     if isinstance(x, dict):
-        return {k: _job_value(v) for k, v in x.items()}
+        return {k: _job_value(v, f"{path}[{_key(k)}]", depth + 1) for k, v in x.items()}
     # An ndarray exists only if numpy was imported already: not imported here.
     np = sys.modules.get("numpy")
     if np is not None and isinstance(x, np.ndarray):
-        return _job_value(x.tolist())
-    return x
+        return _job_value(x.tolist(), path, depth)
+    if np is not None and isinstance(x, np.floating):
+        return _job_value(float(x), path, depth)
+    if np is not None and isinstance(x, np.integer):
+        return int(x)
+    if x is None or isinstance(x, (str, int)):
+        return x
+    raise BadInput(f"{path}: a value of type {type(x).__name__} is not a job value "
+                   "(ints, Fractions, floats, strings, lists, dicts and numpy arrays are)")
 
 
 def run(job: Union[str, os.PathLike, Dict[str, Any]], *, check: bool = False) -> JobResult:

@@ -218,3 +218,23 @@ def test_a_kernel_raising_keyboard_interrupt_is_ctrl_c():
     # The flag is cleared: the next run goes to its end.
     assert spmd_check.check_kernel(lambda x: x, inputs=["V"], output="V", degree=1,
                                    scope="small").sound
+
+
+def test_hostile_job_values_name_their_path():
+    job = {"mesh": {"x": 2}, "op": "neg",
+           "inputs": [{"type": "V", "per_rank": [[1], [2]]}]}
+    assert spmd_check.run(job).exit_code == 0  # the twin runs
+    for bad, says in [
+        (float("nan"), 'job["inputs"][0]["per_rank"][1][0]: nan'),
+        (float("inf"), 'job["inputs"][0]["per_rank"][1][0]: inf'),
+        ({1, 2}, 'job["inputs"][0]["per_rank"][1][0]: a value of type set'),
+    ]:
+        j = {**job, "inputs": [{"type": "V", "per_rank": [[1], [bad]]}]}
+        with pytest.raises(spmd_check.BadInput) as e:
+            spmd_check.run(j)
+        assert str(e.value).startswith(says), e.value
+    deep = 1
+    for _ in range(10_000):
+        deep = [deep]
+    with pytest.raises(spmd_check.BadInput, match="nested more than"):
+        spmd_check.run({**job, "inputs": [{"type": "V", "per_rank": deep}]})
