@@ -55,6 +55,9 @@ pub fn check_external(
             ext.arity()
         )));
     }
+    // After Ctrl-C or past the time limit no kernel is called again: the
+    // case in progress ends at once instead of after all its calls.
+    let ext = ext.with_stop(|| run::stop_reason().is_some());
     let meshes = types::meshes_named(&cfg.scope.meshes, &axes);
     let rule = rules::Rule {
         name: ext.name.clone(),
@@ -77,10 +80,15 @@ pub fn check_external(
     if let (n @ 1.., why) = ext.refused() {
         if rep.verdict.violation().is_none() {
             let mut tally = rep.verdict.tally().clone();
-            tally.stopped = Some(format!(
+            let refused = format!(
                 "{n} kernel calls refused, their cases unchecked; the first: {}",
                 why.unwrap_or_default()
-            ));
+            );
+            // A run that stopped (Ctrl-C, time limit) says so first.
+            tally.stopped = Some(match tally.stopped.take() {
+                Some(s) => format!("{s}; {refused}"),
+                None => refused,
+            });
             rep.verdict = oracle::Verdict::Undetermined { tally };
         }
     }

@@ -8,17 +8,36 @@ use spmd_interp::TypedOp;
 use spmd_oracle::{Checker, Outcome, Phase, Property, Tally, Verdict};
 use spmd_semantics::{Mesh, PerRank, Q};
 use std::ops::ControlFlow;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Instant;
 
 /// Set by Ctrl-C: running enumerations stop at their next point.
 pub static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-static DEADLINE: OnceLock<Instant> = OnceLock::new();
+/// The deadline in nanoseconds after `epoch()`; `NO_DEADLINE` when none.
+/// An atomic rather than a `OnceLock<Instant>`: the Python front sets a
+/// deadline per call (`time_limit=`) and clears it after, and every
+/// enumeration point reads it.
+static DEADLINE_NS: AtomicU64 = AtomicU64::new(NO_DEADLINE);
+const NO_DEADLINE: u64 = u64::MAX;
 
-/// Stop every enumeration at this instant (`--time-limit`).
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// Stop every enumeration at this instant (`--time-limit`, `time_limit=`).
 pub fn set_deadline(at: Instant) {
-    let _ = DEADLINE.set(at);
+    let ns = at.saturating_duration_since(epoch()).as_nanos();
+    let ns = u64::try_from(ns)
+        .unwrap_or(NO_DEADLINE - 1)
+        .min(NO_DEADLINE - 1);
+    DEADLINE_NS.store(ns, Ordering::SeqCst);
+}
+
+/// No deadline from now on (a later run without a time limit).
+pub fn clear_deadline() {
+    DEADLINE_NS.store(NO_DEADLINE, Ordering::SeqCst);
 }
 
 /// Why a run must stop now, if it must: Ctrl-C, or the time limit passed.
@@ -26,10 +45,11 @@ pub fn stop_reason() -> Option<String> {
     if INTERRUPTED.load(Ordering::Relaxed) {
         return Some("interrupted".into());
     }
-    match DEADLINE.get() {
-        Some(d) if Instant::now() >= *d => Some("time limit reached".into()),
-        _ => None,
+    let d = DEADLINE_NS.load(Ordering::Relaxed);
+    if d != NO_DEADLINE && epoch().elapsed().as_nanos() >= u128::from(d) {
+        return Some("time limit reached".into());
     }
+    None
 }
 
 pub use spmd_syntax::UsageError;

@@ -24,7 +24,14 @@ pub enum KernelError {
     Inexact(String),
     /// The kernel raised or returned the wrong shape.
     Failed(String),
+    /// The run is stopping (Ctrl-C, a time limit) and the kernel was not
+    /// called, or was interrupted: the case is left unchecked, and this is
+    /// not counted as a refusal (the verdict says why the run stopped).
+    Stopped,
 }
+
+/// Whether the run is stopping: checked before every kernel call.
+pub type StopFn = dyn Fn() -> bool + Send + Sync;
 
 /// The forward on one rank's local tensors.
 pub type ForwardFn = dyn Fn(&[&Tensor]) -> Result<Tensor, KernelError> + Send + Sync;
@@ -88,6 +95,7 @@ pub struct External {
     forward: Arc<ForwardFn>,
     backward: Option<Arc<BackwardFn>>,
     shape: Arc<ShapeFn>,
+    stop: Option<Arc<StopFn>>,
     refused: Arc<Mutex<(u64, Option<String>)>>,
 }
 
@@ -141,6 +149,7 @@ impl External {
             forward: Arc::new(forward),
             backward: None,
             shape: Arc::new(same_shape),
+            stop: None,
             refused: Arc::new(Mutex::new((0, None))),
         }
     }
@@ -150,6 +159,17 @@ impl External {
     ) -> External {
         self.backward = Some(Arc::new(b));
         self
+    }
+    /// Make no more kernel calls once `stop` says the run is stopping: a
+    /// case may call the kernel many times (every rank, every member of a
+    /// denotation, every finite-difference point), and a slow kernel would
+    /// otherwise run on for the whole case after Ctrl-C or a time limit.
+    pub fn with_stop(mut self, stop: impl Fn() -> bool + Send + Sync + 'static) -> External {
+        self.stop = Some(Arc::new(stop));
+        self
+    }
+    fn stopping(&self) -> bool {
+        self.stop.as_ref().is_some_and(|s| s())
     }
     pub fn with_shape(
         mut self,
@@ -217,6 +237,9 @@ impl External {
         Ok(())
     }
     fn call(&self, args: &[&Tensor]) -> Result<Tensor, EvalError> {
+        if self.stopping() {
+            return Err(EvalError::DivByZero);
+        }
         self.check_args(args)?;
         let want = (self.shape)(&args.iter().map(|t| t.shape.clone()).collect::<Vec<_>>());
         match (self.forward)(args) {
@@ -226,6 +249,7 @@ impl External {
                 self.name, t.shape, want
             ))),
             Err(KernelError::Inexact(w)) | Err(KernelError::Failed(w)) => Err(self.refuse(w)),
+            Err(KernelError::Stopped) => Err(EvalError::DivByZero),
         }
     }
     /// The forward, rank by rank.
@@ -267,11 +291,15 @@ impl External {
             let args: Vec<&Tensor> = xs.iter().map(|x| &x.tensors[r]).collect();
             self.check_args(&args)?;
             self.check_args(&[&g.tensors[r]])?;
+            if self.stopping() {
+                return Err(EvalError::DivByZero);
+            }
             let gs = match b(&args, &g.tensors[r]) {
                 Ok(gs) => gs,
                 Err(KernelError::Inexact(w)) | Err(KernelError::Failed(w)) => {
                     return Err(self.refuse(w))
                 }
+                Err(KernelError::Stopped) => return Err(EvalError::DivByZero),
             };
             if gs.len() != xs.len() || gs.iter().zip(&args).any(|(a, b)| a.shape != b.shape) {
                 return Err(self.refuse(format!(

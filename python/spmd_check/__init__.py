@@ -192,43 +192,194 @@ class Verdict:
         return f"Verdict({self.name!r}: {self.summary})"
 
 
-def _rule_text(rule: RuleLike) -> str:
+# ---- arguments, checked here so that a wrong one is one clear BadInput ----
+
+#: The most random cases per rule, as the CLI's ``--cases`` allows.
+MAX_CASES = 1_000_000
+
+# The scope limits, as the CLI's flags of the same names, with their ranges.
+_LIMITS = {
+    "max_free": (1, 64),
+    "max_points": (1, 2**64 - 1),
+    "max_instances": (1, 100_000_000),
+    "max_rank": (1, 4),
+    "max_dim": (1, 8),
+}
+
+
+def _int(name: str, value: Any, lo: int, hi: int) -> int:
+    # bool is an int to Python, never a count to a person.
+    if isinstance(value, bool) or not isinstance(value, int):
+        if _numpy_int(value):
+            value = int(value)
+        else:
+            raise BadInput(f"{name}={value!r}: expected an int from {lo} to {hi}")
+    if not lo <= value <= hi:
+        raise BadInput(f"{name}={value}: expected an int from {lo} to {hi}")
+    return value
+
+
+def _numpy_int(value: Any) -> bool:
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(value, np.integer)
+
+
+def _str(name: str, value: Any, optional: bool = False) -> Optional[str]:
+    if value is None and optional:
+        return None
+    if not isinstance(value, str):
+        raise BadInput(f"{name}={value!r}: expected a string")
+    return value
+
+
+def _scope(scope: Any) -> str:
+    if scope not in ("default", "small", "large"):
+        raise BadInput(f"scope={scope!r}: expected \"default\", \"small\" or \"large\"")
+    return scope
+
+
+def _limits(limits: Dict[str, Any]) -> Dict[str, int]:
+    out = {}
+    for k, v in limits.items():
+        if k == "mesh_dims":
+            if not isinstance(v, bool):
+                raise BadInput(f"mesh_dims={v!r}: expected True or False")
+            if v:
+                out[k] = 1
+        elif v is not None:
+            lo, hi = _LIMITS[k]
+            out[k] = _int(k, v, lo, hi)
+    return out
+
+
+def _time_limit(t: Any) -> Optional[float]:
+    if t is None:
+        return None
+    if isinstance(t, bool) or not isinstance(t, (int, float)) and not _numpy_int(t):
+        raise BadInput(f"time_limit={t!r}: expected a number of seconds")
+    try:
+        f = float(t)
+    except OverflowError:
+        f = float("inf")
+    if not (f > 0 and f <= 365 * 86400):  # also refuses NaN
+        raise BadInput(f"time_limit={t!r}: expected seconds above 0 and at most a year")
+    return f
+
+
+def _common(cases: Any, seed: Any, scope: Any, limits: Dict[str, Any]) -> tuple:
+    return (_int("cases", cases, 0, MAX_CASES), _int("seed", seed, 0, 2**64 - 1),
+            _scope(scope), _limits(limits))
+
+
+#: How deep a rule dict may nest (a rule needs 4).
+_MAX_DEPTH = 32
+
+
+def _plain(x: Any, path: str, depth: int = 0) -> Any:
+    """A rule dict's value as JSON takes it, or BadInput naming its key path."""
+    if depth > _MAX_DEPTH:
+        raise BadInput(f"{path}: nested more than {_MAX_DEPTH} deep; no rule is")
+    if isinstance(x, str) or x is None or isinstance(x, bool):
+        return x
+    if isinstance(x, int) or _numpy_int(x):
+        return int(x)
+    if isinstance(x, float):
+        if x != x or x in (float("inf"), float("-inf")):
+            raise BadInput(f"{path}: {x!r} is not a number a rule can hold")
+        return x
+    if isinstance(x, dict):
+        out = {}
+        for k, v in x.items():
+            if not isinstance(k, str):
+                raise BadInput(f"{path}: key {k!r} is not a string")
+            out[k] = _plain(v, f"{path}[{json.dumps(k)}]", depth + 1)
+        return out
+    if isinstance(x, (list, tuple)):
+        return [_plain(v, f"{path}[{i}]", depth + 1) for i, v in enumerate(x)]
+    raise BadInput(f"{path}: a value of type {type(x).__name__} is not a rule value "
+                   "(strings, numbers, lists and dicts are)")
+
+
+def _rule_args(rule: RuleLike) -> tuple:
+    """(text, dicts, single) for the native calls: a rule text as it is,
+    dicts as a JSON list, so that errors name their key paths."""
     if isinstance(rule, str):
-        return rule
+        return rule, None, False
     if isinstance(rule, dict):
-        rule = [rule]
-    return json.dumps({"rule": list(rule)})
+        return "", json.dumps([_plain(rule, "rule")]), True
+    if isinstance(rule, (list, tuple)):
+        if not all(isinstance(r, dict) for r in rule):
+            bad = next(i for i, r in enumerate(rule) if not isinstance(r, dict))
+            raise BadInput(f"rule[{bad}]: expected a dict, got {type(rule[bad]).__name__}")
+        return "", json.dumps([_plain(r, f"rule[{i}]") for i, r in enumerate(rule)]), False
+    raise BadInput(f"rule: expected a rule text, a dict or a list of dicts, got {type(rule).__name__}")
 
 
-def check(rule: RuleLike, *, cases: int = 256, seed: int = 0, scope: str = "default") -> List[Verdict]:
+def check(rule: RuleLike, *, cases: int = 256, seed: int = 0, scope: str = "default",
+          time_limit: Optional[float] = None, max_free: Optional[int] = None,
+          max_points: Optional[int] = None, max_instances: Optional[int] = None,
+          max_rank: Optional[int] = None, max_dim: Optional[int] = None,
+          mesh_dims: bool = False) -> List[Verdict]:
     """Check every rule of a rule text (TOML, or JSON), a rule given as a
     dict with the rule file's keys, or a list of such dicts. Returns one
-    ``Verdict`` per rule, in order. Raises ``BadInput`` on a malformed rule
-    (the CLI's exit code 2). ``scope`` is ``default``, ``small`` or
-    ``large`` as the CLI's ``--scope``; ``cases`` random cases follow the
-    exhaustive part (SPEC.md §11.2)."""
-    raw = _native.check_text("<string>", _rule_text(rule), cases, seed, scope)
+    ``Verdict`` per rule, in order.
+
+    Raises ``BadInput`` on a malformed rule or argument (the CLI's exit code
+    2); for a dict the message names the key path, e.g.
+    ``rule["inputs"][1]: ...`` (``rule[2]["inputs"][1]`` in a list).
+    ``scope`` is ``default``, ``small`` or ``large`` as the CLI's
+    ``--scope``; ``cases`` (at most 1,000,000) random cases follow the
+    exhaustive part (SPEC.md §11.2). ``time_limit`` (seconds) stops the run
+    as ``--time-limit`` does: a rule not finished is undetermined.
+    ``max_free``, ``max_points``, ``max_instances``, ``max_rank``,
+    ``max_dim`` and ``mesh_dims`` are the CLI's ``--max-*`` and
+    ``--mesh-dims``, with the same ranges."""
+    cases, seed, scope, limits = _common(cases, seed, scope, dict(
+        max_free=max_free, max_points=max_points, max_instances=max_instances,
+        max_rank=max_rank, max_dim=max_dim, mesh_dims=mesh_dims))
+    text, dicts, single = _rule_args(rule)
+    raw = _native.check_text("<string>", text, cases, seed, scope, dicts, single, limits,
+                             _time_limit(time_limit))
     return [Verdict(r) for r in json.loads(raw)]
 
 
 def check_file(path: Union[str, os.PathLike], *, cases: int = 256, seed: int = 0,
-               scope: str = "default") -> List[Verdict]:
+               scope: str = "default", time_limit: Optional[float] = None,
+               max_free: Optional[int] = None, max_points: Optional[int] = None,
+               max_instances: Optional[int] = None, max_rank: Optional[int] = None,
+               max_dim: Optional[int] = None, mesh_dims: bool = False) -> List[Verdict]:
     """``check`` on a rule file (TOML or JSON); errors name ``path:line:col``.
     Unlike the CLI it neither reads nor writes the regression file."""
+    cases, seed, scope, limits = _common(cases, seed, scope, dict(
+        max_free=max_free, max_points=max_points, max_instances=max_instances,
+        max_rank=max_rank, max_dim=max_dim, mesh_dims=mesh_dims))
+    if not isinstance(path, (str, os.PathLike)):
+        raise BadInput(f"path={path!r}: expected a path")
     p = os.fspath(path)
     text = _native.read_rule_file(p)
-    raw = _native.check_text(p, text, cases, seed, scope)
+    raw = _native.check_text(p, text, cases, seed, scope, None, False, limits,
+                             _time_limit(time_limit))
     return [Verdict(r) for r in json.loads(raw)]
 
 
 def derive(op: Optional[str] = None, *, expr: Optional[str] = None, dialect: Optional[str] = None,
-           global_: bool = False, scope: str = "default") -> List[Dict[str, Any]]:
+           global_: bool = False, scope: str = "default", time_limit: Optional[float] = None,
+           max_free: Optional[int] = None, max_points: Optional[int] = None,
+           max_instances: Optional[int] = None, max_rank: Optional[int] = None,
+           max_dim: Optional[int] = None, mesh_dims: bool = False) -> List[Dict[str, Any]]:
     """The derived table of a built-in op (``derive("mul")``) or of any local
     function (``derive(expr="x / (y + 1)")``): one dict per typing with its
     verdict, as ``spmd-check derive --json`` prints it. With ``dialect``,
     each row also says what that system does and how it is classed
-    (SPEC.md §9.1, §15.3)."""
-    return json.loads(_native.derive(op, expr, dialect, global_, scope))
+    (SPEC.md §9.1, §15.3). The scope arguments are ``check``'s."""
+    _, _, scope, limits = _common(0, 0, scope, dict(
+        max_free=max_free, max_points=max_points, max_instances=max_instances,
+        max_rank=max_rank, max_dim=max_dim, mesh_dims=mesh_dims))
+    if not isinstance(global_, bool):
+        raise BadInput(f"global_={global_!r}: expected True or False")
+    return json.loads(_native.derive(_str("op", op, True), _str("expr", expr, True),
+                                     _str("dialect", dialect, True), global_, scope, limits,
+                                     _time_limit(time_limit)))
 
 
 class JobResult:
@@ -258,21 +409,36 @@ def _exact(x: Any) -> Any:
     return x
 
 
-def _job_value(x: Any) -> Any:
+def _key(k: Any) -> str:
+    return json.dumps(k) if isinstance(k, str) else repr(k)
+
+
+def _job_value(x: Any, path: str = "job", depth: int = 0) -> Any:
+    if depth > _MAX_DEPTH:
+        raise BadInput(f"{path}: nested more than {_MAX_DEPTH} deep; no job is")
     if isinstance(x, Fraction):
         return str(x) if x.denominator != 1 else x.numerator
     if isinstance(x, float):
+        if x != x or x in (float("inf"), float("-inf")):
+            raise BadInput(f"{path}: {x!r} is not a value a job can hold (it has no exact value)")
         q = Fraction(x)
         return str(q) if q.denominator != 1 else q.numerator
     if isinstance(x, (list, tuple)):
-        return [_job_value(y) for y in x]
+        return [_job_value(y, f"{path}[{i}]", depth + 1) for i, y in enumerate(x)]
     if isinstance(x, dict):
-        return {k: _job_value(v) for k, v in x.items()}
+        return {k: _job_value(v, f"{path}[{_key(k)}]", depth + 1) for k, v in x.items()}
     # An ndarray exists only if numpy was imported already: not imported here.
     np = sys.modules.get("numpy")
     if np is not None and isinstance(x, np.ndarray):
-        return _job_value(x.tolist())
-    return x
+        return _job_value(x.tolist(), path, depth)
+    if np is not None and isinstance(x, np.floating):
+        return _job_value(float(x), path, depth)
+    if np is not None and isinstance(x, np.integer):
+        return int(x)
+    if x is None or isinstance(x, (str, int)):
+        return x
+    raise BadInput(f"{path}: a value of type {type(x).__name__} is not a job value "
+                   "(ints, Fractions, floats, strings, lists, dicts and numpy arrays are)")
 
 
 def run(job: Union[str, os.PathLike, Dict[str, Any]], *, check: bool = False) -> JobResult:
@@ -290,18 +456,20 @@ def run(job: Union[str, os.PathLike, Dict[str, Any]], *, check: bool = False) ->
     return JobResult(json.loads(_native.run_job(name, text, check)))
 
 
-def assert_sound(rule: RuleLike, *, cases: int = 256, seed: int = 0, scope: str = "default") -> List[Verdict]:
+def assert_sound(rule: RuleLike, *, cases: int = 256, seed: int = 0, scope: str = "default",
+                 **limits: Any) -> List[Verdict]:
     """For pytest: fail unless every rule is sound. The failure message is
     the tool's report (the verdict and the minimal counterexample); a rule
     that is vacuous or undetermined fails too, saying why. ``rule`` is a
-    rule text, dict, list of dicts, or a path to a rule file."""
+    rule text, dict, list of dicts, or a path to a rule file. Other keyword
+    arguments (``time_limit``, ``max_instances``, ...) are ``check``'s."""
     if isinstance(rule, os.PathLike) or (
         isinstance(rule, str) and "\n" not in rule and rule.endswith((".toml", ".json"))
         and os.path.exists(rule)
     ):
-        verdicts = check_file(rule, cases=cases, seed=seed, scope=scope)
+        verdicts = check_file(rule, cases=cases, seed=seed, scope=scope, **limits)
     else:
-        verdicts = check(rule, cases=cases, seed=seed, scope=scope)
+        verdicts = check(rule, cases=cases, seed=seed, scope=scope, **limits)
     bad = [v for v in verdicts if not v.sound]
     if bad:
         __tracebackhide__ = True
@@ -315,7 +483,8 @@ def emit(rule: RuleLike, lang: str, *, scope: str = "default") -> List[Dict[str,
     ``lang`` (``jax`` or ``pytorch``) script reproducing it in the real
     framework (SPEC.md §20.2), or None with ``why`` it cannot be written.
     Sound rules give nothing."""
-    return json.loads(_native.emit(_rule_text(rule), lang, scope))
+    text, dicts, single = _rule_args(rule)
+    return json.loads(_native.emit(text, _str("lang", lang), _scope(scope), dicts, single))
 
 
 # ---- external kernels (SPEC.md §20.4) ----
@@ -330,18 +499,30 @@ def _to_arrays(args):
     return [_np.array(v, dtype=_np.float64).reshape(tuple(s)) for s, v in args]
 
 
+#: The most elements a kernel's result may have (as a shape function's).
+_MAX_KERNEL_ELEMENTS = 65536
+
+
 def _from_array(x):
     if hasattr(x, "detach"):  # a torch tensor
         x = x.detach().cpu().numpy()
     _np = _numpy()
     a = _np.asarray(x, dtype=_np.float64)
+    if a.size > _MAX_KERNEL_ELEMENTS or a.ndim > 8:
+        # Refused before it becomes a Python list of floats.
+        raise ValueError(f"the kernel returned shape {a.shape}: at most 8 dims and "
+                         f"{_MAX_KERNEL_ELEMENTS} elements")
     return (list(a.shape), a.ravel().tolist())
 
 
 def check_kernel(forward, *, inputs: Sequence[str], output: str, degree: Union[int, Sequence[int]],
                  backward=None, shape=None, name: Optional[str] = None,
                  vars: Optional[Sequence[str]] = None, dialect: str = "spmd_types",
-                 cases: int = 0, seed: int = 0, scope: str = "default") -> Verdict:
+                 cases: int = 0, seed: int = 0, scope: str = "default",
+                 time_limit: Optional[float] = None, max_free: Optional[int] = None,
+                 max_points: Optional[int] = None, max_instances: Optional[int] = None,
+                 max_rank: Optional[int] = None, max_dim: Optional[int] = None,
+                 mesh_dims: bool = False) -> Verdict:
     """Check a real kernel, typed ``inputs -> output`` (one state per input,
     in ``dialect``'s names), as a local op (SPEC.md §20.4).
 
@@ -361,10 +542,32 @@ def check_kernel(forward, *, inputs: Sequence[str], output: str, degree: Union[i
     case unchecked and the verdict undetermined (with the first reason).
     Random cases (``cases``, default 0) draw values such as 1/3 that no
     float64 holds, so each of those calls is refused. The oracle never calls
-    ``backward`` to compute the gradient it checks it against."""
+    ``backward`` to compute the gradient it checks it against.
+
+    ``time_limit`` (seconds) stops the run as ``check``'s does; once it has
+    passed, or on Ctrl-C, the kernel is not called again (a call already
+    running is let finish: Python cannot cut a call short), and Ctrl-C
+    raises ``KeyboardInterrupt``. The scope arguments are ``check``'s."""
     _need_numpy()
     import inspect
+    cases, seed, scope, limits = _common(cases, seed, scope, dict(
+        max_free=max_free, max_points=max_points, max_instances=max_instances,
+        max_rank=max_rank, max_dim=max_dim, mesh_dims=mesh_dims))
+    tl = _time_limit(time_limit)
+    if not callable(forward):
+        raise BadInput(f"forward={forward!r}: expected a function")
+    for what, f in (("backward", backward), ("shape", shape)):
+        if f is not None and not callable(f):
+            raise BadInput(f"{what}={f!r}: expected a function or None")
+    if isinstance(inputs, str) or not isinstance(inputs, (list, tuple)):
+        raise BadInput(f"inputs={inputs!r}: expected a list of states, one per input")
+    for i, t in enumerate(inputs):
+        _str(f"inputs[{i}]", t)
+    _str("output", output)
+    _str("dialect", dialect)
     n = len(inputs)
+    if n == 0:
+        raise BadInput("inputs=[]: a kernel takes at least one input")
     if vars is None:
         try:
             ps = [p.name for p in inspect.signature(forward).parameters.values()
@@ -372,8 +575,15 @@ def check_kernel(forward, *, inputs: Sequence[str], output: str, degree: Union[i
         except (TypeError, ValueError):
             ps = []
         vars = ps if len(ps) == n else [f"x{i}" for i in range(n)]
-    degrees = [degree] * n if isinstance(degree, int) else list(degree)
+    if isinstance(degree, (list, tuple)):
+        degrees = [_int(f"degree[{i}]", d, 0, 16) for i, d in enumerate(degree)]
+    else:
+        degrees = [_int("degree", degree, 0, 16)] * n
+    if isinstance(vars, str) or not isinstance(vars, (list, tuple)):
+        raise BadInput(f"vars={vars!r}: expected a list of names, one per input")
+    vars = [_str(f"vars[{i}]", v) for i, v in enumerate(vars)]
     name = name or getattr(forward, "__name__", "kernel")
+    _str("name", name)
 
     def fwd(args):
         return _from_array(forward(*_to_arrays(args)))
@@ -392,7 +602,7 @@ def check_kernel(forward, *, inputs: Sequence[str], output: str, degree: Union[i
             return list(shape(*[tuple(s) for s in shapes]))
 
     raw = _native.check_kernel(name, list(vars), degrees, fwd, bwd, shp, list(inputs), output,
-                               dialect, cases, seed, scope)
+                               dialect, cases, seed, scope, limits, tl)
     return Verdict(json.loads(raw))
 
 

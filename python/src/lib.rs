@@ -26,11 +26,276 @@ create_exception!(
 );
 
 fn bad(e: UsageError) -> PyErr {
-    BadInput::new_err(e.0)
+    BadInput::new_err(pythonic(&e.0))
+}
+
+/// The library's messages name the CLI's flags (`raise --max-points`);
+/// from Python the same knob is a keyword argument (`max_points=`). Each
+/// `--flag` this package has a parameter for is renamed; a value after it
+/// stays (`--max-instances 5000` is `max_instances=5000`), and a switch
+/// becomes `=True`.
+pub fn pythonic(msg: &str) -> String {
+    // (flag, parameter, takes a value)
+    const FLAGS: &[(&str, &str, bool)] = &[
+        ("--cases", "cases", true),
+        ("--seed", "seed", true),
+        ("--scope", "scope", true),
+        ("--time-limit", "time_limit", true),
+        ("--max-instances", "max_instances", true),
+        ("--max-points", "max_points", true),
+        ("--max-free", "max_free", true),
+        ("--max-rank", "max_rank", true),
+        ("--max-dim", "max_dim", true),
+        ("--mesh-dims", "mesh_dims", false),
+        ("--expr", "expr", true),
+        ("--dialect", "dialect", true),
+        ("--global", "global_", false),
+        ("--check", "check", false),
+    ];
+    let mut out = String::with_capacity(msg.len());
+    let mut rest = msg;
+    while let Some(i) = rest.find("--") {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i..];
+        let len = 2 + tail[2..]
+            .find(|c: char| !(c.is_ascii_lowercase() || c == '-'))
+            .unwrap_or(tail.len() - 2);
+        let flag = &tail[..len];
+        let Some(&(_, param, value)) = FLAGS.iter().find(|(f, _, _)| *f == flag) else {
+            out.push_str(flag);
+            rest = &tail[len..];
+            continue;
+        };
+        rest = &tail[len..];
+        if !value {
+            out.push_str(param);
+            out.push_str("=True");
+            continue;
+        }
+        // A value written after the flag: a number, or a word such as
+        // `large` for --scope.
+        let v = rest.strip_prefix(' ').map(|r| {
+            let n = r
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_' || c == '.'))
+                .unwrap_or(r.len());
+            &r[..n]
+        });
+        match v {
+            Some(v) if v.starts_with(|c: char| c.is_ascii_digit()) => {
+                out.push_str(&format!("{param}={v}"));
+                rest = &rest[1 + v.len()..];
+            }
+            Some(v @ ("small" | "default" | "large")) if param == "scope" => {
+                out.push_str(&format!("{param}=\"{v}\""));
+                rest = &rest[1 + v.len()..];
+            }
+            _ => {
+                out.push_str(param);
+                out.push('=');
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A rule given from Python as dicts, laid out as JSON with one value per
+/// line, and for each line the Python key path of what is on it
+/// (`rule["inputs"][1]`). Every error the parser and the elaboration give
+/// as `<dict>:LINE:COL` is then said as that key path: the user never wrote
+/// a rule file, so a line and column would point into nothing they have.
+struct Laid {
+    text: String,
+    paths: Vec<String>,
+}
+
+/// The file name errors give for a rule laid out from dicts.
+const DICT_FILE: &str = "<dict>";
+
+impl Laid {
+    /// `rules`: the JSON of a list of rule dicts; `single`: the user gave
+    /// one dict (its path is `rule`), not a list (`rule[0]`, ...).
+    fn new(rules: &str, single: bool) -> PyResult<Laid> {
+        let v: Value = serde_json::from_str(rules)
+            .map_err(|e| BadInput::new_err(format!("rule: not a rule dict ({e})")))?;
+        let Value::Array(items) = v else {
+            return Err(BadInput::new_err(
+                "rule: expected a dict or a list of dicts",
+            ));
+        };
+        let mut lines: Vec<(String, String)> = vec![
+            ("{".into(), "rule".into()),
+            ("\"rule\": [".into(), "rule".into()),
+        ];
+        let n = items.len();
+        for (i, item) in items.iter().enumerate() {
+            let path = if single {
+                "rule".to_string()
+            } else {
+                format!("rule[{i}]")
+            };
+            Self::lay(item, "", &path, i + 1 < n, &mut lines);
+        }
+        lines.push(("]".into(), "rule".into()));
+        lines.push(("}".into(), "rule".into()));
+        let text = lines
+            .iter()
+            .map(|(l, _)| l.as_str())
+            .collect::<Vec<_>>()
+            .join("\n");
+        Ok(Laid {
+            text,
+            paths: lines.into_iter().map(|(_, p)| p).collect(),
+        })
+    }
+
+    /// One value, after `prefix` (`"key": ` or nothing), at `path`.
+    fn lay(v: &Value, prefix: &str, path: &str, comma: bool, lines: &mut Vec<(String, String)>) {
+        let c = if comma { "," } else { "" };
+        match v {
+            Value::Array(xs) if !xs.is_empty() => {
+                lines.push((format!("{prefix}["), path.to_string()));
+                for (i, x) in xs.iter().enumerate() {
+                    Self::lay(x, "", &format!("{path}[{i}]"), i + 1 < xs.len(), lines);
+                }
+                lines.push((format!("]{c}"), path.to_string()));
+            }
+            Value::Object(m) if !m.is_empty() => {
+                lines.push((format!("{prefix}{{"), path.to_string()));
+                for (i, (k, x)) in m.iter().enumerate() {
+                    let key = Value::String(k.clone()).to_string();
+                    Self::lay(
+                        x,
+                        &format!("{key}: "),
+                        &format!("{path}[{key}]"),
+                        i + 1 < m.len(),
+                        lines,
+                    );
+                }
+                lines.push((format!("}}{c}"), path.to_string()));
+            }
+            scalar => lines.push((format!("{prefix}{scalar}{c}"), path.to_string())),
+        }
+    }
+
+    /// `msg` with every `<dict>:LINE:COL` said as the key path on that line,
+    /// and serde_json's own trailing position dropped.
+    fn say(&self, msg: &str) -> String {
+        let mut out = String::new();
+        let mut rest = msg;
+        let marker = format!("{DICT_FILE}:");
+        while let Some(i) = rest.find(&marker) {
+            out.push_str(&rest[..i]);
+            let after = &rest[i + marker.len()..];
+            let digits = |s: &str| s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+            let l = digits(after);
+            let line: Option<usize> = after[..l].parse().ok();
+            let mut used = l;
+            if after[l..].starts_with(':') {
+                let c = digits(&after[l + 1..]);
+                if c > 0 {
+                    used = l + 1 + c;
+                }
+            }
+            match line.and_then(|n| self.paths.get(n.wrapping_sub(1))) {
+                Some(p) => out.push_str(p),
+                // No line: the message is about the rules as a whole.
+                None => out.push_str("rule:"),
+            }
+            rest = &after[used..];
+        }
+        out.push_str(rest);
+        // serde_json ends its messages with " at line L column C".
+        if let Some(i) = out.rfind(" at line ") {
+            let tail = &out[i + " at line ".len()..];
+            let is_pos = tail.split_once(" column ").is_some_and(|(a, b)| {
+                !a.is_empty()
+                    && a.chars().all(|c| c.is_ascii_digit())
+                    && b.trim_end().chars().all(|c| c.is_ascii_digit())
+            });
+            if is_pos {
+                let end = out[i..].find('\n').map_or(out.len(), |j| i + j);
+                out.replace_range(i..end, "");
+            }
+        }
+        out
+    }
+}
+
+/// Where a rule text came from: its file name, its text, and for dicts the
+/// key paths of its lines.
+struct Source {
+    file: String,
+    text: String,
+    laid: Option<Laid>,
+}
+
+impl Source {
+    fn new(file: &str, text: &str, dicts: Option<(&str, bool)>) -> PyResult<Source> {
+        Ok(match dicts {
+            Some((rules, single)) => {
+                let laid = Laid::new(rules, single)?;
+                Source {
+                    file: DICT_FILE.into(),
+                    text: laid.text.clone(),
+                    laid: Some(laid),
+                }
+            }
+            None => Source {
+                file: file.into(),
+                text: text.into(),
+                laid: None,
+            },
+        })
+    }
+    fn err(&self, e: UsageError) -> PyErr {
+        let msg = match &self.laid {
+            Some(l) => l.say(&e.0),
+            None => e.0,
+        };
+        BadInput::new_err(pythonic(&msg))
+    }
 }
 
 /// The most random cases per rule, as the CLI's `--cases` allows.
 const MAX_CASES: u32 = 1_000_000;
+
+/// The scope limits a Python call may set, as the CLI's flags of the same
+/// names (`max_instances=` is `--max-instances`), with the CLI's ranges.
+#[derive(Default, Clone, Copy)]
+struct Limits {
+    max_free: Option<u64>,
+    max_points: Option<u64>,
+    max_instances: Option<u64>,
+    max_rank: Option<u64>,
+    max_dim: Option<u64>,
+    mesh_dims: bool,
+}
+
+impl Limits {
+    fn from_py(d: Option<std::collections::HashMap<String, u64>>) -> PyResult<Limits> {
+        let mut l = Limits::default();
+        for (k, v) in d.unwrap_or_default() {
+            let (slot, lo, hi) = match k.as_str() {
+                "max_free" => (&mut l.max_free, 1, 64),
+                "max_points" => (&mut l.max_points, 1, u64::MAX),
+                "max_instances" => (&mut l.max_instances, 1, 100_000_000),
+                "max_rank" => (&mut l.max_rank, 1, 4),
+                "max_dim" => (&mut l.max_dim, 1, 8),
+                "mesh_dims" => {
+                    l.mesh_dims = v != 0;
+                    continue;
+                }
+                other => return Err(BadInput::new_err(format!("unknown limit `{other}`"))),
+            };
+            if v < lo || v > hi {
+                return Err(BadInput::new_err(format!("{k}={v}: expected {lo} to {hi}")));
+            }
+            *slot = Some(v);
+        }
+        Ok(l)
+    }
+}
 
 fn check_cases(cases: u32) -> PyResult<()> {
     if cases > MAX_CASES {
@@ -41,16 +306,40 @@ fn check_cases(cases: u32) -> PyResult<()> {
     Ok(())
 }
 
+/// A time limit in seconds (`time_limit=`): positive and finite, at most a
+/// year (an `Instant` that far ahead is still representable).
+fn deadline(time_limit: Option<f64>) -> PyResult<Option<std::time::Instant>> {
+    match time_limit {
+        None => Ok(None),
+        Some(t) if t.is_finite() && t > 0.0 && t <= 365.0 * 86400.0 => Ok(Some(
+            std::time::Instant::now() + std::time::Duration::from_secs_f64(t),
+        )),
+        Some(t) => Err(BadInput::new_err(format!(
+            "time_limit={t}: expected a number of seconds above 0 and at most a year"
+        ))),
+    }
+}
+
 /// Run `work` on a thread of its own while this one watches for Ctrl-C.
 /// Python handles signals only on its main thread, between bytecodes; while
 /// Rust works nothing would, and a kernel called from Rust would take the
 /// KeyboardInterrupt for its own failure. Here Ctrl-C sets the stop flag,
-/// the work ends at its next instance, and KeyboardInterrupt is raised.
-fn interruptible<T: Send>(py: Python<'_>, work: impl FnOnce() -> T + Send) -> PyResult<T> {
+/// the work ends at its next instance (a kernel is not called again), and
+/// KeyboardInterrupt is raised. `time_limit` (seconds) stops the work as
+/// the CLI's `--time-limit` does: the verdict is then undetermined.
+fn interruptible<T: Send>(
+    py: Python<'_>,
+    time_limit: Option<f64>,
+    work: impl FnOnce() -> T + Send,
+) -> PyResult<T> {
     use spmd_check::run::INTERRUPTED;
     use std::sync::atomic::Ordering;
     use std::time::{Duration, Instant};
-    std::thread::scope(|s| {
+    match deadline(time_limit)? {
+        Some(at) => spmd_check::run::set_deadline(at),
+        None => spmd_check::run::clear_deadline(),
+    }
+    let out = std::thread::scope(|s| {
         let h = s.spawn(work);
         let mut caught: Option<PyErr> = None;
         loop {
@@ -71,19 +360,43 @@ fn interruptible<T: Send>(py: Python<'_>, work: impl FnOnce() -> T + Send) -> Py
             }
         }
         let out = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        // Later calls start afresh. A kernel that raised KeyboardInterrupt
+        // itself set the flag too: that is Ctrl-C, not the kernel's failure.
+        let interrupted = INTERRUPTED.swap(false, Ordering::SeqCst);
         match caught {
-            Some(e) => {
-                // Later calls start afresh.
-                INTERRUPTED.store(false, Ordering::SeqCst);
-                Err(e)
-            }
+            Some(e) => Err(e),
+            None if interrupted => Err(pyo3::exceptions::PyKeyboardInterrupt::new_err(())),
             None => Ok(out),
         }
-    })
+    });
+    spmd_check::run::clear_deadline();
+    out
 }
 
-/// The scope presets of the CLI's `--scope`.
-fn scope(name: &str) -> PyResult<Scope> {
+/// The scope presets of the CLI's `--scope`, and its `--max-*` flags over
+/// them.
+fn scope(name: &str, limits: Limits) -> PyResult<Scope> {
+    let mut s = preset(name)?;
+    if let Some(v) = limits.max_free {
+        s.max_free = v as usize;
+    }
+    if let Some(v) = limits.max_points {
+        s.max_points = v;
+    }
+    if let Some(v) = limits.max_instances {
+        s.max_instances = v;
+    }
+    if let Some(v) = limits.max_rank {
+        s.max_rank = v as usize;
+    }
+    if let Some(v) = limits.max_dim {
+        s.max_dim = v as usize;
+    }
+    s.mesh_dims |= limits.mesh_dims;
+    Ok(s)
+}
+
+fn preset(name: &str) -> PyResult<Scope> {
     let mut s = Scope::default();
     match name {
         "default" => {}
@@ -132,10 +445,24 @@ pub fn violation_value(v: &Violation, rep: &RuleReport) -> Value {
     })
 }
 
-fn check_text_inner(file: &str, text: &str, cases: u32, seed: u64, sc: &str) -> PyResult<String> {
-    let scope = scope(sc)?;
-    let specs = spmd_check::rules::parse_file(file, text).map_err(bad)?;
-    let rules = spmd_check::rules::build(file, text, &specs, &scope).map_err(bad)?;
+fn check_text_inner(
+    src: &Source,
+    cases: u32,
+    seed: u64,
+    scope: Scope,
+    only: Option<&str>,
+) -> PyResult<String> {
+    let (file, text) = (src.file.as_str(), src.text.as_str());
+    let mut specs = spmd_check::rules::parse_file(file, text).map_err(|e| src.err(e))?;
+    if let Some(name) = only {
+        specs.retain(|s| s.name == name);
+        if specs.is_empty() {
+            return Err(BadInput::new_err(format!(
+                "{file}: no rule named \"{name}\""
+            )));
+        }
+    }
+    let rules = spmd_check::rules::build(file, text, &specs, &scope).map_err(|e| src.err(e))?;
     let cfg = CheckConfig { scope, cases, seed };
     let mut out = Vec::new();
     for (spec, rule) in specs.iter().zip(&rules) {
@@ -200,8 +527,19 @@ fn pending_violation_value(p: &PendingReport, rep: &RuleReport) -> Value {
     })
 }
 
-/// One rule's verdict as the Python half reads it.
+/// One rule's verdict as the Python half reads it, its hints naming this
+/// package's parameters (`pythonic`).
 fn report_value(rep: &RuleReport, file: &str, rule_toml: &str) -> Value {
+    let mut j = report_value_cli(rep, file, rule_toml);
+    for k in ["summary", "report", "reason"] {
+        if let Some(Value::String(t)) = j.get(k) {
+            j[k] = json!(pythonic(t));
+        }
+    }
+    j
+}
+
+fn report_value_cli(rep: &RuleReport, file: &str, rule_toml: &str) -> Value {
     if let Some(p) = &rep.pending {
         // A rule with pending kinds: its own report, never the core
         // verdict's summary of it.
@@ -244,10 +582,13 @@ fn report_value(rep: &RuleReport, file: &str, rule_toml: &str) -> Value {
     j
 }
 
-/// check_text(file, text, cases, seed, scope) -> JSON: one verdict per rule
-/// of a TOML or JSON rule text; `file` names it in error messages.
+/// check_text(file, text, cases, seed, scope, dicts, single, limits,
+/// time_limit) -> JSON: one verdict per rule of a TOML or JSON rule text;
+/// `file` names it in error messages. With `dicts` (the JSON of a list of
+/// rule dicts) the text is ignored and errors name key paths.
 #[pyfunction]
-#[pyo3(signature = (file, text, cases=256, seed=0, scope="default"))]
+#[pyo3(signature = (file, text, cases=256, seed=0, scope="default", dicts=None, single=false, limits=None, time_limit=None, only=None))]
+#[allow(clippy::too_many_arguments)]
 fn check_text(
     py: Python<'_>,
     file: &str,
@@ -255,23 +596,61 @@ fn check_text(
     cases: u32,
     seed: u64,
     scope: &str,
+    dicts: Option<&str>,
+    single: bool,
+    limits: Option<std::collections::HashMap<String, u64>>,
+    time_limit: Option<f64>,
+    only: Option<&str>,
 ) -> PyResult<String> {
     check_cases(cases)?;
-    interruptible(py, || check_text_inner(file, text, cases, seed, scope))?
+    let sc = self::scope(scope, Limits::from_py(limits)?)?;
+    let src = Source::new(file, text, dicts.map(|d| (d, single)))?;
+    interruptible(py, time_limit, || {
+        check_text_inner(&src, cases, seed, sc, only)
+    })?
+}
+
+/// rule_names(file, text) -> JSON: `[name, line]` of each rule of a rule
+/// text, in order (the line where its name is written, 1-based), for the
+/// pytest plugin's one item per rule.
+#[pyfunction]
+fn rule_names(file: &str, text: &str) -> PyResult<String> {
+    let specs = spmd_check::rules::parse_file(file, text).map_err(bad)?;
+    let mut from = 0;
+    let out: Vec<Value> = specs
+        .iter()
+        .map(|s| {
+            let quoted = Value::String(s.name.clone()).to_string();
+            let at = text[from..].find(&quoted).map_or(from, |i| from + i);
+            from = at;
+            json!([s.name, text[..at].matches('\n').count() + 1])
+        })
+        .collect();
+    Ok(Value::Array(out).to_string())
 }
 
 /// emit(text, lang, scope) -> JSON: per rule with a counterexample, its
 /// name and either the script (`--emit jax|pytorch`, SPEC.md §20.2) or why
 /// none can be written.
 #[pyfunction]
-#[pyo3(signature = (text, lang, scope="default"))]
-fn emit(py: Python<'_>, text: &str, lang: &str, scope: &str) -> PyResult<String> {
+#[pyo3(signature = (text, lang, scope="default", dicts=None, single=false, limits=None))]
+fn emit(
+    py: Python<'_>,
+    text: &str,
+    lang: &str,
+    scope: &str,
+    dicts: Option<&str>,
+    single: bool,
+    limits: Option<std::collections::HashMap<String, u64>>,
+) -> PyResult<String> {
     let lang = spmd_check::emit::Lang::parse(lang)
         .ok_or_else(|| BadInput::new_err(format!("lang `{lang}`: expected jax or pytorch")))?;
-    let scope = self::scope(scope)?;
-    py.allow_threads(|| {
-        let specs = spmd_check::rules::parse_file("<string>", text).map_err(bad)?;
-        let rules = spmd_check::rules::build("<string>", text, &specs, &scope).map_err(bad)?;
+    let scope = self::scope(scope, Limits::from_py(limits)?)?;
+    let src = Source::new("<string>", text, dicts.map(|d| (d, single)))?;
+    interruptible(py, None, || {
+        let (file, text) = (src.file.as_str(), src.text.as_str());
+        let specs = spmd_check::rules::parse_file(file, text).map_err(|e| src.err(e))?;
+        let rules = spmd_check::rules::build(file, text, &specs, &scope).map_err(|e| src.err(e))?;
         let cfg = CheckConfig {
             scope,
             cases: 0,
@@ -289,7 +668,7 @@ fn emit(py: Python<'_>, text: &str, lang: &str, scope: &str) -> PyResult<String>
             }
         }
         Ok(Value::Array(out).to_string())
-    })
+    })?
 }
 
 /// read_rule_file(path) -> str: the file's text, with the CLI's limits.
@@ -300,7 +679,8 @@ fn read_rule_file(path: &str) -> PyResult<String> {
 
 /// derive(op, expr, dialect, global_, scope) -> JSON: the derived table.
 #[pyfunction]
-#[pyo3(signature = (op=None, expr=None, dialect=None, global_=false, scope="default"))]
+#[pyo3(signature = (op=None, expr=None, dialect=None, global_=false, scope="default", limits=None, time_limit=None))]
+#[allow(clippy::too_many_arguments)]
 fn derive(
     py: Python<'_>,
     op: Option<&str>,
@@ -308,17 +688,21 @@ fn derive(
     dialect: Option<&str>,
     global_: bool,
     scope: &str,
+    limits: Option<std::collections::HashMap<String, u64>>,
+    time_limit: Option<f64>,
 ) -> PyResult<String> {
-    let sc = self::scope(scope)?;
+    let sc = self::scope(scope, Limits::from_py(limits)?)?;
     let sys = spmd_check::derive::dialect_for(dialect, op, global_).map_err(bad)?;
     let f = match (op, expr) {
-        (Some(name), None) => spmd_check::interp::builtin(name).map_err(BadInput::new_err)?,
+        (Some(name), None) => {
+            spmd_check::interp::builtin(name).map_err(|e| BadInput::new_err(pythonic(&e)))?
+        }
         (None, Some(e)) => spmd_check::interp::parse(e)
             .map_err(|err| BadInput::new_err(format!("expr `{e}`: {err}")))?,
         (Some(_), Some(_)) => return Err(BadInput::new_err("give either op or expr, not both")),
         (None, None) => return Err(BadInput::new_err("give an op (\"mul\") or expr=\"x * y\"")),
     };
-    interruptible(py, || {
+    interruptible(py, time_limit, || {
         let rows = if global_ {
             spmd_check::derive::derive_global(&f, &sc, &|_| {})
         } else {
@@ -381,9 +765,10 @@ fn from_py(name: &str, shape: Vec<usize>, data: Vec<f64>) -> Result<Tensor, Kern
 
 fn py_failed(name: &str, e: PyErr) -> KernelError {
     // A Ctrl-C that reached the kernel stops the run; it is not the
-    // kernel's failure (see `interruptible`).
+    // kernel's failure, and `interruptible` raises KeyboardInterrupt.
     if Python::with_gil(|py| e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py)) {
         spmd_check::run::INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
+        return KernelError::Stopped;
     }
     KernelError::Failed(format!("{name} raised {e}"))
 }
@@ -395,7 +780,7 @@ type PyTensor = (Vec<usize>, Vec<f64>);
 /// takes a list of (shape, floats) and returns one; `backward(args, g)`
 /// returns a list; `shape(shapes)` returns the output shape or raises.
 #[pyfunction]
-#[pyo3(signature = (name, vars, degree, forward, backward, shape, inputs, output, dialect="spmd_types", cases=256, seed=0, scope="default"))]
+#[pyo3(signature = (name, vars, degree, forward, backward, shape, inputs, output, dialect="spmd_types", cases=256, seed=0, scope="default", limits=None, time_limit=None))]
 #[allow(clippy::too_many_arguments)]
 fn check_kernel(
     py: Python<'_>,
@@ -411,6 +796,8 @@ fn check_kernel(
     cases: u32,
     seed: u64,
     scope: &str,
+    limits: Option<std::collections::HashMap<String, u64>>,
+    time_limit: Option<f64>,
 ) -> PyResult<String> {
     if degree.len() != vars.len() {
         return Err(BadInput::new_err(format!(
@@ -426,7 +813,7 @@ fn check_kernel(
     }
     check_cases(cases)?;
     let d = spmd_check::semantics::Dialect::parse(dialect).map_err(BadInput::new_err)?;
-    let sc = self::scope(scope)?;
+    let sc = self::scope(scope, Limits::from_py(limits)?)?;
     let n1 = name.clone();
     let mut ext = External::new(&name, vars, degree, move |args: &[&Tensor]| {
         let a: Vec<PyTensor> = args
@@ -464,10 +851,27 @@ fn check_kernel(
     if let Some(sh) = shape {
         let too_large = too_large.clone();
         let sized = move |shapes: &[Vec<usize>]| {
+            // The function raising says these shapes do not fit; returning
+            // something that is not a shape is the caller's error.
             let s = Python::with_gil(|py| {
-                sh.call1(py, (shapes.to_vec(),))
-                    .and_then(|r| r.extract::<Vec<usize>>(py))
-                    .map_err(|e| e.to_string())
+                let r = sh
+                    .call1(py, (shapes.to_vec(),))
+                    .map_err(|e| e.to_string())?;
+                r.extract::<Vec<usize>>(py).map_err(|_| {
+                    let got = r
+                        .bind(py)
+                        .repr()
+                        .map(|s| s.to_string())
+                        .unwrap_or_else(|_| "?".into());
+                    let why = format!(
+                        "the shape function returned {} for {shapes:?}: expected a tuple of ints from 0 up",
+                        spmd_check::words::excerpt(&got)
+                    );
+                    if let Ok(mut g) = too_large.lock() {
+                        g.get_or_insert(why.clone());
+                    }
+                    why
+                })
             })?;
             let numel = s.iter().try_fold(1usize, |n, &d| n.checked_mul(d));
             if s.len() > MAX_KERNEL_RANK || numel.is_none_or(|n| n > MAX_KERNEL_ELEMENTS) {
@@ -490,7 +894,7 @@ fn check_kernel(
         seed,
     };
     // The oracle's worker threads take the GIL for each call.
-    let rep = interruptible(py, || {
+    let rep = interruptible(py, time_limit, || {
         spmd_check::check_external(ext, &ins, &output, d, &cfg)
     })?
     .map_err(bad)?;
@@ -508,6 +912,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(check_text, m)?)?;
     m.add_function(wrap_pyfunction!(read_rule_file, m)?)?;
+    m.add_function(wrap_pyfunction!(rule_names, m)?)?;
     m.add_function(wrap_pyfunction!(derive, m)?)?;
     m.add_function(wrap_pyfunction!(run_job, m)?)?;
     m.add_function(wrap_pyfunction!(check_kernel, m)?)?;

@@ -6,6 +6,12 @@ use crate::UsageError;
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
+/// With its `arbitrary_precision` feature, serde_json hands a number that
+/// does not fit a machine type (1e400) to `deserialize_any` as a map with
+/// one key of this name: a visitor of maps must say "a number", never the
+/// key.
+const SERDE_JSON_NUMBER: &str = "$serde_json::private::Number";
+
 /// An op: a built-in name or `{ expr = "..." }`.
 #[derive(Serialize, Debug, Clone)]
 #[serde(untagged)]
@@ -32,6 +38,12 @@ impl<'de> Deserialize<'de> for OpSpec {
                 use serde::de::Error;
                 let mut expr = None;
                 while let Some(k) = m.next_key::<String>()? {
+                    if k.starts_with(SERDE_JSON_NUMBER) {
+                        return Err(A::Error::invalid_type(
+                            serde::de::Unexpected::Other("a number"),
+                            &self,
+                        ));
+                    }
                     match k.as_str() {
                         "expr" if expr.is_none() => expr = Some(m.next_value::<String>()?),
                         "expr" => return Err(A::Error::duplicate_field("expr")),
@@ -47,21 +59,112 @@ impl<'de> Deserialize<'de> for OpSpec {
 }
 
 /// A type: one state (one-axis meshes) or a state per named axis.
-#[derive(Deserialize, Serialize, Debug, Clone)]
+#[derive(Serialize, Debug, Clone)]
 #[serde(untagged)]
 pub enum TypeSpec {
     One(String),
     Axes(IndexMap<String, String>),
 }
 
+/// What a type is written as, for the error on anything else.
+const TYPE_EXPECTED: &str =
+    "a state name like \"V\" or a table of axis → state like { dp = \"V\", tp = \"R\" }";
+
+// By hand rather than derived, as `OpSpec`: a derived untagged enum answers
+// anything else with serde's "data did not match any variant of untagged
+// enum TypeSpec", which names neither what was written nor what is wanted.
+impl<'de> Deserialize<'de> for TypeSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<TypeSpec, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = TypeSpec;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(TYPE_EXPECTED)
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<TypeSpec, E> {
+                Ok(TypeSpec::One(s.to_string()))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut m: A,
+            ) -> Result<TypeSpec, A::Error> {
+                use serde::de::Error;
+                let mut axes = IndexMap::new();
+                while let Some(axis) = m.next_key::<String>()? {
+                    if axis.starts_with(SERDE_JSON_NUMBER) {
+                        return Err(A::Error::invalid_type(
+                            serde::de::Unexpected::Other("a number"),
+                            &self,
+                        ));
+                    }
+                    let state = m.next_value::<StateName>()?.0;
+                    if axes.insert(axis.clone(), state).is_some() {
+                        return Err(A::Error::custom(format!("axis `{axis}` is given twice")));
+                    }
+                }
+                Ok(TypeSpec::Axes(axes))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// One axis's state inside a type table: a string, or an error that says so.
+struct StateName(String);
+
+impl<'de> Deserialize<'de> for StateName {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<StateName, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = StateName;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a state name like \"V\" for this axis")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<StateName, E> {
+                Ok(StateName(s.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
 /// A backward: a collective or composition (or `"local"`, the local VJP),
 /// or for a local op one expression per input over the primals and the
 /// output cotangent `g` (`["g * y", "g * x"]`).
-#[derive(Deserialize, Serialize, Debug, Clone)]
+#[derive(Serialize, Debug, Clone)]
 #[serde(untagged)]
 pub enum BackwardSpec {
     One(String),
     PerInput(Vec<String>),
+}
+
+// By hand for the same reason as `TypeSpec`.
+impl<'de> Deserialize<'de> for BackwardSpec {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<BackwardSpec, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = BackwardSpec;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str(
+                    "a backward like \"all_reduce\" or \"local\", or a list of one expression per input like [\"g * y\", \"g * x\"]",
+                )
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<BackwardSpec, E> {
+                Ok(BackwardSpec::One(s.to_string()))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut s: A,
+            ) -> Result<BackwardSpec, A::Error> {
+                let mut v = Vec::new();
+                while let Some(e) = s.next_element::<String>()? {
+                    v.push(e);
+                }
+                Ok(BackwardSpec::PerInput(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 /// One `[[rule]]` as written.
