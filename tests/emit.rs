@@ -139,7 +139,7 @@ output = "Invariant"
     assert!(s.contains("return lax.pmean(a0, AX)"), "{s}");
     assert_eq!(data(&s)["declared_backward"], "pvary()[Invariant->Varying]");
     let why = script(gather, Lang::Pytorch).expect("unsound").unwrap_err();
-    assert!(why.contains("no spmd_types 0.3.1 call"), "{why}");
+    assert!(why.contains("no spmd_types call"), "{why}");
     // A constant that float64 does not hold exactly is refused, not rounded.
     let third = r#"
 [[rule]]

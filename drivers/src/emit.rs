@@ -11,8 +11,10 @@
 //! exactly the oracle's values, so the oracle's violation is the
 //! framework's), `error` (the framework refuses, with its first line),
 //! `typed_otherwise` (it infers another output type, so the rule is not its
-//! rule) or `values_differ`. `--expect OUTCOME[:TEXT]` sets which outcome
-//! exits 0.
+//! rule), `values_differ`, or `accepted` (it types the op as the rule does
+//! and the oracle has no rational value to set beside its float64 ones).
+//! `--expect OUTCOME[:TEXT]` or `--expect error=TYPE[|TYPE]` sets which
+//! outcome exits 0.
 
 use spmd_interp::expr::{DimOp, Fun, Mask, Rounding};
 use spmd_interp::{Backward, Collective, Expr, Kind, Op};
@@ -223,10 +225,12 @@ fn py_expr(e: &Expr, lang: Lang) -> Result<String, String> {
             };
             format!("{m}.where({mask} > 0, {}, {})", r(a)?, r(b)?)
         }
-        Expr::Cast(_, k) => return Err(format!(
+        Expr::Cast(_, k) => {
+            return Err(format!(
             "`cast(e, {k})` rounds to multiples of 2^-{k}, which no {} dtype cast does for every k",
             lang.name()
-        )),
+        ))
+        }
         Expr::UpdateSlice(..) => {
             return Err(format!(
                 "the emitter has no {} spelling for dynamic_update_slice",
@@ -364,7 +368,7 @@ fn spmd_types_call(c: &Collective) -> Result<String, String> {
         }
         _ => {
             return Err(format!(
-                "`{}` from {} to {} has no spmd_types 0.3.1 call (ppermute, pmean and divide_by_group_size are JAX's)",
+                "`{}` from {} to {} has no spmd_types call in spmd_types 0.3.1 (ppermute, pmean and divide_by_group_size are JAX's)",
                 c.describe(),
                 c.src,
                 c.dst
