@@ -183,7 +183,7 @@ pub fn derive_tables(
             ],
             drs.iter()
                 .map(|d| {
-                    let mut r = row(&d.row);
+                    let mut r = row(d.row);
                     r.cells.push(d.class.word().to_string());
                     r.cells.push(sys.describe(&d.outcome));
                     r
