@@ -137,9 +137,14 @@ enum Cmd {
         /// max, min): which outputs defer it (SPEC.md §21.2).
         #[arg(long)]
         partial: Option<String>,
-        /// Print the result as JSON instead of text.
+        /// Print the result as JSON instead of text (the same as --format json).
         #[arg(long)]
         json: bool,
+        /// The report's format: text (default), json, markdown (tables for
+        /// pull requests and docs) or junit (JUnit XML for CI: a testcase per
+        /// row, a failure for each one that is not sound, skipped if vacuous).
+        #[arg(long, value_name = "FORMAT", value_parser = report::Format::NAMES)]
+        format: Option<String>,
         #[command(flatten)]
         scope: ScopeArgs,
     },
@@ -152,9 +157,14 @@ enum Cmd {
         /// (SPEC.md §19.7).
         #[arg(long)]
         transformer: bool,
-        /// Print the result as JSON instead of text.
+        /// Print the result as JSON instead of text (the same as --format json).
         #[arg(long)]
         json: bool,
+        /// The report's format: text (default), json, markdown (tables for
+        /// pull requests and docs) or junit (JUnit XML for CI: a testcase per
+        /// row, a failure for each one that makes conform exit 1).
+        #[arg(long, value_name = "FORMAT", value_parser = report::Format::NAMES)]
+        format: Option<String>,
         /// Check only part K of N (1-based): rows whose index i has
         /// i mod N = K - 1; `merge` joins the parts' --json (SPEC.md §18.3).
         #[arg(long, value_name = "K/N")]
@@ -194,9 +204,14 @@ enum Cmd {
         /// Random cases beyond the exhaustive scope, per rule (at most 1,000,000).
         #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(0..=1_000_000))]
         cases: u32,
-        /// Print the result as JSON instead of text.
+        /// Print the result as JSON instead of text (the same as --format json).
         #[arg(long)]
         json: bool,
+        /// The report's format: text (default), json, markdown (tables for
+        /// pull requests and docs) or junit (JUnit XML for CI: a testcase per
+        /// row, a failure for each one that is not sound, skipped if vacuous).
+        #[arg(long, value_name = "FORMAT", value_parser = report::Format::NAMES)]
+        format: Option<String>,
         /// Print each counterexample as a paste-ready Rust test (rstest), or
         /// write it as a runnable JAX or PyTorch script (SPEC.md §20.2).
         #[arg(long, value_parser = ["rstest", "jax", "pytorch"])]
@@ -323,6 +338,19 @@ enum Cmd {
     },
 }
 
+/// A `--json` document, pretty-printed.
+fn print_json(v: &serde_json::Value) {
+    println!("{}", serde_json::to_string_pretty(v).expect("json"));
+}
+
+/// `--format markdown` or `junit` of a command's tables.
+fn print_tables(format: report::Format, t: &report::table::Tables) {
+    match format {
+        report::Format::Junit => print!("{}", report::junit::render(t)),
+        _ => print!("{}", report::markdown::render(t)),
+    }
+}
+
 fn bar(len: u64, json: bool) -> ProgressBar {
     if json || !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
@@ -350,15 +378,17 @@ fn run() -> Result<ExitCode, UsageError> {
             dialect,
             partial,
             json,
+            format,
             scope,
         } => {
+            let format = report::Format::parse(format.as_deref(), json)?;
             if let Some(k) = partial {
                 return spmd_check::derive::derive_partial_cmd(
                     op.as_deref(),
                     expr.as_deref(),
                     &k,
                     global || dialect.is_some(),
-                    json,
+                    format,
                     scope.partial_scope(),
                 );
             }
@@ -380,7 +410,7 @@ fn run() -> Result<ExitCode, UsageError> {
                     ))
                 }
             };
-            let b = bar(0, json);
+            let b = bar(0, format.quiet());
             b.set_message("instances");
             let rows = if global {
                 derive_global(&f, &scope.scope(), &|n| b.inc(n))?
@@ -388,23 +418,35 @@ fn run() -> Result<ExitCode, UsageError> {
                 derive(&f, &scope.scope(), &|n| b.inc(n))?
             };
             b.finish_and_clear();
-            if let Some((sys, class)) = sys {
-                let rs = spmd_check::derive::classify_rows(&rows, sys, class)?;
-                if json {
-                    let v = report::dialect_json(&rs, sys);
-                    println!("{}", serde_json::to_string_pretty(&v).expect("json"));
-                } else {
-                    println!("`{}` under {} (SPEC.md §15.3):", f.text, sys.name);
-                    print!("{}", report::dialect_text(&rs, sys));
+            let classified = match sys {
+                Some((sys, class)) => {
+                    Some((spmd_check::derive::classify_rows(&rows, sys, class)?, sys))
                 }
-            } else if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&report::derive_json(&rows)).expect("json")
-                );
-            } else {
-                println!("typings of `{}` on one mesh axis (SPEC.md §9.1):", f.text);
-                print!("{}", report::derive_text(&rows));
+                None => None,
+            };
+            match (format, &classified) {
+                (report::Format::Json, _) => {
+                    let typings = match &classified {
+                        Some((rs, sys)) => report::dialect_json(rs, sys),
+                        None => report::derive_json(&rows),
+                    };
+                    let system = classified.as_ref().map(|c| c.1.name);
+                    let body = report::derive_body(&f.text, global, system, typings);
+                    print_json(&report::document("derive", body));
+                }
+                (report::Format::Markdown | report::Format::Junit, _) => {
+                    let dialect = classified.as_ref().map(|(rs, sys)| (rs.as_slice(), *sys));
+                    let t = report::table::derive_tables(&f.text, &rows, dialect);
+                    print_tables(format, &t);
+                }
+                (report::Format::Text, Some((rs, sys))) => {
+                    println!("`{}` under {} (SPEC.md §15.3):", f.text, sys.name);
+                    print!("{}", report::dialect_text(rs, sys));
+                }
+                (report::Format::Text, None) => {
+                    println!("typings of `{}` on one mesh axis (SPEC.md §9.1):", f.text);
+                    print!("{}", report::derive_text(&rows));
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -420,7 +462,10 @@ fn run() -> Result<ExitCode, UsageError> {
             let res = spmd_check::patterns::run(&systems, &scope.scope())?;
             if json {
                 let v = spmd_check::patterns::json(&res);
-                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                print_json(&report::document(
+                    "patterns",
+                    serde_json::json!({ "patterns": v }),
+                ));
             } else {
                 print!("{}", spmd_check::patterns::text(&res));
             }
@@ -449,7 +494,8 @@ fn run() -> Result<ExitCode, UsageError> {
                     depth as usize,
                 ));
                 if json {
-                    println!("{}", serde_json::to_string_pretty(&s.json()).expect("json"));
+                    let body = serde_json::json!({"mode": "dry_run", "typing": s.json()});
+                    print_json(&report::document("programs", body));
                 } else {
                     println!(
                         "{} depth {} (typing only, nothing checked): generated {}, accepted {}, rejected {}, classes to check {} ({:.1} s)",
@@ -477,10 +523,8 @@ fn run() -> Result<ExitCode, UsageError> {
                 let rep =
                     spmd_check::generated::random(sys, n, seed, max_steps as usize, &scope.scope());
                 if json {
-                    println!(
-                        "{}",
-                        serde_json::to_string_pretty(&rep.json()).expect("json")
-                    );
+                    let body = serde_json::json!({"mode": "random", "report": rep.json()});
+                    print_json(&report::document("programs", body));
                 } else {
                     print!("{}", rep.text());
                 }
@@ -496,14 +540,11 @@ fn run() -> Result<ExitCode, UsageError> {
             b.finish_and_clear();
             eprintln!("{}", r.timings.line());
             match (json, part) {
-                (true, Some(p)) => {
-                    let v = spmd_check::generated::part_json(&r, p, &scope);
-                    println!("{}", serde_json::to_string_pretty(&v).expect("json"));
-                }
-                (true, None) => println!(
-                    "{}",
-                    serde_json::to_string_pretty(&r.report.json()).expect("json")
-                ),
+                (true, Some(p)) => print_json(&spmd_check::generated::part_json(&r, p, &scope)),
+                (true, None) => print_json(&report::document(
+                    "programs",
+                    spmd_check::generated::exhaustive_body(&r.report),
+                )),
                 (false, Some(p)) => print!(
                     "part {}/{}: the oracle checked {} of the {} classes (those whose index i has i mod {} = {}); the counts below are theirs\n{}",
                     p.k, p.n, r.classes.len(), r.summary.distinct, p.n, p.k - 1, r.report.text()
@@ -513,8 +554,16 @@ fn run() -> Result<ExitCode, UsageError> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Conform {
-            transformer: true, ..
+            transformer: true,
+            json,
+            format,
+            ..
         } => {
+            if report::Format::parse(format.as_deref(), json)? != report::Format::Text {
+                return Err(UsageError(
+                    "--transformer has a text report only (no --json or --format)".into(),
+                ));
+            }
             let rows =
                 spmd_check::conform::transformer_table(&spmd_check::conform::transformer_scope())?;
             print!("{}", spmd_check::conform::transformer_text(&rows));
@@ -523,11 +572,14 @@ fn run() -> Result<ExitCode, UsageError> {
         Cmd::Conform {
             dialect,
             json,
+            format,
             partition,
             scope,
             ..
         } => {
             use spmd_check::partition::{Partition, Section};
+            let format = report::Format::parse(format.as_deref(), json)?;
+            let json = format == report::Format::Json;
             let part = partition.as_deref().map(Partition::parse).transpose()?;
             let scope = scope.scope();
             let rs = rows(dialect.as_deref())?;
@@ -595,7 +647,7 @@ fn run() -> Result<ExitCode, UsageError> {
             let my_layers: Vec<_> = own[4].iter().map(|&i| copy(&layers[i])).collect();
             // One step per table row; FSDP and the programs count one each.
             let steps = rs.len() + prs.len() + jrs.len() + 1 + usize::from(with_programs);
-            let b = bar(steps as u64, json);
+            let b = bar(steps as u64, format.quiet());
             // The sections run side by side, not one after another, so that
             // one section's slowest row does not leave the other cores idle.
             b.set_message("checking");
@@ -677,11 +729,13 @@ fn run() -> Result<ExitCode, UsageError> {
                     total,
                     entries: own[sec].iter().copied().zip(vals).collect(),
                 };
-                let v = spmd_check::partition::envelope(
+                let key = serde_json::json!({
+                    "dialect": dialect,
+                    "scope": report::scope_json(&scope),
+                });
+                let partition = spmd_check::partition::envelope(
                     p,
-                    "conform",
-                    &format!("dialect={dialect:?} scope={scope:?}"),
-                    "object",
+                    key,
                     vec![
                         sec(
                             "local_rules",
@@ -730,11 +784,32 @@ fn run() -> Result<ExitCode, UsageError> {
                         ),
                     ],
                 );
-                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                let doc = conform_json(
+                    &results,
+                    &pairs,
+                    &jvps,
+                    &fsdp,
+                    &progs,
+                    &generated,
+                    pending.as_ref().map(|p| &p.1),
+                );
+                print_json(&spmd_check::partition::part_document(doc, partition));
                 let defect = results.iter().any(|r| r.twin_rejected() == Some(false))
                     || pairs.iter().any(|p| !p.twin_rejected())
                     || jvps.iter().any(|j| !j.twin_rejected());
                 return Ok(ExitCode::from(u8::from(defect || wrong)));
+            }
+            if matches!(format, report::Format::Markdown | report::Format::Junit) {
+                let t = report::table::conform_tables(
+                    &results,
+                    &pairs,
+                    &jvps,
+                    &fsdp,
+                    &progs,
+                    &generated,
+                    pending.as_ref().map(|p| p.2),
+                );
+                print_tables(format, &t);
             }
             let code = conform_output(
                 &results,
@@ -744,9 +819,9 @@ fn run() -> Result<ExitCode, UsageError> {
                 &progs,
                 &generated,
                 pending.as_ref().map(|p| &p.1),
-                json,
+                format,
             );
-            if !json {
+            if format == report::Format::Text {
                 fsdp_output(&fsdp);
                 programs_output(&progs);
                 println!("\ngenerated programs, depth 1 (SPEC.md §17; `spmd-check programs` goes deeper):");
@@ -804,7 +879,10 @@ fn run() -> Result<ExitCode, UsageError> {
                         })
                     })
                     .collect();
-                println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+                let body = serde_json::json!({
+                    "forward": op, "from": from, "to": to, "dialect": d.name(), "transposes": v,
+                });
+                print_json(&report::document("transposes", body));
             } else {
                 println!("correct transposes of `{op}` : {from} -> {to}, cheapest first (elements per rank on {m}, input {shape:?}; SPEC.md §10.5):");
                 for f in &found {
@@ -826,6 +904,7 @@ fn run() -> Result<ExitCode, UsageError> {
             seed,
             cases,
             json,
+            format,
             emit,
             emit_dir,
             allow_vacuous,
@@ -842,10 +921,18 @@ fn run() -> Result<ExitCode, UsageError> {
                     std::time::Instant::now() + std::time::Duration::from_secs(secs),
                 );
             }
+            let format = report::Format::parse(format.as_deref(), json)?;
+            if emit.is_some() && matches!(format, report::Format::Markdown | report::Format::Junit)
+            {
+                return Err(UsageError(
+                    "--emit goes with the text or the JSON report, not with --format markdown or junit"
+                        .into(),
+                ));
+            }
             let opts = CheckOpts {
                 seed,
                 cases,
-                json,
+                format,
                 emit,
                 emit_dir,
                 allow_vacuous,
@@ -907,13 +994,38 @@ fn run() -> Result<ExitCode, UsageError> {
         Cmd::Run { job, json, check } => {
             let r = spmd_check::job::run_file(&job, check)?;
             if json {
-                println!("{}", r.to_json());
+                println!("{}", report::document("run", r.to_json()));
             } else {
                 print!("{}", r.to_text());
             }
             Ok(ExitCode::from(r.exit_code()))
         }
     }
+}
+
+/// `conform --json`'s document: one array per section (SPEC.md §18.3
+/// lists them), for a part its own entries.
+fn conform_json(
+    results: &[RowResult],
+    pairs: &[PairResult],
+    jvps: &[JvpResult],
+    fsdp: &[ProgramResult],
+    progs: &[ProgramResult],
+    generated: &[spmd_check::generated::Report],
+    pending: Option<&serde_json::Value>,
+) -> serde_json::Value {
+    report::document(
+        "conform",
+        serde_json::json!({
+            "local_rules": results.iter().map(report::row_json).collect::<Vec<_>>(),
+            "collectives": pairs.iter().map(PairResult::json).collect::<Vec<_>>(),
+            "jvps": jvps.iter().map(report::jvp_json).collect::<Vec<_>>(),
+            "fsdp": fsdp.iter().map(report::program_json).collect::<Vec<_>>(),
+            "programs": progs.iter().map(report::program_json).collect::<Vec<_>>(),
+            "generated_programs": generated.iter().map(spmd_check::generated::summary_json).collect::<Vec<_>>(),
+            "pending_kinds": pending.into_iter().cloned().collect::<Vec<_>>(),
+        }),
+    )
 }
 
 #[allow(clippy::too_many_arguments)] // one slice per conform section
@@ -925,7 +1037,7 @@ fn conform_output(
     progs: &[ProgramResult],
     generated: &[spmd_check::generated::Report],
     pending: Option<&serde_json::Value>,
-    json: bool,
+    format: report::Format,
 ) -> ExitCode {
     let defects = results
         .iter()
@@ -933,18 +1045,11 @@ fn conform_output(
         .count()
         + pairs.iter().filter(|p| !p.twin_rejected()).count()
         + jvps.iter().filter(|j| !j.twin_rejected()).count();
-    if json {
-        let v = serde_json::json!({
-            "local_rules": results.iter().map(report::row_json).collect::<Vec<_>>(),
-            "collectives": pairs.iter().map(PairResult::json).collect::<Vec<_>>(),
-            "jvps": jvps.iter().map(report::jvp_json).collect::<Vec<_>>(),
-            "fsdp": fsdp.iter().map(report::program_json).collect::<Vec<_>>(),
-            "programs": progs.iter().map(report::program_json).collect::<Vec<_>>(),
-            "generated_programs": generated.iter().map(spmd_check::generated::summary_json).collect::<Vec<_>>(),
-            "pending_kinds": pending.into_iter().cloned().collect::<Vec<_>>(),
-        });
-        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
-    } else {
+    if format == report::Format::Json {
+        print_json(&conform_json(
+            results, pairs, jvps, fsdp, progs, generated, pending,
+        ));
+    } else if format == report::Format::Text {
         println!("seed rule tables (SPEC.md §9.2):");
         for r in results {
             println!("{}", report::row_line(r));
@@ -1006,7 +1111,7 @@ fn conform_output(
 struct CheckOpts {
     seed: u64,
     cases: u32,
-    json: bool,
+    format: report::Format,
     emit: Option<String>,
     emit_dir: String,
     allow_vacuous: bool,
@@ -1069,9 +1174,13 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
     };
     let interrupted = || spmd_check::run::INTERRUPTED.load(Ordering::SeqCst);
     let total: usize = loaded.iter().map(|l| l.2.len()).sum();
-    let b = bar(0, o.json);
+    let b = bar(0, o.format.quiet());
     b.set_message(format!("{total} rules: instances"));
+    let json = o.format == report::Format::Json;
+    let text = o.format == report::Format::Text;
     let mut out_json = Vec::new();
+    // Per file, the rows of --format markdown and junit.
+    let mut tables: Vec<(String, Vec<report::table::Row>)> = Vec::new();
     let (mut failed, mut inconclusive) = (false, false);
     // Each rule's index over all files, for --partition (SPEC.md §18.3).
     let mut first_index = 0;
@@ -1100,8 +1209,10 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
             });
         }
         let mut changed = false;
+        let mut rows = Vec::new();
         for (index, rep) in &reports {
             indices.push(*index);
+            rows.push(report::table::check_row(rep));
             let spec = specs
                 .iter()
                 .find(|s| s.name == rep.name)
@@ -1117,17 +1228,14 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
                         changed = true;
                     }
                 }
-                if o.json {
-                    let mut j = p.json(rep.dialect);
-                    j["name"] = serde_json::json!(rep.name);
-                    j["file"] = serde_json::json!(f);
-                    j["random_requested"] = serde_json::json!(rep.random_requested);
-                    if let (true, Some(lang)) = (p.failed(), o.emit.as_deref()) {
-                        j["emitted"] = serde_json::json!({"kind": lang, "path": null,
-                            "why": "no test or script is emitted for pending kinds yet"});
-                    }
-                    out_json.push(j);
-                } else {
+                if json {
+                    let emitted = match (p.failed(), o.emit.as_deref()) {
+                        (true, Some(lang)) => Some(serde_json::json!({"kind": lang, "path": null,
+                            "why": "no test or script is emitted for pending kinds yet"})),
+                        _ => None,
+                    };
+                    out_json.push(report::check_rule_json(f, rep, emitted));
+                } else if text {
                     let name = report::quoted_name(&rep.name);
                     println!("{f}: rule \"{name}\": {}", p.word());
                     print!("{}", p.report(rep.dialect));
@@ -1149,36 +1257,15 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
             } else if !v.is_sound() {
                 inconclusive = true;
             }
-            if o.json {
-                let mut j = report::verdict_json(v);
-                j["name"] = serde_json::json!(rep.name);
-                j["file"] = serde_json::json!(f);
-                j["summary"] = serde_json::json!(report::rule_word(rep));
-                j["backward_checked"] = serde_json::json!(rep.backward_checked);
-                j["no_grad"] = serde_json::json!(rep.no_grad);
-                j["random_cases"] = serde_json::json!(rep.random_cases);
-                j["random_requested"] = serde_json::json!(rep.random_requested);
-                j["random_note"] = serde_json::json!(rep.random_note);
-                j["replayed"] = serde_json::json!(rep.replayed);
-                if !rep.elaboration.is_empty() {
-                    j["elaboration"] = serde_json::json!(rep.elaboration);
-                }
-                if let (Some(x), Some(lang)) = (v.violation(), o.emit.as_deref()) {
-                    j["emitted"] = emit_one(lang, &o.emit_dir, spec, rules, rep, x)?.1;
-                }
-                if let Some(x) = v.violation() {
-                    j["counterexample"]["inputs"] = serde_json::json!(x
-                        .inputs()
-                        .iter()
-                        .map(|s| serde_json::json!({
-                            "label": s.label,
-                            "type": s.ty.display_in(&x.mesh, rep.dialect),
-                            "per_rank": s.value.tensors.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
-                        }))
-                        .collect::<Vec<_>>());
-                }
-                out_json.push(j);
-            } else {
+            if json {
+                let emitted = match (v.violation(), o.emit.as_deref()) {
+                    (Some(x), Some(lang)) => {
+                        Some(emit_one(lang, &o.emit_dir, spec, rules, rep, x)?.1)
+                    }
+                    _ => None,
+                };
+                out_json.push(report::check_rule_json(f, rep, emitted));
+            } else if text {
                 println!(
                     "{f}: rule \"{}\": {}",
                     report::quoted_name(&rep.name),
@@ -1196,6 +1283,9 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
                 }
             }
         }
+        if !rows.is_empty() {
+            tables.push((f.clone(), rows));
+        }
         if changed {
             save_regressions(rpath, regs)?;
         }
@@ -1204,21 +1294,27 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
         }
     }
     b.finish_and_clear();
-    if let (true, Some(p)) = (o.json, o.partition) {
-        let key = format!(
-            "files={files:?} seed={} cases={} scope={scope:?}",
-            o.seed, o.cases
-        );
-        let entries = indices.into_iter().zip(out_json).collect();
-        let sec = spmd_check::partition::Section {
-            name: "rules",
-            total: first_index,
-            entries,
-        };
-        let v = spmd_check::partition::envelope(p, "check", &key, "array", vec![sec]);
-        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
-    } else if o.json {
-        println!("{}", serde_json::to_string_pretty(&out_json).expect("json"));
+    match (o.format, o.partition) {
+        (report::Format::Json, Some(p)) => {
+            let key = report::check_key(files, o.seed, o.cases, scope);
+            let doc = report::document("check", serde_json::json!({ "rules": out_json }));
+            let entries = indices.into_iter().zip(out_json).collect();
+            let sec = spmd_check::partition::Section {
+                name: "rules",
+                total: first_index,
+                entries,
+            };
+            let partition = spmd_check::partition::envelope(p, key, vec![sec]);
+            print_json(&spmd_check::partition::part_document(doc, partition));
+        }
+        (report::Format::Json, None) => print_json(&report::document(
+            "check",
+            serde_json::json!({ "rules": out_json }),
+        )),
+        (report::Format::Markdown | report::Format::Junit, _) => {
+            print_tables(o.format, &report::table::check_tables(tables))
+        }
+        (report::Format::Text, _) => {}
     }
     Ok(if failed {
         ExitCode::from(1)

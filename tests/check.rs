@@ -13,7 +13,8 @@ fn the_example_rule_file_is_checked_as_written() {
     assert_eq!(code, 1, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     let by = |n: &str| {
-        v.as_array()
+        v["rules"]
+            .as_array()
             .unwrap()
             .iter()
             .find(|r| r["name"] == n)
@@ -23,7 +24,7 @@ fn the_example_rule_file_is_checked_as_written() {
     let pp = by("partial times partial");
     assert_eq!(pp["verdict"], "unsound");
     assert_eq!(pp["property"], "F2");
-    assert_eq!(pp["counterexample"]["mesh"], "{x: 2}");
+    assert_eq!(pp["counterexample"]["mesh"], serde_json::json!({"x": 2}));
     // Rationals are strings; per-rank values listed.
     assert_eq!(
         pp["counterexample"]["inputs"][0]["per_rank"],
@@ -38,7 +39,7 @@ fn the_example_rule_file_is_checked_as_written() {
     assert!(regs.contains("partial times partial"));
     let (_, out2, _) = run(&["check", &f, "--json", "--cases", "0"]);
     let v2: serde_json::Value = serde_json::from_str(&out2).unwrap();
-    assert_eq!(v2[0]["replayed"], true);
+    assert_eq!(v2["rules"][0]["replayed"], true);
 }
 
 #[test]
@@ -114,7 +115,7 @@ fn declared_jvps_are_checked_by_j1() {
     let (code, out, err) = run(&["check", &f, "--json"]);
     assert_eq!(code, 1, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
-    let verdicts: Vec<(String, String, Option<String>)> = v
+    let verdicts: Vec<(String, String, Option<String>)> = v["rules"]
         .as_array()
         .expect("array of rules")
         .iter()
@@ -142,7 +143,7 @@ fn global_rules_on_a_2d_mesh() {
     let (code, out, err) = run(&["check", &f, "--json"]);
     assert_eq!(code, 1, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
-    let got: Vec<(String, Option<String>)> = v
+    let got: Vec<(String, Option<String>)> = v["rules"]
         .as_array()
         .expect("array")
         .iter()
@@ -216,7 +217,7 @@ output = "S(1)"
     let (code, out, err) = run(&["check", &f, "--json"]);
     assert_eq!(code, 1, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
-    let got: Vec<(&str, Option<&str>)> = v
+    let got: Vec<(&str, Option<&str>)> = v["rules"]
         .as_array()
         .expect("array")
         .iter()

@@ -9,7 +9,10 @@ fn derive_expr_json_has_a_real_verdict_per_row() {
     let (code, out, err) = run(&["derive", "--expr", "x + 1", "--json"]);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
-    let rows = v.as_array().expect("array");
+    assert_eq!(v["schema"], "spmd-check/1");
+    assert_eq!(v["command"], "derive");
+    assert_eq!(v["mode"], "table");
+    let rows = v["typings"].as_array().expect("array");
     assert_eq!(rows.len(), 16);
     for r in rows {
         let verdict = r["verdict"].as_str().unwrap();

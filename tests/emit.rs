@@ -384,8 +384,7 @@ fn json_keeps_emit() {
     let f = rules.to_str().unwrap();
     let d = dir.to_str().unwrap();
     let parse = |out: &str| -> Vec<serde_json::Value> {
-        serde_json::from_str::<serde_json::Value>(out)
-            .unwrap()
+        serde_json::from_str::<serde_json::Value>(out).unwrap()["rules"]
             .as_array()
             .unwrap()
             .clone()

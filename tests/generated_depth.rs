@@ -205,7 +205,11 @@ fn partitioned_programs_merge_into_the_single_run() {
             ASSEMBLE,
         )
         .unwrap();
-        assert_eq!(merged, single.json(), "{}", sys.name);
+        let doc = spmd_check::words::document(
+            "programs",
+            spmd_check::generated::exhaustive_body(&single),
+        );
+        assert_eq!(merged, doc, "{}", sys.name);
         assert!(merge(&parts[..2], ASSEMBLE).is_err());
         // The classes section alone, without the typing, is refused.
         let mut sections = serde_json::Map::new();

@@ -342,7 +342,7 @@ fn every_cap_lifted_is_still_refused_by_the_estimate() {
 
 fn part(k: u64, n: &str, total: &str, entries: &str) -> String {
     format!(
-        r#"{{"partition": {{"k": {k}, "n": {n}, "command": "check", "key": "k", "shape": "array"}}, "sections": {{"rules": {{"total": {total}, "entries": {entries}}}}}}}"#
+        r#"{{"schema": "spmd-check/1", "command": "check", "rules": [], "partition": {{"k": {k}, "n": {n}, "key": "k", "sections": {{"rules": {{"total": {total}, "entries": {entries}}}}}}}}}"#
     )
 }
 
@@ -375,7 +375,7 @@ fn merge_refuses_parts_that_claim_too_much() {
     assert_eq!(code, 3, "{err}");
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&out).unwrap(),
-        serde_json::json!([1, 2])
+        serde_json::json!({"schema": "spmd-check/1", "command": "check", "rules": [1, 2]})
     );
     std::os::unix::fs::symlink("/dev/zero", d.join("zero.json")).unwrap();
     refused(
@@ -394,7 +394,7 @@ fn merge_refuses_programs_counts_that_would_wrap() {
         )
     };
     let text = format!(
-        r#"{{"partition": {{"k": 1, "n": 1, "command": "programs", "key": "k", "shape": "object"}}, "sections": {{"typing": {{"total": 1, "entries": [[0, {typing}]]}}, "classes": {{"total": 2, "entries": [[0, {}], [1, {}]]}}}}}}"#,
+        r#"{{"schema": "spmd-check/1", "command": "programs", "partition": {{"k": 1, "n": 1, "key": "k", "sections": {{"typing": {{"total": 1, "entries": [[0, {typing}]]}}, "classes": {{"total": 2, "entries": [[0, {}], [1, {}]]}}}}}}}}"#,
         class("18446744073709551615"),
         class("1")
     );

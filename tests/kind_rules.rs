@@ -390,8 +390,8 @@ fn counterexamples_are_saved_and_replayed() {
     let (code, out, _) = run(&["check", &f, "--json", "--cases", "0"]);
     assert_eq!(code, 1);
     let v: Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v[0]["replayed"], true, "{v}");
-    assert_eq!(v[0]["property"], "F3");
+    assert_eq!(v["rules"][0]["replayed"], true, "{v}");
+    assert_eq!(v["rules"][0]["property"], "F3");
     // The twin (a sum of a pending sum) is never refuted by that entry.
     std::fs::write(&f, text.replace("Partial(max)", "Partial(avg)")).unwrap();
     let (code, out, _) = run(&["check", &f, "--json", "--cases", "0"]);
@@ -462,7 +462,7 @@ fn the_example_file_as_written() {
         "sum over a dim of a pending max (wrong)",
         "threshold(x, 0, 5) keeps a pending max (DTensor's rule)",
     ];
-    for r in v.as_array().unwrap() {
+    for r in v["rules"].as_array().unwrap() {
         let n = r["name"].as_str().unwrap();
         if wrong.contains(&n) {
             assert_refuted(r, "F3", 2);
@@ -472,7 +472,7 @@ fn the_example_file_as_written() {
             assert_eq!(r["verdict"], "sound", "{n}");
         }
     }
-    assert_eq!(v.as_array().unwrap().len(), 11);
+    assert_eq!(v["rules"].as_array().unwrap().len(), 11);
 }
 
 fn check_json_file(f: &str) -> (i32, Value) {
@@ -534,7 +534,7 @@ fn partitions_of_a_kind_file_merge_to_the_single_run() {
     let (code, out, err) = run(&["merge", &parts[0], &parts[1]]);
     assert_eq!(code, 1, "{out} {err}");
     let v: Value = serde_json::from_str(&out).unwrap();
-    let all = v.as_array().unwrap();
+    let all = v["rules"].as_array().unwrap();
     assert_eq!(all.len(), 11, "{v}");
     assert_eq!(all.iter().filter(|r| r["verdict"] == "unsound").count(), 2);
     // The twin: without the two wrong rules the merge exits 0.

@@ -285,6 +285,10 @@ fn derive_partial_on_the_command_line() {
     let out = cli(&["derive", "relu", "--partial", "max", "--json"]);
     assert_eq!(out.status.code(), Some(0));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (&v["command"], &v["mode"]),
+        (&"derive".into(), &"partial".into())
+    );
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 5);
     let at = |o: &str| rows.iter().find(|r| r["output"] == o).unwrap()["verdict"].clone();

@@ -101,6 +101,38 @@ fn merged_check_parts_equal_the_single_run() {
     let (c, merged, err) = run_in(&parts, &m);
     assert_eq!(c, code, "merge gives the single run's exit code: {err}");
     assert_eq!(json(&merged), json(&single));
+    // A part is the command's own document, with `partition` added; its
+    // key is JSON (meshes as objects), not Debug text.
+    let p1 = json(&std::fs::read_to_string(parts.join(&files[0])).unwrap());
+    assert_eq!(
+        (&p1["schema"], &p1["command"]),
+        (&"spmd-check/1".into(), &"check".into())
+    );
+    assert!(p1["rules"].is_array(), "{p1}");
+    assert_eq!(
+        p1["partition"]["key"]["scope"]["meshes"][1],
+        serde_json::json!({"x": 2})
+    );
+    assert!(!p1["partition"].to_string().contains("Scope {"), "{p1}");
+
+    // A part of another schema, or a document that is not a part, is
+    // refused in one line.
+    let mut old = p1.clone();
+    old["schema"] = "spmd-check/0".into();
+    std::fs::write(parts.join("old.json"), old.to_string()).unwrap();
+    let (c, _, err) = run_in(&parts, &["merge", "old.json", &files[1], &files[2]]);
+    assert_eq!(c, 2, "{err}");
+    assert!(
+        err.contains("spmd-check/0") && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    std::fs::write(parts.join("single.json"), &single).unwrap();
+    let (c, _, err) = run_in(&parts, &["merge", "single.json"]);
+    assert_eq!(c, 2, "{err}");
+    assert!(
+        err.contains("not a part") && err.trim().lines().count() == 1,
+        "{err}"
+    );
 
     // The twin: a part left out, or given twice, is refused.
     let (c, _, err) = run_in(&parts, &["merge", &files[0], &files[1]]);

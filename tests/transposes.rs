@@ -110,7 +110,10 @@ fn transposes_answer_in_the_dialect_asked() {
     ]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).expect("json");
-    assert_eq!(v[0]["backward"], "pvary()[Invariant->Varying]");
+    assert_eq!(
+        v["transposes"][0]["backward"],
+        "pvary()[Invariant->Varying]"
+    );
     // The spmd_types default keeps the catalogue's names.
     let (_, out, _) = run(&["transposes", "pmean", "--from", "V", "--to", "I"]);
     assert!(

@@ -46,7 +46,7 @@ fn axis_order_is_the_mesh_order_whatever_the_spelling() {
     let (code, out, err) = run(&["check", &f, "--cases", "0", "--json"]);
     assert_eq!(code, 0, "{out}{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    for r in v.as_array().unwrap() {
+    for r in v["rules"].as_array().unwrap() {
         assert_eq!(r["verdict"], "sound", "{r}");
     }
     // Twin: with `a` major the same gather moves the wrong blocks (F3). The
@@ -57,7 +57,7 @@ fn axis_order_is_the_mesh_order_whatever_the_spelling() {
     let (code, out, err) = run(&["check", &f, "--cases", "0", "--json"]);
     assert_eq!(code, 1, "{out}{err}");
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    for r in v.as_array().unwrap() {
+    for r in v["rules"].as_array().unwrap() {
         assert_eq!(r["property"], "F3", "{r}");
     }
     let f = rules("axes-pspec", &gather_rules("{ a = 2, z = 2 }"));
@@ -99,14 +99,14 @@ fn a_rule_without_a_backward_says_so() {
     );
     let (_, out, _) = run(&["check", &f, "--cases", "8", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v[0]["backward_checked"], false);
+    assert_eq!(v["rules"][0]["backward_checked"], false);
     // With a backward the same words would overstate nothing: it is checked.
     let with = r.replace("output", "backward = \"reduce_scatter(dim=0)\"\noutput");
     let (_, out, _) = run(&["check", &rules("bwd", &with), "--cases", "8", "--json"]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
-    assert_eq!(v[0]["backward_checked"], true);
+    assert_eq!(v["rules"][0]["backward_checked"], true);
     assert_eq!(
-        v[0]["summary"],
+        v["rules"][0]["summary"],
         "sound (proof), and 8 random cases beyond it"
     );
 }
@@ -275,7 +275,8 @@ fn literals_and_leading_minus_are_read_as_written() {
     let (_, b, _) = run(&["derive", "--expr", "x / 2", "--json"]);
     let verdicts = |s: &str| -> Vec<String> {
         let v: serde_json::Value = serde_json::from_str(s).unwrap();
-        v.as_array()
+        v["typings"]
+            .as_array()
             .unwrap()
             .iter()
             .map(|r| r["verdict"].to_string())

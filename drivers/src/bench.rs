@@ -291,7 +291,8 @@ pub fn measure_all() -> Value {
 pub fn print(json: bool) {
     let v = measure_all();
     if json {
-        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        let d = crate::words::document("bench", v);
+        println!("{}", serde_json::to_string_pretty(&d).expect("json"));
         return;
     }
     println!("{} cores; times at 1 / 2 / all cores", v["cores"]);
@@ -377,7 +378,7 @@ pub fn fsdp_jax() -> Value {
         })
         .collect();
     json!({
-        "mesh": "x=4",
+        "mesh": {"x": 4},
         "w_global": [8, 3],
         "w_local": [2, 3],
         "x_local": [5, 8],

@@ -318,7 +318,7 @@ pub fn derive_partial_cmd(
     expr: Option<&str>,
     kind: &str,
     other_mode: bool,
-    json: bool,
+    format: crate::report::Format,
     scope: crate::partial_kinds::Scope,
 ) -> Result<std::process::ExitCode, UsageError> {
     use crate::partial_kinds as pk;
@@ -335,9 +335,19 @@ pub fn derive_partial_cmd(
             .map_err(|err| UsageError(format!("--expr `{}`: {err}", crate::words::excerpt(e))))?,
         _ => return Err(UsageError("give either OP or --expr with --partial".into())),
     };
+    use crate::report::Format;
+    if matches!(format, Format::Markdown | Format::Junit) {
+        return Err(UsageError(
+            "--partial has a text and a JSON report only (--format text or json)".into(),
+        ));
+    }
     let rows = pk::derive_partial(&f, k, &scope)?;
-    if json {
-        let v = pk::derive_json(&f, k, &scope, &rows);
+    if format == Format::Json {
+        let mut body = serde_json::json!({"mode": "partial"});
+        if let serde_json::Value::Object(o) = pk::derive_json(&f, k, &scope, &rows) {
+            body.as_object_mut().expect("an object").extend(o);
+        }
+        let v = crate::words::document("derive", body);
         println!("{}", serde_json::to_string_pretty(&v).expect("json"));
     } else {
         print!("{}", pk::derive_text(&f, k, &scope, &rows));

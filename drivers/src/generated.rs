@@ -1129,7 +1129,13 @@ pub fn merged_json(
                 )
             })?;
     }
-    Ok(summary.report(&classes).json())
+    Ok(exhaustive_body(&summary.report(&classes)))
+}
+
+/// The body of `programs --json` for an exhaustive run (SPEC.md §17.3):
+/// the mode and the report.
+pub fn exhaustive_body(r: &Report) -> serde_json::Value {
+    serde_json::json!({"mode": "exhaustive", "report": r.json()})
 }
 
 /// Options of a run beyond its system, depth and scope.
@@ -1189,11 +1195,12 @@ pub fn run(sys: &System, depth: usize, scope: &Scope) -> Report {
 /// `typing` (pass 1's counts, one entry, which part 1 holds) and `classes`
 /// (one entry per class this part checked).
 pub fn part_json(r: &Run, p: crate::partition::Partition, scope: &Scope) -> serde_json::Value {
-    use crate::partition::{envelope, Section};
-    let key = format!(
-        "system={} depth={} scope={scope:?}",
-        r.summary.system, r.summary.depth
-    );
+    use crate::partition::{envelope, part_document, Section};
+    let key = serde_json::json!({
+        "system": r.summary.system,
+        "depth": r.summary.depth,
+        "scope": crate::report::scope_json(scope),
+    });
     let typing = Section {
         name: "typing",
         total: 1,
@@ -1208,7 +1215,8 @@ pub fn part_json(r: &Run, p: crate::partition::Partition, scope: &Scope) -> serd
         total: r.summary.distinct,
         entries: r.classes.iter().map(|c| (c.class, c.json())).collect(),
     };
-    envelope(p, "programs", &key, "object", vec![typing, classes])
+    let doc = crate::words::document("programs", exhaustive_body(&r.report));
+    part_document(doc, envelope(p, key, vec![typing, classes]))
 }
 
 /// The canonical form of a typed program (SPEC.md §17.3), equal for

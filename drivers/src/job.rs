@@ -817,7 +817,7 @@ impl JobReport {
             })
         };
         let mut o = serde_json::Map::new();
-        o.insert("mesh".into(), json!(m.to_string()));
+        o.insert("mesh".into(), crate::words::mesh_json(m));
         o.insert("op".into(), json!(self.op.op.describe()));
         o.insert("signature".into(), json!(self.op.signature(m)));
         o.insert(

@@ -3,9 +3,10 @@
 //! order of a single run) has i mod N = K - 1; merging their JSON outputs
 //! gives exactly the JSON of the single run.
 //!
-//! A partition's JSON is an envelope: the partition, a key naming the
-//! command and everything that fixes its scope, and per section of the
-//! report the total count and the entries it owns, each with its index.
+//! A part's JSON is the command's own document for its items with a
+//! `partition` object added: K and N, a key naming everything that fixes
+//! the run's inputs and scope, and per section of the report the total
+//! count and the entries it owns, each with its index.
 
 use crate::run::UsageError;
 use serde_json::{json, Map, Value};
@@ -59,16 +60,11 @@ pub struct Section {
     pub entries: Vec<(usize, Value)>,
 }
 
-/// The envelope a partitioned run prints with `--json`.
-/// `shape`: "array" when the single run prints the one section's entries as
-/// an array (`check`), "object" when it prints an object of sections.
-pub fn envelope(
-    p: Partition,
-    command: &str,
-    key: &str,
-    shape: &str,
-    sections: Vec<Section>,
-) -> Value {
+/// The `partition` object of a part's `--json` document (SPEC.md §18.3):
+/// K and N, the key (the command's inputs and scope, as JSON; parts merge
+/// only when their keys are equal) and per section the number of entries a
+/// single run has and this part's entries, each with its index.
+pub fn envelope(p: Partition, key: Value, sections: Vec<Section>) -> Value {
     let mut secs = Map::new();
     for s in sections {
         secs.insert(
@@ -79,15 +75,21 @@ pub fn envelope(
             }),
         );
     }
-    json!({
-        "partition": {"k": p.k, "n": p.n, "command": command, "key": key, "shape": shape},
-        "sections": Value::Object(secs),
-    })
+    json!({"k": p.k, "n": p.n, "key": key, "sections": Value::Object(secs)})
+}
+
+/// A part's whole document: the command's own document for this part's
+/// items (`doc`, from `words::document`) with the `partition` object added.
+pub fn part_document(mut doc: Value, partition: Value) -> Value {
+    if let Value::Object(o) = &mut doc {
+        o.insert("partition".into(), partition);
+    }
+    doc
 }
 
 /// How a command's merged sections become its single run's JSON, where
 /// that is more than the sections themselves (a `programs` run's report
-/// over all its classes, SPEC.md §17.3).
+/// over all its classes, SPEC.md §17.3): the body of its document.
 pub type Assemble = fn(&Map<String, Value>) -> Result<Value, String>;
 
 /// Merge the envelopes of parts 1..=N of one run into the single run's
@@ -98,34 +100,41 @@ pub fn merge(docs: &[(String, Value)], assemble: &[(&str, Assemble)]) -> Result<
     let first = docs
         .first()
         .ok_or_else(|| UsageError("merge: no files given".into()))?;
-    let head =
-        |file: &str, v: &Value| -> Result<(usize, usize, String, String, String), UsageError> {
-            let p = v.get("partition").ok_or_else(|| {
-                UsageError(format!(
-                    "{file}: not a partition's JSON (run with --partition K/N --json)"
-                ))
-            })?;
-            let get_n = |k: &str| {
-                p.get(k)
-                    .and_then(Value::as_u64)
-                    .map(|x| x as usize)
-                    .ok_or_else(|| UsageError(format!("{file}: partition has no `{k}`")))
-            };
-            let get_s = |k: &str| {
-                p.get(k)
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-                    .ok_or_else(|| UsageError(format!("{file}: partition has no `{k}`")))
-            };
-            Ok((
-                get_n("k")?,
-                get_n("n")?,
-                get_s("command")?,
-                get_s("key")?,
-                get_s("shape")?,
+    let head = |file: &str, v: &Value| -> Result<(usize, usize, String, Value), UsageError> {
+        let not_part = || {
+            UsageError(format!(
+                "{file}: not a part of a partitioned run (run with --partition K/N --json)"
             ))
         };
-    let (_, n, command, key, shape) = head(&first.0, &first.1)?;
+        match v.get("schema").and_then(Value::as_str) {
+            Some(s) if s == crate::words::SCHEMA => {}
+            Some(s) => {
+                return Err(UsageError(format!(
+                    "{file}: schema `{}`, not `{}`: made by another version of spmd-check; run the parts again with this one",
+                    crate::words::excerpt(s),
+                    crate::words::SCHEMA
+                )))
+            }
+            None => return Err(not_part()),
+        }
+        let command = v
+            .get("command")
+            .and_then(Value::as_str)
+            .ok_or_else(not_part)?;
+        let p = v.get("partition").ok_or_else(not_part)?;
+        let get_n = |k: &str| {
+            p.get(k)
+                .and_then(Value::as_u64)
+                .and_then(|x| usize::try_from(x).ok())
+                .ok_or_else(|| UsageError(format!("{file}: partition has no `{k}`")))
+        };
+        let key = p
+            .get("key")
+            .cloned()
+            .ok_or_else(|| UsageError(format!("{file}: partition has no `key`")))?;
+        Ok((get_n("k")?, get_n("n")?, command.to_string(), key))
+    };
+    let (_, n, command, key) = head(&first.0, &first.1)?;
     // Parts are files and untrusted: N is checked before anything is
     // allocated for it, and entries are kept by index as they come, so a
     // part claiming a huge total allocates nothing for it.
@@ -140,7 +149,7 @@ pub fn merge(docs: &[(String, Value)], assemble: &[(&str, Assemble)]) -> Result<
     type Entries = std::collections::BTreeMap<usize, Value>;
     let mut sections: Vec<(String, usize, Entries)> = Vec::new();
     for (file, v) in docs {
-        let (k, n2, c2, key2, _) = head(file, v)?;
+        let (k, n2, c2, key2) = head(file, v)?;
         if n2 != n || c2 != command || key2 != key {
             return Err(UsageError(format!(
                 "{file}: part {k}/{n2} of `{c2}` is not from the same run as {} (command, scope and inputs must match)",
@@ -155,7 +164,7 @@ pub fn merge(docs: &[(String, Value)], assemble: &[(&str, Assemble)]) -> Result<
         if std::mem::replace(&mut seen[k - 1], true) {
             return Err(UsageError(format!("{file}: part {k}/{n} given twice")));
         }
-        let secs = v
+        let secs = v["partition"]
             .get("sections")
             .and_then(Value::as_object)
             .ok_or_else(|| UsageError(format!("{file}: no `sections`")))?;
@@ -224,22 +233,11 @@ pub fn merge(docs: &[(String, Value)], assemble: &[(&str, Assemble)]) -> Result<
         }
         out.insert(name, Value::Array(entries.into_values().collect()));
     }
-    if let Some((_, f)) = assemble.iter().find(|(c, _)| *c == command) {
-        return f(&out).map_err(|e| UsageError(format!("merge: {e}")));
-    }
-    match shape.as_str() {
-        "array" => {
-            let mut vals: Vec<Value> = out.into_iter().map(|(_, v)| v).collect();
-            if vals.len() != 1 {
-                return Err(UsageError(format!(
-                    "merge: `{command}` reports one section, found {}",
-                    vals.len()
-                )));
-            }
-            Ok(vals.pop().expect("one section"))
-        }
-        _ => Ok(Value::Object(out)),
-    }
+    let body = match assemble.iter().find(|(c, _)| *c == command) {
+        Some((_, f)) => f(&out).map_err(|e| UsageError(format!("merge: {e}")))?,
+        None => Value::Object(out),
+    };
+    Ok(crate::words::document(&command, body))
 }
 
 /// The exit code a single run would have given, read from its merged
@@ -285,9 +283,9 @@ pub fn exit_code(command: &str, merged: &Value, allow_vacuous: bool) -> u8 {
     u8::from(defect || wrong || pending)
 }
 
-/// The command of a partition's JSON.
+/// The command of a `--json` document.
 pub fn command_of(v: &Value) -> Option<&str> {
-    v.get("partition")?.get("command")?.as_str()
+    v.get("command")?.as_str()
 }
 
 #[cfg(test)]
@@ -315,25 +313,37 @@ mod tests {
     fn merge_refuses_a_missing_or_repeated_part() {
         let part = |k| {
             let p = Partition { k, n: 2 };
-            let entries = (0..3)
+            let entries: Vec<(usize, Value)> = (0..3)
                 .filter(|&i| p.owns(i))
                 .map(|i| (i, json!(i)))
                 .collect();
-            envelope(
-                p,
-                "check",
-                "key",
-                "array",
-                vec![Section {
-                    name: "rules",
-                    total: 3,
-                    entries,
-                }],
-            )
+            let own: Vec<Value> = entries.iter().map(|e| e.1.clone()).collect();
+            let doc = crate::words::document("check", json!({ "rules": own }));
+            let sections = vec![Section {
+                name: "rules",
+                total: 3,
+                entries,
+            }];
+            part_document(doc, envelope(p, json!({"files": ["a"]}), sections))
         };
         let ok = merge(&[("a".into(), part(2)), ("b".into(), part(1))], &[]).unwrap();
-        assert_eq!(ok, json!([0, 1, 2]));
+        assert_eq!(
+            ok,
+            json!({"schema": "spmd-check/1", "command": "check", "rules": [0, 1, 2]})
+        );
         assert!(merge(&[("a".into(), part(1))], &[]).is_err());
         assert!(merge(&[("a".into(), part(1)), ("b".into(), part(1))], &[]).is_err());
+        // A part without the schema, or of another version, is refused.
+        let mut old = part(1);
+        old["schema"] = json!("spmd-check/0");
+        let e = merge(&[("a".into(), old), ("b".into(), part(2))], &[]).unwrap_err();
+        assert!(
+            e.0.contains("spmd-check/0") && !e.0.contains('\n'),
+            "{}",
+            e.0
+        );
+        let mut bare = part(1);
+        bare.as_object_mut().unwrap().remove("schema");
+        assert!(merge(&[("a".into(), bare), ("b".into(), part(2))], &[]).is_err());
     }
 }

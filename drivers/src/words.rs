@@ -68,6 +68,33 @@ pub fn vacuous_hint(v: &Verdict, one_rank_mesh: bool) -> Option<String> {
     Some(format!("{r}{flag}"))
 }
 
+/// The version of every `--json` document (SPEC.md §11.4): its top-level
+/// `schema` field, and the `$id` of `schemas/spmd-check-1.schema.json`.
+pub const SCHEMA: &str = "spmd-check/1";
+
+/// A mesh as a JSON object, axis name to size, in the mesh's axis order
+/// (which is part of its meaning, SPEC.md §1.2): `{"dp": 2, "tp": 2}`.
+pub fn mesh_json(m: &spmd_semantics::Mesh) -> Value {
+    Value::Object(
+        m.axes
+            .iter()
+            .map(|a| (a.name.clone(), json!(a.size)))
+            .collect(),
+    )
+}
+
+/// A command's `--json` document: `schema` and `command` first, then the
+/// fields of `body` (an object) in its order.
+pub fn document(command: &str, body: Value) -> Value {
+    let mut o = serde_json::Map::new();
+    o.insert("schema".into(), json!(SCHEMA));
+    o.insert("command".into(), json!(command));
+    if let Value::Object(b) = body {
+        o.extend(b);
+    }
+    Value::Object(o)
+}
+
 pub fn violation_json(v: &Violation) -> Value {
     let shown: Vec<Value> = v
         .shown
@@ -82,7 +109,7 @@ pub fn violation_json(v: &Violation) -> Value {
         .collect();
     json!({
         "property": v.property.code(),
-        "mesh": v.mesh.to_string(),
+        "mesh": mesh_json(&v.mesh),
         "what": v.what,
         "values": shown,
         "expected": v.expected,

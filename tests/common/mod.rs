@@ -66,8 +66,9 @@ pub fn temp_rule_file(name: &str, text: &str) -> String {
 /// The report of rule `name` in `check --json` output.
 #[allow(dead_code)]
 pub fn rule_named(v: &serde_json::Value, name: &str) -> serde_json::Value {
-    v.as_array()
-        .expect("check --json gives an array")
+    v["rules"]
+        .as_array()
+        .expect("check --json gives an object with `rules`")
         .iter()
         .find(|r| r["name"] == name)
         .unwrap_or_else(|| panic!("no rule {name} in {v}"))

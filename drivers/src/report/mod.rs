@@ -9,6 +9,117 @@ use serde_json::{json, Value};
 pub use crate::check::rule_word;
 pub use crate::words::*;
 
+pub mod junit;
+pub mod markdown;
+pub mod table;
+
+/// A report's format (`--format`, SPEC.md §11.4): text for people, JSON
+/// for tools, Markdown tables for pull requests and docs, JUnit XML for CI.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Text,
+    Json,
+    Markdown,
+    Junit,
+}
+
+impl Format {
+    pub const NAMES: [&'static str; 4] = ["text", "json", "markdown", "junit"];
+    /// The format of `--format NAME`, with `--json` as `--format json`.
+    pub fn parse(name: Option<&str>, json: bool) -> Result<Format, crate::run::UsageError> {
+        Ok(match (name, json) {
+            (None, false) | (Some("text"), false) => Format::Text,
+            (None, true) | (Some("json"), _) => Format::Json,
+            (Some("markdown"), false) => Format::Markdown,
+            (Some("junit"), false) => Format::Junit,
+            (Some(f), true) => {
+                return Err(crate::run::UsageError(format!(
+                    "--json is --format json; it does not go with --format {}",
+                    excerpt(f)
+                )))
+            }
+            (Some(f), false) => {
+                return Err(crate::run::UsageError(format!(
+                    "--format {}: expected one of text, json, markdown, junit",
+                    excerpt(f)
+                )))
+            }
+        })
+    }
+    /// Whether the report is for a tool (no progress bar on stderr).
+    pub fn quiet(self) -> bool {
+        self != Format::Text
+    }
+}
+
+/// The scope of a run as JSON: what a part's key holds (SPEC.md §18.3).
+pub fn scope_json(s: &spmd_generators::Scope) -> Value {
+    json!({
+        "meshes": s.meshes.iter().map(mesh_json).collect::<Vec<_>>(),
+        "max_rank": s.max_rank,
+        "max_dim": s.max_dim,
+        "values": s.values.iter().map(|q| q.to_string()).collect::<Vec<_>>(),
+        "max_free": s.max_free,
+        "max_points": s.max_points,
+        "max_instances": s.max_instances,
+        "mesh_dims": s.mesh_dims,
+    })
+}
+
+/// One rule's entry in `check --json`'s `rules` (SPEC.md §11.4), with the
+/// `emitted` object of `--emit` where one was made.
+pub fn check_rule_json(
+    file: &str,
+    rep: &crate::check::RuleReport,
+    emitted: Option<Value>,
+) -> Value {
+    if let Some(p) = &rep.pending {
+        let mut j = p.json(rep.dialect);
+        j["name"] = json!(rep.name);
+        j["file"] = json!(file);
+        j["random_requested"] = json!(rep.random_requested);
+        if let Some(e) = emitted {
+            j["emitted"] = e;
+        }
+        return j;
+    }
+    let v = &rep.verdict;
+    let mut j = verdict_json(v);
+    j["name"] = json!(rep.name);
+    j["file"] = json!(file);
+    j["summary"] = json!(rule_word(rep));
+    j["backward_checked"] = json!(rep.backward_checked);
+    j["no_grad"] = json!(rep.no_grad);
+    j["random_cases"] = json!(rep.random_cases);
+    j["random_requested"] = json!(rep.random_requested);
+    j["random_note"] = json!(rep.random_note);
+    j["replayed"] = json!(rep.replayed);
+    if !rep.elaboration.is_empty() {
+        j["elaboration"] = json!(rep.elaboration);
+    }
+    if let Some(e) = emitted {
+        j["emitted"] = e;
+    }
+    if let Some(x) = v.violation() {
+        j["counterexample"]["inputs"] = json!(x
+            .inputs()
+            .iter()
+            .map(|s| json!({
+                "label": s.label,
+                "type": s.ty.display_in(&x.mesh, rep.dialect),
+                "per_rank": s.value.tensors.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+            }))
+            .collect::<Vec<_>>());
+    }
+    j
+}
+
+/// The key of a partitioned `check` run: what must be equal for parts to
+/// merge (SPEC.md §18.3).
+pub fn check_key(files: &[String], seed: u64, cases: u32, scope: &spmd_generators::Scope) -> Value {
+    json!({"files": files, "seed": seed, "cases": cases, "scope": scope_json(scope)})
+}
+
 /// The derived table as text: one line per typing.
 pub fn derive_text(rows: &[DerivedRow]) -> String {
     let mut s = String::new();
@@ -50,6 +161,20 @@ pub fn derive_text(rows: &[DerivedRow]) -> String {
     s
 }
 
+/// `derive --json`'s body (SPEC.md §9.1): the op, whether under global
+/// types, the system with `--dialect`, and the typings (`derive_json` or
+/// `dialect_json`).
+pub fn derive_body(op: &str, global: bool, system: Option<&str>, typings: Value) -> Value {
+    json!({
+        "mode": if system.is_some() { "dialect" } else { "table" },
+        "op": op,
+        "global": global,
+        "system": system,
+        "typings": typings,
+    })
+}
+
+/// The typings of a derived table as JSON, one object per typing.
 pub fn derive_json(rows: &[DerivedRow]) -> Value {
     Value::Array(
         rows.iter()
@@ -248,6 +373,7 @@ pub fn fidelity(results: &[crate::fidelity::CaseResult], json: bool, all: bool) 
             })).collect::<Vec<_>>(),
             "dialect": crate::fidelity::dialect_json(results),
         });
+        let v = document("fidelity", v);
         return format!("{}\n", serde_json::to_string_pretty(&v).expect("json"));
     }
     let mut s = String::from(

@@ -1,0 +1,401 @@
+//! The rows of `--format markdown` and `--format junit` (SPEC.md §11.4):
+//! one row per rule (`check`), per seed row, pair, JVP rule, strategy and
+//! layer (`conform`), per typing (`derive`), each with its outcome
+//! computed from the verdict. `markdown` and `junit` render the same rows.
+
+use crate::check::RuleReport;
+use crate::collectives::PairResult;
+use crate::conform::RowResult;
+use crate::derive::{DerivedRow, DialectRow};
+use crate::jvps::JvpResult;
+use crate::programs::ProgramResult;
+use crate::words::{vacuous_hint, verdict_word};
+use spmd_oracle::Verdict;
+
+/// What a row comes to: a JUnit testcase that passes, fails or is skipped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Pass,
+    Fail,
+    Skip,
+}
+
+/// One row: its name, its cells (one per column), its outcome, the one-line
+/// message of a failure or skip, and a note shown beside a row that passes
+/// (an unsound seed rule the suite expects to be unsound, say).
+pub struct Row {
+    pub name: String,
+    pub cells: Vec<String>,
+    pub outcome: Outcome,
+    pub message: Option<String>,
+    pub note: Option<String>,
+}
+
+/// A table: a title (a JUnit testsuite), its columns and rows.
+pub struct Table {
+    pub title: String,
+    pub columns: Vec<&'static str>,
+    pub rows: Vec<Row>,
+}
+
+/// A command's report as tables.
+pub struct Tables {
+    /// `check`, `conform` or `derive`.
+    pub command: &'static str,
+    /// One line saying what was checked.
+    pub heading: String,
+    pub tables: Vec<Table>,
+}
+
+impl Tables {
+    /// Rows of every table with this outcome.
+    pub fn count(&self, o: Outcome) -> usize {
+        self.tables
+            .iter()
+            .flat_map(|t| &t.rows)
+            .filter(|r| r.outcome == o)
+            .count()
+    }
+}
+
+/// A verdict's outcome: sound passes, vacuous is skipped, anything else
+/// (unsound, undetermined) fails; the message is the one-line
+/// counterexample, or the words of the verdict.
+fn verdict_row<C: std::fmt::Debug>(
+    v: &Verdict<C>,
+    word: String,
+    one_line: Option<String>,
+    hint: Option<String>,
+) -> (Outcome, Option<String>) {
+    if v.is_sound() {
+        (Outcome::Pass, None)
+    } else if matches!(v, Verdict::Vacuous { .. }) {
+        (Outcome::Skip, Some(hint.unwrap_or(word)))
+    } else {
+        (Outcome::Fail, Some(one_line.unwrap_or(word)))
+    }
+}
+
+/// `check`'s row of one rule.
+pub fn check_row(rep: &RuleReport) -> Row {
+    let (word, outcome, message) = match &rep.pending {
+        Some(p) => {
+            let word = p.word();
+            let first = p
+                .report(rep.dialect)
+                .lines()
+                .next()
+                .map(|l| l.trim().to_string());
+            let (o, m) = verdict_row(&p.verdict, word.clone(), first, None);
+            (word, o, m)
+        }
+        None => {
+            let v = &rep.verdict;
+            let word = crate::check::rule_word(rep);
+            let one = v.violation().map(|x| x.one_line_in(rep.dialect));
+            let hint = vacuous_hint(v, rep.one_rank_mesh);
+            let (o, m) = verdict_row(v, word.clone(), one, hint);
+            (word, o, m)
+        }
+    };
+    Row {
+        name: rep.name.clone(),
+        cells: vec![
+            rep.name.clone(),
+            word,
+            match outcome {
+                Outcome::Fail => message.clone().unwrap_or_default(),
+                _ => String::new(),
+            },
+        ],
+        outcome,
+        message,
+        note: None,
+    }
+}
+
+/// `check`'s tables: one per rule file, one row per rule checked.
+pub fn check_tables(files: Vec<(String, Vec<Row>)>) -> Tables {
+    let n: usize = files.iter().map(|f| f.1.len()).sum();
+    Tables {
+        command: "check",
+        heading: format!(
+            "spmd-check check: {n} {} of {} {}",
+            if n == 1 { "rule" } else { "rules" },
+            files.len(),
+            if files.len() == 1 { "file" } else { "files" }
+        ),
+        tables: files
+            .into_iter()
+            .map(|(f, rows)| Table {
+                title: f,
+                columns: vec!["rule", "verdict", "counterexample"],
+                rows,
+            })
+            .collect(),
+    }
+}
+
+/// `derive`'s table (SPEC.md §9.1): one row per typing; with `--dialect`,
+/// what the system does and the class (SPEC.md §15.3).
+pub fn derive_tables(
+    op: &str,
+    rows: &[DerivedRow],
+    dialect: Option<(&[DialectRow], &spmd_dialects::System)>,
+) -> Tables {
+    let m = spmd_semantics::Mesh::line(1);
+    let row = |r: &DerivedRow| {
+        let sig = r.op.signature(&m);
+        let one = r.verdict.violation().map(|x| x.one_line());
+        let (outcome, message) = verdict_row(
+            &r.verdict,
+            verdict_word(&r.verdict),
+            one,
+            vacuous_hint(&r.verdict, false),
+        );
+        let cex = r
+            .verdict
+            .violation()
+            .map(|x| x.one_line())
+            .unwrap_or_default();
+        Row {
+            name: sig.clone(),
+            cells: vec![sig, verdict_word(&r.verdict), cex],
+            outcome,
+            message,
+            note: None,
+        }
+    };
+    let (title, columns, rows): (String, Vec<&'static str>, Vec<Row>) = match dialect {
+        None => (
+            format!("typings of `{op}` on one mesh axis"),
+            vec!["typing", "verdict", "counterexample"],
+            rows.iter().map(row).collect(),
+        ),
+        Some((drs, sys)) => (
+            format!("`{op}` under {}", sys.name),
+            vec![
+                "typing",
+                "verdict",
+                "counterexample",
+                "class",
+                "system does",
+            ],
+            drs.iter()
+                .map(|d| {
+                    let mut r = row(d.row);
+                    r.cells.push(d.class.word().to_string());
+                    r.cells.push(sys.describe(&d.outcome));
+                    r
+                })
+                .collect(),
+        ),
+    };
+    Tables {
+        command: "derive",
+        heading: format!("spmd-check derive: {title}"),
+        tables: vec![Table {
+            title,
+            columns,
+            rows,
+        }],
+    }
+}
+
+fn twin_cell(t: Option<bool>) -> &'static str {
+    match t {
+        Some(true) => "rejected",
+        Some(false) => "NOT REJECTED",
+        None => "",
+    }
+}
+
+/// A `conform` row that fails exactly when it makes `conform` exit 1: a
+/// negative twin not rejected, or a result not as expected. An unsound
+/// verdict the suite expects is a note, not a failure.
+fn conform_row(
+    name: String,
+    cells: Vec<String>,
+    bad: Option<String>,
+    one_line: Option<String>,
+) -> Row {
+    Row {
+        name,
+        cells,
+        outcome: if bad.is_some() {
+            Outcome::Fail
+        } else {
+            Outcome::Pass
+        },
+        message: bad,
+        note: one_line,
+    }
+}
+
+/// `conform`'s tables (SPEC.md §9.2-9.4, §10.3, §12, §17.3, §21.6).
+#[allow(clippy::too_many_arguments)] // one slice per conform section
+pub fn conform_tables(
+    results: &[RowResult],
+    pairs: &[PairResult],
+    jvps: &[JvpResult],
+    fsdp: &[ProgramResult],
+    progs: &[ProgramResult],
+    generated: &[crate::generated::Report],
+    pending: Option<bool>,
+) -> Tables {
+    let defect = "negative twin not rejected: the checker is defective".to_string();
+    let mut tables = vec![Table {
+        title: "seed rule tables".into(),
+        columns: vec![
+            "system", "id", "typing", "claim", "verdict", "twin", "finding",
+        ],
+        rows: results
+            .iter()
+            .map(|r| {
+                let claim = match r.rule.claim {
+                    crate::conform::Claim::Allowed => "allowed",
+                    crate::conform::Claim::Forbidden => "forbidden",
+                    crate::conform::Claim::Unlisted => "unlisted",
+                };
+                conform_row(
+                    r.rule.id.to_string(),
+                    vec![
+                        r.rule.system.to_string(),
+                        r.rule.id.to_string(),
+                        format!(
+                            "{}: {} -> {}",
+                            r.rule.op,
+                            r.rule.inputs.join(", "),
+                            r.rule.output
+                        ),
+                        claim.into(),
+                        verdict_word(&r.verdict),
+                        twin_cell(r.twin_rejected()).into(),
+                        r.finding().unwrap_or_default(),
+                    ],
+                    (r.twin_rejected() == Some(false)).then(|| defect.clone()),
+                    r.verdict.violation().map(|x| x.one_line()),
+                )
+            })
+            .collect(),
+    }];
+    tables.push(Table {
+        title: "collectives and casts".into(),
+        columns: vec!["system", "id", "params", "verdict", "twin"],
+        rows: pairs
+            .iter()
+            .map(|p| {
+                conform_row(
+                    p.row.id.to_string(),
+                    vec![
+                        p.row.system.to_string(),
+                        p.row.id.to_string(),
+                        p.params.to_string(),
+                        verdict_word(&p.verdict),
+                        twin_cell(Some(p.twin_rejected())).into(),
+                    ],
+                    (!p.twin_rejected()).then(|| defect.clone()),
+                    p.verdict.violation().map(|x| x.one_line()),
+                )
+            })
+            .collect(),
+    });
+    tables.push(Table {
+        title: "forward-mode rules".into(),
+        columns: vec!["system", "id", "jvp", "verdict", "twin"],
+        rows: jvps
+            .iter()
+            .map(|j| {
+                conform_row(
+                    j.row.id.to_string(),
+                    vec![
+                        j.row.system.to_string(),
+                        j.row.id.to_string(),
+                        j.row.jvp.to_string(),
+                        verdict_word(&j.verdict),
+                        twin_cell(Some(j.twin_rejected())).into(),
+                    ],
+                    (!j.twin_rejected()).then(|| defect.clone()),
+                    j.verdict.violation().map(|x| x.one_line()),
+                )
+            })
+            .collect(),
+    });
+    let programs = |title: &str, ps: &[ProgramResult]| Table {
+        title: title.into(),
+        columns: vec!["name", "verdict", "expected", "forward", "backward"],
+        rows: ps
+            .iter()
+            .map(|p| {
+                let expect = p.expect.map(|x| x.code()).unwrap_or("sound");
+                conform_row(
+                    p.name.to_string(),
+                    vec![
+                        p.name.to_string(),
+                        verdict_word(&p.verdict),
+                        expect.into(),
+                        p.forward_cost.to_string(),
+                        p.backward_cost.to_string(),
+                    ],
+                    (!p.as_expected()).then(|| {
+                        format!(
+                            "expected {expect}, got {}{}",
+                            verdict_word(&p.verdict),
+                            p.verdict
+                                .violation()
+                                .map(|x| format!(": {}", x.one_line()))
+                                .unwrap_or_default()
+                        )
+                    }),
+                    p.verdict.violation().map(|x| x.one_line()),
+                )
+            })
+            .collect(),
+    };
+    tables.push(programs("FSDP strategies", fsdp));
+    if !progs.is_empty() {
+        tables.push(programs("whole layers as programs", progs));
+    }
+    tables.push(Table {
+        title: "generated programs, depth 1".into(),
+        columns: vec!["system", "summary"],
+        rows: generated
+            .iter()
+            .map(|r| {
+                conform_row(
+                    r.system.to_string(),
+                    vec![r.system.to_string(), crate::generated::summary_line(r)],
+                    None,
+                    None,
+                )
+            })
+            .collect(),
+    });
+    if let Some(ok) = pending {
+        tables.push(Table {
+            title: "pending reductions beyond sums".into(),
+            columns: vec!["section", "result"],
+            rows: vec![conform_row(
+                "pending kinds".into(),
+                vec![
+                    "pending kinds".into(),
+                    if ok { "as pinned" } else { "NOT as pinned" }.into(),
+                ],
+                (!ok).then(|| "the pending-kind results are not as pinned".to_string()),
+                None,
+            )],
+        });
+    }
+    Tables {
+        command: "conform",
+        heading: format!(
+            "spmd-check conform: {} seed rules, {} collective pairs, {} JVP rules, {} FSDP strategies, {} programs",
+            results.len(),
+            pairs.len(),
+            jvps.len(),
+            fsdp.len(),
+            progs.len()
+        ),
+        tables,
+    }
+}
