@@ -514,3 +514,57 @@ fn tampered_three_operand_cases_are_caught() {
     assert_eq!(c.class.key(), "agree", "{c:?}");
     assert!(c.note.contains("dialect: matches"), "{c:?}");
 }
+
+/// The notes say what happened (issue 26): a transpose that was run and
+/// raised is reported as raised, not as "none spelled", and a recorded error
+/// is "raised", never called a refusal. The twin: without the error the
+/// transpose is compared.
+#[test]
+fn notes_say_a_backward_raised() {
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("spmd-fidelity-raised-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = std::fs::read_to_string(format!("{}/jax_collectives.json", default_dir())).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&src).unwrap();
+    let cases = v["cases"].as_array_mut().unwrap();
+    let mut psum = cases
+        .iter()
+        .find(|c| c["id"] == "psum_V_n2")
+        .unwrap()
+        .clone();
+    psum["id"] = serde_json::json!("psum_V_n2_raised");
+    psum["real"]["transpose_per_rank"] = serde_json::Value::Null;
+    psum["real"]["transpose_error"] = serde_json::json!("RuntimeError: boom");
+    let mut nojob = cases
+        .iter()
+        .find(|c| c["id"] == "psum_V_n2")
+        .unwrap()
+        .clone();
+    nojob["id"] = serde_json::json!("psum_V_n2_nojob");
+    nojob["job"] = serde_json::Value::Null;
+    nojob["real"]["error"] = serde_json::json!("AttributeError: 'LocalIntNode'");
+    cases.push(psum);
+    cases.push(nojob);
+    std::fs::write(dir.join("jax_collectives.json"), v.to_string()).unwrap();
+    let rs = run(dir.to_str().unwrap()).unwrap();
+    let raised = class_of(&rs, "jax", "psum_V_n2_raised");
+    assert!(
+        raised
+            .note
+            .contains("the real backward raised RuntimeError: boom"),
+        "{raised:?}"
+    );
+    assert!(!raised.note.contains("none spelled"), "{raised:?}");
+    let nojob = class_of(&rs, "jax", "psum_V_n2_nojob");
+    assert!(
+        nojob.note.contains("raised AttributeError")
+            || format!("{:?}", nojob.class).contains("raised AttributeError"),
+        "{nojob:?}"
+    );
+    assert!(!format!("{nojob:?}").contains("refused"), "{nojob:?}");
+    let plain = class_of(&rs, "jax", "psum_V_n2");
+    assert!(
+        plain.note.contains("forward and transpose equal"),
+        "{plain:?}"
+    );
+}

@@ -147,6 +147,9 @@ pub(super) fn dtensor_pending(
         }
         note += "; every gradient equals the exact derivative of the op on the global tensors (DTensor's backward only compared)";
     }
+    if let Some(e) = real["transpose_error"].as_str().filter(|e| !e.is_empty()) {
+        note += &format!("; DTensor's backward raised {e} (gradients not compared)");
+    }
     match check_places(&f, &ins, &[out_place], &PScope::conform()) {
         Ok(mut v) => {
             let v = v.remove(0);
@@ -384,11 +387,13 @@ pub(super) fn dtensor_typing(c: &Value) -> (Class, String) {
         "`{expr}` on {} -> {out}{after}; forward equals DTensor's per rank; forward checked only ({})",
         placements.join(", "),
         if !moves.is_empty() {
-            "DTensor redistributed an operand, whose backward is DTensor's redistribute"
+            "DTensor redistributed an operand, whose backward is DTensor's redistribute".to_string()
         } else if !one_to_one {
-            "one input read twice"
+            "one input read twice".to_string()
+        } else if let Some(e) = real["transpose_error"].as_str().filter(|e| !e.is_empty()) {
+            format!("DTensor's backward raised {e}")
         } else {
-            "DTensor recorded no gradient"
+            "DTensor recorded no gradient".to_string()
         }
     );
     forward_sound(&rule).accepted(note)

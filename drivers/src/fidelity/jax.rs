@@ -11,7 +11,10 @@ pub(super) fn collective(c: &Value) -> (Class, String) {
     let job_v = &c["job"];
     if job_v.is_null() {
         let what = match refused {
-            Some(e) => format!("refused by the real system ({e}); {why}"),
+            // "Raised", not "refused": the recorded error may be a crash of
+            // the real system (an AttributeError inside torch) rather than a
+            // typing refusal.
+            Some(e) => format!("the real system raised {e}; {why}"),
             None => why.to_string(),
         };
         return (Class::NotExpressible(what), "no job".into());
@@ -80,10 +83,16 @@ pub(super) fn collective(c: &Value) -> (Class, String) {
             }
             "forward and transpose equal the real system's".to_string()
         }
-        _ => format!(
-            "forward equals the real system's; transpose not compared ({})",
-            if why.is_empty() { "none spelled" } else { why }
-        ),
+        _ => match real["transpose_error"].as_str().filter(|e| !e.is_empty()) {
+            // A transpose was spelled and run, and the real backward raised.
+            Some(e) => format!(
+                "forward equals the real system's; transpose not compared: the real backward raised {e}"
+            ),
+            None => format!(
+                "forward equals the real system's; transpose not compared ({})",
+                if why.is_empty() { "none spelled" } else { why }
+            ),
+        },
     };
     let mut note = note;
     note.push_str(&cot_note);
