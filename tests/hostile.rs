@@ -596,3 +596,36 @@ fn big_constants_cost_no_more_than_their_digits() {
         assert!(out.contains("sound (proof)"), "{e}: {out}");
     }
 }
+
+#[test]
+fn a_derive_table_past_the_limit_is_refused_without_estimating_every_typing() {
+    // `rmӆ-nrmӆ-no - yo - yz` (fuzz target expr; `a-b-c-d-e` the same):
+    // five inputs are 4,096 typings, all estimated (seconds under the
+    // fuzzer's instrumentation) before the table was refused. The estimate
+    // now stops once past --max-instances.
+    let err = refused(
+        &[
+            "derive",
+            "--expr",
+            "a-b-c-d-e",
+            "--scope",
+            "small",
+            "--max-rank",
+            "1",
+            "--max-dim",
+            "2",
+            "--max-instances",
+            "10000",
+        ],
+        "scope too large: more than 10000 instances (the first ",
+    );
+    assert!(err.contains(" of 4096 typings have about "), "{err}");
+    // A small table stops as early: `x` has 16 typings.
+    refused(
+        &["derive", "--expr", "x", "--max-instances", "10"],
+        "more than 10 instances (the first 1 of 16 typings have about ",
+    );
+    // Within the limit the whole estimate is taken and the table derived.
+    let (code, out, err) = run_for(&["derive", "--expr", "x", "--max-instances", "2000"], 60);
+    assert_eq!(code, 0, "{out}{err}");
+}

@@ -87,7 +87,17 @@ fn derive_types(
     // The estimate walks every typing's cases; a bound from the tables
     // alone spares that walk when it is within the limit (benches/HISTORY.md §18.11).
     if spmd_generators::typings_bound(&ops, scope) > scope.max_instances {
-        let total = spmd_generators::estimate_typings(&ops, scope);
+        // The walk stops once past the limit: the decision is the same,
+        // and a refusal does not wait on thousands of typings.
+        let (total, done) =
+            spmd_generators::estimate_typings_until(&ops, scope, scope.max_instances);
+        if done < ops.len() {
+            return Err(UsageError(format!(
+                "scope too large: more than {} instances (the first {done} of {} typings have about {total}); raise --max-instances, lower --max-free, --max-rank or --max-dim, or check chosen typings with a rule file",
+                scope.max_instances,
+                ops.len()
+            )));
+        }
         guard(total, scope)?;
     }
     if meshes

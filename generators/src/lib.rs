@@ -9,9 +9,9 @@ pub mod programs;
 pub mod random;
 
 pub use driver::{
-    cases, cases_in, degree_guard, enumerated_cases, estimate, estimate_typings, meshes_for,
-    shape_table, tuple_guard, typings_bound, Case, CaseInputs, Coverage, ShapeTable, MAX_DEGREE,
-    MAX_SHAPE_TUPLES,
+    cases, cases_in, degree_guard, enumerated_cases, estimate, estimate_typings,
+    estimate_typings_until, meshes_for, shape_table, tuple_guard, typings_bound, Case, CaseInputs,
+    Coverage, ShapeTable, MAX_DEGREE, MAX_SHAPE_TUPLES,
 };
 pub use exhaustive::{
     all_global_types, all_types, candidate_tuples, for_each_grid_point, for_each_lower_point,
