@@ -92,10 +92,11 @@ impl<'de> Deserialize<'de> for TypeSpec {
                 let mut axes = IndexMap::new();
                 while let Some(axis) = m.next_key::<String>()? {
                     if axis.starts_with(SERDE_JSON_NUMBER) {
-                        return Err(A::Error::invalid_type(
-                            serde::de::Unexpected::Other("a number"),
-                            &self,
-                        ));
+                        // The number's text is the entry's value.
+                        let n = m.next_value::<String>().unwrap_or_default();
+                        return Err(A::Error::custom(format!(
+                            "`{n}` is a number; a type is {TYPE_EXPECTED}"
+                        )));
                     }
                     let state = m.next_value::<StateName>()?.0;
                     if axes.insert(axis.clone(), state).is_some() {
@@ -272,7 +273,11 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<RuleSpec>, UsageError> {
                 "{file}:{}:{}: {}",
                 e.line(),
                 e.column(),
-                crate::with_suggestion(&first_line(&e.to_string()))
+                // serde_json ends its message with the place, given already.
+                crate::with_suggestion(&first_line(
+                    e.to_string()
+                        .trim_end_matches(&format!(" at line {} column {}", e.line(), e.column()))
+                ))
             ))
         })?;
         check_list(file, text, f.rule)
