@@ -3,7 +3,7 @@
 
 mod fixture {
     spmd_check::rule_tests!(
-        "tests/fixtures/rule_tests.toml",
+        "tests/rule_tests/rules.toml",
         unsound = ["partial times partial"]
     );
 
@@ -23,7 +23,7 @@ fn a_wrong_expectation_fails() {
     use spmd_check::check::{assert_rule_in_file_sound, assert_rule_in_file_unsound};
     let f = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/rule_tests.toml"
+        "/tests/rule_tests/rules.toml"
     );
     let msg = |r: std::thread::Result<()>| {
         let e = r.expect_err("must panic");
