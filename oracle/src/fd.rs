@@ -34,6 +34,9 @@ fn solve(
     z: &mut [Q],
     pivots: &mut Vec<usize>,
 ) -> bool {
+    // The system is exactly `rows × cols`: a caller that sizes a buffer
+    // wrongly is caught here in tests, not by a stale entry read later.
+    debug_assert_eq!((a.len(), rhs.len(), z.len()), (rows * cols, rows, cols));
     if rows == 1 && cols == 1 {
         // One equation a·z = r, as the elimination below solves it: z = r/a,
         // or, when a = 0, z = 0 if r = 0 and no solution otherwise.
