@@ -3,7 +3,7 @@
 //! Each was found by mutation testing (oracle/MUTANTS.md): a change to the
 //! oracle that gave a different verdict without any oracle test failing.
 
-use spmd_interp::{parse, TypedOp};
+use spmd_interp::{parse, parse_with_vars, Jvp, TypedOp};
 use spmd_oracle::{check, check_involution, Checker, Outcome, Phase, Property};
 use spmd_semantics::perrank::from_free;
 use spmd_semantics::{Mesh, PerRank, State, Type, Q};
@@ -134,4 +134,50 @@ fn f3_fails_where_the_output_denotes_something_else() {
             o => panic!("{sum}: {}", show(&o)),
         }
     }
+}
+
+/// SPEC.md §4.8: J1 is undetermined at a kink like B3, both where the
+/// instance is at one (x = 0) and where a sample meets one (x = −2s, whose
+/// check sample is relu(0)). Off kinks it is decided: the JVP `dx` is
+/// relu's derivative for x > 0 and fails J1 for x < 0.
+#[test]
+fn j1_is_undetermined_at_a_kink_and_decided_off_it() {
+    let s = Q::frac(1, 1 << 16);
+    let m = Mesh::line(2);
+    let v = State::Varying;
+    let mut op = typed("relu(x)", &[v], v);
+    let order = vec!["x".to_string(), "dx".to_string()];
+    op.jvp = Some(Jvp::Local(parse_with_vars("dx", &order).unwrap()));
+    let c = Checker::new(&op, &m, vec![vec![]]).unwrap();
+    for (k, want) in [
+        (0, "B3 undetermined"),
+        (-2, "B3 undetermined"),
+        (1, "pass"),
+        (-3, "J1"),
+    ] {
+        // Rank 1 holds 1, away from the kink; rank 0 holds k steps.
+        let xs = vec![scalar(&m, v, &[Q::int(k).mul(&s), Q::one()])];
+        assert_eq!(show(&c.check(&xs, Phase::Tangent)), want, "at {k}s");
+    }
+}
+
+/// A violation's report marks which values are the instance's inputs and
+/// which is the equivalent alternative an F2 failure moved to.
+#[test]
+fn a_report_marks_inputs_and_the_alternative() {
+    let m = Mesh::line(2);
+    let p = State::Partial;
+    let op = typed("x * x", &[p], p);
+    let xs = vec![scalar(&m, p, &[Q::one(), Q::zero()])];
+    let Outcome::Fail(f) = check(&op, &m, &xs) else {
+        panic!("x * x on Partial is not well defined");
+    };
+    assert_eq!(f.property, Property::F2);
+    let marks: Vec<(&str, bool, bool)> = f
+        .shown
+        .iter()
+        .map(|s| (s.label.as_str(), s.input, s.alternative))
+        .collect();
+    assert_eq!(marks[0], ("x", true, false));
+    assert!(marks.contains(&("x'", false, true)), "{marks:?}");
 }
