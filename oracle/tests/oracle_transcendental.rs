@@ -214,3 +214,132 @@ fn a_declared_jvp_leaves_the_instance_undetermined() {
     assert_eq!(run(&op, &[&[1, 2]], Phase::All), "B3 undetermined");
     assert_eq!(run(&op, &[&[1, 2]], Phase::Forward), "pass");
 }
+
+/// Which ops take the exact path: a transcendental forward, hand-written
+/// backward or declared JVP, each alone; a polynomial op with none does not.
+#[test]
+fn the_exact_path_takes_any_transcendental_part() {
+    use spmd_oracle::exact_deriv::applies;
+    let poly = typed("x * x", &[V], V);
+    assert!(!applies(&poly));
+    assert!(applies(&typed("exp(x)", &[V], V)));
+    assert!(!applies(&with_backward(
+        poly.clone(),
+        &["x"],
+        &["2 * x * g"]
+    )));
+    assert!(applies(&with_backward(
+        poly.clone(),
+        &["x"],
+        &["2 * x * g * exp(0 * x)"]
+    )));
+    let mut jvp = poly.clone();
+    jvp.jvp = Some(Jvp::Local(
+        parse_with_vars("2 * x * dx * exp(0 * x)", &vars(&["x"], "dx")).unwrap(),
+    ));
+    assert!(applies(&jvp));
+    jvp.jvp = Some(Jvp::Local(
+        parse_with_vars("2 * x * dx", &vars(&["x"], "dx")).unwrap(),
+    ));
+    assert!(!applies(&jvp));
+}
+
+/// A value between 0 and 10⁻⁶ is shown as 0.000000, without a sign.
+#[test]
+fn a_tiny_positive_value_is_shown_without_a_sign() {
+    let bad = with_backward(typed("exp(x)", &[V], V), &["x"], &["g"]);
+    assert_eq!(
+        all(&bad, &[&[-20, 0]]),
+        "B3: the backward's cotangent for x is not the gradient (element 0 of rank 0's piece) | e^(-20) ≈ 0.000000 | 1"
+    );
+}
+
+/// A report shows one value where the family is constant (every rank of a
+/// Partial output's denotation holds the same sum), and marks the inputs
+/// and the alternative of an F2 failure.
+#[test]
+fn a_report_shows_each_value_once_and_marks_inputs() {
+    let m = Mesh::line(3);
+    let op = typed("exp(x)", &[V], P);
+    let xs = vec![from_free(
+        &m,
+        &Type::one(V),
+        &[],
+        &[Q::zero(), Q::zero(), Q::zero()],
+    )];
+    let c = Checker::new(&op, &m, vec![vec![]]).unwrap();
+    let Outcome::Fail(f) = c.check(&xs, Phase::All) else {
+        panic!("exp(x) from V to P denotes the sum over ranks");
+    };
+    assert_eq!(
+        (f.property, f.expected.as_str(), f.actual.as_str()),
+        (Property::F3, "1", "3")
+    );
+    let op = typed("exp(x)", &[P], P);
+    let xs = vec![from_free(
+        &m,
+        &Type::one(P),
+        &[],
+        &[Q::zero(), Q::zero(), Q::zero()],
+    )];
+    let c = Checker::new(&op, &m, vec![vec![]]).unwrap();
+    let Outcome::Fail(f) = c.check(&xs, Phase::All) else {
+        panic!("exp of a Partial value is not well defined");
+    };
+    let marks: Vec<(&str, bool, bool)> = f
+        .shown
+        .iter()
+        .map(|s| (s.label.as_str(), s.input, s.alternative))
+        .collect();
+    assert_eq!(marks, [("x", true, false), ("x'", false, true)]);
+}
+
+/// SPEC.md §19.3: where an enclosure cannot tell a value from a kink
+/// (log(x²) − 2·log(x) is 0, which the field does not see, so relu's
+/// comparison straddles), the instance is undecided: neither a pass nor a
+/// failure. log(x²) − log(x) = log(x) > 0 is decided (the twin).
+#[test]
+fn an_instance_no_enclosure_decides_is_undecided() {
+    let op = typed("relu(log(x * x) - 2 * log(x))", &[V], V);
+    assert_eq!(all(&op, &[&[2, 3]]), "undecided");
+    let twin = typed("relu(log(x * x) - log(x))", &[V], V);
+    assert_eq!(all(&twin, &[&[2, 3]]), "pass");
+}
+
+/// Global SPMD (SPEC.md §13.2) on the exact path: x is Varying and shards
+/// dim 0 of a global tensor of two entries per rank. exp is elementwise,
+/// so the output's global tensor is exp of the input's; a concatenation
+/// per rank is not the concatenation of the global tensors (F3).
+#[test]
+fn a_global_op_keeps_the_global_meaning() {
+    let m = Mesh::line(2);
+    let laid = Type::laid(vec![V], vec![Some(0)]);
+    let global = |src: &str| TypedOp::local(parse(src).unwrap(), vec![laid.clone()], laid.clone());
+    let xs = vec![from_free(
+        &m,
+        &laid,
+        &[2],
+        &[Q::zero(), Q::one(), Q::int(2), Q::int(3)],
+    )];
+    let show = |op: &TypedOp| {
+        let c = Checker::new(op, &m, vec![vec![2]]).unwrap();
+        match c.check(&xs, Phase::All) {
+            Outcome::Fail(f) => format!(
+                "{:?}: {} | {} | {}",
+                f.property, f.what, f.expected, f.actual
+            ),
+            o => format!("{o:?}"),
+        }
+    };
+    let pass = "Pass(Pass { b3_undetermined: false, undecided: false })";
+    assert_eq!(show(&global("exp(x)")), pass);
+    assert_eq!(show(&global("exp(x) * 2")), pass);
+    let e = "1, e^(1) ≈ 2.718281, e^(2) ≈ 7.389056, e^(3) ≈ 20.085536";
+    let (e01, e23) = ("1, e^(1) ≈ 2.718281", "e^(2) ≈ 7.389056, e^(3) ≈ 20.085536");
+    assert_eq!(
+        show(&global("concat(exp(x), exp(x), 0)")),
+        format!(
+            "F3: the output's global tensor is not `concat(exp(x), exp(x), 0)` of the inputs' global tensors | [{e}, {e}] | [{e01}, {e01}, {e23}, {e23}]"
+        )
+    );
+}
