@@ -1775,3 +1775,53 @@ fn show_per_rank(x: &PerRank) -> String {
         .collect::<Vec<_>>()
         .join(" | ")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spmd_interp::{parse, Backward, Program, Step};
+    use spmd_semantics::State;
+
+    /// SPEC.md §18.1: the buffer set of a case keeps a program's workspace,
+    /// so the next instance runs its forward into its buffers. After an
+    /// instance of a program the set holds its sampler; after one of a
+    /// local op (the twin) it holds none. The outcome is a pass either way.
+    #[test]
+    fn a_case_keeps_a_programs_workspace_for_the_next_instance() {
+        let m = Mesh::line(2);
+        let v = Type::one(State::Varying);
+        let local = |src: &str| TypedOp::local(parse(src).unwrap(), vec![v.clone()], v.clone());
+        let steps = vec![
+            Step {
+                name: "sq".into(),
+                op: local("x * x"),
+                args: vec![0],
+            },
+            Step {
+                name: "twice".into(),
+                op: local("2 * x"),
+                args: vec![1],
+            },
+        ];
+        let program = TypedOp {
+            op: Op::Program(Box::new(Program::new(vec![v.clone()], steps).unwrap())),
+            inputs: vec![v.clone()],
+            output: v.clone(),
+            backward: Backward::Steps,
+            jvp: None,
+            no_grad: vec![],
+        };
+        let xs = vec![perrank::from_free(&m, &v, &[], &[Q::int(3), Q::int(-1)])];
+        for (op, keeps) in [(&program, true), (&local("2 * x * x"), false)] {
+            let c = Checker::new(op, &m, vec![vec![]]).unwrap();
+            for _ in 0..2 {
+                assert!(
+                    matches!(c.check(&xs, Phase::All), Outcome::Pass(ref p) if !p.b3_undetermined)
+                );
+                let pool = c.scratch.lock().unwrap();
+                assert_eq!(pool.len(), 1);
+                assert_eq!(pool[0].sampler.is_some(), keeps);
+            }
+        }
+    }
+}

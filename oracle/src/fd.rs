@@ -34,6 +34,9 @@ fn solve(
     z: &mut [Q],
     pivots: &mut Vec<usize>,
 ) -> bool {
+    // The system is exactly `rows × cols`: a caller that sizes a buffer
+    // wrongly is caught here in tests, not by a stale entry read later.
+    debug_assert_eq!((a.len(), rhs.len(), z.len()), (rows * cols, rows, cols));
     if rows == 1 && cols == 1 {
         // One equation a·z = r, as the elimination below solves it: z = r/a,
         // or, when a = 0, z = 0 if r = 0 and no solution otherwise.
@@ -614,5 +617,120 @@ mod tests {
             matches!(r, Err(FdFail::Undetermined(ref m)) if m.contains("check sample")),
             "{r:?}"
         );
+    }
+
+    /// `solve` on any `rows × cols` system (its contract), not only the
+    /// square ones `derivative_into` builds: a solution exists exactly when
+    /// the system is consistent, and the `z` it gives satisfies every
+    /// equation, and when it reports none the augmented matrix has the
+    /// larger rank. On every system with entries in -1..=2 of shapes one by
+    /// one, two by one, one by two and two by two, so the one-equation
+    /// shortcut must be taken for 1 × 1 only.
+    #[test]
+    fn solve_answers_every_small_system_exactly() {
+        let vals = [-1i64, 0, 1, 2];
+        // Every system of the shape with entries from `vals`.
+        let systems = |rows: usize, cols: usize| -> Vec<(Vec<Q>, Vec<Q>)> {
+            let n = rows * cols + rows;
+            (0..vals.len().pow(n as u32))
+                .map(|code| {
+                    let e: Vec<Q> = (0..n)
+                        .map(|j| Q::int(vals[code / vals.len().pow(j as u32) % vals.len()]))
+                        .collect();
+                    (e[..rows * cols].to_vec(), e[rows * cols..].to_vec())
+                })
+                .collect()
+        };
+        // The rank of a matrix of at most two rows: 2 with a nonzero 2 × 2
+        // minor, else 1 with a nonzero entry.
+        let rank = |m: &[Q], rows: usize, cols: usize| -> usize {
+            let minor = |c: usize, d: usize| m[c].mul(&m[cols + d]).sub(&m[d].mul(&m[cols + c]));
+            if rows == 2 && (0..cols).any(|c| (c + 1..cols).any(|d| !minor(c, d).is_zero())) {
+                2
+            } else {
+                usize::from(m.iter().any(|v| !v.is_zero()))
+            }
+        };
+        let satisfies = |a: &[Q], rhs: &[Q], z: &[Q], cols: usize| {
+            rhs.iter().enumerate().all(|(i, r)| {
+                let lhs = (0..cols).fold(Q::zero(), |s, c| s.add(&a[i * cols + c].mul(&z[c])));
+                lhs == *r
+            })
+        };
+        for (rows, cols) in [(1, 1), (2, 1), (1, 2), (2, 2)] {
+            let (mut consistent, mut inconsistent) = (0, 0);
+            for (a0, r0) in systems(rows, cols) {
+                let (mut a, mut rhs) = (a0.clone(), r0.clone());
+                let mut z = vec![Q::int(9); cols];
+                let ok = solve(&mut a, &mut rhs, rows, cols, &mut z, &mut Vec::new());
+                if ok {
+                    assert!(
+                        satisfies(&a0, &r0, &z, cols),
+                        "{rows}x{cols} {a0:?} z = {r0:?}: {z:?}"
+                    );
+                    consistent += 1;
+                } else {
+                    // Inconsistent: the augmented matrix has the larger rank.
+                    let aug: Vec<Q> = (0..rows)
+                        .flat_map(|i| a0[i * cols..(i + 1) * cols].iter().chain([&r0[i]]))
+                        .cloned()
+                        .collect();
+                    assert!(
+                        rank(&aug, rows, cols + 1) > rank(&a0, rows, cols),
+                        "{rows}x{cols} {a0:?} z = {r0:?} has a solution"
+                    );
+                    inconsistent += 1;
+                }
+            }
+            assert!(consistent > 0 && inconsistent > 0, "{rows}x{cols}");
+        }
+    }
+
+    /// The sampling budget of `derivative_into` (SPEC.md §5.2): with bounds
+    /// (a, b) it asks for h = 0, s, 2s, ... until it has a + b + 2 samples
+    /// in the domain, passing over the others, and gives up once it has
+    /// asked for h = (4(a + b + 2) + 8)·s without enough. Exactly these
+    /// points are asked, in order.
+    #[test]
+    fn derivative_asks_for_exactly_the_samples_it_needs() {
+        let step = Q::frac(1, 3);
+        for (num, den) in [(0u32, 0u32), (1, 0), (0, 1), (2, 1)] {
+            let need = (num + den + 2) as i64;
+            // Defined everywhere: the first `need` points, no more.
+            let mut asked = Vec::new();
+            let mut f = |h: &Q| {
+                asked.push(h.clone());
+                Ok(Some(vec![Q::int(4)]))
+            };
+            assert_eq!(derivative(&mut f, num, den, &step), Ok(vec![Q::zero()]));
+            let want: Vec<Q> = (0..need).map(|k| Q::int(k).mul(&step)).collect();
+            assert_eq!(asked, want, "bounds ({num}, {den})");
+            // Defined at 0 and from k = K on: the samples in between are
+            // passed over, and the last point the budget allows still
+            // counts ...
+            let last = 4 * need + 8;
+            let mut asked = 0i64;
+            let from = last - need + 2;
+            let mut f = |h: &Q| {
+                asked += 1;
+                let k = h.div(&step).unwrap();
+                Ok((k.is_zero() || k >= Q::int(from)).then(|| vec![Q::int(4)]))
+            };
+            assert_eq!(derivative(&mut f, num, den, &step), Ok(vec![Q::zero()]));
+            assert_eq!(asked, last + 1, "bounds ({num}, {den})");
+            // ... and one point later is beyond it.
+            let mut asked = 0i64;
+            let mut f = |h: &Q| {
+                asked += 1;
+                let k = h.div(&step).unwrap();
+                Ok((k.is_zero() || k >= Q::int(from + 1)).then(|| vec![Q::int(4)]))
+            };
+            let r = derivative(&mut f, num, den, &step);
+            assert!(
+                matches!(r, Err(FdFail::Undetermined(ref m)) if m.contains("too many samples")),
+                "bounds ({num}, {den}): {r:?}"
+            );
+            assert_eq!(asked, last + 1, "bounds ({num}, {den})");
+        }
     }
 }

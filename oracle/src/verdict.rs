@@ -242,4 +242,379 @@ mod tests {
         let without: Verdict = Verdict::conclude(tally(&[pass]), None);
         assert!(without.proof());
     }
+
+    /// A tally set field by field, from `Tally::new()` (a proof grid).
+    fn t(set: impl FnOnce(&mut Tally)) -> Tally {
+        let mut t = Tally::new();
+        set(&mut t);
+        t
+    }
+
+    /// What a run concludes: the verdict's name and whether it is a proof.
+    fn concluded(t: Tally) -> (&'static str, bool) {
+        let v: Verdict = Verdict::conclude(t, None);
+        (v.name(), v.proof())
+    }
+
+    /// SPEC.md §7.1, branch by branch of `Verdict::conclude`, each beside
+    /// the tally one count away that concludes differently. Every tally
+    /// here is one a run can produce: an instance counted as passed,
+    /// undetermined or undecided belongs to a counted case, and a
+    /// distributed case is a case.
+    #[test]
+    fn conclude_follows_the_kinds_of_spec_7_1() {
+        let exhaustive = |t: &mut Tally| {
+            t.cases = 1;
+            t.distributed_cases = 1;
+            t.passed = 2;
+        };
+        let table: Vec<(&str, Tally, (&str, bool))> = vec![
+            // Passes on a grid that decides polynomial identities, on more
+            // than one rank: a proof ...
+            ("proof", t(exhaustive), ("sound", true)),
+            // ... but not off the proof grid,
+            (
+                "off the grid",
+                t(|t| {
+                    exhaustive(t);
+                    t.proof_grid = false;
+                }),
+                ("sound", false),
+            ),
+            // nor beside an instance whose B3 was at a kink,
+            (
+                "a kink",
+                t(|t| {
+                    exhaustive(t);
+                    t.passed = 1;
+                    t.b3_undetermined = 1;
+                }),
+                ("sound", false),
+            ),
+            // nor beside an undecided one (and one of each),
+            (
+                "undecided",
+                t(|t| {
+                    exhaustive(t);
+                    t.passed = 1;
+                    t.undecided = 1;
+                }),
+                ("sound", false),
+            ),
+            (
+                "a kink and undecided",
+                t(|t| {
+                    exhaustive(t);
+                    t.passed = 1;
+                    t.b3_undetermined = 1;
+                    t.undecided = 1;
+                }),
+                ("sound", false),
+            ),
+            // nor when only random cases were distributed.
+            (
+                "one-rank cases, distributed random ones",
+                t(|t| {
+                    exhaustive(t);
+                    t.distributed_cases = 0;
+                    t.random = 2;
+                    t.random_distributed = 2;
+                }),
+                ("sound", false),
+            ),
+            // Everything on one rank is vacuous, exhaustive or random.
+            (
+                "one rank",
+                t(|t| {
+                    exhaustive(t);
+                    t.distributed_cases = 0;
+                }),
+                ("vacuous", false),
+            ),
+            (
+                "random cases on one rank",
+                t(|t| {
+                    t.random = 2;
+                }),
+                ("vacuous", false),
+            ),
+            // Random cases alone, distributed: bounded-sound, never a proof.
+            (
+                "random cases only",
+                t(|t| {
+                    t.random = 3;
+                    t.random_distributed = 2;
+                }),
+                ("sound", false),
+            ),
+            (
+                "undecided instances and random cases",
+                t(|t| {
+                    t.cases = 1;
+                    t.distributed_cases = 1;
+                    t.undecided = 2;
+                    t.random = 3;
+                    t.random_distributed = 2;
+                }),
+                ("sound", false),
+            ),
+            // B3 never decided: undetermined, and random passes decide it.
+            (
+                "every instance at a kink",
+                t(|t| {
+                    exhaustive(t);
+                    t.passed = 0;
+                    t.b3_undetermined = 2;
+                }),
+                ("undetermined", false),
+            ),
+            (
+                "kinks and random cases",
+                t(|t| {
+                    exhaustive(t);
+                    t.passed = 0;
+                    t.b3_undetermined = 2;
+                    t.random = 1;
+                    t.random_distributed = 1;
+                }),
+                ("sound", false),
+            ),
+            (
+                "nothing decided",
+                t(|t| {
+                    exhaustive(t);
+                    t.passed = 0;
+                    t.undecided = 2;
+                }),
+                ("undetermined", false),
+            ),
+            // No instance in the domain, or no case at all: vacuous.
+            (
+                "outside the domain",
+                t(|t| {
+                    exhaustive(t);
+                    t.passed = 0;
+                    t.outside_domain = 3;
+                }),
+                ("vacuous", false),
+            ),
+            ("no case", Tally::new(), ("vacuous", false)),
+            // A stopped run is undetermined, whatever passed before.
+            (
+                "stopped",
+                t(|t| {
+                    exhaustive(t);
+                    t.stopped = Some("interrupted".into());
+                }),
+                ("undetermined", false),
+            ),
+        ];
+        for (what, tally, want) in table {
+            assert_eq!(concluded(tally), want, "{what}");
+        }
+        // A violation is unsound, even in a stopped run with passes.
+        let v: Verdict<u8> = Verdict::conclude(
+            t(|t| {
+                exhaustive(t);
+                t.stopped = Some("interrupted".into());
+            }),
+            Some(Box::new(7)),
+        );
+        assert_eq!((v.name(), v.violation()), ("unsound", Some(&7)));
+        assert!(!v.is_sound() && !v.proof());
+        assert_eq!(v.tally().passed, 2);
+    }
+
+    /// The reasons printed with a vacuous or undetermined verdict (SPEC.md
+    /// §7.1), one per way of getting there.
+    #[test]
+    fn each_vacuous_and_undetermined_verdict_says_why() {
+        let vacuous = |t: Tally| {
+            let v: Verdict = Verdict::conclude(t, None);
+            assert_eq!(v.name(), "vacuous");
+            assert_eq!(v.undetermined_reason(), None);
+            v.vacuous_reason().unwrap()
+        };
+        assert_eq!(vacuous(Tally::new()), "no shape in scope fits");
+        assert_eq!(
+            vacuous(t(|t| t.cases_beyond_cap = 2)),
+            "every case is beyond the caps"
+        );
+        assert_eq!(
+            vacuous(t(|t| {
+                t.cases = 1;
+                t.distributed_cases = 1;
+                t.outside_domain = 4;
+            })),
+            "every instance is outside the domain"
+        );
+        // On one rank: every instance decided there is a pass or a kink.
+        for (passed, kinks) in [(1, 0), (0, 1)] {
+            let one_rank = |t: &mut Tally| {
+                t.cases = 1;
+                t.passed = passed;
+                t.b3_undetermined = kinks;
+            };
+            assert_eq!(vacuous(t(one_rank)), "no multi-rank shapes fit");
+            assert_eq!(
+                vacuous(t(|t| {
+                    one_rank(t);
+                    t.cases_beyond_cap = 1;
+                    t.distributed_beyond_cap = 1;
+                })),
+                "no multi-rank case within the caps"
+            );
+        }
+        let undetermined = |t: Tally| {
+            let v: Verdict = Verdict::conclude(t, None);
+            assert_eq!(v.name(), "undetermined");
+            assert_eq!(v.vacuous_reason(), None);
+            v.undetermined_reason().unwrap()
+        };
+        let case = |t: &mut Tally| {
+            t.cases = 1;
+            t.distributed_cases = 1;
+        };
+        assert_eq!(
+            undetermined(t(|t| {
+                case(t);
+                t.b3_undetermined = 3;
+            })),
+            "B3 never decided: every instance is at a kink"
+        );
+        assert_eq!(
+            undetermined(t(|t| {
+                case(t);
+                t.undecided = 2;
+            })),
+            "no instance decided: on all 2 the enclosures overlapped"
+        );
+        assert_eq!(
+            undetermined(t(|t| {
+                case(t);
+                t.undecided = 2;
+                t.b3_undetermined = 3;
+            })),
+            "nothing decided: 2 instances with overlapping enclosures, 3 with B3 at a kink"
+        );
+        assert_eq!(
+            undetermined(t(|t| {
+                case(t);
+                t.passed = 5;
+                t.stopped = Some("time limit".into());
+            })),
+            "time limit"
+        );
+        // A sound verdict has neither reason.
+        let sound: Verdict = Verdict::conclude(
+            t(|t| {
+                case(t);
+                t.passed = 1;
+            }),
+            None,
+        );
+        assert_eq!(sound.vacuous_reason(), None);
+        assert_eq!(sound.undetermined_reason(), None);
+        assert!(sound.is_sound() && sound.violation().is_none());
+    }
+
+    /// Each outcome counts once, in its own field, and `instances` is
+    /// their sum; a failure counts nowhere in `record` (a run stops at it).
+    #[test]
+    fn record_counts_each_outcome_in_its_field() {
+        let kink = Outcome::Pass(Pass {
+            b3_undetermined: true,
+            ..Pass::default()
+        });
+        let mut t = Tally::new();
+        assert!(t.proof_grid);
+        let outcomes = [
+            (Outcome::Pass(Pass::default()), 3),
+            (kink, 5),
+            (undecided(), 7),
+            (Outcome::OutsideDomain, 11),
+        ];
+        for (o, k) in &outcomes {
+            for _ in 0..*k {
+                t.record(o);
+            }
+        }
+        let got = (t.passed, t.b3_undetermined, t.undecided, t.outside_domain);
+        assert_eq!(got, (3, 5, 7, 11));
+        t.failed = 13;
+        assert_eq!(t.instances(), 3 + 5 + 7 + 11 + 13);
+    }
+
+    /// Absorbing a run over disjoint cases adds every count, keeps a proof
+    /// grid only if both were, and keeps the first reason for stopping.
+    #[test]
+    fn absorb_adds_every_count() {
+        // Distinct primes, so a sum is never a product or a difference.
+        let numbered = |base: u64| {
+            let mut t = Tally::new();
+            let fields = [
+                &mut t.passed,
+                &mut t.b3_undetermined,
+                &mut t.undecided,
+                &mut t.outside_domain,
+                &mut t.failed,
+                &mut t.cases,
+                &mut t.distributed_cases,
+                &mut t.cases_beyond_cap,
+                &mut t.distributed_beyond_cap,
+                &mut t.random,
+                &mut t.random_distributed,
+            ];
+            for (k, f) in fields.into_iter().enumerate() {
+                *f = base + k as u64;
+            }
+            t
+        };
+        let counts = |t: &Tally| {
+            vec![
+                t.passed,
+                t.b3_undetermined,
+                t.undecided,
+                t.outside_domain,
+                t.failed,
+                t.cases,
+                t.distributed_cases,
+                t.cases_beyond_cap,
+                t.distributed_beyond_cap,
+                t.random,
+                t.random_distributed,
+            ]
+        };
+        let (a, b) = (numbered(2), numbered(30));
+        let mut ab = a.clone();
+        ab.absorb(&b);
+        let want: Vec<u64> = counts(&a)
+            .iter()
+            .zip(counts(&b))
+            .map(|(x, y)| x + y)
+            .collect();
+        assert_eq!(counts(&ab), want);
+        assert_eq!(ab.instances(), a.instances() + b.instances());
+        assert!(ab.proof_grid);
+        assert_eq!(ab.stopped, None);
+        // A run off the proof grid makes the sum off it, either way round.
+        let off = t(|t| t.proof_grid = false);
+        let mut x = a.clone();
+        x.absorb(&off);
+        assert!(!x.proof_grid);
+        let mut y = off.clone();
+        y.absorb(&a);
+        assert!(!y.proof_grid);
+        // The first reason to stop is kept; a later one fills an empty one.
+        let stopped = |why: &str| t(|t| t.stopped = Some(why.into()));
+        let mut first = stopped("interrupted");
+        first.absorb(&stopped("time limit"));
+        assert_eq!(first.stopped.as_deref(), Some("interrupted"));
+        let mut none = Tally::new();
+        none.absorb(&stopped("time limit"));
+        assert_eq!(none.stopped.as_deref(), Some("time limit"));
+        let mut kept = stopped("interrupted");
+        kept.absorb(&Tally::new());
+        assert_eq!(kept.stopped.as_deref(), Some("interrupted"));
+    }
 }
