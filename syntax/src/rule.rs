@@ -274,10 +274,11 @@ pub fn parse_file(file: &str, text: &str) -> Result<Vec<RuleSpec>, UsageError> {
                 e.line(),
                 e.column(),
                 // serde_json ends its message with the place, given already.
-                crate::with_suggestion(&first_line(
-                    e.to_string()
-                        .trim_end_matches(&format!(" at line {} column {}", e.line(), e.column()))
-                ))
+                crate::with_suggestion(&first_line(e.to_string().trim_end_matches(&format!(
+                    " at line {} column {}",
+                    e.line(),
+                    e.column()
+                ))))
             ))
         })?;
         check_list(file, text, f.rule)
