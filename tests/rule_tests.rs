@@ -21,10 +21,7 @@ mod fixture {
 #[test]
 fn a_wrong_expectation_fails() {
     use spmd_check::check::{assert_rule_in_file_sound, assert_rule_in_file_unsound};
-    let f = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/rule_tests/rules.toml"
-    );
+    let f = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/rule_tests/rules.toml");
     let msg = |r: std::thread::Result<()>| {
         let e = r.expect_err("must panic");
         e.downcast_ref::<String>().cloned().unwrap_or_default()
