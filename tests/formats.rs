@@ -5,28 +5,13 @@
 //! `--json` of the same run says; names that look like markup are escaped;
 //! exit codes are those of the text report.
 
+mod common;
+use common::run_in;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 fn fresh(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("spmd-formats-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn run_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_spmd-check"))
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    common::fresh_dir("formats", name)
 }
 
 /// An unsound rule, sound ones, a vacuous one (a one-rank mesh), and names

@@ -5,6 +5,7 @@
 //! rejects what the output used to be (a bare array, a mesh as text, no
 //! `schema`), so a validation that passes means something.
 
+mod common;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 
@@ -48,11 +49,7 @@ impl Validator {
 /// A fresh directory for this test's files (regressions are written
 /// beside rule files).
 fn fresh(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("spmd-json-schema-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
+    common::fresh_dir("json-schema", name)
 }
 
 /// Run `spmd-check ARGS` in `dir`: exit code and the JSON it printed.

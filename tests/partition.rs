@@ -3,22 +3,10 @@
 //! and mismatched parts are bad input (one line, exit 2).
 
 mod common;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 /// Exit code, stdout and stderr of `spmd-check ARGS` run in `dir`.
-fn run_in(dir: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_spmd-check"))
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+use common::run_in;
 
 const RULES: &str = r#"
 [[rule]]
@@ -57,10 +45,7 @@ output = "V"
 /// A fresh directory holding `rules.toml` (regressions are written beside
 /// it, so every run gets its own).
 fn fresh(name: &str) -> PathBuf {
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("spmd-partition-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = common::fresh_dir("partition", name);
     std::fs::write(dir.join("rules.toml"), RULES).unwrap();
     dir
 }

@@ -63,6 +63,16 @@ pub fn temp_rule_file(name: &str, text: &str) -> String {
     p.display().to_string()
 }
 
+/// A fresh, empty directory of this test process, `TAG-NAME`.
+#[allow(dead_code)]
+pub fn fresh_dir(tag: &str, name: &str) -> std::path::PathBuf {
+    let d = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("spmd-{tag}-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
 /// The report of rule `name` in `check --json` output.
 #[allow(dead_code)]
 pub fn rule_named(v: &serde_json::Value, name: &str) -> serde_json::Value {
@@ -78,7 +88,14 @@ pub fn rule_named(v: &serde_json::Value, name: &str) -> serde_json::Value {
 /// Exit code, stdout and stderr of `spmd-check ARGS`.
 #[allow(dead_code)]
 pub fn run(args: &[&str]) -> (i32, String, String) {
+    run_in(std::path::Path::new("."), args)
+}
+
+/// `run` in the directory `dir`.
+#[allow(dead_code)]
+pub fn run_in(dir: &std::path::Path, args: &[&str]) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_spmd-check"))
+        .current_dir(dir)
         .args(args)
         .output()
         .expect("runs");
