@@ -608,11 +608,7 @@ fn check_saving(path: &str, r: &Rule) -> RuleReport {
     let mut regs = load_regressions(&rpath).unwrap_or_else(|e| panic!("{e}"));
     let stored = regs.get(&r.name).cloned().unwrap_or_default();
     let rep = check_rule(r, &library_config(), &stored, &|_| {});
-    let found = match &rep.pending {
-        Some(p) => p.stored(),
-        None => rep.verdict.violation().map(Stored::from_violation),
-    };
-    if let Some(s) = found {
+    if let Some(s) = counterexample(&rep) {
         let list = regs.entry(r.name.clone()).or_default();
         if !list.contains(&s) {
             list.push(s);
@@ -620,6 +616,15 @@ fn check_saving(path: &str, r: &Rule) -> RuleReport {
         }
     }
     rep
+}
+
+/// The counterexample a report found, as it is stored (a pending-kind rule's
+/// from its own report, any other's from its violation).
+fn counterexample(rep: &RuleReport) -> Option<Stored> {
+    match &rep.pending {
+        Some(p) => p.stored(),
+        None => rep.verdict.violation().map(Stored::from_violation),
+    }
 }
 
 /// The rule named `name` of the file `path`, read as `spmd-check check`
@@ -652,11 +657,7 @@ pub fn assert_rule_in_file_sound(path: &str, name: &str) {
 pub fn assert_rule_in_file_unsound(path: &str, name: &str) {
     let r = rule_in_file(path, name);
     let rep = check_saving(path, &r);
-    let unsound = match &rep.pending {
-        Some(p) => p.stored().is_some(),
-        None => rep.verdict.violation().is_some(),
-    };
-    if !unsound {
+    if counterexample(&rep).is_none() {
         panic!(
             "rule `{name}` of {path} is listed as unsound, but the checker says: {}",
             rule_word(&rep)
