@@ -256,6 +256,46 @@ enum Cmd {
         #[arg(long)]
         all: bool,
     },
+    /// Check what an installed library registers against its own kernel:
+    /// every claim of DTensor's pointwise sharding strategies, from a
+    /// recorded registry file or --live (SPEC.md §22)
+    Registry {
+        /// The system: dtensor
+        system: String,
+        /// Only ops whose name matches this glob (`*`, `?`), e.g. `aten.threshold*`
+        #[arg(long)]
+        op: Option<String>,
+        /// Show only the incorrect claims (the totals still count every row)
+        #[arg(long)]
+        incorrect_only: bool,
+        /// Do not search unregistered input placements for outputs that hold
+        /// (the `missing` rows)
+        #[arg(long)]
+        no_missing: bool,
+        /// The registry file (default: this checkout's tests/fixtures/registry/SYSTEM.json)
+        #[arg(long, conflicts_with = "live")]
+        file: Option<String>,
+        /// Run the installed library through its peer script (the Python of
+        /// SPMD_CHECK_TORCH_PYTHON) instead of reading a recorded file
+        #[arg(long)]
+        live: bool,
+        /// Write the registry file, its kernel rows pruned to those this run
+        /// looked up (how tests/fixtures/registry is made)
+        #[arg(long)]
+        record: Option<String>,
+        /// Print, after the table, a PyTorch script per incorrect claim that
+        /// runs its counterexample in the framework (with --json: a `repro`
+        /// field per row)
+        #[arg(long)]
+        show_repro: bool,
+        /// Write those scripts to this directory, one file per claim, with
+        /// index.json naming each (peers/record_registry.sh runs them)
+        #[arg(long)]
+        repro_dir: Option<String>,
+        /// Print the result as JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
     /// Check the named patterns of examples/patterns/ (FSDP, ZeRO, DDP,
     /// Megatron, sequence parallel, MoE, FSDP x TP), their wrong twins, their
     /// traffic, and each system's typing of them (SPEC.md §17.4).
@@ -966,6 +1006,60 @@ fn run() -> Result<ExitCode, UsageError> {
             print!("{}", report::fidelity(&results, json, all));
             let mismatches = results.iter().any(|r| r.class.key() == "model_mismatch");
             Ok(if mismatches {
+                ExitCode::from(1)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        Cmd::Registry {
+            system,
+            op,
+            incorrect_only,
+            no_missing,
+            file,
+            live,
+            record,
+            show_repro,
+            repro_dir,
+            json,
+        } => {
+            use spmd_check::registry as reg;
+            let system = reg::system(&system)?;
+            let (f, source) = if live {
+                reg::record_live(system)?
+            } else {
+                let path = file.unwrap_or_else(|| reg::default_file(system));
+                (reg::read(&path)?, path)
+            };
+            if f.system != system {
+                return Err(UsageError(format!(
+                    "{source}: a registry of `{}`, not `{system}`",
+                    f.system
+                )));
+            }
+            let opts = reg::Options {
+                op_glob: op,
+                missing: !no_missing,
+                record: record.is_some(),
+            };
+            let rep = reg::run(f, &source, &opts)?;
+            if let (Some(out), Some(p)) = (&record, &rep.pruned) {
+                let text = serde_json::to_string(p)
+                    .map_err(|e| UsageError(format!("{out}: cannot encode: {e}")))?;
+                std::fs::write(out, text + "\n")
+                    .map_err(|e| UsageError(format!("{out}: cannot write: {e}")))?;
+            }
+            if let Some(dir) = &repro_dir {
+                reg::write_repros(&rep, dir)?;
+            }
+            if json {
+                let doc = reg::to_json(&rep, incorrect_only, show_repro);
+                println!("{}", report::document("registry", doc));
+            } else {
+                print!("{}", reg::text(&rep, incorrect_only, show_repro));
+            }
+            let incorrect = rep.rows.iter().any(|r| r.class == reg::Class::Incorrect);
+            Ok(if incorrect {
                 ExitCode::from(1)
             } else {
                 ExitCode::SUCCESS

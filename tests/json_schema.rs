@@ -319,3 +319,26 @@ fn fidelity_matches_the_schema() {
     let (_, doc) = json_in(&d, &["fidelity", "--dir", "fixtures", "--json"]);
     v.assert_valid("fidelity --json", &doc);
 }
+
+#[test]
+fn registry_matches_the_schema() {
+    let v = Validator::new();
+    let d = fresh("registry");
+    let (_, doc) = json_in(
+        &d,
+        &[
+            "registry",
+            "dtensor",
+            "--op",
+            "aten.threshold.default",
+            "--show-repro",
+            "--json",
+        ],
+    );
+    v.assert_valid("registry --json --show-repro", &doc);
+    assert!(doc["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["repro"]["script"].is_string()));
+}

@@ -113,6 +113,11 @@ fn node_class(e: &Expr) -> Option<(OpClass, Vec<&Expr>)> {
             (OpClass::Nonlinear, vec![a])
         }
         Dimwise(_, a, _, _) => (OpClass::Nonlinear, vec![a]),
+        // A recorded kernel is typed as any nonlinear elementwise op.
+        Table(_, xs) => (
+            OpClass::Nonlinear,
+            xs.iter().filter(|x| has_var(x)).collect(),
+        ),
         Sum(a, _) => (OpClass::Sum, vec![a]),
         Mean(a, _) => (OpClass::Mean, vec![a]),
         Max(a, _) => (OpClass::Max, vec![a]),

@@ -85,6 +85,12 @@ fn py_expr(e: &Expr, lang: Lang) -> Result<String, String> {
     Ok(match e {
         Expr::Var(i) => format!("a{i}"),
         Expr::Const(q) => float_lit(q)?,
+        Expr::Table(t, _) => {
+            return Err(format!(
+                "{} is a recorded kernel: `spmd-check registry --show-repro` writes its script",
+                t.0.name
+            ))
+        }
         Expr::Neg(a) => format!("(-{})", r(a)?),
         Expr::Add(a, b) => format!("({} + {})", r(a)?, r(b)?),
         Expr::Sub(a, b) => format!("({} - {})", r(a)?, r(b)?),

@@ -329,6 +329,31 @@ pub fn infer(e: &Expr, shapes: &[Shape]) -> Result<(Shape, Degree), String> {
             let (s, d) = infer(a, shapes)?;
             (s, d.transcendental())
         }
+        Expr::Table(t, args) => {
+            if args.len() != t.0.arity || args.is_empty() {
+                return Err(format!(
+                    "{}: {} arguments for a kernel of {}",
+                    t.0.name,
+                    args.len(),
+                    t.0.arity
+                ));
+            }
+            let inferred: Vec<(Shape, Degree)> = args
+                .iter()
+                .map(|a| infer(a, shapes))
+                .collect::<Result<_, _>>()?;
+            // The shapes the library was asked about: all alike.
+            let s = inferred[0].0.clone();
+            if let Some((bad, _)) = inferred.iter().find(|(x, _)| *x != s) {
+                return Err(format!(
+                    "{} is elementwise: shapes {s:?} and {bad:?}",
+                    t.0.name
+                ));
+            }
+            let ds: Vec<Degree> = inferred.into_iter().map(|x| x.1).collect();
+            // Known only on recorded points: never a polynomial.
+            (s, Degree::merge(&ds).transcendental().kinked())
+        }
         Expr::Dimwise(op, a, dim, _) => {
             let (mut s, d) = infer(a, shapes)?;
             check_dim(&s, *dim, "softmax/logsumexp/layernorm/rmsnorm")?;
@@ -1142,6 +1167,17 @@ fn ev<'a, T: Borrow<Tensor>>(
             t.map(|v| round_q(*k, v))
         }
         Expr::Cumsum(a, d) => cumsum(&*ev(a, xs, ctx)?, *d, false),
+        Expr::Table(t, args) => {
+            let vals: Vec<Cow<'_, Tensor>> = args
+                .iter()
+                .map(|a| ev(a, xs, ctx))
+                .collect::<Result<_, _>>()?;
+            let refs: Vec<&Tensor> = vals.iter().map(|v| &**v).collect();
+            // A point with no exact recorded value is outside the domain.
+            t.0.apply(&refs)
+                .map_err(EvalError::Shape)?
+                .ok_or(EvalError::DivByZero)?
+        }
         Expr::Where(m, a, b) => {
             let (va, vb) = (ev(a, xs, ctx)?, ev(b, xs, ctx)?);
             let (sel, shape) = select(m, &va, &vb, xs, ctx)?;
@@ -1446,6 +1482,12 @@ fn backprop<T: Borrow<Tensor>>(
         // Piecewise constant: the derivative is zero away from the kinks.
         Expr::Floor(_) | Expr::Cast(..) | Expr::Round(..) => {}
         Expr::Cumsum(a, d) => backprop(a, xs, &cumsum(g, *d, true), grads, ctx)?,
+        Expr::Table(t, _) => {
+            return Err(EvalError::Shape(format!(
+                "{}: a recorded kernel has no derivative",
+                t.0.name
+            )))
+        }
         Expr::Where(m, a, b) => {
             let (va, vb) = (ev(a, xs, ctx)?, ev(b, xs, ctx)?);
             let (sel, _) = select(m, &va, &vb, xs, ctx)?;

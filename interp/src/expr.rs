@@ -54,6 +54,9 @@ pub enum Expr {
     /// Rounding to an integer: trunc (integer casts, truncating division),
     /// round (half to even), ceil. floor is `Floor`.
     Round(Rounding, Box<Expr>),
+    /// A recorded kernel applied elementwise (SPEC.md §22.2): known only
+    /// on the grid points its table holds. Never parsed from text.
+    Table(crate::table::Table, Vec<Expr>),
 }
 
 /// Elementwise transcendental functions (SPEC.md §19.1).
@@ -903,7 +906,7 @@ impl Expr {
             | Expr::Div(a, b)
             | Expr::UpdateSlice(a, b, _)
             | Expr::CrossEntropy(a, b, _) => vec![a, b],
-            Expr::Einsum(_, xs) | Expr::Concat(xs, _) => xs.iter().collect(),
+            Expr::Einsum(_, xs) | Expr::Concat(xs, _) | Expr::Table(_, xs) => xs.iter().collect(),
             Expr::Where(m, a, b) => match m {
                 Mask::Input(e) => vec![e, a, b],
                 Mask::Const(_) => vec![a, b],
@@ -952,6 +955,9 @@ fn renumber(e: &Expr, map: &[usize]) -> Expr {
             r(c),
         ),
         Expr::Round(k, a) => Expr::Round(*k, r(a)),
+        Expr::Table(t, args) => {
+            Expr::Table(t.clone(), args.iter().map(|a| renumber(a, map)).collect())
+        }
     }
 }
 
@@ -1069,7 +1075,9 @@ pub fn representable(e: &Expr) -> Result<(), String> {
         | Expr::Div(a, b)
         | Expr::UpdateSlice(a, b, _)
         | Expr::CrossEntropy(a, b, _) => representable(a).and(representable(b)),
-        Expr::Einsum(_, args) | Expr::Concat(args, _) => args.iter().try_for_each(representable),
+        Expr::Einsum(_, args) | Expr::Concat(args, _) | Expr::Table(_, args) => {
+            args.iter().try_for_each(representable)
+        }
         Expr::Where(m, a, b) => {
             if let Mask::Input(me) = m {
                 representable(me)?;

@@ -9,6 +9,7 @@ pub mod expr;
 pub mod external;
 pub mod op;
 pub mod program;
+pub mod table;
 pub mod transcendental;
 
 pub use collective::{Collective, Kind};

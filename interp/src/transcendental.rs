@@ -525,6 +525,12 @@ fn round_s<S: Field>(k: Option<Rounding>, bits: Option<u32>, x: &S, ctx: &mut XC
 pub fn eval<S: Field>(e: &Expr, xs: &[XT<S>], ctx: &mut XCtx) -> ER<XT<S>> {
     let ev = |a: &Expr, ctx: &mut XCtx| eval(a, xs, ctx);
     Ok(match e {
+        Expr::Table(t, _) => {
+            return Err(XEvalError::Shape(format!(
+                "{}: a recorded kernel is rational, not evaluated over the field",
+                t.0.name
+            )))
+        }
         Expr::Var(i) => xs
             .get(*i)
             .cloned()
@@ -853,6 +859,12 @@ fn fun_slope(f: Fun, x: &X) -> R<X> {
 fn back(e: &Expr, xs: &[XT<X>], g: &XT<X>, grads: &mut [XT<X>], ctx: &mut XCtx) -> ER<()> {
     let ev = |a: &Expr, ctx: &mut XCtx| eval(a, xs, ctx);
     match e {
+        Expr::Table(t, _) => {
+            return Err(XEvalError::Shape(format!(
+                "{}: a recorded kernel has no derivative",
+                t.0.name
+            )))
+        }
         Expr::Var(i) => {
             let gi = &mut grads[*i];
             for (a, b) in gi.data.iter_mut().zip(&g.data) {

@@ -1,0 +1,271 @@
+"""Record what the installed DTensor registers for its pointwise ops.
+
+For every functional pointwise aten op that DTensor registers a single-dim
+sharding strategy for (torch/distributed/tensor/_ops/_pointwise_ops.py), and
+for every variant of its scalar arguments, this writes:
+
+- the strategy's claims on a one-dim mesh: each [output, input...] placement
+  combination the library offers, asked of the library itself
+  (`sharding_propagator.op_single_dim_strategy_funcs[op]`, the entry point
+  DTensor's own `strategy_validation` uses);
+- the real kernel's values: the aten op called once on float64 tensors
+  holding every point of a dyadic grid (every tuple of k/8 for |k/8| <= 8,
+  one argument per tensor input; k/2 up to 8 for three tensor inputs).
+  A value is kept only where float64 holds it exactly in spmd-check's
+  window (|v| < 2^30, at most 24 binary digits after the point); elsewhere
+  the row says null. A call on the reversed grid must give the reversed
+  values, or the op is not recorded as elementwise.
+
+The output is the raw registry file that `spmd-check registry dtensor
+--from RAW --record FIXTURE` prunes to the grid points the checker visits
+(peers/record_registry.sh runs both). Run with the torch of
+peers/requirements.txt.
+"""
+
+import itertools
+import json
+import sys
+from fractions import Fraction
+
+import torch
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor._dtensor_spec import TensorMeta
+from torch.distributed.tensor._ops.single_dim_strategy import _ShardingPlaceholder
+
+SCALARS = [-1.0, 0.0, 0.5, 1.0]
+MAX_VARIANTS = 16
+WINDOW_MAG = 1 << 30
+WINDOW_DEN = 1 << 24
+
+
+def grid(step_den, bound):
+    n = bound * step_den
+    return [Fraction(k, step_den) for k in range(-n, n + 1)]
+
+
+def exact(v):
+    """A float (or int, or bool) as a dyadic string if it is in the window."""
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, int):
+        return str(v) if abs(v) < WINDOW_MAG else None
+    if v != v or v in (float("inf"), float("-inf")):
+        return None
+    f = Fraction(v)
+    if abs(f) >= WINDOW_MAG or f.denominator > WINDOW_DEN:
+        return None
+    return str(f)
+
+
+def placement(p):
+    if isinstance(p, _ShardingPlaceholder):
+        return f"S({p.dim})"
+    s = str(p)
+    return {"R": "R"}.get(s, s)
+
+
+def meta(shape, dtype):
+    t = torch.empty(shape, dtype=dtype)
+    return TensorMeta(shape=t.shape, stride=t.stride(), dtype=t.dtype)
+
+
+def arg_choices(a):
+    """Values to try for one schema argument; None: a tensor input."""
+    ty = str(a.type)
+    if ty in ("Tensor", "Optional[Tensor]"):
+        return None
+    if a.name == "dtype":
+        # Target dtypes whose values on the grid need no wraparound: the
+        # model sums exactly, so a dtype that wraps (uint8 of -1 is 255,
+        # and its all_reduce wraps back) would not be what the library
+        # computes. bool is left out for the same reason.
+        return [(f"torch.{d}", getattr(torch, d)) for d in ("int64", "int32", "float32", "bfloat16", "float64")]
+    if a.name in ("memory_format", "layout", "device", "pin_memory"):
+        return [("default", a.default_value if a.has_default_value() else None)]
+    if a.kwarg_only and a.has_default_value():
+        return [("default", a.default_value)]
+    if ty == "number":
+        return [(repr(v), v) for v in SCALARS]
+    if ty == "Optional[number]":
+        return [("None", None)] + [(repr(v), v) for v in (-1.0, 0.5)]
+    if ty in ("float", "Optional[float]"):
+        return [(repr(v), v) for v in (0.5, 1.0)]
+    if ty in ("int", "Optional[int]"):
+        return [(repr(v), v) for v in (0, 1, 2)]
+    if ty == "str":
+        return [(repr(v), v) for v in ("none", "tanh")]
+    if ty == "Optional[str]":
+        return [("None", None), ("'trunc'", "trunc"), ("'floor'", "floor")]
+    if a.has_default_value():
+        return [("default", a.default_value)]
+    raise ValueError(f"argument {a.name}: {ty}")
+
+
+def variants(op):
+    s = op._schema
+    choices = []
+    for a in s.arguments:
+        c = arg_choices(a)
+        choices.append((a, c))
+    combos = list(
+        itertools.product(*[c if c is not None else [("T", None)] for _, c in choices])
+    )
+    return choices, combos[:MAX_VARIANTS], len(combos)
+
+
+def call_spec(choices, combo):
+    """The call as data, for repro scripts: tensors as {"tensor": i},
+    dtypes as {"dtype": name}, other values as JSON."""
+    def val(v):
+        if isinstance(v, torch.dtype):
+            return {"dtype": str(v).removeprefix("torch.")}
+        return v
+    args, kwargs, ti = [], {}, 0
+    for (a, c), (label, v) in zip(choices, combo):
+        if c is None:
+            v = {"tensor": ti}
+            ti += 1
+        else:
+            v = val(v)
+        if a.kwarg_only:
+            if label != "default" or c is None:
+                kwargs[a.name] = v
+        else:
+            args.append(v)
+    return {"args": args, "kwargs": kwargs}
+
+
+def call_args(choices, combo, tensors):
+    args, kwargs, ti = [], {}, 0
+    text = []
+    for (a, c), (label, v) in zip(choices, combo):
+        if c is None:
+            v = tensors[ti]
+            ti += 1
+        elif label != "default":
+            text.append(f"{a.name}={label}")
+        if a.kwarg_only:
+            if label != "default" or c is None:
+                kwargs[a.name] = v
+        else:
+            args.append(v)
+    return args, kwargs, ", ".join(text)
+
+
+def strategies(op, choices, combo, n_tensor):
+    f = DTensor._op_dispatcher.sharding_propagator.op_single_dim_strategy_funcs[op]
+    metas = [meta([4], torch.float64) for _ in range(n_tensor)]
+    args, kwargs, _ = call_args(choices, combo, metas)
+    out = []
+    for c in f(op, tuple(args), kwargs):
+        out.append([placement(p) for p in c])
+    return out
+
+
+def table(op, choices, combo, n_tensor):
+    if n_tensor <= 2:
+        pts = grid(8, 8)
+    else:
+        pts = grid(2, 8)
+    rows = list(itertools.product(pts, repeat=n_tensor))
+    errors = []
+    for dtype in (torch.float64, torch.int64):
+        use = rows if dtype == torch.float64 else [r for r in rows if all(x.denominator == 1 for x in r)]
+        cols = [
+            torch.tensor([float(r[i]) for r in use], dtype=torch.float64).to(dtype)
+            for i in range(n_tensor)
+        ]
+        try:
+            args, kwargs, _ = call_args(choices, combo, cols)
+            y = op(*args, **kwargs)
+            rev_cols = [c.flip(0) for c in cols]
+            args, kwargs, _ = call_args(choices, combo, rev_cols)
+            y_rev = op(*args, **kwargs)
+        except Exception as e:  # the kernel's refusal is recorded, not hidden
+            errors.append(f"{dtype}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+            continue
+        if not isinstance(y, torch.Tensor) or y.shape != cols[0].shape:
+            errors.append(f"{dtype}: returned shape {getattr(y, 'shape', type(y))}")
+            continue
+        if not torch.equal(y.flip(0), y_rev) and not (
+            y.dtype.is_floating_point and torch.equal(y.flip(0).isnan(), y_rev.isnan())
+            and torch.equal(torch.nan_to_num(y.flip(0)), torch.nan_to_num(y_rev))
+        ):
+            errors.append(f"{dtype}: not elementwise (reversed inputs, different values)")
+            continue
+        vals = y.tolist()
+        out = [[str(x) for x in r] + [exact(v)] for r, v in zip(use, vals)]
+        return {"input_dtype": str(dtype).removeprefix("torch."),
+                "output_dtype": str(y.dtype).removeprefix("torch."),
+                "rows": out}, errors
+    return None, errors
+
+
+def main():
+    out_path = sys.argv[1]
+    prop = DTensor._op_dispatcher.sharding_propagator
+    # The pointwise family: every op whose single-dim strategy is the one
+    # _pointwise_ops.py registers (its lists and its special cases alike).
+    ops = sorted(
+        (
+            op
+            for op, info in prop.op_single_dim_strategy_funcs.items()
+            if getattr(info.func, "__module__", "").endswith("._pointwise_ops")
+        ),
+        key=str,
+    )
+    entries, skipped = [], []
+    for op in ops:
+        s = op._schema
+        name = str(op)
+        if s.is_mutable or name.split(".")[1].endswith("_") and not name.split(".")[1].startswith("__"):
+            skipped.append({"op": name, "why": "in-place or out= form (the functional form is checked)"})
+            continue
+        if len(s.returns) != 1 or str(s.returns[0].type) != "Tensor":
+            skipped.append({"op": name, "why": f"returns {s.returns}"})
+            continue
+        try:
+            choices, combos, total = variants(op)
+        except ValueError as e:
+            skipped.append({"op": name, "why": f"argument kind not enumerated: {e}"})
+            continue
+        n_tensor = sum(1 for _, c in choices if c is None)
+        if n_tensor == 0 or n_tensor > 3:
+            skipped.append({"op": name, "why": f"{n_tensor} tensor inputs"})
+            continue
+        for combo in combos:
+            _, _, text = call_args(choices, combo, [None] * n_tensor)
+            try:
+                claims = strategies(op, choices, combo, n_tensor)
+            except Exception as e:
+                claims, why = None, f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+            entry = {"op": name, "family": "pointwise", "schema": str(s), "args": text,
+                     "inputs": n_tensor, "call": call_spec(choices, combo)}
+            if claims is None:
+                entry["strategy_error"] = why
+            else:
+                entry["claims"] = claims
+            tab, errors = table(op, choices, combo, n_tensor)
+            if tab is None:
+                entry["kernel_error"] = "; ".join(errors)
+            else:
+                entry["kernel"] = tab
+            entries.append(entry)
+        if total > len(combos):
+            skipped.append({"op": name, "why": f"only the first {len(combos)} of {total} argument variants"})
+        print(f"{name}: {len(combos)} variants", file=sys.stderr)
+    doc = {
+        "schema": "spmd-check-registry/1",
+        "system": "dtensor",
+        "versions": {"torch": torch.__version__.split("+")[0]},
+        "recorded_by": "peers/record_registry.sh",
+        "mesh": "one dim; each claim is one [output, inputs...] combination of the single-dim strategy",
+        "entries": entries,
+        "skipped": skipped,
+    }
+    with open(out_path, "w") as f:
+        json.dump(doc, f, separators=(",", ":"))
+
+
+if __name__ == "__main__":
+    main()

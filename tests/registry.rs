@@ -1,0 +1,240 @@
+//! `spmd-check registry` (SPEC.md §22): DTensor's registered pointwise
+//! strategies, recorded from torch 2.14.1 into
+//! tests/fixtures/registry/dtensor.json, checked against the recorded
+//! kernel. The classification is pinned: a rule whose class changes fails
+//! here. Each class has a twin made by tampering with the recording.
+
+mod common;
+
+use common::run;
+use spmd_check::registry::{self, Class, File, Options, Report};
+
+fn recorded() -> File {
+    registry::read(&registry::default_file("dtensor")).expect("the committed recording reads")
+}
+
+fn check(f: File, glob: Option<&str>) -> Report {
+    let opts = Options {
+        op_glob: glob.map(str::to_string),
+        missing: true,
+        record: false,
+    };
+    registry::run(f, "test", &opts).expect("runs")
+}
+
+fn rows<'a>(rep: &'a Report, op: &str, args: &str, placements: &str) -> Vec<&'a registry::Row> {
+    rep.rows
+        .iter()
+        .filter(|r| r.op == op && r.args == args && r.placements() == placements)
+        .collect()
+}
+
+#[test]
+fn the_recorded_registry_classifies_as_pinned() {
+    let rep = check(recorded(), None);
+    let t = registry::totals(&rep.rows);
+    let n = |c| *t.get(&c).unwrap_or(&0);
+    assert_eq!(
+        (
+            n(Class::Correct),
+            n(Class::Incorrect),
+            n(Class::Latent),
+            n(Class::Missing),
+            n(Class::Undetermined)
+        ),
+        (543, 6, 2, 2053, 301),
+        "{}",
+        registry::summary(&rep)
+    );
+    // Every incorrect claim is threshold keeping Partial(max|min) where
+    // its value lies above the threshold, and each was reproduced in
+    // DTensor by its script when recorded.
+    for r in rep.rows.iter().filter(|r| r.class == Class::Incorrect) {
+        assert_eq!(r.op, "aten.threshold.default", "{}", r.detail);
+        assert!(
+            r.repro.as_ref().is_some_and(|o| o.reproduced),
+            "{}",
+            r.detail
+        );
+        assert!(r.detail.starts_with("F3 2 ranks"), "{}", r.detail);
+    }
+    // to.dtype keeping Partial(sum) into an integer dtype is wrong as
+    // registered, but eager DTensor never uses it (the op reaches the
+    // dispatcher as _to_copy, which redistributes to Replicate first).
+    for dtype in ["int64", "int32"] {
+        let r = rows(
+            &rep,
+            "aten.to.dtype",
+            &format!("dtype=torch.{dtype}"),
+            "P(sum) -> P(sum)",
+        );
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].class, Class::Latent, "{}", r[0].detail);
+        assert!(r[0].detail.contains("chose R"), "{}", r[0].detail);
+    }
+    // The right threshold (value below the threshold) is correct.
+    let ok = rows(
+        &rep,
+        "aten.threshold.default",
+        "threshold=0.0, value=-1.0",
+        "P(max) -> P(max)",
+    );
+    assert_eq!(ok[0].class, Class::Correct, "{}", ok[0].detail);
+}
+
+#[test]
+fn the_counterexample_is_the_minimal_one() {
+    let rep = check(recorded(), Some("aten.threshold.default"));
+    let bad = rows(
+        &rep,
+        "aten.threshold.default",
+        "threshold=0.0, value=1.0",
+        "P(max) -> P(max)",
+    );
+    assert_eq!(bad[0].class, Class::Incorrect);
+    assert_eq!(
+        bad[0].detail.split("; reproduced").next().unwrap(),
+        "F3 2 ranks; input 0 per rank [0, 1/2]; per-rank outputs [1, 1/2] denote 1, but f of the inputs' denotations is 1/2"
+    );
+}
+
+#[test]
+fn a_tampered_claim_is_incorrect_and_a_dropped_claim_is_missing() {
+    let mut f = recorded();
+    // Twin 1: abs does not keep a pending sum (|1| + |-1| is not |0|).
+    let abs = f
+        .entries
+        .iter_mut()
+        .find(|e| e.op == "aten.abs.default")
+        .expect("abs is registered");
+    abs.claims
+        .as_mut()
+        .unwrap()
+        .push(vec!["P(sum)".into(), "P(sum)".into()]);
+    // Twin 2: relu's P(max) -> P(max) taken out of the registry.
+    let relu = f
+        .entries
+        .iter_mut()
+        .find(|e| e.op == "aten.relu.default")
+        .expect("relu is registered");
+    relu.claims
+        .as_mut()
+        .unwrap()
+        .retain(|c| c != &vec!["P(max)".to_string(), "P(max)".to_string()]);
+    let rep = check(f.clone(), Some("aten.abs.default"));
+    let a = rows(&rep, "aten.abs.default", "", "P(sum) -> P(sum)");
+    assert_eq!(a.len(), 1);
+    assert_eq!(a[0].class, Class::Incorrect, "{}", a[0].detail);
+    assert!(a[0].repro.is_none(), "never run in the framework");
+    let rep = check(f, Some("aten.relu.default"));
+    let r = rows(&rep, "aten.relu.default", "", "P(max) -> P(max)");
+    assert_eq!(r[0].class, Class::Missing, "{}", r[0].detail);
+    assert!(r[0].detail.contains("redistributes"), "{}", r[0].detail);
+    // Untampered, both are what the library says.
+    let rep = check(recorded(), Some("aten.abs.default"));
+    assert!(rows(&rep, "aten.abs.default", "", "P(sum) -> P(sum)").is_empty());
+    let rep = check(recorded(), Some("aten.relu.default"));
+    let r = rows(&rep, "aten.relu.default", "", "P(max) -> P(max)");
+    assert_eq!(r[0].class, Class::Correct, "{}", r[0].detail);
+}
+
+#[test]
+fn a_tampered_kernel_value_makes_a_right_claim_incorrect() {
+    let mut f = recorded();
+    let neg = f
+        .entries
+        .iter_mut()
+        .find(|e| e.op == "aten.neg.default")
+        .expect("neg is registered");
+    // neg(1) recorded as 1 instead of -1.
+    let k = neg.kernel.as_mut().unwrap();
+    let row = k
+        .rows
+        .iter_mut()
+        .find(|r| r[0].as_deref() == Some("1"))
+        .expect("neg was looked up at 1");
+    row[1] = Some("1".into());
+    let rep = check(f, Some("aten.neg.default"));
+    let bad: Vec<_> = rep
+        .rows
+        .iter()
+        .filter(|r| r.class == Class::Incorrect)
+        .collect();
+    assert!(!bad.is_empty(), "{}", registry::summary(&rep));
+    let rep = check(recorded(), Some("aten.neg.default"));
+    assert!(rep.rows.iter().all(|r| r.class != Class::Incorrect));
+}
+
+#[test]
+fn an_inexact_kernel_is_undetermined_never_correct() {
+    let rep = check(recorded(), Some("aten.exp.default"));
+    assert!(!rep.rows.is_empty());
+    for r in &rep.rows {
+        assert_eq!(
+            r.class,
+            Class::Undetermined,
+            "{} {}",
+            r.placements(),
+            r.detail
+        );
+        assert!(r.detail.contains("not exact in float64"), "{}", r.detail);
+    }
+}
+
+#[test]
+fn the_cli_reports_exits_and_writes_repro_scripts() {
+    let (code, out, err) = run(&[
+        "registry",
+        "dtensor",
+        "--op",
+        "aten.threshold.default",
+        "--show-repro",
+    ]);
+    assert_eq!(code, 1, "an incorrect claim fails the run: {err}");
+    assert!(out.contains("6 incorrect"), "{out}");
+    assert!(
+        out.contains("torch.ops.aten.threshold.default(x0, 0.0, 1.0)"),
+        "{out}"
+    );
+    assert!(out.contains("Partial(\"max\")"), "{out}");
+    let (code, out, _) = run(&["registry", "dtensor", "--op", "aten.relu.default", "--json"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["command"], "registry");
+    assert_eq!(v["totals"]["incorrect"], 0);
+    let (code, _, err) = run(&["registry", "dtensr"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("did you mean `dtensor`"), "{err}");
+}
+
+#[test]
+fn a_bad_registry_file_is_one_line_and_exit_2() {
+    let good = std::fs::read_to_string(registry::default_file("dtensor")).unwrap();
+    let cases: Vec<(&str, String)> = vec![
+        ("not json", "{".into()),
+        (
+            "wrong schema",
+            good.replacen("spmd-check-registry/1", "other/1", 1),
+        ),
+        (
+            "bad placement",
+            good.replacen("\"P(max)\"", "\"P(prod)\"", 1),
+        ),
+        (
+            "short claim",
+            good.replacen("[\"S(0)\",\"S(0)\"]", "[\"S(0)\"]", 1),
+        ),
+        (
+            "bad number",
+            good.replacen("[\"-1\",\"1\"]", "[\"-1\",\"one\"]", 1),
+        ),
+    ];
+    for (what, text) in cases {
+        assert_ne!(text, good, "{what}: the tampering applies");
+        let p = common::temp_rule_file(&format!("registry-{}.json", what.replace(' ', "-")), &text);
+        let (code, out, err) = run(&["registry", "dtensor", "--file", &p]);
+        assert_eq!(code, 2, "{what}: {out}{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{what}: {err}");
+        assert!(err.contains(&p), "{what}: names the file: {err}");
+    }
+}
