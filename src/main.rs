@@ -292,9 +292,14 @@ enum Cmd {
         /// index.json naming each (peers/record_registry.sh runs them)
         #[arg(long)]
         repro_dir: Option<String>,
-        /// Print the result as JSON instead of text.
+        /// Print the result as JSON instead of text (the same as --format json).
         #[arg(long)]
         json: bool,
+        /// The report's format: text (default), json, markdown or junit (a
+        /// testcase per row: incorrect fails, latent and undetermined are
+        /// skipped)
+        #[arg(long, value_name = "FORMAT", value_parser = report::Format::NAMES)]
+        format: Option<String>,
     },
     /// Check the named patterns of examples/patterns/ (FSDP, ZeRO, DDP,
     /// Megatron, sequence parallel, MoE, FSDP x TP), their wrong twins, their
@@ -1022,8 +1027,10 @@ fn run() -> Result<ExitCode, UsageError> {
             show_repro,
             repro_dir,
             json,
+            format,
         } => {
             use spmd_check::registry as reg;
+            let format = report::Format::parse(format.as_deref(), json)?;
             let system = reg::system(&system)?;
             let (f, source) = if live {
                 reg::record_live(system)?
@@ -1052,11 +1059,13 @@ fn run() -> Result<ExitCode, UsageError> {
             if let Some(dir) = &repro_dir {
                 reg::write_repros(&rep, dir)?;
             }
-            if json {
-                let doc = reg::to_json(&rep, incorrect_only, show_repro);
-                println!("{}", report::document("registry", doc));
-            } else {
-                print!("{}", reg::text(&rep, incorrect_only, show_repro));
+            match format {
+                report::Format::Json => {
+                    let doc = reg::to_json(&rep, incorrect_only, show_repro);
+                    println!("{}", report::document("registry", doc));
+                }
+                report::Format::Text => print!("{}", reg::text(&rep, incorrect_only, show_repro)),
+                f => print_tables(f, &report::table::registry_tables(&rep, incorrect_only)),
             }
             let incorrect = rep.rows.iter().any(|r| r.class == reg::Class::Incorrect);
             Ok(if incorrect {

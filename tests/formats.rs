@@ -293,3 +293,36 @@ fn conform_junit_fails_what_makes_conform_exit_1() {
     assert_eq!(c, 2);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+#[test]
+fn registry_junit_fails_exactly_the_incorrect_claims() {
+    let d = fresh("registry");
+    let args = ["registry", "dtensor", "--op", "aten.threshold.default"];
+    let (code, xml, err) = run_in(&d, &[&args[..], &["--format", "junit"]].concat());
+    assert_eq!(code, 1, "{err}");
+    well_formed(&xml);
+    let (_, json, _) = run_in(&d, &[&args[..], &["--json"]].concat());
+    let v: Value = serde_json::from_str(&json).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    let cases = testcases(&xml);
+    assert_eq!(cases.len(), rows.len());
+    let failed = cases.iter().filter(|(_, o)| *o == "failure").count();
+    let incorrect = rows.iter().filter(|r| r["class"] == "incorrect").count();
+    assert_eq!((failed, incorrect), (6, 6));
+    let (code, md, _) = run_in(
+        &d,
+        &[
+            "registry",
+            "dtensor",
+            "--op",
+            "aten.relu.default",
+            "--format",
+            "markdown",
+        ],
+    );
+    assert_eq!(code, 0);
+    assert!(
+        md.contains("| aten.relu.default | P(max) -> P(max) | correct |"),
+        "{md}"
+    );
+}

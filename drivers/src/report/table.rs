@@ -399,3 +399,62 @@ pub fn conform_tables(
         tables,
     }
 }
+
+/// `registry`'s rows (SPEC.md §22.3): an incorrect claim fails; latent and
+/// undetermined ones are skipped with their reason; correct ones pass, and
+/// a missing combination passes with a note (nothing registered is wrong).
+pub fn registry_tables(rep: &crate::registry::Report, incorrect_only: bool) -> Tables {
+    use crate::registry::Class;
+    let versions: Vec<String> = rep
+        .file
+        .versions
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    let rows = rep
+        .rows
+        .iter()
+        .filter(|r| !incorrect_only || matches!(r.class, Class::Incorrect | Class::Latent))
+        .map(|r| {
+            let op = if r.args.is_empty() {
+                r.op.clone()
+            } else {
+                format!("{}({})", r.op, r.args)
+            };
+            let (outcome, message, note) = match r.class {
+                Class::Correct => (Outcome::Pass, None, None),
+                Class::Missing => (Outcome::Pass, None, Some(r.detail.clone())),
+                Class::Incorrect => (Outcome::Fail, Some(r.detail.clone()), None),
+                Class::Latent | Class::Undetermined => {
+                    (Outcome::Skip, Some(r.detail.clone()), None)
+                }
+            };
+            Row {
+                name: format!("{op} {}", r.placements()),
+                cells: vec![
+                    op,
+                    r.placements(),
+                    r.class.word().to_string(),
+                    r.detail.clone(),
+                ],
+                outcome,
+                message,
+                note,
+            }
+        })
+        .collect();
+    Tables {
+        command: "registry",
+        heading: format!(
+            "registry {} ({}): {}",
+            rep.file.system,
+            versions.join(", "),
+            crate::registry::summary(rep)
+        ),
+        tables: vec![Table {
+            title: format!("{} registry", rep.file.system),
+            columns: vec!["op", "placements", "class", "detail"],
+            rows,
+        }],
+    }
+}
