@@ -292,9 +292,10 @@ pub fn default_file(system: &str) -> String {
     format!("{}/registry/{system}.json", crate::fidelity::default_dir())
 }
 
-/// Run the system's peer script against the installed library (the Python
-/// of `SPMD_CHECK_TORCH_PYTHON`, else `python3`) and read what it wrote.
-pub fn record_live(system: &str) -> Result<(File, String), UsageError> {
+/// Run the system's peer script against the installed library (`python`,
+/// else the Python of `SPMD_CHECK_TORCH_PYTHON`, else `python3`) and read
+/// what it wrote. The script is this checkout's `peers/`.
+pub fn record_live(system: &str, python: Option<&str>) -> Result<(File, String), UsageError> {
     let script = SYSTEMS
         .iter()
         .find(|(s, _)| *s == system)
@@ -304,7 +305,16 @@ pub fn record_live(system: &str) -> Result<(File, String), UsageError> {
         .parent()
         .unwrap_or(std::path::Path::new("."));
     let script = root.join(script);
-    let python = std::env::var("SPMD_CHECK_TORCH_PYTHON").unwrap_or_else(|_| "python3".into());
+    if !script.is_file() {
+        return Err(UsageError(format!(
+            "--live: {} is missing (--live runs the peer script of a checkout of spmd-check)",
+            script.display()
+        )));
+    }
+    let python = match python {
+        Some(p) => p.to_string(),
+        None => std::env::var("SPMD_CHECK_TORCH_PYTHON").unwrap_or_else(|_| "python3".into()),
+    };
     let out = std::env::temp_dir().join(format!("spmd-check-registry-{}.json", std::process::id()));
     let status = std::process::Command::new(&python)
         .arg(&script)

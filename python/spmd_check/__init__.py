@@ -62,6 +62,7 @@ __all__ = [
     "check",
     "check_file",
     "derive",
+    "registry",
     "run",
     "assert_sound",
     "emit",
@@ -380,6 +381,33 @@ def derive(op: Optional[str] = None, *, expr: Optional[str] = None, dialect: Opt
     return json.loads(_native.derive(_str("op", op, True), _str("expr", expr, True),
                                      _str("dialect", dialect, True), global_, scope, limits,
                                      _time_limit(time_limit)))
+
+
+def registry(system: str, *, op: Optional[str] = None,
+             file: Optional[Union[str, os.PathLike]] = None, live: bool = False,
+             python: Optional[str] = None, missing: bool = True,
+             incorrect_only: bool = False, show_repro: bool = False,
+             time_limit: Optional[float] = None) -> Dict[str, Any]:
+    """What a library registers, checked against its own kernel
+    (``spmd-check registry SYSTEM --json``, SPEC.md §22): one row per
+    claimed placement combination (``class``: correct, incorrect, latent,
+    missing or undetermined) and the ``totals``. ``op`` is a glob
+    (``"aten.threshold*"``); ``file`` a registry file (default: the
+    recording in the checkout); ``live=True`` runs the installed library
+    through the checkout's peer script, under ``python`` (default: this
+    interpreter); ``show_repro`` adds a PyTorch script to each incorrect
+    row."""
+    sys_name = _str("system", system)
+    for name, flag in (("live", live), ("missing", missing),
+                       ("incorrect_only", incorrect_only), ("show_repro", show_repro)):
+        if not isinstance(flag, bool):
+            raise BadInput(f"{name}={flag!r}: expected True or False")
+    path = None if file is None else os.fspath(file)
+    if path is not None and not isinstance(path, str):
+        raise BadInput(f"file={file!r}: expected a path")
+    py = _str("python", python, True) if python is not None else (sys.executable if live else None)
+    return json.loads(_native.registry(sys_name, _str("op", op, True), path, live, py, missing,
+                                       incorrect_only, show_repro, _time_limit(time_limit)))
 
 
 class JobResult:

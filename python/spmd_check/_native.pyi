@@ -14,6 +14,9 @@ def derive(op: str | None = None, expr: str | None = None, dialect: str | None =
            global_: bool = False, scope: str = "default", limits: dict[str, int] | None = None,
            time_limit: float | None = None) -> str: ...
 def run_job(file: str, text: str, check: bool = False) -> str: ...
+def registry(system: str, op: str | None = None, file: str | None = None, live: bool = False,
+             python: str | None = None, missing: bool = True, incorrect_only: bool = False,
+             show_repro: bool = False, time_limit: float | None = None) -> str: ...
 def check_kernel(name: str, vars: list[str], degree: list[int], forward: object, backward: object | None,
                  shape: object | None, inputs: list[str], output: str, dialect: str = "spmd_types",
                  cases: int = 256, seed: int = 0, scope: str = "default",

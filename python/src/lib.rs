@@ -720,6 +720,57 @@ fn derive(
     })?
 }
 
+/// registry(system, op, file, live, python, missing, incorrect_only,
+/// show_repro) -> JSON: `spmd-check registry --json` (SPEC.md §22).
+#[pyfunction]
+#[pyo3(signature = (system, op=None, file=None, live=false, python=None, missing=true, incorrect_only=false, show_repro=false, time_limit=None))]
+#[allow(clippy::too_many_arguments)]
+fn registry(
+    py: Python<'_>,
+    system: &str,
+    op: Option<String>,
+    file: Option<String>,
+    live: bool,
+    python: Option<String>,
+    missing: bool,
+    incorrect_only: bool,
+    show_repro: bool,
+    time_limit: Option<f64>,
+) -> PyResult<String> {
+    use spmd_check::registry as reg;
+    let system = reg::system(system).map_err(bad)?;
+    if live && file.is_some() {
+        return Err(BadInput::new_err(
+            "give either file= or live=True, not both",
+        ));
+    }
+    let (f, source) = if live {
+        reg::record_live(system, python.as_deref()).map_err(bad)?
+    } else {
+        let path = file.unwrap_or_else(|| reg::default_file(system));
+        (reg::read(&path).map_err(bad)?, path)
+    };
+    if f.system != system {
+        return Err(BadInput::new_err(format!(
+            "{source}: a registry of `{}`, not `{system}`",
+            f.system
+        )));
+    }
+    interruptible(py, time_limit, || {
+        let opts = reg::Options {
+            op_glob: op,
+            missing,
+            record: false,
+        };
+        let rep = reg::run(f, &source, &opts).map_err(bad)?;
+        let doc = spmd_check::report::document(
+            "registry",
+            reg::to_json(&rep, incorrect_only, show_repro),
+        );
+        Ok(doc.to_string())
+    })?
+}
+
 /// run_job(file, text, check) -> JSON: one instance on given values
 /// (`spmd-check run`), with `exit_code` as the CLI's.
 #[pyfunction]
@@ -917,5 +968,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run_job, m)?)?;
     m.add_function(wrap_pyfunction!(check_kernel, m)?)?;
     m.add_function(wrap_pyfunction!(emit, m)?)?;
+    m.add_function(wrap_pyfunction!(registry, m)?)?;
     Ok(())
 }

@@ -1,0 +1,52 @@
+"""spmd_check.registry (SPEC.md §22): DTensor's registered pointwise
+strategies checked against the recorded kernel, from Python."""
+
+import json
+
+import pytest
+
+import spmd_check
+from spmd_check import BadInput
+
+from conftest import ROOT
+
+RECORDING = ROOT / "tests" / "fixtures" / "registry" / "dtensor.json"
+
+
+def test_threshold_claims_are_classified_with_counterexamples():
+    doc = spmd_check.registry("dtensor", op="aten.threshold.default", show_repro=True)
+    assert doc["command"] == "registry"
+    assert doc["totals"]["incorrect"] == 6
+    bad = [r for r in doc["rows"] if r["class"] == "incorrect"]
+    assert all(r["verdict"]["counterexample"]["ranks"] == 2 for r in bad)
+    assert all(r["reproduced"] is True for r in bad)
+    assert all("torch.ops.aten.threshold.default" in r["repro"]["script"] for r in bad)
+    only = spmd_check.registry("dtensor", op="aten.threshold.default", incorrect_only=True)
+    assert len(only["rows"]) == 6
+
+
+def test_a_tampered_claim_is_incorrect(tmp_path):
+    doc = json.loads(RECORDING.read_text())
+    for e in doc["entries"]:
+        if e["op"] == "aten.abs.default":
+            e["claims"].append(["P(sum)", "P(sum)"])
+    f = tmp_path / "tampered.json"
+    f.write_text(json.dumps(doc))
+    out = spmd_check.registry("dtensor", op="aten.abs.default", file=f)
+    row = [r for r in out["rows"] if r["inputs"] == ["P(sum)"] and r["output"] == "P(sum)"]
+    assert [r["class"] for r in row] == ["incorrect"]
+    clean = spmd_check.registry("dtensor", op="aten.abs.default")
+    assert clean["totals"]["incorrect"] == 0
+
+
+def test_bad_arguments_are_plain_errors(tmp_path):
+    with pytest.raises(BadInput, match="did you mean `dtensor`"):
+        spmd_check.registry("dtensr")
+    with pytest.raises(BadInput, match="missing=1"):
+        spmd_check.registry("dtensor", missing=1)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    with pytest.raises(BadInput, match="not a registry file"):
+        spmd_check.registry("dtensor", file=bad)
+    with pytest.raises(BadInput, match="either file= or live=True"):
+        spmd_check.registry("dtensor", file=bad, live=True)
