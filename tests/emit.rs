@@ -622,13 +622,11 @@ mod real {
     /// A mesh of two axes: JAX runs it on a 2×2 mesh of host devices with
     /// per-axis states. The reduced-dot finding of §20.3 holds per axis:
     /// JAX types the output {dp: V, tp: I} as the rule says, then refuses
-    /// the pullback (ValueError). PyTorch's script is refused in one line
-    /// that says why.
+    /// the pullback (ValueError). PyTorch runs it on a DeviceMesh of the
+    /// same axes, and spmd_types types R @ R as R on tp, not the rule's I.
     #[test]
     fn two_axis_meshes() {
         let rule = "[[rule]]\nname = \"reduced dot on tp\"\nmesh = { dp = 2, tp = 2 }\nop = \"matmul\"\ninputs = [{ dp = \"V\", tp = \"R\" }, { dp = \"V\", tp = \"R\" }]\noutput = { dp = \"V\", tp = \"I\" }\n";
-        let why = script(rule, Lang::Pytorch).expect("unsound").unwrap_err();
-        assert!(why.contains("2 axes") && why.contains("fake_pg"), "{why}");
         let jx = emitted(rule, Lang::Jax);
         let d = data(&jx);
         assert_eq!(d["axes"], serde_json::json!([["dp", 2], ["tp", 2]]));
@@ -638,6 +636,20 @@ mod real {
             let (ok, out) = run_script(&py, &jx, "error=ValueError");
             assert!(ok, "{out}");
             assert!(out["detail"].as_str().unwrap().contains("U:tp"), "{out}");
+        }
+        let pt = emitted(rule, Lang::Pytorch);
+        assert!(pt.contains("init_device_mesh"), "{pt}");
+        assert_eq!(data(&pt)["inputs"][0]["state"], "VR");
+        if let Some(py) = python(Lang::Pytorch) {
+            let (ok, out) = run_script(&py, &pt, "typed_otherwise");
+            assert!(ok, "{out}");
+            assert!(
+                out["detail"]
+                    .as_str()
+                    .unwrap()
+                    .contains("types the output VR"),
+                "{out}"
+            );
         }
     }
 }
