@@ -6,7 +6,8 @@
 //! computed for the rule's implementation (outputs, cotangents, gradients).
 //! It runs the rule's local function in the framework — JAX inside
 //! `shard_map` on forced host CPU devices, or PyTorch under `LocalTensorMode`
-//! on a fake process group with spmd_types' types — and reports one outcome:
+//! on a fake process group laid out as a `DeviceMesh` of the counterexample's
+//! axes, with spmd_types' types per axis — and reports one outcome:
 //! `reproduced` (the framework types the op as the rule does and computes
 //! exactly the oracle's values, so the oracle's violation is the
 //! framework's), `error` (the framework refuses, with its first line),
@@ -287,7 +288,8 @@ fn spmd_types_expert(convert: bool, src: State, dst: State) -> bool {
 }
 
 /// A catalogue collective as the spmd_types 0.3.1 call that performs it, on
-/// the script's process group `PG` (SPEC.md §20.2): seed 003's names are
+/// the script's process group `PG`, the group of the collective's mesh axes
+/// (several axes flattened, SPEC.md §20.2): seed 003's names are
 /// spmd_types' own; a Varying side read as concatenation along `dim` is
 /// `S(dim)`, a stacking one `V` with the dim as spmd_types' `gather_dim`,
 /// `scatter_dim` or `split_dim`/`concat_dim`. What spmd_types has no call
@@ -383,6 +385,40 @@ fn spmd_types_call(c: &Collective) -> Result<String, String> {
     })
 }
 
+/// Whether a PyTorch script can run `c` on its group: torch orders a
+/// process group's members by rank (`new_group` sorts them, and
+/// `DeviceMesh._flatten` flattens in mesh order), which is row-major over
+/// the group's axes in mesh order. A group naming its axes in another
+/// order is ordered otherwise by the oracle (SPEC.md §10.1); that matters
+/// where a member's place in the group does (gathers, scatters,
+/// all-to-alls, converts that split or place a Varying value), and is
+/// refused there. A sum or a cast is the same in any order, so it runs on
+/// the mesh-ordered group.
+fn torch_group_order(c: &Collective, mesh: &spmd_semantics::Mesh) -> Result<(), String> {
+    use State::Varying as V;
+    if c.axes.windows(2).all(|w| w[0] < w[1]) {
+        return Ok(());
+    }
+    let order_free = match c.kind {
+        Kind::AllReduce | Kind::Reinterpret => true,
+        Kind::Convert { .. } => c.src != V && c.dst != V,
+        _ => false,
+    };
+    if order_free {
+        return Ok(());
+    }
+    let names: Vec<&str> = c
+        .axes
+        .iter()
+        .filter_map(|&i| mesh.axes.get(i).map(|a| a.name.as_str()))
+        .collect();
+    Err(format!(
+        "`{}` runs over the axes [{}] in that order, which is not the mesh's; torch orders a process group by rank (row-major in mesh order: new_group sorts its ranks, DeviceMesh slices dims in ascending order only), so no torch group has this member order",
+        c.describe(),
+        names.join(", ")
+    ))
+}
+
 /// A catalogue collective as the JAX call that performs it inside
 /// `shard_map` on the script's axis (SPEC.md §20.2), as jax 0.10.2 spells
 /// it in `tests/fixtures/jax_collectives.json` (an Unreduced operand makes
@@ -476,11 +512,8 @@ pub fn emit_script(
     if matches!(v.property, Property::J1 | Property::T1) {
         return Err(format!("{} is not emitted", v.property.code()));
     }
-    if v.mesh.axes.len() != 1 && lang == Lang::Pytorch {
-        return Err(format!(
-            "the counterexample's mesh has {} axes; the PyTorch script runs on one fake process group (spmd_types' fake_pg), not a mesh of them",
-            v.mesh.axes.len()
-        ));
+    if let (Op::Collective(c), Lang::Pytorch) = (&rule.op.op, lang) {
+        torch_group_order(c, &v.mesh)?;
     }
     let ranks: usize = v.mesh.axes.iter().map(|a| a.size).product();
     let group: Vec<&str> = match &rule.op.op {
@@ -631,13 +664,19 @@ def instances():
     return runs, oracle
 
 
+def same_state(got, want):
+    """The framework's letters are the rule's, one per axis; "-" is an axis
+    the framework keeps no type on (a singleton), where any state holds."""
+    return len(got) == len(want) and all(g in ("-", w) for g, w in zip(got, want))
+
+
 def judge(results, oracle):
     """results: [(suffix, result dict)]. Returns (outcome, detail)."""
     for sfx, r in results:
         if r.get("error"):
             return "error", r["error"]
     for sfx, r in results:
-        if r["out_state"] != DATA["output"]:
+        if not same_state(r["out_state"], DATA["output"]):
             return "typed_otherwise", (f"{FRAMEWORK} types the output {r['out_state']}; "
                                        f"the rule says {DATA['output']}")
     for sfx, r in results:
@@ -852,13 +891,16 @@ if __name__ == "__main__":
 
 const TORCH_HARNESS: &str = r#"
 from torch.distributed._local_tensor import LocalTensorMode  # noqa: E402
-from spmd_types import (I, P, R, V, S, all_gather, all_reduce, all_to_all, assert_type,  # noqa: E402,F401
-                        convert, get_local_type, reduce_scatter, reinterpret)
+from torch.distributed.device_mesh import init_device_mesh  # noqa: E402
+from spmd_types import (I, P, R, V, S, MeshAxis, PartitionSpec, all_gather, all_reduce,  # noqa: E402,F401
+                        all_to_all, assert_type, convert, get_local_type, reduce_scatter, reinterpret)
 from spmd_types._checker import typecheck  # noqa: E402
 from spmd_types._testing import fake_pg  # noqa: E402
 
 FRAMEWORK = "pytorch"
 ST = {"R": R, "I": I, "V": V, "P": P}
+AXES = [a for a, _ in DATA["axes"]]
+SIZES = dict(DATA["axes"])
 
 
 def FRAMEWORK_VERSION():
@@ -871,16 +913,49 @@ def first_line(e):
     return f"{type(e).__name__}: {lines[0] if lines else ''}"
 
 
-def letter(t):
-    ty = get_local_type(t)
-    (s,) = ty.values()
-    for k, v in ST.items():
-        if s is v:
-            return k
-    return repr(s)
-
-
+MESH = None  # the DeviceMesh of the counterexample's axes, ranks row-major
+GROUPS = {}  # each mesh axis's process group
 PG = None  # the process group a collective runs on
+
+
+def group_of(names):
+    """The process group of a collective over the mesh axes `names`: one
+    axis's group, or those axes flattened into one group. torch orders a
+    group's members by rank, which is row-major in mesh order, as the
+    oracle orders a group of axes given in mesh order (the emitter refuses
+    a collective whose result depends on another order)."""
+    names = sorted(names, key=AXES.index)
+    if len(names) == 1:
+        return GROUPS[names[0]]
+    return MESH[tuple(names)]._flatten().get_group()
+
+
+def letter(t):
+    """The value's state on each mesh axis, one letter per axis ("VI"); "-"
+    where spmd_types keeps no type (a singleton axis: any state holds)."""
+    ty = get_local_type(t)
+    out = ""
+    for ax in AXES:
+        s = ty.get(MeshAxis.of(GROUPS[ax]))
+        out += "-" if s is None else next((k for k, v in ST.items() if s is v), repr(s))
+    return out
+
+
+def annotate(t, state, layout):
+    """assert_type with the state on each mesh axis; a layout is S(d), or,
+    where several axes shard one dim, a PartitionSpec naming them in mesh
+    order, the first major (spmd_types refuses S(d) on two axes of a dim)."""
+    layout = layout or [None] * len(AXES)
+    laid = [(ax, d) for ax, d in zip(AXES, layout) if d is not None and SIZES[ax] > 1]
+    dims = [d for _, d in laid]
+    if all(dims.count(d) == 1 for d in dims):
+        assert_type(t, {GROUPS[ax]: ST[s] if d is None else S(d) for ax, s, d in zip(AXES, state, layout)})
+        return
+    spec = [[] for _ in range(t.ndim)]
+    for ax, d in laid:
+        spec[d].append(GROUPS[ax])
+    assert_type(t, {GROUPS[ax]: ST[s] for ax, s in zip(AXES, state)},
+                partition_spec=PartitionSpec(*[None if not e else e[0] if len(e) == 1 else tuple(e) for e in spec]))
 
 
 def layernorm(a, d, eps):
@@ -891,18 +966,22 @@ def layernorm(a, d, eps):
 
 
 def run(ins, ct):
-    global PG
+    """The op on a fake process group of every rank, its mesh a DeviceMesh
+    of the counterexample's axes, each rank a local tensor."""
+    global PG, MESH
     n = DATA["ranks"]
-    with fake_pg(n) as pg:
-        PG = pg
+    with fake_pg(n):
+        MESH = init_device_mesh("cpu", tuple(SIZES[ax] for ax in AXES), mesh_dim_names=tuple(AXES))
+        GROUPS.clear()
+        GROUPS.update({ax: MESH.get_group(ax) for ax in AXES})
+        PG = group_of(DATA["group"])
         mode = LocalTensorMode(n)
         with mode:
             ts = []
             for i, (s, pr) in enumerate(ins):
                 t = mode.rank_map(lambda r, pr=pr: torch.tensor(pr[r], dtype=torch.float64))
                 t.requires_grad_(i not in DATA["no_grad"])
-                lay = DATA["inputs"][i]["layout"][0]
-                assert_type(t, {pg: ST[s] if lay is None else S(lay)})
+                annotate(t, s, DATA["inputs"][i]["layout"])
                 ts.append(t)
             try:
                 with typecheck():
@@ -913,7 +992,7 @@ def run(ins, ct):
             out = {"out_state": state, "out": [y._local_tensors[r].detach().tolist() for r in range(n)]}
             if ct is not None:
                 c = mode.rank_map(lambda r: torch.tensor(ct[1][r], dtype=torch.float64))
-                assert_type(c, {pg: ST[ct[0]]})
+                annotate(c, ct[0], None)
                 try:
                     with typecheck():
                         y.backward(c)
