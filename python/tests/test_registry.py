@@ -2,14 +2,14 @@
 strategies checked against the recorded kernel, from Python."""
 
 import json
+import pathlib
 
 import pytest
 
 import spmd_check
 from spmd_check import BadInput
 
-from conftest import ROOT
-
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 RECORDING = ROOT / "tests" / "fixtures" / "registry" / "dtensor.json"
 
 
