@@ -42,7 +42,7 @@ fn the_recorded_registry_classifies_as_pinned() {
             n(Class::Missing),
             n(Class::Undetermined)
         ),
-        (543, 6, 2, 2053, 301),
+        (547, 6, 2, 2053, 297),
         "{}",
         registry::summary(&rep)
     );
