@@ -42,7 +42,7 @@ fn the_recorded_registry_classifies_as_pinned() {
             n(Class::Missing),
             n(Class::Undetermined)
         ),
-        (547, 6, 2, 2053, 297),
+        (577, 6, 2, 2179, 267),
         "{}",
         registry::summary(&rep)
     );
@@ -237,4 +237,39 @@ fn a_bad_registry_file_is_one_line_and_exit_2() {
         assert_eq!(err.trim().lines().count(), 1, "{what}: {err}");
         assert!(err.contains(&p), "{what}: names the file: {err}");
     }
+}
+
+#[test]
+fn spmd_types_elementwise_registry_is_correct_and_its_twin_is_not() {
+    let f = registry::read(&registry::default_file("spmd_types")).expect("reads");
+    let rep = check(f.clone(), None);
+    let t = registry::totals(&rep.rows);
+    assert_eq!(
+        t.get(&Class::Correct),
+        Some(&19),
+        "{}",
+        registry::summary(&rep)
+    );
+    assert_eq!(rep.rows.len(), 19, "{}", registry::summary(&rep));
+    // Only spmd_types' own states are searched: no Shard, no max/min.
+    assert!(rep.rows.iter().all(|r| r
+        .inputs
+        .iter()
+        .chain([&r.output])
+        .all(|p| p == "R" || p == "P(sum)")));
+    // Twin: div typed multilinear in both factors (nonlinear_args dropped)
+    // would let a pending sum into the divisor.
+    let mut bad = f;
+    let div = bad
+        .entries
+        .iter_mut()
+        .find(|e| e.op == "torch.div")
+        .expect("div");
+    div.claims
+        .as_mut()
+        .unwrap()
+        .push(vec!["P(sum)".into(), "R".into(), "P(sum)".into()]);
+    let rep = check(bad, Some("torch.div"));
+    let r = rows(&rep, "torch.div", "", "R, P(sum) -> P(sum)");
+    assert_eq!(r[0].class, Class::Incorrect, "{}", r[0].detail);
 }

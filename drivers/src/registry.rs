@@ -17,7 +17,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use spmd_interp::expr::{Expr, LocalFn};
-use spmd_interp::table::{KernelTable, Table};
+use spmd_interp::table::{Cell, KernelTable, Table};
 use spmd_semantics::pending::{PartialKind, Place, ALL_KINDS};
 use spmd_semantics::Q;
 use std::collections::BTreeMap;
@@ -30,7 +30,10 @@ pub const SCHEMA: &str = "spmd-check-registry/1";
 pub const MAX_FILE: u64 = 256 << 20;
 
 /// The systems `registry` knows, with the peer script that records each.
-pub const SYSTEMS: &[(&str, &str)] = &[("dtensor", "peers/record_registry_dtensor.py")];
+pub const SYSTEMS: &[(&str, &str)] = &[
+    ("dtensor", "peers/record_registry_dtensor.py"),
+    ("spmd_types", "peers/record_registry_spmd_types.py"),
+];
 
 #[derive(Serialize, Deserialize, Clone, Debug)]
 #[serde(deny_unknown_fields)]
@@ -103,7 +106,8 @@ pub struct Entry {
 pub struct Kernel {
     pub input_dtype: String,
     pub output_dtype: String,
-    /// Each row: the inputs, then the output (`null`: not exact in float64).
+    /// Each row: the inputs, then the output (`null`: not exact in float64;
+    /// `"nan"`, `"inf"`, `"-inf"`: not finite).
     pub rows: Vec<Vec<Option<String>>>,
 }
 
@@ -255,9 +259,10 @@ fn table(path: &str, e: &Entry, record: bool) -> Result<Option<Arc<KernelTable>>
             .iter()
             .map(num)
             .collect::<Result<Vec<_>, _>>()?;
-        let out = match &r[e.inputs] {
-            None => None,
-            s => Some(num(s)?),
+        let out = match r[e.inputs].as_deref() {
+            None => Cell::Inexact,
+            Some("nan" | "inf" | "-inf") => Cell::NonFinite,
+            _ => Cell::Exact(num(&r[e.inputs])?),
         };
         rows.push((args, out));
     }
@@ -377,8 +382,12 @@ pub fn scope() -> Scope {
 }
 
 /// The placements tried for an input or an output when searching for
-/// missing rules.
-fn all_places() -> Vec<Place> {
+/// missing rules: those the system has (spmd_types' local types have one
+/// pending kind, sum, and a Varying value has no shard layout).
+fn all_places(system: &str) -> Vec<Place> {
+    if system == "spmd_types" {
+        return vec![Place::Inv, Place::Part(PartialKind::Sum)];
+    }
     let mut v = vec![Place::Inv, Place::Shard(0)];
     v.extend(ALL_KINDS.iter().map(|&k| Place::Part(k)));
     v
@@ -409,7 +418,7 @@ pub fn run(file: File, source: &str, opts: &Options) -> Result<Report, UsageErro
     let per_entry: Vec<Result<Vec<Row>, UsageError>> = chosen
         .par_iter()
         .zip(tables.par_iter())
-        .map(|(e, t)| entry_rows(e, t.as_ref(), &sc, opts.missing))
+        .map(|(e, t)| entry_rows(e, t.as_ref(), &sc, opts.missing, &file.system))
         .collect();
     let mut rows = Vec::new();
     for r in per_entry {
@@ -444,9 +453,14 @@ pub fn run(file: File, source: &str, opts: &Options) -> Result<Report, UsageErro
                         .visited_rows()
                         .into_iter()
                         .map(|(args, out)| {
+                            let out = match out {
+                                Cell::Exact(q) => Some(q.to_string()),
+                                Cell::Inexact => None,
+                                Cell::NonFinite => Some("nan".to_string()),
+                            };
                             args.iter()
                                 .map(|q| Some(q.to_string()))
-                                .chain(std::iter::once(out.map(|q| q.to_string())))
+                                .chain(std::iter::once(out))
                                 .collect()
                         })
                         .collect();
@@ -471,6 +485,7 @@ fn entry_rows(
     t: Option<&Arc<KernelTable>>,
     sc: &Scope,
     missing: bool,
+    system: &str,
 ) -> Result<Vec<Row>, UsageError> {
     let claims: Vec<(Vec<Place>, Place)> = e
         .claims
@@ -535,7 +550,7 @@ fn entry_rows(
         }
     }
     if missing && e.inputs <= 2 {
-        let ps = all_places();
+        let ps = all_places(system);
         let mut all: Vec<Vec<Place>> = vec![vec![]];
         for _ in 0..e.inputs {
             all = all
@@ -562,7 +577,7 @@ fn entry_rows(
             .map(|(_, o)| *o)
             .collect();
         let outs: Vec<Place> = if missing && e.inputs <= 2 {
-            all_places()
+            all_places(system)
         } else {
             claimed.clone()
         };
@@ -670,7 +685,7 @@ fn bounded(v: &Verdict, unrep: u64) -> String {
     );
     if c.outside_domain > 0 {
         s += &format!(
-            "; {} instances left out where a global value is no float64 ({unrep} such points, e.g. an average over 3 ranks)",
+            "; {} instances left out where a global value is no float64 (an average over 3 ranks) or the kernel's value is not finite ({unrep} such points)",
             c.outside_domain
         );
     }
@@ -738,6 +753,9 @@ fn py_place(p: &str) -> Result<String, String> {
 /// than the op on the global inputs, 1 otherwise.
 pub fn repro(e: &Entry, r: &Row) -> Result<String, String> {
     let cex = r.cex.as_ref().ok_or("no counterexample")?;
+    if !e.op.starts_with("aten.") {
+        return Err("repro scripts are written for DTensor's aten ops only, so far".into());
+    }
     let call = e
         .call
         .as_ref()
@@ -964,7 +982,7 @@ pub fn text(rep: &Report, incorrect_only: bool, show_repro: bool) -> String {
     let others: usize = f.not_recorded.values().sum();
     if skipped > 0 || rep.filtered > 0 || others > 0 {
         s += &format!(
-            "not checked: {skipped} registrations of the recorded family the recording skipped (in-place and out= forms, ops that return several tensors: the file's `skipped`); {others} registered ops of other families not recorded yet (`not_recorded`){}\n",
+            "not checked: {skipped} registrations the recording skipped (the file's `skipped` says why of each); {others} registered ops of families not recorded yet (`not_recorded`){}\n",
             if rep.filtered > 0 {
                 format!("; {} entries outside --op", rep.filtered)
             } else {

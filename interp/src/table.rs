@@ -17,32 +17,45 @@ use std::sync::{Arc, Mutex};
 /// The largest table accepted (rows), far above any recorded grid.
 pub const MAX_ROWS: usize = 4_000_000;
 
+/// What the kernel gave at one point.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Cell {
+    /// A value float64 holds exactly.
+    Exact(Q),
+    /// A finite value float64 may have rounded: unknown exactly.
+    Inexact,
+    /// NaN or an infinity (a division by zero, say): the op has no
+    /// rational value there, so the point is outside its domain.
+    NonFinite,
+}
+
 /// One kernel's recorded values.
 #[derive(Debug)]
 pub struct KernelTable {
     /// How the op is shown: `aten.threshold.default(threshold=0.0, value=2.0)`.
     pub name: String,
     pub arity: usize,
-    values: HashMap<Vec<Q>, Option<Q>>,
+    values: HashMap<Vec<Q>, Cell>,
     /// Lookups at a point whose inputs are all float64 values, where the
     /// kernel gave no exact value or none was recorded ...
     misses: AtomicU64,
     first_miss: Mutex<Option<String>>,
     /// ... and lookups at a point some input of which is not a float64
-    /// (1/3, say): no real call could be made there.
+    /// (1/3, say), where no real call could be made, or where the kernel's
+    /// value is not finite.
     unrepresentable: AtomicU64,
     /// The points looked up, when recording which rows a run needs.
     visited: Option<Mutex<HashSet<Vec<Q>>>>,
 }
 
 impl KernelTable {
-    /// A table from its rows: the inputs, then the output (`None`: not
-    /// exact in float64). Rows of the wrong length or repeated points with
-    /// different outputs are refused.
+    /// A table from its rows: the inputs, then what the kernel gave. Rows
+    /// of the wrong length or repeated points with different outputs are
+    /// refused.
     pub fn new(
         name: &str,
         arity: usize,
-        rows: Vec<(Vec<Q>, Option<Q>)>,
+        rows: Vec<(Vec<Q>, Cell)>,
         record_visits: bool,
     ) -> Result<KernelTable, String> {
         if rows.len() > MAX_ROWS {
@@ -84,7 +97,11 @@ impl KernelTable {
             }
         }
         match self.values.get(args) {
-            Some(Some(q)) => Some(q.clone()),
+            Some(Cell::Exact(q)) => Some(q.clone()),
+            Some(Cell::NonFinite) => {
+                self.unrepresentable.fetch_add(1, Ordering::Relaxed);
+                None
+            }
             None if args.iter().any(|a| crate::external::to_f64(a).is_none()) => {
                 self.unrepresentable.fetch_add(1, Ordering::Relaxed);
                 None
@@ -94,7 +111,7 @@ impl KernelTable {
                 if let Ok(mut m) = self.first_miss.lock() {
                     if m.is_none() {
                         *m = Some(match found {
-                            Some(None) => format!(
+                            Some(_) => format!(
                                 "the kernel's output at ({}) is not exact in float64",
                                 show(args)
                             ),
@@ -140,7 +157,8 @@ impl KernelTable {
         Ok(Some(Tensor::new(shape, out)))
     }
 
-    /// Lookups at points with an input that is not a float64.
+    /// Lookups at points with an input that is not a float64, or where the
+    /// kernel's value is not finite.
     pub fn unrepresentable(&self) -> u64 {
         self.unrepresentable.load(Ordering::Relaxed)
     }
@@ -155,12 +173,12 @@ impl KernelTable {
     }
 
     /// The recorded rows at the points looked up (for `--record`), sorted.
-    pub fn visited_rows(&self) -> Vec<(Vec<Q>, Option<Q>)> {
+    pub fn visited_rows(&self) -> Vec<(Vec<Q>, Cell)> {
         let Some(v) = &self.visited else {
             return Vec::new();
         };
         let seen = v.lock().map(|s| s.clone()).unwrap_or_default();
-        let mut rows: Vec<(Vec<Q>, Option<Q>)> = seen
+        let mut rows: Vec<(Vec<Q>, Cell)> = seen
             .into_iter()
             .filter_map(|p| self.values.get(&p).map(|o| (p, o.clone())))
             .collect();
@@ -205,7 +223,11 @@ mod tests {
         let t = KernelTable::new(
             "neg",
             1,
-            vec![(vec![q(1)], Some(q(-1))), (vec![q(2)], None)],
+            vec![
+                (vec![q(1)], Cell::Exact(q(-1))),
+                (vec![q(2)], Cell::Inexact),
+                (vec![q(4)], Cell::NonFinite),
+            ],
             true,
         )
         .unwrap();
@@ -229,14 +251,17 @@ mod tests {
             first.unwrap().contains("not exact"),
             "the first miss names why"
         );
-        assert_eq!(t.visited_rows().len(), 2, "3 and 1/3 were never recorded");
+        assert_eq!(t.visited_rows().len(), 3, "3 and 1/3 were never recorded");
     }
 
     #[test]
     fn refuses_conflicting_rows() {
-        let rows = vec![(vec![q(1)], Some(q(1))), (vec![q(1)], Some(q(2)))];
+        let rows = vec![
+            (vec![q(1)], Cell::Exact(q(1))),
+            (vec![q(1)], Cell::Exact(q(2))),
+        ];
         assert!(KernelTable::new("f", 1, rows, false).is_err());
-        let short = vec![(vec![], Some(q(1)))];
+        let short = vec![(vec![], Cell::Exact(q(1)))];
         assert!(KernelTable::new("f", 1, short, false).is_err());
     }
 }
