@@ -23,8 +23,10 @@ The output is the raw registry file that `spmd-check registry dtensor
 peers/requirements.txt.
 """
 
+import fnmatch
 import itertools
 import json
+import os
 import sys
 from fractions import Fraction
 
@@ -214,9 +216,44 @@ def table(op, choices, combo, n_tensor):
     return None, errors
 
 
+def patch(prop):
+    """SPMD_CHECK_REGISTRY_PATCH="OP=OUT,IN,...": add one claim to OP's
+    strategy, as a wrong registration would (the live path's negative
+    twin, tests/registry.rs)."""
+    spec = os.environ.get("SPMD_CHECK_REGISTRY_PATCH")
+    if not spec:
+        return
+    from torch.distributed.tensor import Partial, Replicate
+
+    name, combo = spec.split("=", 1)
+    op = next(o for o in prop.op_single_dim_strategy_funcs if str(o) == name)
+
+    def parse(p):
+        if p == "R":
+            return Replicate()
+        if p.startswith("P(") and p.endswith(")"):
+            return Partial(p[2:-1])
+        if p.startswith("S(") and p.endswith(")"):
+            return _ShardingPlaceholder(int(p[2:-1]))
+        raise ValueError(p)
+
+    extra = [parse(p) for p in combo.split(",")]
+    info = prop.op_single_dim_strategy_funcs[op]
+    orig = info.func
+
+    def patched(*a, **k):
+        return list(orig(*a, **k)) + [extra]
+
+    # Keep the family the recorder sorts by (the strategy's module).
+    patched.__module__, patched.__name__ = orig.__module__, orig.__name__
+    info.func = patched
+
+
 def main():
     out_path = sys.argv[1]
+    only = sys.argv[2] if len(sys.argv) > 2 else None
     prop = DTensor._op_dispatcher.sharding_propagator
+    patch(prop)
     # The pointwise family: every op whose single-dim strategy is the one
     # _pointwise_ops.py registers (its lists and its special cases alike).
     ops = sorted(
@@ -231,6 +268,8 @@ def main():
     for op in ops:
         s = op._schema
         name = str(op)
+        if only is not None and not fnmatch.fnmatchcase(name, only):
+            continue
         if s.is_mutable or name.split(".")[1].endswith("_") and not name.split(".")[1].startswith("__"):
             skipped.append({"op": name, "why": "in-place or out= form (the functional form is checked)"})
             continue

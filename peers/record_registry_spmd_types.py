@@ -12,6 +12,7 @@ values on the dyadic grid are recorded as for DTensor
 peers/record_registry.sh prunes RAW into the fixture.
 """
 
+import fnmatch
 import itertools
 import os
 import sys
@@ -73,12 +74,15 @@ def claims(f, k, pg):
 
 def main():
     out_path = sys.argv[1]
+    only = sys.argv[2] if len(sys.argv) > 2 else None
     entries, skipped = [], []
     fns = sorted({f for f in _OP_REGISTRY if getattr(f, "__module__", None) in ("torch", "torch.functional")
                   or (getattr(f, "__self__", None) is None and name_of(f) in dir(torch) and getattr(torch, f.__name__, None) is f)},
                  key=name_of)
     with fake_pg(2) as pg:
         for f in fns:
+            if only is not None and not fnmatch.fnmatchcase(name_of(f), only):
+                continue
             spec = _OP_REGISTRY[f]
             done = False
             for k in (1, 2):

@@ -1033,7 +1033,7 @@ fn run() -> Result<ExitCode, UsageError> {
             let format = report::Format::parse(format.as_deref(), json)?;
             let system = reg::system(&system)?;
             let (f, source) = if live {
-                reg::record_live(system, None)?
+                reg::record_live(system, None, op.as_deref())?
             } else {
                 let path = file.unwrap_or_else(|| reg::default_file(system));
                 (reg::read(&path)?, path)

@@ -273,3 +273,58 @@ fn spmd_types_elementwise_registry_is_correct_and_its_twin_is_not() {
     let r = rows(&rep, "torch.div", "", "R, P(sum) -> P(sum)");
     assert_eq!(r[0].class, Class::Incorrect, "{}", r[0].detail);
 }
+
+/// The live path against the installed torch, where
+/// SPMD_CHECK_TORCH_PYTHON names a Python that has it (skipped otherwise):
+/// it agrees with the recording, and a monkeypatched wrong strategy is
+/// caught.
+#[test]
+fn live_agrees_with_the_recording_and_catches_a_patched_strategy() {
+    let Ok(py) = std::env::var("SPMD_CHECK_TORCH_PYTHON") else {
+        eprintln!("skipped: SPMD_CHECK_TORCH_PYTHON is not set");
+        return;
+    };
+    let live = |patch: Option<&str>, op: &str| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_spmd-check"));
+        cmd.args(["registry", "dtensor", "--live", "--op", op, "--json"])
+            .env("SPMD_CHECK_TORCH_PYTHON", &py);
+        if let Some(p) = patch {
+            cmd.env("SPMD_CHECK_REGISTRY_PATCH", p);
+        }
+        let out = cmd.output().unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        v
+    };
+    let classes = |v: &serde_json::Value| {
+        let mut c: Vec<String> = v["rows"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} {} {:?} {}",
+                    r["args"], r["output"], r["inputs"], r["class"]
+                )
+            })
+            .collect();
+        c.sort();
+        c
+    };
+    let rec = run(&[
+        "registry",
+        "dtensor",
+        "--op",
+        "aten.threshold.default",
+        "--json",
+    ]);
+    let recorded: serde_json::Value = serde_json::from_str(&rec.1).unwrap();
+    assert_eq!(
+        classes(&live(None, "aten.threshold.default")),
+        classes(&recorded)
+    );
+    let v = live(Some("aten.abs.default=P(sum),P(sum)"), "aten.abs.default");
+    assert_eq!(v["totals"]["incorrect"], 1, "{v}");
+    let v = live(None, "aten.abs.default");
+    assert_eq!(v["totals"]["incorrect"], 0, "{v}");
+}

@@ -304,7 +304,12 @@ pub fn default_file(system: &str) -> String {
 /// Run the system's peer script against the installed library (`python`,
 /// else the Python of `SPMD_CHECK_TORCH_PYTHON`, else `python3`) and read
 /// what it wrote. The script is this checkout's `peers/`.
-pub fn record_live(system: &str, python: Option<&str>) -> Result<(File, String), UsageError> {
+/// With `only`, the script records just the ops that glob matches.
+pub fn record_live(
+    system: &str,
+    python: Option<&str>,
+    only: Option<&str>,
+) -> Result<(File, String), UsageError> {
     let script = SYSTEMS
         .iter()
         .find(|(s, _)| *s == system)
@@ -325,9 +330,12 @@ pub fn record_live(system: &str, python: Option<&str>) -> Result<(File, String),
         None => std::env::var("SPMD_CHECK_TORCH_PYTHON").unwrap_or_else(|_| "python3".into()),
     };
     let out = std::env::temp_dir().join(format!("spmd-check-registry-{}.json", std::process::id()));
-    let status = std::process::Command::new(&python)
-        .arg(&script)
-        .arg(&out)
+    let mut cmd = std::process::Command::new(&python);
+    cmd.arg(&script).arg(&out);
+    if let Some(g) = only {
+        cmd.arg(g);
+    }
+    let status = cmd
         .stderr(std::process::Stdio::null())
         .status()
         .map_err(|e| UsageError(format!("--live: cannot run {python}: {e}")))?;

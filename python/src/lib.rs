@@ -745,7 +745,7 @@ fn registry(
         ));
     }
     let (f, source) = if live {
-        reg::record_live(system, python.as_deref()).map_err(bad)?
+        reg::record_live(system, python.as_deref(), op.as_deref()).map_err(bad)?
     } else {
         let path = file.unwrap_or_else(|| reg::default_file(system));
         (reg::read(&path).map_err(bad)?, path)
