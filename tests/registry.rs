@@ -22,6 +22,19 @@ fn check(f: File, glob: Option<&str>) -> Report {
     registry::run(f, "test", &opts).expect("runs")
 }
 
+/// The first entry of `op`, to tamper with.
+fn entry<'a>(f: &'a mut File, op: &str) -> &'a mut registry::Entry {
+    f.entries
+        .iter_mut()
+        .find(|e| e.op == op)
+        .unwrap_or_else(|| panic!("{op} is registered"))
+}
+
+/// The claims of the first entry of `op`.
+fn claims<'a>(f: &'a mut File, op: &str) -> &'a mut Vec<Vec<String>> {
+    entry(f, op).claims.as_mut().expect("claims")
+}
+
 fn rows<'a>(rep: &'a Report, op: &str, args: &str, placements: &str) -> Vec<&'a registry::Row> {
     rep.rows
         .iter()
@@ -102,24 +115,9 @@ fn the_counterexample_is_the_minimal_one() {
 fn a_tampered_claim_is_incorrect_and_a_dropped_claim_is_missing() {
     let mut f = recorded();
     // Twin 1: abs does not keep a pending sum (|1| + |-1| is not |0|).
-    let abs = f
-        .entries
-        .iter_mut()
-        .find(|e| e.op == "aten.abs.default")
-        .expect("abs is registered");
-    abs.claims
-        .as_mut()
-        .unwrap()
-        .push(vec!["P(sum)".into(), "P(sum)".into()]);
+    claims(&mut f, "aten.abs.default").push(vec!["P(sum)".into(), "P(sum)".into()]);
     // Twin 2: relu's P(max) -> P(max) taken out of the registry.
-    let relu = f
-        .entries
-        .iter_mut()
-        .find(|e| e.op == "aten.relu.default")
-        .expect("relu is registered");
-    relu.claims
-        .as_mut()
-        .unwrap()
+    claims(&mut f, "aten.relu.default")
         .retain(|c| c != &vec!["P(max)".to_string(), "P(max)".to_string()]);
     let rep = check(f.clone(), Some("aten.abs.default"));
     let a = rows(&rep, "aten.abs.default", "", "P(sum) -> P(sum)");
@@ -141,13 +139,8 @@ fn a_tampered_claim_is_incorrect_and_a_dropped_claim_is_missing() {
 #[test]
 fn a_tampered_kernel_value_makes_a_right_claim_incorrect() {
     let mut f = recorded();
-    let neg = f
-        .entries
-        .iter_mut()
-        .find(|e| e.op == "aten.neg.default")
-        .expect("neg is registered");
     // neg(1) recorded as 1 instead of -1.
-    let k = neg.kernel.as_mut().unwrap();
+    let k = entry(&mut f, "aten.neg.default").kernel.as_mut().unwrap();
     let row = k
         .rows
         .iter_mut()
