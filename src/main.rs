@@ -266,8 +266,12 @@ enum Cmd {
         #[arg(long)]
         op: Option<String>,
         /// Show only the incorrect claims (the totals still count every row)
-        #[arg(long)]
+        #[arg(long, conflicts_with = "all")]
         incorrect_only: bool,
+        /// List every row (every claim and missing combination) instead of a
+        /// line per op followed by the incorrect claims
+        #[arg(long)]
+        all: bool,
         /// Do not search unregistered input placements for outputs that hold
         /// (the `missing` rows)
         #[arg(long)]
@@ -1020,6 +1024,7 @@ fn run() -> Result<ExitCode, UsageError> {
             system,
             op,
             incorrect_only,
+            all,
             no_missing,
             file,
             live,
@@ -1064,7 +1069,14 @@ fn run() -> Result<ExitCode, UsageError> {
                     let doc = reg::to_json(&rep, incorrect_only, show_repro);
                     println!("{}", report::document("registry", doc));
                 }
-                report::Format::Text => print!("{}", reg::text(&rep, incorrect_only, show_repro)),
+                report::Format::Text => {
+                    let listing = match (all, incorrect_only) {
+                        (true, _) => reg::Listing::All,
+                        (_, true) => reg::Listing::IncorrectOnly,
+                        _ => reg::Listing::PerOp,
+                    };
+                    print!("{}", reg::text(&rep, listing, show_repro))
+                }
                 f => print_tables(f, &report::table::registry_tables(&rep, incorrect_only)),
             }
             let incorrect = rep.rows.iter().any(|r| r.class == reg::Class::Incorrect);

@@ -936,7 +936,54 @@ pub fn summary(rep: &Report) -> String {
     )
 }
 
-pub fn text(rep: &Report, incorrect_only: bool, show_repro: bool) -> String {
+/// Which rows the text report lists one by one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listing {
+    /// A line per op with its counts and time (as DTensor's
+    /// strategy_validation prints), then the incorrect and latent claims.
+    PerOp,
+    /// Every row.
+    All,
+    /// The incorrect and latent claims only.
+    IncorrectOnly,
+}
+
+/// One line per op: its count in each class and the time its claims took.
+fn per_op(rep: &Report) -> String {
+    let mut ops: Vec<(&str, [usize; 5], u128)> = Vec::new();
+    for r in &rep.rows {
+        let i = match ops.iter().position(|(o, ..)| *o == r.op) {
+            Some(i) => i,
+            None => {
+                ops.push((r.op.as_str(), [0; 5], 0));
+                ops.len() - 1
+            }
+        };
+        let c = match r.class {
+            Class::Correct => 0,
+            Class::Incorrect => 1,
+            Class::Latent => 2,
+            Class::Missing => 3,
+            Class::Undetermined => 4,
+        };
+        ops[i].1[c] += 1;
+        ops[i].2 += r.millis;
+    }
+    let w = ops.iter().map(|(o, ..)| o.len()).max().unwrap_or(2).max(2);
+    let mut s = format!(
+        "  {:<w$}  {:>7} {:>9} {:>6} {:>7} {:>12} {:>8}\n",
+        "op", "correct", "incorrect", "latent", "missing", "undetermined", "ms"
+    );
+    for (o, c, ms) in ops {
+        s += &format!(
+            "  {o:<w$}  {:>7} {:>9} {:>6} {:>7} {:>12} {:>8}\n",
+            c[0], c[1], c[2], c[3], c[4], ms
+        );
+    }
+    s
+}
+
+pub fn text(rep: &Report, listing: Listing, show_repro: bool) -> String {
     let f = &rep.file;
     let versions: Vec<String> = f.versions.iter().map(|(k, v)| format!("{k} {v}")).collect();
     let mut s = format!(
@@ -947,10 +994,20 @@ pub fn text(rep: &Report, incorrect_only: bool, show_repro: bool) -> String {
         f.mesh,
         rep.scope.describe()
     );
+    if listing == Listing::PerOp {
+        s += &per_op(rep);
+        if rep
+            .rows
+            .iter()
+            .any(|r| matches!(r.class, Class::Incorrect | Class::Latent))
+        {
+            s += "incorrect and latent claims (--all lists every row):\n";
+        }
+    }
     let shown: Vec<&Row> = rep
         .rows
         .iter()
-        .filter(|r| !incorrect_only || matches!(r.class, Class::Incorrect | Class::Latent))
+        .filter(|r| listing == Listing::All || matches!(r.class, Class::Incorrect | Class::Latent))
         .collect();
     let w_op = shown
         .iter()
