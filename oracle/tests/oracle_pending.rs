@@ -452,6 +452,82 @@ fn s(k: i64) -> Tensor {
     Tensor::new(vec![], vec![Q::int(k)])
 }
 
+/// Field values where each is shown (SPEC.md §21.2): on two ranks with
+/// values 0 and 1 only, exp of a pending sum read as a pending max fails
+/// only at x = (1, 1), where both ranks' e lie below e² (decided by
+/// enclosures, no rank at the extreme); exp of a pending min read as a
+/// pending max shows the maximum e held by rank 1; pieces of two entries
+/// (each rank's key in the memo of evaluations holds its own entries, and
+/// a shard's entries come rank after rank) and tensors of two dims are
+/// written in their places; a value whose sign the enclosures cannot
+/// decide (log 4 − 2 log 2 under relu) makes the instance undecided,
+/// counted for every output.
+#[test]
+fn field_values_are_shown_in_their_places() {
+    let c = scope_c();
+    assert_eq!(
+        table("exp(x)", &[Part(Sum)], &[Part(Max), Part(Min)], &c),
+        lines(
+            r#"
+        P(max): refuted c1 d1 b0 p3 f1 o0 u0 | F3: 2 ranks; input 0 per rank [1, 1]; per-rank outputs [e^(1), e^(1)] denote e^(1), but f of the inputs' denotations is e^(2) (decided by disjoint enclosures)
+        P(min): refuted c1 d1 b0 p1 f3 o0 u0 | F3: 2 ranks; input 0 per rank [0, 1]; per-rank outputs [1, e^(1)] denote 1, but f of the inputs' denotations is e^(1) (decided by disjoint enclosures)
+    "#
+        )
+    );
+    assert_eq!(
+        table("exp(x)", &[Part(Min)], &[Part(Max)], &c),
+        lines(
+            r#"
+        P(max): refuted c1 d1 b0 p2 f2 o0 u0 | F3: 2 ranks; input 0 per rank [0, 1]; per-rank outputs [1, e^(1)] denote e^(1), but f of the inputs' denotations is 1 (decided by disjoint enclosures)
+    "#
+        )
+    );
+    let pieces = scope(&[2], &[&[2]], &[0, 1], 100);
+    assert_eq!(
+        table("exp(x)", &[Part(Max)], &[Part(Max), Part(Sum)], &pieces),
+        lines(
+            r#"
+        P(max): defers c1 d1 b0 p16 f0 o0 u0
+        P(sum): refuted c1 d1 b0 p0 f16 o0 u0 | F3: 2 ranks; input 0 per rank [[0, 0], [0, 0]]; per-rank outputs [[1, 1], [1, 1]] denote [2, 2], but f of the inputs' denotations is [1, 1] (decided exactly)
+    "#
+        )
+    );
+    let shard = scope(&[2], &[&[], &[2]], &[0, 1], 100);
+    assert_eq!(
+        table("exp(x) * y", &[Shard(0), Part(Sum)], &[Shard(0)], &shard),
+        lines(
+            r#"
+        S(0): refuted c1 d1 b0 p16 f48 o0 u0 | F3: 2 ranks; input 0 per rank [[0, 0], [0, 0]]; input 1 per rank [0, 1]; per-rank outputs [[0, 0], [1, 1]] denote [0, 0, 1, 1], but f of the inputs' denotations is [1, 1, 1, 1] (decided exactly)
+    "#
+        )
+    );
+    let rows = scope(&[2], &[&[2, 2]], &[0, 1], 256);
+    assert_eq!(
+        table("exp(x)", &[Part(Max)], &[Part(Min), Part(Sum)], &rows),
+        lines(
+            r#"
+        P(min): refuted c1 d1 b0 p16 f240 o0 u0 | F3: 2 ranks; input 0 per rank [[[0, 0], [0, 0]], [[0, 0], [0, 1]]]; per-rank outputs [[[1, 1], [1, 1]], [[1, 1], [1, e^(1)]]] denote [[1, 1], [1, 1]], but f of the inputs' denotations is [[1, 1], [1, e^(1)]] (decided by disjoint enclosures)
+        P(sum): refuted c1 d1 b0 p0 f256 o0 u0 | F3: 2 ranks; input 0 per rank [[[0, 0], [0, 0]], [[0, 0], [0, 0]]]; per-rank outputs [[[1, 1], [1, 1]], [[1, 1], [1, 1]]] denote [[2, 2], [2, 2]], but f of the inputs' denotations is [[1, 1], [1, 1]] (decided exactly)
+    "#
+        )
+    );
+    let undecided = scope(&[1, 2], &[&[]], &[1, 2], 100);
+    assert_eq!(
+        table(
+            "relu(log(x * x) - 2 * log(x))",
+            &[Part(Max)],
+            &[Part(Max), Inv],
+            &undecided
+        ),
+        lines(
+            r#"
+        P(max): defers c2 d1 b0 p2 f0 o0 u4
+        I: defers c2 d1 b0 p2 f0 o0 u4
+    "#
+        )
+    );
+}
+
 /// A counterexample with plain values: two ranks holding 1 and 2 under
 /// a pending max, each output 1, read as a pending sum.
 fn plain_cex(denoted: Option<Tensor>) -> Counterexample {
@@ -758,7 +834,8 @@ fn all_reduce_jvps_of_each_kind() {
 
 /// The per-rank gradients and tangents themselves: three ranks, two
 /// elements, a tie for the maximum of element 0 (ranks 0 and 1) and of
-/// element 1 (ranks 0 and 2): the first rank holding it gets g.
+/// element 1 (ranks 0 and 2): the first rank holding it gets g. The same
+/// for ties of the minimum.
 #[test]
 fn the_gradient_goes_to_the_first_extremum() {
     let xs = [t(&[1, 2]), t(&[1, 0]), t(&[0, 2])];
@@ -772,6 +849,12 @@ fn the_gradient_goes_to_the_first_extremum() {
     let at = |k: PartialKind| show(exact_from_local_backward(k, &xs, &g));
     assert_eq!(at(Max), "[5, 7] [0, 0] [0, 0]");
     assert_eq!(at(Min), "[0, 0] [0, 7] [5, 0]");
+    // Minimum 0 of element 0 on ranks 0 and 2, 3 of element 1 on 0 and 1.
+    let ties = [t(&[0, 3]), t(&[1, 3]), t(&[0, 4])];
+    assert_eq!(
+        show(exact_from_local_backward(Min, &ties, &g)),
+        "[5, 7] [0, 0] [0, 0]"
+    );
     assert_eq!(at(Sum), "[5, 7] [5, 7] [5, 7]");
     assert_eq!(at(Avg), "[5/3, 7/3] [5/3, 7/3] [5/3, 7/3]");
     assert_eq!(
@@ -804,5 +887,45 @@ fn a_global_gradient_from_exact_quotients() {
     assert_eq!(
         global_gradient(&relu, &[t(&[-1, 2])], &t(&[3, 4])),
         Some(vec![t(&[0, 4])])
+    );
+}
+
+/// The memos of `check_places` (SPEC.md §18) keep at most 2²⁰ entries;
+/// beyond, every instance is evaluated afresh, and the verdicts must be
+/// the memoised ones'. A pending sum on two ranks with 1449 values has
+/// 1,050,525 multisets of two values: its denotations' memo is off, the
+/// per-rank one (1449 entries) on. Two replicated inputs with 1025 values
+/// have 1,050,625 pairs: both memos off. The sum defers, and read as a
+/// pending max it is refuted at the first instance whose ranks hold 1
+/// and 1; x − y is refuted as a pending sum at y = 1. Over three million
+/// instances: under a second at the test profile's opt-level 3, about 10
+/// s unoptimised (oracle/MUTANTS.md skips it in the quick runs).
+#[test]
+fn beyond_the_memo_caps_every_instance_is_evaluated() {
+    let wide = |n: i64| Scope {
+        ranks: vec![2],
+        shapes: vec![vec![]],
+        values: (0..n).map(Q::int).collect(),
+        max_points: 3_000_000,
+    };
+    let f = parse("x").expect("parses");
+    let v = check_places(&f, &[Part(Sum)], &[Part(Sum), Part(Max)], &wide(1449)).expect("checks");
+    assert_eq!(
+        v[0].text(),
+        "defers (bounded: 2099601 instances exhaustive on 1 cases, 1 on more than one rank; 0 outside the domain; 0 cases beyond the cap)"
+    );
+    assert_eq!(
+        v[1].text(),
+        "counterexample: 2 ranks; input 0 per rank [1, 1]; per-rank outputs [1, 1] denote 1, but f of the inputs' denotations is 2"
+    );
+    let f = parse("x - y").expect("parses");
+    let v = check_places(&f, &[Inv, Inv], &[Inv, Part(Sum)], &wide(1025)).expect("checks");
+    assert_eq!(
+        v[0].text(),
+        "defers (bounded: 1050625 instances exhaustive on 1 cases, 1 on more than one rank; 0 outside the domain; 0 cases beyond the cap)"
+    );
+    assert_eq!(
+        v[1].text(),
+        "counterexample: 2 ranks; input 0 per rank [0, 0]; input 1 per rank [1, 1]; per-rank outputs [-1, -1] denote -2, but f of the inputs' denotations is -1"
     );
 }
