@@ -245,13 +245,24 @@ mod tests {
             1,
             "1/3 is no float64: no call was possible"
         );
+        let four = Tensor::new(vec![1], vec![q(4)]);
+        assert_eq!(t.apply(&[&four]).unwrap(), None);
+        assert_eq!(
+            t.unrepresentable(),
+            2,
+            "a NaN is outside the domain, not a gap"
+        );
         let (n, first) = t.misses();
         assert_eq!(n, 2);
         assert!(
             first.unwrap().contains("not exact"),
             "the first miss names why"
         );
-        assert_eq!(t.visited_rows().len(), 3, "3 and 1/3 were never recorded");
+        assert_eq!(
+            t.visited_rows().len(),
+            3,
+            "1, 2 and 4 were; 3 and 1/3 never"
+        );
     }
 
     #[test]
