@@ -1036,30 +1036,15 @@ fn run() -> Result<ExitCode, UsageError> {
         } => {
             use spmd_check::registry as reg;
             let format = report::Format::parse(format.as_deref(), json)?;
-            let system = reg::system(&system)?;
-            let (f, source) = if live {
-                reg::record_live(system, None, op.as_deref())?
-            } else {
-                let path = file.unwrap_or_else(|| reg::default_file(system));
-                (reg::read(&path)?, path)
-            };
-            if f.system != system {
-                return Err(UsageError(format!(
-                    "{source}: a registry of `{}`, not `{system}`",
-                    f.system
-                )));
-            }
+            let (f, source) = reg::load(&system, file, live, None, op.as_deref())?;
             let opts = reg::Options {
                 op_glob: op,
                 missing: !no_missing,
                 record: record.is_some(),
             };
             let rep = reg::run(f, &source, &opts)?;
-            if let (Some(out), Some(p)) = (&record, &rep.pruned) {
-                let text = serde_json::to_string(p)
-                    .map_err(|e| UsageError(format!("{out}: cannot encode: {e}")))?;
-                std::fs::write(out, text + "\n")
-                    .map_err(|e| UsageError(format!("{out}: cannot write: {e}")))?;
+            if let Some(out) = &record {
+                reg::write_pruned(&rep, out)?;
             }
             if let Some(dir) = &repro_dir {
                 reg::write_repros(&rep, dir)?;

@@ -156,6 +156,10 @@ pub struct Row {
 }
 
 impl Row {
+    /// The op with its scalar arguments, as `shown` writes an entry.
+    pub fn shown_op(&self) -> String {
+        with_args(&self.op, &self.args)
+    }
     pub fn placements(&self) -> String {
         format!("{} -> {}", self.inputs.join(", "), self.output)
     }
@@ -272,10 +276,14 @@ fn table(path: &str, e: &Entry, record: bool) -> Result<Option<Arc<KernelTable>>
 
 /// The op as the report shows it: `aten.threshold.default(threshold=0.0, value=2.0)`.
 pub fn shown(e: &Entry) -> String {
-    if e.args.is_empty() {
-        e.op.clone()
+    with_args(&e.op, &e.args)
+}
+
+fn with_args(op: &str, args: &str) -> String {
+    if args.is_empty() {
+        op.to_string()
     } else {
-        format!("{}({})", e.op, e.args)
+        format!("{op}({args})")
     }
 }
 
@@ -349,6 +357,43 @@ pub fn record_live(
     let f = read(&path);
     let _ = std::fs::remove_file(&out);
     Ok((f?, format!("the installed library ({python})")))
+}
+
+/// The registry a command checks: recorded by the system's peer script
+/// now (`live`, under `python`, only the ops `only` matches) or read from
+/// `file` (default: this checkout's recording), with where it came from.
+/// A file that records another system is bad input.
+pub fn load(
+    system: &str,
+    file: Option<String>,
+    live: bool,
+    python: Option<&str>,
+    only: Option<&str>,
+) -> Result<(File, String), UsageError> {
+    let system = self::system(system)?;
+    let (f, source) = if live {
+        record_live(system, python, only)?
+    } else {
+        let path = file.unwrap_or_else(|| default_file(system));
+        (read(&path)?, path)
+    };
+    if f.system != system {
+        return Err(UsageError(format!(
+            "{source}: a registry of `{}`, not `{system}`",
+            f.system
+        )));
+    }
+    Ok((f, source))
+}
+
+/// Write the pruned registry of a `--record` run to `out`.
+pub fn write_pruned(rep: &Report, out: &str) -> Result<(), UsageError> {
+    let Some(p) = &rep.pruned else {
+        return Ok(());
+    };
+    let text =
+        serde_json::to_string(p).map_err(|e| UsageError(format!("{out}: cannot encode: {e}")))?;
+    std::fs::write(out, text + "\n").map_err(|e| UsageError(format!("{out}: cannot write: {e}")))
 }
 
 /// Whether `name` matches a glob of `*` and `?` (no other syntax).
@@ -1021,11 +1066,7 @@ pub fn text(rep: &Report, listing: Listing, show_repro: bool) -> String {
         .max()
         .unwrap_or(2);
     for r in shown {
-        let op = if r.args.is_empty() {
-            r.op.clone()
-        } else {
-            format!("{}({})", r.op, r.args)
-        };
+        let op = r.shown_op();
         s += &format!(
             "  {op:<w_op$}  {:<w_pl$}  {:<12} {:>6} ms  {}\n",
             r.placements(),

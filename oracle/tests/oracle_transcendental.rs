@@ -56,16 +56,13 @@ fn run(op: &TypedOp, vals: &[&[i64]], phase: Phase) -> String {
         Outcome::Pass(_) => "pass".into(),
         Outcome::OutsideDomain => "outside the domain".into(),
         Outcome::Fail(v) => {
-            let code = match v.property {
-                Property::F1 => "F1",
-                Property::F2 => "F2",
-                Property::F3 => "F3",
-                Property::B1 => "B1",
-                Property::B2 => "B2",
-                Property::B3 => "B3",
-                _ => "other",
-            };
-            format!("{code}: {} | {} | {}", v.what, v.expected, v.actual)
+            format!(
+                "{}: {} | {} | {}",
+                v.property.code(),
+                v.what,
+                v.expected,
+                v.actual
+            )
         }
     }
 }

@@ -738,24 +738,13 @@ fn registry(
     time_limit: Option<f64>,
 ) -> PyResult<String> {
     use spmd_check::registry as reg;
-    let system = reg::system(system).map_err(bad)?;
     if live && file.is_some() {
         return Err(BadInput::new_err(
             "give either file= or live=True, not both",
         ));
     }
-    let (f, source) = if live {
-        reg::record_live(system, python.as_deref(), op.as_deref()).map_err(bad)?
-    } else {
-        let path = file.unwrap_or_else(|| reg::default_file(system));
-        (reg::read(&path).map_err(bad)?, path)
-    };
-    if f.system != system {
-        return Err(BadInput::new_err(format!(
-            "{source}: a registry of `{}`, not `{system}`",
-            f.system
-        )));
-    }
+    let (f, source) =
+        reg::load(system, file, live, python.as_deref(), op.as_deref()).map_err(bad)?;
     interruptible(py, time_limit, || {
         let opts = reg::Options {
             op_glob: op,

@@ -416,11 +416,7 @@ pub fn registry_tables(rep: &crate::registry::Report, incorrect_only: bool) -> T
         .iter()
         .filter(|r| !incorrect_only || matches!(r.class, Class::Incorrect | Class::Latent))
         .map(|r| {
-            let op = if r.args.is_empty() {
-                r.op.clone()
-            } else {
-                format!("{}({})", r.op, r.args)
-            };
+            let op = r.shown_op();
             let (outcome, message, note) = match r.class {
                 Class::Correct => (Outcome::Pass, None, None),
                 Class::Missing => (Outcome::Pass, None, Some(r.detail.clone())),
