@@ -33,6 +33,7 @@ pub const MAX_FILE: u64 = 256 << 20;
 pub const SYSTEMS: &[(&str, &str)] = &[
     ("dtensor", "peers/record_registry_dtensor.py"),
     ("spmd_types", "peers/record_registry_spmd_types.py"),
+    ("jax", "peers/record_registry_jax.py"),
 ];
 
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -440,6 +441,12 @@ pub fn scope() -> Scope {
 fn all_places(system: &str) -> Vec<Place> {
     if system == "spmd_types" {
         return vec![Place::Inv, Place::Part(PartialKind::Sum)];
+    }
+    // JAX's states on one mesh axis: invariant, varying (per-rank values,
+    // whose global meaning under `out_specs=P(axis)` is their
+    // concatenation) and unreduced (a pending sum).
+    if system == "jax" {
+        return vec![Place::Inv, Place::Shard(0), Place::Part(PartialKind::Sum)];
     }
     let mut v = vec![Place::Inv, Place::Shard(0)];
     v.extend(ALL_KINDS.iter().map(|&k| Place::Part(k)));
