@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Record what the installed DTensor and spmd_types register into
-# tests/fixtures/registry/{dtensor,spmd_types}.json (SPEC.md §22.4),
+# tests/fixtures/registry/{dtensor.json.gz,spmd_types.json} (SPEC.md §22.4),
 # offline thereafter.
 #
 #   PY=/path/to/venv/bin/python bash peers/record_registry.sh
@@ -9,7 +9,10 @@
 # and spmd-types 0.3.1.
 # Steps: the peer script asks the library for every pointwise op's
 # single-dim strategy and calls the real kernel on the dyadic grid (raw
-# file, about 35 MB); `spmd-check registry --record` checks every claim
+# file, about 35 MB), and asks for the claims of every reduction and view;
+# the kernels of those are called where the checker asks for them
+# (`--want`, then the script's `fill`, until nothing is wanted: three or
+# four rounds); `spmd-check registry --record` checks every claim
 # and keeps only the kernel rows it looked up; the repro script of every
 # incorrect claim is then run in DTensor, and what it printed is stored
 # in the fixture's `repros`, so replay tells `incorrect` (reproduced)
@@ -17,14 +20,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
-OUT=tests/fixtures/registry/dtensor.json
+OUT=tests/fixtures/registry/dtensor.json.gz
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 cargo build --release --quiet
 "$PY" peers/record_registry_dtensor.py "$TMP/raw.json"
+for round in 1 2 3 4 5 6 7 8 9 10; do
+    target/release/spmd-check registry dtensor --file "$TMP/raw.json" \
+        --want "$TMP/want.json" > /dev/null || true
+    wanted=$("$PY" -c 'import json, sys; w = json.load(open(sys.argv[1])); print(w["shapes"] + w["calls"])' "$TMP/want.json")
+    echo "round $round: $wanted shapes and calls wanted" >&2
+    [ "$wanted" = 0 ] && break
+    "$PY" peers/record_registry_dtensor.py fill "$TMP/raw.json" "$TMP/want.json"
+done
 mkdir -p "$TMP/repro" "$(dirname "$OUT")"
 target/release/spmd-check registry dtensor --file "$TMP/raw.json" \
     --record "$TMP/pruned.json" --repro-dir "$TMP/repro" > /dev/null || true
+rm -f tests/fixtures/registry/dtensor.json
 "$PY" peers/run_registry_repros.py "$TMP/pruned.json" "$TMP/repro" "$OUT"
 target/release/spmd-check registry dtensor --file "$OUT" | tail -2 || true
 # spmd_types: its elementwise registry entries (no repro scripts yet).

@@ -249,7 +249,25 @@ def patch(prop):
     info.func = patched
 
 
+def fill_main(raw_path, want_path):
+    """Call the kernels where a run wanted them (see registry_tensor_dtensor)."""
+    import registry_tensor_dtensor as rt
+    with open(raw_path) as f:
+        doc = json.load(f)
+    with open(want_path) as f:
+        want = json.load(f)
+    for w in want["wanted"]:
+        e = doc["entries"][w["index"]]
+        assert e["op"] == w["op"] and e["args"] == w["args"], (e["op"], w["op"])
+        rt.fill(e, w)
+    with open(raw_path, "w") as f:
+        json.dump(doc, f, separators=(",", ":"))
+    print(f"filled {want['shapes']} shapes and {want['calls']} calls", file=sys.stderr)
+
+
 def main():
+    if sys.argv[1] == "fill":
+        return fill_main(sys.argv[2], sys.argv[3])
     out_path = sys.argv[1]
     only = sys.argv[2] if len(sys.argv) > 2 else None
     prop = DTensor._op_dispatcher.sharding_propagator
@@ -306,15 +324,64 @@ def main():
         if total > len(combos):
             skipped.append({"op": name, "why": f"only the first {len(combos)} of {total} argument variants"})
         print(f"{name}: {len(combos)} variants", file=sys.stderr)
-    # What the library registers outside the pointwise family: not yet
+    # Reductions and views: kernels recorded call by call (filled in by
+    # `fill`, as the checker asks for them).
+    import registry_tensor_dtensor as rt
+    for op, fam, kind in rt.ops():
+        s = op._schema
+        name = str(op)
+        if only is not None and not fnmatch.fnmatchcase(name, only):
+            continue
+        if s.is_mutable or name.split(".")[1].endswith("_") or "out" in name.split(".")[-1]:
+            skipped.append({"op": name, "why": "in-place or out= form (the functional form is checked)"})
+            continue
+        if len(s.returns) != 1 or str(s.returns[0].type) != "Tensor":
+            skipped.append({"op": name, "why": f"returns {s.returns} (one tensor output is checked)"})
+            continue
+        count = 0
+        for r in rt.RANKS:
+            try:
+                choices, combos = rt.variants(op, r)
+            except ValueError as e:
+                skipped.append({"op": name, "why": f"argument kind not enumerated: {e}"})
+                break
+            n_t = rt.n_tensors(choices)
+            ranks = [r] * n_t
+            for combo in combos[:MAX_VARIANTS]:
+                _, _, text = rt.build(choices, combo, [None] * n_t)
+                text = f"rank={r}" + (f", {text}" if text else "")
+                entry = {"op": name, "family": fam, "schema": str(s), "args": text,
+                         "inputs": n_t, "call": rt.call_spec(choices, combo)}
+                try:
+                    claims, unmodelled, differ = rt.claims_of(op, kind, choices, combo, ranks)
+                    entry["claims"] = claims
+                    if unmodelled:
+                        entry["unmodelled"] = unmodelled
+                    if differ:
+                        entry["shape_dependent"] = differ
+                except Exception as e:
+                    entry["strategy_error"] = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+                ind, outd, errors = rt.probe_dtype(entry, ranks)
+                if ind is None:
+                    entry["kernel_error"] = "; ".join(errors)
+                else:
+                    entry["tensor_kernel"] = {"input_dtype": ind, "output_dtype": outd, "ranks": ranks,
+                                              "shapes": [], "calls": []}
+                entries.append(entry)
+                count += 1
+        print(f"{name}: {count} variants", file=sys.stderr)
+    recorded = {str(op) for op, _, _ in rt.ops()}
+    # What the library registers outside these families: not yet
     # recorded, counted per strategy function so the report can say so.
     others = {}
     for op, info in prop.op_single_dim_strategy_funcs.items():
         mod = getattr(info.func, "__module__", "?").rsplit(".", 1)[-1]
-        if mod != "_pointwise_ops":
+        if mod != "_pointwise_ops" and str(op) not in recorded:
             key = f"single-dim {mod}.{getattr(info.func, '__name__', '?')}"
             others[key] = others.get(key, 0) + 1
     for op, f in prop.op_strategy_funcs.items():
+        if str(op) in recorded:
+            continue
         key = f"op-strategy {getattr(f, '__module__', '?').rsplit('.', 1)[-1]}.{getattr(f, '__name__', '?')}"
         others[key] = others.get(key, 0) + 1
     doc = {

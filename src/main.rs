@@ -287,6 +287,11 @@ enum Cmd {
         /// looked up (how tests/fixtures/registry is made)
         #[arg(long)]
         record: Option<String>,
+        /// Write the kernel calls (shapes and input tensors) this run needed
+        /// and the file lacks, as JSON, for the recorder to fill in
+        /// (peers/record_registry.sh repeats until none is wanted)
+        #[arg(long, value_name = "FILE")]
+        want: Option<String>,
         /// Print, after the table, a PyTorch script per incorrect claim that
         /// runs its counterexample in the framework (with --json: a `repro`
         /// field per row)
@@ -1029,6 +1034,7 @@ fn run() -> Result<ExitCode, UsageError> {
             file,
             live,
             record,
+            want,
             show_repro,
             repro_dir,
             json,
@@ -1045,6 +1051,9 @@ fn run() -> Result<ExitCode, UsageError> {
             let rep = reg::run(f, &source, &opts)?;
             if let Some(out) = &record {
                 reg::write_pruned(&rep, out)?;
+            }
+            if let Some(out) = &want {
+                reg::write_wanted(&rep, out)?;
             }
             if let Some(dir) = &repro_dir {
                 reg::write_repros(&rep, dir)?;

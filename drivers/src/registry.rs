@@ -17,7 +17,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use spmd_interp::expr::{Expr, LocalFn};
-use spmd_interp::table::{Cell, KernelTable, Table};
+use spmd_interp::table::{Cell, KernelTable, Outcome, Table};
 use spmd_semantics::pending::{PartialKind, Place, ALL_KINDS};
 use spmd_semantics::Q;
 use std::collections::BTreeMap;
@@ -100,6 +100,113 @@ pub struct Entry {
     /// {...}}` with tensors as `{"tensor": i}` and dtypes as `{"dtype": name}`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub call: Option<Value>,
+    /// A kernel that is not elementwise (a reduction, a view), recorded
+    /// call by call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tensor_kernel: Option<TensorKernel>,
+    /// Set when the library's claims for this entry differ between input
+    /// shapes the scope visits: the claims were asked for one shape, so
+    /// they are not checked (the text says where they differ).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shape_dependent: Option<String>,
+    /// Claims whose placements the checker does not model (DTensor's
+    /// `_StridedShard`, written `_S(dim, split_factor)`): listed, not
+    /// checked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unmodelled: Vec<Vec<String>>,
+}
+
+/// The calls of a kernel that is not elementwise (SPEC.md §22.2).
+#[derive(Serialize, Deserialize, Clone, Debug, Default)]
+#[serde(deny_unknown_fields)]
+pub struct TensorKernel {
+    pub input_dtype: String,
+    pub output_dtype: String,
+    /// The tensor rank of each input the library's claims were asked for.
+    pub ranks: Vec<usize>,
+    /// Per tuple of input shapes: the output shape or the kernel's refusal.
+    #[serde(default)]
+    pub shapes: Vec<ShapeRecord>,
+    /// Per call: each input tensor as `"2x2:1,0,-1,1/2"` (`":5"` a
+    /// scalar), then the output the same way, `null` (not exact in
+    /// float64) or `"nan"` (not finite).
+    #[serde(default)]
+    pub calls: Vec<Vec<Option<String>>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ShapeRecord {
+    #[serde(rename = "in")]
+    pub ins: Vec<Vec<usize>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out: Option<Vec<usize>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+}
+
+/// What a run needed of one entry's kernel and the file lacks.
+#[derive(Serialize, Clone, Debug)]
+pub struct Wanted {
+    /// The entry's position in the file.
+    pub index: usize,
+    pub op: String,
+    pub args: String,
+    pub shapes: Vec<Vec<Vec<usize>>>,
+    /// Each call's input tensors, written as in `TensorKernel::calls`.
+    pub calls: Vec<Vec<String>>,
+}
+
+/// The largest tensor in a recorded call: dims and elements.
+const MAX_CALL_RANK: usize = 8;
+const MAX_CALL_ELEMENTS: usize = 1 << 16;
+
+/// A tensor as a registry file writes it: `"2x2:1,0,-1,1/2"`.
+pub fn tensor_text(t: &spmd_semantics::Tensor) -> String {
+    let dims: Vec<String> = t.shape.iter().map(usize::to_string).collect();
+    let vals: Vec<String> = t.data.iter().map(Q::to_string).collect();
+    format!("{}:{}", dims.join("x"), vals.join(","))
+}
+
+/// Parse `tensor_text`'s form (untrusted): the shape, then its values.
+pub fn parse_tensor(s: &str) -> Result<spmd_semantics::Tensor, String> {
+    let (dims, vals) = s
+        .split_once(':')
+        .ok_or_else(|| format!("`{}` is not SHAPE:VALUES", crate::words::excerpt(s)))?;
+    let shape: Vec<usize> = if dims.is_empty() {
+        Vec::new()
+    } else {
+        dims.split('x')
+            .map(|d| {
+                d.parse::<usize>()
+                    .map_err(|_| format!("`{}`: a bad dim", crate::words::excerpt(d)))
+            })
+            .collect::<Result<_, _>>()?
+    };
+    if shape.len() > MAX_CALL_RANK {
+        return Err(format!(
+            "a tensor of {} dims (at most {MAX_CALL_RANK})",
+            shape.len()
+        ));
+    }
+    let n = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|&n| n <= MAX_CALL_ELEMENTS)
+        .ok_or_else(|| format!("a tensor of shape {shape:?} is too large"))?;
+    let data: Vec<Q> = if vals.is_empty() {
+        Vec::new()
+    } else {
+        vals.split(',')
+            .map(|v| {
+                Q::parse(v).ok_or_else(|| format!("`{}` is not a number", crate::words::excerpt(v)))
+            })
+            .collect::<Result<_, _>>()?
+    };
+    if data.len() != n {
+        return Err(format!("shape {shape:?} with {} values", data.len()));
+    }
+    Ok(spmd_semantics::Tensor::new(shape, data))
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug)]
@@ -182,12 +289,18 @@ pub struct Report {
     /// Entries left out by `--op`.
     pub filtered: usize,
     pub pruned: Option<File>,
+    /// Shapes and calls of kernels recorded call by call that the run
+    /// needed and the file lacks (the recorder fills them in, §22.4).
+    pub wanted: Vec<Wanted>,
+    /// Claims of the chosen entries on placements the checker does not
+    /// model (listed in the file, not checked).
+    pub unmodelled: usize,
 }
 
 /// Read a registry file (untrusted): one line naming the file and what is
 /// wrong, never a panic.
 pub fn read(path: &str) -> Result<File, UsageError> {
-    let text = spmd_syntax::rule::read_text_limit(path, MAX_FILE)?;
+    let text = read_maybe_gz(path)?;
     let f: File = serde_json::from_str(&text)
         .map_err(|e| UsageError(format!("{path}: not a registry file: {e}")))?;
     if f.schema != SCHEMA {
@@ -233,13 +346,148 @@ pub fn read(path: &str) -> Result<File, UsageError> {
     Ok(f)
 }
 
+/// A registry file's text, inflated first when it is gzipped (its first
+/// bytes say so, whatever its name). Neither the file nor what it inflates
+/// to may exceed `MAX_FILE`.
+fn read_maybe_gz(path: &str) -> Result<String, UsageError> {
+    use std::io::Read;
+    let meta =
+        std::fs::metadata(path).map_err(|e| UsageError(format!("{path}: cannot read: {e}")))?;
+    if !meta.is_file() {
+        return spmd_syntax::rule::read_text_limit(path, MAX_FILE);
+    }
+    let mut head = [0u8; 2];
+    let gz = std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut head))
+        .is_ok()
+        && head == [0x1f, 0x8b];
+    if !gz {
+        return spmd_syntax::rule::read_text_limit(path, MAX_FILE);
+    }
+    let f =
+        std::fs::File::open(path).map_err(|e| UsageError(format!("{path}: cannot read: {e}")))?;
+    let mut buf = Vec::new();
+    flate2::read::MultiGzDecoder::new(f.take(MAX_FILE + 1))
+        .take(MAX_FILE + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| UsageError(format!("{path}: not a readable gzip file: {e}")))?;
+    if buf.len() as u64 > MAX_FILE {
+        return Err(UsageError(format!(
+            "{path}: inflates to more than {} MiB, the most read from one file",
+            MAX_FILE >> 20
+        )));
+    }
+    String::from_utf8(buf).map_err(|e| {
+        UsageError(format!(
+            "{path}: not UTF-8 text (invalid byte at offset {})",
+            e.utf8_error().valid_up_to()
+        ))
+    })
+}
+
+/// Write `text` to `out`, gzipped when the name ends in `.gz`.
+fn write_maybe_gz(out: &str, text: &str) -> Result<(), UsageError> {
+    use std::io::Write;
+    let err = |e: std::io::Error| UsageError(format!("{out}: cannot write: {e}"));
+    if !out.ends_with(".gz") {
+        return std::fs::write(out, text).map_err(err);
+    }
+    let f = std::fs::File::create(out).map_err(err)?;
+    // No name or time in the header: the same text gives the same bytes.
+    let mut z = flate2::GzBuilder::new()
+        .mtime(0)
+        .write(f, flate2::Compression::best());
+    z.write_all(text.as_bytes()).map_err(err)?;
+    z.finish().map_err(err)?;
+    Ok(())
+}
+
 /// A placement as the library writes it (`S(0)`, `R`, `P(sum)`, `P(avg)`,
 /// `P(max)`, `P(min)`).
 fn place(s: &str) -> Result<Place, String> {
     Place::parse(s)
 }
 
+fn tensor_table(
+    path: &str,
+    e: &Entry,
+    k: &TensorKernel,
+    record: bool,
+) -> Result<Arc<KernelTable>, UsageError> {
+    let bad = |why: String| UsageError(format!("{path}: {} ({}): {why}", e.op, e.args));
+    if k.ranks.len() != e.inputs {
+        return Err(bad(format!(
+            "ranks for {} inputs, the entry has {}",
+            k.ranks.len(),
+            e.inputs
+        )));
+    }
+    if let Some(r) = k.ranks.iter().find(|&&r| r > MAX_CALL_RANK) {
+        return Err(bad(format!(
+            "an input of rank {r} (at most {MAX_CALL_RANK})"
+        )));
+    }
+    let mut shapes = Vec::with_capacity(k.shapes.len());
+    for r in &k.shapes {
+        let out = match (&r.out, &r.refused) {
+            (Some(o), None) => Ok(o.clone()),
+            (None, Some(w)) => Err(w.clone()),
+            _ => {
+                return Err(bad(
+                    "a shape record needs exactly one of `out` and `refused`".into(),
+                ))
+            }
+        };
+        if r.ins.iter().chain(r.out.iter()).any(|s| {
+            s.len() > MAX_CALL_RANK
+                || s.iter()
+                    .try_fold(1usize, |a, &d| a.checked_mul(d))
+                    .is_none_or(|n| n > MAX_CALL_ELEMENTS)
+        }) {
+            return Err(bad(format!("a shape record too large: {:?}", r.ins)));
+        }
+        shapes.push((r.ins.clone(), out));
+    }
+    let mut calls = Vec::with_capacity(k.calls.len());
+    for (i, c) in k.calls.iter().enumerate() {
+        if c.len() != e.inputs + 1 {
+            return Err(bad(format!(
+                "call {i}: {} tensors for {} inputs and one output",
+                c.len(),
+                e.inputs
+            )));
+        }
+        let mut ins = Vec::with_capacity(e.inputs);
+        let mut vals = Vec::new();
+        for x in &c[..e.inputs] {
+            let x = x
+                .as_deref()
+                .ok_or_else(|| bad(format!("call {i}: an input is null")))?;
+            let t = parse_tensor(x).map_err(|w| bad(format!("call {i}: {w}")))?;
+            ins.push(t.shape);
+            vals.extend(t.data);
+        }
+        let out = match c[e.inputs].as_deref() {
+            None => Outcome::Inexact,
+            Some("nan" | "inf" | "-inf") => Outcome::NonFinite,
+            Some(x) => Outcome::Exact(parse_tensor(x).map_err(|w| bad(format!("call {i}: {w}")))?),
+        };
+        calls.push(((ins, vals), out));
+    }
+    let t = KernelTable::calls(&shown(e), k.ranks.clone(), shapes, calls, record).map_err(bad)?;
+    Ok(Arc::new(t))
+}
+
 fn table(path: &str, e: &Entry, record: bool) -> Result<Option<Arc<KernelTable>>, UsageError> {
+    if let Some(k) = &e.tensor_kernel {
+        if e.kernel.is_some() {
+            return Err(UsageError(format!(
+                "{path}: {} ({}): both `kernel` and `tensor_kernel`",
+                e.op, e.args
+            )));
+        }
+        return tensor_table(path, e, k, record).map(Some);
+    }
     let Some(k) = &e.kernel else {
         return Ok(None);
     };
@@ -306,8 +554,16 @@ pub fn system(name: &str) -> Result<&'static str, UsageError> {
 }
 
 /// The recorded registry file of `system` in this checkout.
+/// The recording is stored gzipped (`SYSTEM.json.gz`); a plain
+/// `SYSTEM.json` is read when there is no gzipped one.
 pub fn default_file(system: &str) -> String {
-    format!("{}/registry/{system}.json", crate::fidelity::default_dir())
+    let base = format!("{}/registry/{system}.json", crate::fidelity::default_dir());
+    let gz = format!("{base}.gz");
+    if std::path::Path::new(&gz).is_file() {
+        gz
+    } else {
+        base
+    }
 }
 
 /// Run the system's peer script against the installed library (`python`,
@@ -394,7 +650,17 @@ pub fn write_pruned(rep: &Report, out: &str) -> Result<(), UsageError> {
     };
     let text =
         serde_json::to_string(p).map_err(|e| UsageError(format!("{out}: cannot encode: {e}")))?;
-    std::fs::write(out, text + "\n").map_err(|e| UsageError(format!("{out}: cannot write: {e}")))
+    write_maybe_gz(out, &(text + "\n"))
+}
+
+/// Write what the run needed and the file lacks (`Report::wanted`) to
+/// `out`: `{"wanted": [...], "shapes": N, "calls": N}`.
+pub fn write_wanted(rep: &Report, out: &str) -> Result<(), UsageError> {
+    let shapes: usize = rep.wanted.iter().map(|w| w.shapes.len()).sum();
+    let calls: usize = rep.wanted.iter().map(|w| w.calls.len()).sum();
+    let doc = json!({"wanted": rep.wanted, "shapes": shapes, "calls": calls});
+    std::fs::write(out, doc.to_string() + "\n")
+        .map_err(|e| UsageError(format!("{out}: cannot write: {e}")))
 }
 
 /// Whether `name` matches a glob of `*` and `?` (no other syntax).
@@ -453,6 +719,22 @@ fn all_places(system: &str) -> Vec<Place> {
     v
 }
 
+/// The placements of a tensor of rank `r` (a scalar has no dim to shard).
+fn places_of_rank(system: &str, r: usize) -> Vec<Place> {
+    let mut v = vec![Place::Inv];
+    if system == "spmd_types" {
+        v.push(Place::Part(PartialKind::Sum));
+        return v;
+    }
+    v.extend((0..r).map(Place::Shard));
+    if system == "jax" {
+        v.push(Place::Part(PartialKind::Sum));
+    } else {
+        v.extend(ALL_KINDS.iter().map(|&k| Place::Part(k)));
+    }
+    v
+}
+
 fn lib_name(p: Place) -> String {
     match p {
         Place::Inv => "R".into(),
@@ -465,11 +747,12 @@ fn lib_name(p: Place) -> String {
 pub fn run(file: File, source: &str, opts: &Options) -> Result<Report, UsageError> {
     let sc = scope();
     let total = file.entries.len();
-    let chosen: Vec<&Entry> = file
+    let (index, chosen): (Vec<usize>, Vec<&Entry>) = file
         .entries
         .iter()
-        .filter(|e| opts.op_glob.as_deref().is_none_or(|g| glob(g, &e.op)))
-        .collect();
+        .enumerate()
+        .filter(|(_, e)| opts.op_glob.as_deref().is_none_or(|g| glob(g, &e.op)))
+        .unzip();
     let filtered = total - chosen.len();
     let tables: Vec<Option<Arc<KernelTable>>> = chosen
         .iter()
@@ -508,6 +791,36 @@ pub fn run(file: File, source: &str, opts: &Options) -> Result<Report, UsageErro
             .zip(&tables)
             .map(|(e, t)| {
                 let mut e = (*e).clone();
+                if let (Some(k), Some(t)) = (&mut e.tensor_kernel, t) {
+                    let (shapes, calls) = t.visited_calls();
+                    k.shapes = shapes
+                        .into_iter()
+                        .map(|(ins, out)| ShapeRecord {
+                            ins,
+                            out: out.as_ref().ok().cloned(),
+                            refused: out.err(),
+                        })
+                        .collect();
+                    k.calls = calls
+                        .into_iter()
+                        .map(|((ins, vals), out)| {
+                            let mut row = Vec::with_capacity(ins.len() + 1);
+                            let mut at = 0;
+                            for s in ins {
+                                let n: usize = s.iter().product();
+                                let t = spmd_semantics::Tensor::new(s, vals[at..at + n].to_vec());
+                                at += n;
+                                row.push(Some(tensor_text(&t)));
+                            }
+                            row.push(match out {
+                                Outcome::Exact(t) => Some(tensor_text(&t)),
+                                Outcome::Inexact => None,
+                                Outcome::NonFinite => Some("nan".to_string()),
+                            });
+                            row
+                        })
+                        .collect();
+                }
                 if let (Some(k), Some(t)) = (&mut e.kernel, t) {
                     k.rows = t
                         .visited_rows()
@@ -530,6 +843,38 @@ pub fn run(file: File, source: &str, opts: &Options) -> Result<Report, UsageErro
             .collect();
         f
     });
+    let unmodelled = chosen.iter().map(|e| e.unmodelled.len()).sum();
+    let wanted = index
+        .iter()
+        .zip(&chosen)
+        .zip(&tables)
+        .filter_map(|((&i, e), t)| {
+            let (shapes, calls) = t.as_ref()?.wanted();
+            if shapes.is_empty() && calls.is_empty() {
+                return None;
+            }
+            Some(Wanted {
+                index: i,
+                op: e.op.clone(),
+                args: e.args.clone(),
+                shapes,
+                calls: calls
+                    .into_iter()
+                    .map(|(ins, vals)| {
+                        let mut at = 0;
+                        ins.into_iter()
+                            .map(|s| {
+                                let n: usize = s.iter().product();
+                                let t = spmd_semantics::Tensor::new(s, vals[at..at + n].to_vec());
+                                at += n;
+                                tensor_text(&t)
+                            })
+                            .collect()
+                    })
+                    .collect(),
+            })
+        })
+        .collect();
     Ok(Report {
         file,
         source: source.to_string(),
@@ -537,6 +882,8 @@ pub fn run(file: File, source: &str, opts: &Options) -> Result<Report, UsageErro
         scope: sc,
         filtered,
         pruned,
+        wanted,
+        unmodelled,
     })
 }
 
@@ -576,6 +923,10 @@ fn entry_rows(
     };
     let why_none = match (&e.strategy_error, t, &e.kernel_error) {
         (Some(s), _, _) => Some(format!("the library's strategy raised: {s}")),
+        _ if e.shape_dependent.is_some() => Some(format!(
+            "the library's claims depend on the input shapes ({}), and they were asked for one shape only",
+            e.shape_dependent.as_deref().unwrap_or_default()
+        )),
         (_, None, Some(k)) => Some(format!("the kernel raised on every dtype tried: {k}")),
         (_, None, None) => Some("no kernel values were recorded".to_string()),
         _ => None,
@@ -596,10 +947,30 @@ fn entry_rows(
         vars,
         text: shown(e),
     };
-    let int_out = e
+    let out_dtype = e
         .kernel
         .as_ref()
-        .is_some_and(|k| k.output_dtype.starts_with("int") || k.output_dtype.starts_with("uint"));
+        .map(|k| k.output_dtype.as_str())
+        .or(e.tensor_kernel.as_ref().map(|k| k.output_dtype.as_str()))
+        .unwrap_or_default();
+    let int_out = out_dtype.starts_with("int") || out_dtype.starts_with("uint");
+    // The placements tried per input and for the output: a kernel recorded
+    // call by call may be sharded on any dim of its inputs' ranks and of
+    // its output's.
+    let (in_places, out_places): (Vec<Vec<Place>>, Vec<Place>) = match &e.tensor_kernel {
+        Some(k) => {
+            let out_rank = k
+                .shapes
+                .iter()
+                .find_map(|r| r.out.as_ref().map(Vec::len))
+                .unwrap_or(0);
+            (
+                k.ranks.iter().map(|&r| places_of_rank(system, r)).collect(),
+                places_of_rank(system, out_rank),
+            )
+        }
+        None => (vec![all_places(system); e.inputs], all_places(system)),
+    };
     let mut rows = Vec::new();
     // Each combination of input placements is checked once, against every
     // output placement it needs: the claimed ones, and with `missing` all.
@@ -610,9 +981,8 @@ fn entry_rows(
         }
     }
     if missing && e.inputs <= 2 {
-        let ps = all_places(system);
         let mut all: Vec<Vec<Place>> = vec![vec![]];
-        for _ in 0..e.inputs {
+        for ps in &in_places {
             all = all
                 .into_iter()
                 .flat_map(|c| {
@@ -637,7 +1007,7 @@ fn entry_rows(
             .map(|(_, o)| *o)
             .collect();
         let outs: Vec<Place> = if missing && e.inputs <= 2 {
-            all_places(system)
+            out_places.clone()
         } else {
             claimed.clone()
         };
@@ -679,8 +1049,7 @@ fn entry_rows(
                         *out,
                         Class::Undetermined,
                         format!(
-                            "the output is {}: an average of integers is not one, and how the library rounds it is not modelled",
-                            e.kernel.as_ref().map_or("", |k| k.output_dtype.as_str())
+                            "the output is {out_dtype}: an average of integers is not one, and how the library rounds it is not modelled"
                         ),
                         None,
                         ms,
@@ -769,6 +1138,13 @@ fn py_value(v: &Value, inputs: usize) -> Result<String, String> {
             _ => return Err(format!("number {n}")),
         },
         Value::String(s) if ident(s) => format!("{s:?}"),
+        Value::Array(a) if a.len() <= 16 => format!(
+            "[{}]",
+            a.iter()
+                .map(|v| py_value(v, inputs))
+                .collect::<Result<Vec<_>, _>>()?
+                .join(", ")
+        ),
         Value::Object(o) => match (o.get("tensor"), o.get("dtype"), o.len()) {
             (Some(Value::Number(i)), None, 1) => match i.as_u64() {
                 Some(i) if (i as usize) < inputs => format!("x{i}"),
@@ -777,7 +1153,11 @@ fn py_value(v: &Value, inputs: usize) -> Result<String, String> {
             (None, Some(Value::String(d)), 1) if ident(d) => format!("torch.{d}"),
             _ => return Err("an object that is neither a tensor nor a dtype".into()),
         },
-        _ => return Err("a value that is not a number, None, a name, a tensor or a dtype".into()),
+        _ => {
+            return Err(
+                "a value that is not a number, None, a name, a list, a tensor or a dtype".into(),
+            )
+        }
     })
 }
 
@@ -1093,9 +1473,17 @@ pub fn text(rep: &Report, listing: Listing, show_repro: bool) -> String {
     }
     let skipped = f.skipped.len();
     let others: usize = f.not_recorded.values().sum();
-    if skipped > 0 || rep.filtered > 0 || others > 0 {
+    if skipped > 0 || rep.filtered > 0 || others > 0 || rep.unmodelled > 0 {
         s += &format!(
-            "not checked: {skipped} registrations the recording skipped (the file's `skipped` says why of each); {others} registered ops of families not recorded yet (`not_recorded`){}\n",
+            "not checked: {skipped} registrations the recording skipped (the file's `skipped` says why of each); {others} registered ops of families not recorded yet (`not_recorded`){}{}\n",
+            if rep.unmodelled > 0 {
+                format!(
+                    "; {} claims on placements not modelled (`unmodelled`: _StridedShard, Partial(product))",
+                    rep.unmodelled
+                )
+            } else {
+                String::new()
+            },
             if rep.filtered > 0 {
                 format!("; {} entries outside --op", rep.filtered)
             } else {
@@ -1140,6 +1528,7 @@ pub fn to_json(rep: &Report, incorrect_only: bool, show_repro: bool) -> Value {
         },
         "skipped": rep.file.skipped.len(),
         "not_recorded": rep.file.not_recorded.values().sum::<usize>(),
+        "unmodelled": rep.unmodelled,
     })
 }
 

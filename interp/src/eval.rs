@@ -342,6 +342,12 @@ pub fn infer(e: &Expr, shapes: &[Shape]) -> Result<(Shape, Degree), String> {
                 .iter()
                 .map(|a| infer(a, shapes))
                 .collect::<Result<_, _>>()?;
+            let ds: Vec<Degree> = inferred.iter().map(|x| x.1.clone()).collect();
+            // A kernel recorded call by call: the output shape it gave.
+            let ins: Vec<Shape> = inferred.iter().map(|x| x.0.clone()).collect();
+            if let Some(out) = t.0.shape(&ins) {
+                return Ok((out?, Degree::merge(&ds).transcendental().kinked()));
+            }
             // The shapes the library was asked about: all alike.
             let s = inferred[0].0.clone();
             if let Some((bad, _)) = inferred.iter().find(|(x, _)| *x != s) {
@@ -350,7 +356,6 @@ pub fn infer(e: &Expr, shapes: &[Shape]) -> Result<(Shape, Degree), String> {
                     t.0.name
                 ));
             }
-            let ds: Vec<Degree> = inferred.into_iter().map(|x| x.1).collect();
             // Known only on recorded points: never a polynomial.
             (s, Degree::merge(&ds).transcendental().kinked())
         }

@@ -8,9 +8,16 @@
 //! the table elsewhere (a point never recorded, or one recorded as inexact)
 //! is outside its domain: the instance is skipped and counted here, so the
 //! verdict can say how much of the scope the real kernel decided.
+//!
+//! A kernel that is not elementwise (a reduction, a view) is recorded call
+//! by call instead: for each tuple of input shapes, the output shape or the
+//! kernel's refusal, and for each tuple of whole input tensors the output
+//! tensor. Its table is built by iteration: a run over a table that lacks
+//! calls lists them (`wanted`), the recorder calls the kernel there, and
+//! the next run gets further, until nothing is wanted.
 
-use spmd_semantics::{Tensor, Q};
-use std::collections::{HashMap, HashSet};
+use spmd_semantics::{Shape, Tensor, Q};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -27,6 +34,37 @@ pub enum Cell {
     /// NaN or an infinity (a division by zero, say): the op has no
     /// rational value there, so the point is outside its domain.
     NonFinite,
+}
+
+/// What a whole-tensor kernel gave on one call.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Every output value is one float64 holds exactly.
+    Exact(Tensor),
+    /// Some output value is finite but not exact in float64.
+    Inexact,
+    /// Some output value is NaN or infinite.
+    NonFinite,
+}
+
+/// A call of a whole-tensor kernel: its input shapes and their values,
+/// one after the other in row-major order.
+pub type CallKey = (Vec<Shape>, Vec<Q>);
+
+/// The recorded calls of a kernel that is not elementwise.
+#[derive(Debug, Default)]
+struct Calls {
+    /// The tensor rank of each input the library's claims were asked for:
+    /// other ranks are not in the op's scope.
+    ranks: Vec<usize>,
+    /// Per tuple of input shapes: the output shape, or why the kernel
+    /// refused those shapes.
+    shapes: HashMap<Vec<Shape>, Result<Shape, String>>,
+    values: HashMap<CallKey, Outcome>,
+    wanted_shapes: Mutex<BTreeSet<Vec<Shape>>>,
+    wanted_calls: Mutex<BTreeSet<CallKey>>,
+    visited_shapes: Option<Mutex<HashSet<Vec<Shape>>>>,
+    visited_calls: Option<Mutex<HashSet<CallKey>>>,
 }
 
 /// One kernel's recorded values.
@@ -46,6 +84,8 @@ pub struct KernelTable {
     unrepresentable: AtomicU64,
     /// The points looked up, when recording which rows a run needs.
     visited: Option<Mutex<HashSet<Vec<Q>>>>,
+    /// For a kernel that is not elementwise: its recorded calls.
+    calls: Option<Calls>,
 }
 
 impl KernelTable {
@@ -86,7 +126,255 @@ impl KernelTable {
             first_miss: Mutex::new(None),
             unrepresentable: AtomicU64::new(0),
             visited: record_visits.then(|| Mutex::new(HashSet::new())),
+            calls: None,
         })
+    }
+
+    /// A kernel that is not elementwise, from its recorded calls: per
+    /// tuple of input shapes the output shape or a refusal, and per call
+    /// the outcome. Inputs of another tensor rank than `ranks` are outside
+    /// the op's scope. Conflicting records, a call whose shapes have no
+    /// recorded output shape, or an output of another shape are refused.
+    pub fn calls(
+        name: &str,
+        ranks: Vec<usize>,
+        shapes: Vec<(Vec<Shape>, Result<Shape, String>)>,
+        calls: Vec<(CallKey, Outcome)>,
+        record_visits: bool,
+    ) -> Result<KernelTable, String> {
+        let arity = ranks.len();
+        if arity == 0 {
+            return Err(format!("{name}: a kernel of no inputs"));
+        }
+        if shapes.len() + calls.len() > MAX_ROWS {
+            return Err(format!(
+                "{name}: {} records, more than {MAX_ROWS}",
+                shapes.len() + calls.len()
+            ));
+        }
+        let mut sm = HashMap::with_capacity(shapes.len());
+        for (ins, out) in shapes {
+            if ins.len() != arity {
+                return Err(format!(
+                    "{name}: a shape record of {} inputs for a kernel of {arity}",
+                    ins.len()
+                ));
+            }
+            if let Some(old) = sm.insert(ins.clone(), out.clone()) {
+                if old != out {
+                    return Err(format!(
+                        "{name}: two output shapes recorded for inputs {ins:?}"
+                    ));
+                }
+            }
+        }
+        let mut vm = HashMap::with_capacity(calls.len());
+        for ((ins, vals), out) in calls {
+            let n: usize = ins.iter().map(|s| s.iter().product::<usize>()).sum();
+            if ins.len() != arity || vals.len() != n {
+                return Err(format!(
+                    "{name}: a call of {} inputs and {} values for {arity} inputs of shapes {ins:?}",
+                    ins.len(),
+                    vals.len()
+                ));
+            }
+            match sm.get(&ins) {
+                Some(Ok(s)) => {
+                    if let Outcome::Exact(t) = &out {
+                        if t.shape != *s || t.data.len() != s.iter().product::<usize>() {
+                            return Err(format!(
+                                "{name}: a call on shapes {ins:?} gave shape {:?}, recorded as {s:?}",
+                                t.shape
+                            ));
+                        }
+                    }
+                }
+                _ => {
+                    return Err(format!(
+                        "{name}: a call on shapes {ins:?}, for which no output shape is recorded"
+                    ))
+                }
+            }
+            let key = (ins, vals);
+            if let Some(old) = vm.insert(key.clone(), out.clone()) {
+                if old != out {
+                    return Err(format!(
+                        "{name}: two different outputs recorded for one call on shapes {:?}",
+                        key.0
+                    ));
+                }
+            }
+        }
+        Ok(KernelTable {
+            name: name.to_string(),
+            arity,
+            values: HashMap::new(),
+            misses: AtomicU64::new(0),
+            first_miss: Mutex::new(None),
+            unrepresentable: AtomicU64::new(0),
+            visited: None,
+            calls: Some(Calls {
+                ranks,
+                shapes: sm,
+                values: vm,
+                visited_shapes: record_visits.then(|| Mutex::new(HashSet::new())),
+                visited_calls: record_visits.then(|| Mutex::new(HashSet::new())),
+                ..Calls::default()
+            }),
+        })
+    }
+
+    /// Whether the kernel is elementwise (a table of points) rather than
+    /// recorded call by call.
+    pub fn elementwise(&self) -> bool {
+        self.calls.is_none()
+    }
+
+    fn miss(&self, why: impl FnOnce() -> String) {
+        self.misses.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut m) = self.first_miss.lock() {
+            if m.is_none() {
+                *m = Some(why());
+            }
+        }
+    }
+
+    /// The output shape of a kernel recorded call by call, for these input
+    /// shapes: `Err` when the shapes are outside its scope, the kernel
+    /// refused them, or nothing was recorded for them (then they are
+    /// wanted, and counted as a miss). `None` for an elementwise kernel.
+    pub fn shape(&self, ins: &[Shape]) -> Option<Result<Shape, String>> {
+        let c = self.calls.as_ref()?;
+        if ins.len() != self.arity {
+            return Some(Err(format!(
+                "{}: {} inputs for a kernel of {}",
+                self.name,
+                ins.len(),
+                self.arity
+            )));
+        }
+        if let Some((i, s)) = ins
+            .iter()
+            .zip(&c.ranks)
+            .enumerate()
+            .find_map(|(i, (s, &r))| (s.len() != r).then_some((i, r)))
+        {
+            return Some(Err(format!(
+                "{}: input {} has rank {}; the library was asked about rank {s}",
+                self.name,
+                i + 1,
+                ins[i].len()
+            )));
+        }
+        if let Some(v) = &c.visited_shapes {
+            if let Ok(mut v) = v.lock() {
+                v.insert(ins.to_vec());
+            }
+        }
+        Some(match c.shapes.get(ins) {
+            Some(Ok(s)) => Ok(s.clone()),
+            Some(Err(why)) => Err(format!("{} refuses shapes {ins:?}: {why}", self.name)),
+            None => {
+                if let Ok(mut w) = c.wanted_shapes.lock() {
+                    w.insert(ins.to_vec());
+                }
+                self.miss(|| format!("no output shape was recorded for inputs {ins:?}"));
+                Err(format!(
+                    "{}: no output shape recorded for {ins:?}",
+                    self.name
+                ))
+            }
+        })
+    }
+
+    fn apply_calls(&self, c: &Calls, args: &[&Tensor]) -> Result<Option<Tensor>, String> {
+        let shapes: Vec<Shape> = args.iter().map(|t| t.shape.clone()).collect();
+        match self.shape(&shapes) {
+            Some(Ok(_)) => {}
+            Some(Err(why)) => return Err(why),
+            None => unreachable!("a kernel recorded call by call"),
+        }
+        let vals: Vec<Q> = args.iter().flat_map(|t| t.data.iter().cloned()).collect();
+        let key = (shapes, vals);
+        if let Some(v) = &c.visited_calls {
+            if let Ok(mut v) = v.lock() {
+                v.insert(key.clone());
+            }
+        }
+        match c.values.get(&key) {
+            Some(Outcome::Exact(t)) => Ok(Some(t.clone())),
+            Some(Outcome::NonFinite) => {
+                self.unrepresentable.fetch_add(1, Ordering::Relaxed);
+                Ok(None)
+            }
+            None if key.1.iter().any(|a| crate::external::to_f64(a).is_none()) => {
+                self.unrepresentable.fetch_add(1, Ordering::Relaxed);
+                Ok(None)
+            }
+            found => {
+                let inexact = found.is_some();
+                let call = || format!("{:?} = ({})", key.0, show(&key.1));
+                self.miss(|| {
+                    if inexact {
+                        format!("the kernel's output on {} is not exact in float64", call())
+                    } else {
+                        format!("no kernel output was recorded for {}", call())
+                    }
+                });
+                if !inexact {
+                    if let Ok(mut w) = c.wanted_calls.lock() {
+                        w.insert(key);
+                    }
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// What a run needed and the table lacks: input shape tuples and calls
+    /// (for the recorder to fill in).
+    pub fn wanted(&self) -> (Vec<Vec<Shape>>, Vec<CallKey>) {
+        let Some(c) = &self.calls else {
+            return (Vec::new(), Vec::new());
+        };
+        let s = c.wanted_shapes.lock().map(|w| w.iter().cloned().collect());
+        let v = c.wanted_calls.lock().map(|w| w.iter().cloned().collect());
+        (s.unwrap_or_default(), v.unwrap_or_default())
+    }
+
+    /// The recorded shapes and calls a run looked up (for `--record`),
+    /// sorted.
+    #[allow(clippy::type_complexity)]
+    pub fn visited_calls(
+        &self,
+    ) -> (
+        Vec<(Vec<Shape>, Result<Shape, String>)>,
+        Vec<(CallKey, Outcome)>,
+    ) {
+        let Some(c) = &self.calls else {
+            return (Vec::new(), Vec::new());
+        };
+        let seen_s = c
+            .visited_shapes
+            .as_ref()
+            .and_then(|v| v.lock().ok().map(|s| s.clone()))
+            .unwrap_or_default();
+        let seen_c = c
+            .visited_calls
+            .as_ref()
+            .and_then(|v| v.lock().ok().map(|s| s.clone()))
+            .unwrap_or_default();
+        let mut shapes: Vec<_> = seen_s
+            .into_iter()
+            .filter_map(|k| c.shapes.get(&k).map(|o| (k, o.clone())))
+            .collect();
+        shapes.sort();
+        let mut calls: Vec<_> = seen_c
+            .into_iter()
+            .filter_map(|k| c.values.get(&k).map(|o| (k, o.clone())))
+            .collect();
+        calls.sort_by(|a, b| a.0.cmp(&b.0));
+        (shapes, calls)
     }
 
     /// The recorded output at one point.
@@ -135,6 +423,9 @@ impl KernelTable {
                 args.len(),
                 self.arity
             ));
+        }
+        if let Some(c) = &self.calls {
+            return self.apply_calls(c, args);
         }
         let shape = args[0].shape.clone();
         let n = args[0].data.len();
@@ -263,6 +554,91 @@ mod tests {
             3,
             "1, 2 and 4 were; 3 and 1/3 never"
         );
+    }
+
+    #[test]
+    fn whole_tensor_calls_are_looked_up_and_missing_ones_wanted() {
+        let t2 = |v: [i64; 2]| Tensor::new(vec![2], vec![q(v[0]), q(v[1])]);
+        let sum = |v: i64| Tensor::new(vec![], vec![q(v)]);
+        let t = KernelTable::calls(
+            "sum",
+            vec![1],
+            vec![
+                (vec![vec![2]], Ok(vec![])),
+                (vec![vec![3]], Err("refused".into())),
+            ],
+            vec![
+                ((vec![vec![2]], vec![q(1), q(2)]), Outcome::Exact(sum(3))),
+                ((vec![vec![2]], vec![q(0), q(4)]), Outcome::Inexact),
+                ((vec![vec![2]], vec![q(0), q(8)]), Outcome::NonFinite),
+            ],
+            true,
+        )
+        .unwrap();
+        assert!(!t.elementwise());
+        assert_eq!(t.shape(&[vec![2]]), Some(Ok(vec![])));
+        assert!(t
+            .shape(&[vec![3]])
+            .unwrap()
+            .unwrap_err()
+            .contains("refused"));
+        assert!(
+            t.shape(&[vec![1, 1]])
+                .unwrap()
+                .unwrap_err()
+                .contains("rank 1"),
+            "another rank is outside the scope, not a miss"
+        );
+        assert_eq!(t.misses().0, 0);
+        assert_eq!(t.apply(&[&t2([1, 2])]).unwrap(), Some(sum(3)));
+        assert_eq!(t.apply(&[&t2([0, 4])]).unwrap(), None, "inexact");
+        assert_eq!(t.apply(&[&t2([0, 8])]).unwrap(), None, "not finite");
+        assert_eq!(t.unrepresentable(), 1);
+        assert_eq!(t.apply(&[&t2([5, 6])]).unwrap(), None, "never recorded");
+        assert_eq!(t.shape(&[vec![4]]).unwrap().ok(), None, "never recorded");
+        assert_eq!(t.misses().0, 3);
+        let (shapes, calls) = t.wanted();
+        assert_eq!(shapes, vec![vec![vec![4]]]);
+        assert_eq!(
+            calls,
+            vec![(vec![vec![2]], vec![q(5), q(6)])],
+            "the inexact call is not wanted"
+        );
+        let (vs, vc) = t.visited_calls();
+        assert_eq!(vs.len(), 2, "[2] and [3]: recorded and looked up");
+        assert_eq!(vc.len(), 3);
+    }
+
+    #[test]
+    fn refuses_inconsistent_call_records() {
+        let ok = |s: Vec<usize>| Outcome::Exact(Tensor::new(s, vec![q(1)]));
+        // A call whose shapes have no recorded output shape.
+        let e = KernelTable::calls(
+            "f",
+            vec![1],
+            vec![],
+            vec![((vec![vec![1]], vec![q(1)]), ok(vec![1]))],
+            false,
+        );
+        assert!(e.unwrap_err().contains("no output shape"));
+        // An output of another shape than recorded.
+        let e = KernelTable::calls(
+            "f",
+            vec![1],
+            vec![(vec![vec![1]], Ok(vec![]))],
+            vec![((vec![vec![1]], vec![q(1)]), ok(vec![1]))],
+            false,
+        );
+        assert!(e.unwrap_err().contains("gave shape"));
+        // Values that do not fill the shapes.
+        let e = KernelTable::calls(
+            "f",
+            vec![1],
+            vec![(vec![vec![2]], Ok(vec![]))],
+            vec![((vec![vec![2]], vec![q(1)]), Outcome::Inexact)],
+            false,
+        );
+        assert!(e.unwrap_err().contains("1 values"));
     }
 
     #[test]
