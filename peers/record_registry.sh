@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Record what the installed DTensor and spmd_types register into
-# tests/fixtures/registry/{dtensor,spmd_types}.json (SPEC.md §22.4),
+# Record what the installed DTensor, spmd_types and JAX register into
+# tests/fixtures/registry/{dtensor,spmd_types,jax}.json (SPEC.md §22.4),
 # offline thereafter.
 #
-#   PY=/path/to/venv/bin/python bash peers/record_registry.sh
+#   PY=/path/to/venv/bin/python JAXPY=/path/to/jax/venv/bin/python \
+#       bash peers/record_registry.sh [SYSTEM...]
 #
 # PY is a Python with the pinned torch of peers/requirements.txt (2.14.1)
-# and spmd-types 0.3.1.
+# and spmd-types 0.3.1; JAXPY one with jax 0.12.0.1 (default
+# /work/venv-jax012/bin/python). With SYSTEM arguments (dtensor,
+# spmd_types, jax) only those are recorded; without, all three.
 # Steps: the peer script asks the library for every pointwise op's
 # single-dim strategy and calls the real kernel on the dyadic grid (raw
 # file, about 35 MB); `spmd-check registry --record` checks every claim
@@ -20,15 +23,30 @@ PY=${PY:-python3}
 OUT=tests/fixtures/registry/dtensor.json
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
+JAXPY=${JAXPY:-/work/venv-jax012/bin/python}
+WANT=${*:-dtensor spmd_types jax}
+want() { [[ " $WANT " == *" $1 "* ]]; }
 cargo build --release --quiet
+if want dtensor; then
 "$PY" peers/record_registry_dtensor.py "$TMP/raw.json"
 mkdir -p "$TMP/repro" "$(dirname "$OUT")"
 target/release/spmd-check registry dtensor --file "$TMP/raw.json" \
     --record "$TMP/pruned.json" --repro-dir "$TMP/repro" > /dev/null || true
 "$PY" peers/run_registry_repros.py "$TMP/pruned.json" "$TMP/repro" "$OUT"
 target/release/spmd-check registry dtensor --file "$OUT" | tail -2 || true
+fi
+if want spmd_types; then
 # spmd_types: its elementwise registry entries (no repro scripts yet).
 "$PY" peers/record_registry_spmd_types.py "$TMP/raw_st.json"
 target/release/spmd-check registry spmd_types --file "$TMP/raw_st.json" \
     --record tests/fixtures/registry/spmd_types.json > /dev/null || true
 target/release/spmd-check registry spmd_types | tail -2 || true
+fi
+if want jax; then
+# jax: the types its elementwise primitives' rules give on one mesh axis
+# (raw file about 12 MB; no repro scripts yet).
+"$JAXPY" peers/record_registry_jax.py "$TMP/raw_jax.json"
+target/release/spmd-check registry jax --file "$TMP/raw_jax.json" \
+    --record tests/fixtures/registry/jax.json > /dev/null || true
+target/release/spmd-check registry jax | tail -2 || true
+fi
