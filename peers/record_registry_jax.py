@@ -323,7 +323,7 @@ def family(mod, prim):
     if mod.endswith(".fft"):
         return "fft"
     if ".control_flow" in mod:
-        return "control flow or cumulative (control_flow)" if not n.startswith("cum") else "cumulative reduction"
+        return "cumulative reduction" if n.startswith("cum") else "control flow"
     if n.startswith("reduce") or n.startswith("argm") or "reduce_window" in n or n.startswith("select_and"):
         return "reduction"
     if n in ("dot_general", "ragged_dot_general", "conv_general_dilated", "scaled_dot"):
