@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# Record what the installed DTensor and spmd_types register into
-# tests/fixtures/registry/{dtensor.json.gz,spmd_types.json} (SPEC.md §22.4),
+# Record what the installed DTensor, spmd_types and JAX register into
+# tests/fixtures/registry/{dtensor.json.gz,spmd_types.json,jax.json}
+# (SPEC.md §22.4),
 # offline thereafter.
 #
-#   PY=/path/to/venv/bin/python bash peers/record_registry.sh
+#   PY=/path/to/venv/bin/python JAXPY=/path/to/jax/venv/bin/python \
+#       bash peers/record_registry.sh [SYSTEM...]
 #
 # PY is a Python with the pinned torch of peers/requirements.txt (2.14.1)
-# and spmd-types 0.3.1.
+# and spmd-types 0.3.1; JAXPY one with jax 0.12.0.1 (default
+# /work/venv-jax012/bin/python). With SYSTEM arguments (dtensor,
+# spmd_types, jax) only those are recorded; without, all three.
 # Steps: the peer script asks the library for every pointwise op's
 # single-dim strategy and calls the real kernel on the dyadic grid (raw
 # file, about 35 MB), and asks for the claims of every reduction and view;
@@ -23,7 +27,11 @@ PY=${PY:-python3}
 OUT=tests/fixtures/registry/dtensor.json.gz
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
+JAXPY=${JAXPY:-/work/venv-jax012/bin/python}
+WANT=${*:-dtensor spmd_types jax}
+want() { [[ " $WANT " == *" $1 "* ]]; }
 cargo build --release --quiet
+if want dtensor; then
 "$PY" peers/record_registry_dtensor.py "$TMP/raw.json"
 for round in 1 2 3 4 5 6 7 8 9 10; do
     target/release/spmd-check registry dtensor --file "$TMP/raw.json" \
@@ -39,8 +47,19 @@ target/release/spmd-check registry dtensor --file "$TMP/raw.json" \
 rm -f tests/fixtures/registry/dtensor.json
 "$PY" peers/run_registry_repros.py "$TMP/pruned.json" "$TMP/repro" "$OUT"
 target/release/spmd-check registry dtensor --file "$OUT" | tail -2 || true
+fi
+if want spmd_types; then
 # spmd_types: its elementwise registry entries (no repro scripts yet).
 "$PY" peers/record_registry_spmd_types.py "$TMP/raw_st.json"
 target/release/spmd-check registry spmd_types --file "$TMP/raw_st.json" \
     --record tests/fixtures/registry/spmd_types.json > /dev/null || true
 target/release/spmd-check registry spmd_types | tail -2 || true
+fi
+if want jax; then
+# jax: the types its elementwise primitives' rules give on one mesh axis
+# (raw file about 12 MB; no repro scripts yet).
+"$JAXPY" peers/record_registry_jax.py "$TMP/raw_jax.json"
+target/release/spmd-check registry jax --file "$TMP/raw_jax.json" \
+    --record tests/fixtures/registry/jax.json > /dev/null || true
+target/release/spmd-check registry jax | tail -2 || true
+fi
