@@ -58,7 +58,7 @@ fn the_recorded_registry_classifies_as_pinned() {
             n(Class::Missing),
             n(Class::Undetermined)
         ),
-        (577, 6, 2, 2179, 267),
+        (591, 6, 2, 2193, 253),
         "{}",
         registry::summary(&rep)
     );

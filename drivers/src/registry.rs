@@ -17,7 +17,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use spmd_interp::expr::{Expr, LocalFn};
-use spmd_interp::table::{Cell, KernelTable, Outcome, Table};
+use spmd_interp::table::{Cell, Domain, KernelTable, Outcome, Table};
 use spmd_semantics::pending::{PartialKind, Place, ALL_KINDS};
 use spmd_semantics::Q;
 use std::collections::BTreeMap;
@@ -408,6 +408,17 @@ fn place(s: &str) -> Result<Place, String> {
     Place::parse(s)
 }
 
+/// Each input's domain from the recorded dtype: one for all (`int64`) or
+/// one per input (`bool,float64,float64`).
+fn domains(input_dtype: &str, inputs: usize) -> Result<Vec<Domain>, String> {
+    let dts: Vec<&str> = input_dtype.split(',').map(str::trim).collect();
+    match dts.len() {
+        1 => Ok(vec![Domain::of_dtype(dts[0]); inputs]),
+        n if n == inputs => Ok(dts.iter().map(|d| Domain::of_dtype(d)).collect()),
+        n => Err(format!("input_dtype names {n} dtypes for {inputs} inputs")),
+    }
+}
+
 fn tensor_table(
     path: &str,
     e: &Entry,
@@ -474,7 +485,10 @@ fn tensor_table(
         };
         calls.push(((ins, vals), out));
     }
-    let t = KernelTable::calls(&shown(e), k.ranks.clone(), shapes, calls, record).map_err(bad)?;
+    let domains = domains(&k.input_dtype, e.inputs).map_err(bad)?;
+    let t = KernelTable::calls(&shown(e), k.ranks.clone(), shapes, calls, record)
+        .and_then(|t| t.with_domains(domains))
+        .map_err(bad)?;
     Ok(Arc::new(t))
 }
 
@@ -519,7 +533,10 @@ fn table(path: &str, e: &Entry, record: bool) -> Result<Option<Arc<KernelTable>>
         };
         rows.push((args, out));
     }
-    let t = KernelTable::new(&shown(e), e.inputs, rows, record).map_err(bad)?;
+    let domains = domains(&k.input_dtype, e.inputs).map_err(bad)?;
+    let t = KernelTable::new(&shown(e), e.inputs, rows, record)
+        .and_then(|t| t.with_domains(domains))
+        .map_err(bad)?;
     Ok(Some(Arc::new(t)))
 }
 
@@ -1114,7 +1131,7 @@ fn bounded(v: &Verdict, unrep: u64) -> String {
     );
     if c.outside_domain > 0 {
         s += &format!(
-            "; {} instances left out where a global value is no float64 (an average over 3 ranks) or the kernel's value is not finite ({unrep} such points)",
+            "; {} instances left out where a value is no float64 (an average over 3 ranks) or no value of the kernel's input dtype (1/2 for int64), or the kernel's value is not finite ({unrep} such points)",
             c.outside_domain
         );
     }

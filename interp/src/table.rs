@@ -36,6 +36,40 @@ pub enum Cell {
     NonFinite,
 }
 
+/// The values one input of a recorded kernel can hold: those of the dtype
+/// the kernel was called on. A point outside it (1/2 for an int64 input, 2
+/// for a bool) is one where no real call could be made, as 1/3 is for a
+/// float64 input: outside the scope, never unchecked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Domain {
+    Float64,
+    Integer,
+    Bool,
+}
+
+impl Domain {
+    /// The domain of a dtype as a registry file names it (`float64`,
+    /// `int64`, `bool`, ...); a float dtype is called on float64 values.
+    pub fn of_dtype(dtype: &str) -> Domain {
+        if dtype == "bool" {
+            Domain::Bool
+        } else if dtype.starts_with("int") || dtype.starts_with("uint") {
+            Domain::Integer
+        } else {
+            Domain::Float64
+        }
+    }
+
+    fn holds(self, q: &Q) -> bool {
+        crate::external::to_f64(q).is_some()
+            && match self {
+                Domain::Float64 => true,
+                Domain::Integer => q.is_integer(),
+                Domain::Bool => q.is_zero() || *q == Q::one(),
+            }
+    }
+}
+
 /// What a whole-tensor kernel gave on one call.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -73,6 +107,8 @@ pub struct KernelTable {
     /// How the op is shown: `aten.threshold.default(threshold=0.0, value=2.0)`.
     pub name: String,
     pub arity: usize,
+    /// Each input's domain (all float64 unless set by `with_domains`).
+    domains: Vec<Domain>,
     values: HashMap<Vec<Q>, Cell>,
     /// Lookups at a point whose inputs are all float64 values, where the
     /// kernel gave no exact value or none was recorded ...
@@ -121,6 +157,7 @@ impl KernelTable {
         Ok(KernelTable {
             name: name.to_string(),
             arity,
+            domains: vec![Domain::Float64; arity],
             values,
             misses: AtomicU64::new(0),
             first_miss: Mutex::new(None),
@@ -208,6 +245,7 @@ impl KernelTable {
         Ok(KernelTable {
             name: name.to_string(),
             arity,
+            domains: vec![Domain::Float64; arity],
             values: HashMap::new(),
             misses: AtomicU64::new(0),
             first_miss: Mutex::new(None),
@@ -222,6 +260,20 @@ impl KernelTable {
                 ..Calls::default()
             }),
         })
+    }
+
+    /// The table with each input's domain given (one per input).
+    pub fn with_domains(mut self, domains: Vec<Domain>) -> Result<KernelTable, String> {
+        if domains.len() != self.arity {
+            return Err(format!(
+                "{}: {} input dtypes for a kernel of {}",
+                self.name,
+                domains.len(),
+                self.arity
+            ));
+        }
+        self.domains = domains;
+        Ok(self)
     }
 
     /// Whether the kernel is elementwise (a table of points) rather than
@@ -294,6 +346,10 @@ impl KernelTable {
             Some(Err(why)) => return Err(why),
             None => unreachable!("a kernel recorded call by call"),
         }
+        let outside = args
+            .iter()
+            .zip(&self.domains)
+            .any(|(t, d)| t.data.iter().any(|v| !d.holds(v)));
         let vals: Vec<Q> = args.iter().flat_map(|t| t.data.iter().cloned()).collect();
         let key = (shapes, vals);
         if let Some(v) = &c.visited_calls {
@@ -307,7 +363,7 @@ impl KernelTable {
                 self.unrepresentable.fetch_add(1, Ordering::Relaxed);
                 Ok(None)
             }
-            None if key.1.iter().any(|a| crate::external::to_f64(a).is_none()) => {
+            None if outside => {
                 self.unrepresentable.fetch_add(1, Ordering::Relaxed);
                 Ok(None)
             }
@@ -390,7 +446,7 @@ impl KernelTable {
                 self.unrepresentable.fetch_add(1, Ordering::Relaxed);
                 None
             }
-            None if args.iter().any(|a| crate::external::to_f64(a).is_none()) => {
+            None if args.iter().zip(&self.domains).any(|(a, d)| !d.holds(a)) => {
                 self.unrepresentable.fetch_add(1, Ordering::Relaxed);
                 None
             }
@@ -639,6 +695,27 @@ mod tests {
             false,
         );
         assert!(e.unwrap_err().contains("1 values"));
+    }
+
+    #[test]
+    fn a_point_off_the_input_dtype_is_outside_the_domain_not_a_miss() {
+        let rows = vec![(vec![q(1), q(0)], Cell::Exact(q(1)))];
+        let t = KernelTable::new("and", 2, rows.clone(), false)
+            .unwrap()
+            .with_domains(vec![Domain::Integer, Domain::Bool])
+            .unwrap();
+        assert_eq!(t.at(&[q(1), q(0)]), Some(q(1)));
+        assert_eq!(t.at(&[Q::frac(1, 2), q(0)]), None);
+        assert_eq!(t.at(&[q(1), q(2)]), None, "2 is no bool");
+        assert_eq!((t.unrepresentable(), t.misses().0), (2, 0));
+        // Twin: read as float64 inputs, the same points are unchecked.
+        let f = KernelTable::new("and", 2, rows, false).unwrap();
+        assert_eq!(f.at(&[Q::frac(1, 2), q(0)]), None);
+        assert_eq!((f.unrepresentable(), f.misses().0), (0, 1));
+        assert!(KernelTable::new("f", 1, vec![], false)
+            .unwrap()
+            .with_domains(vec![])
+            .is_err());
     }
 
     #[test]
