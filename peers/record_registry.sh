@@ -30,11 +30,15 @@ trap 'rm -rf "$TMP"' EXIT
 JAXPY=${JAXPY:-/work/venv-jax012/bin/python}
 WANT=${*:-dtensor spmd_types jax}
 want() { [[ " $WANT " == *" $1 "* ]]; }
-cargo build --release --quiet
+# BIN: a built spmd-check to use instead of building this checkout's.
+if [ -z "${BIN:-}" ]; then
+    cargo build --release --quiet
+    BIN=target/release/spmd-check
+fi
 if want dtensor; then
 "$PY" peers/record_registry_dtensor.py "$TMP/raw.json"
 for round in 1 2 3 4 5 6 7 8 9 10; do
-    target/release/spmd-check registry dtensor --file "$TMP/raw.json" \
+    "$BIN" registry dtensor --file "$TMP/raw.json" \
         --want "$TMP/want.json" > /dev/null || true
     wanted=$("$PY" -c 'import json, sys; w = json.load(open(sys.argv[1])); print(w["shapes"] + w["calls"])' "$TMP/want.json")
     echo "round $round: $wanted shapes and calls wanted" >&2
@@ -42,24 +46,24 @@ for round in 1 2 3 4 5 6 7 8 9 10; do
     "$PY" peers/record_registry_dtensor.py fill "$TMP/raw.json" "$TMP/want.json"
 done
 mkdir -p "$TMP/repro" "$(dirname "$OUT")"
-target/release/spmd-check registry dtensor --file "$TMP/raw.json" \
+"$BIN" registry dtensor --file "$TMP/raw.json" \
     --record "$TMP/pruned.json" --repro-dir "$TMP/repro" > /dev/null || true
 rm -f tests/fixtures/registry/dtensor.json
 "$PY" peers/run_registry_repros.py "$TMP/pruned.json" "$TMP/repro" "$OUT"
-target/release/spmd-check registry dtensor --file "$OUT" | tail -2 || true
+"$BIN" registry dtensor --file "$OUT" | tail -2 || true
 fi
 if want spmd_types; then
 # spmd_types: its elementwise registry entries (no repro scripts yet).
 "$PY" peers/record_registry_spmd_types.py "$TMP/raw_st.json"
-target/release/spmd-check registry spmd_types --file "$TMP/raw_st.json" \
+"$BIN" registry spmd_types --file "$TMP/raw_st.json" \
     --record tests/fixtures/registry/spmd_types.json > /dev/null || true
-target/release/spmd-check registry spmd_types | tail -2 || true
+"$BIN" registry spmd_types | tail -2 || true
 fi
 if want jax; then
 # jax: the types its elementwise primitives' rules give on one mesh axis
 # (raw file about 12 MB; no repro scripts yet).
 "$JAXPY" peers/record_registry_jax.py "$TMP/raw_jax.json"
-target/release/spmd-check registry jax --file "$TMP/raw_jax.json" \
+"$BIN" registry jax --file "$TMP/raw_jax.json" \
     --record tests/fixtures/registry/jax.json > /dev/null || true
-target/release/spmd-check registry jax | tail -2 || true
+"$BIN" registry jax | tail -2 || true
 fi

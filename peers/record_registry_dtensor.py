@@ -292,7 +292,7 @@ def main():
             skipped.append({"op": name, "why": "in-place or out= form (the functional form is checked)"})
             continue
         if len(s.returns) != 1 or str(s.returns[0].type) != "Tensor":
-            skipped.append({"op": name, "why": f"returns {s.returns}"})
+            skipped.append({"op": name, "why": f"returns {[str(x.type) for x in s.returns]}"})
             continue
         try:
             choices, combos, total = variants(op)
@@ -336,10 +336,14 @@ def main():
             skipped.append({"op": name, "why": "in-place or out= form (the functional form is checked)"})
             continue
         if len(s.returns) != 1 or str(s.returns[0].type) != "Tensor":
-            skipped.append({"op": name, "why": f"returns {s.returns} (one tensor output is checked)"})
+            skipped.append({"op": name, "why": f"returns {[str(x.type) for x in s.returns]} (one tensor output is checked)"})
             continue
         count = 0
-        for r in rt.RANKS:
+        ranks_of = rt.RANKS_OF.get(name, rt.RANKS)
+        if not ranks_of:
+            skipped.append({"op": name, "why": "takes rank-3 inputs, beyond the scope's shapes (rank 2 at most)"})
+            continue
+        for r in ranks_of:
             try:
                 choices, combos = rt.variants(op, r)
             except ValueError as e:

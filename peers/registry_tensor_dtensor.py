@@ -55,11 +55,34 @@ VIEW = {
 }
 
 
+# Contractions. The scope's shapes have rank 2 at most, so bmm and
+# baddbmm (rank 3) are out of reach; each op here is recorded for the
+# ranks it takes (RANKS_OF).
+MATMUL = {
+    "mm_single_dim_strategy", "addmm_single_dim_strategy",
+    "dot_single_dim_strategy", "bmm_single_dim_strategy",
+    "baddbmm_single_dim_strategy",
+}
+RANKS_OF = {"aten.mm.default": (2,), "aten.addmm.default": (2,), "aten.dot.default": (1,),
+            "aten.bmm.default": (), "aten.baddbmm.default": ()}
+
+
+# The ops autograd runs for the backward of these families, with
+# strategies of their own: the gradient placements DTensor gives. (The
+# pointwise backward ops, threshold_backward, tanh_backward and the
+# like, are in the pointwise family.)
+BACKWARD = {"softmax_backward_single_dim_strategy"}
+
+
 def family_of(fname):
+    if fname in BACKWARD:
+        return "backward"
     if fname in REDUCTION:
         return "reduction"
     if fname in VIEW:
         return "view"
+    if fname in MATMUL:
+        return "matmul"
     return None
 
 
@@ -109,6 +132,8 @@ def arg_choices(op, a, r):
     if name == "dim" and base in ("int", "SymInt"):
         return none + [(repr(d), d) for d in range(r)]
     if name == "dtype" or name == "output_dtype" or name == "input_dtype":
+        if not a.has_default_value() and not opt:
+            return [("default", torch.float64)]
         return [("default", a.default_value if a.has_default_value() else None)]
     if name in ("keepdim", "descending"):
         return [("False", False), ("True", True)]
@@ -116,8 +141,12 @@ def arg_choices(op, a, r):
         return [("False", False)]
     if name == "correction":
         return [("None", None), ("0", 0)] if opt else [("1", 1.0), ("0", 0.0)]
+    if name in ("alpha", "beta"):
+        return [("1", 1), ("2", 2)] if name == "alpha" else [("1", 1), ("0", 0)]
     if name in ("ord", "p"):
-        return [("1", 1), ("2", 2)]
+        # inf and -inf make the norm a max or min of |x|: DTensor gives
+        # those a pending max or min.
+        return [("1", 1), ("2", 2), ("inf", math.inf), ("-inf", -math.inf)]
     if str(op).split(".")[1] in ("expand", "expand_copy") and name == "size":
         # Sizes that fit every shape of the rank: keep each dim, or add a
         # leading dim of 2.
@@ -182,6 +211,8 @@ def call_spec(choices, combo):
     def val(v):
         if isinstance(v, torch.dtype):
             return {"dtype": str(v).removeprefix("torch.")}
+        if isinstance(v, float) and not math.isfinite(v):
+            return {"float": "inf" if v > 0 else "-inf"}
         return v
     args, kwargs, ti = [], {}, 0
     for (a, c), (label, v) in zip(choices, combo):
@@ -207,6 +238,8 @@ def from_spec(spec, tensors):
             return tensors[v["tensor"]]
         if isinstance(v, dict) and "dtype" in v:
             return getattr(torch, v["dtype"])
+        if isinstance(v, dict) and "float" in v:
+            return float(v["float"])
         if isinstance(v, list):
             return [val(x) for x in v]
         return v

@@ -1,4 +1,5 @@
-//! `spmd-check registry dtensor` on reductions and views (SPEC.md §22):
+//! `spmd-check registry dtensor` on reductions, views, contractions and
+//! the softmax backward ops (SPEC.md §22):
 //! kernels recorded call by call from torch 2.14.1 into
 //! tests/fixtures/registry/dtensor.json.gz. The classes of both families
 //! are pinned, and each class has a twin made by tampering with the
@@ -78,20 +79,32 @@ fn reductions_and_views_classify_as_pinned() {
     }
     let want: BTreeMap<String, (usize, [usize; 5])> = [
         // entries, then correct, incorrect, latent, missing, undetermined
-        ("reduction".to_string(), (266, [270, 25, 0, 97, 38])),
+        ("backward".to_string(), (6, [2, 0, 0, 6, 2])),
+        ("matmul".to_string(), (6, [12, 0, 0, 0, 28])),
+        ("reduction".to_string(), (278, [284, 37, 0, 97, 38])),
         ("view".to_string(), (80, [352, 0, 0, 114, 55])),
     ]
     .into_iter()
     .collect();
     assert_eq!(got, want, "{}", registry::summary(&rep));
     // The incorrect claims: linalg__powsum (a sum of |x|^ord) keeping a
-    // pending sum, which is not linear; and logsumexp with keepdim
-    // claiming the shard of dim 1 moves to dim 0. Each was reproduced in
+    // pending sum, which is not linear; logsumexp with keepdim claiming
+    // the shard of dim 1 moves to dim 0; the inf-norms keeping a pending
+    // max or min. Each was reproduced in
     // DTensor by its script when recorded.
     for r in rep.rows.iter().filter(|r| r.class == Class::Incorrect) {
         let expected = match r.op.as_str() {
             "aten.linalg__powsum.default" => "P(sum) -> P(sum)",
             "aten.logsumexp.default" => "S(1) -> S(0)",
+            // The inf-norm max|x| (and the -inf one, min|x|) keeping a
+            // pending max (min): |x| is not monotone.
+            "aten.linalg_vector_norm.default" | "aten.norm.Scalar" => {
+                if r.args.contains("-inf") {
+                    "P(min) -> P(min)"
+                } else {
+                    "P(max) -> P(max)"
+                }
+            }
             other => panic!("{other} {}: {}", r.placements(), r.detail),
         };
         assert_eq!(r.placements(), expected, "{}", r.detail);
@@ -149,6 +162,59 @@ fn sum_over_a_sharded_dim_is_pending_and_the_twins_fail() {
         .retain(|c| c != &["P(sum)", "S(0)"]);
     let rep = check(f);
     assert_eq!(class_of(&rep, "S(0) -> P(sum)"), vec![Class::Missing]);
+}
+
+#[test]
+fn the_softmax_backward_is_linear_in_the_gradient_and_dtensor_does_not_say_so() {
+    // _softmax_backward_data(g, y, dim) = y * (g - sum(g * y, dim)): linear
+    // in g, so a pending sum of g with y replicated stays pending. DTensor
+    // registers only the shard of the other dim.
+    let (op, args) = ("aten._softmax_backward_data.default", "rank=2, dim=1");
+    let rep = check(only(op, args));
+    assert_eq!(class_of(&rep, "S(0), S(0) -> S(0)"), vec![Class::Correct]);
+    assert_eq!(class_of(&rep, "P(sum), R -> P(sum)"), vec![Class::Missing]);
+    // Twin: claim the shard of the softmax dim survives (each rank would
+    // normalise over its own half of the row).
+    let mut f = only(op, args);
+    entry(&mut f)
+        .claims
+        .as_mut()
+        .unwrap()
+        .push(vec!["S(1)".into(), "S(1)".into(), "S(1)".into()]);
+    let rep = check(f);
+    assert_eq!(class_of(&rep, "S(1), S(1) -> S(1)"), vec![Class::Incorrect]);
+    // Twin: a pending sum of the output y is not linear (y appears twice).
+    let mut f = only(op, args);
+    entry(&mut f)
+        .claims
+        .as_mut()
+        .unwrap()
+        .push(vec!["P(sum)".into(), "R".into(), "P(sum)".into()]);
+    let rep = check(f);
+    assert_eq!(
+        class_of(&rep, "R, P(sum) -> P(sum)"),
+        vec![Class::Incorrect]
+    );
+}
+
+#[test]
+fn mm_rules_hold_and_a_wrong_one_fails() {
+    let (op, args) = ("aten.mm.default", "rank=2");
+    let rep = check(only(op, args));
+    // Row-parallel: the contracted dim sharded on both sides is pending.
+    assert_eq!(class_of(&rep, "S(1), S(0) -> P(sum)"), vec![Class::Correct]);
+    assert_eq!(class_of(&rep, "S(0), R -> S(0)"), vec![Class::Correct]);
+    let mut f = only(op, args);
+    entry(&mut f).claims.as_mut().unwrap().push(vec![
+        "P(sum)".into(),
+        "P(sum)".into(),
+        "P(sum)".into(),
+    ]);
+    let rep = check(f);
+    assert_eq!(
+        class_of(&rep, "P(sum), P(sum) -> P(sum)"),
+        vec![Class::Incorrect]
+    );
 }
 
 #[test]

@@ -1168,6 +1168,11 @@ fn py_value(v: &Value, inputs: usize) -> Result<String, String> {
                 _ => return Err(format!("tensor {i}")),
             },
             (None, Some(Value::String(d)), 1) if ident(d) => format!("torch.{d}"),
+            (None, None, 1) => match o.get("float").and_then(Value::as_str) {
+                Some("inf") => "float(\"inf\")".into(),
+                Some("-inf") => "float(\"-inf\")".into(),
+                _ => return Err("an object that is neither a tensor nor a dtype".into()),
+            },
             _ => return Err("an object that is neither a tensor nor a dtype".into()),
         },
         _ => {
