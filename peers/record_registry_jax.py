@@ -396,12 +396,85 @@ def entry_for(prim, text, fn, k, dts_list):
     return None, "; ".join(errors)
 
 
+def tensor_entries(prims, only):
+    """The reductions, contractions and shape primitives
+    (peers/registry_tensor_jax.py): entries with claims and an empty
+    `tensor_kernel`, and the skipped variants."""
+    import registry_tensor_jax as rt
+    entries, skipped = [], []
+    for prim, fam, text, ranks, dts, params, local in rt.variants(prims):
+        name = f"lax.{prim.name}"
+        if only is not None and not fnmatch.fnmatchcase(name, only):
+            continue
+        out_dt, why = rt.probe(prim, params, local, dts)
+        ps = params(local)
+        schema = f"{prim.name}({', '.join(f'x{i}: {d}[rank {r}]' for i, (d, r) in enumerate(zip(dts, ranks)))}; " + \
+            ", ".join(f"{p}={v!r}" for p, v in sorted(ps.items())) + ")"
+        base = {"op": name, "family": fam, "schema": schema, "args": text, "inputs": len(ranks)}
+        first = None
+        n = 0
+        for r_as in ("invariant", "reduced"):
+            cl, refused, no_place = rt.claims_of(MESH, prim, params, ranks, local, dts, r_as)
+            if r_as == "reduced" and sorted(cl) == sorted(first):
+                break
+            if r_as == "invariant":
+                first = cl
+            e = dict(base)
+            if r_as == "reduced":
+                e["args"] = f"{text}, R=reduced"
+            e["claims"] = cl
+            e["call"] = {"primitive": prim.name, "params_on": {"local shapes": local,
+                                                               **{p: str(v) for p, v in sorted(ps.items())}},
+                         "dtypes": [str(d) for d in dts], "R": r_as, "refused": refused,
+                         "no_placement": no_place}
+            if out_dt is None:
+                e["kernel_error"] = why
+            else:
+                in_dt = str(dts[0]) if len(set(dts)) == 1 else ",".join(str(d) for d in dts)
+                e["tensor_kernel"] = {"input_dtype": in_dt, "output_dtype": out_dt, "ranks": ranks,
+                                      "shapes": [], "calls": []}
+            entries.append(e)
+            n += len(cl)
+        print(f"{name}({text}): {n} claims", file=sys.stderr)
+    return entries, skipped
+
+
+def fill_main(raw_path, want_path):
+    """Bind the primitives where a run wanted them (registry_tensor_jax)."""
+    import registry_tensor_jax as rt
+    with open(raw_path) as f:
+        doc = json.load(f)
+    with open(want_path) as f:
+        want = json.load(f)
+    by = {(f"lax.{prim.name}", text): (prim, params)
+          for prim, _, text, _, _, params, _ in rt.variants(rt.all_by_name(all_prims()))}
+    for w in want["wanted"]:
+        e = doc["entries"][w["index"]]
+        assert e["op"] == w["op"] and e["args"] == w["args"], (e["op"], w["op"])
+        prim, params = by[(e["op"], e["args"].removesuffix(", R=reduced"))]
+        rt.fill(e, w, prim, params)
+    with open(raw_path, "w") as f:
+        json.dump(doc, f, separators=(",", ":"))
+    print(f"filled {want['shapes']} shapes and {want['calls']} calls", file=sys.stderr)
+
+
+# Primitives of jax._src.lax recorded call by call (registry_tensor_jax.py).
+TENSOR = {"reduce_sum", "reduce_max", "reduce_min", "reduce_prod", "reduce_and", "reduce_or", "reduce_xor",
+          "argmax", "argmin", "cumsum", "cumprod", "cummax", "cummin", "cumlogsumexp", "dot_general",
+          "transpose", "reshape", "squeeze", "broadcast_in_dim", "concatenate", "rev", "slice"}
+
+
 def main():
+    if sys.argv[1] == "fill":
+        return fill_main(sys.argv[2], sys.argv[3])
     out_path = sys.argv[1]
     only = sys.argv[2] if len(sys.argv) > 2 else None
     entries, skipped, others = [], [], {}
-    for mod, prim in all_prims():
+    prims = all_prims()
+    for mod, prim in prims:
         name = f"lax.{prim.name}"
+        if prim.name in TENSOR:
+            continue
         if not is_elementwise(mod, prim):
             key = family(mod, prim)
             others[key] = others.get(key, 0) + 1
@@ -419,6 +492,10 @@ def main():
                 continue
             entries.extend(es)
             print(f"{name}({text}): {len(es)} entries, {sum(len(e['claims']) for e in es)} claims", file=sys.stderr)
+    import registry_tensor_jax as rt
+    more, more_skipped = tensor_entries(rt.all_by_name(prims), only)
+    entries.extend(more)
+    skipped.extend(more_skipped)
     import jaxlib
     doc = {
         "schema": "spmd-check-registry/1",

@@ -1,4 +1,5 @@
-"""jax 0.12.0.1: the incorrect claims `spmd-check registry jax` finds, run
+"""jax 0.12.0.1: the incorrect claims `spmd-check registry jax` finds on an
+unreduced input (elementwise, reductions, shape primitives), run
 end to end through the public jax.lax functions inside
 jax.shard_map(check_vma=True) on 2 host CPU devices. Each case enters
 per-rank values as varying, casts them to unreduced (a pending sum) with
@@ -44,6 +45,20 @@ CASES = [
     ("clamp(0, x, 10)", lambda x: lax.clamp(0.0, x, 10.0), [[-1.0], [4.0]]),
     ("convert_element_type(x, int32)", lambda x: lax.convert_element_type(x, np.int32), [[-1.0], [0.5]]),
     ("select_n(True, x, 1.0)", lambda x: lax.select_n(np.array([True]), x, np.array([1.0])), [[0.0], [0.0]]),
+    # Primitives with no unreduced rule: jax._src.lax.utils.call_ur_rule
+    # looks for unreduced in the sharding spec only (explicit mode), so an
+    # operand unreduced over a manual axis (in `aval.mat`) passes and the
+    # output is typed invariant, and out_specs=P() then reads one rank's
+    # value.
+    ("reduce_prod(x, axes=(0,))", lambda x: lax.reduce_prod_p.bind(x, axes=(0,)), [[0.0], [1.0]]),
+    ("argmax(x, 0)", lambda x: lax.argmax(x, 0, np.int64), [[0.0, 0.0], [0.0, 1.0]]),
+    ("cumsum(x, 0)", lambda x: lax.cumsum(x, 0), [[0.0], [1.0]]),
+    ("cummax(x, 0)", lambda x: lax.cummax(x, 0), [[0.0], [1.0]]),
+    ("rev(x, (0,))", lambda x: lax.rev(x, (0,)), [[0.0], [1.0]]),
+    # concatenate's unreduced rule keeps the one unreduced operand's
+    # state and ignores the invariant one, which the psum then counts on
+    # every rank.
+    ("concatenate([1.0], x)", lambda x: lax.concatenate([np.array([1.0]), x], 0), [[0.0], [0.0]]),
 ]
 
 

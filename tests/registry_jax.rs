@@ -1,7 +1,9 @@
 //! `spmd-check registry jax` (SPEC.md §22): the types JAX 0.12.0.1's own
 //! rules give its elementwise primitives on one mesh axis (invariant R,
-//! varying S(0), unreduced P(sum)), recorded by peers/record_registry_jax.py
-//! into tests/fixtures/registry/jax.json, checked against the primitives'
+//! varying S(0), unreduced P(sum)), and its reductions, dot_general and
+//! shape primitives (varying entered at dim d is S(d); their kernels
+//! recorded call by call), recorded by peers/record_registry_jax.py into
+//! tests/fixtures/registry/jax.json.gz, checked against the primitives'
 //! recorded kernels. The classification is pinned: a rule whose class
 //! changes fails here. Each class has a twin made by tampering with the
 //! recording in memory.
@@ -63,11 +65,20 @@ fn counts(rep: &Report) -> (usize, usize, usize, usize, usize) {
     )
 }
 
+/// The recording with only the entries of one family.
+fn family(fam: &str) -> File {
+    let mut f = recorded();
+    f.entries.retain(|e| e.family == fam);
+    f
+}
+
 #[test]
 fn the_recorded_registry_classifies_as_pinned() {
     let f = recorded();
     assert_eq!(f.system, "jax");
     assert_eq!(f.versions.get("jax").map(String::as_str), Some("0.12.0.1"));
+    let mut f = f;
+    f.entries.retain(|e| e.family == "elementwise");
     let rep = check(f, None);
     // (correct, incorrect, missing, undetermined, latent)
     assert_eq!(
@@ -292,3 +303,298 @@ fn the_cli_checks_the_jax_recording() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("not `jax`"), "{err}");
 }
+
+/// (entries, correct, incorrect, missing, undetermined, latent) of a family.
+fn family_counts(fam: &str) -> (usize, (usize, usize, usize, usize, usize), Report) {
+    let f = family(fam);
+    let n = f.entries.len();
+    let rep = check(f, None);
+    (n, counts(&rep), rep)
+}
+
+/// The tensor kernel's recorded call on these inputs, to tamper with.
+fn call<'a>(e: &'a mut registry::Entry, ins: &[&str]) -> &'a mut Option<String> {
+    let k = e.tensor_kernel.as_mut().expect("recorded call by call");
+    let c = k
+        .calls
+        .iter_mut()
+        .find(|c| {
+            c.len() == ins.len() + 1 && c.iter().zip(ins).all(|(a, b)| a.as_deref() == Some(*b))
+        })
+        .unwrap_or_else(|| panic!("a call on {ins:?} is recorded"));
+    c.last_mut().unwrap()
+}
+
+/// A varying output read through an out_spec that does not follow the
+/// data: JAX's varying type names no dim, so each S(d') of the output is
+/// claimed; those the op does not carry the input's dim to are incorrect
+/// in the checker's sense (shard_map is per-device by design; see the
+/// report). Counted apart from the unreduced findings.
+fn varying_only(r: &Row) -> bool {
+    r.inputs.iter().all(|p| p != "P(sum)") && r.output.starts_with("S(")
+}
+
+#[test]
+fn reductions_classify_as_pinned_and_drop_a_pending_sum() {
+    let (n, c, rep) = family_counts("reduction");
+    assert_eq!(
+        (n, c),
+        (REDUCTION.0, REDUCTION.1),
+        "{}",
+        registry::summary(&rep)
+    );
+    // Every incorrect claim either reads a varying reduction through an
+    // out_spec (below), or types an unreduced operand's result invariant:
+    // the primitives with no unreduced rule (jax._src.lax.utils.call_ur_rule
+    // looks for unreduced in the explicit-mode spec only).
+    let mut dropped: Vec<String> = Vec::new();
+    for r in rep.rows.iter().filter(|r| r.class == Class::Incorrect) {
+        if varying_only(r) {
+            continue;
+        }
+        assert_eq!(
+            r.placements(),
+            "P(sum) -> R",
+            "{}: {}",
+            r.shown_op(),
+            r.detail
+        );
+        assert!(r.detail.starts_with("F1 2 ranks"), "{}", r.detail);
+        if !dropped.contains(&r.op) {
+            dropped.push(r.op.clone());
+        }
+    }
+    dropped.sort();
+    assert_eq!(
+        dropped,
+        [
+            "lax.argmax",
+            "lax.argmin",
+            "lax.cumlogsumexp",
+            "lax.cummax",
+            "lax.cummin",
+            "lax.cumprod",
+            "lax.cumsum",
+            "lax.reduce_and",
+            "lax.reduce_or",
+            "lax.reduce_prod",
+            "lax.reduce_xor",
+        ]
+    );
+    // reduce_sum has its rule: a pending sum stays pending.
+    let sum0 = "rank=2, axes=(0,)";
+    assert_eq!(
+        row(&rep, "lax.reduce_sum", sum0, "P(sum) -> P(sum)").class,
+        Class::Correct
+    );
+    // Reducing the other dim keeps the shard ...
+    assert_eq!(
+        row(&rep, "lax.reduce_sum", sum0, "S(1) -> S(0)").class,
+        Class::Correct
+    );
+    // ... reducing the sharded one leaves per-rank partial sums, typed
+    // varying: read through out_specs P('x') they are concatenated, not
+    // summed. Unreduced would be right, and JAX does not type it so.
+    let r = row(&rep, "lax.reduce_sum", sum0, "S(0) -> S(0)");
+    assert_eq!(r.class, Class::Incorrect, "{}", r.detail);
+    assert_eq!(
+        row(&rep, "lax.reduce_sum", sum0, "S(0) -> P(sum)").class,
+        Class::Missing
+    );
+    // cumsum is linear, but typed invariant on an unreduced operand.
+    let cs = "rank=1, axis=0, reverse=False";
+    let r = row(&rep, "lax.cumsum", cs, "P(sum) -> R");
+    assert_eq!(
+        r.detail,
+        "F1 2 ranks; input 0 per rank [[0], [1]]; per-rank outputs [[0], [1]] denote nothing (not the same on every rank), but f of the inputs' denotations is [1]"
+    );
+    assert_eq!(
+        row(&rep, "lax.cumsum", cs, "P(sum) -> P(sum)").class,
+        Class::Missing
+    );
+
+    // Twins. A pending sum claimed through reduce_max is incorrect.
+    let mut f = family("reduction");
+    claims(&mut f, "lax.reduce_max", "rank=1, axes=(0,)").push(claim(&["P(sum)", "P(sum)"]));
+    // reduce_sum's right claim dropped is missing.
+    claims(&mut f, "lax.reduce_sum", "rank=1, axes=(0,)")
+        .retain(|c| c != &claim(&["P(sum)", "P(sum)"]));
+    let rep = check(f, Some("lax.reduce_*"));
+    let r = row(
+        &rep,
+        "lax.reduce_max",
+        "rank=1, axes=(0,)",
+        "P(sum) -> P(sum)",
+    );
+    assert_eq!(r.class, Class::Incorrect, "{}", r.detail);
+    assert!(r.detail.starts_with("F3 2 ranks"), "{}", r.detail);
+    let r = row(
+        &rep,
+        "lax.reduce_sum",
+        "rank=1, axes=(0,)",
+        "P(sum) -> P(sum)",
+    );
+    assert_eq!(r.class, Class::Missing, "{}", r.detail);
+    // A tampered recorded call (the sum of [2] recorded as 3) flips the
+    // right claim: per-rank [1], [1] sum to 2 against f([2]) = 3.
+    let mut f = family("reduction");
+    let out = call(
+        entry(&mut f, "lax.reduce_sum", "rank=1, axes=(0,)"),
+        &["1:2"],
+    );
+    assert_eq!(out.as_deref(), Some(":2"));
+    *out = Some(":3".into());
+    let rep = check(f, Some("lax.reduce_sum"));
+    let r = row(
+        &rep,
+        "lax.reduce_sum",
+        "rank=1, axes=(0,)",
+        "P(sum) -> P(sum)",
+    );
+    assert_eq!(r.class, Class::Incorrect, "{}", r.detail);
+}
+
+#[test]
+fn dot_general_refuses_an_unreduced_operand_and_types_contractions_varying() {
+    let (n, c, rep) = family_counts("contraction");
+    assert_eq!(
+        (n, c),
+        (CONTRACTION.0, CONTRACTION.1),
+        "{}",
+        registry::summary(&rep)
+    );
+    // Every incorrect claim is a varying output read through an out_spec.
+    for r in rep.rows.iter().filter(|r| r.class == Class::Incorrect) {
+        assert!(
+            varying_only(r),
+            "{} {}: {}",
+            r.shown_op(),
+            r.placements(),
+            r.detail
+        );
+    }
+    let mm = "ranks=[2, 2], matmul, dimension_numbers=(((1,), (0,)), ((), ()))";
+    // dot_general is bilinear: a pending sum beside an invariant operand
+    // stays pending, but JAX refuses any unreduced operand.
+    for pl in ["P(sum), R -> P(sum)", "R, P(sum) -> P(sum)"] {
+        assert_eq!(
+            row(&rep, "lax.dot_general", mm, pl).class,
+            Class::Missing,
+            "{pl}"
+        );
+    }
+    // Contracting the sharded dims of both leaves a pending sum, typed
+    // varying instead.
+    assert_eq!(
+        row(&rep, "lax.dot_general", mm, "S(1), S(0) -> P(sum)").class,
+        Class::Missing
+    );
+    let bi = "ranks=[2, 2], batched inner, dimension_numbers=(((1,), (1,)), ((0,), (0,)))";
+    let r = row(&rep, "lax.dot_general", bi, "S(0), S(0) -> S(0)");
+    assert_eq!(r.class, Class::Correct, "{}", r.detail);
+
+    // Twins: a claim bilinear in two pending sums is incorrect; the right
+    // batched claim dropped is missing; a tampered call flips it.
+    let mut f = family("contraction");
+    claims(&mut f, "lax.dot_general", mm).push(claim(&["P(sum)", "P(sum)", "P(sum)"]));
+    claims(&mut f, "lax.dot_general", bi).retain(|c| c != &claim(&["S(0)", "S(0)", "S(0)"]));
+    let rep = check(f, None);
+    let r = row(&rep, "lax.dot_general", mm, "P(sum), P(sum) -> P(sum)");
+    assert_eq!(r.class, Class::Incorrect, "{}", r.detail);
+    assert!(r.detail.starts_with("F3 2 ranks"), "{}", r.detail);
+    let r = row(&rep, "lax.dot_general", bi, "S(0), S(0) -> S(0)");
+    assert_eq!(r.class, Class::Missing, "{}", r.detail);
+    let mut f = family("contraction");
+    let out = call(entry(&mut f, "lax.dot_general", bi), &["1x1:1", "1x1:1"]);
+    assert_eq!(out.as_deref(), Some("1:1"));
+    *out = Some("1:2".into());
+    let rep = check(f, None);
+    let r = row(&rep, "lax.dot_general", bi, "S(0), S(0) -> S(0)");
+    assert_eq!(r.class, Class::Incorrect, "{}", r.detail);
+}
+
+#[test]
+fn shape_primitives_follow_the_shard_and_concatenate_counts_an_invariant_operand() {
+    let (n, c, rep) = family_counts("shape");
+    assert_eq!((n, c), (SHAPE.0, SHAPE.1), "{}", registry::summary(&rep));
+    let mut bad: Vec<String> = Vec::new();
+    for r in rep
+        .rows
+        .iter()
+        .filter(|r| r.class == Class::Incorrect && !varying_only(r))
+    {
+        let s = format!("{} {}", r.shown_op(), r.placements());
+        if !bad.contains(&s) {
+            bad.push(s);
+        }
+    }
+    bad.sort();
+    assert_eq!(
+        bad,
+        [
+            "lax.concatenate(rank=1, dimension=0) P(sum), R -> P(sum)",
+            "lax.concatenate(rank=1, dimension=0) R, P(sum) -> P(sum)",
+            "lax.concatenate(rank=2, dimension=0) P(sum), R -> P(sum)",
+            "lax.concatenate(rank=2, dimension=0) R, P(sum) -> P(sum)",
+            "lax.concatenate(rank=2, dimension=1) P(sum), R -> P(sum)",
+            "lax.concatenate(rank=2, dimension=1) R, P(sum) -> P(sum)",
+            "lax.rev(rank=1, dimensions=(0,)) P(sum) -> R",
+            "lax.rev(rank=2, dimensions=(0,)) P(sum) -> R",
+            "lax.rev(rank=2, dimensions=(1,)) P(sum) -> R",
+        ]
+    );
+    let r = row(
+        &rep,
+        "lax.concatenate",
+        "rank=1, dimension=0",
+        "R, P(sum) -> P(sum)",
+    );
+    assert_eq!(
+        r.detail,
+        "F3 2 ranks; input 0 per rank [[1], [1]]; input 1 per rank [[0], [0]]; per-rank outputs [[1, 0], [1, 0]] denote [2, 0], but f of the inputs' denotations is [1, 0]"
+    );
+    let tr = "rank=2, permutation=(1, 0)";
+    for pl in ["S(0) -> S(1)", "S(1) -> S(0)", "P(sum) -> P(sum)"] {
+        assert_eq!(
+            row(&rep, "lax.transpose", tr, pl).class,
+            Class::Correct,
+            "{pl}"
+        );
+    }
+    assert_eq!(
+        row(
+            &rep,
+            "lax.rev",
+            "rank=1, dimensions=(0,)",
+            "P(sum) -> P(sum)"
+        )
+        .class,
+        Class::Missing
+    );
+
+    // Twins: transpose typing a pending sum invariant is incorrect; its
+    // right claim dropped is missing; a tampered call flips it.
+    let mut f = family("shape");
+    claims(&mut f, "lax.transpose", tr).retain(|c| c != &claim(&["S(1)", "S(0)"]));
+    claims(&mut f, "lax.transpose", tr).push(claim(&["R", "P(sum)"]));
+    let rep = check(f, Some("lax.transpose"));
+    assert_eq!(
+        row(&rep, "lax.transpose", tr, "S(0) -> S(1)").class,
+        Class::Missing
+    );
+    let r = row(&rep, "lax.transpose", tr, "P(sum) -> R");
+    assert_eq!(r.class, Class::Incorrect, "{}", r.detail);
+    assert!(r.detail.starts_with("F1 2 ranks"), "{}", r.detail);
+    let mut f = family("shape");
+    let out = call(entry(&mut f, "lax.transpose", tr), &["1x1:1"]);
+    assert_eq!(out.as_deref(), Some("1x1:1"));
+    *out = Some("1x1:2".into());
+    let rep = check(f, Some("lax.transpose"));
+    let r = row(&rep, "lax.transpose", tr, "S(0) -> S(1)");
+    assert_eq!(r.class, Class::Incorrect, "{}", r.detail);
+}
+
+// (entries, (correct, incorrect, missing, undetermined, latent)) per family.
+const REDUCTION: (usize, (usize, usize, usize, usize, usize)) = (64, (38, 130, 11, 14, 0));
+const CONTRACTION: (usize, (usize, usize, usize, usize, usize)) = (6, (1, 12, 24, 11, 0));
+const SHAPE: (usize, (usize, usize, usize, usize, usize)) = (16, (27, 36, 3, 10, 0));
