@@ -156,12 +156,15 @@ def kernel_fn(name):
     return resolve(name)
 
 
-def build(call, tensors):
+def build(call, tensors, index=lambda t: t):
+    """The call's args and kwargs with `tensors` in place; each constant
+    index tensor (`{"long": ...}`) passed through `index` (which types it R
+    when asking typecheck: in strict mode an untyped operand is refused)."""
     def val(v):
         if isinstance(v, dict) and "tensor" in v:
             return tensors[v["tensor"]]
         if isinstance(v, dict) and "long" in v:
-            return torch.tensor(v["long"], dtype=torch.int64).reshape(v["shape"])
+            return index(torch.tensor(v["long"], dtype=torch.int64).reshape(v["shape"]))
         if isinstance(v, list):
             return [val(x) for x in v]
         return v
@@ -190,7 +193,7 @@ def typed(entry, shapes, assignment, pg, assert_type, get_local_type, get_partit
         t = torch.ones(s, dtype=torch.float64)
         ty = R if p == "R" else P if p == "P(sum)" else S(int(p[2:-1]))
         ts.append(assert_type(t, {pg: ty}))
-    args, kwargs = build(entry["call"], ts)
+    args, kwargs = build(entry["call"], ts, index=lambda t: assert_type(t, {pg: R}))
     if entry["op"] == "spmd_types.rules.einsum":
         kwargs = {"linear_in": tuple(kwargs["linear_in"])}
     f = resolve(entry["op"])
