@@ -720,7 +720,8 @@ pub fn scope() -> Scope {
 
 /// The placements tried for an input or an output when searching for
 /// missing rules: those the system has (spmd_types' local types have one
-/// pending kind, sum, and a Varying value has no shard layout).
+/// pending kind, sum, and its elementwise functions are typed in local
+/// mode, where a Varying value has no shard layout).
 fn all_places(system: &str) -> Vec<Place> {
     if system == "spmd_types" {
         return vec![Place::Inv, Place::Part(PartialKind::Sum)];
@@ -737,13 +738,16 @@ fn all_places(system: &str) -> Vec<Place> {
 }
 
 /// The placements of a tensor of rank `r` (a scalar has no dim to shard).
+/// spmd_types' kernels recorded call by call are typed in its global mode,
+/// where a Varying input carries a shard dim (`S(d)`, its PartitionSpec):
+/// R, S(d) and P(sum) are its states there.
 fn places_of_rank(system: &str, r: usize) -> Vec<Place> {
     let mut v = vec![Place::Inv];
+    v.extend((0..r).map(Place::Shard));
     if system == "spmd_types" {
         v.push(Place::Part(PartialKind::Sum));
         return v;
     }
-    v.extend((0..r).map(Place::Shard));
     if system == "jax" {
         v.push(Place::Part(PartialKind::Sum));
     } else {
