@@ -16,11 +16,14 @@ variant of its parameters and tensor rank of its inputs:
   d = 1), whose global value is the concatenation of the per-rank blocks
   along dim d, which is what the checker's S(d) denotes. JAX's type of a
   varying value names no dim: the dim is chosen by the in_spec and by the
-  out_spec. So a varying output is claimed as S(d') for every dim d' of
-  the output (every out_spec `x` at d' that shard_map accepts for it);
-  a varying output of rank 0 has no out_spec that shard_map accepts (a
-  scalar has no dim to put `x` on, and P() asks for an invariant value),
-  so it is no claim and is listed in the entry's `call.no_placement`.
+  out_spec, and the type promises nothing about the global value
+  (shard_map is per-device). So a varying output is listed as S(d') for
+  every dim d' of the output in the entry's `unmodelled`, not as a claim
+  (record_registry_jax.py moves it there): the checker neither holds JAX
+  to it nor reports those outputs missing. A varying output of rank 0 has
+  no out_spec that shard_map accepts (a scalar has no dim to put `x` on,
+  and P() asks for an invariant value); it is listed in the entry's
+  `call.no_placement`.
   An unreduced output of kind k is P(k), invariant or reduced R. A tracing
   error is a refusal, no claim.
 - an empty `tensor_kernel`: its shapes and calls are filled in later, as

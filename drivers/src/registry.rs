@@ -109,9 +109,10 @@ pub struct Entry {
     /// they are not checked (the text says where they differ).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shape_dependent: Option<String>,
-    /// Claims whose placements the checker does not model (DTensor's
-    /// `_StridedShard`, written `_S(dim, split_factor)`): listed, not
-    /// checked.
+    /// Claims the checker does not model (DTensor's `_StridedShard`,
+    /// written `_S(dim, split_factor)`, and `P(product)`; a JAX varying
+    /// output, which promises no global value): listed, not checked, and
+    /// never reported missing.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unmodelled: Vec<Vec<String>>,
 }
@@ -1021,6 +1022,17 @@ fn entry_rows(
             }
         }
     }
+    // Outputs the library gives that the checker does not hold it to (a
+    // JAX varying output; DTensor's _StridedShard does not parse): never
+    // reported missing.
+    let unmodelled: Vec<(Vec<Place>, Place)> = e
+        .unmodelled
+        .iter()
+        .filter_map(|c| {
+            let ps: Vec<Place> = c.iter().map(|p| place(p).ok()).collect::<Option<_>>()?;
+            (ps.len() == e.inputs + 1).then(|| (ps[1..].to_vec(), ps[0]))
+        })
+        .collect();
     for ins in combos {
         let claimed: Vec<Place> = claims
             .iter()
@@ -1096,6 +1108,11 @@ fn entry_rows(
                         gap.as_ref().map(|g| format!("; {g}")).unwrap_or_default()
                     ),
                 ),
+                (Verdict::Sound { .. }, false, None)
+                    if unmodelled.contains(&(ins.clone(), *out)) =>
+                {
+                    continue
+                }
                 (Verdict::Sound { .. }, false, None) => (
                     Class::Missing,
                     format!(
@@ -1504,7 +1521,7 @@ pub fn text(rep: &Report, listing: Listing, show_repro: bool) -> String {
             "not checked: {skipped} registrations the recording skipped (the file's `skipped` says why of each); {others} registered ops of families not recorded yet (`not_recorded`){}{}\n",
             if rep.unmodelled > 0 {
                 format!(
-                    "; {} claims on placements not modelled (`unmodelled`: _StridedShard, Partial(product))",
+                    "; {} claims not modelled (`unmodelled`: DTensor's _StridedShard and Partial(product), JAX's varying outputs of reductions, contractions and shape ops)",
                     rep.unmodelled
                 )
             } else {
