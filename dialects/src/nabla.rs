@@ -25,6 +25,90 @@ pub const SYSTEM: System = System {
     collective,
 };
 
+/// The released Nabla, nabla-ml 26.2251344 (PyPI), as recorded in
+/// `tests/fixtures/nabla_typing_26.2251344.json` (SPEC.md §16.4): asked for
+/// by name, `nabla@26.2251344`. Not the seeds' rules: what the release does.
+pub const SYSTEM_26_2251344: System = System {
+    name: "nabla@26.2251344",
+    dialect: Dialect::Nabla,
+    seeds: "none: nabla-ml 26.2251344 as recorded",
+    typing: typing_26_2251344,
+    cast,
+    collective,
+};
+
+/// Which Nabla: the seeds' rules (the default `nabla`) or a recorded
+/// release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Version {
+    /// Seeds 002 and 004 (`nabla`).
+    Seeds,
+    /// nabla-ml 26.2251344 as released (`nabla@26.2251344`).
+    V26_2251344,
+}
+
+impl Version {
+    /// The version a fixture records (`26.2251344`); any other is the seeds'.
+    pub fn of(recorded: &str) -> Version {
+        match recorded {
+            "26.2251344" => Version::V26_2251344,
+            _ => Version::Seeds,
+        }
+    }
+    pub fn system(self) -> &'static System {
+        match self {
+            Version::Seeds => &SYSTEM,
+            Version::V26_2251344 => &SYSTEM_26_2251344,
+        }
+    }
+}
+
+/// The op classes the recording of nabla-ml 26.2251344 covers, each with a
+/// partial operand on 2, 3 and 4 ranks (the fixture's `op` in brackets):
+/// neg, scalar mul (`mul_const`), nonlinear (`relu`, `abs`, `add_const`),
+/// sum, mean, max, cumsum, views (`slice`, `transpose`, `reshape`), the
+/// narrowing cast (`cast_f32`), add, sub, mul, division, concat, matmul.
+fn recorded_26_2251344(op: OpClass) -> bool {
+    !matches!(op, OpClass::Einsum | OpClass::FloorDivision)
+}
+
+/// nabla-ml 26.2251344 as recorded: on every case of the fixture, an op
+/// with any partial operand on the axis gives a partial output (the union
+/// of the operands' partial axes, `core/sharding/spmd.py`'s pure-partial
+/// path) and inserts no collective; replicated operands alone give
+/// replicated. It refuses nothing. Sharded operands were not recorded (MAX
+/// compiles each slicing graph in tens of seconds on the recording host,
+/// peers/README.md), so a sharded column is `Unknown`, as is an op class
+/// the recording does not cover.
+pub fn typing_26_2251344(op: OpClass, inputs: &[Vec<State>]) -> Outcome {
+    let Some(cols) = columns(inputs) else {
+        return malformed();
+    };
+    if inputs.iter().any(|t| t.contains(&State::Reduced)) {
+        return Outcome::Unknown("Nabla has no Reduced state".into());
+    }
+    if !recorded_26_2251344(op) {
+        return Outcome::Unknown(format!(
+            "nabla-ml 26.2251344 was not recorded on {}",
+            op.name()
+        ));
+    }
+    let mut out = Vec::new();
+    for (a, col) in cols.iter().enumerate() {
+        if col.contains(&State::Varying) {
+            return Outcome::Unknown(format!(
+                "mesh axis {a}: nabla-ml 26.2251344 was not recorded with sharded operands"
+            ));
+        }
+        out.push(if col.contains(&State::Partial) {
+            State::Partial
+        } else {
+            State::Invariant
+        });
+    }
+    Outcome::infers(out)
+}
+
 /// The cast Nabla inserts to force a pending sum.
 pub const ALL_REDUCE: &str = "all_reduce";
 pub const CASTS: &[&str] = &[ALL_REDUCE];
