@@ -60,11 +60,18 @@ fn the_recording_replays_against_the_released_dialect() {
     assert_eq!(rs.len(), fixture()["cases"].as_array().unwrap().len());
     for r in &rs {
         assert_ne!(r.class.key(), "model_mismatch", "{} {:?}", r.id, r.class);
-        let d = r
-            .dialect
-            .as_ref()
-            .unwrap_or_else(|| panic!("{}: no dialect check", r.id));
-        assert!(d.matches(), "{}: {}", r.id, d.line());
+        match r.dialect.as_ref() {
+            Some(d) => assert!(d.matches(), "{}: {}", r.id, d.line()),
+            // sum, mean and max of a sharded operand: the one-axis type
+            // does not say which dim is sharded; not compared.
+            None => assert!(
+                ["sum_S_", "mean_S_", "max_S_"]
+                    .iter()
+                    .any(|p| r.id.starts_with(p)),
+                "{}: no dialect check",
+                r.id
+            ),
+        }
         if let Some(d) = r.class.detail() {
             assert!(!d.starts_with("unknown case kind"), "{}: {d}", r.id);
         }
@@ -78,6 +85,9 @@ fn the_recording_replays_against_the_released_dialect() {
         ("relu_P_n2", "F2"),
         ("concat_P_R_n2", "F3"),
         ("max_P_n2", "F2"),
+        ("add_S_P_n2", "F3"),
+        ("cumsum_S_n3", "F3"),
+        ("concat_S_S_n2", "F3"),
     ] {
         let r = case(&rs, id);
         assert_eq!(
@@ -104,6 +114,9 @@ fn the_recording_replays_against_the_released_dialect() {
         "matmul_P_R_n2",
         "concat_P_P_n2",
         "add_R_R_n4",
+        "add_S_R_n2",
+        "mul_P_S_n3",
+        "relu_S_n2",
     ] {
         assert_eq!(
             case(&rs, id).class.key(),
@@ -113,13 +126,15 @@ fn the_recording_replays_against_the_released_dialect() {
         );
     }
     // Exactly these typings are wrong, on every recorded mesh (2, 3, 4):
-    // a partial operand of a non-linear use kept partial.
+    // a partial operand of a non-linear use kept partial (also after
+    // Nabla gathers a sharded operand beside it), and two ops on sharded
+    // vectors whose blocks are not the global result's.
     let mut defects: Vec<String> = rs
         .iter()
         .filter(|r| r.class.key() == "real_defect")
         .map(|r| r.id.rsplit_once("_n").unwrap().0.to_string())
         .collect();
-    assert_eq!(defects.len(), 42, "{defects:?}");
+    assert_eq!(defects.len(), 69, "{defects:?}");
     defects.sort();
     defects.dedup();
     assert_eq!(
@@ -127,18 +142,27 @@ fn the_recording_replays_against_the_released_dialect() {
         [
             "abs_P",
             "add_P_R",
+            "add_P_S",
             "add_R_P",
+            "add_S_P",
             "add_const_P",
             "concat_P_R",
+            "concat_P_S",
             "concat_R_P",
+            "concat_S_P",
+            "concat_S_S",
+            "cumsum_S",
             "div_P_P",
             "div_R_P",
+            "div_S_P",
             "matmul_P_P",
             "max_P",
             "mul_P_P",
             "relu_P",
             "sub_P_R",
-            "sub_R_P"
+            "sub_P_S",
+            "sub_R_P",
+            "sub_S_P"
         ]
     );
 }
@@ -271,10 +295,15 @@ fn the_released_rules_are_refuted_by_the_oracle() {
             "{op:?}"
         );
     }
-    // `derive` classes the release's add(P, replicated) as unsound acceptances.
+    // `derive` classes the release's add of a partial and a replicated (or
+    // gathered sharded) operand as unsound acceptances.
     let (code, out, err) = common::run(&["derive", "add", "--dialect", "nabla@26.2251344"]);
     assert_eq!(code, 0, "{err}");
-    assert!(out.contains("2 unsound acceptance"), "{out}");
+    assert!(out.contains("4 unsound acceptance"), "{out}");
+    assert!(
+        out.contains("  I, P -> P      unsound F3       unsound acceptance"),
+        "{out}"
+    );
 }
 
 /// The seeds' `nabla` on the same ops: where it answers, it all-reduces the

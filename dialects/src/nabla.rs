@@ -72,15 +72,27 @@ fn recorded_26_2251344(op: OpClass) -> bool {
     !matches!(op, OpClass::Einsum | OpClass::FloorDivision)
 }
 
-/// nabla-ml 26.2251344 as recorded: on every case of the fixture, an op
-/// with any partial operand on the axis gives a partial output (the union
-/// of the operands' partial axes, `core/sharding/spmd.py`'s pure-partial
-/// path) and inserts no collective; replicated operands alone give
-/// replicated. It refuses nothing. Sharded operands were not recorded (MAX
-/// compiles each slicing graph in tens of seconds on the recording host,
-/// peers/README.md), so a sharded column is `Unknown`, as is an op class
-/// the recording does not cover.
+/// The cast the release inserts before an op that meets a sharded operand
+/// with a replicated or partial one: it gathers the sharded operand.
+pub const ALL_GATHER: &str = "all_gather";
+
+/// nabla-ml 26.2251344 as recorded (every case of the fixture; sharded
+/// operands are sharded along dim 0 of a vector), per mesh axis:
+/// - any partial operand and no sharded one: partial, no collective (the
+///   union of the operands' partial axes, `core/sharding/spmd.py`'s
+///   pure-partial path); replicated operands alone: replicated;
+/// - every operand sharded: sharded, no collective (elementwise ops,
+///   concatenate, cumsum and slice run on the local blocks);
+/// - a sharded operand beside a replicated or partial one: the sharded one
+///   is all-gathered, then as above (partial if any operand is partial);
+/// - sum, mean and max of a sharded operand reduce each block and then
+///   all-reduce: the one-axis type does not say whether the sharded dim is
+///   the reduced one, so `Unknown`.
+///
+/// It refuses nothing. Matmul and einsum of a sharded operand, floor
+/// division and einsum at all were not recorded: `Unknown`.
 pub fn typing_26_2251344(op: OpClass, inputs: &[Vec<State>]) -> Outcome {
+    use OpClass::*;
     let Some(cols) = columns(inputs) else {
         return malformed();
     };
@@ -94,11 +106,38 @@ pub fn typing_26_2251344(op: OpClass, inputs: &[Vec<State>]) -> Outcome {
         ));
     }
     let mut out = Vec::new();
+    let mut casts = Vec::new();
     for (a, col) in cols.iter().enumerate() {
         if col.contains(&State::Varying) {
-            return Outcome::Unknown(format!(
-                "mesh axis {a}: nabla-ml 26.2251344 was not recorded with sharded operands"
-            ));
+            match op {
+                Sum | Mean | Max => {
+                    return Outcome::Unknown(format!(
+                        "mesh axis {a}: nabla-ml 26.2251344 reduces each block and all-reduces when the reduced dim is the sharded one; a one-axis type does not say which dim is sharded"
+                    ))
+                }
+                Matmul | Einsum => {
+                    return Outcome::Unknown(format!(
+                        "mesh axis {a}: nabla-ml 26.2251344 was not recorded on {} of a sharded operand",
+                        op.name()
+                    ))
+                }
+                _ => {}
+            }
+            if col.iter().all(|&s| s == State::Varying) {
+                out.push(State::Varying);
+                continue;
+            }
+            for (i, &s) in col.iter().enumerate() {
+                if s == State::Varying {
+                    casts.push(Cast {
+                        input: i,
+                        axis: a,
+                        name: ALL_GATHER,
+                        from: State::Varying,
+                        to: State::Invariant,
+                    });
+                }
+            }
         }
         out.push(if col.contains(&State::Partial) {
             State::Partial
@@ -106,12 +145,12 @@ pub fn typing_26_2251344(op: OpClass, inputs: &[Vec<State>]) -> Outcome {
             State::Invariant
         });
     }
-    Outcome::infers(out)
+    Outcome::Infers { output: out, casts }
 }
 
 /// The cast Nabla inserts to force a pending sum.
 pub const ALL_REDUCE: &str = "all_reduce";
-pub const CASTS: &[&str] = &[ALL_REDUCE];
+pub const CASTS: &[&str] = &[ALL_REDUCE, ALL_GATHER];
 
 /// What the op does with partial inputs on one axis.
 enum OnPartial {
@@ -279,9 +318,11 @@ pub fn reshape_sharding(
     )))
 }
 
-/// How Nabla runs a cast its typing inserts: by its table, and its forced
-/// all-reduce of a partial input (Partial to Invariant).
+/// How Nabla runs a cast its typing inserts: by its table, its forced
+/// all-reduce of a partial input (Partial to Invariant), and the release's
+/// all-gather of a sharded one (Varying to Invariant).
 pub fn cast(name: &str, from: State, to: State) -> Option<(String, String)> {
+    use crate::elaborate::{fill, table_rows};
     let own = [(
         "all_reduce",
         State::Partial,
@@ -289,7 +330,18 @@ pub fn cast(name: &str, from: State, to: State) -> Option<(String, String)> {
         "all_reduce(I)",
         "reinterpret(I,R)",
     )];
-    crate::elaborate::cast_by_table_or("nabla", &own, name, from, to)
+    if let Some(c) = crate::elaborate::cast_by_table_or("nabla", &own, name, from, to) {
+        return Some(c);
+    }
+    // The release's gather of a sharded operand (nabla@26.2251344): seed
+    // 003's all_gather to Invariant, with that table's backward.
+    if (name, from, to) != (ALL_GATHER, State::Varying, State::Invariant) {
+        return None;
+    }
+    let (r, _, _) = table_rows("spmd_types")
+        .into_iter()
+        .find(|(r, _, _)| r.forward == "all_gather(I, dim={d})")?;
+    Some((fill(&r.forward), fill(r.backward.as_deref()?)))
 }
 
 crate::elaborate::table_collective_reader!("Nabla");
