@@ -23,8 +23,9 @@ is there). Each operand is built from its exact per-rank local tensors
 
 Where a sharded operand meets a replicated or partial one, those hold the
 global shape (n times the block), as Nabla requires. Values are small
-dyadic rationals in float64, so every result is exact; the recorder checks
-that every number it writes is an exact dyadic rational.
+dyadic rationals in float64, so every result is exact but a mean over 3
+ranks' worth of elements, written as the small rational whose float64 it
+is (see `exact`); the recorder refuses any other number.
 
 Per case it writes the op, the operands (state, Nabla's sharding, per-rank
 tensors), and what Nabla did: the output's sharding (state per axis: the

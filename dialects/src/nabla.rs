@@ -63,8 +63,8 @@ impl Version {
     }
 }
 
-/// The op classes the recording of nabla-ml 26.2251344 covers, each with a
-/// partial operand on 2, 3 and 4 ranks (the fixture's `op` in brackets):
+/// The op classes the recording of nabla-ml 26.2251344 covers, on 2, 3 and
+/// 4 ranks (the fixture's `op` in brackets):
 /// neg, scalar mul (`mul_const`), nonlinear (`relu`, `abs`, `add_const`),
 /// sum, mean, max, cumsum, views (`slice`, `transpose`, `reshape`), the
 /// narrowing cast (`cast_f32`), add, sub, mul, division, concat, matmul.
