@@ -293,6 +293,54 @@ def realize_pending():
 COLLECTIVES = {"all_reduce", "all_gather", "reduce_scatter", "shard", "reshard", "all_to_all"}
 
 
+def collective_cases(n):
+    """nabla.all_reduce of a partial vector and nabla.all_gather of a
+    sharded one, with the gradient nabla.vjp gives for a replicated
+    cotangent of distinct values. Each case carries an `spmd-check run` job
+    in seed 003's catalogue spelling (the dialect the other recorded
+    collectives use): the call Nabla's collective corresponds to and the
+    transpose its gradient matches."""
+    mesh = DeviceMesh(f"c{n}", (n,), ("x",))
+    out = []
+    specs = [
+        ("all_reduce_P", "partial", lambda x: nb.all_reduce(x), "all_reduce(I)",
+         "reinterpret(I,R)", "P", "I", 2),
+        ("all_gather_S", "sharded", lambda x: nb.all_gather(x, axis=0), "all_gather(I, dim=0)",
+         "convert(I,V, dim=0)", "V", "I", 2 * n),
+    ]
+    for name, state, fn, fwd, bwd, tin, tout, out_len in specs:
+        loc = [local_values(state, r, (2,), n, (2,)) for r in range(n)]
+        x = make(mesh, state, loc)
+        ct_vals = np.array([10.0 * (i + 1) for i in range(out_len)])
+        case = {"kind": "collective", "id": f"{name}_n{n}", "mesh": {"x": n}}
+        try:
+            y, pull = nb.vjp(fn, x)
+            ct = make(mesh, "replicated", [ct_vals for _ in range(n)])
+            g = pull(ct)
+            g = g[0] if isinstance(g, (tuple, list)) else g
+            ct_pr = [tolist(ct_vals) for _ in range(n)]
+            case["job"] = {
+                "dialect": "spmd_types", "mesh": {"x": n}, "forward": fwd, "backward": bwd,
+                "inputs": [{"type": tin, "per_rank": [tolist(a) for a in loc]}],
+                "output": tout, "cotangent": ct_pr,
+            }
+            case["real"] = {
+                "call": f"nabla.{name.rsplit('_', 1)[0]}(x) on a {state} vector; nabla.vjp",
+                "output": describe(y.sharding),
+                "output_per_rank": per_rank(y),
+                "error": None,
+                "cotangent_per_rank": ct_pr,
+                "transpose_sharding": repr(g.sharding),
+                "transpose_per_rank": per_rank(g),
+                "transpose_error": None,
+            }
+        except Exception as e:  # noqa: BLE001
+            case["job"] = None
+            case["real"] = {"error": f"{type(e).__name__}: {e}".splitlines()[0][:400]}
+        out.append(case)
+    return out
+
+
 def main():
     cases = []
     for n in (2, 3, 4):
@@ -313,6 +361,8 @@ def main():
                 cases.append(run_case(n, name, fn, expr, list(s), (2, 2)))
         print(f"n={n}: {len(cases)} cases traced", file=sys.stderr)
     realize_pending()
+    for n in (2, 3, 4):
+        cases.extend(collective_cases(n))
     v = nabla_shims.versions()
     doc = {
         "system": "nabla",

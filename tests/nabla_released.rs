@@ -64,16 +64,34 @@ fn the_recording_replays_against_the_released_dialect() {
             Some(d) => assert!(d.matches(), "{}: {}", r.id, d.line()),
             // sum, mean and max of a sharded operand: the one-axis type
             // does not say which dim is sharded; not compared.
+            // The collectives are no typing cases.
             None => assert!(
-                ["sum_S_", "mean_S_", "max_S_"]
-                    .iter()
-                    .any(|p| r.id.starts_with(p)),
+                [
+                    "sum_S_",
+                    "mean_S_",
+                    "max_S_",
+                    "all_reduce_P_",
+                    "all_gather_S_"
+                ]
+                .iter()
+                .any(|p| r.id.starts_with(p)),
                 "{}: no dialect check",
                 r.id
             ),
         }
         if let Some(d) = r.class.detail() {
             assert!(!d.starts_with("unknown case kind"), "{}: {d}", r.id);
+        }
+    }
+    // Nabla's all_reduce of a partial vector and all_gather of a sharded
+    // one, and the gradients nabla.vjp gives, equal the catalogue's
+    // all_reduce(I) and all_gather(I, dim=0) with their transposes, and
+    // are sound.
+    for n in 2..=4 {
+        for c in ["all_reduce_P", "all_gather_S"] {
+            let r = case(&rs, &format!("{c}_n{n}"));
+            assert_eq!(r.class.key(), "agree", "{}: {:?} {}", r.id, r.class, r.note);
+            assert!(r.note.contains("forward and transpose equal"), "{}", r.note);
         }
     }
     // Wrong values, with the property that fails.
