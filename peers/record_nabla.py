@@ -294,9 +294,10 @@ COLLECTIVES = {"all_reduce", "all_gather", "reduce_scatter", "shard", "reshard",
 
 
 def collective_cases(n):
-    """nabla.all_reduce of a partial vector and nabla.all_gather of a
-    sharded one, with the gradient nabla.vjp gives for a replicated
-    cotangent of distinct values. Each case carries an `spmd-check run` job
+    """nabla.all_reduce and nabla.reduce_scatter of a partial vector and
+    nabla.all_gather of a sharded one, with the gradient nabla.vjp gives
+    for a cotangent of distinct values (replicated, or sharded like the
+    output). Each case carries an `spmd-check run` job
     in seed 003's catalogue spelling (the dialect the other recorded
     collectives use): the call Nabla's collective corresponds to and the
     transpose its gradient matches."""
@@ -307,18 +308,28 @@ def collective_cases(n):
          "reinterpret(I,R)", "P", "I", 2),
         ("all_gather_S", "sharded", lambda x: nb.all_gather(x, axis=0), "all_gather(I, dim=0)",
          "convert(I,V, dim=0)", "V", "I", 2 * n),
+        # A partial vector of 2n elements, scattered in blocks of 2; the
+        # cotangent is sharded like the output.
+        ("reduce_scatter_P", "partial", lambda x: nb.reduce_scatter(x, axis=0),
+         "reduce_scatter(dim=0)", "all_gather(R, dim=0)", "P", "V", 2),
     ]
     for name, state, fn, fwd, bwd, tin, tout, out_len in specs:
-        loc = [local_values(state, r, (2,), n, (2,)) for r in range(n)]
+        size = (2 * n,) if name.startswith("reduce_scatter") else (2,)
+        loc = [local_values(state, r, size, n, size) for r in range(n)]
         x = make(mesh, state, loc)
-        ct_vals = np.array([10.0 * (i + 1) for i in range(out_len)])
         case = {"kind": "collective", "id": f"{name}_n{n}", "mesh": {"x": n}}
         try:
             y, pull = nb.vjp(fn, x)
-            ct = make(mesh, "replicated", [ct_vals for _ in range(n)])
+            if tout == "V":
+                cts = [np.array([10.0 * (out_len * r + i + 1) for i in range(out_len)])
+                       for r in range(n)]
+                ct = make(mesh, "sharded", cts)
+            else:
+                cts = [np.array([10.0 * (i + 1) for i in range(out_len)]) for _ in range(n)]
+                ct = make(mesh, "replicated", cts)
             g = pull(ct)
             g = g[0] if isinstance(g, (tuple, list)) else g
-            ct_pr = [tolist(ct_vals) for _ in range(n)]
+            ct_pr = [tolist(c) for c in cts]
             case["job"] = {
                 "dialect": "spmd_types", "mesh": {"x": n}, "forward": fwd, "backward": bwd,
                 "inputs": [{"type": tin, "per_rank": [tolist(a) for a in loc]}],

@@ -71,7 +71,8 @@ fn the_recording_replays_against_the_released_dialect() {
                     "mean_S_",
                     "max_S_",
                     "all_reduce_P_",
-                    "all_gather_S_"
+                    "all_gather_S_",
+                    "reduce_scatter_P_",
                 ]
                 .iter()
                 .any(|p| r.id.starts_with(p)),
@@ -83,12 +84,12 @@ fn the_recording_replays_against_the_released_dialect() {
             assert!(!d.starts_with("unknown case kind"), "{}: {d}", r.id);
         }
     }
-    // Nabla's all_reduce of a partial vector and all_gather of a sharded
-    // one, and the gradients nabla.vjp gives, equal the catalogue's
-    // all_reduce(I) and all_gather(I, dim=0) with their transposes, and
-    // are sound.
+    // Nabla's all_reduce and reduce_scatter of a partial vector and
+    // all_gather of a sharded one, and the gradients nabla.vjp gives, equal
+    // the catalogue's all_reduce(I), reduce_scatter(dim=0) and
+    // all_gather(I, dim=0) with their transposes, and are sound.
     for n in 2..=4 {
-        for c in ["all_reduce_P", "all_gather_S"] {
+        for c in ["all_reduce_P", "all_gather_S", "reduce_scatter_P"] {
             let r = case(&rs, &format!("{c}_n{n}"));
             assert_eq!(r.class.key(), "agree", "{}: {:?} {}", r.id, r.class, r.note);
             assert!(r.note.contains("forward and transpose equal"), "{}", r.note);
