@@ -239,12 +239,14 @@ pub fn system(name: &str) -> Result<&'static System, String> {
 /// Second readings of a system, asked for by name only: DTensor's
 /// `Reduced()` propagation as the seed's FSDP example reads it, and older
 /// recorded JAX versions (`jax@0.11`, `jax@0.10`), and JAX with
-/// `jax_auto_pcast=False` (`jax(auto_pcast=False)`).
+/// `jax_auto_pcast=False` (`jax(auto_pcast=False)`), and the released Nabla
+/// as recorded (`nabla@26.2251344`).
 pub const READINGS: &[System] = &[
     dtensor::FSDP_READING,
     jax::SYSTEM_0_11,
     jax::SYSTEM_0_10,
     jax::SYSTEM_NO_AUTO_PCAST,
+    nabla::SYSTEM_26_2251344,
 ];
 
 impl System {

@@ -25,9 +25,132 @@ pub const SYSTEM: System = System {
     collective,
 };
 
+/// The released Nabla, nabla-ml 26.2251344 (PyPI), as recorded in
+/// `tests/fixtures/nabla_typing_26.2251344.json` (SPEC.md §16.4): asked for
+/// by name, `nabla@26.2251344`. Not the seeds' rules: what the release does.
+pub const SYSTEM_26_2251344: System = System {
+    name: "nabla@26.2251344",
+    dialect: Dialect::Nabla,
+    seeds: "none: nabla-ml 26.2251344 as recorded",
+    typing: typing_26_2251344,
+    cast,
+    collective,
+};
+
+/// Which Nabla: the seeds' rules (the default `nabla`) or a recorded
+/// release.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Version {
+    /// Seeds 002 and 004 (`nabla`).
+    Seeds,
+    /// nabla-ml 26.2251344 as released (`nabla@26.2251344`).
+    V26_2251344,
+}
+
+impl Version {
+    /// The version a fixture records (`26.2251344`); any other is the seeds'.
+    pub fn of(recorded: &str) -> Version {
+        match recorded {
+            "26.2251344" => Version::V26_2251344,
+            _ => Version::Seeds,
+        }
+    }
+    pub fn system(self) -> &'static System {
+        match self {
+            Version::Seeds => &SYSTEM,
+            Version::V26_2251344 => &SYSTEM_26_2251344,
+        }
+    }
+}
+
+/// The op classes the recording of nabla-ml 26.2251344 covers, on 2, 3 and
+/// 4 ranks (the fixture's `op` in brackets):
+/// neg, scalar mul (`mul_const`), nonlinear (`relu`, `abs`, `add_const`),
+/// sum, mean, max, cumsum, views (`slice`, `transpose`, `reshape`), the
+/// narrowing cast (`cast_f32`), add, sub, mul, division, concat, matmul.
+fn recorded_26_2251344(op: OpClass) -> bool {
+    !matches!(op, OpClass::Einsum | OpClass::FloorDivision)
+}
+
+/// The cast the release inserts before an op that meets a sharded operand
+/// with a replicated or partial one: it gathers the sharded operand.
+pub const ALL_GATHER: &str = "all_gather";
+
+/// nabla-ml 26.2251344 as recorded (every case of the fixture; sharded
+/// operands are sharded along dim 0 of a vector), per mesh axis:
+/// - any partial operand and no sharded one: partial, no collective (the
+///   union of the operands' partial axes, `core/sharding/spmd.py`'s
+///   pure-partial path); replicated operands alone: replicated;
+/// - every operand sharded: sharded, no collective (elementwise ops,
+///   concatenate, cumsum and slice run on the local blocks);
+/// - a sharded operand beside a replicated or partial one: the sharded one
+///   is all-gathered, then as above (partial if any operand is partial);
+/// - sum, mean and max of a sharded operand reduce each block and then
+///   all-reduce: the one-axis type does not say whether the sharded dim is
+///   the reduced one, so `Unknown`.
+///
+/// It refuses nothing. Matmul and einsum of a sharded operand, floor
+/// division and einsum at all were not recorded: `Unknown`.
+pub fn typing_26_2251344(op: OpClass, inputs: &[Vec<State>]) -> Outcome {
+    use OpClass::*;
+    let Some(cols) = columns(inputs) else {
+        return malformed();
+    };
+    if inputs.iter().any(|t| t.contains(&State::Reduced)) {
+        return Outcome::Unknown("Nabla has no Reduced state".into());
+    }
+    if !recorded_26_2251344(op) {
+        return Outcome::Unknown(format!(
+            "nabla-ml 26.2251344 was not recorded on {}",
+            op.name()
+        ));
+    }
+    let mut out = Vec::new();
+    let mut casts = Vec::new();
+    for (a, col) in cols.iter().enumerate() {
+        if col.contains(&State::Varying) {
+            match op {
+                Sum | Mean | Max => {
+                    return Outcome::Unknown(format!(
+                        "mesh axis {a}: nabla-ml 26.2251344 reduces each block and all-reduces when the reduced dim is the sharded one; a one-axis type does not say which dim is sharded"
+                    ))
+                }
+                Matmul | Einsum => {
+                    return Outcome::Unknown(format!(
+                        "mesh axis {a}: nabla-ml 26.2251344 was not recorded on {} of a sharded operand",
+                        op.name()
+                    ))
+                }
+                _ => {}
+            }
+            if col.iter().all(|&s| s == State::Varying) {
+                out.push(State::Varying);
+                continue;
+            }
+            for (i, &s) in col.iter().enumerate() {
+                if s == State::Varying {
+                    casts.push(Cast {
+                        input: i,
+                        axis: a,
+                        name: ALL_GATHER,
+                        from: State::Varying,
+                        to: State::Invariant,
+                    });
+                }
+            }
+        }
+        out.push(if col.contains(&State::Partial) {
+            State::Partial
+        } else {
+            State::Invariant
+        });
+    }
+    Outcome::Infers { output: out, casts }
+}
+
 /// The cast Nabla inserts to force a pending sum.
 pub const ALL_REDUCE: &str = "all_reduce";
-pub const CASTS: &[&str] = &[ALL_REDUCE];
+pub const CASTS: &[&str] = &[ALL_REDUCE, ALL_GATHER];
 
 /// What the op does with partial inputs on one axis.
 enum OnPartial {
@@ -195,9 +318,11 @@ pub fn reshape_sharding(
     )))
 }
 
-/// How Nabla runs a cast its typing inserts: by its table, and its forced
-/// all-reduce of a partial input (Partial to Invariant).
+/// How Nabla runs a cast its typing inserts: by its table, its forced
+/// all-reduce of a partial input (Partial to Invariant), and the release's
+/// all-gather of a sharded one (Varying to Invariant).
 pub fn cast(name: &str, from: State, to: State) -> Option<(String, String)> {
+    use crate::elaborate::{fill, table_rows};
     let own = [(
         "all_reduce",
         State::Partial,
@@ -205,7 +330,18 @@ pub fn cast(name: &str, from: State, to: State) -> Option<(String, String)> {
         "all_reduce(I)",
         "reinterpret(I,R)",
     )];
-    crate::elaborate::cast_by_table_or("nabla", &own, name, from, to)
+    if let Some(c) = crate::elaborate::cast_by_table_or("nabla", &own, name, from, to) {
+        return Some(c);
+    }
+    // The release's gather of a sharded operand (nabla@26.2251344): seed
+    // 003's all_gather to Invariant, with that table's backward.
+    if (name, from, to) != (ALL_GATHER, State::Varying, State::Invariant) {
+        return None;
+    }
+    let (r, _, _) = table_rows("spmd_types")
+        .into_iter()
+        .find(|(r, _, _)| r.forward == "all_gather(I, dim={d})")?;
+    Some((fill(&r.forward), fill(r.backward.as_deref()?)))
 }
 
 crate::elaborate::table_collective_reader!("Nabla");

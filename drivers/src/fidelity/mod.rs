@@ -20,9 +20,11 @@ use spmd_semantics::{Mesh, Q};
 
 mod dtensor;
 mod jax;
+mod nabla;
 mod spmd_types;
 use dtensor::*;
 use jax::*;
+use nabla::*;
 use spmd_types::*;
 
 /// How one recorded case compares with the model and the oracle.
@@ -184,6 +186,7 @@ fn classify(system: &str, version: &str, c: &Value) -> (Class, String) {
     match c["kind"].as_str() {
         Some("collective") => collective(c),
         Some("typing") if system == "jax" => jax_typing(c, version),
+        Some("typing") if system == "nabla" => nabla_typing(c),
         Some("typing") if c["source"] == "infer_local_type_for_axis" => spmd_types_typing(c),
         Some("typing") if c["source"] == "torch" => torch_typing(c),
         Some("typing") if c["source"] == "dtensor_propagation" => dtensor_typing(c),
@@ -434,6 +437,7 @@ pub fn dialect_check(system: &str, version: &str, c: &Value) -> Option<DialectCh
         "jax" => jax_dialect(c, version),
         "spmd_types" => spmd_types_dialect(c),
         "dtensor" => dtensor_dialect(c),
+        "nabla" => nabla_dialect(c, version),
         _ => None,
     }
 }
