@@ -35,16 +35,23 @@ if [ -z "${BIN:-}" ]; then
     cargo build --release --quiet
     BIN=target/release/spmd-check
 fi
+# fill_loop SYSTEM PYTHON SCRIPT RAW: call the kernels a run of RAW wants
+# (`--want`, then SCRIPT's `fill`) until nothing is wanted.
+fill_loop() {
+    local system=$1 python=$2 script=$3 raw=$4 round wanted
+    for round in 1 2 3 4 5 6 7 8 9 10; do
+        "$BIN" registry "$system" --file "$raw" --want "$raw.want" > /dev/null || true
+        wanted=$("$python" -c 'import json, sys; w = json.load(open(sys.argv[1])); print(w["shapes"] + w["calls"])' "$raw.want")
+        echo "$system round $round: $wanted shapes and calls wanted" >&2
+        [ "$wanted" = 0 ] && return 0
+        "$python" "$script" fill "$raw" "$raw.want"
+    done
+    echo "$system: still wanting calls after 10 rounds" >&2
+    return 1
+}
 if want dtensor; then
 "$PY" peers/record_registry_dtensor.py "$TMP/raw.json"
-for round in 1 2 3 4 5 6 7 8 9 10; do
-    "$BIN" registry dtensor --file "$TMP/raw.json" \
-        --want "$TMP/want.json" > /dev/null || true
-    wanted=$("$PY" -c 'import json, sys; w = json.load(open(sys.argv[1])); print(w["shapes"] + w["calls"])' "$TMP/want.json")
-    echo "round $round: $wanted shapes and calls wanted" >&2
-    [ "$wanted" = 0 ] && break
-    "$PY" peers/record_registry_dtensor.py fill "$TMP/raw.json" "$TMP/want.json"
-done
+fill_loop dtensor "$PY" peers/record_registry_dtensor.py "$TMP/raw.json"
 mkdir -p "$TMP/repro" "$(dirname "$OUT")"
 "$BIN" registry dtensor --file "$TMP/raw.json" \
     --record "$TMP/pruned.json" --repro-dir "$TMP/repro" > /dev/null || true
@@ -59,14 +66,7 @@ if want spmd_types; then
 # repro scripts yet).
 OUT_ST=tests/fixtures/registry/spmd_types.json.gz
 "$PY" peers/record_registry_spmd_types.py "$TMP/raw_st.json"
-for round in 1 2 3 4 5 6 7 8 9 10; do
-    "$BIN" registry spmd_types --file "$TMP/raw_st.json" \
-        --want "$TMP/want_st.json" > /dev/null || true
-    wanted=$("$PY" -c 'import json, sys; w = json.load(open(sys.argv[1])); print(w["shapes"] + w["calls"])' "$TMP/want_st.json")
-    echo "spmd_types round $round: $wanted shapes and calls wanted" >&2
-    [ "$wanted" = 0 ] && break
-    "$PY" peers/record_registry_spmd_types.py fill "$TMP/raw_st.json" "$TMP/want_st.json"
-done
+fill_loop spmd_types "$PY" peers/record_registry_spmd_types.py "$TMP/raw_st.json"
 rm -f tests/fixtures/registry/spmd_types.json
 "$BIN" registry spmd_types --file "$TMP/raw_st.json" \
     --record "$OUT_ST" > /dev/null || true
@@ -79,14 +79,7 @@ if want jax; then
 # where the checker asks (`--want`, then the script's `fill`, as for
 # DTensor's reductions and views).
 "$JAXPY" peers/record_registry_jax.py "$TMP/raw_jax.json"
-for round in 1 2 3 4 5 6 7 8 9 10; do
-    "$BIN" registry jax --file "$TMP/raw_jax.json" \
-        --want "$TMP/want_jax.json" > /dev/null || true
-    wanted=$("$JAXPY" -c 'import json, sys; w = json.load(open(sys.argv[1])); print(w["shapes"] + w["calls"])' "$TMP/want_jax.json")
-    echo "jax round $round: $wanted shapes and calls wanted" >&2
-    [ "$wanted" = 0 ] && break
-    "$JAXPY" peers/record_registry_jax.py fill "$TMP/raw_jax.json" "$TMP/want_jax.json"
-done
+fill_loop jax "$JAXPY" peers/record_registry_jax.py "$TMP/raw_jax.json"
 rm -f tests/fixtures/registry/jax.json tests/fixtures/registry/jax.json.gz
 "$BIN" registry jax --file "$TMP/raw_jax.json" \
     --record tests/fixtures/registry/jax.json.gz > /dev/null || true

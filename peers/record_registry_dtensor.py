@@ -35,31 +35,15 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor._dtensor_spec import TensorMeta
 from torch.distributed.tensor._ops.single_dim_strategy import _ShardingPlaceholder
 
+from registry_values import exact
+
 SCALARS = [-1.0, 0.0, 0.5, 1.0]
 MAX_VARIANTS = 16
-WINDOW_MAG = 1 << 30
-WINDOW_DEN = 1 << 24
 
 
 def grid(step_den, bound):
     n = bound * step_den
     return [Fraction(k, step_den) for k in range(-n, n + 1)]
-
-
-def exact(v):
-    """A float (or int, or bool) as a dyadic string if it is in the window."""
-    if isinstance(v, bool):
-        return "1" if v else "0"
-    if isinstance(v, int):
-        return str(v) if abs(v) < WINDOW_MAG else None
-    if v != v:
-        return "nan"
-    if v in (float("inf"), float("-inf")):
-        return "inf" if v > 0 else "-inf"
-    f = Fraction(v)
-    if abs(f) >= WINDOW_MAG or f.denominator > WINDOW_DEN:
-        return None
-    return str(f)
 
 
 def shuffled(n):

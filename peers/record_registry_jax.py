@@ -58,11 +58,11 @@ from jax._src.lax import lax as L  # noqa: E402
 from jax._src.lax import special as S  # noqa: E402
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec as P  # noqa: E402
 
+from registry_values import exact  # noqa: E402
+
 jax.config.update("jax_enable_x64", True)
 lax = jax.lax
 
-WINDOW_MAG = 1 << 30
-WINDOW_DEN = 1 << 24
 STATES = {"R": "invariant", "S(0)": "varying", "P(sum)": "unreduced"}
 
 
@@ -72,23 +72,6 @@ STATES = {"R": "invariant", "S(0)": "varying", "P(sum)": "unreduced"}
 def grid(step_den, bound):
     n = bound * step_den
     return [Fraction(k, step_den) for k in range(-n, n + 1)]
-
-
-def exact(v):
-    """A float (or int, or bool) as a dyadic string if it is in the window."""
-    if isinstance(v, (bool, np.bool_)):
-        return "1" if v else "0"
-    if isinstance(v, (int, np.integer)):
-        return str(int(v)) if abs(int(v)) < WINDOW_MAG else None
-    v = float(v)
-    if v != v:
-        return "nan"
-    if v in (float("inf"), float("-inf")):
-        return "inf" if v > 0 else "-inf"
-    f = Fraction(v)
-    if abs(f) >= WINDOW_MAG or f.denominator > WINDOW_DEN:
-        return None
-    return str(f)
 
 
 def shuffled(n):

@@ -22,6 +22,8 @@ entry is marked `shape_dependent` and not checked.
 import itertools
 import math
 
+import registry_values
+
 import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
@@ -382,38 +384,13 @@ def claims_of(op, kind, choices, combo, ranks):
     return claims, unmodelled, differ
 
 
-WINDOW_MAG = 1 << 30
-WINDOW_DEN = 1 << 24
-
-
 def encode(t):
-    """A tensor as `2x2:1,0,-1,1/2`; None if some value is not exact in
-    float64's window; "nan" if some value is not finite."""
-    from fractions import Fraction
-    vals = []
-    for v in t.flatten().tolist():
-        if isinstance(v, bool):
-            vals.append("1" if v else "0")
-            continue
-        if isinstance(v, int):
-            if abs(v) >= WINDOW_MAG:
-                return None
-            vals.append(str(v))
-            continue
-        if not math.isfinite(v):
-            return "nan"
-        f = Fraction(v)
-        if abs(f) >= WINDOW_MAG or f.denominator > WINDOW_DEN:
-            return None
-        vals.append(str(f))
-    return "x".join(str(d) for d in t.shape) + ":" + ",".join(vals)
+    """A tensor as `2x2:1,0,-1,1/2` (registry_values.encode)."""
+    return registry_values.encode(list(t.shape), t.flatten().tolist())
 
 
 def decode(s, dtype):
-    from fractions import Fraction
-    dims, vals = s.split(":", 1)
-    shape = [int(d) for d in dims.split("x")] if dims else []
-    data = [float(Fraction(v)) for v in vals.split(",")] if vals else []
+    shape, data = registry_values.decode(s)
     return torch.tensor(data, dtype=torch.float64).reshape(shape).to(dtype)
 
 

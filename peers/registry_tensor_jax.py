@@ -38,16 +38,15 @@ is what is checked.
 """
 
 import itertools
-from fractions import Fraction
 
 import jax
 import numpy as np
 from jax._src import core
+
+import registry_values
 from jax.sharding import NamedSharding, PartitionSpec as P
 
 lax = jax.lax
-WINDOW_MAG = 1 << 30
-WINDOW_DEN = 1 << 24
 F64, BOOL = np.dtype("float64"), np.dtype("bool")
 
 
@@ -213,32 +212,13 @@ def claims_of(mesh, prim, params, ranks, local, dts, r_as):
 # ----------------------------------------------------------------- the kernel
 
 def encode(y):
-    """An array as `2x2:1,0,-1,1/2`; None if some value is not exact in
-    float64's window; "nan" if some value is not finite."""
+    """An array as `2x2:1,0,-1,1/2` (registry_values.encode)."""
     y = np.asarray(y)
-    vals = []
-    for v in y.reshape(-1).tolist():
-        if isinstance(v, bool):
-            vals.append("1" if v else "0")
-            continue
-        if isinstance(v, int):
-            if abs(v) >= WINDOW_MAG:
-                return None
-            vals.append(str(v))
-            continue
-        if v != v or v in (float("inf"), float("-inf")):
-            return "nan"
-        f = Fraction(v)
-        if abs(f) >= WINDOW_MAG or f.denominator > WINDOW_DEN:
-            return None
-        vals.append(str(f))
-    return "x".join(str(d) for d in y.shape) + ":" + ",".join(vals)
+    return registry_values.encode(list(y.shape), y.reshape(-1).tolist())
 
 
 def decode(s, dtype):
-    dims, vals = s.split(":", 1)
-    shape = [int(d) for d in dims.split("x")] if dims else []
-    data = [float(Fraction(v)) for v in vals.split(",")] if vals else []
+    shape, data = registry_values.decode(s)
     return np.array(data, dtype=np.float64).reshape(shape).astype(dtype)
 
 
