@@ -7,19 +7,14 @@
 mod common;
 
 use common::run;
-use spmd_check::registry::{self, Class, File, Options, Report};
+use spmd_check::registry::{self, Class, File, Report};
 
 fn recorded() -> File {
-    registry::read(&registry::default_file("dtensor")).expect("the committed recording reads")
+    common::registry::recorded("dtensor")
 }
 
 fn check(f: File, glob: Option<&str>) -> Report {
-    let opts = Options {
-        op_glob: glob.map(str::to_string),
-        missing: true,
-        record: false,
-    };
-    registry::run(f, "test", &opts).expect("runs")
+    common::registry::check_glob(f, glob)
 }
 
 /// The first entry of `op`, to tamper with.

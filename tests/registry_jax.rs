@@ -11,19 +11,14 @@
 mod common;
 
 use common::run;
-use spmd_check::registry::{self, Class, File, Options, Report, Row};
+use spmd_check::registry::{self, Class, File, Report, Row};
 
 fn recorded() -> File {
-    registry::read(&registry::default_file("jax")).expect("the committed recording reads")
+    common::registry::recorded("jax")
 }
 
 fn check(f: File, glob: Option<&str>) -> Report {
-    let opts = Options {
-        op_glob: glob.map(str::to_string),
-        missing: true,
-        record: false,
-    };
-    registry::run(f, "test", &opts).expect("runs")
+    common::registry::check_glob(f, glob)
 }
 
 /// The entry of `op` with exactly these args, to tamper with.

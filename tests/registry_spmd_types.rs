@@ -8,40 +8,18 @@
 //! family are pinned, and each class has a twin made by tampering with the
 //! recording.
 
-use spmd_check::registry::{self, Class, Entry, File, Options, Report};
+mod common;
+
+use common::registry::{check, class_of, entry};
+use spmd_check::registry::{self, Class, File};
 use std::collections::BTreeMap;
 
 fn recorded() -> File {
-    registry::read(&registry::default_file("spmd_types")).expect("the committed recording reads")
+    common::registry::recorded("spmd_types")
 }
 
-/// The recording with only the entry of `op` and `args`.
 fn only(op: &str, args: &str) -> File {
-    let mut f = recorded();
-    f.entries.retain(|e| e.op == op && e.args == args);
-    assert_eq!(f.entries.len(), 1, "{op}({args}) is recorded once");
-    f
-}
-
-fn check(f: File) -> Report {
-    let opts = Options {
-        op_glob: None,
-        missing: true,
-        record: false,
-    };
-    registry::run(f, "test", &opts).expect("runs")
-}
-
-fn class_of(rep: &Report, placements: &str) -> Vec<Class> {
-    rep.rows
-        .iter()
-        .filter(|r| r.placements() == placements)
-        .map(|r| r.class)
-        .collect()
-}
-
-fn entry(f: &mut File) -> &mut Entry {
-    &mut f.entries[0]
+    common::registry::only("spmd_types", op, args)
 }
 
 fn claims(f: &mut File) -> &mut Vec<Vec<String>> {

@@ -9,41 +9,17 @@
 
 mod common;
 
+use common::registry::{check, class_of, entry};
 use common::run;
-use spmd_check::registry::{self, Class, Entry, File, Options, Report};
+use spmd_check::registry::{self, Class, Entry, File};
 use std::collections::BTreeMap;
 
 fn recorded() -> File {
-    registry::read(&registry::default_file("dtensor")).expect("the committed recording reads")
+    common::registry::recorded("dtensor")
 }
 
-/// The recording with only the entries of `op` and `args`.
 fn only(op: &str, args: &str) -> File {
-    let mut f = recorded();
-    f.entries.retain(|e| e.op == op && e.args == args);
-    assert_eq!(f.entries.len(), 1, "{op}({args}) is recorded once");
-    f
-}
-
-fn check(f: File) -> Report {
-    let opts = Options {
-        op_glob: None,
-        missing: true,
-        record: false,
-    };
-    registry::run(f, "test", &opts).expect("runs")
-}
-
-fn class_of(rep: &Report, placements: &str) -> Vec<Class> {
-    rep.rows
-        .iter()
-        .filter(|r| r.placements() == placements)
-        .map(|r| r.class)
-        .collect()
-}
-
-fn entry(f: &mut File) -> &mut Entry {
-    &mut f.entries[0]
+    common::registry::only("dtensor", op, args)
 }
 
 const SUM0: (&str, &str) = ("aten.sum.dim_IntList", "rank=2, dim=[0], keepdim=False");

@@ -5,6 +5,9 @@ use spmd_check::semantics::perrank::{from_free, num_free};
 use spmd_check::semantics::{Mesh, PerRank, Q};
 use std::process::Command;
 
+#[allow(dead_code)]
+pub mod registry;
+
 /// A small deterministic generator (no float, no clock).
 #[allow(dead_code)]
 pub struct Lcg(pub u64);

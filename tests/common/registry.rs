@@ -1,0 +1,47 @@
+//! Helpers of the registry tests (tests/registry*.rs): the committed
+//! recordings, one entry of them, a check with the missing-rule search,
+//! and the classes of a placement's rows.
+
+use spmd_check::registry::{self, Class, Entry, File, Options, Report};
+
+/// The committed recording of `system`.
+pub fn recorded(system: &str) -> File {
+    registry::read(&registry::default_file(system)).expect("the committed recording reads")
+}
+
+/// The recording of `system` with only the entry of `op` and `args`.
+pub fn only(system: &str, op: &str, args: &str) -> File {
+    let mut f = recorded(system);
+    f.entries.retain(|e| e.op == op && e.args == args);
+    assert_eq!(f.entries.len(), 1, "{op}({args}) is recorded once");
+    f
+}
+
+/// Every claim of `f` (the ops `glob` matches) checked, with the search
+/// for missing ones.
+pub fn check_glob(f: File, glob: Option<&str>) -> Report {
+    let opts = Options {
+        op_glob: glob.map(str::to_string),
+        missing: true,
+        record: false,
+    };
+    registry::run(f, "test", &opts).expect("runs")
+}
+
+pub fn check(f: File) -> Report {
+    check_glob(f, None)
+}
+
+/// The classes of the rows with these placements (`S(0) -> P(sum)`).
+pub fn class_of(rep: &Report, placements: &str) -> Vec<Class> {
+    rep.rows
+        .iter()
+        .filter(|r| r.placements() == placements)
+        .map(|r| r.class)
+        .collect()
+}
+
+/// The first entry, to tamper with.
+pub fn entry(f: &mut File) -> &mut Entry {
+    &mut f.entries[0]
+}
