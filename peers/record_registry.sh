@@ -24,7 +24,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
-OUT=tests/fixtures/registry/dtensor.json.gz
+# DTENSOR_OUT: where DTensor's recording goes (another torch's recording
+# is kept beside the pinned one, e.g. dtensor_2.15.0.json.gz).
+OUT=${DTENSOR_OUT:-tests/fixtures/registry/dtensor.json.gz}
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 JAXPY=${JAXPY:-/work/venv-jax012/bin/python}
