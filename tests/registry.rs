@@ -43,16 +43,8 @@ fn the_recorded_registry_classifies_as_pinned() {
     let mut f = recorded();
     f.entries.retain(|e| e.family == "pointwise");
     let rep = check(f, None);
-    let t = registry::totals(&rep.rows);
-    let n = |c| *t.get(&c).unwrap_or(&0);
     assert_eq!(
-        (
-            n(Class::Correct),
-            n(Class::Incorrect),
-            n(Class::Latent),
-            n(Class::Missing),
-            n(Class::Undetermined)
-        ),
+        common::registry::totals(&rep),
         (591, 6, 2, 2193, 253),
         "{}",
         registry::summary(&rep)

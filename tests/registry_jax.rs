@@ -48,16 +48,10 @@ fn row<'a>(rep: &'a Report, op: &str, args: &str, placements: &str) -> &'a Row {
     rs[0]
 }
 
+/// (correct, incorrect, missing, undetermined, latent), this file's order.
 fn counts(rep: &Report) -> (usize, usize, usize, usize, usize) {
-    let t = registry::totals(&rep.rows);
-    let n = |c| *t.get(&c).unwrap_or(&0);
-    (
-        n(Class::Correct),
-        n(Class::Incorrect),
-        n(Class::Missing),
-        n(Class::Undetermined),
-        n(Class::Latent),
-    )
+    let (c, i, l, m, u) = common::registry::totals(rep);
+    (c, i, m, u, l)
 }
 
 /// The recording with only the entries of one family.

@@ -34,16 +34,8 @@ fn torch_2_15_classifies_as_pinned() {
     let f = newest();
     assert_eq!(f.versions.get("torch").map(String::as_str), Some("2.15.0"));
     let rep = check(f);
-    let t = registry::totals(&rep.rows);
-    let n = |c| *t.get(&c).unwrap_or(&0);
     assert_eq!(
-        (
-            n(Class::Correct),
-            n(Class::Incorrect),
-            n(Class::Latent),
-            n(Class::Missing),
-            n(Class::Undetermined)
-        ),
+        common::registry::totals(&rep),
         (1249, 51, 2, 2410, 376),
         "{}",
         registry::summary(&rep)

@@ -45,3 +45,17 @@ pub fn class_of(rep: &Report, placements: &str) -> Vec<Class> {
 pub fn entry(f: &mut File) -> &mut Entry {
     &mut f.entries[0]
 }
+
+/// The report's rows per class: (correct, incorrect, latent, missing,
+/// undetermined).
+pub fn totals(rep: &Report) -> (usize, usize, usize, usize, usize) {
+    let t = registry::totals(&rep.rows);
+    let n = |c| *t.get(&c).unwrap_or(&0);
+    (
+        n(Class::Correct),
+        n(Class::Incorrect),
+        n(Class::Latent),
+        n(Class::Missing),
+        n(Class::Undetermined),
+    )
+}
