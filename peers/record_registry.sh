@@ -79,7 +79,9 @@ if want jax; then
 # (raw file about 12 MB; no repro scripts yet), and those of its
 # reductions, dot_general and shape primitives, whose kernels are bound
 # where the checker asks (`--want`, then the script's `fill`, as for
-# DTensor's reductions and views).
+# DTensor's reductions and views); and its collectives with their
+# transposes' jaxprs and values on 2 and 4 devices
+# (peers/registry_collectives_jax.py).
 "$JAXPY" peers/record_registry_jax.py "$TMP/raw_jax.json"
 fill_loop jax "$JAXPY" peers/record_registry_jax.py "$TMP/raw_jax.json"
 rm -f tests/fixtures/registry/jax.json tests/fixtures/registry/jax.json.gz

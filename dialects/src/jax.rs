@@ -857,3 +857,185 @@ pub fn collective(
         },
     })
 }
+
+/// One primitive of a jaxpr JAX recorded (SPEC.md §22.5): its name, its
+/// parameters in JAX's spelling, its literal or constant operands (`None`
+/// for a traced one), its operands' shapes, and its result's state
+/// (`Varying`, ...) where recorded.
+#[derive(Clone, Debug, Default)]
+pub struct Prim {
+    pub name: String,
+    pub params: Vec<(String, String)>,
+    pub operands: Vec<Option<String>>,
+    pub shapes: Vec<Vec<usize>>,
+    pub out: Option<String>,
+}
+
+/// The catalogue composition (`a |> b`) that reads a recorded jaxpr of a
+/// collective or its transpose on one mesh axis of `n` devices, or why
+/// there is none. A composition names the state each step ends in, as JAX
+/// typed it, so that it reads one way only.
+///
+/// One local pattern is read as a whole: `axis_index`, index arithmetic on
+/// it, and a `dynamic_slice` that keeps one n-th of a dim (then, untiled, a
+/// `squeeze` of it) is each rank taking its own block: `convert(dim=d)`,
+/// the transpose JAX gives `all_gather(..., to='invarying')`. The reading
+/// is confirmed on the recorded values before anything is judged.
+pub fn read_jaxpr(eqns: &[Prim], n: usize) -> Result<String, String> {
+    if eqns.is_empty() {
+        return Err("the call binds no primitive".into());
+    }
+    // Steps: a catalogue call and the state it ends in.
+    let mut steps: Vec<(String, Option<String>)> = Vec::with_capacity(eqns.len());
+    let mut rest = eqns;
+    if let Some((own, used)) = own_block(eqns, n) {
+        steps.push((own, eqns[used - 1].out.clone()));
+        rest = &eqns[used..];
+    }
+    for e in rest {
+        let param = |k: &str| {
+            e.params
+                .iter()
+                .find(|(p, _)| p == k)
+                .map(|(_, v)| v.clone())
+        };
+        let literal = |i: usize| e.operands.get(i).cloned().flatten();
+        steps.push((catalogue_call(&e.name, &param, &literal, n)?, e.out.clone()));
+    }
+    if steps.len() == 1 {
+        return Ok(steps.remove(0).0);
+    }
+    let letter = |s: &str| match s {
+        "Invariant" => Some("I"),
+        "Varying" => Some("V"),
+        "Unreduced" => Some("P"),
+        "Reduced" => Some("R"),
+        _ => None,
+    };
+    let named: Vec<String> = steps
+        .iter()
+        .map(|(c, out)| match out.as_deref().and_then(letter) {
+            None => c.clone(),
+            Some(l) => match c.strip_suffix(')') {
+                Some(open) => format!("{open}, {l})"),
+                None => format!("{c}({l})"),
+            },
+        })
+        .collect();
+    Ok(named.join(" |> "))
+}
+
+/// A leading `axis_index … dynamic_slice [squeeze]` keeping this rank's
+/// n-th of one dim, read as `convert(dim=d)` (`, stack` when the kept dim
+/// of size 1 is squeezed away), with the number of primitives it spans.
+fn own_block(eqns: &[Prim], n: usize) -> Option<(String, usize)> {
+    const INDEX_ARITHMETIC: &[&str] = &[
+        "axis_index",
+        "pvary",
+        "convert_element_type",
+        "mul",
+        "add",
+        "sub",
+        "lt",
+        "select_n",
+    ];
+    if !eqns.iter().any(|e| e.name == "axis_index") {
+        return None;
+    }
+    let at = eqns.iter().position(|e| e.name == "dynamic_slice")?;
+    // Before the slice: index arithmetic only (a pvary there casts a
+    // literal index, not the data).
+    if !eqns[..at]
+        .iter()
+        .all(|e| INDEX_ARITHMETIC.contains(&e.name.as_str()))
+    {
+        return None;
+    }
+    let slice = &eqns[at];
+    let full = slice.shapes.first()?;
+    let sizes_text = slice
+        .params
+        .iter()
+        .find(|(k, _)| k == "slice_sizes")?
+        .1
+        .clone();
+    let sizes: Vec<usize> = sizes_text
+        .trim_matches(|c| c == '[' || c == ']')
+        .split(',')
+        .map(|x| x.trim().parse().ok())
+        .collect::<Option<_>>()?;
+    if sizes.len() != full.len() {
+        return None;
+    }
+    let cut: Vec<usize> = (0..full.len()).filter(|&i| sizes[i] != full[i]).collect();
+    let [d] = cut[..] else { return None };
+    if full[d] != n * sizes[d] {
+        return None;
+    }
+    match eqns.get(at + 1) {
+        Some(sq) if sq.name == "squeeze" && sizes[d] == 1 => {
+            let dims = sq.params.iter().find(|(k, _)| k == "dimensions")?.1.clone();
+            (dims.trim_matches(|c| c == '[' || c == ']').trim() == d.to_string())
+                .then(|| (format!("convert(dim={d}, stack)"), at + 2))
+        }
+        _ => Some((format!("convert(dim={d})"), at + 1)),
+    }
+}
+
+/// The catalogue call (SPEC.md §10.1) that reads one primitive of a jaxpr
+/// JAX recorded for a collective on one mesh axis of `n` devices
+/// (SPEC.md §22.5): `prim` with its parameters (`param(name)`, in JAX's
+/// spelling: `0`, `True`, `[(0, 1), (1, 0)]`) and its literal operands
+/// (`literal(i)`, `None` for a traced one). Axis parameters are dropped:
+/// the group is the one axis. `Err` says why no catalogue op reads it.
+pub fn catalogue_call(
+    prim: &str,
+    param: &dyn Fn(&str) -> Option<String>,
+    literal: &dyn Fn(usize) -> Option<String>,
+    n: usize,
+) -> Result<String, String> {
+    let need = |k: &str| param(k).ok_or_else(|| format!("`{prim}` without its `{k}` parameter"));
+    let tiled = |name: &str, dim_key: &str| -> Result<String, String> {
+        let d = need(dim_key)?;
+        Ok(match need("tiled")?.as_str() {
+            "True" | "true" => format!("{name}(dim={d})"),
+            "False" | "false" => format!("{name}(dim={d}, stack)"),
+            t => return Err(format!("`{prim}`: tiled={t}")),
+        })
+    };
+    match prim {
+        "psum" | "psum_invariant" | "unreduced_psum" | "preduced" | "vary_unreduced_cast"
+        | "reduced_vary_cast" => Ok(prim.to_string()),
+        "pvary" => Ok(PVARY.to_string()),
+        "all_gather" | "all_gather_invariant" | "all_gather_reduced" => {
+            tiled(prim, "all_gather_dimension")
+        }
+        "reduce_scatter" => tiled("reduce_scatter", "scatter_dimension"),
+        "unreduced_reduce_scatter" => tiled("unreduced_psum_scatter", "scatter_dimension"),
+        "all_to_all" => {
+            let (s, c) = (need("split_axis")?, need("concat_axis")?);
+            Ok(match need("tiled")?.as_str() {
+                "True" | "true" => format!("all_to_all(split={s}, concat={c})"),
+                _ => format!("all_to_all(split={s}, concat={c}, stack)"),
+            })
+        }
+        "ppermute" => Ok(format!("ppermute(perm={})", need("perm")?)),
+        // pmean's division by the group size, forward and transposed.
+        "div" => match literal(1) {
+            Some(v) if v.parse::<f64>().ok() == Some(n as f64) => {
+                Ok("divide_by_group_size".to_string())
+            }
+            Some(v) => Err(format!("`div` by {v}, not by the group size {n}")),
+            None => Err("`div` by a traced value".to_string()),
+        },
+        "pmax" | "pmin" => Err(format!(
+            "`{prim}` reduces by {}, which no linear collective of the catalogue does",
+            &prim[1..]
+        )),
+        "pbroadcast" => Err(format!(
+            "`pbroadcast(source={})` copies one rank's value to all; the catalogue's `pbroadcast` is JAX's former name for pvary",
+            param("source").unwrap_or_default()
+        )),
+        other => Err(format!("`{other}` is not a collective the catalogue reads")),
+    }
+}

@@ -211,7 +211,7 @@ fn strings(v: &Value) -> Vec<String> {
 
 /// Exact values of a recorded per-rank array: its shape per rank and the
 /// scalars in row-major order.
-fn exact(v: &Value) -> Option<Vec<(Vec<usize>, Vec<Q>)>> {
+pub(crate) fn exact(v: &Value) -> Option<Vec<(Vec<usize>, Vec<Q>)>> {
     fn go(v: &Value, shape: &mut Vec<usize>, depth: usize, out: &mut Vec<Q>) -> Option<()> {
         match v {
             Value::Array(xs) => {
@@ -247,7 +247,7 @@ fn exact(v: &Value) -> Option<Vec<(Vec<usize>, Vec<Q>)>> {
 }
 
 /// The first difference between our per-rank values and the recorded ones.
-fn differs(ours: &spmd_semantics::PerRank, real: &Value) -> Option<String> {
+pub(crate) fn differs(ours: &spmd_semantics::PerRank, real: &Value) -> Option<String> {
     let ours_json = Value::Array(ours.tensors.iter().map(tensor_json).collect());
     let (a, b) = (exact(&ours_json)?, exact(real)?);
     if a.len() != b.len() {
@@ -279,7 +279,7 @@ fn config(cases: u32) -> CheckConfig {
 }
 
 /// What the oracle decided about a rule.
-enum Judged {
+pub(crate) enum Judged {
     Sound,
     Unsound(String),
     /// Neither: vacuous or undetermined, and why.
@@ -321,7 +321,7 @@ fn judged(v: &spmd_oracle::Verdict, rule: &Rule) -> Judged {
 /// The oracle's verdict on a rule over the whole scope on its mesh; a
 /// vacuous or undetermined scope is widened by random cases before it is
 /// called undetermined.
-fn oracle(rule: &Rule) -> Judged {
+pub(crate) fn oracle(rule: &Rule) -> Judged {
     let r = check_rule(rule, &config(0), &[], &|_| {});
     match judged(&r.verdict, rule) {
         Judged::Undetermined(_) => {
@@ -354,7 +354,7 @@ fn local_rule(
 }
 
 /// Forward properties only (F1-F3): what a recorded typing says.
-fn forward_sound(rule: &Rule) -> Judged {
+pub(crate) fn forward_sound(rule: &Rule) -> Judged {
     let v = crate::run::check_forward(&rule.op, &Scope::default(), &rule.meshes);
     judged(&v, rule)
 }

@@ -82,6 +82,70 @@ pub struct Entry {
     /// never reported missing.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unmodelled: Vec<Vec<String>>,
+    /// A collective (family `collective`, SPEC.md §22.5): what the library
+    /// did for an input of each state on each mesh size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub collective: Option<Vec<CollectiveCase>>,
+}
+
+/// What JAX did for a collective call on an input of one state on one
+/// mesh axis of `n` devices (SPEC.md §22.5).
+#[derive(Serialize, Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct CollectiveCase {
+    /// The input's state: `Invariant`, `Varying`, `Unreduced`, `Reduced`.
+    pub input: String,
+    pub n: usize,
+    /// The output's state; absent when the library refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<String>,
+    /// The recorder failed after the call was typed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The primitives the call binds.
+    #[serde(default)]
+    pub forward: Vec<Eqn>,
+    /// The primitives its transpose binds; absent when it raised.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backward: Option<Vec<Eqn>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backward_error: Option<String>,
+    /// The gradient's state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grad: Option<String>,
+    /// Typed, but the backend could not run it: no values.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_per_rank: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_per_rank: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cotangent: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cotangent_per_rank: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grad_per_rank: Option<Value>,
+}
+
+/// One primitive of a recorded jaxpr: its name, parameters, and literal
+/// or constant operands (`null` for a traced one).
+#[derive(Serialize, Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct Eqn {
+    pub prim: String,
+    #[serde(default)]
+    pub params: BTreeMap<String, Value>,
+    #[serde(default)]
+    pub operands: Vec<Value>,
+    /// The shapes of its operands.
+    #[serde(default)]
+    pub shapes: Vec<Vec<usize>>,
+    /// The state of its result (`Varying`, ...), where recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out: Option<String>,
 }
 
 /// The calls of a kernel that is not elementwise (SPEC.md §22.2).
@@ -212,6 +276,24 @@ pub fn read(path: &str) -> Result<File, UsageError> {
                 crate::words::excerpt(&e.op),
                 e.inputs
             )));
+        }
+        for c in e.collective.iter().flatten() {
+            let state = |s: &str| super::collective::STATES.contains(&s);
+            let bad = if !state(&c.input) {
+                Some(format!("input state `{}`", crate::words::excerpt(&c.input)))
+            } else if let Some(o) = c.output.as_deref().filter(|o| !state(o)) {
+                Some(format!("output state `{}`", crate::words::excerpt(o)))
+            } else if !(2..=8).contains(&c.n) {
+                Some(format!("a mesh of {} devices (2 to 8 are checked)", c.n))
+            } else {
+                None
+            };
+            if let Some(why) = bad {
+                return Err(UsageError(format!(
+                    "{path}: entry {i} ({}): {why}",
+                    crate::words::excerpt(&e.op)
+                )));
+            }
         }
         for c in e.claims.iter().flatten() {
             if c.len() != e.inputs + 1 {

@@ -24,6 +24,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+mod collective;
 mod file;
 mod repro;
 pub use file::*;
@@ -494,6 +495,9 @@ fn entry_rows(
     missing: bool,
     system: &str,
 ) -> Result<Vec<Row>, UsageError> {
+    if let Some(cases) = &e.collective {
+        return Ok(collective::rows(e, cases));
+    }
     let claims: Vec<(Vec<Place>, Place)> = e
         .claims
         .iter()
