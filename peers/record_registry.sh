@@ -59,6 +59,8 @@ mkdir -p "$TMP/repro" "$(dirname "$OUT")"
     --record "$TMP/pruned.json" --repro-dir "$TMP/repro" > /dev/null || true
 rm -f tests/fixtures/registry/dtensor.json
 "$PY" peers/run_registry_repros.py "$TMP/pruned.json" "$TMP/repro" "$OUT"
+# The backward of every claim on seeded instances (SPEC.md §22.6).
+"$PY" peers/registry_backward_dtensor.py "$OUT"
 "$BIN" registry dtensor --file "$OUT" | tail -2 || true
 fi
 if want spmd_types; then

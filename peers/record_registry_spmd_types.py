@@ -171,8 +171,6 @@ NOT_RECORDED = {
     "in-place Tensor methods (add_, t_, __iadd__, ...): their functional form is recorded": 0,
     "Tensor property getters (T, mT, H, mH, real, imag)": 6,
     "Tensor methods without a recorded torch function (view_as, expand_as, contiguous)": 3,
-    "rules collectives (all_reduce, all_gather, reduce_scatter, all_to_all): not local ops": 4,
-    "rules transitions (reinterpret, convert): rank-dependent or type-only, not one local op on every rank": 2,
 }
 
 
@@ -242,12 +240,15 @@ def main():
         if only is None or any(fnmatch.fnmatchcase(f"torch.{n}", only) for n in SCALAR_OPS):
             entries += [e for e in scalar_entries(pg) if only is None or fnmatch.fnmatchcase(e["op"], only)]
     entries += tensor_entries(only)
+    # Its collectives and casts with their autograd backward (SPEC.md §22.5).
+    import registry_collectives_spmd_types as rc
+    entries += rc.entries(only)
     doc = {
         "schema": "spmd-check-registry/1",
         "system": "spmd_types",
         "versions": {"spmd_types": "0.3.1", "torch": torch.__version__.split("+")[0]},
         "recorded_by": "peers/record_registry.sh",
-        "mesh": "one axis (a fake process group); each claim is the type spmd_types.typecheck() gives the call for R or P inputs, and typecheck(local=False) for R, P and S(d) inputs of the functions recorded call by call",
+        "mesh": "one axis (a fake process group); each claim is the type spmd_types.typecheck() gives the call for R or P inputs, and typecheck(local=False) for R, P and S(d) inputs of the functions recorded call by call; its collectives and casts (family collective) on 2 and 4 ranks, with autograd's gradient",
         "entries": entries,
         "skipped": skipped,
         "not_recorded": not_recorded(),

@@ -1073,7 +1073,7 @@ fn run() -> Result<ExitCode, UsageError> {
                 }
                 f => print_tables(f, &report::table::registry_tables(&rep, incorrect_only)),
             }
-            let incorrect = rep.rows.iter().any(|r| r.class == reg::Class::Incorrect);
+            let incorrect = reg::any_incorrect(&rep);
             Ok(if incorrect {
                 ExitCode::from(1)
             } else {

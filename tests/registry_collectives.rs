@@ -174,3 +174,65 @@ fn an_unknown_primitive_or_state_is_named() {
         e.0
     );
 }
+
+/// spmd_types' collectives and casts: read by its dialect's table, whose
+/// row gives the backward, confirmed on the library's values and judged.
+#[test]
+fn spmd_types_collectives_classify_as_pinned() {
+    let mut f = common::registry::recorded("spmd_types");
+    f.entries.retain(|e| e.family == "collective");
+    let rep = common::registry::check(f);
+    assert_eq!(common::registry::totals(&rep), (93, 0, 0, 0, 27));
+    let r = rep
+        .rows
+        .iter()
+        .find(|r| r.op == "spmd_types.all_reduce" && r.args == "src=P, dst=I")
+        .expect("all_reduce P -> I");
+    assert_eq!(r.class, Class::Correct, "{}", r.detail);
+    assert!(
+        r.detail
+            .contains("`all_reduce(I)`, transposed by `reinterpret()`"),
+        "{}",
+        r.detail
+    );
+    // A gap of the dialect's table is named, not judged.
+    let r = rep
+        .rows
+        .iter()
+        .find(|r| r.op == "spmd_types.all_reduce" && r.args == "src=V, dst=I")
+        .expect("all_reduce V -> I");
+    assert_eq!(r.class, Class::Undetermined);
+    assert!(
+        r.detail.contains("has no `all_reduce` from V"),
+        "{}",
+        r.detail
+    );
+}
+
+/// A cast to the same type is the identity: an output that differs from
+/// the input is incorrect, and so is a gradient that differs from the
+/// cotangent; untampered, it is correct.
+#[test]
+fn an_identity_cast_that_changes_its_value_is_incorrect() {
+    let mut f = common::registry::recorded("spmd_types");
+    f.entries
+        .retain(|e| e.op == "spmd_types.convert" && e.args == "src=R, dst=R");
+    assert_eq!(f.entries.len(), 1);
+    let rep = common::registry::check(f.clone());
+    assert_eq!(rep.rows[0].class, Class::Correct, "{}", rep.rows[0].detail);
+    for c in f.entries[0].collective.as_mut().expect("cases") {
+        if let Some(g) = c.grad_per_rank.as_mut() {
+            g[0] = json!("2x2:0,0,0,0");
+        }
+    }
+    let rep = common::registry::check(f);
+    assert_eq!(
+        rep.rows[0].class,
+        Class::Incorrect,
+        "{}",
+        rep.rows[0].detail
+    );
+    assert!(rep.rows[0]
+        .detail
+        .contains("gradient differs from its cotangent"));
+}

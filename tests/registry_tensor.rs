@@ -58,6 +58,9 @@ fn reductions_and_views_classify_as_pinned() {
         ("backward".to_string(), (6, [2, 0, 0, 6, 2])),
         ("matmul".to_string(), (6, [12, 0, 0, 0, 28])),
         ("reduction".to_string(), (286, [292, 45, 0, 97, 38])),
+        // DTensor.redistribute's entries: no forward claims, its pairs are
+        // checked backward (tests/registry_backward.rs).
+        ("redistribute".to_string(), (20, [0, 0, 0, 0, 0])),
         ("view".to_string(), (80, [352, 0, 0, 114, 55])),
     ]
     .into_iter()

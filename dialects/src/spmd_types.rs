@@ -263,3 +263,75 @@ pub fn cast(name: &str, from: State, to: State) -> Option<(String, String)> {
 }
 
 crate::elaborate::table_collective_reader!("spmd_types");
+
+/// How this dialect spells a call of one of spmd_types' collectives or
+/// casts (`all_reduce`, `all_gather`, `reduce_scatter`, `all_to_all`,
+/// `redistribute`, `convert`, `reinterpret`) from `src` to `dst` (R, I, V,
+/// P or S(d)) on one mesh axis, for the registry (SPEC.md §22.5): the call
+/// in its collective table's language, the input's local type and the
+/// output's. A Varying source or destination with no dim is the stacked
+/// form (a new leading dim). `Err` says why the table has no reading.
+pub fn registry_call(fun: &str, src: &str, dst: &str) -> Result<(String, String, String), String> {
+    let dim = |s: &str| -> Option<usize> { s.strip_prefix("S(")?.strip_suffix(')')?.parse().ok() };
+    let local = |s: &str| {
+        if dim(s).is_some() {
+            "V".to_string()
+        } else {
+            s.to_string()
+        }
+    };
+    let (l_src, l_dst) = (local(src), local(dst));
+    // The dim a call acts on, and whether it stacks: from the sharded side.
+    let laid = |s: &str| match dim(s) {
+        Some(d) => format!("dim={d}"),
+        None => "dim=0, stack".to_string(),
+    };
+    let none = |why: &str| Err(format!("{fun}(src={src}, dst={dst}): {why}"));
+    if src == dst && fun != "all_to_all" {
+        return none("the same type on both sides is no collective of the table");
+    }
+    let call = match fun {
+        "all_reduce" if matches!(src, "P" | "V") && matches!(dst, "R" | "I") => {
+            format!("all_reduce({dst})")
+        }
+        "all_gather" if l_src == "V" && matches!(dst, "R" | "I") => {
+            format!("all_gather({dst}, {})", laid(src))
+        }
+        "reduce_scatter" if src == "P" && l_dst == "V" => format!("reduce_scatter({})", laid(dst)),
+        "reduce_scatter" => return none("the table reduces and scatters a Partial source only"),
+        "all_to_all" => match (dim(src), dim(dst)) {
+            (Some(a), Some(b)) => format!("all_to_all(split={b}, concat={a})"),
+            _ => return none("the table's all_to_all names both dims"),
+        },
+        "redistribute" => {
+            if l_src == "V" && l_dst == "V" {
+                return none("the table redistributes between different local types only");
+            }
+            match (dim(src).or(dim(dst)), src, dst) {
+                (Some(d), ..) => format!("redistribute(dim={d})"),
+                // A stacked Varying side: spmd_types routes to the stacked
+                // collective or cast (its docstring's table).
+                (None, "V", "R" | "I") => format!("all_gather({dst}, dim=0, stack)"),
+                (None, "V", "P") => "convert(V,P, dim=0, stack)".to_string(),
+                (None, "R" | "I", "V") => format!("convert({src},V, dim=0, stack)"),
+                (None, "P", "V") => "reduce_scatter(dim=0, stack)".to_string(),
+                (None, ..) => "redistribute".to_string(),
+            }
+        }
+        "convert" => {
+            let side = if dim(dst).is_some() || l_dst == "V" {
+                dst
+            } else {
+                src
+            };
+            if l_src == "V" || l_dst == "V" {
+                format!("convert({l_src},{l_dst}, {})", laid(side))
+            } else {
+                format!("convert({l_src},{l_dst})")
+            }
+        }
+        "reinterpret" => format!("reinterpret({l_src},{l_dst})"),
+        _ => return none("not a call of the table"),
+    };
+    Ok((call, l_src, l_dst))
+}

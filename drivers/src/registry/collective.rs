@@ -19,6 +19,50 @@ use std::time::Instant;
 /// The states a collective's input or output may be in, as JAX names them.
 pub const STATES: &[&str] = &["Invariant", "Varying", "Unreduced", "Reduced"];
 
+/// Whether `s` names a state of `system`'s collectives: JAX's four, or
+/// spmd_types' R, I, V, P and S(d).
+pub fn valid_state(system: &str, s: &str) -> bool {
+    match system {
+        "spmd_types" => {
+            matches!(s, "R" | "I" | "V" | "P")
+                || s.strip_prefix("S(")
+                    .and_then(|r| r.strip_suffix(')'))
+                    .is_some_and(|d| d.parse::<u8>().is_ok())
+        }
+        _ => STATES.contains(&s),
+    }
+}
+
+/// A state as a row shows it: JAX's in lower case, spmd_types' as written.
+fn shown_state(system: &str, s: &str) -> String {
+    if system == "jax" {
+        s.to_lowercase()
+    } else {
+        s.to_string()
+    }
+}
+
+/// Recorded per-rank values as a job takes them: a registry file may write
+/// each rank's tensor as text (`"2x2:1,2,3,4"`); nested lists pass as they
+/// are.
+fn per_rank_values(v: Option<&Value>) -> Value {
+    let Some(v) = v else { return Value::Null };
+    match v.as_array() {
+        Some(ranks) if !ranks.is_empty() && ranks.iter().all(Value::is_string) => Value::Array(
+            ranks
+                .iter()
+                .map(|t| {
+                    t.as_str()
+                        .and_then(|t| super::parse_tensor(t).ok())
+                        .map(|t| crate::job::tensor_json(&t))
+                        .unwrap_or(Value::Null)
+                })
+                .collect(),
+        ),
+        _ => v.clone(),
+    }
+}
+
 /// A parameter of a recorded primitive in JAX's spelling: `0`, `True`,
 /// `[(0, 1), (1, 0)]`.
 fn spelled(v: &Value) -> String {
@@ -64,8 +108,144 @@ fn read_jaxpr(eqns: &[super::Eqn], n: usize) -> Result<String, String> {
     spmd_dialects::jax::read_jaxpr(&prims, n)
 }
 
+/// How the system's dialect reads a recorded call: the forward, the
+/// backward (`None`: the dialect's own choice, or none recorded), the
+/// input's and output's types in the dialect's names, and whether the job
+/// is elaborated by the dialect (its table picks the backward).
+struct Reading {
+    dialect: &'static str,
+    forward: String,
+    backward: Option<String>,
+    input: String,
+    output: String,
+    elaborate: bool,
+}
+
+/// JAX: the recorded jaxprs, read primitive by primitive. spmd_types: the
+/// call, spelled in its dialect's collective table, whose row gives the
+/// backward.
+fn reading(
+    system: &str,
+    e: &Entry,
+    c: &super::CollectiveCase,
+    out: &str,
+) -> Result<Reading, String> {
+    match system {
+        "jax" => {
+            let forward = read_jaxpr(&c.forward, c.n).map_err(|why| {
+                let also = c
+                    .backward_error
+                    .as_deref()
+                    .map(|e| format!("; and {e}"))
+                    .unwrap_or_default();
+                format!("forward: {why}{also}")
+            })?;
+            let backward = match &c.backward {
+                Some(b) => Some(read_jaxpr(b, c.n).map_err(|why| format!("transpose: {why}"))?),
+                None => None,
+            };
+            Ok(Reading {
+                dialect: "jax",
+                forward,
+                backward,
+                input: c.input.clone(),
+                output: out.to_string(),
+                elaborate: false,
+            })
+        }
+        "spmd_types" => {
+            let arg = |k: &str| {
+                e.args.split(", ").find_map(|a| {
+                    a.split_once('=')
+                        .filter(|(key, _)| *key == k)
+                        .map(|(_, v)| v.to_string())
+                })
+            };
+            let fun = e.op.strip_prefix("spmd_types.").unwrap_or(&e.op);
+            let (src, dst) = (
+                arg("src").ok_or("no src in the arguments")?,
+                arg("dst").ok_or("no dst in the arguments")?,
+            );
+            let (forward, input, output) =
+                spmd_dialects::spmd_types::registry_call(fun, &src, &dst)?;
+            if output != out {
+                return Err(format!(
+                    "the library's output is {out}; the dialect's reading gives {output}"
+                ));
+            }
+            Ok(Reading {
+                dialect: "spmd_types",
+                forward,
+                backward: None,
+                input,
+                output,
+                elaborate: true,
+            })
+        }
+        other => Err(format!("no reading of {other}'s collectives")),
+    }
+}
+
+/// spmd_types' casts and redistribute from a type to the same type are
+/// identities: sound whatever the type (F1–F3 and B1–B3 hold of the
+/// identity with itself as transpose). What is checked is that the library
+/// computes one: its output equals its input and its gradient the
+/// cotangent, exactly, on the recorded values.
+fn identity(system: &str, e: &Entry, c: &super::CollectiveCase) -> Option<(Class, String)> {
+    let same_type = e.args.split(", ").find_map(|a| a.strip_prefix("src="))
+        == e.args.split(", ").find_map(|a| a.strip_prefix("dst="));
+    let cast = [
+        "spmd_types.convert",
+        "spmd_types.reinterpret",
+        "spmd_types.redistribute",
+    ];
+    if system != "spmd_types" || !same_type || !cast.contains(&e.op.as_str()) {
+        return None;
+    }
+    let tensors = |v: &Option<Value>| -> Option<Vec<spmd_semantics::Tensor>> {
+        v.as_ref()?
+            .as_array()?
+            .iter()
+            .map(|t| super::parse_tensor(t.as_str()?).ok())
+            .collect()
+    };
+    let pairs = [
+        ("output", &c.output_per_rank, "input", &c.input_per_rank),
+        (
+            "gradient",
+            &c.grad_per_rank,
+            "cotangent",
+            &c.cotangent_per_rank,
+        ),
+    ];
+    for (what, got, of, want) in pairs {
+        match (tensors(got), tensors(want)) {
+            (Some(g), Some(w)) if g == w => {}
+            (Some(_), Some(_)) => {
+                return Some((
+                    Class::Incorrect,
+                    format!("a cast to the same type is the identity, but the library's {what} differs from its {of} on {} ranks", c.n),
+                ))
+            }
+            _ => {
+                return Some((
+                    Class::Undetermined,
+                    format!("the identity's {what} or {of} was not recorded exactly"),
+                ))
+            }
+        }
+    }
+    Some((
+        Class::Correct,
+        format!(
+            "the identity: output and gradient equal input and cotangent on {} ranks",
+            c.n
+        ),
+    ))
+}
+
 /// The class of one recorded case, with the words that explain it.
-fn judge_case(e: &Entry, c: &super::CollectiveCase) -> (Class, String) {
+fn judge_case(system: &str, e: &Entry, c: &super::CollectiveCase) -> (Class, String) {
     let und = |why: String| (Class::Undetermined, why);
     if let Some(err) = &c.error {
         return und(format!("the recorder failed on this call: {err}"));
@@ -73,35 +253,27 @@ fn judge_case(e: &Entry, c: &super::CollectiveCase) -> (Class, String) {
     let Some(out) = c.output.as_deref() else {
         return und("refused".into());
     };
-    let fwd = match read_jaxpr(&c.forward, c.n) {
-        Ok(t) => t,
-        Err(why) => {
-            let also = c
-                .backward_error
-                .as_deref()
-                .map(|e| format!("; and {e}"))
-                .unwrap_or_default();
-            return und(format!("forward: {why}{also}"));
-        }
+    if let Some(verdict) = identity(system, e, c) {
+        return verdict;
+    }
+    let r = match reading(system, e, c, out) {
+        Ok(r) => r,
+        Err(why) => return und(why),
     };
-    let bwd = match (&c.backward, &c.backward_error) {
-        (Some(b), _) => match read_jaxpr(b, c.n) {
-            Ok(t) => Some(t),
-            Err(why) => return und(format!("transpose: {why}")),
-        },
-        (None, Some(_)) | (None, None) => None,
-    };
+    let fwd = r.forward.clone();
     let mut job = json!({
-        "dialect": "jax",
+        "dialect": r.dialect,
         "mesh": {"x": c.n},
         "forward": fwd,
-        "inputs": [{"type": c.input, "per_rank": c.input_per_rank.clone().unwrap_or(Value::Null)}],
-        "output": out,
+        "inputs": [{"type": r.input, "per_rank": per_rank_values(c.input_per_rank.as_ref())}],
+        "output": r.output,
     });
-    if let Some(b) = &bwd {
+    if let Some(b) = &r.backward {
         job["backward"] = json!(b);
+    }
+    if r.backward.is_some() || (r.elaborate && c.grad_per_rank.is_some()) {
         if let Some(ct) = &c.cotangent_per_rank {
-            job["cotangent"] = ct.clone();
+            job["cotangent"] = per_rank_values(Some(ct));
         }
     }
     let text = job.to_string();
@@ -110,13 +282,29 @@ fn judge_case(e: &Entry, c: &super::CollectiveCase) -> (Class, String) {
         Ok(j) => j,
         Err(err) => return und(format!("our reading `{fwd}` cannot be built: {}", err.0)),
     };
-    let rep = match crate::job::run_job_as_recorded(&parsed, &where_, &text, false) {
-        Ok(r) => r,
+    let ran = if r.elaborate {
+        crate::job::run_job(&parsed, &where_, &text, false)
+    } else {
+        crate::job::run_job_as_recorded(&parsed, &where_, &text, false)
+    };
+    let rep = match ran {
+        Ok(rep) => rep,
         Err(err) => return und(format!("our reading `{fwd}` cannot be built: {}", err.0)),
+    };
+    // The backward the reading runs: JAX's recorded one, or the one the
+    // dialect's table gives.
+    let bwd: Option<String> = match (&r.backward, &rep.op.backward) {
+        (Some(b), _) => Some(b.clone()),
+        (None, spmd_interp::Backward::Transpose(op)) if rep.backward.is_some() => {
+            Some(op.describe())
+        }
+        _ => None,
     };
     // Our reading must compute what the library computed before its
     // verdict is about the library.
-    let values = match (&c.run_error, &c.output_per_rank) {
+    let out_real = c.output_per_rank.as_ref().map(|v| per_rank_values(Some(v)));
+    let grad_real = c.grad_per_rank.as_ref().map(|v| per_rank_values(Some(v)));
+    let values = match (&c.run_error, &out_real) {
         (Some(err), _) => format!("values not compared: the library did not run it ({err})"),
         (None, Some(real)) if exact(real).is_some() => {
             if let Some(d) = differs(&rep.output.value, real) {
@@ -124,11 +312,11 @@ fn judge_case(e: &Entry, c: &super::CollectiveCase) -> (Class, String) {
                     "our reading `{fwd}` differs from the library's: {d}"
                 ));
             }
-            match (&rep.backward, &c.grad_per_rank) {
+            match (&rep.backward, &grad_real) {
                 (Some(b), Some(real)) if exact(real).is_some() => {
                     if let Some(d) = differs(&b[0].value, real) {
                         return und(format!(
-                            "our reading `{}` of the transpose differs from jax.vjp's: {d}",
+                            "our reading `{}` of the transpose differs from the library's gradient: {d}",
                             bwd.as_deref().unwrap_or_default()
                         ));
                     }
@@ -154,10 +342,14 @@ fn judge_case(e: &Entry, c: &super::CollectiveCase) -> (Class, String) {
             Judged::Undetermined(why) => und(format!("{what}: {why}")),
         },
         (None, err) => {
-            let raised = err
-                .as_deref()
-                .map(|e| format!("its transpose raises {e}"))
-                .unwrap_or_else(|| "no transpose was recorded".into());
+            let raised = match (err, &c.grad_per_rank) {
+                (Some(e), _) => format!("its transpose raises {e}"),
+                (None, Some(_)) => format!(
+                    "the {} dialect's table names no transpose of it to compare with the library's gradient",
+                    system
+                ),
+                (None, None) => "no transpose was recorded".into(),
+            };
             match forward_sound(&rep.rule) {
                 Judged::Unsound(v) => (Class::Incorrect, format!("{what}: {v}; {values}")),
                 Judged::Sound => und(format!(
@@ -173,11 +365,16 @@ fn judge_case(e: &Entry, c: &super::CollectiveCase) -> (Class, String) {
 /// The rows of a collective entry: one per input state the library
 /// accepts on some mesh, the worst of its mesh sizes (incorrect, then
 /// undetermined, then correct). A refusal is no claim.
-pub(super) fn rows(e: &Entry, cases: &[super::CollectiveCase]) -> Vec<Row> {
+pub(super) fn rows(system: &str, e: &Entry, cases: &[super::CollectiveCase]) -> Vec<Row> {
     let mut out = Vec::new();
-    for state in STATES {
-        let mine: Vec<&super::CollectiveCase> =
-            cases.iter().filter(|c| c.input == *state).collect();
+    let mut states: Vec<&str> = Vec::new();
+    for c in cases {
+        if !states.contains(&c.input.as_str()) {
+            states.push(&c.input);
+        }
+    }
+    for state in states {
+        let mine: Vec<&super::CollectiveCase> = cases.iter().filter(|c| c.input == state).collect();
         let Some(first) = mine.iter().find(|c| c.output.is_some()) else {
             continue;
         };
@@ -206,7 +403,7 @@ pub(super) fn rows(e: &Entry, cases: &[super::CollectiveCase]) -> Vec<Row> {
                     ),
                 )
             } else {
-                judge_case(e, c)
+                judge_case(system, e, c)
             };
             let rank = |k: Class| match k {
                 Class::Incorrect => 0,
@@ -222,8 +419,8 @@ pub(super) fn rows(e: &Entry, cases: &[super::CollectiveCase]) -> Vec<Row> {
         out.push(Row {
             op: e.op.clone(),
             args: e.args.clone(),
-            inputs: vec![state.to_lowercase()],
-            output: first.output.as_deref().unwrap_or_default().to_lowercase(),
+            inputs: vec![shown_state(system, state)],
+            output: shown_state(system, first.output.as_deref().unwrap_or_default()),
             class,
             detail: if class == Class::Correct {
                 format!("{detail} (meshes of {} devices)", sizes.join(", "))

@@ -86,6 +86,65 @@ pub struct Entry {
     /// did for an input of each state on each mesh size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub collective: Option<Vec<CollectiveCase>>,
+    /// The library's backward of the claims (SPEC.md §22.6), on recorded
+    /// instances.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backward: Vec<BackwardCase>,
+    /// Claims whose backward was not recorded, counted per reason (torch
+    /// has no derivative of the op on the global tensors).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub backward_skipped: BTreeMap<String, usize>,
+}
+
+/// One recorded instance of a claim's backward (SPEC.md §22.6): per-rank
+/// inputs in the claim's placements, a cotangent in its output placement,
+/// the gradients the library gave, and the gradient of the op on the
+/// global tensors. Tensors are written as in `TensorKernel::calls`
+/// (`null`: not exact in float64).
+#[derive(Serialize, Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct BackwardCase {
+    /// `[output, inputs...]`, as in `claims`.
+    pub claim: Vec<String>,
+    pub n: usize,
+    /// The cotangent's placement (the claimed output's, or Replicate).
+    pub cotangent_placement: String,
+    /// The library raised.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Per input, per rank.
+    #[serde(default)]
+    pub inputs: Vec<Vec<Option<String>>>,
+    /// Per rank, in the claimed output placement.
+    #[serde(default)]
+    pub cotangent: Vec<Option<String>>,
+    /// The gradient of the op on the global inputs, per input.
+    #[serde(default)]
+    pub expected: Vec<Option<String>>,
+    /// Per input: the global gradient is zero (the input does not reach
+    /// the output).
+    #[serde(default)]
+    pub expected_zero: Vec<bool>,
+    /// The output placement eager dispatch chose.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chose: Option<String>,
+    /// The output's per-rank values, where kept (`DTensor.redistribute`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub output: Vec<Option<String>>,
+    /// The op on the global inputs, which the output must denote, where kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_output: Option<String>,
+    /// Per input: the gradient's placement and per-rank values, `null` for
+    /// no gradient (zero).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grads: Option<Vec<Option<GradRecord>>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct GradRecord {
+    pub placement: String,
+    pub per_rank: Vec<Option<String>>,
 }
 
 /// What JAX did for a collective call on an input of one state on one
@@ -277,8 +336,27 @@ pub fn read(path: &str) -> Result<File, UsageError> {
                 e.inputs
             )));
         }
+        for b in &e.backward {
+            let bad = if b.claim.len() != e.inputs + 1 {
+                Some(format!("a backward claim of {} placements", b.claim.len()))
+            } else if !(2..=8).contains(&b.n) {
+                Some(format!("a backward instance on {} ranks (2 to 8)", b.n))
+            } else {
+                b.claim
+                    .iter()
+                    .chain(std::iter::once(&b.cotangent_placement))
+                    .find(|p| place(p).is_err())
+                    .map(|p| format!("placement `{}`", crate::words::excerpt(p)))
+            };
+            if let Some(why) = bad {
+                return Err(UsageError(format!(
+                    "{path}: entry {i} ({}): {why}",
+                    crate::words::excerpt(&e.op)
+                )));
+            }
+        }
         for c in e.collective.iter().flatten() {
-            let state = |s: &str| super::collective::STATES.contains(&s);
+            let state = |s: &str| super::collective::valid_state(&f.system, s);
             let bad = if !state(&c.input) {
                 Some(format!("input state `{}`", crate::words::excerpt(&c.input)))
             } else if let Some(o) = c.output.as_deref().filter(|o| !state(o)) {

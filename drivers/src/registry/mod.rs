@@ -24,6 +24,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+mod backward;
 mod collective;
 mod file;
 mod repro;
@@ -108,6 +109,12 @@ pub struct Report {
     pub file: File,
     pub source: String,
     pub rows: Vec<Row>,
+    /// The library's backward of its claims, on recorded instances
+    /// (SPEC.md §22.6): a row per claim.
+    pub backward: Vec<Row>,
+    /// Claims with no backward recorded: torch has no derivative of the
+    /// op on the global tensors.
+    pub backward_skipped: usize,
     pub scope: Scope,
     /// Entries left out by `--op`.
     pub filtered: usize,
@@ -476,10 +483,17 @@ pub fn run(file: File, source: &str, opts: &Options) -> Result<Report, UsageErro
             })
         })
         .collect();
+    let backward: Vec<Row> = chosen.par_iter().flat_map(|e| backward::rows(e)).collect();
+    let backward_skipped = chosen
+        .iter()
+        .map(|e| e.backward_skipped.values().sum::<usize>())
+        .sum();
     Ok(Report {
         file,
         source: source.to_string(),
         rows,
+        backward,
+        backward_skipped,
         scope: sc,
         filtered,
         pruned,
@@ -496,7 +510,7 @@ fn entry_rows(
     system: &str,
 ) -> Result<Vec<Row>, UsageError> {
     if let Some(cases) = &e.collective {
-        return Ok(collective::rows(e, cases));
+        return Ok(collective::rows(system, e, cases));
     }
     let claims: Vec<(Vec<Place>, Place)> = e
         .claims
@@ -838,28 +852,11 @@ pub fn text(rep: &Report, listing: Listing, show_repro: bool) -> String {
         .iter()
         .filter(|r| listing == Listing::All || matches!(r.class, Class::Incorrect | Class::Latent))
         .collect();
-    let w_op = shown
-        .iter()
-        .map(|r| r.op.len() + r.args.len() + 2)
-        .max()
-        .unwrap_or(2)
-        .min(60);
-    let w_pl = shown
-        .iter()
-        .map(|r| r.placements().len())
-        .max()
-        .unwrap_or(2);
-    for r in shown {
-        let op = r.shown_op();
-        s += &format!(
-            "  {op:<w_op$}  {:<w_pl$}  {:<12} {:>6} ms  {}\n",
-            r.placements(),
-            r.class.word(),
-            r.millis,
-            r.detail
-        );
-    }
+    s += &row_lines(&shown);
     s += &format!("{}\n", summary(rep));
+    if !rep.backward.is_empty() {
+        s += &backward_text(rep, listing);
+    }
     if show_repro {
         for (r, script) in repros(rep) {
             match script {
@@ -891,6 +888,77 @@ pub fn text(rep: &Report, listing: Listing, show_repro: bool) -> String {
     s
 }
 
+/// One line per row: op with its arguments, placements, class, time and
+/// detail, in columns as wide as these rows need.
+fn row_lines(shown: &[&Row]) -> String {
+    let w_op = shown
+        .iter()
+        .map(|r| r.op.len() + r.args.len() + 2)
+        .max()
+        .unwrap_or(2)
+        .min(60);
+    let w_pl = shown
+        .iter()
+        .map(|r| r.placements().len())
+        .max()
+        .unwrap_or(2);
+    let mut s = String::new();
+    for r in shown {
+        s += &format!(
+            "  {:<w_op$}  {:<w_pl$}  {:<12} {:>6} ms  {}\n",
+            r.shown_op(),
+            r.placements(),
+            r.class.word(),
+            r.millis,
+            r.detail
+        );
+    }
+    s
+}
+
+/// The backward rows (SPEC.md §22.6): the incorrect ones (every one with
+/// `--all`) and their totals.
+fn backward_text(rep: &Report, listing: Listing) -> String {
+    let shown: Vec<&Row> = rep
+        .backward
+        .iter()
+        .filter(|r| listing == Listing::All || r.class == Class::Incorrect)
+        .collect();
+    let mut s = String::new();
+    if !shown.is_empty() {
+        s += "backward (the library's gradients of its claims, on recorded instances):\n";
+    }
+    s += &row_lines(&shown);
+    let t = totals(&rep.backward);
+    let ops: std::collections::BTreeSet<&str> =
+        rep.backward.iter().map(|r| r.op.as_str()).collect();
+    s += &format!(
+        "backward: {} claims over {} ops on recorded instances: {} correct, {} incorrect, {} undetermined{}\n",
+        rep.backward.len(),
+        ops.len(),
+        t.get(&Class::Correct).unwrap_or(&0),
+        t.get(&Class::Incorrect).unwrap_or(&0),
+        t.get(&Class::Undetermined).unwrap_or(&0),
+        if rep.backward_skipped > 0 {
+            format!(
+                "; {} not recorded (torch has no derivative of the op on the global tensors)",
+                rep.backward_skipped
+            )
+        } else {
+            String::new()
+        }
+    );
+    s
+}
+
+/// Whether some claim, forward or backward, is incorrect (exit code 1).
+pub fn any_incorrect(rep: &Report) -> bool {
+    rep.rows
+        .iter()
+        .chain(&rep.backward)
+        .any(|r| r.class == Class::Incorrect)
+}
+
 pub fn to_json(rep: &Report, incorrect_only: bool, show_repro: bool) -> Value {
     let t = totals(&rep.rows);
     let scripts: Vec<(&Row, Result<String, String>)> =
@@ -904,7 +972,7 @@ pub fn to_json(rep: &Report, incorrect_only: bool, show_repro: bool) -> Value {
                 Err(e) => json!({"error": e}),
             })
     };
-    json!({
+    let mut out = json!({
         "system": rep.file.system,
         "versions": rep.file.versions,
         "source": rep.source,
@@ -926,7 +994,23 @@ pub fn to_json(rep: &Report, incorrect_only: bool, show_repro: bool) -> Value {
         "skipped": rep.file.skipped.len(),
         "not_recorded": rep.file.not_recorded.values().sum::<usize>(),
         "unmodelled": rep.unmodelled,
-    })
+    });
+    if !rep.backward.is_empty() {
+        let t = totals(&rep.backward);
+        out["backward"] = json!({
+            "rows": rep.backward.iter().filter(|r| !incorrect_only || r.class == Class::Incorrect).map(|r| json!({
+                "op": r.op, "args": r.args, "inputs": r.inputs, "output": r.output,
+                "class": r.class.word(), "detail": r.detail, "millis": r.millis as u64,
+            })).collect::<Vec<_>>(),
+            "totals": {
+                "correct": t.get(&Class::Correct).unwrap_or(&0),
+                "incorrect": t.get(&Class::Incorrect).unwrap_or(&0),
+                "undetermined": t.get(&Class::Undetermined).unwrap_or(&0),
+            },
+            "not_recorded": rep.backward_skipped,
+        });
+    }
+    out
 }
 
 #[cfg(test)]

@@ -1,0 +1,209 @@
+//! `spmd-check registry dtensor`, the backward of its claims (SPEC.md
+//! §22.6): DTensor's gradients of every claim on seeded instances,
+//! recorded by peers/registry_backward_dtensor.py, judged here from the
+//! per-rank values against torch.autograd.grad of the op on the global
+//! tensors. The classes are pinned; the twins tamper with the recording as
+//! a wrong backward would.
+
+mod common;
+
+use spmd_check::registry::{self, Class, File, Report, Row};
+
+/// The recording with only the entries of `op`.
+fn only_op(op: &str) -> File {
+    let mut f = common::registry::recorded("dtensor");
+    f.entries.retain(|e| e.op == op);
+    assert!(!f.entries.is_empty(), "{op} is recorded");
+    f
+}
+
+fn backward_row<'a>(rep: &'a Report, args: &str, placements: &str) -> &'a Row {
+    rep.backward
+        .iter()
+        .find(|r| r.args == args && r.placements() == placements)
+        .unwrap_or_else(|| panic!("({args}) {placements} has a backward row"))
+}
+
+#[test]
+fn dtensor_backward_classifies_as_pinned() {
+    let rep = common::registry::check(common::registry::recorded("dtensor"));
+    let t = registry::totals(&rep.backward);
+    let n = |c| *t.get(&c).unwrap_or(&0);
+    assert_eq!(
+        (
+            rep.backward.len(),
+            n(Class::Correct),
+            n(Class::Incorrect),
+            n(Class::Undetermined)
+        ),
+        (2318, 1878, 0, 440),
+        "{}",
+        rep.backward
+            .iter()
+            .filter(|r| r.class != Class::Correct)
+            .map(|r| format!(
+                "{} {} {}: {}",
+                r.shown_op(),
+                r.placements(),
+                r.class.word(),
+                r.detail
+            ))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // mul's gradients are checked and hold: a pending sum times a
+    // replicated factor has a pending-sum gradient for that factor.
+    let mul = only_op("aten.mul.Tensor");
+    let rep = common::registry::check(mul);
+    let r = backward_row(&rep, "", "P(sum), R -> P(sum)");
+    assert_eq!(r.class, Class::Correct, "{}", r.detail);
+    assert!(
+        r.detail.contains("B1, B3 hold on 6 recorded instances"),
+        "{}",
+        r.detail
+    );
+}
+
+/// A gradient off by a factor (every rank's value doubled, as a backward
+/// that forgot a division would give) fails B3.
+#[test]
+fn a_doubled_gradient_is_incorrect() {
+    let mut f = only_op("aten.mul.Tensor");
+    let claim = ["S(0)", "S(0)", "S(0)"];
+    for e in &mut f.entries {
+        for c in e.backward.iter_mut().filter(|c| c.claim == claim) {
+            let g = c.grads.as_mut().expect("grads")[0]
+                .as_mut()
+                .expect("a gradient");
+            for t in g.per_rank.iter_mut().flatten() {
+                let v = registry::parse_tensor(t).expect("a tensor");
+                *t = registry::tensor_text(&v.scale(&spmd_check::semantics::Q::from(2)));
+            }
+        }
+    }
+    let rep = common::registry::check(f);
+    let r = backward_row(&rep, "", "S(0), S(0) -> S(0)");
+    assert_eq!(r.class, Class::Incorrect, "{}", r.detail);
+    assert!(r.detail.starts_with("B3 on 2 ranks"), "{}", r.detail);
+    assert!(registry::any_incorrect(&rep));
+}
+
+/// A Replicate gradient whose ranks disagree is not well formed: B1.
+#[test]
+fn a_replicate_gradient_that_differs_per_rank_fails_b1() {
+    let mut f = only_op("aten.mul.Tensor");
+    // The first claim (and cotangent) with a Replicate gradient: rank 0's
+    // copy of it replaced.
+    let mut target = None;
+    for e in &mut f.entries {
+        for c in &mut e.backward {
+            let key = (c.claim.clone(), c.cotangent_placement.clone());
+            if target.as_ref().is_some_and(|t| *t != key) {
+                continue;
+            }
+            let Some(g) = c
+                .grads
+                .iter_mut()
+                .flatten()
+                .flatten()
+                .find(|g| g.placement == "R")
+            else {
+                continue;
+            };
+            let shape = g.per_rank[0]
+                .as_deref()
+                .and_then(|t| t.split_once(':'))
+                .map(|(s, _)| s.to_string());
+            let n: usize = shape
+                .as_deref()
+                .unwrap_or("1")
+                .split('x')
+                .map(|d| d.parse::<usize>().unwrap_or(1))
+                .product();
+            g.per_rank[0] = Some(format!(
+                "{}:{}",
+                shape.unwrap_or_default(),
+                vec!["7"; n].join(",")
+            ));
+            target = Some(key);
+        }
+    }
+    let (claim, cot) = target.expect("mul has a Replicate gradient somewhere");
+    let rep = common::registry::check(f);
+    let args = if cot == claim[0] {
+        String::new()
+    } else {
+        format!("cotangent={cot}")
+    };
+    let placements = format!("{} -> {}", claim[1..].join(", "), claim[0]);
+    let r = backward_row(&rep, &args, &placements);
+    assert_eq!(r.class, Class::Incorrect, "{}", r.detail);
+    assert!(r.detail.starts_with("B1"), "{}", r.detail);
+}
+
+/// Where eager dispatch ran another strategy, or a value is not exact,
+/// nothing is decided: undetermined, never correct.
+#[test]
+fn an_instance_that_does_not_run_the_claim_decides_nothing() {
+    let mut f = only_op("aten.mul.Tensor");
+    for e in &mut f.entries {
+        for c in &mut e.backward {
+            c.chose = Some("R".into());
+        }
+    }
+    let rep = common::registry::check(f);
+    let r = backward_row(&rep, "", "S(0), S(0) -> S(0)");
+    assert_eq!(r.class, Class::Undetermined, "{}", r.detail);
+    assert!(r.detail.contains("eager dispatch chose R"), "{}", r.detail);
+}
+
+/// DTensor.redistribute is the identity on global values: every pair it
+/// accepts holds forward and backward on its instances, the pairs it
+/// refuses are skipped with the refusal, and an output tampered to denote
+/// something else fails F3.
+#[test]
+fn redistribute_is_the_identity_and_a_changed_output_fails_f3() {
+    let f = only_op("DTensor.redistribute");
+    let rep = common::registry::check(f.clone());
+    assert!(rep.rows.is_empty(), "no forward claims");
+    let t = registry::totals(&rep.backward);
+    assert_eq!(
+        (
+            rep.backward.len(),
+            t.get(&Class::Correct).copied().unwrap_or(0)
+        ),
+        (34, 34)
+    );
+    let r = backward_row(&rep, "", "P(max) -> S(0)");
+    assert!(
+        r.detail.starts_with("F1, F3, B1, B3 hold on 6"),
+        "{}",
+        r.detail
+    );
+    assert!(f
+        .skipped
+        .iter()
+        .any(|s| s.op == "DTensor.redistribute R -> P(sum)" && s.why.contains("DTensor refuses")));
+
+    let mut f = f;
+    for e in &mut f.entries {
+        for c in e
+            .backward
+            .iter_mut()
+            .filter(|c| c.claim == ["R", "S(0)"] && c.cotangent_placement == "R")
+        {
+            let t = c.output[0].clone().expect("an exact output");
+            let v = registry::parse_tensor(&t).expect("a tensor");
+            c.output = vec![
+                Some(registry::tensor_text(
+                    &v.scale(&spmd_check::semantics::Q::from(2))
+                ));
+                c.n
+            ];
+        }
+    }
+    let rep = common::registry::check(f);
+    let r = backward_row(&rep, "", "S(0) -> R");
+    assert_eq!(r.class, Class::Incorrect, "{}", r.detail);
+    assert!(r.detail.starts_with("F3 on 2 ranks"), "{}", r.detail);
+}
