@@ -207,3 +207,75 @@ fn redistribute_is_the_identity_and_a_changed_output_fails_f3() {
     assert_eq!(r.class, Class::Incorrect, "{}", r.detail);
     assert!(r.detail.starts_with("F3 on 2 ranks"), "{}", r.detail);
 }
+
+/// Each claim run on a 2x2 mesh (SPEC.md §22.7): on mesh dim 0, dim 1 and
+/// both. The pinned classes; a claim that is wrong on one dim is wrong on
+/// 2x2 too; a tampered output fails F3.
+#[test]
+fn the_claims_on_a_2x2_mesh_classify_as_pinned() {
+    let rep = common::registry::check(common::registry::recorded("dtensor"));
+    let t = registry::totals(&rep.mesh2d);
+    let n = |c| *t.get(&c).unwrap_or(&0);
+    assert_eq!(
+        (
+            rep.mesh2d.len(),
+            n(Class::Correct),
+            n(Class::Incorrect),
+            n(Class::Undetermined)
+        ),
+        (4320, 3409, 98, 813),
+        "{}",
+        rep.mesh2d
+            .iter()
+            .filter(|r| r.class == Class::Incorrect)
+            .map(|r| format!("{} {}: {}", r.shown_op(), r.placements(), r.detail))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // Every incorrect 2x2 row is a claim already incorrect on one dim.
+    for r in rep.mesh2d.iter().filter(|r| r.class == Class::Incorrect) {
+        assert!(
+            [
+                "aten.linalg__powsum.default",
+                "aten.linalg_vector_norm.default",
+                "aten.norm.Scalar",
+                "aten.threshold.default"
+            ]
+            .contains(&r.op.as_str()),
+            "{} {}: {}",
+            r.shown_op(),
+            r.placements(),
+            r.detail
+        );
+    }
+
+    let mut f = only_op("aten.mul.Tensor");
+    let rep = common::registry::check(f.clone());
+    let r = rep
+        .mesh2d
+        .iter()
+        .find(|r| {
+            r.args == "mesh both" && r.placements() == "(S(0), S(0)), (S(0), S(0)) -> (S(0), S(0))"
+        })
+        .expect("mul on both dims");
+    assert_eq!(r.class, Class::Correct, "{}", r.detail);
+    for e in &mut f.entries {
+        for c in e
+            .mesh2d
+            .iter_mut()
+            .filter(|c| c.at == "both" && c.claim == ["S(0)", "S(0)", "S(0)"])
+        {
+            c.output[3] = c.output[0].clone();
+        }
+    }
+    let rep = common::registry::check(f);
+    let r = rep
+        .mesh2d
+        .iter()
+        .find(|r| {
+            r.args == "mesh both" && r.placements() == "(S(0), S(0)), (S(0), S(0)) -> (S(0), S(0))"
+        })
+        .expect("mul on both dims");
+    assert_eq!(r.class, Class::Incorrect, "{}", r.detail);
+    assert!(r.detail.starts_with("F3 on 2x2"), "{}", r.detail);
+}

@@ -396,7 +396,12 @@ def registry(system: str, *, op: Optional[str] = None,
     recording in the checkout); ``live=True`` runs the installed library
     through the checkout's peer script, under ``python`` (default: this
     interpreter); ``show_repro`` adds a PyTorch script to each incorrect
-    row."""
+    row. Where the recording holds the library's gradients (DTensor's
+    claims and ``DTensor.redistribute``, SPEC.md §22.6), ``backward``
+    has their rows (correct, incorrect or undetermined, on the recorded
+    instances), ``totals`` and ``not_recorded``. Collectives (JAX's and
+    spmd_types', §22.5) are rows like the others, each with its
+    transpose in ``detail``."""
     sys_name = _str("system", system)
     for name, flag in (("live", live), ("missing", missing),
                        ("incorrect_only", incorrect_only), ("show_repro", show_repro)):

@@ -4,6 +4,7 @@ strategies checked against the recorded kernel, from Python."""
 import gzip
 import json
 import pathlib
+from fractions import Fraction
 
 import pytest
 
@@ -52,3 +53,27 @@ def test_bad_arguments_are_plain_errors(tmp_path):
         spmd_check.registry("dtensor", file=bad)
     with pytest.raises(BadInput, match="either file= or live=True"):
         spmd_check.registry("dtensor", file=bad, live=True)
+
+
+def doubled(t):
+    """A registry tensor text (`2x2:1,-1/2,...`) with every value doubled."""
+    shape, values = t.split(":", 1)
+    return shape + ":" + ",".join(str(2 * Fraction(v)) for v in values.split(","))
+
+
+def test_the_backward_rows_come_apart_and_a_doubled_gradient_is_incorrect(tmp_path):
+    doc = spmd_check.registry("dtensor", op="DTensor.redistribute")
+    assert doc["rows"] == []
+    assert doc["backward"]["totals"] == {"correct": 34, "incorrect": 0, "undetermined": 0}
+    raw = json.loads(gzip.decompress(RECORDING.read_bytes()))
+    raw["entries"] = [e for e in raw["entries"] if e["op"] == "aten.mul.Tensor"]
+    for e in raw["entries"]:
+        for c in e.get("backward", []):
+            for g in c.get("grads") or []:
+                if g is not None:
+                    g["per_rank"] = [None if t is None else doubled(t) for t in g["per_rank"]]
+    f = tmp_path / "doubled.json"
+    f.write_text(json.dumps(raw))
+    out = spmd_check.registry("dtensor", op="aten.mul.Tensor", file=f)
+    assert out["backward"]["totals"]["incorrect"] > 0
+    assert all(r["detail"].startswith("B3") for r in out["backward"]["rows"] if r["class"] == "incorrect")

@@ -94,6 +94,38 @@ pub struct Entry {
     /// has no derivative of the op on the global tensors).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub backward_skipped: BTreeMap<String, usize>,
+    /// The claims run on a 2x2 mesh (SPEC.md §22.7), on recorded instances.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub mesh2d: Vec<Mesh2dCase>,
+}
+
+/// One recorded instance of a claim on a 2x2 mesh (SPEC.md §22.7): the
+/// claim's input placements on mesh dim 0, dim 1 or both (Replicate on
+/// the other), per-rank inputs (rank 2i + j at coordinate (i, j)), the
+/// output placements eager DTensor chose, its per-rank output, and the op
+/// on the global inputs.
+#[derive(Serialize, Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct Mesh2dCase {
+    /// `[output, inputs...]` of the single-dim claim.
+    pub claim: Vec<String>,
+    /// `dim 0`, `dim 1` or `both`.
+    #[serde(rename = "where")]
+    pub at: String,
+    /// The output placements the claim gives on the two mesh dims.
+    pub claimed: Vec<String>,
+    /// Per input, its placements on the two mesh dims.
+    pub placements: Vec<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub inputs: Vec<Vec<Option<String>>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_output: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chose: Option<Vec<String>>,
+    #[serde(default)]
+    pub output: Vec<Option<String>>,
 }
 
 /// One recorded instance of a claim's backward (SPEC.md §22.6): per-rank

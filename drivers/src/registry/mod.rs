@@ -27,6 +27,7 @@ use std::time::Instant;
 mod backward;
 mod collective;
 mod file;
+mod mesh2d;
 mod repro;
 pub use file::*;
 pub use repro::*;
@@ -115,6 +116,9 @@ pub struct Report {
     /// Claims with no backward recorded: torch has no derivative of the
     /// op on the global tensors.
     pub backward_skipped: usize,
+    /// The claims run on a 2x2 mesh, on recorded instances (SPEC.md
+    /// §22.7): a row per claim and mesh dim(s).
+    pub mesh2d: Vec<Row>,
     pub scope: Scope,
     /// Entries left out by `--op`.
     pub filtered: usize,
@@ -484,6 +488,7 @@ pub fn run(file: File, source: &str, opts: &Options) -> Result<Report, UsageErro
         })
         .collect();
     let backward: Vec<Row> = chosen.par_iter().flat_map(|e| backward::rows(e)).collect();
+    let mesh2d: Vec<Row> = chosen.par_iter().flat_map(|e| mesh2d::rows(e)).collect();
     let backward_skipped = chosen
         .iter()
         .map(|e| e.backward_skipped.values().sum::<usize>())
@@ -494,6 +499,7 @@ pub fn run(file: File, source: &str, opts: &Options) -> Result<Report, UsageErro
         rows,
         backward,
         backward_skipped,
+        mesh2d,
         scope: sc,
         filtered,
         pruned,
@@ -857,6 +863,9 @@ pub fn text(rep: &Report, listing: Listing, show_repro: bool) -> String {
     if !rep.backward.is_empty() {
         s += &backward_text(rep, listing);
     }
+    if !rep.mesh2d.is_empty() {
+        s += &mesh2d_text(rep, listing);
+    }
     if show_repro {
         for (r, script) in repros(rep) {
             match script {
@@ -951,11 +960,39 @@ fn backward_text(rep: &Report, listing: Listing) -> String {
     s
 }
 
-/// Whether some claim, forward or backward, is incorrect (exit code 1).
+/// The 2x2 rows (SPEC.md §22.7): the incorrect ones (every one with
+/// `--all`) and their totals.
+fn mesh2d_text(rep: &Report, listing: Listing) -> String {
+    let shown: Vec<&Row> = rep
+        .mesh2d
+        .iter()
+        .filter(|r| listing == Listing::All || r.class == Class::Incorrect)
+        .collect();
+    let mut s = String::new();
+    if !shown.is_empty() {
+        s += "2x2 mesh (each claim on mesh dim 0, dim 1 and both, on recorded instances):\n";
+    }
+    s += &row_lines(&shown);
+    let t = totals(&rep.mesh2d);
+    let ops: std::collections::BTreeSet<&str> = rep.mesh2d.iter().map(|r| r.op.as_str()).collect();
+    s += &format!(
+        "2x2: {} rows over {} ops on recorded instances: {} correct, {} incorrect, {} undetermined\n",
+        rep.mesh2d.len(),
+        ops.len(),
+        t.get(&Class::Correct).unwrap_or(&0),
+        t.get(&Class::Incorrect).unwrap_or(&0),
+        t.get(&Class::Undetermined).unwrap_or(&0)
+    );
+    s
+}
+
+/// Whether some claim, forward, backward or on 2x2, is incorrect (exit
+/// code 1).
 pub fn any_incorrect(rep: &Report) -> bool {
     rep.rows
         .iter()
         .chain(&rep.backward)
+        .chain(&rep.mesh2d)
         .any(|r| r.class == Class::Incorrect)
 }
 
@@ -995,6 +1032,20 @@ pub fn to_json(rep: &Report, incorrect_only: bool, show_repro: bool) -> Value {
         "not_recorded": rep.file.not_recorded.values().sum::<usize>(),
         "unmodelled": rep.unmodelled,
     });
+    if !rep.mesh2d.is_empty() {
+        let t = totals(&rep.mesh2d);
+        out["mesh2d"] = json!({
+            "rows": rep.mesh2d.iter().filter(|r| !incorrect_only || r.class == Class::Incorrect).map(|r| json!({
+                "op": r.op, "args": r.args, "inputs": r.inputs, "output": r.output,
+                "class": r.class.word(), "detail": r.detail, "millis": r.millis as u64,
+            })).collect::<Vec<_>>(),
+            "totals": {
+                "correct": t.get(&Class::Correct).unwrap_or(&0),
+                "incorrect": t.get(&Class::Incorrect).unwrap_or(&0),
+                "undetermined": t.get(&Class::Undetermined).unwrap_or(&0),
+            },
+        });
+    }
     if !rep.backward.is_empty() {
         let t = totals(&rep.backward);
         out["backward"] = json!({
