@@ -316,4 +316,10 @@ fn live_agrees_with_the_recording_and_catches_a_patched_strategy() {
     assert_eq!(v["totals"]["incorrect"], 1, "{v}");
     let v = live(None, "aten.abs.default");
     assert_eq!(v["totals"]["incorrect"], 0, "{v}");
+    // The live path records the backward and 2x2 steps too, and classes
+    // them as the recording does (same seeds, same library).
+    let live_t = live(None, "aten.threshold.default");
+    for part in ["backward", "mesh2d"] {
+        assert_eq!(live_t[part]["totals"], recorded[part]["totals"], "{part}");
+    }
 }

@@ -218,6 +218,34 @@ pub fn record_live(
             script.display()
         )));
     }
+    // DTensor's backward of its claims and its claims on a 2x2 mesh
+    // (SPEC.md §22.6, §22.7) are added to the file by two more scripts.
+    let more: &[&str] = match system {
+        "dtensor" => &[
+            "peers/registry_backward_dtensor.py",
+            "peers/registry_mesh2d_dtensor.py",
+        ],
+        _ => &[],
+    };
+    for step in more {
+        let step = root.join(step);
+        let mut cmd = std::process::Command::new(&python);
+        cmd.arg(&step).arg(&out);
+        if let Some(g) = only {
+            cmd.arg(g);
+        }
+        let status = cmd
+            .stderr(std::process::Stdio::null())
+            .status()
+            .map_err(|e| UsageError(format!("--live: cannot run {python}: {e}")))?;
+        if !status.success() {
+            let _ = std::fs::remove_file(&out);
+            return Err(UsageError(format!(
+                "--live: {python} {} failed ({status})",
+                step.display()
+            )));
+        }
+    }
     let path = out.to_string_lossy().into_owned();
     let f = read(&path);
     let _ = std::fs::remove_file(&out);
