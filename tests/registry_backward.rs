@@ -279,3 +279,28 @@ fn the_claims_on_a_2x2_mesh_classify_as_pinned() {
     assert_eq!(r.class, Class::Incorrect, "{}", r.detail);
     assert!(r.detail.starts_with("F3 on 2x2"), "{}", r.detail);
 }
+
+/// The recording is untrusted: a 2x2 instance with a placement that is
+/// none is refused on reading, naming the entry (exit 2); a backward
+/// instance with too many inputs decides nothing, and nothing panics.
+#[test]
+fn malformed_backward_and_2x2_instances_are_named_or_left_unchecked() {
+    let mut f = only_op("aten.mul.Tensor");
+    f.entries[0].mesh2d[0].chose = Some(vec!["S(0)".into(), "Sideways".into()]);
+    let dir = common::fresh_dir("registry_backward", "bad_2x2");
+    let p = dir.join("bad.json");
+    std::fs::write(&p, serde_json::to_string(&f).unwrap()).unwrap();
+    let (code, _, err) = common::run(&["registry", "dtensor", "--file", p.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("entry 0") && err.contains("2x2"), "{err}");
+
+    let mut f = only_op("aten.mul.Tensor");
+    for e in &mut f.entries {
+        for c in &mut e.backward {
+            let extra = c.inputs[0].clone();
+            c.inputs.push(extra);
+        }
+    }
+    let rep = common::registry::check(f);
+    assert!(rep.backward.iter().all(|r| r.class == Class::Undetermined));
+}

@@ -62,7 +62,7 @@ fn judge(c: &BackwardCase) -> Outcome {
     else {
         return Outcome::Unchecked("an input is not exact in float64".into());
     };
-    if grads.len() != ins.len() || c.expected.len() != ins.len() {
+    if grads.len() != ins.len() || c.expected.len() != ins.len() || ins.len() + 1 != c.claim.len() {
         return Outcome::Unchecked("the recording has a gradient per input missing".into());
     }
     let where_ = || {

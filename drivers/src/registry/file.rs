@@ -387,6 +387,34 @@ pub fn read(path: &str) -> Result<File, UsageError> {
                 )));
             }
         }
+        for m in &e.mesh2d {
+            let two = |ps: &[String]| ps.len() == 2 && ps.iter().all(|p| place(p).is_ok());
+            let bad = if !matches!(m.at.as_str(), "dim 0" | "dim 1" | "both") {
+                Some(format!(
+                    "a 2x2 instance on `{}`",
+                    crate::words::excerpt(&m.at)
+                ))
+            } else if !two(&m.claimed)
+                || !m.placements.iter().all(|p| two(p))
+                || m.chose.as_deref().is_some_and(|p| !two(p))
+            {
+                Some("a 2x2 instance whose placements are not two of R, S(d), P(kind)".into())
+            } else if m.placements.len() != e.inputs || m.inputs.len() > e.inputs {
+                Some(format!(
+                    "a 2x2 instance of {} inputs for {}",
+                    m.placements.len(),
+                    e.inputs
+                ))
+            } else {
+                None
+            };
+            if let Some(why) = bad {
+                return Err(UsageError(format!(
+                    "{path}: entry {i} ({}): {why}",
+                    crate::words::excerpt(&e.op)
+                )));
+            }
+        }
         for c in e.collective.iter().flatten() {
             let state = |s: &str| super::collective::valid_state(&f.system, s);
             let bad = if !state(&c.input) {

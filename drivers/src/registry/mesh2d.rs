@@ -48,6 +48,9 @@ fn judge(c: &Mesh2dCase) -> Outcome {
     else {
         return Outcome::Unchecked("the output is not exact in float64".into());
     };
+    if outs.len() != 4 {
+        return Outcome::Unchecked(format!("an output of {} ranks on a 2x2 mesh", outs.len()));
+    }
     let shown = |xs: &[Option<String>]| {
         xs.iter()
             .map(|t| t.as_deref().unwrap_or("?"))
