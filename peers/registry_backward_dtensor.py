@@ -26,8 +26,6 @@ Usage: registry_backward_dtensor.py FILE [GLOB]: adds each entry's
 """
 
 import fnmatch
-import gzip
-import json
 import random
 import sys
 import warnings
@@ -39,7 +37,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-from registry_values import encode
+from registry_values import encode, load_doc, save_doc
 
 warnings.filterwarnings("ignore")
 SIZES = (2, 3)
@@ -260,9 +258,7 @@ def checkable(e):
 def main():
     path = sys.argv[1]
     only = sys.argv[2] if len(sys.argv) > 2 else None
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt") as fh:
-        doc = json.load(fh)
+    doc = load_doc(path)
     meshes = {}
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=max(SIZES))
     for n in SIZES:
@@ -314,14 +310,7 @@ def main():
             e["backward"] = cases
             done += 1
             print(f"{e['op']}({e['args']}): {len(cases)} instances", file=sys.stderr)
-    text_out = json.dumps(doc, separators=(",", ":")) + "\n"
-    if path.endswith(".gz"):
-        with open(path, "wb") as fh, gzip.GzipFile(filename="", mode="wb", fileobj=fh, mtime=0,
-                                                  compresslevel=9) as z:
-            z.write(text_out.encode())
-    else:
-        with open(path, "w") as fh:
-            fh.write(text_out)
+    save_doc(path, doc)
     print(f"{done} entries with backward instances", file=sys.stderr)
 
 

@@ -18,8 +18,6 @@ Usage: registry_mesh2d_dtensor.py FILE [GLOB]: adds each entry's
 """
 
 import fnmatch
-import gzip
-import json
 import random
 import sys
 import warnings
@@ -31,6 +29,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
+from registry_values import load_doc, save_doc
 from registry_backward_dtensor import Distinct, build_call, checkable, claims_of, parse, tensor_text, text
 
 warnings.filterwarnings("ignore")
@@ -91,9 +90,7 @@ def instance(f, ins, mesh, rng):
 def main():
     path = sys.argv[1]
     only = sys.argv[2] if len(sys.argv) > 2 else None
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt") as fh:
-        doc = json.load(fh)
+    doc = load_doc(path)
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=4)
     mesh = init_device_mesh("cpu", (2, 2))
     done = 0
@@ -124,14 +121,7 @@ def main():
             e["mesh2d"] = cases
             done += 1
             print(f"{e['op']}({e['args']}): {len(cases)} instances on 2x2", file=sys.stderr)
-    text_out = json.dumps(doc, separators=(",", ":")) + "\n"
-    if path.endswith(".gz"):
-        with open(path, "wb") as fh, gzip.GzipFile(filename="", mode="wb", fileobj=fh, mtime=0,
-                                                  compresslevel=9) as z:
-            z.write(text_out.encode())
-    else:
-        with open(path, "w") as fh:
-            fh.write(text_out)
+    save_doc(path, doc)
     print(f"{done} entries with 2x2 instances", file=sys.stderr)
 
 

@@ -9,6 +9,8 @@ scalar `:5`); a tensor with a value outside the window is `None`, one
 with a value that is not finite "nan".
 """
 
+import gzip
+import json
 import math
 from fractions import Fraction
 
@@ -57,3 +59,23 @@ def decode(s):
     shape = [int(d) for d in dims.split("x")] if dims else []
     data = [float(Fraction(v)) for v in vals.split(",")] if vals else []
     return shape, data
+
+
+def load_doc(path):
+    """A registry file, gzipped (a `.gz` name) or plain."""
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as fh:
+        return json.load(fh)
+
+
+def save_doc(path, doc):
+    """Write a registry file, gzipped for a `.gz` name with no name or time
+    in the header (the same text gives the same bytes)."""
+    text = json.dumps(doc, separators=(",", ":")) + "\n"
+    if path.endswith(".gz"):
+        with open(path, "wb") as fh, gzip.GzipFile(filename="", mode="wb", fileobj=fh, mtime=0,
+                                                  compresslevel=9) as z:
+            z.write(text.encode())
+    else:
+        with open(path, "w") as fh:
+            fh.write(text)

@@ -953,65 +953,86 @@ fn row_lines(shown: &[&Row]) -> String {
     s
 }
 
-/// The backward rows (SPEC.md §22.6): the incorrect ones (every one with
-/// `--all`) and their totals.
-fn backward_text(rep: &Report, listing: Listing) -> String {
-    let shown: Vec<&Row> = rep
-        .backward
+/// A section of rows checked on recorded instances (the backward of
+/// §22.6, the 2x2 mesh of §22.7): its heading, the incorrect rows (every
+/// one with `--all`) and a totals line, `label: N WHAT over M ops …`
+/// followed by `tail`.
+fn instance_section(
+    rows: &[Row],
+    listing: Listing,
+    heading: &str,
+    label: &str,
+    what: &str,
+    tail: &str,
+) -> String {
+    let shown: Vec<&Row> = rows
         .iter()
         .filter(|r| listing == Listing::All || r.class == Class::Incorrect)
         .collect();
     let mut s = String::new();
     if !shown.is_empty() {
-        s += "backward (the library's gradients of its claims, on recorded instances):\n";
+        s += &format!("{heading}:\n");
     }
     s += &row_lines(&shown);
-    let t = totals(&rep.backward);
-    let ops: std::collections::BTreeSet<&str> =
-        rep.backward.iter().map(|r| r.op.as_str()).collect();
+    let t = totals(rows);
+    let ops: std::collections::BTreeSet<&str> = rows.iter().map(|r| r.op.as_str()).collect();
     s += &format!(
-        "backward: {} claims over {} ops on recorded instances: {} correct, {} incorrect, {} undetermined{}\n",
-        rep.backward.len(),
+        "{label}: {} {what} over {} ops on recorded instances: {} correct, {} incorrect, {} undetermined{tail}\n",
+        rows.len(),
         ops.len(),
         t.get(&Class::Correct).unwrap_or(&0),
         t.get(&Class::Incorrect).unwrap_or(&0),
         t.get(&Class::Undetermined).unwrap_or(&0),
-        if rep.backward_skipped > 0 {
-            format!(
-                "; {} not recorded (torch has no derivative of the op on the global tensors)",
-                rep.backward_skipped
-            )
-        } else {
-            String::new()
-        }
     );
     s
 }
 
-/// The 2x2 rows (SPEC.md §22.7): the incorrect ones (every one with
-/// `--all`) and their totals.
+/// The backward rows (SPEC.md §22.6).
+fn backward_text(rep: &Report, listing: Listing) -> String {
+    let tail = if rep.backward_skipped > 0 {
+        format!(
+            "; {} not recorded (torch has no derivative of the op on the global tensors)",
+            rep.backward_skipped
+        )
+    } else {
+        String::new()
+    };
+    instance_section(
+        &rep.backward,
+        listing,
+        "backward (the library's gradients of its claims, on recorded instances)",
+        "backward",
+        "claims",
+        &tail,
+    )
+}
+
+/// The 2x2 rows (SPEC.md §22.7).
 fn mesh2d_text(rep: &Report, listing: Listing) -> String {
-    let shown: Vec<&Row> = rep
-        .mesh2d
-        .iter()
-        .filter(|r| listing == Listing::All || r.class == Class::Incorrect)
-        .collect();
-    let mut s = String::new();
-    if !shown.is_empty() {
-        s += "2x2 mesh (each claim on mesh dim 0, dim 1 and both, on recorded instances):\n";
-    }
-    s += &row_lines(&shown);
-    let t = totals(&rep.mesh2d);
-    let ops: std::collections::BTreeSet<&str> = rep.mesh2d.iter().map(|r| r.op.as_str()).collect();
-    s += &format!(
-        "2x2: {} rows over {} ops on recorded instances: {} correct, {} incorrect, {} undetermined\n",
-        rep.mesh2d.len(),
-        ops.len(),
-        t.get(&Class::Correct).unwrap_or(&0),
-        t.get(&Class::Incorrect).unwrap_or(&0),
-        t.get(&Class::Undetermined).unwrap_or(&0)
-    );
-    s
+    instance_section(
+        &rep.mesh2d,
+        listing,
+        "2x2 mesh (each claim on mesh dim 0, dim 1 and both, on recorded instances)",
+        "2x2",
+        "rows",
+        "",
+    )
+}
+
+/// A section of rows checked on recorded instances, for `--json`.
+fn instance_json(rows: &[Row], incorrect_only: bool) -> Value {
+    let t = totals(rows);
+    json!({
+        "rows": rows.iter().filter(|r| !incorrect_only || r.class == Class::Incorrect).map(|r| json!({
+            "op": r.op, "args": r.args, "inputs": r.inputs, "output": r.output,
+            "class": r.class.word(), "detail": r.detail, "millis": r.millis as u64,
+        })).collect::<Vec<_>>(),
+        "totals": {
+            "correct": t.get(&Class::Correct).unwrap_or(&0),
+            "incorrect": t.get(&Class::Incorrect).unwrap_or(&0),
+            "undetermined": t.get(&Class::Undetermined).unwrap_or(&0),
+        },
+    })
 }
 
 /// Whether some claim, forward, backward or on 2x2, is incorrect (exit
@@ -1061,33 +1082,11 @@ pub fn to_json(rep: &Report, incorrect_only: bool, show_repro: bool) -> Value {
         "unmodelled": rep.unmodelled,
     });
     if !rep.mesh2d.is_empty() {
-        let t = totals(&rep.mesh2d);
-        out["mesh2d"] = json!({
-            "rows": rep.mesh2d.iter().filter(|r| !incorrect_only || r.class == Class::Incorrect).map(|r| json!({
-                "op": r.op, "args": r.args, "inputs": r.inputs, "output": r.output,
-                "class": r.class.word(), "detail": r.detail, "millis": r.millis as u64,
-            })).collect::<Vec<_>>(),
-            "totals": {
-                "correct": t.get(&Class::Correct).unwrap_or(&0),
-                "incorrect": t.get(&Class::Incorrect).unwrap_or(&0),
-                "undetermined": t.get(&Class::Undetermined).unwrap_or(&0),
-            },
-        });
+        out["mesh2d"] = instance_json(&rep.mesh2d, incorrect_only);
     }
     if !rep.backward.is_empty() {
-        let t = totals(&rep.backward);
-        out["backward"] = json!({
-            "rows": rep.backward.iter().filter(|r| !incorrect_only || r.class == Class::Incorrect).map(|r| json!({
-                "op": r.op, "args": r.args, "inputs": r.inputs, "output": r.output,
-                "class": r.class.word(), "detail": r.detail, "millis": r.millis as u64,
-            })).collect::<Vec<_>>(),
-            "totals": {
-                "correct": t.get(&Class::Correct).unwrap_or(&0),
-                "incorrect": t.get(&Class::Incorrect).unwrap_or(&0),
-                "undetermined": t.get(&Class::Undetermined).unwrap_or(&0),
-            },
-            "not_recorded": rep.backward_skipped,
-        });
+        out["backward"] = instance_json(&rep.backward, incorrect_only);
+        out["backward"]["not_recorded"] = json!(rep.backward_skipped);
     }
     out
 }
