@@ -91,5 +91,7 @@ fill_loop jax "$JAXPY" peers/record_registry_jax.py "$TMP/raw_jax.json"
 rm -f tests/fixtures/registry/jax.json tests/fixtures/registry/jax.json.gz
 "$BIN" registry jax --file "$TMP/raw_jax.json" \
     --record tests/fixtures/registry/jax.json.gz > /dev/null || true
+# The transposes of its elementwise primitives on seeded instances (SPEC.md §22.6).
+"$JAXPY" peers/registry_backward_jax.py tests/fixtures/registry/jax.json.gz
 "$BIN" registry jax | tail -2 || true
 fi

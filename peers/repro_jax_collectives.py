@@ -1,7 +1,8 @@
-"""JAX 0.12.0.1 collectives whose transpose raises (SPEC.md §22.5;
-`spmd-check registry jax --op 'lax.all_to_all' --all` lists them as
-undetermined). Each case is a plain user program; this prints what JAX
-does and exits 0 when every failure is still there.
+"""JAX 0.12.0.1 calls whose transpose raises inside shard_map: two
+collectives (SPEC.md §22.5; `spmd-check registry jax --op 'lax.all_to_all'
+--all` lists them as undetermined) and erf, hence exact gelu (§22.6;
+`--op 'lax.erf*'`). Each case is a plain user program; this prints what
+JAX does and exits 0 when every failure is still there.
 
     /path/to/jax-0.12.0.1/python peers/repro_jax_collectives.py
 """
@@ -27,9 +28,18 @@ def pbroadcast(v):
     return jax.lax.pbroadcast(v, "x", 0)
 
 
+def erf(v):
+    return jax.lax.erf(v)
+
+
+def gelu(v):
+    return jax.nn.gelu(v, approximate=False)
+
+
+CASES = [("all_to_all(split_axis=0, concat_axis=1, tiled=False)", untiled_all_to_all),
+         ("pbroadcast(source=0)", pbroadcast), ("erf", erf), ("gelu(approximate=False)", gelu)]
 still = 0
-for name, f in [("all_to_all(split_axis=0, concat_axis=1, tiled=False)", untiled_all_to_all),
-                ("pbroadcast(source=0)", pbroadcast)]:
+for name, f in CASES:
     sm = jax.shard_map(f, mesh=mesh, in_specs=P("x"), out_specs=P("x"))
     out = jax.eval_shape(sm, x)
     try:
@@ -40,4 +50,4 @@ for name, f in [("all_to_all(split_axis=0, concat_axis=1, tiled=False)", untiled
         still += 1
         print(f"{name}: the forward types ({out.shape}), its vjp raises "
               f"{type(e).__name__}: {str(e).splitlines()[0]}")
-raise SystemExit(0 if still == 2 else 1)
+raise SystemExit(0 if still == len(CASES) else 1)

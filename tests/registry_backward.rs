@@ -304,3 +304,53 @@ fn malformed_backward_and_2x2_instances_are_named_or_left_unchecked() {
     let rep = common::registry::check(f);
     assert!(rep.backward.iter().all(|r| r.class == Class::Undetermined));
 }
+
+/// JAX's transposes of its elementwise primitives (SPEC.md §22.6): no
+/// gradient is wrong on the recorded instances; erf's raises inside
+/// shard_map (and with it exact gelu's); a doubled gradient fails B3.
+#[test]
+fn jax_elementwise_transposes_classify_as_pinned() {
+    let mut f = common::registry::recorded("jax");
+    f.entries.retain(|e| e.family == "elementwise");
+    let rep = common::registry::check(f.clone());
+    let t = registry::totals(&rep.backward);
+    let n = |c| *t.get(&c).unwrap_or(&0);
+    assert_eq!(
+        (
+            rep.backward.len(),
+            n(Class::Correct),
+            n(Class::Incorrect),
+            n(Class::Undetermined)
+        ),
+        (111, 57, 0, 54)
+    );
+    let erf = rep
+        .backward
+        .iter()
+        .find(|r| r.op == "lax.erf")
+        .expect("erf's transpose");
+    assert_eq!(erf.class, Class::Undetermined);
+    assert!(
+        erf.detail
+            .contains("Primitive polynomial requires varying manual axes"),
+        "{}",
+        erf.detail
+    );
+
+    f.entries.retain(|e| e.op == "lax.mul" && e.args.is_empty());
+    for e in &mut f.entries {
+        for c in &mut e.backward {
+            for g in c.grads.iter_mut().flatten().flatten() {
+                for t in g.per_rank.iter_mut().flatten() {
+                    let v = registry::parse_tensor(t).expect("a tensor");
+                    *t = registry::tensor_text(&v.scale(&spmd_check::semantics::Q::from(2)));
+                }
+            }
+        }
+    }
+    let rep = common::registry::check(f);
+    assert!(rep
+        .backward
+        .iter()
+        .all(|r| r.class == Class::Incorrect && r.detail.starts_with("B3")));
+}

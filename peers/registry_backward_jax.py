@@ -1,0 +1,182 @@
+"""JAX's transposes of its elementwise primitives (SPEC.md §22.6), on
+recorded instances.
+
+For every claim of a registry file of JAX's elementwise family whose
+inputs are all varying (S(0)) or all among invariant/reduced (R) and
+unreduced (P(sum)) — claims where every operand denotes a tensor of one
+global shape, so no invariant operand stands for its tiling — on one mesh
+axis of 2 and of 4 devices, three seeded instances each: per-rank inputs
+in the claim's states (values multiples of 1/4 of distinct magnitudes),
+the primitive bound inside `jax.shard_map(check_vma=True)`, and `jax.vjp`
+of it with a cotangent of the output's cotangent state. Recorded as
+registry_backward_dtensor.py records DTensor's: each gradient's state as
+a placement (varying S(0), invariant or reduced R, unreduced P(sum)) and
+its per-rank values, and the gradient `jax.vjp` gives for the primitive
+on the global arrays.
+
+Usage: registry_backward_jax.py FILE [GLOB]: adds `backward` to FILE's
+elementwise entries in place.
+"""
+
+import fnmatch
+import random
+import sys
+
+import numpy as np
+
+import record_registry_jax as rr
+import record_jax as rj
+from registry_values import encode, load_doc, save_doc
+
+import jax  # noqa: E402  (configured by record_registry_jax)
+from jax.sharding import NamedSharding  # noqa: E402
+
+SIZES = (2, 4)
+INSTANCES = 3
+STATE = {"S(0)": "Varying", "P(sum)": "Unreduced"}
+COT = {"Varying": "Varying", "Invariant": "Invariant", "Unreduced": "Reduced", "Reduced": "Unreduced"}
+PLACE = {"Varying": "S(0)", "Invariant": "R", "Reduced": "R", "Unreduced": "P(sum)"}
+
+
+def lookup():
+    """(op, args) -> (primitive, params) for every float64 variant."""
+    out = {}
+    for mod, prim in rr.all_prims():
+        if prim.name in rr.TENSOR or prim.name in rr.COMPLEX or not rr.is_elementwise(mod, prim):
+            continue
+        for text, fn, k, dts_list in rr.variants(prim):
+            dts = (dts_list or [(rr.F64,) * k])[0]
+            if any(d != rr.F64 for d in dts):
+                continue
+            try:
+                params = rr.params_of(prim, fn, dts)
+            except Exception:
+                continue
+            out[(f"lax.{prim.name}", text)] = (prim, params)
+    return out
+
+
+def text(a):
+    a = np.asarray(a, dtype=np.float64)
+    return encode(list(a.shape), a.reshape(-1).tolist())
+
+
+def shards(arr, n):
+    ss = sorted(arr.addressable_shards, key=lambda s: s.device.id)
+    return [np.asarray(s.data) for s in ss][:n]
+
+
+def per_rank_values(state, n, draw):
+    split = state in ("Varying", "Unreduced")
+    base = [draw() for _ in range(2)]
+    return [np.array([draw() for _ in range(2)] if split else base, dtype=np.float64) for _ in range(n)]
+
+
+def global_of(state, xs):
+    if state == "Varying":
+        return np.concatenate(xs)
+    if state == "Unreduced":
+        return np.sum(xs, axis=0)
+    return xs[0]
+
+
+def out_state_of(prim, params, states, xs, n):
+    """The state JAX types the primitive's output, on these inputs."""
+    mesh = rj.mesh_of({"x": n})
+    ents = [rj.enter(mesh, s, list(x)) for s, x in zip(states, xs)]
+    seen = {}
+
+    def body(*args):
+        vs = [rj.cast(a, s, ("x",)) for a, s in zip(args, states)]
+        seen["out"] = rj.type_of(prim.bind(*vs, **params), ("x",))["state"]
+        return ()
+
+    jax.eval_shape(jax.shard_map(body, mesh=mesh, in_specs=tuple(s for _, s in ents), out_specs=()),
+                   *[a for a, _ in ents])
+    return seen["out"]
+
+
+def instance(prim, params, states, n, rng):
+    pool = rng.sample(range(1, 200), 120)
+
+    def draw():
+        return rng.choice((-1, 1)) * (pool.pop() if pool else rng.randrange(1, 200)) / 4
+
+    xs = [per_rank_values(s, n, draw) for s in states]
+    cot = COT[out_state_of(prim, params, states, xs, n)]
+    cts = per_rank_values(cot, n, lambda: rng.choice((-2, -1.5, -1, -0.5, 0.5, 1, 1.5, 2)))
+    rec = {"n": n, "cotangent_placement": PLACE[cot], "inputs": [[text(t) for t in x] for x in xs],
+           "cotangent": [text(t) for t in cts]}
+    # The primitive on the global arrays, and its gradient: the reference.
+    gx = [jax.numpy.asarray(global_of(s, x)) for s, x in zip(states, xs)]
+    gy, vjp = jax.vjp(lambda *v: prim.bind(*v, **params), *gx)
+    want = vjp(jax.numpy.asarray(global_of(cot, cts)).reshape(gy.shape).astype(gy.dtype))
+    rec["expected"] = [text(w) for w in want]
+    rec["expected_zero"] = [False for _ in want]
+    mesh = rj.mesh_of({"x": n})
+    ents = [rj.enter(mesh, s, list(x)) for s, x in zip(states, xs)]
+    cent = rj.enter(mesh, cot, list(cts))
+    seen = {}
+
+    def body(*args):
+        vs = [rj.cast(a, s, ("x",)) for a, s in zip(args[:-1], states)]
+        y, f = jax.vjp(lambda *v: prim.bind(*v, **params), *vs)
+        seen["out"] = rj.type_of(y, ("x",))
+        gs = f(rj.cast(args[-1], cot, ("x",)).reshape(y.shape).astype(y.dtype))
+        seen["grads"] = [rj.type_of(g, ("x",)) for g in gs]
+        return tuple(gs)
+
+    in_specs = tuple(s for _, s in ents) + (cent[1],)
+    args = [a for a, _ in ents] + [cent[0]]
+    try:
+        jax.eval_shape(jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=(rj.P(),) * len(xs)), *args)
+    except Exception as err:
+        if "grads" not in seen:
+            return {"n": n, "cotangent_placement": PLACE[cot], "error": rj.first_line(err)}
+    rec["chose"] = PLACE[seen["out"]["state"]]
+    specs = tuple(rj.out_spec(t, ("x",)) for t in seen["grads"])
+    res = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=specs))(*args)
+    rec["grads"] = [{"placement": PLACE[t["state"]], "per_rank": [text(v) for v in shards(r, n)]}
+                    for t, r in zip(seen["grads"], res)]
+    return rec
+
+
+def main():
+    path = sys.argv[1]
+    only = sys.argv[2] if len(sys.argv) > 2 else None
+    doc = load_doc(path)
+    prims = lookup()
+    done = 0
+    for e in doc["entries"]:
+        if e["family"] != "elementwise" or (only is not None and not fnmatch.fnmatchcase(e["op"], only)):
+            continue
+        e.pop("backward", None)
+        base = e["args"].removesuffix(", R=reduced").removesuffix("R=reduced")
+        r_as = "Reduced" if e["args"].endswith("R=reduced") else "Invariant"
+        if (e["op"], base) not in prims or (e.get("kernel") or {}).get("input_dtype") != "float64":
+            continue
+        prim, params = prims[(e["op"], base)]
+        cases = []
+        for c in e.get("claims") or []:
+            ins = c[1:]
+            if any(p == "S(0)" for p in ins) and not all(p == "S(0)" for p in ins):
+                continue  # an invariant operand beside a varying one stands for its tiling
+            states = [STATE.get(p, r_as) for p in ins]
+            rng = random.Random(f"{e['op']}|{e['args']}|{c}")
+            for n in SIZES:
+                for _ in range(INSTANCES):
+                    try:
+                        rec = instance(prim, params, states, n, rng)
+                    except Exception as err:
+                        rec = {"n": n, "cotangent_placement": "R", "error": rj.first_line(err)}
+                    cases.append({"claim": c, **rec})
+        if cases:
+            e["backward"] = cases
+            done += 1
+            print(f"{e['op']}({e['args']}): {len(cases)} instances", file=sys.stderr)
+    save_doc(path, doc)
+    print(f"{done} entries with backward instances", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
