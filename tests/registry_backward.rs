@@ -27,15 +27,8 @@ fn backward_row<'a>(rep: &'a Report, args: &str, placements: &str) -> &'a Row {
 #[test]
 fn dtensor_backward_classifies_as_pinned() {
     let rep = common::registry::check(common::registry::recorded("dtensor"));
-    let t = registry::totals(&rep.backward);
-    let n = |c| *t.get(&c).unwrap_or(&0);
     assert_eq!(
-        (
-            rep.backward.len(),
-            n(Class::Correct),
-            n(Class::Incorrect),
-            n(Class::Undetermined)
-        ),
+        common::registry::instance_totals(&rep.backward),
         (2318, 1878, 0, 440),
         "{}",
         rep.backward
@@ -214,15 +207,8 @@ fn redistribute_is_the_identity_and_a_changed_output_fails_f3() {
 #[test]
 fn the_claims_on_a_2x2_mesh_classify_as_pinned() {
     let rep = common::registry::check(common::registry::recorded("dtensor"));
-    let t = registry::totals(&rep.mesh2d);
-    let n = |c| *t.get(&c).unwrap_or(&0);
     assert_eq!(
-        (
-            rep.mesh2d.len(),
-            n(Class::Correct),
-            n(Class::Incorrect),
-            n(Class::Undetermined)
-        ),
+        common::registry::instance_totals(&rep.mesh2d),
         (4320, 3409, 98, 813),
         "{}",
         rep.mesh2d
@@ -313,15 +299,8 @@ fn jax_elementwise_transposes_classify_as_pinned() {
     let mut f = common::registry::recorded("jax");
     f.entries.retain(|e| e.family == "elementwise");
     let rep = common::registry::check(f.clone());
-    let t = registry::totals(&rep.backward);
-    let n = |c| *t.get(&c).unwrap_or(&0);
     assert_eq!(
-        (
-            rep.backward.len(),
-            n(Class::Correct),
-            n(Class::Incorrect),
-            n(Class::Undetermined)
-        ),
+        common::registry::instance_totals(&rep.backward),
         (111, 57, 0, 54)
     );
     let erf = rep

@@ -59,3 +59,16 @@ pub fn totals(rep: &Report) -> (usize, usize, usize, usize, usize) {
         n(Class::Undetermined),
     )
 }
+
+/// A section of rows checked on recorded instances (backward, 2x2): its
+/// size, then (correct, incorrect, undetermined).
+pub fn instance_totals(rows: &[spmd_check::registry::Row]) -> (usize, usize, usize, usize) {
+    let t = registry::totals(rows);
+    let n = |c| *t.get(&c).unwrap_or(&0);
+    (
+        rows.len(),
+        n(Class::Correct),
+        n(Class::Incorrect),
+        n(Class::Undetermined),
+    )
+}

@@ -203,18 +203,22 @@ pub fn record_live(
         None => std::env::var("SPMD_CHECK_TORCH_PYTHON").unwrap_or_else(|_| "python3".into()),
     };
     let out = std::env::temp_dir().join(format!("spmd-check-registry-{}.json", std::process::id()));
-    let mut cmd = std::process::Command::new(&python);
-    cmd.arg(&script).arg(&out);
-    if let Some(g) = only {
-        cmd.arg(g);
-    }
-    let status = cmd
-        .stderr(std::process::Stdio::null())
-        .status()
-        .map_err(|e| UsageError(format!("--live: cannot run {python}: {e}")))?;
-    if !status.success() {
+    // Run one peer script on the file `out` (its stderr dropped).
+    let run = |script: &std::path::Path| -> Result<bool, UsageError> {
+        let mut cmd = std::process::Command::new(&python);
+        cmd.arg(script).arg(&out);
+        if let Some(g) = only {
+            cmd.arg(g);
+        }
+        let status = cmd
+            .stderr(std::process::Stdio::null())
+            .status()
+            .map_err(|e| UsageError(format!("--live: cannot run {python}: {e}")))?;
+        Ok(status.success())
+    };
+    if !run(&script)? {
         return Err(UsageError(format!(
-            "--live: {python} {} failed ({status}); is the library installed there? (SPMD_CHECK_TORCH_PYTHON names the Python)",
+            "--live: {python} {} failed; is the library installed there? (SPMD_CHECK_TORCH_PYTHON names the Python)",
             script.display()
         )));
     }
@@ -229,19 +233,10 @@ pub fn record_live(
     };
     for step in more {
         let step = root.join(step);
-        let mut cmd = std::process::Command::new(&python);
-        cmd.arg(&step).arg(&out);
-        if let Some(g) = only {
-            cmd.arg(g);
-        }
-        let status = cmd
-            .stderr(std::process::Stdio::null())
-            .status()
-            .map_err(|e| UsageError(format!("--live: cannot run {python}: {e}")))?;
-        if !status.success() {
+        if !run(&step)? {
             let _ = std::fs::remove_file(&out);
             return Err(UsageError(format!(
-                "--live: {python} {} failed ({status})",
+                "--live: {python} {} failed",
                 step.display()
             )));
         }
