@@ -1,11 +1,12 @@
 """JAX's transposes of its elementwise primitives (SPEC.md §22.6), on
 recorded instances.
 
-For every claim of a registry file of JAX's elementwise family whose
-inputs are all varying (S(0)) or all among invariant/reduced (R) and
-unreduced (P(sum)) — claims where every operand denotes a tensor of one
-global shape, so no invariant operand stands for its tiling — on one mesh
-axis of 2 and of 4 devices, three seeded instances each: per-rank inputs
+For every claim of a registry file of JAX's elementwise family (its
+inputs all varying (S(0)), or all among invariant/reduced (R) and
+unreduced (P(sum)): bound directly, JAX refuses an invariant operand
+beside a varying one, so every claim is of this kind; one that were not
+is skipped, since its invariant operand would stand for its tiling), on
+one mesh axis of 2 and of 4 devices, three seeded instances each: per-rank inputs
 in the claim's states (values multiples of 1/4 of distinct magnitudes),
 the primitive bound inside `jax.shard_map(check_vma=True)`, and `jax.vjp`
 of it with a cotangent of the output's cotangent state. Recorded as
