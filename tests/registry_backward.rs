@@ -289,6 +289,31 @@ fn malformed_backward_and_2x2_instances_are_named_or_left_unchecked() {
     }
     let rep = common::registry::check(f);
     assert!(rep.backward.iter().all(|r| r.class == Class::Undetermined));
+
+    // An input, or a redistribute output, with no value per rank.
+    let mut f = only_op("aten.mul.Tensor");
+    for e in &mut f.entries {
+        for c in &mut e.backward {
+            c.inputs[0].clear();
+        }
+    }
+    let rep = common::registry::check(f);
+    assert!(rep.backward.iter().all(|r| r.class == Class::Undetermined));
+    // Without the outputs no row may say F1, F3 held: rows with only
+    // instances whose global value is exact are undetermined, the others
+    // (an average over 3 ranks is not exact) say B1, B3 alone.
+    let mut f = only_op("DTensor.redistribute");
+    for e in &mut f.entries {
+        for c in &mut e.backward {
+            c.output.clear();
+        }
+    }
+    let rep = common::registry::check(f);
+    assert!(rep
+        .backward
+        .iter()
+        .all(|r| r.class == Class::Undetermined || r.detail.starts_with("B1, B3 hold")));
+    assert!(rep.backward.iter().any(|r| r.class == Class::Undetermined));
 }
 
 /// JAX's transposes of its elementwise primitives (SPEC.md §22.6): no
