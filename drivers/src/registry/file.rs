@@ -368,70 +368,11 @@ pub fn read(path: &str) -> Result<File, UsageError> {
                 e.inputs
             )));
         }
-        for b in &e.backward {
-            let bad = if b.claim.len() != e.inputs + 1 {
-                Some(format!("a backward claim of {} placements", b.claim.len()))
-            } else if !(2..=8).contains(&b.n) {
-                Some(format!("a backward instance on {} ranks (2 to 8)", b.n))
-            } else {
-                b.claim
-                    .iter()
-                    .chain(std::iter::once(&b.cotangent_placement))
-                    .find(|p| place(p).is_err())
-                    .map(|p| format!("placement `{}`", crate::words::excerpt(p)))
-            };
-            if let Some(why) = bad {
-                return Err(UsageError(format!(
-                    "{path}: entry {i} ({}): {why}",
-                    crate::words::excerpt(&e.op)
-                )));
-            }
-        }
-        for m in &e.mesh2d {
-            let two = |ps: &[String]| ps.len() == 2 && ps.iter().all(|p| place(p).is_ok());
-            let bad = if !matches!(m.at.as_str(), "dim 0" | "dim 1" | "both") {
-                Some(format!(
-                    "a 2x2 instance on `{}`",
-                    crate::words::excerpt(&m.at)
-                ))
-            } else if !two(&m.claimed)
-                || !m.placements.iter().all(|p| two(p))
-                || m.chose.as_deref().is_some_and(|p| !two(p))
-            {
-                Some("a 2x2 instance whose placements are not two of R, S(d), P(kind)".into())
-            } else if m.placements.len() != e.inputs || m.inputs.len() > e.inputs {
-                Some(format!(
-                    "a 2x2 instance of {} inputs for {}",
-                    m.placements.len(),
-                    e.inputs
-                ))
-            } else {
-                None
-            };
-            if let Some(why) = bad {
-                return Err(UsageError(format!(
-                    "{path}: entry {i} ({}): {why}",
-                    crate::words::excerpt(&e.op)
-                )));
-            }
-        }
-        for c in e.collective.iter().flatten() {
-            let state = |s: &str| super::collective::valid_state(&f.system, s);
-            let bad = if !state(&c.input) {
-                Some(format!("input state `{}`", crate::words::excerpt(&c.input)))
-            } else if let Some(o) = c.output.as_deref().filter(|o| !state(o)) {
-                Some(format!("output state `{}`", crate::words::excerpt(o)))
-            } else if !(2..=8).contains(&c.n) {
-                Some(format!("a mesh of {} devices (2 to 8 are checked)", c.n))
-            } else {
-                None
-            };
-            if let Some(why) = bad {
-                return Err(UsageError(format!(
-                    "{path}: entry {i} ({}): {why}",
-                    crate::words::excerpt(&e.op)
-                )));
-            }
+        if let Some(why) = instance_problem(&f.system, e) {
+            return Err(UsageError(format!(
+                "{path}: entry {i} ({}): {why}",
+                crate::words::excerpt(&e.op)
+            )));
         }
         for c in e.claims.iter().flatten() {
             if c.len() != e.inputs + 1 {
@@ -454,6 +395,69 @@ pub fn read(path: &str) -> Result<File, UsageError> {
         }
     }
     Ok(f)
+}
+
+/// What is wrong with an entry's collective, backward or 2x2 instances
+/// (SPEC.md §22.5-§22.7), if anything: a bad state or placement, a mesh
+/// out of range, an instance of the wrong shape.
+fn instance_problem(system: &str, e: &Entry) -> Option<String> {
+    for b in &e.backward {
+        let bad = if b.claim.len() != e.inputs + 1 {
+            Some(format!("a backward claim of {} placements", b.claim.len()))
+        } else if !(2..=8).contains(&b.n) {
+            Some(format!("a backward instance on {} ranks (2 to 8)", b.n))
+        } else {
+            b.claim
+                .iter()
+                .chain(std::iter::once(&b.cotangent_placement))
+                .find(|p| place(p).is_err())
+                .map(|p| format!("placement `{}`", crate::words::excerpt(p)))
+        };
+        if bad.is_some() {
+            return bad;
+        }
+    }
+    for m in &e.mesh2d {
+        let two = |ps: &[String]| ps.len() == 2 && ps.iter().all(|p| place(p).is_ok());
+        let bad = if !matches!(m.at.as_str(), "dim 0" | "dim 1" | "both") {
+            Some(format!(
+                "a 2x2 instance on `{}`",
+                crate::words::excerpt(&m.at)
+            ))
+        } else if !two(&m.claimed)
+            || !m.placements.iter().all(|p| two(p))
+            || m.chose.as_deref().is_some_and(|p| !two(p))
+        {
+            Some("a 2x2 instance whose placements are not two of R, S(d), P(kind)".into())
+        } else if m.placements.len() != e.inputs || m.inputs.len() > e.inputs {
+            Some(format!(
+                "a 2x2 instance of {} inputs for {}",
+                m.placements.len(),
+                e.inputs
+            ))
+        } else {
+            None
+        };
+        if bad.is_some() {
+            return bad;
+        }
+    }
+    for c in e.collective.iter().flatten() {
+        let state = |s: &str| super::collective::valid_state(system, s);
+        let bad = if !state(&c.input) {
+            Some(format!("input state `{}`", crate::words::excerpt(&c.input)))
+        } else if let Some(o) = c.output.as_deref().filter(|o| !state(o)) {
+            Some(format!("output state `{}`", crate::words::excerpt(o)))
+        } else if !(2..=8).contains(&c.n) {
+            Some(format!("a mesh of {} devices (2 to 8 are checked)", c.n))
+        } else {
+            None
+        };
+        if bad.is_some() {
+            return bad;
+        }
+    }
+    None
 }
 
 /// A registry file's text, inflated first when it is gzipped (its first
