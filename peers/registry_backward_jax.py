@@ -1,22 +1,27 @@
-"""JAX's transposes of its elementwise primitives (SPEC.md §22.6), on
-recorded instances.
+"""JAX's transposes of its primitives (SPEC.md §22.6), on recorded
+instances: the elementwise family, and the reductions, contractions and
+shape primitives that registry_tensor_jax.py records.
 
-For every claim of a registry file of JAX's elementwise family (its
-inputs all varying (S(0)), or all among invariant/reduced (R) and
+For every claim of a registry file of these families (an elementwise
+claim's inputs all varying (S(0)), or all among invariant/reduced (R) and
 unreduced (P(sum)): bound directly, JAX refuses an invariant operand
 beside a varying one, so every claim is of this kind; one that were not
-is skipped, since its invariant operand would stand for its tiling), on
-one mesh axis of 2 and of 4 devices, three seeded instances each: per-rank inputs
-in the claim's states (values multiples of 1/4 of distinct magnitudes),
-the primitive bound inside `jax.shard_map(check_vma=True)`, and `jax.vjp`
-of it with a cotangent of the output's cotangent state. Recorded as
-registry_backward_dtensor.py records DTensor's: each gradient's state as
-a placement (varying S(0), invariant or reduced R, unreduced P(sum)) and
-its per-rank values, and the gradient `jax.vjp` gives for the primitive
-on the global arrays.
+is skipped, since its invariant operand would stand for its tiling; a
+claim of the other families has no varying input, since a varying output
+of theirs is not a claim), on one mesh axis of 2 and of 4 devices, three
+seeded instances each: per-rank inputs in the claim's states (values
+multiples of 1/4 of distinct magnitudes), the primitive bound inside
+`jax.shard_map(check_vma=True)`, and `jax.vjp` of it with a cotangent of
+the output's cotangent state. Recorded as registry_backward_dtensor.py
+records DTensor's: each gradient's state as a placement (varying S(0),
+invariant or reduced R, unreduced P(sum)) and its per-rank values, and
+the gradient `jax.vjp` gives for the primitive on the global arrays.
+Only variants with float64 inputs are recorded, and of the tensor
+families only those with a float64 output (argmax's integer output has no
+gradient).
 
 Usage: registry_backward_jax.py FILE [GLOB]: adds `backward` to FILE's
-elementwise entries in place.
+entries of these families in place.
 """
 
 import fnmatch
@@ -33,15 +38,29 @@ import jax  # noqa: E402  (configured by record_registry_jax)
 from jax.sharding import NamedSharding  # noqa: E402
 
 SIZES = (2, 4)
+FAMILIES = ("elementwise", "reduction", "shape", "contraction")
 INSTANCES = 3
 STATE = {"S(0)": "Varying", "P(sum)": "Unreduced"}
 COT = {"Varying": "Varying", "Invariant": "Invariant", "Unreduced": "Reduced", "Reduced": "Unreduced"}
 PLACE = {"Varying": "S(0)", "Invariant": "R", "Reduced": "R", "Unreduced": "P(sum)"}
 
 
+def bind_with(prim, params):
+    """The primitive bound with fixed parameters, or with parameters that
+    follow its inputs' shapes (a function of them)."""
+    if callable(params):
+        return lambda *v: prim.bind(*v, **params([list(x.shape) for x in v]))
+    return lambda *v: prim.bind(*v, **params)
+
+
 def lookup():
-    """(op, args) -> (primitive, params) for every float64 variant."""
+    """(op, args) -> (bind, local shapes of the inputs) for every float64
+    variant: elementwise (inputs of 2 elements per rank) and tensor."""
+    import registry_tensor_jax as rt
     out = {}
+    for prim, _, text, _, dts, params, local in rt.variants(rt.all_by_name(rr.all_prims())):
+        if all(d == rr.F64 for d in dts):
+            out[(f"lax.{prim.name}", text)] = (bind_with(prim, params), local)
     for mod, prim in rr.all_prims():
         if prim.name in rr.TENSOR or prim.name in rr.COMPLEX or not rr.is_elementwise(mod, prim):
             continue
@@ -53,7 +72,7 @@ def lookup():
                 params = rr.params_of(prim, fn, dts)
             except Exception:
                 continue
-            out[(f"lax.{prim.name}", text)] = (prim, params)
+            out[(f"lax.{prim.name}", text)] = (bind_with(prim, params), [[2]] * k)
     return out
 
 
@@ -67,10 +86,12 @@ def shards(arr, n):
     return [np.asarray(s.data) for s in ss][:n]
 
 
-def per_rank_values(state, n, draw):
+def per_rank_values(state, n, draw, shape):
     split = state in ("Varying", "Unreduced")
-    base = [draw() for _ in range(2)]
-    return [np.array([draw() for _ in range(2)] if split else base, dtype=np.float64) for _ in range(n)]
+    size = int(np.prod(shape))
+    base = [draw() for _ in range(size)]
+    return [np.array([draw() for _ in range(size)] if split else base, dtype=np.float64).reshape(shape)
+            for _ in range(n)]
 
 
 def global_of(state, xs):
@@ -81,15 +102,17 @@ def global_of(state, xs):
     return xs[0]
 
 
-def out_state_of(prim, params, states, xs, n):
-    """The state JAX types the primitive's output, on these inputs."""
+def out_state_of(bind, states, xs, n):
+    """The state and local shape JAX types the primitive's output, on
+    these inputs."""
     mesh = rj.mesh_of({"x": n})
     ents = [rj.enter(mesh, s, list(x)) for s, x in zip(states, xs)]
     seen = {}
 
     def body(*args):
         vs = [rj.cast(a, s, ("x",)) for a, s in zip(args, states)]
-        seen["out"] = rj.type_of(prim.bind(*vs, **params), ("x",))["state"]
+        t = rj.type_of(bind(*vs), ("x",))
+        seen["out"] = (t["state"], t["shape"])
         return ()
 
     jax.eval_shape(jax.shard_map(body, mesh=mesh, in_specs=tuple(s for _, s in ents), out_specs=()),
@@ -97,20 +120,21 @@ def out_state_of(prim, params, states, xs, n):
     return seen["out"]
 
 
-def instance(prim, params, states, n, rng):
+def instance(bind, states, shapes, n, rng):
     pool = rng.sample(range(1, 200), 120)
 
     def draw():
         return rng.choice((-1, 1)) * (pool.pop() if pool else rng.randrange(1, 200)) / 4
 
-    xs = [per_rank_values(s, n, draw) for s in states]
-    cot = COT[out_state_of(prim, params, states, xs, n)]
-    cts = per_rank_values(cot, n, lambda: rng.choice((-2, -1.5, -1, -0.5, 0.5, 1, 1.5, 2)))
+    xs = [per_rank_values(s, n, draw, shape) for s, shape in zip(states, shapes)]
+    out, out_shape = out_state_of(bind, states, xs, n)
+    cot = COT[out]
+    cts = per_rank_values(cot, n, lambda: rng.choice((-2, -1.5, -1, -0.5, 0.5, 1, 1.5, 2)), out_shape)
     rec = {"n": n, "cotangent_placement": PLACE[cot], "inputs": [[text(t) for t in x] for x in xs],
            "cotangent": [text(t) for t in cts]}
     # The primitive on the global arrays, and its gradient: the reference.
     gx = [jax.numpy.asarray(global_of(s, x)) for s, x in zip(states, xs)]
-    gy, vjp = jax.vjp(lambda *v: prim.bind(*v, **params), *gx)
+    gy, vjp = jax.vjp(bind, *gx)
     want = vjp(jax.numpy.asarray(global_of(cot, cts)).reshape(gy.shape).astype(gy.dtype))
     rec["expected"] = [text(w) for w in want]
     rec["expected_zero"] = [False for _ in want]
@@ -121,7 +145,7 @@ def instance(prim, params, states, n, rng):
 
     def body(*args):
         vs = [rj.cast(a, s, ("x",)) for a, s in zip(args[:-1], states)]
-        y, f = jax.vjp(lambda *v: prim.bind(*v, **params), *vs)
+        y, f = jax.vjp(bind, *vs)
         seen["out"] = rj.type_of(y, ("x",))
         gs = f(rj.cast(args[-1], cot, ("x",)).reshape(y.shape).astype(y.dtype))
         seen["grads"] = [rj.type_of(g, ("x",)) for g in gs]
@@ -149,25 +173,29 @@ def main():
     prims = lookup()
     done = 0
     for e in doc["entries"]:
-        if e["family"] != "elementwise" or (only is not None and not fnmatch.fnmatchcase(e["op"], only)):
+        if e["family"] not in FAMILIES or (only is not None and not fnmatch.fnmatchcase(e["op"], only)):
             continue
         e.pop("backward", None)
         base = e["args"].removesuffix(", R=reduced").removesuffix("R=reduced")
         r_as = "Reduced" if e["args"].endswith("R=reduced") else "Invariant"
-        if (e["op"], base) not in prims or (e.get("kernel") or {}).get("input_dtype") != "float64":
+        kernel = e.get("kernel") or e.get("tensor_kernel") or {}
+        if (e["op"], base) not in prims or kernel.get("input_dtype") != "float64":
             continue
-        prim, params = prims[(e["op"], base)]
+        if e["family"] != "elementwise" and kernel.get("output_dtype") != "float64":
+            continue  # argmax, argmin: an integer output has no gradient
+        bind, shapes = prims[(e["op"], base)]
         cases = []
         for c in e.get("claims") or []:
             ins = c[1:]
-            if any(p == "S(0)" for p in ins) and not all(p == "S(0)" for p in ins):
+            if any(p.startswith("S(") for p in ins) and \
+                    (e["family"] != "elementwise" or not all(p == "S(0)" for p in ins)):
                 continue  # an invariant operand beside a varying one stands for its tiling
             states = [STATE.get(p, r_as) for p in ins]
             rng = random.Random(f"{e['op']}|{e['args']}|{c}")
             for n in SIZES:
                 for _ in range(INSTANCES):
                     try:
-                        rec = instance(prim, params, states, n, rng)
+                        rec = instance(bind, states, shapes, n, rng)
                     except Exception as err:
                         rec = {"n": n, "cotangent_placement": "R", "error": rj.first_line(err)}
                     cases.append({"claim": c, **rec})

@@ -69,8 +69,7 @@ fn a_doubled_gradient_is_incorrect() {
                 .as_mut()
                 .expect("a gradient");
             for t in g.per_rank.iter_mut().flatten() {
-                let v = registry::parse_tensor(t).expect("a tensor");
-                *t = registry::tensor_text(&v.scale(&spmd_check::semantics::Q::from(2)));
+                *t = common::registry::doubled(t);
             }
         }
     }
@@ -186,13 +185,7 @@ fn redistribute_is_the_identity_and_a_changed_output_fails_f3() {
             .filter(|c| c.claim == ["R", "S(0)"] && c.cotangent_placement == "R")
         {
             let t = c.output[0].clone().expect("an exact output");
-            let v = registry::parse_tensor(&t).expect("a tensor");
-            c.output = vec![
-                Some(registry::tensor_text(
-                    &v.scale(&spmd_check::semantics::Q::from(2))
-                ));
-                c.n
-            ];
+            c.output = vec![Some(common::registry::doubled(&t)); c.n];
         }
     }
     let rep = common::registry::check(f);
@@ -346,13 +339,67 @@ fn jax_elementwise_transposes_classify_as_pinned() {
         for c in &mut e.backward {
             for g in c.grads.iter_mut().flatten().flatten() {
                 for t in g.per_rank.iter_mut().flatten() {
-                    let v = registry::parse_tensor(t).expect("a tensor");
-                    *t = registry::tensor_text(&v.scale(&spmd_check::semantics::Q::from(2)));
+                    *t = common::registry::doubled(t);
                 }
             }
         }
     }
     let rep = common::registry::check(f);
+    assert!(rep
+        .backward
+        .iter()
+        .all(|r| r.class == Class::Incorrect && r.detail.starts_with("B3")));
+}
+
+/// JAX's transposes of its reductions and shape primitives (SPEC.md
+/// §22.6): the linear ones on unreduced inputs hold; where JAX types an
+/// unreduced operand's output invariant (cumsum, rev) its own vjp asks for
+/// a reduced cotangent and refuses the invariant one its type calls for
+/// (peers/repro_jax_transposes.py); a doubled gradient of reduce_sum fails
+/// B3.
+#[test]
+fn jax_tensor_transposes_classify_as_pinned() {
+    let mut f = common::registry::recorded("jax");
+    f.entries
+        .retain(|e| matches!(e.family.as_str(), "reduction" | "shape" | "contraction"));
+    let rep = common::registry::check(f.clone());
+    assert_eq!(
+        common::registry::instance_totals(&rep.backward),
+        (60, 17, 0, 43)
+    );
+    let held = |op: &str| {
+        rep.backward
+            .iter()
+            .filter(|r| r.op == op)
+            .all(|r| r.class == Class::Correct)
+    };
+    for op in ["lax.reduce_sum", "lax.transpose", "lax.reshape", "lax.slice"] {
+        assert!(held(op), "{op}");
+    }
+    let cumsum = rep
+        .backward
+        .iter()
+        .find(|r| r.op == "lax.cumsum")
+        .expect("cumsum's transpose");
+    assert_eq!(cumsum.class, Class::Undetermined);
+    assert!(
+        cumsum.detail.contains("Expected cotangent type"),
+        "{}",
+        cumsum.detail
+    );
+
+    f.entries.retain(|e| e.op == "lax.reduce_sum");
+    for e in &mut f.entries {
+        for c in &mut e.backward {
+            for g in c.grads.iter_mut().flatten().flatten() {
+                for t in g.per_rank.iter_mut().flatten() {
+                    *t = common::registry::doubled(t);
+                }
+            }
+        }
+    }
+    let rep = common::registry::check(f);
+    assert!(!rep.backward.is_empty());
     assert!(rep
         .backward
         .iter()

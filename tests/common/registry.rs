@@ -72,3 +72,10 @@ pub fn instance_totals(rows: &[spmd_check::registry::Row]) -> (usize, usize, usi
         n(Class::Undetermined),
     )
 }
+
+/// A recorded tensor's text with every value doubled: what a backward
+/// that forgot a division would give, or a tampered output.
+pub fn doubled(text: &str) -> String {
+    let v = registry::parse_tensor(text).expect("a tensor");
+    registry::tensor_text(&v.scale(&spmd_check::semantics::Q::from(2)))
+}
