@@ -59,9 +59,10 @@ mkdir -p "$TMP/repro" "$(dirname "$OUT")"
     --record "$TMP/pruned.json" --repro-dir "$TMP/repro" > /dev/null || true
 rm -f tests/fixtures/registry/dtensor.json
 "$PY" peers/run_registry_repros.py "$TMP/pruned.json" "$TMP/repro" "$OUT"
-# The backward of every claim on seeded instances (SPEC.md §22.6), and
-# every claim on a 2x2 mesh (§22.7).
+# The backward of every claim on seeded instances (SPEC.md §22.6), of
+# from_local and to_local (§22.6), and every claim on a 2x2 mesh (§22.7).
 "$PY" peers/registry_backward_dtensor.py "$OUT"
+"$PY" peers/registry_local_dtensor.py "$OUT"
 "$PY" peers/registry_mesh2d_dtensor.py "$OUT"
 "$BIN" registry dtensor --file "$OUT" | tail -2 || true
 fi

@@ -271,8 +271,8 @@ def main():
         doc["entries"].extend(entries)
         doc["skipped"].extend(refused)
     for e in doc["entries"]:
-        if e["op"] == "DTensor.redistribute":
-            continue
+        if e["op"] == "DTensor.redistribute" or e.get("family") == "local":
+            continue  # recorded above, or by registry_local_dtensor.py
         if only is not None and not fnmatch.fnmatchcase(e["op"], only):
             continue
         e.pop("backward", None)

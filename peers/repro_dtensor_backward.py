@@ -1,8 +1,13 @@
 """DTensor's backward failures found by `spmd-check registry dtensor`
 (SPEC.md §22.6): ops whose forward strategy is registered but whose
-gradient DTensor cannot compute, or hands back as a plain tensor. Each
-case is a plain program on a fake 2-rank process group (LocalTensorMode);
-this prints what DTensor does and exits 0 while every failure stands.
+gradient DTensor cannot compute, or hands back as a plain tensor; and
+`DTensor.from_local` onto Partial(avg), Partial(max) and Partial(min),
+whose backward hands every rank's local tensor the whole cotangent
+(Partial -> Replicate, as its docstring tabulates), where the derivative
+of the mean is 1/n of it and that of the max or min is zero on every rank
+but the one holding the extreme. Each case is a plain program on a fake
+2-rank process group (LocalTensorMode); this prints what DTensor does
+and exits 0 while every failure stands.
 
     /path/to/torch-2.14.1/python peers/repro_dtensor_backward.py
 """
@@ -12,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed._local_tensor import LocalTensorMode
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import DTensor, Shard
+from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 warnings.filterwarnings("ignore")
@@ -50,4 +55,25 @@ for name, f, shape, dim in CASES:
         else:
             still += 1
             print(f"{name}: the gradient is a {type(g).__name__}, not a DTensor")
-raise SystemExit(0 if still == len(CASES) else 1)
+
+# from_local(x, [Partial(k)]): the global value is the mean / max / min of
+# the ranks' tensors, so its gradient with respect to rank r's tensor is
+# torch's gradient of that function of the stacked tensors, slice r.
+PARTIALS = ["avg", "max", "min"]
+xs = [torch.tensor([1.0, -2.0], dtype=torch.float64), torch.tensor([3.0, -4.0], dtype=torch.float64)]
+ct = torch.tensor([1.0, 1.0], dtype=torch.float64)
+for k in PARTIALS:
+    stacked = torch.stack(xs).requires_grad_()
+    reduce = {"avg": lambda t: t.mean(0), "max": lambda t: t.amax(0), "min": lambda t: t.amin(0)}[k]
+    (want,) = torch.autograd.grad(reduce(stacked), stacked, ct)
+    with LocalTensorMode(2) as mode:
+        local = mode.rank_map(lambda r: xs[r].clone()).requires_grad_()
+        y = DTensor.from_local(local, mesh, [Partial(k)], run_check=False)
+        ones = DTensor.from_local(mode.rank_map(lambda r: ct.clone()), mesh, [Replicate()], run_check=False)
+        (g,) = torch.autograd.grad(y, local, ones)
+        got = [g._local_tensors[r].tolist() for r in range(2)]
+    ok = got == want.tolist()
+    still += not ok
+    print(f"from_local(x, [Partial({k!r})]) on x = {[t.tolist() for t in xs]}, cotangent ones: "
+          f"the local gradients are {got}; the derivative is {want.tolist()}")
+raise SystemExit(0 if still == len(CASES) + len(PARTIALS) else 1)

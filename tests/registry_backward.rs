@@ -29,7 +29,7 @@ fn dtensor_backward_classifies_as_pinned() {
     let rep = common::registry::check(common::registry::recorded("dtensor"));
     assert_eq!(
         common::registry::instance_totals(&rep.backward),
-        (2318, 1878, 0, 440),
+        (2335, 1889, 6, 440),
         "{}",
         rep.backward
             .iter()
@@ -373,7 +373,12 @@ fn jax_tensor_transposes_classify_as_pinned() {
             .filter(|r| r.op == op)
             .all(|r| r.class == Class::Correct)
     };
-    for op in ["lax.reduce_sum", "lax.transpose", "lax.reshape", "lax.slice"] {
+    for op in [
+        "lax.reduce_sum",
+        "lax.transpose",
+        "lax.reshape",
+        "lax.slice",
+    ] {
         assert!(held(op), "{op}");
     }
     let cumsum = rep
@@ -404,4 +409,83 @@ fn jax_tensor_transposes_classify_as_pinned() {
         .backward
         .iter()
         .all(|r| r.class == Class::Incorrect && r.detail.starts_with("B3")));
+}
+
+/// `DTensor.from_local` and `to_local` (SPEC.md §22.6): their gradients
+/// hold for Shard, Replicate and Partial(sum), and for to_local with
+/// `grad_placements=[Partial()]` on a Replicate input (the per-rank
+/// cotangents summed); from_local onto Partial(avg|max|min) hands every
+/// rank the whole cotangent, where the derivative of a mean is 1/n of it
+/// and that of a max is zero off the rank holding it (B3;
+/// peers/repro_dtensor_backward.py shows it). Twins: a doubled gradient of
+/// a correct row fails B3, and a local gradient whose ranks differ in
+/// shape is not well formed (B1).
+#[test]
+fn from_local_and_to_local_classify_as_pinned() {
+    let mut f = common::registry::recorded("dtensor");
+    f.entries.retain(|e| e.family == "local");
+    let rep = common::registry::check(f.clone());
+    assert_eq!(
+        common::registry::instance_totals(&rep.backward),
+        (17, 11, 6, 0)
+    );
+    for r in &rep.backward {
+        let wrong = r.op == "DTensor.from_local"
+            && ["P(avg)", "P(max)", "P(min)"].contains(&r.output.as_str());
+        let want = if wrong {
+            Class::Incorrect
+        } else {
+            Class::Correct
+        };
+        assert_eq!(
+            r.class,
+            want,
+            "{} {}: {}",
+            r.shown_op(),
+            r.placements(),
+            r.detail
+        );
+        if wrong {
+            assert!(r.detail.starts_with("B3 on 2 ranks"), "{}", r.detail);
+        }
+    }
+    let avg = backward_row(&rep, "", "local -> P(avg)");
+    assert!(
+        avg.detail
+            .contains("the gradient of the op on the global tensors is 2x2x2:-1/8,"),
+        "{}",
+        avg.detail
+    );
+
+    let tampered = |op: &str, claim: [&str; 2], how: fn(&mut Vec<Option<String>>)| {
+        let mut f = f.clone();
+        f.entries.retain(|e| e.op == op);
+        for e in &mut f.entries {
+            for c in e.backward.iter_mut().filter(|c| c.claim == claim) {
+                for g in c.grads.iter_mut().flatten().flatten() {
+                    how(&mut g.per_rank);
+                }
+            }
+        }
+        common::registry::check(f)
+    };
+    let double: fn(&mut Vec<Option<String>>) = |ts| {
+        for t in ts.iter_mut().flatten() {
+            *t = common::registry::doubled(t);
+        }
+    };
+    let rep = tampered("DTensor.from_local", ["P(sum)", "local"], double);
+    let r = backward_row(&rep, "", "local -> P(sum)");
+    assert_eq!(r.class, Class::Incorrect, "{}", r.detail);
+    assert!(r.detail.starts_with("B3"), "{}", r.detail);
+    let rep = tampered("DTensor.to_local", ["S(0)", "S(0)"], double);
+    let r = backward_row(&rep, "", "S(0) -> S(0)");
+    assert_eq!(r.class, Class::Incorrect, "{}", r.detail);
+    assert!(r.detail.starts_with("B3"), "{}", r.detail);
+    let rep = tampered("DTensor.from_local", ["S(0)", "local"], |ts| {
+        ts[0] = Some("1:1".into());
+    });
+    let r = backward_row(&rep, "", "local -> S(0)");
+    assert_eq!(r.class, Class::Incorrect, "{}", r.detail);
+    assert!(r.detail.starts_with("B1"), "{}", r.detail);
 }

@@ -397,7 +397,8 @@ def registry(system: str, *, op: Optional[str] = None,
     through the checkout's peer script, under ``python`` (default: this
     interpreter); ``show_repro`` adds a PyTorch script to each incorrect
     row. Where the recording holds the library's gradients (DTensor's
-    claims and ``DTensor.redistribute``, SPEC.md §22.6), ``backward``
+    claims, ``DTensor.redistribute``, ``from_local`` and ``to_local``;
+    JAX's transposes; SPEC.md §22.6), ``backward``
     has their rows (correct, incorrect or undetermined, on the recorded
     instances), ``totals`` and ``not_recorded``. Collectives (JAX's and
     spmd_types', §22.5) are rows like the others, each with its

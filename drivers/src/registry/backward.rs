@@ -12,9 +12,39 @@
 //! backward is trusted.
 
 use super::{parse_tensor, place, BackwardCase, Class, Entry, Row};
-use spmd_semantics::pending::denote;
+use spmd_semantics::pending::{denote, Place};
 use spmd_semantics::Tensor;
 use std::time::Instant;
+
+/// How the per-rank tensors of one input, output or gradient are read as
+/// one value: a placement, or `local` (the plain tensors of
+/// `DTensor.from_local`/`to_local`, independent per rank: their stack
+/// along a new dim 0, SPEC.md §22.6).
+#[derive(Clone, Copy)]
+pub(super) enum Reading {
+    Placed(Place),
+    Local,
+}
+
+pub(super) fn reading(s: &str) -> Result<Reading, String> {
+    if s == "local" {
+        Ok(Reading::Local)
+    } else {
+        place(s).map(Reading::Placed)
+    }
+}
+
+/// What `xs` (one tensor per rank) mean under `r`; `None` where they are
+/// not well formed for it.
+fn denote_reading(r: Reading, xs: &[Tensor]) -> Option<Tensor> {
+    match r {
+        Reading::Placed(p) => denote(p, xs),
+        Reading::Local => xs
+            .iter()
+            .all(|x| x.shape == xs[0].shape)
+            .then(|| Tensor::stack(xs, 0)),
+    }
+}
 
 /// How one recorded instance came out.
 enum Outcome {
@@ -122,8 +152,8 @@ fn judge(c: &BackwardCase) -> Outcome {
         }
     }
     for (i, g) in grads.iter().enumerate() {
-        let global_shape = match place(&c.claim[i + 1]) {
-            Ok(p) => denote(p, &ins[i]).map(|t| t.shape),
+        let global_shape = match reading(&c.claim[i + 1]) {
+            Ok(r) => denote_reading(r, &ins[i]).map(|t| t.shape),
             Err(_) => None,
         };
         let Some(global_shape) = global_shape else {
@@ -145,7 +175,7 @@ fn judge(c: &BackwardCase) -> Outcome {
             // No gradient: zero on every rank, whatever the placement.
             None => ("none".to_string(), Tensor::zeros(&global_shape), None),
             Some(g) => {
-                let Ok(p) = place(&g.placement) else {
+                let Ok(p) = reading(&g.placement) else {
                     return Outcome::Unchecked(format!(
                         "the gradient of input {i} has placement {}, which is not modelled",
                         g.placement
@@ -162,7 +192,7 @@ fn judge(c: &BackwardCase) -> Outcome {
                         ts.len()
                     ));
                 }
-                match denote(p, &ts) {
+                match denote_reading(p, &ts) {
                     Some(t) => (g.placement.clone(), t, Some(shown(&g.per_rank))),
                     None => {
                         return Outcome::Fails(format!(

@@ -410,7 +410,7 @@ fn instance_problem(system: &str, e: &Entry) -> Option<String> {
             b.claim
                 .iter()
                 .chain(std::iter::once(&b.cotangent_placement))
-                .find(|p| place(p).is_err())
+                .find(|p| super::backward::reading(p).is_err())
                 .map(|p| format!("placement `{}`", crate::words::excerpt(p)))
         };
         if bad.is_some() {

@@ -222,11 +222,13 @@ pub fn record_live(
             script.display()
         )));
     }
-    // DTensor's backward of its claims and its claims on a 2x2 mesh
-    // (SPEC.md §22.6, §22.7) are added to the file by two more scripts.
+    // DTensor's backward of its claims and of from_local/to_local, and its
+    // claims on a 2x2 mesh (SPEC.md §22.6, §22.7), are added to the file
+    // by three more scripts.
     let more: &[&str] = match system {
         "dtensor" => &[
             "peers/registry_backward_dtensor.py",
+            "peers/registry_local_dtensor.py",
             "peers/registry_mesh2d_dtensor.py",
         ],
         _ => &[],
