@@ -64,6 +64,11 @@ rm -f tests/fixtures/registry/dtensor.json
 "$PY" peers/registry_backward_dtensor.py "$OUT"
 "$PY" peers/registry_local_dtensor.py "$OUT"
 "$PY" peers/registry_mesh2d_dtensor.py "$OUT"
+# The repro script of every incorrect backward row, run in DTensor; what
+# each did goes to the fixture's `backward_repros`.
+mkdir -p "$TMP/brepro"
+"$BIN" registry dtensor --file "$OUT" --repro-dir "$TMP/brepro" > /dev/null || true
+"$PY" peers/run_registry_repros.py "$OUT" "$TMP/brepro" "$OUT" --backward
 "$BIN" registry dtensor --file "$OUT" | tail -2 || true
 fi
 if want spmd_types; then

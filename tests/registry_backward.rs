@@ -456,6 +456,35 @@ fn from_local_and_to_local_classify_as_pinned() {
         "{}",
         avg.detail
     );
+    // Each incorrect row has a script, and the recording says it reproduced
+    // in DTensor (peers/record_registry.sh runs them).
+    let scripts = registry::backward_repros(&rep);
+    assert_eq!(scripts.len(), 6);
+    for (r, s) in &scripts {
+        let s = s.as_ref().expect("a script");
+        assert!(s.contains("DTensor.from_local(leaf, mesh"), "{s}");
+        assert!(
+            r.detail
+                .contains("; reproduced in the framework: reproduced: input 0's gradient"),
+            "{}",
+            r.detail
+        );
+    }
+    // A counterexample its script did not reproduce decides nothing.
+    let mut g = f.clone();
+    for o in &mut g.backward_repros {
+        o.reproduced = false;
+    }
+    let rep = common::registry::check(g);
+    assert_eq!(
+        common::registry::instance_totals(&rep.backward),
+        (17, 11, 0, 6)
+    );
+    assert!(rep
+        .backward
+        .iter()
+        .filter(|r| r.class == Class::Undetermined)
+        .all(|r| r.detail.contains("did not reproduce it in the framework")));
 
     let tampered = |op: &str, claim: [&str; 2], how: fn(&mut Vec<Option<String>>)| {
         let mut f = f.clone();

@@ -219,6 +219,19 @@ fn judge(c: &BackwardCase) -> Outcome {
     Outcome::Holds(c.expected_output.is_some())
 }
 
+/// The first recorded instance of `claim` with cotangent `cot` that
+/// fails (the row's counterexample), if any.
+pub(super) fn first_failure<'a>(
+    e: &'a Entry,
+    claim: &[String],
+    cot: &str,
+) -> Option<&'a BackwardCase> {
+    e.backward
+        .iter()
+        .filter(|c| c.claim == claim && c.cotangent_placement == cot)
+        .find(|c| matches!(judge(c), Outcome::Fails(_)))
+}
+
 /// One row per claim with recorded instances: incorrect at the first
 /// instance that fails, correct when some instance was checked and none
 /// failed, undetermined otherwise.

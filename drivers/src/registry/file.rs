@@ -22,6 +22,10 @@ pub struct File {
     /// real framework (peers/record_registry.sh runs them).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub repros: Vec<ReproOutcome>,
+    /// The same for the incorrect backward rows (SPEC.md §22.6), keyed by
+    /// the row's op, arguments (cotangent included) and placements.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub backward_repros: Vec<ReproOutcome>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]

@@ -512,7 +512,26 @@ pub fn run(file: File, source: &str, opts: &Options) -> Result<Report, UsageErro
             })
         })
         .collect();
-    let backward: Vec<Row> = chosen.par_iter().flat_map(|e| backward::rows(e)).collect();
+    let mut backward: Vec<Row> = chosen.par_iter().flat_map(|e| backward::rows(e)).collect();
+    // A backward counterexample that its script did not reproduce in the
+    // framework decides nothing: no false "incorrect".
+    for r in backward.iter_mut().filter(|r| r.class == Class::Incorrect) {
+        let Some(o) = file.backward_repros.iter().find(|o| {
+            o.op == r.op && o.args == r.args && o.inputs == r.inputs && o.output == r.output
+        }) else {
+            continue;
+        };
+        if o.reproduced {
+            r.detail = format!("{}; reproduced in the framework: {}", r.detail, o.says);
+        } else {
+            r.class = Class::Undetermined;
+            r.detail = format!(
+                "{}; but its repro script did not reproduce it in the framework: {}",
+                r.detail, o.says
+            );
+        }
+        r.repro = Some(o.clone());
+    }
     let mesh2d: Vec<Row> = chosen.par_iter().flat_map(|e| mesh2d::rows(e)).collect();
     let backward_skipped = chosen
         .iter()
@@ -892,7 +911,7 @@ pub fn text(rep: &Report, listing: Listing, show_repro: bool) -> String {
         s += &mesh2d_text(rep, listing);
     }
     if show_repro {
-        for (r, script) in repros(rep) {
+        for (r, script) in repros(rep).into_iter().chain(backward_repros(rep)) {
             match script {
                 Ok(t) => s += &format!("\n{t}"),
                 Err(e) => s += &format!("\n# {} {}: no script ({e})\n", r.op, r.placements()),
@@ -1084,6 +1103,27 @@ pub fn to_json(rep: &Report, incorrect_only: bool, show_repro: bool) -> Value {
     if !rep.backward.is_empty() {
         out["backward"] = instance_json(&rep.backward, incorrect_only);
         out["backward"]["not_recorded"] = json!(rep.backward_skipped);
+        // With --show-repro an incorrect row carries its script (SPEC.md
+        // §22.6), as the forward rows do.
+        if show_repro {
+            let scripts = backward_repros(rep);
+            if let Some(rows) = out["backward"]["rows"].as_array_mut() {
+                for row in rows {
+                    let found = scripts.iter().find(|(r, _)| {
+                        row["op"] == r.op.as_str()
+                            && row["args"] == r.args.as_str()
+                            && row["output"] == r.output.as_str()
+                            && row["inputs"] == json!(r.inputs)
+                    });
+                    if let Some((_, s)) = found {
+                        row["repro"] = match s {
+                            Ok(s) => json!({"script": s}),
+                            Err(e) => json!({"error": e}),
+                        };
+                    }
+                }
+            }
+        }
     }
     out
 }
