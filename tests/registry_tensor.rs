@@ -61,6 +61,9 @@ fn reductions_and_views_classify_as_pinned() {
         // DTensor.redistribute's entries: no forward claims, its pairs are
         // checked backward (tests/registry_backward.rs).
         ("redistribute".to_string(), (20, [0, 0, 0, 0, 0])),
+        // DTensor.from_local and to_local: no forward claims, checked
+        // backward (tests/registry_backward.rs).
+        ("local".to_string(), (3, [0, 0, 0, 0, 0])),
         ("view".to_string(), (80, [352, 0, 0, 114, 55])),
     ]
     .into_iter()
