@@ -82,6 +82,9 @@ fill_loop spmd_types "$PY" peers/record_registry_spmd_types.py "$TMP/raw_st.json
 rm -f tests/fixtures/registry/spmd_types.json
 "$BIN" registry spmd_types --file "$TMP/raw_st.json" \
     --record "$OUT_ST" > /dev/null || true
+# The backward of its local ops: torch's per-rank VJP read in the
+# gradient types spmd_types gives (SPEC.md §22.6).
+"$PY" peers/registry_backward_spmd_types.py "$OUT_ST"
 "$BIN" registry spmd_types | tail -2 || true
 fi
 if want jax; then

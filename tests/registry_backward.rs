@@ -518,3 +518,56 @@ fn from_local_and_to_local_classify_as_pinned() {
     assert_eq!(r.class, Class::Incorrect, "{}", r.detail);
     assert!(r.detail.starts_with("B1"), "{}", r.detail);
 }
+
+/// spmd_types' backward of its local ops (SPEC.md §22.6): torch's per-rank
+/// VJP read in the gradient types spmd_types gives (R -> P, P -> R, S(d) ->
+/// S(d)) holds for every claim whose global gradient is exact. Twins: a
+/// gradient of an R input read as R (the duality forgotten) is not well
+/// formed where the per-rank cotangents differ (B1), and a doubled gradient
+/// fails B3.
+#[test]
+fn spmd_types_local_backward_classifies_as_pinned() {
+    let mut f = common::registry::recorded("spmd_types");
+    f.entries.retain(|e| e.family != "collective");
+    let rep = common::registry::check(f.clone());
+    assert_eq!(
+        common::registry::instance_totals(&rep.backward),
+        (513, 507, 0, 6)
+    );
+    assert!(rep
+        .backward
+        .iter()
+        .filter(|r| r.class == Class::Undetermined)
+        .all(|r| r.op.contains("div") && r.detail.contains("not exact in float64")));
+
+    f.entries
+        .retain(|e| e.op == "torch.add" && e.args.is_empty());
+    let mut forgot = f.clone();
+    for e in &mut forgot.entries {
+        for c in &mut e.backward {
+            for g in c.grads.iter_mut().flatten().flatten() {
+                if g.placement == "P(sum)" {
+                    g.placement = "R".into();
+                }
+            }
+        }
+    }
+    let rep = common::registry::check(forgot);
+    let r = backward_row(&rep, "cotangent=P(sum)", "R, R -> R");
+    assert_eq!(r.class, Class::Incorrect, "{}", r.detail);
+    assert!(r.detail.starts_with("B1"), "{}", r.detail);
+    for e in &mut f.entries {
+        for c in &mut e.backward {
+            for g in c.grads.iter_mut().flatten().flatten() {
+                for t in g.per_rank.iter_mut().flatten() {
+                    *t = common::registry::doubled(t);
+                }
+            }
+        }
+    }
+    let rep = common::registry::check(f);
+    assert!(rep
+        .backward
+        .iter()
+        .all(|r| r.class == Class::Incorrect && r.detail.starts_with("B3")));
+}

@@ -222,15 +222,17 @@ pub fn record_live(
             script.display()
         )));
     }
-    // DTensor's backward of its claims and of from_local/to_local, and its
-    // claims on a 2x2 mesh (SPEC.md §22.6, §22.7), are added to the file
-    // by three more scripts.
+    // The backward of the claims (and DTensor's of from_local/to_local,
+    // and its claims on a 2x2 mesh; SPEC.md §22.6, §22.7) are added to the
+    // file by more scripts.
     let more: &[&str] = match system {
         "dtensor" => &[
             "peers/registry_backward_dtensor.py",
             "peers/registry_local_dtensor.py",
             "peers/registry_mesh2d_dtensor.py",
         ],
+        "spmd_types" => &["peers/registry_backward_spmd_types.py"],
+        "jax" => &["peers/registry_backward_jax.py"],
         _ => &[],
     };
     for step in more {
