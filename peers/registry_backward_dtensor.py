@@ -37,7 +37,7 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-from registry_values import encode, load_doc, save_doc
+from registry_values import attach, encode, finish, instances, load_doc
 
 warnings.filterwarnings("ignore")
 SIZES = (2, 3)
@@ -221,17 +221,12 @@ def redistribute_entries(meshes):
                 pass  # recorded below, instance by instance
             for cot in [dst] + ([] if dst == "R" else ["R"]):
                 rng = random.Random(f"redistribute|{src}|{dst}|{cot}")
-                for n in SIZES:
-                    for _ in range(INSTANCES):
-                        try:
-                            rec = instance(lambda x: x.clone(), None, [parse(src)], parse(dst), parse(cot), n,
-                                           meshes[n], rng,
-                                           dt=lambda x, d=dst, m=meshes[n]: x.redistribute(m, [parse(d)]),
-                                           shapes=[[2 * n, 2 * n]])
-                        except Exception as err:  # DTensor raised
-                            rec = {"n": n, "cotangent_placement": cot,
-                                   "error": f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200]}"}
-                        cases.append({"claim": [dst, src], **rec})
+                cases += instances(
+                    [dst, src], cot, SIZES, INSTANCES,
+                    lambda n, cot=cot, rng=rng: instance(
+                        lambda x: x.clone(), None, [parse(src)], parse(dst), parse(cot), n, meshes[n], rng,
+                        dt=lambda x, d=dst, m=meshes[n]: x.redistribute(m, [parse(d)]),
+                        shapes=[[2 * n, 2 * n]]))
             out.append({"op": "DTensor.redistribute", "family": "redistribute",
                         "schema": "DTensor.redistribute(device_mesh, [dst])", "args": "", "inputs": 1,
                         "backward": cases})
@@ -287,31 +282,17 @@ def main():
             # computed after a redistribute hands back.
             for cot in [out] + ([] if isinstance(out, Replicate) else [Replicate()]):
                 rng = random.Random(f"{e['op']}|{e['args']}|{c}|{text(cot)}")
-                mine = []
                 try:
-                    for n in SIZES:
-                        for _ in range(INSTANCES):
-                            try:
-                                rec = instance(f, e, ins, out, cot, n, meshes[n], rng)
-                            except NoDerivative:
-                                raise
-                            except Exception as err:  # DTensor raised
-                                rec = {"n": n, "cotangent_placement": text(cot),
-                                       "error": f"{type(err).__name__}: "
-                                                f"{str(err).strip().splitlines()[0][:200]}"}
-                            mine.append({"claim": c, **rec})
+                    cases += instances(c, text(cot), SIZES, INSTANCES,
+                                       lambda n, ins=ins, out=out, cot=cot, rng=rng:
+                                       instance(f, e, ins, out, cot, n, meshes[n], rng),
+                                       passes=NoDerivative)
                 except NoDerivative as why:
                     skipped[str(why)] = skipped.get(str(why), 0) + 1
-                    continue
-                cases.extend(mine)
         if skipped:
             e["backward_skipped"] = skipped
-        if cases:
-            e["backward"] = cases
-            done += 1
-            print(f"{e['op']}({e['args']}): {len(cases)} instances", file=sys.stderr)
-    save_doc(path, doc)
-    print(f"{done} entries with backward instances", file=sys.stderr)
+        done += attach(e, "backward", cases)
+    finish(path, doc, done, "backward instances")
 
 
 if __name__ == "__main__":

@@ -32,10 +32,9 @@ import numpy as np
 
 import record_registry_jax as rr
 import record_jax as rj
-from registry_values import encode, load_doc, save_doc
+from registry_values import attach, encode, finish, instances, load_doc
 
 import jax  # noqa: E402  (configured by record_registry_jax)
-from jax.sharding import NamedSharding  # noqa: E402
 
 SIZES = (2, 4)
 FAMILIES = ("elementwise", "reduction", "shape", "contraction")
@@ -192,19 +191,11 @@ def main():
                 continue  # an invariant operand beside a varying one stands for its tiling
             states = [STATE.get(p, r_as) for p in ins]
             rng = random.Random(f"{e['op']}|{e['args']}|{c}")
-            for n in SIZES:
-                for _ in range(INSTANCES):
-                    try:
-                        rec = instance(bind, states, shapes, n, rng)
-                    except Exception as err:
-                        rec = {"n": n, "cotangent_placement": "R", "error": rj.first_line(err)}
-                    cases.append({"claim": c, **rec})
-        if cases:
-            e["backward"] = cases
-            done += 1
-            print(f"{e['op']}({e['args']}): {len(cases)} instances", file=sys.stderr)
-    save_doc(path, doc)
-    print(f"{done} entries with backward instances", file=sys.stderr)
+            cases += instances(c, "R", SIZES, INSTANCES,
+                               lambda n, states=states, rng=rng: instance(bind, states, shapes, n, rng),
+                               describe=rj.first_line)
+        done += attach(e, "backward", cases)
+    finish(path, doc, done, "backward instances")
 
 
 if __name__ == "__main__":

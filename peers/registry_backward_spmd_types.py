@@ -37,7 +37,7 @@ from spmd_types._testing import fake_pg
 
 import registry_tensor_spmd_types as rt
 from registry_backward_dtensor import Distinct, VALUES, tensor_text
-from registry_values import load_doc, save_doc
+from registry_values import attach, finish, instances, load_doc
 
 warnings.filterwarnings("ignore")
 SIZES = (2, 3, 4)
@@ -159,32 +159,17 @@ def main():
             cases, skipped = [], {}
             for c in e.get("claims") or []:
                 rng = random.Random(f"{e['op']}|{e['args']}|{c}")
-                mine = []
+                cot = text_of(type_of(c[0]).backward_type())
                 try:
-                    for n in SIZES:
-                        for _ in range(INSTANCES):
-                            try:
-                                rec = instance(f, c, shapes, n, pg, rng)
-                            except NoDerivative:
-                                raise
-                            except Exception as err:  # spmd_types or torch raised
-                                rec = {"n": n, "cotangent_placement": text_of(type_of(c[0]).backward_type()),
-                                       "error": f"{type(err).__name__}: "
-                                                f"{str(err).strip().splitlines()[0][:200]}"}
-                            mine.append({"claim": c, **rec})
+                    cases += instances(c, cot, SIZES, INSTANCES,
+                                       lambda n, c=c, rng=rng: instance(f, c, shapes, n, pg, rng),
+                                       passes=NoDerivative)
                 except NoDerivative as why:
                     skipped[str(why)] = skipped.get(str(why), 0) + 1
-                    continue
-                cases.extend(mine)
             if skipped:
                 e["backward_skipped"] = skipped
-            if cases:
-                e["backward"] = cases
-                done += 1
-                print(f"{e['op']}({e['args']}): {len(cases)} instances", file=sys.stderr)
-    save_doc(path, doc)
-    print(f"{done} entries with backward instances", file=sys.stderr)
-
+            done += attach(e, "backward", cases)
+    finish(path, doc, done, "backward instances")
 
 if __name__ == "__main__":
     main()

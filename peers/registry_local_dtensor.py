@@ -57,7 +57,7 @@ from torch.distributed.tensor import DTensor, Partial
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from registry_backward_dtensor import Distinct, VALUES, parse, tensor_text, text
-from registry_values import load_doc, save_doc
+from registry_values import instances, load_doc, save_doc
 
 warnings.filterwarnings("ignore")
 SIZES = (2, 3, 4)
@@ -100,11 +100,6 @@ def from_local_global(p, n):
     k = p[2:-1]
     return {"sum": lambda x: x.sum(0), "avg": lambda x: x.mean(0),
             "max": lambda x: x.amax(0), "min": lambda x: x.amin(0)}[k]
-
-
-def error(n, cot, err):
-    return {"n": n, "cotangent_placement": cot,
-            "error": f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200]}"}
 
 
 def from_local_instance(p, cot, n, mesh, rng):
@@ -164,27 +159,14 @@ def to_local_instance(p, grad_placements, reading, n, mesh, rng):
     return rec
 
 
-def cases_of(claim, cot, make):
-    """Every mesh size, INSTANCES each, of one claim and cotangent."""
-    out = []
-    for n in SIZES:
-        for _ in range(INSTANCES):
-            try:
-                rec = make(n)
-            except Exception as err:  # DTensor raised
-                rec = error(n, cot, err)
-            out.append({"claim": claim, **rec})
-    return out
-
-
 def entries(meshes):
     fl = []
     for p in ["R", "S(0)", "S(1)", "P(sum)", "P(avg)", "P(max)", "P(min)"]:
         reading = "R" if p == "R" else "local"
         for cot in [p] + ([] if p == "R" else ["R"]):
             rng = random.Random(f"from_local|{p}|{cot}")
-            fl += cases_of([p, reading], cot, lambda n, p=p, cot=cot, rng=rng:
-                           from_local_instance(p, cot, n, meshes[n], rng))
+            fl += instances([p, reading], cot, SIZES, INSTANCES,
+                            lambda n, p=p, cot=cot, rng=rng: from_local_instance(p, cot, n, meshes[n], rng))
     out = [{"op": "DTensor.from_local", "family": "local", "schema": "DTensor.from_local(local, mesh, [p])",
             "args": "", "inputs": 1, "backward": fl}]
     for args, grad_placements, pairs in [
@@ -194,8 +176,9 @@ def entries(meshes):
         tl = []
         for p, reading in pairs:
             rng = random.Random(f"to_local|{args}|{p}")
-            tl += cases_of([reading, p], reading, lambda n, p=p, reading=reading, rng=rng:
-                           to_local_instance(p, grad_placements, reading, n, meshes[n], rng))
+            tl += instances([reading, p], reading, SIZES, INSTANCES,
+                            lambda n, p=p, reading=reading, rng=rng:
+                            to_local_instance(p, grad_placements, reading, n, meshes[n], rng))
         out.append({"op": "DTensor.to_local", "family": "local",
                     "schema": "DTensor.to_local(grad_placements=...)", "args": args, "inputs": 1,
                     "backward": tl})

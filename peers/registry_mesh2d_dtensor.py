@@ -26,11 +26,11 @@ import torch
 import torch.distributed as dist
 from torch.distributed._local_tensor import LocalTensorMode
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
+from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
-from registry_values import load_doc, save_doc
-from registry_backward_dtensor import Distinct, build_call, checkable, claims_of, parse, tensor_text, text
+from registry_values import attach, finish, load_doc
+from registry_backward_dtensor import Distinct, build_call, checkable, claims_of, tensor_text, text
 
 warnings.filterwarnings("ignore")
 INSTANCES = 2
@@ -117,12 +117,8 @@ def main():
                                         f"{str(err).strip().splitlines()[0][:160]}"}
                     cases.append({"claim": c, "where": where, "claimed": claimed,
                                   "placements": [[text(p) for p in pl] for pl in pls], **rec})
-        if cases:
-            e["mesh2d"] = cases
-            done += 1
-            print(f"{e['op']}({e['args']}): {len(cases)} instances on 2x2", file=sys.stderr)
-    save_doc(path, doc)
-    print(f"{done} entries with 2x2 instances", file=sys.stderr)
+        done += attach(e, "mesh2d", cases, "instances on 2x2")
+    finish(path, doc, done, "2x2 instances")
 
 
 if __name__ == "__main__":

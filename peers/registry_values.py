@@ -12,6 +12,7 @@ with a value that is not finite "nan".
 import gzip
 import json
 import math
+import sys
 from fractions import Fraction
 
 WINDOW_MAG = 1 << 30
@@ -79,3 +80,46 @@ def save_doc(path, doc):
     else:
         with open(path, "w") as fh:
             fh.write(text)
+
+
+# ------------------------------------------------ the instance recorders' loop
+
+def raised(err, limit=200):
+    """An exception in one line: its type and the first line of its
+    message (at most `limit` characters of it)."""
+    s = str(err).strip()
+    return f"{type(err).__name__}: {s.splitlines()[0][:limit] if s else ''}"
+
+
+def instances(claim, cot, sizes, count, make, describe=raised, passes=()):
+    """`count` instances per mesh size of one claim and cotangent, as the
+    backward recorders store them (SPEC.md §22.6): `make(n)` records one;
+    where the library raises, the instance keeps the error instead. An
+    exception of a type in `passes` is not the library's (the reference
+    has no derivative): it propagates."""
+    out = []
+    for n in sizes:
+        for _ in range(count):
+            try:
+                rec = make(n)
+            except passes:
+                raise
+            except Exception as err:
+                rec = {"n": n, "cotangent_placement": cot, "error": describe(err)}
+            out.append({"claim": claim, **rec})
+    return out
+
+
+def attach(e, key, cases, what="instances"):
+    """Store an entry's recorded cases under `key` and say so; 1 if there
+    were any, else 0."""
+    if not cases:
+        return 0
+    e[key] = cases
+    print(f"{e['op']}({e['args']}): {len(cases)} {what}", file=sys.stderr)
+    return 1
+
+
+def finish(path, doc, done, what):
+    save_doc(path, doc)
+    print(f"{done} entries with {what}", file=sys.stderr)

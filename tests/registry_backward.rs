@@ -335,15 +335,7 @@ fn jax_elementwise_transposes_classify_as_pinned() {
     );
 
     f.entries.retain(|e| e.op == "lax.mul" && e.args.is_empty());
-    for e in &mut f.entries {
-        for c in &mut e.backward {
-            for g in c.grads.iter_mut().flatten().flatten() {
-                for t in g.per_rank.iter_mut().flatten() {
-                    *t = common::registry::doubled(t);
-                }
-            }
-        }
-    }
+    common::registry::double_gradients(&mut f);
     let rep = common::registry::check(f);
     assert!(rep
         .backward
@@ -394,15 +386,7 @@ fn jax_tensor_transposes_classify_as_pinned() {
     );
 
     f.entries.retain(|e| e.op == "lax.reduce_sum");
-    for e in &mut f.entries {
-        for c in &mut e.backward {
-            for g in c.grads.iter_mut().flatten().flatten() {
-                for t in g.per_rank.iter_mut().flatten() {
-                    *t = common::registry::doubled(t);
-                }
-            }
-        }
-    }
+    common::registry::double_gradients(&mut f);
     let rep = common::registry::check(f);
     assert!(!rep.backward.is_empty());
     assert!(rep
@@ -489,13 +473,7 @@ fn from_local_and_to_local_classify_as_pinned() {
     let tampered = |op: &str, claim: [&str; 2], how: fn(&mut Vec<Option<String>>)| {
         let mut f = f.clone();
         f.entries.retain(|e| e.op == op);
-        for e in &mut f.entries {
-            for c in e.backward.iter_mut().filter(|c| c.claim == claim) {
-                for g in c.grads.iter_mut().flatten().flatten() {
-                    how(&mut g.per_rank);
-                }
-            }
-        }
+        common::registry::tamper_gradients(&mut f, Some(&claim), |g| how(&mut g.per_rank));
         common::registry::check(f)
     };
     let double: fn(&mut Vec<Option<String>>) = |ts| {
@@ -543,28 +521,16 @@ fn spmd_types_local_backward_classifies_as_pinned() {
     f.entries
         .retain(|e| e.op == "torch.add" && e.args.is_empty());
     let mut forgot = f.clone();
-    for e in &mut forgot.entries {
-        for c in &mut e.backward {
-            for g in c.grads.iter_mut().flatten().flatten() {
-                if g.placement == "P(sum)" {
-                    g.placement = "R".into();
-                }
-            }
+    common::registry::tamper_gradients(&mut forgot, None, |g| {
+        if g.placement == "P(sum)" {
+            g.placement = "R".into();
         }
-    }
+    });
     let rep = common::registry::check(forgot);
     let r = backward_row(&rep, "cotangent=P(sum)", "R, R -> R");
     assert_eq!(r.class, Class::Incorrect, "{}", r.detail);
     assert!(r.detail.starts_with("B1"), "{}", r.detail);
-    for e in &mut f.entries {
-        for c in &mut e.backward {
-            for g in c.grads.iter_mut().flatten().flatten() {
-                for t in g.per_rank.iter_mut().flatten() {
-                    *t = common::registry::doubled(t);
-                }
-            }
-        }
-    }
+    common::registry::double_gradients(&mut f);
     let rep = common::registry::check(f);
     assert!(rep
         .backward

@@ -79,3 +79,32 @@ pub fn doubled(text: &str) -> String {
     let v = registry::parse_tensor(text).expect("a tensor");
     registry::tensor_text(&v.scale(&spmd_check::semantics::Q::from(2)))
 }
+
+/// Apply `how` to every recorded gradient of `f`'s backward instances of
+/// `claim` (every claim if `None`), as a wrong backward would differ.
+pub fn tamper_gradients(
+    f: &mut File,
+    claim: Option<&[&str]>,
+    how: impl Fn(&mut spmd_check::registry::GradRecord),
+) {
+    for e in &mut f.entries {
+        for c in e
+            .backward
+            .iter_mut()
+            .filter(|c| claim.is_none_or(|want| c.claim == want))
+        {
+            for g in c.grads.iter_mut().flatten().flatten() {
+                how(g);
+            }
+        }
+    }
+}
+
+/// Every gradient value doubled (B3 must fail).
+pub fn double_gradients(f: &mut File) {
+    tamper_gradients(f, None, |g| {
+        for t in g.per_rank.iter_mut().flatten() {
+            *t = doubled(t);
+        }
+    });
+}

@@ -224,23 +224,21 @@ pub fn write_repros(rep: &Report, dir: &str) -> Result<(), UsageError> {
         return Err(UsageError(format!("{dir}: not a directory")));
     }
     let mut index = Vec::new();
-    for (i, (r, script)) in repros(rep).into_iter().enumerate() {
-        let name = format!("{i:03}.py");
-        let Ok(text) = script else { continue };
-        let path = std::path::Path::new(dir).join(&name);
-        std::fs::write(&path, text)
-            .map_err(|e| UsageError(format!("{}: cannot write: {e}", path.display())))?;
-        index.push(json!({"file": name, "op": r.op, "args": r.args,
-            "inputs": r.inputs, "output": r.output}));
-    }
-    for (i, (r, script)) in backward_repros(rep).into_iter().enumerate() {
-        let name = format!("b{i:03}.py");
-        let Ok(text) = script else { continue };
-        let path = std::path::Path::new(dir).join(&name);
-        std::fs::write(&path, text)
-            .map_err(|e| UsageError(format!("{}: cannot write: {e}", path.display())))?;
-        index.push(json!({"file": name, "op": r.op, "args": r.args,
-            "inputs": r.inputs, "output": r.output, "backward": true}));
+    let kinds = [(repros(rep), "", false), (backward_repros(rep), "b", true)];
+    for (scripts, prefix, backward) in kinds {
+        for (i, (r, script)) in scripts.into_iter().enumerate() {
+            let name = format!("{prefix}{i:03}.py");
+            let Ok(text) = script else { continue };
+            let path = std::path::Path::new(dir).join(&name);
+            std::fs::write(&path, text)
+                .map_err(|e| UsageError(format!("{}: cannot write: {e}", path.display())))?;
+            let mut item = json!({"file": name, "op": r.op, "args": r.args,
+                "inputs": r.inputs, "output": r.output});
+            if backward {
+                item["backward"] = json!(true);
+            }
+            index.push(item);
+        }
     }
     let path = std::path::Path::new(dir).join("index.json");
     std::fs::write(&path, Value::Array(index).to_string())
