@@ -1039,3 +1039,86 @@ pub fn catalogue_call(
         other => Err(format!("`{other}` is not a collective the catalogue reads")),
     }
 }
+
+/// JAX's transpose of `ragged_all_to_all` (SPEC.md §23), as jax 0.12.0.1
+/// writes it (`_ragged_all_to_all_transpose`, jax/_src/lax/parallel.py
+/// lines 1858–1877): the cotangents of `operand` and of `output` from the
+/// result's cotangent `cot` (per rank), on a validated layout, for an
+/// operand of `operand_rows`
+/// rows.
+///
+/// - `operand`: the call run backwards into zeros: each rank sends the
+///   cotangent rows where it received a segment back to the rows the
+///   sender took it from (its offsets exchanged by a tiled all_to_all).
+/// - `output`: the cotangent with the rows a segment wrote zeroed, those
+///   rows found by a running sum of +1 *set* at each received segment's
+///   start and −1 *added* at its end (indices past the buffer dropped); a
+///   row whose sum is below 1 keeps its cotangent. Several segments that
+///   start on one row set it to 1 once, while each subtracts at its end.
+pub fn ragged_all_to_all_transpose(
+    layout: &spmd_interp::ragged::Layout,
+    cot: &[spmd_semantics::Tensor],
+    operand_rows: usize,
+) -> (Vec<spmd_semantics::Tensor>, Vec<spmd_semantics::Tensor>) {
+    use spmd_interp::ragged::{row_width, Layout};
+    use spmd_semantics::Tensor;
+    let n = layout.ranks();
+    let m = layout.input_offsets[0].len() / n;
+    // all_to_all(x, 0, 0, tiled=True) of a per-rank vector of K entries:
+    // rank d gets chunk d of every rank, in rank order.
+    let exchanged = |x: &[Vec<usize>]| -> Vec<Vec<usize>> {
+        (0..n)
+            .map(|d| {
+                (0..n)
+                    .flat_map(|j| x[j][d * m..(d + 1) * m].to_vec())
+                    .collect()
+            })
+            .collect()
+    };
+    let out_off = exchanged(&layout.output_offsets);
+    let in_off = exchanged(&layout.input_offsets);
+    let back = Layout {
+        input_offsets: out_off.clone(),
+        send_sizes: layout.recv_sizes.clone(),
+        output_offsets: in_off,
+        recv_sizes: layout.send_sizes.clone(),
+    };
+    let zeros: Vec<Tensor> = cot
+        .iter()
+        .map(|t| {
+            let mut s = t.shape.clone();
+            s[0] = operand_rows;
+            Tensor::zeros(&s)
+        })
+        .collect();
+    let operand_t = back.forward(cot, &zeros);
+    let output_t = (0..n)
+        .map(|d| {
+            let rows = cot[d].shape[0];
+            let mut mark = vec![0i64; rows];
+            for &o in &out_off[d] {
+                if o < rows {
+                    mark[o] = 1;
+                }
+            }
+            for (&o, &sz) in out_off[d].iter().zip(&layout.recv_sizes[d]) {
+                if let Some(e) = o.checked_add(sz).filter(|&e| e < rows) {
+                    mark[e] -= 1;
+                }
+            }
+            let width = row_width(&cot[d]);
+            let mut t = cot[d].clone();
+            let mut run = 0i64;
+            for (row, step) in mark.iter().enumerate() {
+                run += step;
+                if run >= 1 {
+                    for v in &mut t.data[row * width..(row + 1) * width] {
+                        *v = spmd_semantics::Q::zero();
+                    }
+                }
+            }
+            t
+        })
+        .collect();
+    (operand_t, output_t)
+}

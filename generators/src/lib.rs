@@ -6,6 +6,7 @@
 pub mod driver;
 pub mod exhaustive;
 pub mod programs;
+pub mod ragged;
 pub mod random;
 
 pub use driver::{

@@ -9,6 +9,7 @@ pub mod expr;
 pub mod external;
 pub mod op;
 pub mod program;
+pub mod ragged;
 pub mod table;
 pub mod transcendental;
 

@@ -8,6 +8,7 @@ pub mod exact_deriv;
 pub mod fd;
 pub mod outcome;
 pub mod pending;
+pub mod ragged;
 pub mod verdict;
 
 pub use check::{

@@ -1,0 +1,171 @@
+//! Ragged all-to-all (SPEC.md §23): the exact forward against JAX's
+//! documented example, and JAX 0.12.0.1's transpose rule against the
+//! derivative of the forward over every small layout. JAX's rule must fail
+//! exactly on the layouts where two received segments start on one row
+//! and a row at or after it is written (an empty segment sharing its
+//! offset: peers/repro_jax_ragged.py shows it in JAX); a rule that zeroes
+//! exactly the written rows must pass everywhere, and that rule with one
+//! value changed must fail.
+
+use spmd_check::dialects::jax::ragged_all_to_all_transpose;
+use spmd_check::generators::ragged::layouts;
+use spmd_check::interp::ragged::{row_width, Layout};
+use spmd_check::oracle::ragged::check_transpose;
+use spmd_check::semantics::{Tensor, Q};
+
+fn vector(xs: &[i64]) -> Tensor {
+    Tensor::new(vec![xs.len()], xs.iter().map(|&x| Q::int(x)).collect())
+}
+
+fn ints(t: &Tensor) -> Vec<i64> {
+    t.data
+        .iter()
+        .map(|q| q.to_string().parse().expect("an integer"))
+        .collect()
+}
+
+/// The exact transpose written from the layout: each sent row gets the
+/// cotangent of the row it was written to; the written rows of `output`
+/// get nothing.
+fn exact_rule(l: &Layout, cot: &[Tensor], operand_rows: usize) -> (Vec<Tensor>, Vec<Tensor>) {
+    let mut op_t: Vec<Tensor> = cot
+        .iter()
+        .map(|t| {
+            let mut s = t.shape.clone();
+            s[0] = operand_rows;
+            Tensor::zeros(&s)
+        })
+        .collect();
+    let mut out_t = cot.to_vec();
+    for g in l.segments() {
+        let w = row_width(&cot[g.dst]);
+        for k in 0..g.rows * w {
+            op_t[g.src].data[g.from * w + k] = cot[g.dst].data[g.to * w + k].clone();
+            out_t[g.dst].data[g.to * w + k] = Q::zero();
+        }
+    }
+    (op_t, out_t)
+}
+
+/// JAX's example in `ragged_all_to_all`'s docstring.
+#[test]
+fn the_forward_gives_jaxs_documented_example() {
+    let l = Layout {
+        input_offsets: vec![vec![0, 1], vec![0, 1]],
+        send_sizes: vec![vec![1, 2], vec![1, 1]],
+        output_offsets: vec![vec![0, 0], vec![1, 2]],
+        recv_sizes: vec![vec![1, 1], vec![2, 1]],
+    };
+    l.validate(3, 4).expect("valid");
+    let y = l.forward(
+        &[vector(&[1, 2, 2]), vector(&[3, 4, 0])],
+        &[vector(&[0; 4]), vector(&[0; 4])],
+    );
+    assert_eq!(ints(&y[0]), [1, 3, 0, 0]);
+    assert_eq!(ints(&y[1]), [2, 2, 4, 0]);
+    // Untrusted layouts are refused with a reason, never run.
+    let mut bad = l.clone();
+    bad.recv_sizes[1][0] = 1;
+    assert!(bad.validate(3, 4).unwrap_err().contains("expects 1 rows"));
+    let mut bad = l.clone();
+    bad.output_offsets[1][1] = 4;
+    assert!(bad
+        .validate(3, 4)
+        .unwrap_err()
+        .contains("leaves its output"));
+    let mut bad = l.clone();
+    bad.input_offsets[0][1] = usize::MAX;
+    assert!(bad
+        .validate(3, 4)
+        .unwrap_err()
+        .contains("leaves its operand"));
+    let mut bad = l;
+    bad.output_offsets[1][0] = 0;
+    assert!(bad
+        .validate(3, 4)
+        .unwrap_err()
+        .contains("written by two segments"));
+}
+
+/// The minimal case of peers/repro_jax_ragged.py: rank 1 receives an empty
+/// segment and its own two rows, both at row 0. JAX's rule gives the
+/// cotangent [1, 2, 3, 4] for rank 1's `output` (as the traced jaxpr does
+/// in JAX); the derivative is [0, 0, 3, 4].
+#[test]
+fn jaxs_rule_leaks_the_cotangent_of_overwritten_rows() {
+    let l = Layout {
+        input_offsets: vec![vec![0, 0], vec![0, 0]],
+        send_sizes: vec![vec![0, 0], vec![0, 2]],
+        output_offsets: vec![vec![0, 0], vec![0, 0]],
+        recv_sizes: vec![vec![0, 0], vec![0, 2]],
+    };
+    l.validate(4, 4).expect("valid");
+    let y = l.forward(
+        &[vector(&[10, 11, 12, 13]), vector(&[20, 21, 22, 23])],
+        &[vector(&[-1, -2, -3, -4]), vector(&[-5, -6, -7, -8])],
+    );
+    assert_eq!(ints(&y[1]), [20, 21, -7, -8]);
+    let cot = [vector(&[1, 2, 3, 4]), vector(&[1, 2, 3, 4])];
+    let (op_t, out_t) = ragged_all_to_all_transpose(&l, &cot, 4);
+    assert_eq!(ints(&op_t[1]), [1, 2, 0, 0]);
+    assert_eq!(ints(&out_t[1]), [1, 2, 3, 4]);
+    let (_, exact) = exact_rule(&l, &cot, 4);
+    assert_eq!(ints(&exact[1]), [0, 0, 3, 4]);
+    let m = check_transpose(&l, &[4], &[4], &|c| ragged_all_to_all_transpose(&l, c, 4))
+        .expect_err("JAX's rule fails B3");
+    assert_eq!((m.input, m.rank, m.row), ("output", 1, 0), "{m:?}");
+    assert_eq!(m.got, Some(Q::one()));
+    assert_eq!(m.want, Q::zero());
+}
+
+/// Whether two received segments start on one row of a rank that has a
+/// written row at or after it: where JAX's running sum undercounts.
+fn shares_a_start(l: &Layout, rows: usize) -> bool {
+    let segs = l.segments();
+    (0..l.ranks()).any(|d| {
+        (0..rows).any(|p| {
+            let starting = segs.iter().filter(|g| g.dst == d && g.to == p).count();
+            starting >= 2
+                && segs
+                    .iter()
+                    .any(|g| g.dst == d && g.rows > 0 && g.to + g.rows > p)
+        })
+    })
+}
+
+/// Every layout of 2 ranks, buffers of 3 rows of 2 elements, segments of
+/// up to 2 rows: JAX's rule fails B3 exactly where two segments share a
+/// start, the exact rule holds everywhere, and the exact rule with one
+/// value changed fails.
+#[test]
+fn jaxs_rule_fails_exactly_where_segments_share_a_start() {
+    let (rows, width) = (3, 2);
+    let shape = [rows, width];
+    let all = layouts(2, rows, 2);
+    assert!(all.len() > 100, "{} layouts", all.len());
+    let mut failing = 0;
+    for l in &all {
+        let jax = check_transpose(l, &shape, &shape, &|c| {
+            ragged_all_to_all_transpose(l, c, rows)
+        });
+        assert_eq!(jax.is_err(), shares_a_start(l, rows), "{l:?}: {jax:?}");
+        failing += usize::from(jax.is_err());
+        check_transpose(l, &shape, &shape, &|c| exact_rule(l, c, rows))
+            .expect("the exact rule holds");
+    }
+    assert!(failing > 0 && failing < all.len());
+    // The smallest layout where JAX's rule fails sends one row.
+    let first = all
+        .iter()
+        .find(|l| shares_a_start(l, rows))
+        .expect("a failing layout");
+    assert_eq!(first.send_sizes.iter().flatten().sum::<usize>(), 1);
+    // The twin: the exact rule off by one value is rejected.
+    let l = &all[all.len() / 2];
+    let off = |c: &[Tensor]| {
+        let (mut a, b) = exact_rule(l, c, rows);
+        a[0].data[0] = a[0].data[0].add(&Q::one());
+        (a, b)
+    };
+    assert!(check_transpose(l, &shape, &shape, &off).is_err());
+}
