@@ -8,7 +8,7 @@
 //! value changed must fail.
 
 use spmd_check::dialects::jax::ragged_all_to_all_transpose;
-use spmd_check::generators::ragged::layouts;
+use spmd_check::generators::ragged::{layouts, Inputs};
 use spmd_check::interp::ragged::{row_width, Layout};
 use spmd_check::oracle::ragged::check_transpose;
 use spmd_check::semantics::{Tensor, Q};
@@ -141,7 +141,7 @@ fn shares_a_start(l: &Layout, rows: usize) -> bool {
 fn jaxs_rule_fails_exactly_where_segments_share_a_start() {
     let (rows, width) = (3, 2);
     let shape = [rows, width];
-    let all = layouts(2, rows, 2);
+    let all = layouts(2, rows, 2, Inputs::Packed);
     assert!(all.len() > 100, "{} layouts", all.len());
     let mut failing = 0;
     for l in &all {
@@ -168,4 +168,59 @@ fn jaxs_rule_fails_exactly_where_segments_share_a_start() {
         (a, b)
     };
     assert!(check_transpose(l, &shape, &shape, &off).is_err());
+}
+
+/// Whether some operand row is sent by two segments.
+fn sends_a_row_twice(l: &Layout) -> bool {
+    let segs = l.segments();
+    segs.iter().enumerate().any(|(i, a)| {
+        segs[i + 1..]
+            .iter()
+            .any(|b| a.src == b.src && a.from < b.from + b.rows && b.from < a.from + a.rows)
+    })
+}
+
+/// With the senders' offsets free (a row may be sent twice, which the
+/// documentation does not forbid): JAX's rule fails B3 exactly where
+/// segments share a start or an operand row is sent twice, whose
+/// cotangent must be the sum of both destinations' and JAX's reverse call
+/// writes one of them.
+#[test]
+fn jaxs_rule_also_fails_where_a_row_is_sent_twice() {
+    let (rows, width) = (2, 1);
+    let shape = [rows, width];
+    let all = layouts(2, rows, 1, Inputs::Any);
+    let mut twice = 0;
+    for l in &all {
+        let jax = check_transpose(l, &shape, &shape, &|c| {
+            ragged_all_to_all_transpose(l, c, rows)
+        });
+        let expect = shares_a_start(l, rows) || sends_a_row_twice(l);
+        assert_eq!(jax.is_err(), expect, "{l:?}: {jax:?}");
+        twice += usize::from(sends_a_row_twice(l) && !shares_a_start(l, rows));
+        check_transpose(l, &shape, &shape, &|c| exact_rule_summing(l, c, rows))
+            .expect("the exact rule holds");
+    }
+    assert!(twice > 0);
+}
+
+/// The exact transpose where a row may be sent twice: its cotangent is the
+/// sum over the rows it was written to.
+fn exact_rule_summing(
+    l: &Layout,
+    cot: &[Tensor],
+    operand_rows: usize,
+) -> (Vec<Tensor>, Vec<Tensor>) {
+    let (mut op_t, out_t) = exact_rule(l, cot, operand_rows);
+    for t in &mut op_t {
+        t.data.iter_mut().for_each(|v| *v = Q::zero());
+    }
+    for g in l.segments() {
+        let w = row_width(&cot[g.dst]);
+        for k in 0..g.rows * w {
+            let at = g.from * w + k;
+            op_t[g.src].data[at] = op_t[g.src].data[at].add(&cot[g.dst].data[g.to * w + k]);
+        }
+    }
+    (op_t, out_t)
 }

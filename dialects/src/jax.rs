@@ -1044,8 +1044,7 @@ pub fn catalogue_call(
 /// writes it (`_ragged_all_to_all_transpose`, jax/_src/lax/parallel.py
 /// lines 1858–1877): the cotangents of `operand` and of `output` from the
 /// result's cotangent `cot` (per rank), on a validated layout, for an
-/// operand of `operand_rows`
-/// rows.
+/// operand of `operand_rows` rows.
 ///
 /// - `operand`: the call run backwards into zeros: each rank sends the
 ///   cotangent rows where it received a segment back to the rows the
