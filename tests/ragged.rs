@@ -224,3 +224,128 @@ fn exact_rule_summing(
     }
     (op_t, out_t)
 }
+
+/// One recorded layout: JAX's own traced transpose on each basis
+/// cotangent (peers/record_ragged_jax.py).
+#[derive(serde::Deserialize)]
+struct Recorded {
+    input_offsets: Vec<Vec<usize>>,
+    send_sizes: Vec<Vec<usize>>,
+    output_offsets: Vec<Vec<usize>>,
+    recv_sizes: Vec<Vec<usize>>,
+    operand_t: Vec<Vec<Vec<i64>>>,
+    output_t: Vec<Vec<Vec<i64>>>,
+}
+
+fn layout_of(r: &Recorded) -> Layout {
+    Layout {
+        input_offsets: r.input_offsets.clone(),
+        send_sizes: r.send_sizes.clone(),
+        output_offsets: r.output_offsets.clone(),
+        recv_sizes: r.recv_sizes.clone(),
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct RecordedSet {
+    rows: usize,
+    max_rows: usize,
+    packed: bool,
+    layouts: Vec<Recorded>,
+}
+
+#[derive(serde::Deserialize)]
+struct RecordedFile {
+    jax: String,
+    sets: Vec<RecordedSet>,
+}
+
+/// JAX 0.12.0.1's own transpose (its traced jaxpr evaluated on CPU, the
+/// collectives from their meaning), recorded on every layout the
+/// generator makes: it fails B3 exactly where segments share a start or a
+/// row is sent twice, and it equals the transcription in
+/// `dialects::jax` on every basis cotangent. A recorded value changed is
+/// caught.
+#[test]
+fn jaxs_recorded_transpose_fails_where_the_model_says() {
+    let text = spmd_check::registry::read_maybe_gz(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/ragged_jax_0.12.0.1.json.gz"
+    ))
+    .expect("the recording reads");
+    let file: RecordedFile = serde_json::from_str(&text).expect("the recording parses");
+    assert_eq!(file.jax, "0.12.0.1");
+    assert_eq!(file.sets.len(), 2);
+    for set in &file.sets {
+        let rows = set.rows;
+        let inputs = if set.packed {
+            Inputs::Packed
+        } else {
+            Inputs::Any
+        };
+        let mut want = layouts(2, rows, set.max_rows, inputs);
+        let mut got: Vec<Layout> = set.layouts.iter().map(|r| layout_of(r)).collect();
+        let key = |l: &Layout| format!("{l:?}");
+        want.sort_by_key(key);
+        got.sort_by_key(key);
+        assert_eq!(got, want, "the recording holds every generated layout");
+        let shape = [rows];
+        for r in &set.layouts {
+            let l = layout_of(r);
+            // Basis cotangent b is 1 at rank b / rows, row b % rows.
+            let recorded = |c: &[Tensor]| {
+                let b = (0..2 * rows)
+                    .find(|&b| c[b / rows].data[b % rows] == Q::one())
+                    .expect("a basis cotangent");
+                let t = |v: &Vec<Vec<i64>>| v.iter().map(|x| vector(x)).collect::<Vec<_>>();
+                (t(&r.operand_t[b]), t(&r.output_t[b]))
+            };
+            let jax = check_transpose(&l, &shape, &shape, &recorded);
+            assert_eq!(
+                jax.is_err(),
+                shares_a_start(&l, rows) || sends_a_row_twice(&l),
+                "{l:?}: {jax:?}"
+            );
+            for b in 0..2 * rows {
+                let mut c = vec![vector(&vec![0; rows]), vector(&vec![0; rows])];
+                c[b / rows].data[b % rows] = Q::one();
+                let (op, out) = ragged_all_to_all_transpose(&l, &c, rows);
+                // Where a row is sent twice JAX leaves the order of the
+                // writes unspecified; elsewhere the two agree exactly.
+                if !sends_a_row_twice(&l) {
+                    assert_eq!(
+                        op.iter().map(ints).collect::<Vec<_>>(),
+                        r.operand_t[b],
+                        "{l:?}"
+                    );
+                }
+                assert_eq!(
+                    out.iter().map(ints).collect::<Vec<_>>(),
+                    r.output_t[b],
+                    "{l:?}"
+                );
+            }
+        }
+    }
+    // The twin: one value of a layout where JAX's transpose holds, changed.
+    let set = &file.sets[0];
+    let r = set
+        .layouts
+        .iter()
+        .find(|r| {
+            r.send_sizes.iter().flatten().sum::<usize>() > 0
+                && !shares_a_start(&layout_of(r), set.rows)
+        })
+        .expect("a layout that sends, where JAX's transpose holds");
+    let l = layout_of(r);
+    let rows = set.rows;
+    let changed = |c: &[Tensor]| {
+        let b = (0..2 * rows)
+            .find(|&b| c[b / rows].data[b % rows] == Q::one())
+            .expect("a basis cotangent");
+        let mut out: Vec<Tensor> = r.output_t[b].iter().map(|x| vector(x)).collect();
+        out[0].data[0] = out[0].data[0].add(&Q::one());
+        (r.operand_t[b].iter().map(|x| vector(x)).collect(), out)
+    };
+    assert!(check_transpose(&l, &[rows], &[rows], &changed).is_err());
+}

@@ -467,7 +467,7 @@ fn instance_problem(system: &str, e: &Entry) -> Option<String> {
 /// A registry file's text, inflated first when it is gzipped (its first
 /// bytes say so, whatever its name). Neither the file nor what it inflates
 /// to may exceed `MAX_FILE`.
-fn read_maybe_gz(path: &str) -> Result<String, UsageError> {
+pub fn read_maybe_gz(path: &str) -> Result<String, UsageError> {
     use std::io::Read;
     let meta =
         std::fs::metadata(path).map_err(|e| UsageError(format!("{path}: cannot read: {e}")))?;
