@@ -284,7 +284,7 @@ fn jaxs_recorded_transpose_fails_where_the_model_says() {
             Inputs::Any
         };
         let mut want = layouts(2, rows, set.max_rows, inputs);
-        let mut got: Vec<Layout> = set.layouts.iter().map(|r| layout_of(r)).collect();
+        let mut got: Vec<Layout> = set.layouts.iter().map(layout_of).collect();
         let key = |l: &Layout| format!("{l:?}");
         want.sort_by_key(key);
         got.sort_by_key(key);
