@@ -12,6 +12,7 @@ pub mod property;
 pub mod q;
 pub mod state;
 pub mod tensor;
+pub mod uneven;
 
 pub use mesh::{Axis, Mesh};
 pub use perrank::{denote, equivalent, well_formed, Denot, PerRank};
