@@ -264,3 +264,36 @@ fn dtensor_redistributes_uneven_shards_keeping_the_value() {
     after[3] = after[3].slice(0, 0, 4);
     assert_eq!(denote(&c.mesh, &after, &c.dst), None);
 }
+
+/// The class of pytorch PR #194457 (SPEC.md §23.6): nested [S(0), S(0)]
+/// shards of 5 rows on 2x2, as DTensor lays them out (2, 1, 1, 1 rows),
+/// gathered in one step over the flattened mesh with pad-then-unpad by a
+/// single chunk split (2, 2, 1, 0): the global tensor that comes out has
+/// the last rank's row lost and a padding row in the second rank's place.
+/// Pieces laid out by one chunk split over the flattened mesh (as Nabla
+/// lays out a dim sharded over two axes) come out right.
+#[test]
+fn a_flattened_gather_of_nested_uneven_shards_loses_a_row() {
+    let t = rows(5, 1);
+    let outer = Split::Chunk.split(&t, 0, 2).unwrap();
+    let nested: Vec<Tensor> = outer
+        .iter()
+        .flat_map(|p| Split::Chunk.split(p, 0, 2).unwrap())
+        .collect();
+    assert_eq!(
+        nested.iter().map(|p| p.shape[0]).collect::<Vec<_>>(),
+        [2, 1, 1, 1]
+    );
+    let out = spmd_check::semantics::uneven::flat_gather_padded(&nested, 0).unwrap();
+    let got: Vec<String> = out.data.iter().map(|q| q.to_string()).collect();
+    assert_eq!(got, ["1", "2", "3", "0", "4"]);
+    assert_ne!(out, t);
+    // The nested pieces are not a chunk split over 4 ranks at all.
+    assert_eq!(Split::Chunk.denote(&nested, 0), None);
+    // Laid out by one chunk split over the 4 ranks, the same gather is right.
+    let flat = Split::Chunk.split(&t, 0, 4).unwrap();
+    assert_eq!(
+        spmd_check::semantics::uneven::flat_gather_padded(&flat, 0),
+        Some(t)
+    );
+}

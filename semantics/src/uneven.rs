@@ -85,3 +85,32 @@ impl Split {
         Some(Tensor::concat(xs, dim))
     }
 }
+
+/// A one-step all_gather over a flattened mesh with pad-then-unpad
+/// (SPEC.md §23.6): every piece padded with zero rows to the longest
+/// `chunk` size c = ⌈L/n⌉ (L the pieces' total length along `dim`), the
+/// padded pieces concatenated, then rank r's `chunk` size kept from its
+/// padded block. Right when the pieces were split by one `chunk` over the
+/// n ranks; pieces split dim by dim (DTensor's nested shards) come out
+/// with rows lost and padding in their place.
+pub fn flat_gather_padded(xs: &[Tensor], dim: usize) -> Option<Tensor> {
+    let first = xs.first()?;
+    if dim >= first.rank() {
+        return None;
+    }
+    let len: usize = xs.iter().map(|x| x.shape[dim]).sum();
+    let c = len.div_ceil(xs.len());
+    let keep = Split::Chunk.sizes(len, xs.len()).ok()?;
+    let mut kept = Vec::with_capacity(xs.len());
+    for (x, &k) in xs.iter().zip(&keep) {
+        let have = x.shape[dim];
+        if have > c {
+            return None;
+        }
+        let mut pad_shape = x.shape.clone();
+        pad_shape[dim] = c - have;
+        let padded = Tensor::concat(&[x.clone(), Tensor::zeros(&pad_shape)], dim);
+        kept.push(padded.slice(dim, 0, k));
+    }
+    Some(Tensor::concat(&kept, dim))
+}
