@@ -10,6 +10,7 @@ in row-major order), and the per-rank local tensors before and after.
 A refusal is recorded as such.
 
     /path/to/torch-2.14.1/python peers/record_uneven_dtensor.py
+    OUT=tests/fixtures/dtensor_uneven_2.15.0.json /path/to/torch-2.15.0/python peers/record_uneven_dtensor.py
 """
 import itertools
 import json
@@ -26,7 +27,9 @@ from torch.testing._internal.distributed.fake_pg import FakeStore
 from registry_values import encode
 
 warnings.filterwarnings("ignore")
-OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "dtensor_uneven.json")
+# Another torch's recording goes beside the pinned one (OUT=…).
+OUT = os.environ.get("OUT") or os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures",
+                                            "dtensor_uneven.json")
 PLACES = {"R": Replicate(), "S(0)": Shard(0), "S(1)": Shard(1), "P(sum)": Partial()}
 
 

@@ -181,7 +181,7 @@ fn denote(mesh: &[usize], locals: &[Tensor], placements: &[String]) -> Option<Te
 }
 
 /// DTensor's redistribute on uneven shards (peers/record_uneven_dtensor.py,
-/// torch 2.14.1): every recorded case, 1-D meshes of 2 to 4 ranks and 2x2,
+/// torch 2.14.1 and 2.15.0): every recorded case, 1-D meshes of 2 to 4 ranks and 2x2,
 /// lengths from empty to past twice the ranks. The shards DTensor makes
 /// denote the global tensor under its placement, nested shards on 2x2
 /// split dim by dim (for 5 rows over [S(0), S(0)]: 2, 1, 1, 1, where one
@@ -191,13 +191,16 @@ fn denote(mesh: &[usize], locals: &[Tensor], placements: &[String]) -> Option<Te
 /// Partial. The twin: an output with a row lost is caught.
 #[test]
 fn dtensor_redistributes_uneven_shards_keeping_the_value() {
-    let text = std::fs::read_to_string(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/dtensor_uneven.json"
-    ))
-    .expect("the recording reads");
+    for name in ["dtensor_uneven.json", "dtensor_uneven_2.15.0.json"] {
+        check_uneven_recording(name);
+    }
+}
+
+fn check_uneven_recording(name: &str) {
+    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&path).expect("the recording reads");
     let file: UnevenFile = serde_json::from_str(&text).expect("the recording parses");
-    assert_eq!(file.cases.len(), 1440);
+    assert_eq!(file.cases.len(), 1440, "{name}");
     let (mut checked, mut inexact) = (0, 0);
     for c in &file.cases {
         if let Some(why) = &c.refused {
@@ -241,7 +244,7 @@ fn dtensor_redistributes_uneven_shards_keeping_the_value() {
         );
         checked += 1;
     }
-    assert_eq!((checked, inexact), (1350, 42));
+    assert_eq!((checked, inexact), (1350, 42), "{name}");
     let nested = file
         .cases
         .iter()
