@@ -300,3 +300,70 @@ fn a_flattened_gather_of_nested_uneven_shards_loses_a_row() {
         Some(t)
     );
 }
+
+#[derive(serde::Deserialize)]
+struct SpmdCase {
+    op: String,
+    n: usize,
+    split_sizes: Vec<usize>,
+    input: Vec<Option<String>>,
+    output: Option<Vec<Option<String>>>,
+    refused: Option<String>,
+    backward_error: Option<String>,
+}
+
+#[derive(serde::Deserialize)]
+struct SpmdFile {
+    cases: Vec<SpmdCase>,
+}
+
+/// spmd_types' `all_gather(src=S(0), dst=R, split_sizes=…)`
+/// (peers/record_uneven_spmd_types.py): on 2 to 4 ranks, every length up
+/// to 2n+1 split as DTensor does, as divmod and all on the last rank, the
+/// output on every rank is the concatenation of the pieces in the given
+/// sizes. Its backward and `reduce_scatter` with split_sizes cannot run
+/// under LocalTensorMode (they index a list by the symbolic rank); the
+/// recording says so and nothing is concluded from them. The twin: pieces
+/// read with other sizes denote nothing.
+#[test]
+fn spmd_types_gathers_uneven_pieces_in_the_given_sizes() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/spmd_types_uneven.json"
+    ))
+    .expect("the recording reads");
+    let file: SpmdFile = serde_json::from_str(&text).expect("the recording parses");
+    let mut gathered = 0;
+    for c in &file.cases {
+        let limit = |e: &Option<String>| e.as_deref().is_some_and(|e| e.contains("LocalIntNode"));
+        if c.op == "reduce_scatter" {
+            assert!(limit(&c.refused), "{:?}", c.refused);
+            continue;
+        }
+        assert!(
+            c.refused.is_none() && limit(&c.backward_error),
+            "{:?}",
+            c.backward_error
+        );
+        let pieces: Vec<Tensor> = c
+            .input
+            .iter()
+            .map(|t| spmd_check::registry::parse_tensor(t.as_deref().expect("exact")).unwrap())
+            .collect();
+        let rule = Split::Sizes(c.split_sizes.clone());
+        let global = rule.denote(&pieces, 0).expect("the pieces fit their sizes");
+        for out in c.output.as_ref().expect("an output") {
+            let out = spmd_check::registry::parse_tensor(out.as_deref().expect("exact")).unwrap();
+            assert_eq!(out, global, "{:?} on {}", c.split_sizes, c.n);
+        }
+        if c.split_sizes.iter().filter(|&&s| s > 0).count() > 1 {
+            let mut other = c.split_sizes.clone();
+            other.rotate_left(1);
+            if other != c.split_sizes {
+                assert_eq!(Split::Sizes(other).denote(&pieces, 0), None);
+            }
+        }
+        gathered += 1;
+    }
+    assert_eq!(gathered, 72);
+}
