@@ -1,5 +1,5 @@
 """Record JAX's own transpose of `ragged_all_to_all` on every small layout
-(SPEC.md §23.3) into tests/fixtures/ragged_jax_0.12.0.1.json.gz.
+(SPEC.md §23.3) into tests/fixtures/uneven/ragged_jax_0.12.0.1.json.gz.
 
 XLA:CPU cannot run the collective, so this traces `jax.vjp` of it inside
 `shard_map` on 2 CPU devices once per buffer size (the layout's offsets
@@ -33,11 +33,11 @@ from jax.extend import core as jcore  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from repro_jax_ragged import all_to_all_tiled, body, forward  # noqa: E402
+from repro_jax_ragged import body, forward  # noqa: E402
 from registry_values import save_doc  # noqa: E402
 
 N = 2
-OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "ragged_jax_0.12.0.1.json.gz")
+OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "uneven", "ragged_jax_0.12.0.1.json.gz")
 
 
 def layouts(rows, max_rows, packed):

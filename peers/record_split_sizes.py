@@ -1,5 +1,5 @@
 """Record how DTensor splits one tensor dim over n ranks (SPEC.md §23.4)
-into tests/fixtures/dtensor_split_sizes.json: for lengths 0..9 and 1..5
+into tests/fixtures/uneven/dtensor_split_sizes.json: for lengths 0..9 and 1..5
 ranks, each rank's size and offset from `Shard.local_shard_size_and_offset`,
 checked here against `torch.chunk` padded with empty shards (DTensor's
 `_split_tensor`). spmd-check's `chunk` rule must give the same sizes.
@@ -12,7 +12,7 @@ import os
 import torch
 from torch.distributed.tensor.placement_types import Shard
 
-OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "dtensor_split_sizes.json")
+OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "uneven", "dtensor_split_sizes.json")
 
 
 def main():

@@ -1,5 +1,5 @@
 """Record DTensor's redistribute on uneven shards (SPEC.md §23.5) into
-tests/fixtures/dtensor_uneven.json: on meshes of 2, 3 and 4 ranks and of
+tests/fixtures/uneven/dtensor_uneven.json: on meshes of 2, 3 and 4 ranks and of
 2x2 (LocalTensorMode on a fake process group), tensors whose sharded dim
 is shorter than, equal to or longer than the ranks and not a multiple of
 them (lengths 0 to 2n+1, the other dim 2), `distribute_tensor` onto each
@@ -10,7 +10,7 @@ in row-major order), and the per-rank local tensors before and after.
 A refusal is recorded as such.
 
     /path/to/torch-2.14.1/python peers/record_uneven_dtensor.py
-    OUT=tests/fixtures/dtensor_uneven_2.15.0.json /path/to/torch-2.15.0/python peers/record_uneven_dtensor.py
+    OUT=tests/fixtures/uneven/dtensor_uneven_2.15.0.json /path/to/torch-2.15.0/python peers/record_uneven_dtensor.py
 """
 import itertools
 import json
@@ -28,7 +28,7 @@ from registry_values import encode
 
 warnings.filterwarnings("ignore")
 # Another torch's recording goes beside the pinned one (OUT=…).
-OUT = os.environ.get("OUT") or os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures",
+OUT = os.environ.get("OUT") or os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "uneven",
                                             "dtensor_uneven.json")
 PLACES = {"R": Replicate(), "S(0)": Shard(0), "S(1)": Shard(1), "P(sum)": Partial()}
 

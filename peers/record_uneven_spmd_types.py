@@ -1,5 +1,5 @@
 """Record spmd_types' uneven collectives (SPEC.md §23.7) into
-tests/fixtures/spmd_types_uneven.json: `all_gather(src=S(0), dst=R,
+tests/fixtures/uneven/spmd_types_uneven.json: `all_gather(src=S(0), dst=R,
 split_sizes=…)` and `reduce_scatter(src=P, dst=S(0), split_sizes=…)` on
 fake process groups of 2, 3 and 4 ranks (LocalTensorMode) inside
 `typecheck()`, for every dim length from 0 to 2n+1 split three ways: as
@@ -31,7 +31,7 @@ from spmd_types._testing import fake_pg
 sys.path.insert(0, os.path.dirname(__file__))
 from registry_values import encode  # noqa: E402
 
-OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "spmd_types_uneven.json")
+OUT = os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "uneven", "spmd_types_uneven.json")
 WIDTH = 2
 
 

@@ -270,7 +270,7 @@ struct RecordedFile {
 fn jaxs_recorded_transpose_fails_where_the_model_says() {
     let text = spmd_check::registry::read_maybe_gz(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/ragged_jax_0.12.0.1.json.gz"
+        "/tests/fixtures/uneven/ragged_jax_0.12.0.1.json.gz"
     ))
     .expect("the recording reads");
     let file: RecordedFile = serde_json::from_str(&text).expect("the recording parses");

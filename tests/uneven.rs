@@ -30,7 +30,7 @@ fn rows(len: usize, width: usize) -> Tensor {
 fn chunk_splits_as_dtensor_does() {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/dtensor_split_sizes.json"
+        "/tests/fixtures/uneven/dtensor_split_sizes.json"
     ))
     .expect("the recording reads");
     let rec: Recorded = serde_json::from_str(&text).expect("the recording parses");
@@ -197,7 +197,7 @@ fn dtensor_redistributes_uneven_shards_keeping_the_value() {
 }
 
 fn check_uneven_recording(name: &str) {
-    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!("{}/tests/fixtures/uneven/{name}", env!("CARGO_MANIFEST_DIR"));
     let text = std::fs::read_to_string(&path).expect("the recording reads");
     let file: UnevenFile = serde_json::from_str(&text).expect("the recording parses");
     assert_eq!(file.cases.len(), 1440, "{name}");
@@ -329,7 +329,7 @@ struct SpmdFile {
 fn spmd_types_gathers_uneven_pieces_in_the_given_sizes() {
     let text = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/spmd_types_uneven.json"
+        "/tests/fixtures/uneven/spmd_types_uneven.json"
     ))
     .expect("the recording reads");
     let file: SpmdFile = serde_json::from_str(&text).expect("the recording parses");
