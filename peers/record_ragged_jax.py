@@ -29,11 +29,10 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax  # noqa: E402
 import numpy as np  # noqa: E402
-from jax.extend import core as jcore  # noqa: E402
 from jax.sharding import NamedSharding, PartitionSpec as P  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
-from repro_jax_ragged import body, forward  # noqa: E402
+from repro_jax_ragged import body, evaluate  # noqa: E402
 from registry_values import save_doc  # noqa: E402
 
 N = 2
@@ -81,48 +80,6 @@ def traced(rows):
                                          out_specs=(P("x"),) * 3))(*glob)
     (eqn,) = jaxpr.jaxpr.eqns
     return eqn.params["jaxpr"]
-
-
-def evaluate(inner, args, batch):
-    """The per-rank jaxpr on per-rank args, in lock step, over a leading
-    batch dim of `batch` instances at once (each primitive bound under
-    `jax.vmap`; the collectives run instance by instance)."""
-    env = [dict() for _ in range(N)]
-
-    def read(r, v):
-        if isinstance(v, jcore.Literal):
-            return np.broadcast_to(np.asarray(v.val), (batch,) + np.shape(v.val))
-        return env[r][v]
-
-    for r in range(N):
-        for v, x in zip(inner.invars, args):
-            env[r][v] = np.asarray(x[r])
-    for e in inner.eqns:
-        ins = [[np.asarray(read(r, v)) for v in e.invars] for r in range(N)]
-        name = e.primitive.name
-        if name == "ragged_all_to_all":
-            outs = [[np.empty_like(ins[r][1])] for r in range(N)]
-            for b in range(batch):
-                res = forward(*[[ins[r][k][b] for r in range(N)] for k in (0, 1, 2, 3, 4)])
-                for r in range(N):
-                    outs[r][0][b] = res[r]
-        elif name == "all_to_all":
-            assert e.params["tiled"] and e.params["split_axis"] == 0 == e.params["concat_axis"]
-            per = ins[0][0].shape[1] // N
-            outs = [[np.concatenate([ins[j][0][:, d * per:(d + 1) * per] for j in range(N)], axis=1)]
-                    for d in range(N)]
-        elif name == "pvary":
-            outs = [list(ins[r]) for r in range(N)]
-        else:
-            def one(*xs, e=e):
-                o = e.primitive.bind(*xs, **e.params)
-                return tuple(o) if e.primitive.multiple_results else (o,)
-            outs = [[np.asarray(o) for o in jax.vmap(one)(*[jax.numpy.asarray(x) for x in ins[r]])]
-                    for r in range(N)]
-        for r in range(N):
-            for v, x in zip(e.outvars, outs[r]):
-                env[r][v] = np.asarray(x)
-    return [[np.asarray(read(r, v)) for v in inner.outvars] for r in range(N)]
 
 
 def record(rows, max_rows, packed):

@@ -135,36 +135,51 @@ def on_cpu_trace(mesh):
     traced = jax.make_jaxpr(jax.shard_map(body, mesh=mesh, in_specs=(P("x"),) * 7,
                                           out_specs=(P("x"),) * 3))(*glob)
     (eqn,) = traced.jaxpr.eqns
-    inner = eqn.params["jaxpr"]
+    # One instance: a batch dim of 1 in front of every per-rank argument.
+    res = evaluate(eqn.params["jaxpr"], [[x[r][None] for r in range(N)] for x in xs], 1)
+    return [[o[0].tolist() for o in res[r]] for r in range(N)]
+
+
+def evaluate(inner, args, batch):
+    """The per-rank jaxpr on per-rank args, in lock step, over a leading
+    batch dim of `batch` instances at once (each primitive bound under
+    `jax.vmap`; the collectives run instance by instance)."""
     env = [dict() for _ in range(N)]
 
     def read(r, v):
-        return v.val if isinstance(v, jcore.Literal) else env[r][v]
+        if isinstance(v, jcore.Literal):
+            return np.broadcast_to(np.asarray(v.val), (batch,) + np.shape(v.val))
+        return env[r][v]
 
     for r in range(N):
-        for v, x in zip(inner.invars, xs):
+        for v, x in zip(inner.invars, args):
             env[r][v] = np.asarray(x[r])
     for e in inner.eqns:
         ins = [[np.asarray(read(r, v)) for v in e.invars] for r in range(N)]
         name = e.primitive.name
         if name == "ragged_all_to_all":
-            # operand, output, input_offsets, send_sizes, output_offsets, recv_sizes
-            res = forward(*[[ins[r][k] for r in range(N)] for k in (0, 1, 2, 3, 4)])
-            outs = [[res[r].astype(ins[r][1].dtype)] for r in range(N)]
+            outs = [[np.empty_like(ins[r][1])] for r in range(N)]
+            for b in range(batch):
+                res = forward(*[[ins[r][k][b] for r in range(N)] for k in (0, 1, 2, 3, 4)])
+                for r in range(N):
+                    outs[r][0][b] = res[r]
         elif name == "all_to_all":
             assert e.params["tiled"] and e.params["split_axis"] == 0 == e.params["concat_axis"]
-            outs = [[o] for o in all_to_all_tiled([ins[r][0] for r in range(N)])]
+            per = ins[0][0].shape[1] // N
+            outs = [[np.concatenate([ins[j][0][:, d * per:(d + 1) * per] for j in range(N)], axis=1)]
+                    for d in range(N)]
         elif name == "pvary":
             outs = [list(ins[r]) for r in range(N)]
         else:
-            outs = []
-            for r in range(N):
-                o = e.primitive.bind(*[jax.numpy.asarray(x) for x in ins[r]], **e.params)
-                outs.append(list(o) if e.primitive.multiple_results else [o])
+            def one(*xs, e=e):
+                o = e.primitive.bind(*xs, **e.params)
+                return tuple(o) if e.primitive.multiple_results else (o,)
+            outs = [[np.asarray(o) for o in jax.vmap(one)(*[jax.numpy.asarray(x) for x in ins[r]])]
+                    for r in range(N)]
         for r in range(N):
             for v, x in zip(e.outvars, outs[r]):
                 env[r][v] = np.asarray(x)
-    return [[np.asarray(read(r, v)).tolist() for v in inner.outvars] for r in range(N)]
+    return [[np.asarray(read(r, v)) for v in inner.outvars] for r in range(N)]
 
 
 def main():
