@@ -197,7 +197,10 @@ fn dtensor_redistributes_uneven_shards_keeping_the_value() {
 }
 
 fn check_uneven_recording(name: &str) {
-    let path = format!("{}/tests/fixtures/uneven/{name}", env!("CARGO_MANIFEST_DIR"));
+    let path = format!(
+        "{}/tests/fixtures/uneven/{name}",
+        env!("CARGO_MANIFEST_DIR")
+    );
     let text = std::fs::read_to_string(&path).expect("the recording reads");
     let file: UnevenFile = serde_json::from_str(&text).expect("the recording parses");
     assert_eq!(file.cases.len(), 1440, "{name}");
