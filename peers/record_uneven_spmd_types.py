@@ -40,8 +40,7 @@ def splits(length, n):
     chunk = [max(0, min(c, length - r * c)) for r in range(n)]
     divmod_ = [length // n + (1 if r < length % n else 0) for r in range(n)]
     last = [0] * (n - 1) + [length]
-    out = {"chunk": chunk, "divmod": divmod_, "last": last}
-    return {k: v for k, v in out.items()}
+    return {"chunk": chunk, "divmod": divmod_, "last": last}
 
 
 def text(t):

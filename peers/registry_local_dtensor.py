@@ -91,7 +91,7 @@ def global_of(reading, ts):
     return {"P(sum)": st.sum(0), "P(avg)": st.mean(0), "P(max)": st.amax(0), "P(min)": st.amin(0)}[reading]
 
 
-def from_local_global(p, n):
+def from_local_global(p):
     """from_local onto p as a function of its input's reading."""
     if p == "R":
         return lambda x: x * 1
@@ -118,7 +118,7 @@ def from_local_instance(p, cot, n, mesh, rng):
     else:
         cts = [values(ct_shape, pick) for _ in range(n)]
     gx = global_of(reading, xs).requires_grad_()
-    (want,) = torch.autograd.grad(from_local_global(p, n)(gx), [gx], global_of(cot, cts))
+    (want,) = torch.autograd.grad(from_local_global(p)(gx), [gx], global_of(cot, cts))
     rec = {"n": n, "cotangent_placement": cot, "inputs": [[tensor_text(t) for t in xs]],
            "cotangent": [tensor_text(t) for t in cts], "expected": [tensor_text(want)],
            "expected_zero": [False]}

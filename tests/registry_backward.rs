@@ -335,12 +335,7 @@ fn jax_elementwise_transposes_classify_as_pinned() {
     );
 
     f.entries.retain(|e| e.op == "lax.mul" && e.args.is_empty());
-    common::registry::double_gradients(&mut f);
-    let rep = common::registry::check(f);
-    assert!(rep
-        .backward
-        .iter()
-        .all(|r| r.class == Class::Incorrect && r.detail.starts_with("B3")));
+    common::registry::assert_doubled_gradients_fail_b3(f);
 }
 
 /// JAX's transposes of its reductions and shape primitives (SPEC.md
@@ -386,13 +381,7 @@ fn jax_tensor_transposes_classify_as_pinned() {
     );
 
     f.entries.retain(|e| e.op == "lax.reduce_sum");
-    common::registry::double_gradients(&mut f);
-    let rep = common::registry::check(f);
-    assert!(!rep.backward.is_empty());
-    assert!(rep
-        .backward
-        .iter()
-        .all(|r| r.class == Class::Incorrect && r.detail.starts_with("B3")));
+    common::registry::assert_doubled_gradients_fail_b3(f);
 }
 
 /// `DTensor.from_local` and `to_local` (SPEC.md §22.6): their gradients
@@ -530,10 +519,5 @@ fn spmd_types_local_backward_classifies_as_pinned() {
     let r = backward_row(&rep, "cotangent=P(sum)", "R, R -> R");
     assert_eq!(r.class, Class::Incorrect, "{}", r.detail);
     assert!(r.detail.starts_with("B1"), "{}", r.detail);
-    common::registry::double_gradients(&mut f);
-    let rep = common::registry::check(f);
-    assert!(rep
-        .backward
-        .iter()
-        .all(|r| r.class == Class::Incorrect && r.detail.starts_with("B3")));
+    common::registry::assert_doubled_gradients_fail_b3(f);
 }

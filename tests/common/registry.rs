@@ -108,3 +108,15 @@ pub fn double_gradients(f: &mut File) {
         }
     });
 }
+
+/// The twin of a backward check: with every gradient of `f` doubled, every
+/// backward row is incorrect, by B3.
+pub fn assert_doubled_gradients_fail_b3(mut f: File) {
+    double_gradients(&mut f);
+    let rep = check(f);
+    assert!(!rep.backward.is_empty());
+    assert!(rep
+        .backward
+        .iter()
+        .all(|r| r.class == Class::Incorrect && r.detail.starts_with("B3")));
+}
