@@ -1101,7 +1101,7 @@ fn run() -> Result<ExitCode, UsageError> {
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Run { job, json, check } => {
-            let r = spmd_check::job::run_file(&job, check)?;
+            let r = spmd_check::job::run_any(&job, check)?;
             if json {
                 println!("{}", report::document("run", r.to_json()));
             } else {
@@ -1326,6 +1326,30 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
                 .iter()
                 .find(|s| s.name == rep.name)
                 .expect("a spec per rule");
+            // Uneven shards (SPEC.md §23.10): their own verdict and report.
+            if let Some(u) = &rep.uneven {
+                failed |= u.failed();
+                inconclusive |= u.inconclusive();
+                if json {
+                    let emitted = match (u.failed(), o.emit.as_deref()) {
+                        (true, Some(lang)) => Some(serde_json::json!({"kind": lang, "path": null,
+                            "why": "no test or script is emitted for uneven shards yet"})),
+                        _ => None,
+                    };
+                    out_json.push(report::check_rule_json(f, rep, emitted));
+                } else if text {
+                    let name = report::quoted_name(&rep.name);
+                    println!("{f}: rule \"{name}\": {}", u.word());
+                    for n in &rep.elaboration {
+                        println!("  elaborated: {n}");
+                    }
+                    print!("{}", u.report());
+                    if u.failed() && o.emit.is_some() {
+                        println!("  (--emit: no test or script is emitted for uneven shards yet)");
+                    }
+                }
+                continue;
+            }
             // Pending kinds (SPEC.md §21.7): their own verdict and report.
             if let Some(p) = &rep.pending {
                 failed |= p.failed();

@@ -20,9 +20,12 @@
 //! `Reduced()`); `FSDP_READING` is that second reading, as its own system
 //! `dtensor-fsdp` (`derive OP --dialect dtensor-fsdp`).
 
+use crate::uneven::StepFn;
 use crate::{columns, malformed, Cast, OpClass, Outcome, System};
+use spmd_interp::uneven::Coll;
 use spmd_semantics::pending::PartialKind;
-use spmd_semantics::{Dialect, State};
+use spmd_semantics::uneven::{Placement, Split};
+use spmd_semantics::{Dialect, State, Tensor};
 
 pub const SYSTEM: System = System {
     name: "dtensor",
@@ -302,3 +305,100 @@ pub fn cast(name: &str, from: State, to: State) -> Option<(String, String)> {
 }
 
 crate::elaborate::table_collective_reader!("DTensor");
+
+// ---------------------------------------------------------------------------
+// Uneven shards (SPEC.md §23.9): DTensor's redistribute as torch 2.14.1
+// implements it in `torch/distributed/tensor/placement_types.py`
+// (`Shard._to_replicate_tensor`, `_maybe_pad_tensor`, `_maybe_unpad_tensor`,
+// `_reduce_shard_tensor`, `_split_tensor`).
+
+/// `Shard(dim) -> Replicate()`: when the logical length L does not divide
+/// by n, every piece is padded (or cut, as a negative pad does) to
+/// c = ⌈L/n⌉ rows, the padded pieces are gathered, and the trailing
+/// n·c − L rows are dropped. Right exactly when the pieces are torch.chunk's.
+pub fn padded_gather(xs: &[Tensor], dim: usize) -> Result<Vec<Tensor>, String> {
+    let n = xs.len();
+    let len = xs.iter().try_fold(0usize, |a, x| {
+        x.shape
+            .get(dim)
+            .map(|l| a + l)
+            .ok_or_else(|| format!("no dim {dim} in a piece of shape {:?}", x.shape))
+    })?;
+    let gathered = if len % n == 0 {
+        // The even branch: all_gather_single of equal pieces.
+        if xs.iter().any(|x| x.shape[dim] != xs[0].shape[dim]) {
+            return Err(format!(
+                "all_gather_single of pieces of different lengths along dim {dim} (total {len}, which {n} divides)"
+            ));
+        }
+        spmd_interp::uneven::concat(xs, dim)?
+    } else {
+        let c = len.div_ceil(n);
+        let padded: Vec<Tensor> = xs
+            .iter()
+            .map(|x| {
+                let have = x.shape[dim];
+                if have >= c {
+                    x.slice(dim, 0, c)
+                } else {
+                    let mut pad = x.shape.clone();
+                    pad[dim] = c - have;
+                    Tensor::concat(&[x.clone(), Tensor::zeros(&pad)], dim)
+                }
+            })
+            .collect();
+        spmd_interp::uneven::concat(&padded, dim)?.slice(dim, 0, len)
+    };
+    Ok(vec![gathered; n])
+}
+
+/// The collective DTensor runs for `redistribute(input -> output)` on one
+/// mesh dim, uneven shards included.
+pub fn redistribute(input: &Placement, output: &Placement) -> Result<StepFn, String> {
+    use Placement::*;
+    let chunk = |dim| Coll::Scatter {
+        dim,
+        split: Split::Chunk,
+    };
+    Ok(match (input, output) {
+        (Shard(d, _), Inv | Red) => {
+            let d = *d;
+            Box::new(move |xs| padded_gather(xs, d))
+        }
+        // `_split_tensor`: torch.chunk of the local value, whatever split
+        // the output claims.
+        (Inv | Red, Shard(d, _)) => crate::uneven::boxed(chunk(*d)),
+        // `_reduce_shard_tensor`: torch.chunk's pieces, padded to equal
+        // length, reduce-scattered, unpadded: the chunk of the sum.
+        (Part, Shard(d, _)) => crate::uneven::boxed(Coll::ReduceScatter {
+            dim: *d,
+            split: Split::Chunk,
+        }),
+        (Part, Inv | Red) => crate::uneven::boxed(Coll::AllReduce),
+        // `_to_new_shard_dim`: an all_to_all to torch.chunk's pieces.
+        (Shard(c, _), Shard(s, _)) if c != s => crate::uneven::boxed(Coll::AllToAll {
+            split_dim: *s,
+            concat_dim: *c,
+            split: Split::Chunk,
+        }),
+        (a, b) if a == b => Box::new(|xs: &[Tensor]| Ok(xs.to_vec())),
+        _ => {
+            return Err(format!(
+                "redistribute {input} -> {output} is not modelled on uneven shards"
+            ))
+        }
+    })
+}
+
+/// How `redistribute` runs, in words.
+pub fn redistribute_words(input: &Placement, output: &Placement) -> &'static str {
+    use Placement::*;
+    match (input, output) {
+        (Shard(..), Inv | Red) => "pad to ceil(L/n) rows, all_gather, drop the trailing padding",
+        (Inv | Red, Shard(..)) => "a local torch.chunk",
+        (Part, Shard(..)) => "pad, reduce_scatter, unpad (torch.chunk's pieces of the sum)",
+        (Part, Inv | Red) => "all_reduce",
+        (Shard(..), Shard(..)) => "all_to_all to torch.chunk's pieces",
+        _ => "no collective",
+    }
+}

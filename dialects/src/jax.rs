@@ -1121,3 +1121,16 @@ pub fn ragged_all_to_all_transpose(
         .collect();
     (operand_t, output_t)
 }
+
+/// JAX's `shard_map` boundary (SPEC.md §23.9): every argument's sharded
+/// dims must divide evenly by the mesh axes, so per-rank pieces of
+/// different shapes are refused before the body runs.
+pub fn boundary(xs: &[spmd_semantics::Tensor]) -> Result<(), String> {
+    match xs.iter().find(|x| x.shape != xs[0].shape) {
+        Some(x) => Err(format!(
+            "shard_map refuses the argument: its pieces have shapes {:?} and {:?}, and JAX splits only dims that divide evenly",
+            xs[0].shape, x.shape
+        )),
+        None => Ok(()),
+    }
+}

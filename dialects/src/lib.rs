@@ -15,6 +15,7 @@ pub mod ltensor;
 pub mod nabla;
 pub mod spmd_types;
 pub mod tables;
+pub mod uneven;
 
 use spmd_semantics::{Dialect, State, Type};
 

@@ -13,7 +13,10 @@
 //! a sharded input stays sharded depends on which tensor dim is sharded,
 //! which a one-axis local type does not carry: `Unknown`.
 
+use crate::uneven::StepFn;
 use crate::{columns, malformed, Cast, OpClass, Outcome, System};
+use spmd_interp::uneven::Coll;
+use spmd_semantics::uneven::{Placement, Split};
 use spmd_semantics::{Dialect, State};
 
 pub const SYSTEM: System = System {
@@ -345,3 +348,56 @@ pub fn cast(name: &str, from: State, to: State) -> Option<(String, String)> {
 }
 
 crate::elaborate::table_collective_reader!("Nabla");
+
+// ---------------------------------------------------------------------------
+// Uneven shards (SPEC.md §23.9), from nabla-ml 26.2251344's
+// `nabla/ops/communication/`: shards by ceil division; `reduce_scatter`
+// (reduce_scatter.py, `compute_physical_shape`) and `all_to_all`
+// (all_to_all.py) raise where the scattered dim does not divide by the
+// number of shards; `all_gather`'s VJP (all_gather.py, `vjp_rule`) is a
+// `reshard` of the cotangent back to the input's sharding, a local slice.
+
+/// A scatter that raises, as Nabla's does, where the dim it cuts does not
+/// divide by the number of ranks.
+pub fn divisible(c: Coll) -> StepFn {
+    Box::new(move |xs| {
+        let n = xs.len();
+        let dim = match &c {
+            Coll::ReduceScatter { dim, .. } => *dim,
+            Coll::AllToAll { split_dim, .. } => *split_dim,
+            _ => return c.forward(xs),
+        };
+        if let Some(len) = xs.first().and_then(|x| x.shape.get(dim)) {
+            if len % n != 0 {
+                let what = match c {
+                    Coll::AllToAll { .. } => "all_to_all split axis",
+                    _ => "reduce_scatter axis",
+                };
+                return Err(format!("{what} size {len} not divisible by {n}"));
+            }
+        }
+        c.forward(xs)
+    })
+}
+
+/// The backward Nabla picks on uneven shards.
+pub fn uneven_backward(c: &Coll, input: &Placement) -> Option<(StepFn, String)> {
+    match (c, input) {
+        (Coll::AllGather { dim }, Placement::Shard(..)) => {
+            let back = Coll::Scatter {
+                dim: *dim,
+                split: Split::Ceil,
+            };
+            Some((
+                crate::uneven::boxed(back),
+                "reshard to the input's sharding (a local slice by ceil division)".into(),
+            ))
+        }
+        (Coll::ReduceScatter { dim, .. } | Coll::Scatter { dim, .. }, _) => {
+            let back = Coll::AllGather { dim: *dim };
+            let text = back.to_string();
+            Some((crate::uneven::boxed(back), text))
+        }
+        _ => None,
+    }
+}

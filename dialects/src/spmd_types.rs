@@ -13,7 +13,10 @@
 //! seed 003 says otherwise, the rule cites both the seed sentence and the
 //! recorded case id.
 
+use crate::uneven::StepFn;
 use crate::{columns, malformed, OpClass, Operand, Outcome, System};
+use spmd_interp::uneven::Coll;
+use spmd_semantics::uneven::Placement;
 use spmd_semantics::{Dialect, State};
 
 pub const SYSTEM: System = System {
@@ -334,4 +337,48 @@ pub fn registry_call(fun: &str, src: &str, dst: &str) -> Result<(String, String,
         _ => return none("not a call of the table"),
     };
     Ok((call, l_src, l_dst))
+}
+
+// ---------------------------------------------------------------------------
+// Uneven shards (SPEC.md §23.9), from spmd_types 0.3.1's `_collectives.py`:
+// `_AllGatherUneven.backward` is `reduce_scatter(P -> S(i), split_sizes)`
+// for dst=R and a split of the cotangent keeping the rank's piece for
+// dst=I; `_ReduceScatterUneven.backward` is `all_gather(S(i) -> R,
+// split_sizes)`.
+
+/// The backward spmd_types picks for a collective with `split_sizes`.
+pub fn uneven_backward(
+    c: &Coll,
+    input: &Placement,
+    output: &Placement,
+) -> Option<(StepFn, String)> {
+    let back = match (c, input, output) {
+        (Coll::AllGather { dim }, Placement::Shard(_, s), Placement::Red) => Coll::ReduceScatter {
+            dim: *dim,
+            split: s.clone(),
+        },
+        (Coll::AllGather { dim }, Placement::Shard(_, s), Placement::Inv) => Coll::Scatter {
+            dim: *dim,
+            split: s.clone(),
+        },
+        (Coll::ReduceScatter { dim, .. }, _, _) => Coll::AllGather { dim: *dim },
+        // `_AllToAllSingle.backward`: the same exchange with the input and
+        // output split sizes swapped.
+        (
+            Coll::AllToAll {
+                split_dim,
+                concat_dim,
+                ..
+            },
+            Placement::Shard(_, s),
+            _,
+        ) => Coll::AllToAll {
+            split_dim: *concat_dim,
+            concat_dim: *split_dim,
+            split: s.clone(),
+        },
+        _ => return None,
+    };
+    let text = back.to_string();
+    Some((crate::uneven::boxed(back), text))
 }

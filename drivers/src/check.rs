@@ -49,6 +49,9 @@ pub struct RuleReport {
     /// found; `verdict` then only summarises it for callers that do not
     /// read this.
     pub pending: Option<PendingReport>,
+    /// For a rule on uneven shards (SPEC.md §23.10), what its check found;
+    /// `verdict` then only summarises it.
+    pub uneven: Option<crate::uneven::UnevenReport>,
     /// What the rule's system decided when it elaborated it (SPEC.md
     /// §15.5): inserted casts, inferred types, chosen backwards.
     pub elaboration: Vec<String>,
@@ -461,6 +464,9 @@ pub fn check_rule(
     if let Some(p) = &rule.pending {
         return check_pending(rule, p, cfg, stored);
     }
+    if let Some(u) = &rule.uneven {
+        return check_uneven(rule, u, cfg);
+    }
     let mut report = RuleReport {
         name: rule.name.clone(),
         verdict: Verdict::conclude(Tally::new(), None),
@@ -477,6 +483,7 @@ pub fn check_rule(
             .collect(),
         dialect: rule.dialect,
         pending: None,
+        uneven: None,
         elaboration: rule.elaboration.clone(),
         one_rank_mesh: one_rank_mesh(rule),
     };
@@ -580,6 +587,10 @@ fn assert_report(rule: &Rule, r: &RuleReport) {
 /// Why a rule's report is not sound, as the assertions say it: its
 /// verdict in words and the counterexample; `None` when it is sound.
 fn not_sound(rule: &Rule, r: &RuleReport) -> Option<String> {
+    if let Some(u) = &r.uneven {
+        return (u.failed() || u.inconclusive())
+            .then(|| format!("rule `{}` is {}\n{}", rule.name, u.word(), u.report()));
+    }
     if let Some(p) = &r.pending {
         return (!p.verdict.is_sound()).then(|| {
             format!(
@@ -621,6 +632,9 @@ fn check_saving(path: &str, r: &Rule) -> RuleReport {
 /// The counterexample a report found, as it is stored (a pending-kind rule's
 /// from its own report, any other's from its violation).
 fn counterexample(rep: &RuleReport) -> Option<Stored> {
+    if rep.uneven.is_some() {
+        return None;
+    }
     match &rep.pending {
         Some(p) => p.stored(),
         None => rep.verdict.violation().map(Stored::from_violation),
@@ -1275,8 +1289,48 @@ fn check_pending(rule: &Rule, p: &PendingRule, cfg: &CheckConfig, stored: &[Stor
         no_grad: vec![],
         dialect: rule.dialect,
         pending: Some(rep),
+        uneven: None,
         elaboration: rule.elaboration.clone(),
         one_rank_mesh: one_rank_mesh(rule),
+    }
+}
+
+/// A rule on uneven shards (SPEC.md §23.10): its own checks; `verdict`
+/// summarises them (sound, vacuous or unsound, never a proof) for callers
+/// that read only it.
+fn check_uneven(rule: &Rule, u: &crate::uneven::UnevenRule, cfg: &CheckConfig) -> RuleReport {
+    let rep = crate::uneven::check(u, rule.dialect);
+    let t = &rep.tally;
+    let tally = Tally {
+        cases: t.cases,
+        distributed_cases: t.uneven_cases,
+        ..Tally::new()
+    };
+    let verdict = match rep.violation() {
+        Some(v) => Verdict::Unsound {
+            violation: Box::new(v),
+            tally,
+        },
+        None if rep.inconclusive() => Verdict::Vacuous { tally },
+        None => Verdict::Sound {
+            proof: false,
+            tally,
+        },
+    };
+    RuleReport {
+        name: rule.name.clone(),
+        verdict,
+        random_cases: 0,
+        random_requested: cfg.cases,
+        random_note: None,
+        replayed: false,
+        backward_checked: u.has_backward(),
+        no_grad: vec![],
+        dialect: rule.dialect,
+        pending: None,
+        uneven: Some(rep),
+        elaboration: rule.elaboration.clone(),
+        one_rank_mesh: false,
     }
 }
 

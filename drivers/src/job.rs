@@ -10,8 +10,10 @@ use serde_json::{json, Value};
 use spmd_generators::Scope;
 use spmd_interp::catalogue::NAMES;
 use spmd_interp::{EvalError, TypedOp};
+use spmd_oracle::uneven::{Failure, Tally};
 use spmd_oracle::{show_denot, Checker, Outcome, Phase};
 use spmd_semantics::perrank::{denote, draw, global, well_formed};
+use spmd_semantics::uneven::Placement;
 use spmd_semantics::{Dialect, Mesh, PerRank, Shape, State, Tensor, Type, Q};
 pub use spmd_syntax::job::{parse_job, parse_scalar, InputSpec, Job, MeshSpec, Nest, MAX_LITERAL};
 
@@ -938,5 +940,468 @@ impl JobReport {
             });
         }
         s
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Jobs on uneven shards (SPEC.md §23.11): pieces of different lengths, one
+// mesh axis.
+
+/// What `spmd-check run` found on uneven shards.
+pub struct UnevenRun {
+    pub dialect: Dialect,
+    pub axis: String,
+    pub n: usize,
+    pub what: String,
+    pub notes: Vec<String>,
+    pub inputs: Vec<(Placement, Vec<Tensor>)>,
+    pub output: (Placement, Vec<Tensor>),
+    pub cotangent: Option<(Placement, Vec<Tensor>)>,
+    pub backward: Option<(Placement, Vec<Tensor>, String)>,
+    pub traffic_forward: usize,
+    pub traffic_backward: Option<usize>,
+    /// `--check`: the rule's checks on this case (F1, and B3 with a
+    /// backward), on every value of the inputs' shapes.
+    pub check: Option<Result<Tally, Box<Failure>>>,
+}
+
+/// A job's report: the core's or, for uneven shards, its own.
+pub enum Ran {
+    Core(Box<JobReport>),
+    Uneven(Box<UnevenRun>),
+}
+
+impl Ran {
+    pub fn to_text(&self) -> String {
+        match self {
+            Ran::Core(r) => r.to_text(),
+            Ran::Uneven(u) => u.to_text(),
+        }
+    }
+    pub fn to_json(&self) -> Value {
+        match self {
+            Ran::Core(r) => r.to_json(),
+            Ran::Uneven(u) => u.to_json(),
+        }
+    }
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Ran::Core(r) => r.exit_code(),
+            Ran::Uneven(u) => u8::from(matches!(u.check, Some(Err(_)))),
+        }
+    }
+}
+
+/// `spmd-check run FILE`: a job on uneven shards goes to its own run.
+pub fn run_any(path: &str, check: bool) -> Result<Ran, UsageError> {
+    let text = rules::read_text(path)?;
+    let job = parse_job(path, &text)?;
+    match run_uneven(&job, check)? {
+        Some(u) => Ok(Ran::Uneven(Box::new(u))),
+        None => Ok(Ran::Core(Box::new(run_job(&job, path, &text, check)?))),
+    }
+}
+
+/// Per-rank values whose shapes may differ from rank to rank.
+fn read_pieces(n: &Nest, ranks: usize, what: &str) -> Result<Vec<Tensor>, UsageError> {
+    let Nest::List(xs) = n else {
+        return Err(err(format!(
+            "{what}: expected an array with one entry per rank ({ranks} ranks), got a scalar"
+        )));
+    };
+    if xs.len() != ranks {
+        return Err(err(format!(
+            "{what}: {} ranks given, the mesh has {ranks}",
+            xs.len()
+        )));
+    }
+    xs.iter()
+        .enumerate()
+        .map(|(r, x)| {
+            let here = format!("{what}, rank {r}");
+            let shape = shape_of_allowing_empty(x, &here)?;
+            let mut data = Vec::new();
+            flatten(x, &here, &mut data)?;
+            Ok(Tensor::new(shape, data))
+        })
+        .collect()
+}
+
+/// As `shape_of`, but `[]` is an empty piece (a rank with no rows), shape [0].
+fn shape_of_allowing_empty(n: &Nest, what: &str) -> Result<Shape, UsageError> {
+    match n {
+        Nest::List(xs) if xs.is_empty() => Ok(vec![0]),
+        _ => shape_of(n, what),
+    }
+}
+
+/// The one axis of an uneven job and its state text per type.
+fn one_axis_text(spec: &TypeSpec, axis: &str, what: &str) -> Result<String, UsageError> {
+    match spec {
+        TypeSpec::One(t) => Ok(t.clone()),
+        TypeSpec::Axes(m) => match (m.len(), m.get(axis)) {
+            (1, Some(t)) => Ok(t.clone()),
+            _ => Err(err(format!(
+                "{what}: a job on uneven shards has one mesh axis, `{axis}`"
+            ))),
+        },
+    }
+}
+
+/// The job on uneven shards, or `None` when it is not one: no type names a
+/// split and every input's ranks hold tensors of one shape.
+pub fn run_uneven(job: &Job, check: bool) -> Result<Option<UnevenRun>, UsageError> {
+    use spmd_dialects::uneven::{elaborate, names_split, parse_placement, show};
+    let texts_name_split = job
+        .inputs
+        .iter()
+        .map(|x| &x.ty)
+        .chain(job.output.as_ref())
+        .any(|t| match t {
+            TypeSpec::One(x) => names_split(x),
+            TypeSpec::Axes(m) => m.values().any(|x| names_split(x)),
+        });
+    let ragged = |n: &Nest| match n {
+        Nest::List(xs) => {
+            let shapes: Vec<Option<Shape>> = xs
+                .iter()
+                .map(|x| shape_of_allowing_empty(x, "").ok())
+                .collect();
+            shapes.iter().any(|s| *s != shapes[0])
+        }
+        Nest::Scalar(_) => false,
+    };
+    if !texts_name_split && !job.inputs.iter().any(|x| ragged(&x.per_rank)) {
+        return Ok(None);
+    }
+    let d = match job.dialect.as_deref() {
+        None => Dialect::SpmdTypes,
+        Some("canonical") => Dialect::Canonical,
+        Some(x) => {
+            spmd_dialects::system(x)
+                .map_err(|e| err(format!("dialect: {e}")))?
+                .dialect
+        }
+    };
+    if job.mesh.0.len() != 1 {
+        return Err(err(
+            "mesh: a job on uneven shards (pieces of different lengths) has one mesh axis",
+        ));
+    }
+    let m = job_mesh(&job.mesh)?;
+    let (axis, n) = (m.axes[0].name.clone(), m.axes[0].size);
+    let unsupported = [
+        (!job.steps.is_empty() || !job.names.is_empty(), "a program"),
+        (job.jvp.is_some(), "`jvp`"),
+        (job.meaning.is_some(), "`meaning`"),
+        (!job.no_grad.is_empty(), "`no_grad`"),
+    ];
+    if let Some((_, what)) = unsupported.iter().find(|u| u.0) {
+        return Err(err(format!(
+            "{what} is not supported on uneven shards (SPEC.md §23.11)"
+        )));
+    }
+    let mut inputs = Vec::new();
+    for (i, x) in job.inputs.iter().enumerate() {
+        let what = format!("inputs[{i}]");
+        let text = one_axis_text(&x.ty, &axis, &format!("{what}.type"))?;
+        let mut p = parse_placement(d, &text).map_err(|e| err(format!("{what}.type: {e}")))?;
+        let xs = read_pieces(&x.per_rank, n, &format!("{what}.per_rank"))?;
+        // spmd_types takes `split_sizes` as given: a shard written without
+        // a split has the sizes its pieces have.
+        if let (Dialect::SpmdTypes, Placement::Shard(k, _), false) = (d, &p, names_split(&text)) {
+            let k = *k;
+            if xs.iter().all(|t| t.shape.len() > k) {
+                p = Placement::Shard(
+                    k,
+                    spmd_semantics::uneven::Split::Sizes(xs.iter().map(|t| t.shape[k]).collect()),
+                );
+            }
+        }
+        if p.denote(&xs).is_none() {
+            let lens: Vec<String> = xs.iter().map(|t| format!("{:?}", t.shape)).collect();
+            return Err(err(format!(
+                "{what}.per_rank: pieces of shapes {} are not well formed for {}{}",
+                lens.join(", "),
+                show(d, &p),
+                match &p {
+                    Placement::Shard(k, _) => format!(
+                        " (name the sizes they have, e.g. S({k}, sizes=[{}]))",
+                        xs.iter()
+                            .map(|t| t.shape.get(*k).copied().unwrap_or(0).to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                    _ => String::new(),
+                }
+            )));
+        }
+        inputs.push((p, xs));
+    }
+    let out_spec = job
+        .output
+        .as_ref()
+        .ok_or_else(|| err("output: a job on uneven shards writes its output type"))?;
+    let out_text = one_axis_text(out_spec, &axis, "output")?;
+    let output = parse_placement(d, &out_text).map_err(|e| err(format!("output: {e}")))?;
+    let backward_text = match &job.backward {
+        None => None,
+        Some(rules::BackwardSpec::One(b)) => Some(b.as_str()),
+        Some(rules::BackwardSpec::PerInput(_)) => {
+            return Err(err(
+                "backward: a collective on uneven shards has one backward",
+            ))
+        }
+    };
+    let per_rank_err = |e: String| err(format!("the forward does not run on these pieces: {e}"));
+    let (what, notes, out, traffic, elab, f) = match (&job.op, &job.forward) {
+        (None, Some(fw)) => {
+            if inputs.len() != 1 {
+                return Err(err("inputs: a collective takes one input"));
+            }
+            let e = elaborate(d, fw, backward_text, &inputs[0].0, &output)
+                .map_err(|e| err(format!("forward: {e}")))?;
+            let out = (e.forward)(&inputs[0].1).map_err(per_rank_err)?;
+            let traffic =
+                spmd_dialects::uneven::traffic(d, fw, &inputs[0].0, &output, &inputs[0].1);
+            (
+                e.forward_text.clone(),
+                e.notes.clone(),
+                out,
+                traffic,
+                Some(e),
+                None,
+            )
+        }
+        (Some(o), None) => {
+            let f = match o {
+                rules::OpSpec::Name(name) => spmd_interp::builtin(name).map_err(err)?,
+                rules::OpSpec::Expr { expr } => match job.vars.as_deref() {
+                    None => spmd_interp::parse(expr),
+                    Some(v) => spmd_interp::parse_with_vars(expr, v),
+                }
+                .map_err(|e| err(format!("op: {e}")))?,
+            };
+            if f.arity() != inputs.len() {
+                return Err(err(format!(
+                    "`{}` takes {} inputs, {} given",
+                    f.text,
+                    f.arity(),
+                    inputs.len()
+                )));
+            }
+            let out = (0..n)
+                .map(|r| {
+                    let here: Vec<Tensor> = inputs.iter().map(|x| x.1[r].clone()).collect();
+                    let shapes: Vec<Shape> = here.iter().map(|t| t.shape.clone()).collect();
+                    spmd_interp::eval::infer(&f.expr, &shapes)
+                        .map_err(|e| per_rank_err(format!("rank {r}: {e}")))?;
+                    spmd_interp::eval::eval(&f.expr, &here, &mut Default::default()).map_err(|e| {
+                        match e {
+                            EvalError::DivByZero => {
+                                per_rank_err(format!("rank {r}: division by zero"))
+                            }
+                            EvalError::Shape(s) => per_rank_err(format!("rank {r}: {s}")),
+                        }
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            (f.text.clone(), vec![], out, 0, None, Some(f))
+        }
+        (Some(_), Some(_)) => return Err(err("give either `op` or `forward`, not both")),
+        (None, None) => return Err(err("a job needs `op` or `forward`")),
+    };
+    let (cotangent, backward, traffic_backward) = match (&job.cotangent, &elab) {
+        (Some(g), Some(e)) => {
+            let cp = output.cot();
+            let gs = read_pieces(g, n, "cotangent")?;
+            if cp.denote(&gs).is_none() {
+                return Err(err(format!(
+                    "cotangent: not well formed for {}",
+                    show(d, &cp)
+                )));
+            }
+            match (&e.backward, &e.backward_text) {
+                (Some(b), Some(t)) => {
+                    let bs = b(&gs).map_err(|e| err(format!("the backward raised: {e}")))?;
+                    let tb = Some(spmd_dialects::uneven::traffic(
+                        d,
+                        job.backward.as_ref().map_or(t.as_str(), |_| t.as_str()),
+                        &cp,
+                        &inputs[0].0.cot(),
+                        &gs,
+                    ));
+                    (Some((cp, gs)), Some((inputs[0].0.cot(), bs, t.clone())), tb)
+                }
+                _ => (Some((cp, gs)), None, None),
+            }
+        }
+        (Some(_), None) => {
+            return Err(err(
+                "cotangent: local ops on uneven shards are run forward (SPEC.md §23.11)",
+            ))
+        }
+        _ => (None, None, None),
+    };
+    let check = check.then(|| {
+        let mut tally = Tally::default();
+        let shapes: Vec<Shape> = inputs
+            .iter()
+            .map(|(p, xs)| p.denote(xs).map(|t| t.shape).unwrap_or_default())
+            .collect();
+        let r = match (&elab, &f) {
+            (Some(e), _) => spmd_oracle::uneven::check_step(
+                &inputs[0].0,
+                &output,
+                &*e.forward,
+                e.backward
+                    .as_ref()
+                    .map(|b| &**b as &spmd_oracle::uneven::Impl),
+                n,
+                &shapes[0],
+                &mut tally,
+            ),
+            (None, Some(f)) => {
+                let run = |xs: &[Tensor]| -> Result<Tensor, String> {
+                    let s: Vec<Shape> = xs.iter().map(|t| t.shape.clone()).collect();
+                    spmd_interp::eval::infer(&f.expr, &s)?;
+                    spmd_interp::eval::eval(&f.expr, xs, &mut Default::default())
+                        .map_err(|e| format!("{e:?}"))
+                };
+                let ps: Vec<Placement> = inputs.iter().map(|x| x.0.clone()).collect();
+                spmd_oracle::uneven::check_op(&ps, &output, &run, n, &shapes, 4096, &mut tally)
+            }
+            _ => Ok(()),
+        };
+        r.map(|()| tally)
+    });
+    Ok(Some(UnevenRun {
+        dialect: d,
+        axis,
+        n,
+        what,
+        notes,
+        inputs,
+        output: (output, out),
+        cotangent,
+        backward,
+        traffic_forward: traffic,
+        traffic_backward,
+        check,
+    }))
+}
+
+impl UnevenRun {
+    fn pieces(xs: &[Tensor]) -> String {
+        xs.iter()
+            .map(|t| t.to_string())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    }
+    fn denotes(p: &Placement, xs: &[Tensor]) -> String {
+        p.denote(xs)
+            .map_or("nothing (not well formed)".into(), |t| t.to_string())
+    }
+    pub fn to_text(&self) -> String {
+        use spmd_dialects::uneven::show;
+        let d = self.dialect;
+        let mut s = format!(
+            "{} on axis `{}` of {} ranks (uneven shards, SPEC.md §23.11)\n",
+            self.what, self.axis, self.n
+        );
+        for n in &self.notes {
+            s.push_str(&format!("  elaborated: {n}\n"));
+        }
+        s.push_str("inputs:\n");
+        for (i, (p, xs)) in self.inputs.iter().enumerate() {
+            s.push_str(&format!(
+                "  x{i} : {}   denotes {}\n      per rank {}\n",
+                show(d, p),
+                Self::denotes(p, xs),
+                Self::pieces(xs)
+            ));
+        }
+        let (p, ys) = &self.output;
+        s.push_str(&format!(
+            "output:\n  y : {}   denotes {}\n      per rank {}\n",
+            show(d, p),
+            Self::denotes(p, ys),
+            Self::pieces(ys)
+        ));
+        if let Some((p, gs)) = &self.cotangent {
+            s.push_str(&format!(
+                "cotangent:\n  dy : {}   denotes {}\n      per rank {}\n",
+                show(d, p),
+                Self::denotes(p, gs),
+                Self::pieces(gs)
+            ));
+            match &self.backward {
+                Some((p, bs, t)) => s.push_str(&format!(
+                    "backward ({t}):\n  dx0 : {}   denotes {}\n      per rank {}\n",
+                    show(d, p),
+                    Self::denotes(p, bs),
+                    Self::pieces(bs)
+                )),
+                None => s.push_str("backward: none declared or picked\n"),
+            }
+        }
+        s.push_str(&format!(
+            "traffic: forward {} entries",
+            self.traffic_forward
+        ));
+        if let Some(t) = self.traffic_backward {
+            s.push_str(&format!(", backward {t} entries"));
+        }
+        s.push('\n');
+        match &self.check {
+            None => {}
+            Some(Ok(t)) => s.push_str(&format!(
+                "check: passed on every value of these shapes ({} instances{})\n",
+                t.instances,
+                if self.backward.is_some() || self.inputs.len() == 1 && self.cotangent.is_some() {
+                    ", F1 and B3"
+                } else {
+                    ", F1"
+                }
+            )),
+            Some(Err(f)) => s.push_str(&format!(
+                "check: violates {} on these shapes: {}\n",
+                f.property(),
+                crate::uneven::failure_line(f)
+            )),
+        }
+        s
+    }
+    pub fn to_json(&self) -> Value {
+        use spmd_dialects::uneven::show;
+        let d = self.dialect;
+        let typed = |p: &Placement, xs: &[Tensor]| {
+            json!({
+                "type": show(d, p),
+                "per_rank": xs.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+                "denotes": p.denote(xs).map(|t| t.to_string()),
+            })
+        };
+        json!({
+            "mesh": {self.axis.clone(): self.n},
+            "op": self.what,
+            "uneven": true,
+            "elaboration": self.notes,
+            "inputs": self.inputs.iter().map(|(p, xs)| typed(p, xs)).collect::<Vec<_>>(),
+            "output": typed(&self.output.0, &self.output.1),
+            "cotangent": self.cotangent.as_ref().map(|(p, g)| typed(p, g)),
+            "backward": self.backward.as_ref().map(|(p, b, t)| {
+                let mut j = typed(p, b);
+                j["collective"] = json!(t);
+                j
+            }),
+            "traffic": {"forward": self.traffic_forward, "backward": self.traffic_backward},
+            "check": match &self.check {
+                None => Value::Null,
+                Some(Ok(t)) => json!({"result": "pass", "instances": t.instances}),
+                Some(Err(f)) => json!({"result": "violation", "property": f.property(),
+                    "summary": crate::uneven::failure_line(f)}),
+            },
+        })
     }
 }

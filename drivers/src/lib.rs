@@ -24,6 +24,7 @@ pub mod rules;
 pub mod run;
 pub mod transposes;
 pub mod types;
+pub mod uneven;
 pub mod words;
 
 pub use spmd_dialects as dialects;
@@ -75,6 +76,7 @@ pub fn check_external(
         mesh_written: false,
         dialect,
         pending: None,
+        uneven: None,
         elaboration: Vec::new(),
     };
     let mut rep = check::check_rule(&rule, cfg, &[], &|_| {});

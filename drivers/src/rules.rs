@@ -39,6 +39,9 @@ pub struct Rule {
     /// §21.7): checked by the pending-kind checks instead of the core. Its
     /// `op` then reads every kind as the core's Partial and is never checked.
     pub pending: Option<PendingRule>,
+    /// A rule whose types name a split rule (SPEC.md §23.10): checked on
+    /// uneven shards instead of the core; `op` is then a placeholder.
+    pub uneven: Option<crate::uneven::UnevenRule>,
     /// What the system decided when it elaborated the rule (SPEC.md §15.5):
     /// inserted casts, inferred types, chosen backwards; empty when nothing
     /// was elaborated.
@@ -204,6 +207,14 @@ fn build_one(
                 ));
             }
         }
+    }
+    // Uneven shards (SPEC.md §23.10): a type naming a split rule.
+    let named_split = |t: &TypeSpec| match t {
+        TypeSpec::One(x) => spmd_dialects::uneven::names_split(x),
+        TypeSpec::Axes(m) => m.values().any(|x| spmd_dialects::uneven::names_split(x)),
+    };
+    if s.inputs.iter().chain([&s.output]).any(named_split) {
+        return build_uneven(s, dialect, scope, &err);
     }
     let mut texts: Vec<String> = s.inputs.iter().map(type_text).collect();
     texts.push(type_text(&s.output));
@@ -478,7 +489,175 @@ fn build_one(
         has_backward,
         dialect,
         pending: None,
+        uneven: None,
         elaboration: Vec::new(),
+    })
+}
+
+/// A rule on uneven shards (SPEC.md §23.10): one mesh axis, a collective
+/// (`forward`, elaborated by the rule's system) or a local op (`op`).
+fn build_uneven(
+    s: &RuleSpec,
+    dialect: Dialect,
+    _scope: &Scope,
+    err: &dyn Fn(&str, String) -> UsageError,
+) -> Result<Rule, UsageError> {
+    use spmd_dialects::uneven::{elaborate, parse_placement};
+    let why = "rules on uneven shards take one input type per input, `forward` or `op`, and `backward` (SPEC.md §23.10)";
+    let unsupported = [
+        (
+            "step",
+            !s.step.is_empty() || !s.names.is_empty(),
+            "a program",
+        ),
+        ("jvp", s.jvp.is_some(), "`jvp`"),
+        ("no_grad", !s.no_grad.is_empty(), "`no_grad`"),
+        ("meaning", s.meaning.is_some(), "`meaning`"),
+    ];
+    if let Some((needle, _, what)) = unsupported.iter().find(|u| u.1) {
+        return Err(err(needle, format!("{what} is not supported here: {why}")));
+    }
+    // One axis: its name from the tables or the mesh, `x` otherwise.
+    let mut axis: Option<String> = s
+        .mesh
+        .as_ref()
+        .and_then(|m| (m.len() == 1).then(|| m.keys().next().cloned()).flatten());
+    if let Some(m) = &s.mesh {
+        if m.len() != 1 {
+            return Err(err(
+                "mesh",
+                "uneven shards are checked on one mesh axis; the mesh names more".into(),
+            ));
+        }
+    }
+    let mut placement = |t: &TypeSpec| -> Result<spmd_semantics::uneven::Placement, UsageError> {
+        let text = match t {
+            TypeSpec::One(x) => x.clone(),
+            TypeSpec::Axes(m) => {
+                if m.len() != 1 {
+                    return Err(err(
+                        "inputs",
+                        format!(
+                            "uneven shards are checked on one mesh axis; `{}` names {}",
+                            type_text(t),
+                            m.len()
+                        ),
+                    ));
+                }
+                let (a, x) = m.iter().next().expect("one axis");
+                match &axis {
+                    Some(b) if b != a => {
+                        return Err(err(
+                            a,
+                            format!("axis `{a}` here, `{b}` elsewhere in the rule"),
+                        ))
+                    }
+                    _ => axis = Some(a.clone()),
+                }
+                x.clone()
+            }
+        };
+        parse_placement(dialect, &text).map_err(|e| err(text.trim(), e))
+    };
+    let inputs = s
+        .inputs
+        .iter()
+        .map(&mut placement)
+        .collect::<Result<Vec<_>, _>>()?;
+    let output = placement(&s.output)?;
+    let ranks = s
+        .mesh
+        .as_ref()
+        .map(|m| m.values().next().copied().unwrap_or(0));
+    if let Some(n) = ranks {
+        if n == 0 || n > 8 {
+            return Err(err("mesh", "mesh axis sizes must be 1 to 8".into()));
+        }
+    }
+    let backward = match &s.backward {
+        None => None,
+        Some(BackwardSpec::One(b)) => Some(b.as_str()),
+        Some(BackwardSpec::PerInput(_)) => {
+            return Err(err(
+                "backward",
+                "a collective on uneven shards has one backward".into(),
+            ))
+        }
+    };
+    let (what, elaboration, has_backward, f) = match (&s.op, &s.forward) {
+        (Some(_), Some(_)) => {
+            return Err(err(
+                "forward",
+                "give either `op` or `forward`, not both".into(),
+            ))
+        }
+        (None, Some(fw)) => {
+            if inputs.len() != 1 {
+                return Err(err("inputs", "a collective takes one input".into()));
+            }
+            let e = elaborate(dialect, fw, backward, &inputs[0], &output)
+                .map_err(|e| err(backward.filter(|b| e.contains(b.trim())).unwrap_or(fw), e))?;
+            let notes = e.notes.clone();
+            let has = e.backward.is_some();
+            let mut id = parse("x").map_err(|e| err(fw, e.to_string()))?;
+            id.text = fw.clone();
+            (
+                crate::uneven::What::Step(std::sync::Arc::new(e)),
+                notes,
+                has,
+                id,
+            )
+        }
+        (Some(o), None) => {
+            if backward.is_some() {
+                return Err(err(
+                    "backward",
+                    "local ops on uneven shards are checked forward (SPEC.md §23.10)".into(),
+                ));
+            }
+            let f = local_fn(o, s.vars.as_deref(), err)?;
+            if f.arity() != inputs.len() {
+                return Err(err(
+                    "inputs",
+                    format!(
+                        "`{}` takes {} inputs, {} types given",
+                        f.text,
+                        f.arity(),
+                        inputs.len()
+                    ),
+                ));
+            }
+            (crate::uneven::What::Op(f.clone()), vec![], false, f)
+        }
+        (None, None) => {
+            return Err(err(
+                "name",
+                "a rule needs `op` (a local op) or `forward` (a collective)".into(),
+            ))
+        }
+    };
+    let axis = axis.unwrap_or_else(|| "x".into());
+    let n = ranks.unwrap_or(2);
+    let types: Vec<Type> = inputs
+        .iter()
+        .map(|_| Type::new(vec![spmd_semantics::State::Invariant]))
+        .collect();
+    Ok(Rule {
+        name: s.name.clone(),
+        op: TypedOp::local(f, types, Type::new(vec![spmd_semantics::State::Invariant])),
+        meshes: vec![Mesh::new(&[(axis.as_str(), n)])],
+        mesh_written: s.mesh.is_some(),
+        has_backward,
+        dialect,
+        pending: None,
+        uneven: Some(crate::uneven::UnevenRule {
+            axis,
+            ranks,
+            inputs,
+            output,
+            what,
+        }),
+        elaboration,
     })
 }
 
@@ -653,6 +832,7 @@ fn build_pending(
         has_backward: false,
         dialect,
         pending: Some(pending),
+        uneven: None,
         elaboration: Vec::new(),
     })
 }

@@ -8,6 +8,7 @@ pub mod exhaustive;
 pub mod programs;
 pub mod ragged;
 pub mod random;
+pub mod uneven;
 
 pub use driver::{
     cases, cases_in, degree_guard, enumerated_cases, estimate, estimate_typings,

@@ -12,6 +12,7 @@ pub mod program;
 pub mod ragged;
 pub mod table;
 pub mod transcendental;
+pub mod uneven;
 
 pub use collective::{Collective, Kind};
 pub use eval::{Degree, EvalError};

@@ -9,6 +9,7 @@ pub mod fd;
 pub mod outcome;
 pub mod pending;
 pub mod ragged;
+pub mod uneven;
 pub mod verdict;
 
 pub use check::{

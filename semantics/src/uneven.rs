@@ -2,15 +2,20 @@
 //! over n ranks, and what per-rank pieces of different lengths denote.
 //! The denotation stays concatenation in rank order; only the sizes vary.
 
+use crate::q::Q;
 use crate::tensor::Tensor;
+use std::fmt;
 
 /// How a dim is split over the ranks of one axis.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Split {
     /// DTensor's (torch.chunk, padded with empty shards): every rank
     /// `ceil(len / n)` rows while they last, so the last ranks may be
-    /// shorter or empty. Nabla's ceil division gives the same sizes.
+    /// shorter or empty.
     Chunk,
+    /// Nabla's ceil division: the same sizes as `Chunk`, named as Nabla
+    /// names it so that a rule reads back as written.
+    Ceil,
     /// The first `len mod n` ranks one row longer than the others.
     Divmod,
     /// Given sizes, one per rank (spmd_types' `split_sizes`).
@@ -25,7 +30,7 @@ impl Split {
             return Err("a split over no ranks".into());
         }
         match self {
-            Split::Chunk => {
+            Split::Chunk | Split::Ceil => {
                 let c = len.div_ceil(n);
                 Ok((0..n).map(|r| len.saturating_sub(r * c).min(c)).collect())
             }
@@ -44,6 +49,44 @@ impl Split {
                 Ok(s.clone())
             }
         }
+    }
+
+    /// Reads `chunk`, `ceil`, `divmod` or `sizes=[3, 2]` (SPEC.md §23.8).
+    pub fn parse(text: &str) -> Result<Split, String> {
+        let t = text.trim();
+        match t {
+            "chunk" => return Ok(Split::Chunk),
+            "ceil" => return Ok(Split::Ceil),
+            "divmod" => return Ok(Split::Divmod),
+            _ => {}
+        }
+        let list = t
+            .strip_prefix("sizes")
+            .map(str::trim_start)
+            .and_then(|r| r.strip_prefix('='))
+            .map(str::trim)
+            .and_then(|r| r.strip_prefix('['))
+            .and_then(|r| r.strip_suffix(']'))
+            .ok_or_else(|| {
+                format!(
+                    "`{t}` is not a split rule (expected chunk, ceil, divmod or sizes=[a, b, ...]){}",
+                    crate::names::did_you_mean(t, ["chunk", "ceil", "divmod"])
+                )
+            })?;
+        if list.trim().is_empty() {
+            return Err(format!("`{t}`: sizes=[...] names one size per rank"));
+        }
+        let sizes = list
+            .split(',')
+            .map(|x| {
+                let x = x.trim();
+                x.parse::<usize>()
+                    .ok()
+                    .filter(|&v| v <= MAX_SIZE)
+                    .ok_or_else(|| format!("`{x}` in `{t}` is not a size from 0 to {MAX_SIZE}"))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Split::Sizes(sizes))
     }
 
     /// The pieces of `t` along `dim`, one per rank.
@@ -84,6 +127,160 @@ impl Split {
         }
         Some(Tensor::concat(xs, dim))
     }
+}
+
+impl fmt::Display for Split {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Split::Chunk => write!(f, "chunk"),
+            Split::Ceil => write!(f, "ceil"),
+            Split::Divmod => write!(f, "divmod"),
+            Split::Sizes(s) => {
+                let s: Vec<String> = s.iter().map(usize::to_string).collect();
+                write!(f, "sizes=[{}]", s.join(", "))
+            }
+        }
+    }
+}
+
+/// The largest size a written `sizes=[...]` may give one rank: exact
+/// checking enumerates every row, so larger pieces never finish.
+pub const MAX_SIZE: usize = 64;
+
+/// A placement on one mesh axis whose shards may differ in length
+/// (SPEC.md §23.8): Invariant, Reduced, a pending sum, or a shard of a
+/// tensor dim split by a rule.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Placement {
+    Inv,
+    Red,
+    Part,
+    Shard(usize, Split),
+}
+
+impl Placement {
+    /// SPEC.md §3, axis by axis: the cotangent's placement.
+    pub fn cot(&self) -> Placement {
+        match self {
+            Placement::Inv => Placement::Inv,
+            Placement::Red => Placement::Part,
+            Placement::Part => Placement::Red,
+            Placement::Shard(d, s) => Placement::Shard(*d, s.clone()),
+        }
+    }
+
+    /// The global value per-rank tensors denote (SPEC.md §23.8): one copy
+    /// where every rank holds the same tensor, the sum of equal shapes, or
+    /// the concatenation of pieces of the sizes the split gives. `None`:
+    /// not well formed.
+    pub fn denote(&self, xs: &[Tensor]) -> Option<Tensor> {
+        let first = xs.first()?;
+        match self {
+            Placement::Inv | Placement::Red => xs.iter().all(|x| x == first).then(|| first.clone()),
+            Placement::Part => {
+                if xs.iter().any(|x| x.shape != first.shape) {
+                    return None;
+                }
+                let mut acc = first.clone();
+                for x in &xs[1..] {
+                    acc.add_scaled(&Q::one(), x);
+                }
+                Some(acc)
+            }
+            Placement::Shard(d, s) => s.denote(xs, *d),
+        }
+    }
+
+    /// The local shape of every rank holding a value of `global` shape.
+    pub fn local_shapes(&self, global: &[usize], n: usize) -> Result<Vec<Vec<usize>>, String> {
+        match self {
+            Placement::Shard(d, s) => {
+                let len = *global
+                    .get(*d)
+                    .ok_or_else(|| format!("no dim {d} in a shape of rank {}", global.len()))?;
+                Ok(s.sizes(len, n)?
+                    .into_iter()
+                    .map(|k| {
+                        let mut l = global.to_vec();
+                        l[*d] = k;
+                        l
+                    })
+                    .collect())
+            }
+            _ => Ok(vec![global.to_vec(); n]),
+        }
+    }
+
+    /// A basis of the per-rank values of `global` shape that are well
+    /// formed here: a unit entry on one rank (Partial, Shard) or the same
+    /// unit entry on every rank (Invariant, Reduced). Every well-formed
+    /// value is a combination of these, so a linear map is decided on them.
+    pub fn basis(&self, global: &[usize], n: usize) -> Result<Vec<Vec<Tensor>>, String> {
+        let shapes = self.local_shapes(global, n)?;
+        let zeros = || -> Vec<Tensor> { shapes.iter().map(|s| Tensor::zeros(s)).collect() };
+        let mut out = Vec::new();
+        match self {
+            Placement::Inv | Placement::Red => {
+                for e in 0..crate::tensor::numel(global) {
+                    let mut v = zeros();
+                    for t in &mut v {
+                        t.data[e] = Q::one();
+                    }
+                    out.push(v);
+                }
+            }
+            Placement::Part | Placement::Shard(..) => {
+                for (r, s) in shapes.iter().enumerate() {
+                    for e in 0..crate::tensor::numel(s) {
+                        let mut v = zeros();
+                        v[r].data[e] = Q::one();
+                        out.push(v);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// One per-rank value denoting `v`: copies, `v` on the first rank and
+    /// zeros on the others (a pending sum), or the split's pieces.
+    pub fn distribute(&self, v: &Tensor, n: usize) -> Result<Vec<Tensor>, String> {
+        match self {
+            Placement::Inv | Placement::Red => Ok(vec![v.clone(); n]),
+            Placement::Part => Ok((0..n)
+                .map(|r| {
+                    if r == 0 {
+                        v.clone()
+                    } else {
+                        Tensor::zeros(&v.shape)
+                    }
+                })
+                .collect()),
+            Placement::Shard(d, s) => s.split(v, *d, n),
+        }
+    }
+}
+
+impl fmt::Display for Placement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Placement::Inv => write!(f, "I"),
+            Placement::Red => write!(f, "R"),
+            Placement::Part => write!(f, "P"),
+            Placement::Shard(d, s) => write!(f, "S({d}, {s})"),
+        }
+    }
+}
+
+/// The pairing of two global values of one shape (SPEC.md §3): the sum of
+/// their entrywise products; `None` for different shapes.
+pub fn pair(a: &Tensor, b: &Tensor) -> Option<Q> {
+    (a.shape == b.shape).then(|| {
+        a.data
+            .iter()
+            .zip(&b.data)
+            .fold(Q::zero(), |acc, (x, y)| acc.add(&x.mul(y)))
+    })
 }
 
 /// A one-step all_gather over a flattened mesh with pad-then-unpad

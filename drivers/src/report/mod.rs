@@ -73,6 +73,16 @@ pub fn check_rule_json(
     rep: &crate::check::RuleReport,
     emitted: Option<Value>,
 ) -> Value {
+    if let Some(u) = &rep.uneven {
+        let mut j = u.json();
+        j["name"] = json!(rep.name);
+        j["file"] = json!(file);
+        j["random_requested"] = json!(rep.random_requested);
+        if let Some(e) = emitted {
+            j["emitted"] = e;
+        }
+        return j;
+    }
     if let Some(p) = &rep.pending {
         let mut j = p.json(rep.dialect);
         j["name"] = json!(rep.name);

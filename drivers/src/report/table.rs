@@ -79,6 +79,23 @@ fn verdict_row<C: std::fmt::Debug>(
 /// `check`'s row of one rule.
 pub fn check_row(rep: &RuleReport) -> Row {
     let (word, outcome, message) = match &rep.pending {
+        _ if rep.uneven.is_some() => {
+            let u = rep.uneven.as_ref().expect("checked");
+            let word = u.word();
+            let outcome = if u.failed() {
+                Outcome::Fail
+            } else if u.inconclusive() {
+                Outcome::Skip
+            } else {
+                Outcome::Pass
+            };
+            let first = u.report().lines().next().map(|l| l.trim().to_string());
+            let message = match outcome {
+                Outcome::Pass => None,
+                _ => first.or(Some(word.clone())),
+            };
+            (word, outcome, message)
+        }
         Some(p) => {
             let word = p.word();
             let first = p

@@ -1,0 +1,519 @@
+//! Rules on uneven shards (SPEC.md §23.10): read from rule files whose
+//! types name a split rule, elaborated by their system, checked by the
+//! oracle's uneven checks on the cases the generators build, reported.
+
+use serde_json::{json, Value};
+use spmd_dialects::uneven::{show, Elaborated};
+use spmd_interp::eval::{eval, infer, Ctx, EvalError};
+use spmd_interp::LocalFn;
+use spmd_oracle::uneven::{check_op, check_step, Failure, Tally};
+use spmd_semantics::uneven::Placement;
+use spmd_semantics::{Dialect, Tensor};
+use std::sync::Arc;
+
+/// The most cases one rule runs.
+pub const MAX_CASES: usize = 4000;
+/// The most value combinations per case of a local op.
+pub const MAX_VALUES: u64 = 400;
+/// The axis sizes tried when the rule does not write its mesh.
+pub const RANKS: [usize; 3] = [2, 3, 4];
+
+/// What an uneven rule runs.
+#[derive(Clone)]
+pub enum What {
+    /// A collective, as its system elaborated it.
+    Step(Arc<Elaborated>),
+    /// A local op on every rank.
+    Op(LocalFn),
+}
+
+/// A rule on uneven shards, on one mesh axis.
+#[derive(Clone)]
+pub struct UnevenRule {
+    pub axis: String,
+    /// The axis size when the rule's mesh fixes it.
+    pub ranks: Option<usize>,
+    pub inputs: Vec<Placement>,
+    pub output: Placement,
+    pub what: What,
+}
+
+impl std::fmt::Debug for UnevenRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "UnevenRule({:?} -> {} on {})",
+            self.inputs
+                .iter()
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>(),
+            self.output,
+            self.axis
+        )
+    }
+}
+
+/// The verdict of an uneven rule.
+#[derive(Clone, Debug)]
+pub struct UnevenReport {
+    pub rule: UnevenRule,
+    pub dialect: Dialect,
+    pub tally: Tally,
+    pub failure: Option<Box<Failure>>,
+    /// The axis sizes the cases ran on.
+    pub ranks: Vec<usize>,
+}
+
+impl UnevenRule {
+    /// The axis sizes checked: the rule's mesh, or the number of sizes a
+    /// `sizes=[...]` split names, or 2 to 4.
+    fn ns(&self) -> Vec<usize> {
+        let written = self
+            .inputs
+            .iter()
+            .chain([&self.output])
+            .find_map(|p| match p {
+                Placement::Shard(_, spmd_semantics::uneven::Split::Sizes(s)) => Some(s.len()),
+                _ => None,
+            });
+        match (self.ranks, written) {
+            (Some(n), _) => vec![n],
+            (None, Some(n)) => vec![n],
+            (None, None) => RANKS.to_vec(),
+        }
+    }
+    /// Whether a backward is checked.
+    pub fn has_backward(&self) -> bool {
+        matches!(&self.what, What::Step(e) if e.backward.is_some())
+    }
+}
+
+fn eval_fn(f: &LocalFn) -> impl Fn(&[Tensor]) -> Result<Tensor, String> + '_ {
+    move |xs| {
+        // Shapes first: the evaluator runs only on shapes inference took.
+        let shapes: Vec<Vec<usize>> = xs.iter().map(|x| x.shape.clone()).collect();
+        infer(&f.expr, &shapes)?;
+        eval(&f.expr, xs, &mut Ctx::default()).map_err(|e| match e {
+            EvalError::DivByZero => "division by zero".to_string(),
+            EvalError::Shape(s) => s,
+        })
+    }
+}
+
+/// Runs the rule's checks on every case (SPEC.md §23.10).
+pub fn check(rule: &UnevenRule, dialect: Dialect) -> UnevenReport {
+    let ns = rule.ns();
+    let mut tally = Tally::default();
+    let mut failure = None;
+    match &rule.what {
+        What::Step(e) => {
+            let groups = vec![vec![&rule.inputs[0], &rule.output]];
+            let cases = spmd_generators::uneven::cases(&groups, &ns, 2, MAX_CASES, &|_| true);
+            for c in cases {
+                if crate::run::stop_reason().is_some() {
+                    break;
+                }
+                if let Err(f) = check_step(
+                    &rule.inputs[0],
+                    &rule.output,
+                    &*e.forward,
+                    e.backward
+                        .as_ref()
+                        .map(|b| &**b as &spmd_oracle::uneven::Impl),
+                    c.n,
+                    &c.shapes[0],
+                    &mut tally,
+                ) {
+                    failure = Some(f);
+                    break;
+                }
+            }
+        }
+        What::Op(f) => {
+            let run = eval_fn(f);
+            let fits = |shapes: &[Vec<usize>]| infer(&f.expr, shapes).is_ok();
+            let groups: Vec<Vec<&Placement>> = rule.inputs.iter().map(|p| vec![p]).collect();
+            let cases = spmd_generators::uneven::cases(&groups, &ns, 2, MAX_CASES, &fits);
+            for c in cases {
+                if crate::run::stop_reason().is_some() {
+                    break;
+                }
+                if let Err(x) = check_op(
+                    &rule.inputs,
+                    &rule.output,
+                    &run,
+                    c.n,
+                    &c.shapes,
+                    MAX_VALUES,
+                    &mut tally,
+                ) {
+                    failure = Some(x);
+                    break;
+                }
+            }
+        }
+    }
+    UnevenReport {
+        rule: rule.clone(),
+        dialect,
+        tally,
+        failure,
+        ranks: ns,
+    }
+}
+
+fn ranks(ts: &[Tensor]) -> String {
+    ts.iter()
+        .map(|t| t.to_string())
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+impl UnevenReport {
+    pub fn failed(&self) -> bool {
+        self.failure.is_some()
+    }
+    /// No case with pieces of different lengths ran: `check` exits 3.
+    pub fn inconclusive(&self) -> bool {
+        !self.failed() && self.tally.uneven_cases == 0
+    }
+    fn ranks_text(&self) -> String {
+        match self.ranks.as_slice() {
+            [n] => format!("{n} ranks"),
+            ns => format!(
+                "{} to {} ranks",
+                ns.first().copied().unwrap_or(0),
+                ns.last().copied().unwrap_or(0)
+            ),
+        }
+    }
+    fn refusals(&self) -> String {
+        match (&self.tally.first_refusal, self.tally.refused) {
+            (Some(why), k) => format!("; {k} cases refused by the system (first: {why})"),
+            _ => String::new(),
+        }
+    }
+    /// The verdict in words: what was checked.
+    pub fn word(&self) -> String {
+        let t = &self.tally;
+        let step = matches!(self.rule.what, What::Step(_));
+        if let Some(f) = &self.failure {
+            return format!(
+                "unsound {} on uneven shards (SPEC.md §23.10, {} ranks)",
+                f.property(),
+                f.ranks()
+            );
+        }
+        if t.uneven_cases == 0 {
+            return format!(
+                "vacuous (no case with pieces of different lengths ran on {}{})",
+                self.ranks_text(),
+                self.refusals()
+            );
+        }
+        let backward = match (&self.rule.what, self.rule.has_backward()) {
+            (_, true) => String::new(),
+            (What::Step(_), false) => "; backward not checked (none declared or picked)".into(),
+            (What::Op(_), false) => "; backward not checked (local ops on uneven shards are checked forward, SPEC.md §23.10)".into(),
+        };
+        format!(
+            "{}sound (bounded: {} cases on {}, {} of them uneven, {} instances{}{}){backward}",
+            if self.rule.has_backward() {
+                ""
+            } else {
+                "forward "
+            },
+            t.cases,
+            self.ranks_text(),
+            t.uneven_cases,
+            t.instances,
+            if step {
+                "; each case decided on a basis (the step is linear)"
+            } else {
+                "; a basis value or a ramp per input"
+            },
+            self.refusals()
+        )
+    }
+    /// The counterexample, one line per value.
+    pub fn report(&self) -> String {
+        let d = self.dialect;
+        let r = &self.rule;
+        let Some(f) = &self.failure else {
+            return String::new();
+        };
+        let mut s = format!(
+            "violates {} (SPEC.md §23.10) on {} ranks of axis `{}`\n",
+            f.property(),
+            f.ranks(),
+            r.axis
+        );
+        match &**f {
+            Failure::F1 {
+                inputs,
+                outputs,
+                expected,
+                denoted,
+                note,
+                ..
+            } => {
+                for (i, x) in inputs.iter().enumerate() {
+                    s.push_str(&format!(
+                        "  input {i} : {}   per rank {}\n",
+                        show(d, &r.inputs[i]),
+                        ranks(x)
+                    ));
+                }
+                if let Some(n) = note {
+                    s.push_str(&format!("  the per-rank op raised: {n}\n"));
+                }
+                s.push_str(&format!(
+                    "  output : {}   per rank {}   denotes {}\n  expected: {expected}\n",
+                    show(d, &r.output),
+                    ranks(outputs),
+                    denoted
+                        .as_ref()
+                        .map_or("nothing (not well formed)".into(), |t| t.to_string()),
+                ));
+            }
+            Failure::B3 {
+                tangent,
+                cotangent,
+                backward,
+                forward_side,
+                backward_side,
+                ..
+            } => {
+                s.push_str(&format!(
+                    "  tangent   : {}   per rank {}\n  cotangent : {}   per rank {}\n  backward  : {}   per rank {}\n  <F dx, g> = {forward_side}, <dx, B g> = {}\n",
+                    show(d, &r.inputs[0]),
+                    ranks(tangent),
+                    show(d, &r.output.cot()),
+                    ranks(cotangent),
+                    show(d, &r.inputs[0].cot()),
+                    ranks(backward),
+                    backward_side.as_ref().map_or("nothing (B g is not well formed)".into(), |q| q.to_string())
+                ));
+            }
+            Failure::BackwardRaised {
+                cotangent, message, ..
+            } => {
+                s.push_str(&format!(
+                    "  cotangent : {}   per rank {}\n  the backward raised: {message}\n",
+                    show(d, &r.output.cot()),
+                    ranks(cotangent)
+                ));
+            }
+        }
+        s
+    }
+    /// The counterexample as the core's violation, for callers that read
+    /// only `RuleReport::verdict`: inputs (and for B3 the cotangent and
+    /// the backward's result) typed by their placements.
+    pub fn violation(&self) -> Option<spmd_oracle::check::Violation> {
+        use spmd_oracle::check::{Shown, Violation};
+        use spmd_semantics::{Mesh, PerRank, Property, State, Type};
+        let f = self.failure.as_ref()?;
+        let ty = |p: &Placement| match p {
+            Placement::Inv => Type::one(State::Invariant),
+            Placement::Red => Type::one(State::Reduced),
+            Placement::Part => Type::one(State::Partial),
+            Placement::Shard(d, _) => Type::laid(vec![State::Varying], vec![Some(*d)]),
+        };
+        let shown = |label: String, input: bool, p: &Placement, ts: &[Tensor]| Shown {
+            label,
+            input,
+            alternative: false,
+            ty: ty(p),
+            value: PerRank {
+                tensors: ts.to_vec(),
+            },
+        };
+        let r = &self.rule;
+        let d = self.dialect;
+        let (property, values, expected, actual) = match &**f {
+            Failure::F1 {
+                inputs,
+                outputs,
+                expected,
+                denoted,
+                ..
+            } => {
+                let mut v: Vec<Shown> = inputs
+                    .iter()
+                    .enumerate()
+                    .map(|(i, x)| {
+                        shown(
+                            format!("x{i} : {}", show(d, &r.inputs[i])),
+                            true,
+                            &r.inputs[i],
+                            x,
+                        )
+                    })
+                    .collect();
+                v.push(shown(
+                    format!("output : {}", show(d, &r.output)),
+                    false,
+                    &r.output,
+                    outputs,
+                ));
+                (
+                    Property::F1,
+                    v,
+                    expected.to_string(),
+                    denoted
+                        .as_ref()
+                        .map_or("no value (not well formed)".into(), |t| t.to_string()),
+                )
+            }
+            Failure::B3 {
+                tangent,
+                cotangent,
+                backward,
+                forward_side,
+                backward_side,
+                ..
+            } => (
+                Property::B3,
+                vec![
+                    shown(
+                        format!("dx : {}", show(d, &r.inputs[0])),
+                        true,
+                        &r.inputs[0],
+                        tangent,
+                    ),
+                    shown(
+                        format!("g : {}", show(d, &r.output.cot())),
+                        false,
+                        &r.output.cot(),
+                        cotangent,
+                    ),
+                    shown(
+                        format!("B g : {}", show(d, &r.inputs[0].cot())),
+                        false,
+                        &r.inputs[0].cot(),
+                        backward,
+                    ),
+                ],
+                format!("<F dx, g> = {forward_side}"),
+                backward_side
+                    .as_ref()
+                    .map_or("B g is not well formed".into(), |q| {
+                        format!("<dx, B g> = {q}")
+                    }),
+            ),
+            Failure::BackwardRaised {
+                cotangent, message, ..
+            } => (
+                Property::B3,
+                vec![shown(
+                    format!("g : {}", show(d, &r.output.cot())),
+                    false,
+                    &r.output.cot(),
+                    cotangent,
+                )],
+                "a cotangent of the input".into(),
+                format!("the backward raised: {message}"),
+            ),
+        };
+        Some(Violation {
+            property,
+            mesh: Mesh::new(&[(r.axis.as_str(), f.ranks())]),
+            what: self.word(),
+            shown: values,
+            expected,
+            actual,
+        })
+    }
+    /// The `--json` entry (without name and file).
+    pub fn json(&self) -> Value {
+        let t = &self.tally;
+        let d = self.dialect;
+        let verdict = if self.failed() {
+            "unsound"
+        } else if self.inconclusive() {
+            "vacuous"
+        } else {
+            "sound"
+        };
+        let (steps, fwd_text, bwd_text) = match &self.rule.what {
+            What::Step(e) => (
+                e.notes.clone(),
+                Some(e.forward_text.clone()),
+                e.backward_text.clone(),
+            ),
+            What::Op(f) => (vec![], Some(f.text.clone()), None),
+        };
+        json!({
+            "verdict": verdict,
+            "proof": false,
+            "property": self.failure.as_ref().map(|f| f.property()),
+            "uneven": {
+                "axis": self.rule.axis,
+                "ranks": self.ranks,
+                "inputs": self.rule.inputs.iter().map(|p| show(d, p)).collect::<Vec<_>>(),
+                "output": show(d, &self.rule.output),
+                "forward": fwd_text,
+                "backward": bwd_text,
+                "elaboration": steps,
+            },
+            "cases": t.cases,
+            "uneven_cases": t.uneven_cases,
+            "instances": t.instances,
+            "refused": t.refused,
+            "first_refusal": t.first_refusal,
+            "backward_checked": self.rule.has_backward(),
+            "counterexample": if self.failed() { json!({"report": self.report()}) } else { Value::Null },
+            "summary": self.word(),
+        })
+    }
+}
+
+/// A counterexample in one line.
+pub fn failure_line(f: &Failure) -> String {
+    let ranks = |ts: &[Tensor]| {
+        ts.iter()
+            .map(|t| t.to_string())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    match f {
+        Failure::F1 {
+            inputs,
+            outputs,
+            expected,
+            denoted,
+            note,
+            ..
+        } => format!(
+            "inputs {} give per rank {} denoting {}, expected {expected}{}",
+            inputs
+                .iter()
+                .map(|x| format!("[{}]", ranks(x)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            ranks(outputs),
+            denoted.as_ref().map_or("nothing".into(), |t| t.to_string()),
+            note.as_ref().map(|n| format!(" ({n})")).unwrap_or_default()
+        ),
+        Failure::B3 {
+            tangent,
+            cotangent,
+            forward_side,
+            backward_side,
+            ..
+        } => format!(
+            "tangent {} and cotangent {}: <F dx, g> = {forward_side}, <dx, B g> = {}",
+            ranks(tangent),
+            ranks(cotangent),
+            backward_side
+                .as_ref()
+                .map_or("nothing (not well formed)".into(), |q| q.to_string())
+        ),
+        Failure::BackwardRaised {
+            cotangent, message, ..
+        } => {
+            format!("the backward raised on {}: {message}", ranks(cotangent))
+        }
+    }
+}
