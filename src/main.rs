@@ -671,10 +671,17 @@ fn run() -> Result<ExitCode, UsageError> {
                     + strategies.len()
                     + layers.len()
                     + gen_systems.len(),
+                rs.len()
+                    + prs.len()
+                    + jrs.len()
+                    + strategies.len()
+                    + layers.len()
+                    + gen_systems.len()
+                    + usize::from(with_pending_kinds(dialect.as_deref())),
             ];
             // Pending reductions beyond sums (SPEC.md §21.6): with every
             // system, or with dtensor or jax, whose rules it holds; one entry.
-            let with_pending = matches!(dialect.as_deref(), None | Some("dtensor") | Some("jax"));
+            let with_pending = with_pending_kinds(dialect.as_deref());
             let owned = |sec: usize, len: usize| -> Vec<usize> {
                 (0..len)
                     .filter(|i| part.is_none_or(|p| p.owns(starts[sec] + i)))
@@ -688,6 +695,7 @@ fn run() -> Result<ExitCode, UsageError> {
                 owned(4, layers.len()),
                 owned(5, gen_systems.len()),
                 owned(6, usize::from(with_pending)),
+                owned(7, 1),
             ];
             let rs: Vec<_> = own[0].iter().map(|&i| rs[i]).collect();
             let prs: Vec<_> = own[1].iter().map(|&i| prs[i]).collect();
@@ -763,20 +771,33 @@ fn run() -> Result<ExitCode, UsageError> {
                 true => Ok(None),
                 false => spmd_check::conform::partial_kinds_section().map(Some),
             };
-            let ((results, pairs), ((jvps, fsdp), ((progs, generated), pending))) = rayon::join(
-                || rayon::join(seed_rows, pair_rows),
-                || {
-                    rayon::join(
-                        || rayon::join(jvp_rows, fsdp_rows),
-                        || rayon::join(|| rayon::join(layer_rows, generated_rows), pending_rows),
-                    )
-                },
-            );
+            // Uneven shards (SPEC.md §23.12): one entry, the rules of the
+            // systems asked for.
+            let uneven_rows = || match own[7].is_empty() {
+                true => Ok(None),
+                false => spmd_check::uneven::conform_section(dialect.as_deref()).map(Some),
+            };
+            let ((results, pairs), ((jvps, fsdp), ((progs, generated), (pending, uneven)))) =
+                rayon::join(
+                    || rayon::join(seed_rows, pair_rows),
+                    || {
+                        rayon::join(
+                            || rayon::join(jvp_rows, fsdp_rows),
+                            || {
+                                rayon::join(
+                                    || rayon::join(layer_rows, generated_rows),
+                                    || rayon::join(pending_rows, uneven_rows),
+                                )
+                            },
+                        )
+                    },
+                );
             let (results, pairs, jvps) = (results?, pairs?, jvps?);
-            let (fsdp, progs, pending) = (fsdp?, progs?, pending?);
+            let (fsdp, progs, pending, uneven) = (fsdp?, progs?, pending?, uneven?);
             b.finish_and_clear();
             let wrong = fsdp.iter().chain(&progs).any(|p| !p.as_expected())
-                || pending.as_ref().is_some_and(|p| !p.2);
+                || pending.as_ref().is_some_and(|p| !p.2)
+                || uneven.as_ref().is_some_and(|u| !u.2);
             if let (true, Some(p)) = (json, part) {
                 let sec = |name, sec: usize, total, vals: Vec<serde_json::Value>| Section {
                     name,
@@ -836,6 +857,7 @@ fn run() -> Result<ExitCode, UsageError> {
                             usize::from(with_pending),
                             pending.iter().map(|p| p.1.clone()).collect(),
                         ),
+                        sec("uneven", 7, 1, uneven.iter().map(|u| u.1.clone()).collect()),
                     ],
                 );
                 let doc = conform_json(
@@ -846,6 +868,7 @@ fn run() -> Result<ExitCode, UsageError> {
                     &progs,
                     &generated,
                     pending.as_ref().map(|p| &p.1),
+                    uneven.as_ref().map(|u| &u.1),
                 );
                 print_json(&spmd_check::partition::part_document(doc, partition));
                 let defect = results.iter().any(|r| r.twin_rejected() == Some(false))
@@ -873,6 +896,7 @@ fn run() -> Result<ExitCode, UsageError> {
                 &progs,
                 &generated,
                 pending.as_ref().map(|p| &p.1),
+                uneven.as_ref().map(|u| &u.1),
                 format,
             );
             if format == report::Format::Text {
@@ -885,11 +909,14 @@ fn run() -> Result<ExitCode, UsageError> {
                 if let Some((text, _, _)) = &pending {
                     print!("{text}");
                 }
+                if let Some((text, _, _)) = &uneven {
+                    print!("{text}");
+                }
                 // One summary line, last (issue 26).
                 let sound = results.iter().filter(|r| r.verdict.is_sound()).count();
                 let ok = !wrong && code == ExitCode::SUCCESS;
                 println!(
-                    "\nconform: {} seed rules ({sound} sound, {} not), {} collective pairs, {} JVP rules, {} FSDP strategies, {} programs, generated programs of {} systems{}; {}",
+                    "\nconform: {} seed rules ({sound} sound, {} not), {} collective pairs, {} JVP rules, {} FSDP strategies, {} programs, generated programs of {} systems{}{}; {}",
                     results.len(),
                     results.len() - sound,
                     pairs.len(),
@@ -900,6 +927,11 @@ fn run() -> Result<ExitCode, UsageError> {
                     match &pending {
                         Some((_, _, true)) => ", pending kinds as pinned",
                         Some((_, _, false)) => ", pending kinds NOT as pinned",
+                        None => "",
+                    },
+                    match &uneven {
+                        Some((_, _, true)) => ", uneven shards as pinned",
+                        Some((_, _, false)) => ", uneven shards NOT as pinned",
                         None => "",
                     },
                     if ok {
@@ -1112,6 +1144,12 @@ fn run() -> Result<ExitCode, UsageError> {
     }
 }
 
+/// Whether `conform` runs the pending-kind section for this dialect
+/// filter: with every system, or with dtensor or jax, whose rules it holds.
+fn with_pending_kinds(dialect: Option<&str>) -> bool {
+    matches!(dialect, None | Some("dtensor") | Some("jax"))
+}
+
 /// `conform --json`'s document: one array per section (SPEC.md §18.3
 /// lists them), for a part its own entries.
 fn conform_json(
@@ -1122,6 +1160,7 @@ fn conform_json(
     progs: &[ProgramResult],
     generated: &[spmd_check::generated::Report],
     pending: Option<&serde_json::Value>,
+    uneven: Option<&serde_json::Value>,
 ) -> serde_json::Value {
     report::document(
         "conform",
@@ -1133,6 +1172,7 @@ fn conform_json(
             "programs": progs.iter().map(report::program_json).collect::<Vec<_>>(),
             "generated_programs": generated.iter().map(spmd_check::generated::summary_json).collect::<Vec<_>>(),
             "pending_kinds": pending.into_iter().cloned().collect::<Vec<_>>(),
+            "uneven": uneven.into_iter().cloned().collect::<Vec<_>>(),
         }),
     )
 }
@@ -1146,6 +1186,7 @@ fn conform_output(
     progs: &[ProgramResult],
     generated: &[spmd_check::generated::Report],
     pending: Option<&serde_json::Value>,
+    uneven: Option<&serde_json::Value>,
     format: report::Format,
 ) -> ExitCode {
     let defects = results
@@ -1156,7 +1197,7 @@ fn conform_output(
         + jvps.iter().filter(|j| !j.twin_rejected()).count();
     if format == report::Format::Json {
         print_json(&conform_json(
-            results, pairs, jvps, fsdp, progs, generated, pending,
+            results, pairs, jvps, fsdp, progs, generated, pending, uneven,
         ));
     } else if format == report::Format::Text {
         println!("seed rule tables (SPEC.md §9.2):");

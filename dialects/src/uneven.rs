@@ -38,6 +38,12 @@ pub fn names_split(text: &str) -> bool {
     shard_args(text).is_some_and(|(_, rest)| rest.is_some())
 }
 
+/// Whether a type text is a shard with its dim (`S(0)`, `Shard(0)`,
+/// `sharded(0, ceil)`): pieces of different lengths under it are uneven.
+pub fn names_shard(text: &str) -> bool {
+    shard_args(text).is_some()
+}
+
 /// `S(d, split)`, `Shard(d, split)`, `sharded(d, split)` or `Varying(d,
 /// split)`: the dim text and the split text, if any.
 fn shard_args(text: &str) -> Option<(&str, Option<&str>)> {
@@ -179,7 +185,12 @@ pub fn parse_coll(text: &str, input: &Placement, output: &Placement) -> Result<C
         _ => None,
     };
     let split = arg_split(&args)?;
-    let need = |what: &str| format!("`{}`: {what}", text.trim());
+    let need = |what: &str| {
+        format!(
+            "`{}`: {what}, and the rule takes {input} to {output}",
+            text.trim()
+        )
+    };
     let coll = match name.as_str() {
         "all_gather" => Coll::AllGather {
             dim: arg_dim(&args, "dim")?

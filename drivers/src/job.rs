@@ -1061,17 +1061,25 @@ pub fn run_uneven(job: &Job, check: bool) -> Result<Option<UnevenRun>, UsageErro
             TypeSpec::One(x) => names_split(x),
             TypeSpec::Axes(m) => m.values().any(|x| names_split(x)),
         });
-    let ragged = |n: &Nest| match n {
-        Nest::List(xs) => {
-            let shapes: Vec<Option<Shape>> = xs
-                .iter()
-                .map(|x| shape_of_allowing_empty(x, "").ok())
-                .collect();
-            shapes.iter().any(|s| *s != shapes[0])
+    // Pieces of different shapes, each a well-formed array, under a shard
+    // with its dim; anything else goes to the core's run and its errors.
+    let uneven_pieces = |x: &InputSpec| {
+        let shard = match &x.ty {
+            TypeSpec::One(t) => spmd_dialects::uneven::names_shard(t),
+            TypeSpec::Axes(m) => m.values().any(|t| spmd_dialects::uneven::names_shard(t)),
+        };
+        match &x.per_rank {
+            Nest::List(xs) if shard => {
+                let shapes: Option<Vec<Shape>> = xs
+                    .iter()
+                    .map(|x| shape_of_allowing_empty(x, "").ok())
+                    .collect();
+                shapes.is_some_and(|s| s.iter().any(|t| *t != s[0]))
+            }
+            _ => false,
         }
-        Nest::Scalar(_) => false,
     };
-    if !texts_name_split && !job.inputs.iter().any(|x| ragged(&x.per_rank)) {
+    if !texts_name_split && !job.inputs.iter().any(uneven_pieces) {
         return Ok(None);
     }
     let d = match job.dialect.as_deref() {
@@ -1385,6 +1393,11 @@ impl UnevenRun {
         json!({
             "mesh": {self.axis.clone(): self.n},
             "op": self.what,
+            "signature": format!(
+                "{} -> {}",
+                self.inputs.iter().map(|(p, _)| show(d, p)).collect::<Vec<_>>().join(", "),
+                show(d, &self.output.0)
+            ),
             "uneven": true,
             "elaboration": self.notes,
             "inputs": self.inputs.iter().map(|(p, xs)| typed(p, xs)).collect::<Vec<_>>(),

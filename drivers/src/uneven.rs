@@ -460,10 +460,23 @@ impl UnevenReport {
             "cases": t.cases,
             "uneven_cases": t.uneven_cases,
             "instances": t.instances,
+            "random_cases": 0,
+            "random_note": Value::Null,
+            "replayed": false,
+            "reason": if self.inconclusive() { t.first_refusal.clone() } else { None },
             "refused": t.refused,
             "first_refusal": t.first_refusal,
             "backward_checked": self.rule.has_backward(),
-            "counterexample": if self.failed() { json!({"report": self.report()}) } else { Value::Null },
+            "counterexample": match &self.failure {
+                Some(f) => json!({
+                    "uneven": true,
+                    "ranks": f.ranks(),
+                    "axis": self.rule.axis,
+                    "line": failure_line(f),
+                    "report": self.report(),
+                }),
+                None => Value::Null,
+            },
             "summary": self.word(),
         })
     }
@@ -516,4 +529,178 @@ pub fn failure_line(f: &Failure) -> String {
             format!("the backward raised on {}: {message}", ranks(cotangent))
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// `conform`'s uneven section (SPEC.md §23.12): every system's rules on
+// uneven shards and their twins, each verdict computed and compared with
+// the one pinned here.
+
+/// The rules of the section.
+pub const CONFORM_TOML: &str = include_str!("../../examples/uneven.toml");
+
+/// Per rule of `CONFORM_TOML`, the verdict pinned for it: `sound`,
+/// `unsound F1`, `unsound B3` or `vacuous` (every uneven case refused by
+/// the system). A twin's name starts with `twin:`.
+pub const PINNED: &[(&str, &str)] = &[
+    (
+        "dtensor: redistribute Shard(0) -> Replicate() on torch.chunk's pieces",
+        "sound",
+    ),
+    (
+        "twin: the same pad-and-unpad on pieces split first-ranks-longer",
+        "unsound F1",
+    ),
+    ("dtensor: redistribute Partial() -> Shard(0)", "sound"),
+    (
+        "spmd_types: all_gather(split_sizes) S(0) -> R, backward reduce_scatter(split_sizes)",
+        "sound",
+    ),
+    (
+        "twin: a backward that scatters by torch.chunk instead of the split sizes",
+        "unsound B3",
+    ),
+    (
+        "nabla: all_gather of ceil-divided shards, backward reshard",
+        "sound",
+    ),
+    ("nabla: reduce_scatter onto ceil-divided shards", "vacuous"),
+    ("jax: all_gather of uneven pieces", "vacuous"),
+    ("mul of two chunk shards", "sound"),
+    (
+        "twin: mul of a chunk shard and a divmod shard of the same rows",
+        "unsound F1",
+    ),
+    (
+        "matmul contracting uneven shards gives a pending sum",
+        "sound",
+    ),
+    (
+        "spmd_types: all_gather(split_sizes) S(0) -> I, backward keeps the rank's piece",
+        "sound",
+    ),
+    (
+        "spmd_types: reduce_scatter(split_sizes) P -> S(0), backward all_gather",
+        "sound",
+    ),
+    (
+        "twin: reduce_scatter cutting by torch.chunk into pieces typed first-ranks-longer",
+        "unsound F1",
+    ),
+    (
+        "all_to_all from rows to columns, both by torch.chunk",
+        "sound",
+    ),
+    (
+        "twin: all_to_all whose backward cuts rows first-ranks-longer",
+        "unsound B3",
+    ),
+    ("nabla: all_to_all onto ceil-divided shards", "sound"),
+    (
+        "dtensor: redistribute Replicate() -> Shard(0), backward the padded gather",
+        "sound",
+    ),
+    (
+        "twin: scatter by first-ranks-longer into pieces typed torch.chunk",
+        "unsound F1",
+    ),
+];
+
+/// A report's verdict as `PINNED` writes it.
+pub fn key(r: &UnevenReport) -> String {
+    match &r.failure {
+        Some(f) => format!("unsound {}", f.property()),
+        None if r.inconclusive() => "vacuous".into(),
+        None => "sound".into(),
+    }
+}
+
+/// One row of the section.
+pub struct ConformRow {
+    pub name: String,
+    pub dialect: Dialect,
+    pub report: UnevenReport,
+    pub pinned: Option<&'static str>,
+}
+
+impl ConformRow {
+    pub fn as_pinned(&self) -> bool {
+        self.pinned == Some(key(&self.report).as_str())
+    }
+    pub fn twin(&self) -> bool {
+        self.name.starts_with("twin:")
+    }
+}
+
+/// Checks every rule of the section whose system is `dialect` (all when
+/// `None`; rules written without a dialect go with spmd_types').
+pub fn conform_rows(dialect: Option<&str>) -> Result<Vec<ConformRow>, crate::run::UsageError> {
+    let file = "examples/uneven.toml";
+    let specs = crate::rules::parse_file(file, CONFORM_TOML)?;
+    let rules = crate::rules::build(
+        file,
+        CONFORM_TOML,
+        &specs,
+        &spmd_generators::Scope::default(),
+    )?;
+    Ok(rules
+        .iter()
+        .filter(|r| dialect.is_none_or(|d| r.dialect.name() == d))
+        .filter_map(|r| {
+            let u = r.uneven.as_ref()?;
+            Some(ConformRow {
+                name: r.name.clone(),
+                dialect: r.dialect,
+                report: check(u, r.dialect),
+                pinned: PINNED.iter().find(|(n, _)| *n == r.name).map(|p| p.1),
+            })
+        })
+        .collect())
+}
+
+/// The section as text and JSON, and whether every verdict is as pinned.
+pub fn conform_section(
+    dialect: Option<&str>,
+) -> Result<(String, Value, bool), crate::run::UsageError> {
+    let rows = conform_rows(dialect)?;
+    let ok = rows.iter().all(ConformRow::as_pinned);
+    let mut text = String::from("\nuneven shards (SPEC.md §23.12, examples/uneven.toml):\n");
+    for r in &rows {
+        let mark = match (r.as_pinned(), r.twin()) {
+            (true, true) => "twin rejected",
+            (true, false) => "as pinned",
+            (false, _) => "NOT as pinned",
+        };
+        text.push_str(&format!(
+            "  [{}] {}: {} [{mark}]\n",
+            r.dialect.name(),
+            r.name,
+            r.report.word()
+        ));
+    }
+    let twins = rows.iter().filter(|r| r.twin()).count();
+    let refused = rows.iter().filter(|r| key(&r.report) == "vacuous").count();
+    text.push_str(&format!(
+        "  {} rules: {} twins, {} refused by their system on every uneven case; {}\n",
+        rows.len(),
+        twins,
+        refused,
+        if ok {
+            "every verdict as pinned"
+        } else {
+            "NOT every verdict as pinned"
+        }
+    ));
+    let json = json!({
+        "rules": rows.iter().map(|r| {
+            let mut j = r.report.json();
+            j["name"] = json!(r.name);
+            j["dialect"] = json!(r.dialect.name());
+            j["pinned"] = json!(r.pinned);
+            j["as_pinned"] = json!(r.as_pinned());
+            j
+        }).collect::<Vec<_>>(),
+        "as_pinned": ok,
+    });
+    Ok((text, json, ok))
 }

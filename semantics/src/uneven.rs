@@ -83,9 +83,20 @@ impl Split {
                 x.parse::<usize>()
                     .ok()
                     .filter(|&v| v <= MAX_SIZE)
-                    .ok_or_else(|| format!("`{x}` in `{t}` is not a size from 0 to {MAX_SIZE}"))
+                    .ok_or_else(|| format!("`{x}` in `{t}` is not a size (0 to {MAX_SIZE})"))
             })
             .collect::<Result<Vec<_>, _>>()?;
+        if sizes.len() > MAX_RANKS {
+            return Err(format!(
+                "`{t}` names {} sizes; an axis has at most {MAX_RANKS} ranks",
+                sizes.len()
+            ));
+        }
+        if sizes.iter().sum::<usize>() > MAX_SIZE {
+            return Err(format!(
+                "`{t}`: sizes totalling more than {MAX_SIZE} rows are beyond what exact checking of every basis pair finishes"
+            ));
+        }
         Ok(Split::Sizes(sizes))
     }
 
@@ -143,9 +154,11 @@ impl fmt::Display for Split {
     }
 }
 
-/// The largest size a written `sizes=[...]` may give one rank: exact
-/// checking enumerates every row, so larger pieces never finish.
-pub const MAX_SIZE: usize = 64;
+/// The most rows a written `sizes=[...]` may total: B3 is checked on
+/// every pair of basis values, so larger dims do not finish in seconds.
+pub const MAX_SIZE: usize = 32;
+/// The most sizes a written `sizes=[...]` may name (ranks on one axis).
+pub const MAX_RANKS: usize = 8;
 
 /// A placement on one mesh axis whose shards may differ in length
 /// (SPEC.md §23.8): Invariant, Reduced, a pending sum, or a shard of a

@@ -1,0 +1,373 @@
+//! Rules and jobs on uneven shards (SPEC.md §23.8–§23.12): each system's
+//! rules as `conform` pins them, a negative twin for every collective and
+//! split rule (asserting which property fails), the library checks on
+//! their own, `run` on pieces of different lengths, and hostile input.
+
+mod common;
+use common::{fresh_dir, run};
+use spmd_check::dialects::uneven::{elaborate, parse_placement};
+use spmd_check::interp::uneven::Coll;
+use spmd_check::oracle::uneven::{check_step, Failure, Tally};
+use spmd_check::semantics::uneven::{Placement, Split};
+use spmd_check::semantics::{Dialect, Tensor, Q};
+use spmd_check::uneven::{conform_rows, key, PINNED};
+
+#[test]
+fn every_rule_of_the_section_comes_out_as_pinned() {
+    let rows = conform_rows(None).expect("the section's rules build");
+    assert_eq!(rows.len(), PINNED.len(), "one pin per rule");
+    for r in &rows {
+        assert!(
+            r.as_pinned(),
+            "{}: {} (pinned {:?})\n{}",
+            r.name,
+            key(&r.report),
+            r.pinned,
+            r.report.report()
+        );
+        // A twin is rejected with a counterexample, never by a refusal.
+        if r.twin() {
+            assert!(r.report.failed(), "{}", r.name);
+        }
+    }
+    // Every system with uneven rules is in the section.
+    for d in ["dtensor", "spmd_types", "nabla", "jax"] {
+        assert!(rows.iter().any(|r| r.dialect.name() == d), "no rule of {d}");
+    }
+}
+
+/// Checks `forward` from `input` to `output` on `n` ranks and a rows-only
+/// global shape of every length 0..=n+1, with `backward`.
+fn step(
+    forward: &Coll,
+    backward: Option<&Coll>,
+    input: &Placement,
+    output: &Placement,
+    n: usize,
+) -> Result<Tally, Box<Failure>> {
+    let mut t = Tally::default();
+    for len in 0..=n + 1 {
+        let f = |xs: &[Tensor]| forward.forward(xs);
+        let b = backward.map(|b| move |xs: &[Tensor]| b.forward(xs));
+        check_step(
+            input,
+            output,
+            &f,
+            b.as_ref().map(|b| b as &spmd_check::oracle::uneven::Impl),
+            n,
+            &[len, 2],
+            &mut t,
+        )?;
+    }
+    Ok(t)
+}
+
+fn shard(d: usize, s: Split) -> Placement {
+    Placement::Shard(d, s)
+}
+
+#[test]
+fn each_collective_is_exact_and_its_wrong_split_twin_fails_the_named_property() {
+    for n in [2, 3, 4] {
+        for s in [Split::Chunk, Split::Ceil, Split::Divmod] {
+            let other = if s == Split::Divmod {
+                Split::Chunk
+            } else {
+                Split::Divmod
+            };
+            // all_gather to R, backward reduce_scatter with the same split.
+            let ag = Coll::AllGather { dim: 0 };
+            let rs = |split: &Split| Coll::ReduceScatter {
+                dim: 0,
+                split: split.clone(),
+            };
+            let t = step(&ag, Some(&rs(&s)), &shard(0, s.clone()), &Placement::Red, n)
+                .unwrap_or_else(|f| panic!("all_gather {s} on {n}: {f:?}"));
+            assert!(t.uneven_cases > 0);
+            // Twin: the backward cuts by another rule (B3), from n = 3 on
+            // where the rules differ.
+            if n >= 3 {
+                let e = step(
+                    &ag,
+                    Some(&rs(&other)),
+                    &shard(0, s.clone()),
+                    &Placement::Red,
+                    n,
+                )
+                .expect_err("a backward cutting by another split");
+                assert_eq!(e.property(), "B3", "{s} vs {other} on {n}");
+                // Twin: a reduce_scatter cutting by another rule than its
+                // output's (F1).
+                let e = step(&rs(&other), None, &Placement::Part, &shard(0, s.clone()), n)
+                    .expect_err("a scatter by another split");
+                assert_eq!(e.property(), "F1");
+                // Twin: a scatter by another rule (F1).
+                let sc = Coll::Scatter {
+                    dim: 0,
+                    split: other.clone(),
+                };
+                let e = step(&sc, None, &Placement::Inv, &shard(0, s.clone()), n)
+                    .expect_err("a local cut by another split");
+                assert_eq!(e.property(), "F1");
+            }
+            // reduce_scatter, backward all_gather; scatter, backward all_gather.
+            step(
+                &rs(&s),
+                Some(&ag),
+                &Placement::Part,
+                &shard(0, s.clone()),
+                n,
+            )
+            .unwrap();
+            let sc = Coll::Scatter {
+                dim: 0,
+                split: s.clone(),
+            };
+            step(&sc, Some(&ag), &Placement::Inv, &shard(0, s.clone()), n).unwrap();
+            // all_to_all rows -> columns and back.
+            let a2a = |sd, cd, split: &Split| Coll::AllToAll {
+                split_dim: sd,
+                concat_dim: cd,
+                split: split.clone(),
+            };
+            let (rows, cols) = (shard(0, s.clone()), shard(1, s.clone()));
+            let mut t = Tally::default();
+            for l0 in 0..=n + 1 {
+                for l1 in 0..=n + 1 {
+                    let f = |xs: &[Tensor]| a2a(1, 0, &s).forward(xs);
+                    let b = |xs: &[Tensor]| a2a(0, 1, &s).forward(xs);
+                    check_step(&rows, &cols, &f, Some(&b), n, &[l0, l1], &mut t).unwrap();
+                    if n >= 3 && l0 == n + 1 && l1 == 1 {
+                        let w = |xs: &[Tensor]| a2a(0, 1, &other).forward(xs);
+                        let mut u = Tally::default();
+                        let e = check_step(&rows, &cols, &f, Some(&w), n, &[l0, l1], &mut u)
+                            .expect_err("an all_to_all back by another split");
+                        assert_eq!(e.property(), "B3");
+                    }
+                }
+            }
+            assert!(t.uneven_cases > 0);
+        }
+    }
+}
+
+#[test]
+fn dtensor_pads_gathers_and_unpads_exactly_for_torch_chunk_only() {
+    let run_case = |s: Split, len: usize, n: usize| -> Option<Vec<Tensor>> {
+        let g = Tensor::new(vec![len], (1..=len).map(|i| Q::int(i as i64)).collect());
+        let pieces = s.split(&g, 0, n).ok()?;
+        spmd_check::dialects::dtensor::padded_gather(&pieces, 0).ok()
+    };
+    // torch.chunk's pieces: every rank gets the tensor back.
+    for n in 2..=4 {
+        for len in 0..=2 * n + 1 {
+            let out = run_case(Split::Chunk, len, n).expect("chunk pieces gather");
+            let want: Vec<Q> = (1..=len).map(|i| Q::int(i as i64)).collect();
+            assert!(out.iter().all(|t| t.data == want), "{len} over {n}");
+        }
+    }
+    // 5 rows first-ranks-longer over 4 ranks (2, 1, 1, 1): the padding of
+    // the short pieces lands inside the result and the last row is lost.
+    let out = run_case(Split::Divmod, 5, 4).unwrap();
+    let ints: Vec<String> = out[0].data.iter().map(|q| q.to_string()).collect();
+    assert_eq!(ints, ["1", "2", "3", "0", "4"]);
+}
+
+#[test]
+fn elaboration_picks_each_systems_backward_and_refusal() {
+    let s = |d, t: &str| parse_placement(d, t).unwrap();
+    // Nabla: the gradient of an uneven all_gather is a local reshard, so its
+    // reduce_scatter refusal does not meet it.
+    let e = elaborate(
+        Dialect::Nabla,
+        "all_gather",
+        None,
+        &s(Dialect::Nabla, "sharded(0)"),
+        &s(Dialect::Nabla, "replicated"),
+    )
+    .unwrap();
+    assert!(e.backward_text.unwrap().starts_with("reshard"));
+    let e = elaborate(
+        Dialect::Nabla,
+        "reduce_scatter",
+        None,
+        &Placement::Part,
+        &s(Dialect::Nabla, "sharded(0)"),
+    )
+    .unwrap();
+    let pieces: Vec<Tensor> = (0..2).map(|_| Tensor::zeros(&[3])).collect();
+    assert_eq!(
+        (e.forward)(&pieces).unwrap_err(),
+        "reduce_scatter axis size 3 not divisible by 2"
+    );
+    // JAX: pieces of different shapes stop at the shard_map boundary.
+    let e = elaborate(
+        Dialect::Jax,
+        "all_gather",
+        None,
+        &s(Dialect::Jax, "Varying(0, chunk)"),
+        &Placement::Red,
+    )
+    .unwrap();
+    let uneven = vec![Tensor::zeros(&[2]), Tensor::zeros(&[1])];
+    assert!((e.forward)(&uneven).unwrap_err().contains("shard_map"));
+    // spmd_types: to I, the backward keeps the rank's piece.
+    let e = elaborate(
+        Dialect::SpmdTypes,
+        "all_gather",
+        None,
+        &s(Dialect::SpmdTypes, "S(0, sizes=[1, 2])"),
+        &Placement::Inv,
+    )
+    .unwrap();
+    assert_eq!(
+        e.backward_text.as_deref(),
+        Some("scatter(dim=0, split=sizes=[1, 2])")
+    );
+    // A shard without a rule takes the dialect's.
+    assert_eq!(
+        s(Dialect::Nabla, "sharded(1)"),
+        Placement::Shard(1, Split::Ceil)
+    );
+    assert_eq!(
+        s(Dialect::Dtensor, "Shard(1)"),
+        Placement::Shard(1, Split::Chunk)
+    );
+}
+
+#[test]
+fn split_rules_read_back_as_written_and_ceil_is_chunk() {
+    for t in ["chunk", "ceil", "divmod", "sizes=[3, 0, 2]"] {
+        assert_eq!(Split::parse(t).unwrap().to_string(), t);
+    }
+    for n in 1..=6 {
+        for len in 0..=20 {
+            assert_eq!(
+                Split::Ceil.sizes(len, n).unwrap(),
+                Split::Chunk.sizes(len, n).unwrap()
+            );
+        }
+    }
+    // Twin: divmod is another rule (5 rows over 4 ranks).
+    assert_ne!(
+        Split::Divmod.sizes(5, 4).unwrap(),
+        Split::Chunk.sizes(5, 4).unwrap()
+    );
+    for bad in [
+        "chnk",
+        "sizes=",
+        "sizes=[]",
+        "sizes=[1, x]",
+        "sizes=[40]",
+        "sizes=[1,1,1,1,1,1,1,1,1]",
+    ] {
+        assert!(Split::parse(bad).is_err(), "{bad}");
+    }
+    assert!(Split::parse("chnk")
+        .unwrap_err()
+        .contains("did you mean `chunk`"));
+}
+
+#[test]
+fn check_reports_uneven_rules_with_their_exit_codes_and_json() {
+    let dir = fresh_dir("uneven", "check");
+    let p = dir.join("r.toml");
+    let write = |body: &str| std::fs::write(&p, body).unwrap();
+    let path = p.to_str().unwrap();
+    write("[[rule]]\nname = \"a\"\ndialect = \"dtensor\"\nforward = \"redistribute\"\ninputs = [\"Shard(0, chunk)\"]\noutput = \"Replicate()\"\n");
+    let (code, out, err) = run(&["check", path]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("sound (bounded:"), "{out}");
+    assert!(
+        out.contains("elaborated: DTensor runs redistribute"),
+        "{out}"
+    );
+    // Twin: first-ranks-longer pieces through the same pad and unpad.
+    write("[[rule]]\nname = \"a\"\ndialect = \"dtensor\"\nforward = \"redistribute\"\ninputs = [\"Shard(0, divmod)\"]\noutput = \"Replicate()\"\n");
+    let (code, out, _) = run(&["check", path, "--json"]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let r = &v["rules"][0];
+    assert_eq!(r["verdict"], "unsound");
+    assert_eq!(r["property"], "F1");
+    assert_eq!(r["counterexample"]["ranks"], 3);
+    // Every uneven case refused: vacuous, exit 3.
+    write("[[rule]]\nname = \"a\"\ndialect = \"nabla\"\nforward = \"reduce_scatter\"\ninputs = [\"partial\"]\noutput = \"sharded(0, ceil)\"\n");
+    let (code, out, _) = run(&["check", path]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.contains("not divisible by"), "{out}");
+}
+
+#[test]
+fn run_shows_pieces_of_different_lengths_and_checks_them() {
+    let (code, out, err) = run(&["run", "examples/run_uneven.json", "--check"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("per rank [1, 2, 3] | [4, 5]"), "{out}");
+    assert!(out.contains("denotes [1, 2, 3, 4, 5]"), "{out}");
+    assert!(out.contains("check: passed"), "{out}");
+    let dir = fresh_dir("uneven", "run");
+    let p = dir.join("j.json");
+    // Twin: a backward cutting by torch.chunk for pieces of sizes 3, 1, 0.
+    std::fs::write(
+        &p,
+        r#"{"dialect": "spmd_types", "mesh": {"x": 3}, "forward": "all_gather",
+        "backward": "reduce_scatter(split=chunk)",
+        "inputs": [{"type": "S(0)", "per_rank": [[1, 2, 3], [4], []]}], "output": "R",
+        "cotangent": [[1, 0, 0, 0], [0, 0, 0, 1], [0, 0, 0, 0]]}"#,
+    )
+    .unwrap();
+    let (code, out, _) = run(&["run", p.to_str().unwrap(), "--check", "--json"]);
+    assert_eq!(code, 1, "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["check"]["property"], "B3");
+    assert_eq!(v["inputs"][0]["type"], "S(0, sizes=[3, 1, 0])");
+    assert_eq!(v["backward"]["denotes"], serde_json::Value::Null);
+}
+
+#[test]
+fn hostile_uneven_input_is_one_line_and_exit_2() {
+    let dir = fresh_dir("uneven", "hostile");
+    let p = dir.join("r.toml");
+    let cases = [
+        ("inputs = [\"S(0, sizes=[99])\"]\noutput = \"R\"\nforward = \"all_gather\"", "is not a size"),
+        ("inputs = [\"S(0, chnk)\"]\noutput = \"R\"\nforward = \"all_gather\"", "did you mean `chunk`"),
+        ("inputs = [\"S(x, chunk)\"]\noutput = \"R\"\nforward = \"all_gather\"", "bad shard dim"),
+        ("inputs = [\"S(0, chunk)\"]\noutput = \"R\"\nforward = \"all_gathr\"", "did you mean `all_gather`"),
+        ("inputs = [\"S(0, chunk)\"]\noutput = \"R\"\nforward = \"reduce_scatter\"", "it makes a shard, and the rule takes S(0, chunk) to R"),
+        ("inputs = [{dp = \"S(0, chunk)\", tp = \"R\"}]\noutput = \"R\"\nforward = \"all_gather\"", "one mesh axis"),
+        ("inputs = [\"S(0, chunk)\"]\noutput = \"R\"\nforward = \"all_gather(dim=x)\"", "not a dim"),
+        ("inputs = [\"S(0, chunk)\"]\noutput = \"R\"\nforward = \"all_gather(dim=0\"", "without its `)`"),
+    ];
+    for (body, want) in cases {
+        std::fs::write(&p, format!("[[rule]]\nname = \"a\"\n{body}\n")).unwrap();
+        let (code, out, err) = run(&["check", p.to_str().unwrap()]);
+        assert_eq!(code, 2, "{body}: {out}{err}");
+        assert_eq!(common::error_lines(&err), 1, "{err}");
+        assert!(err.contains(want), "{body}: {err}");
+    }
+    let j = dir.join("j.json");
+    for (body, want) in [
+        (
+            r#""mesh": {"x": 2}, "inputs": [{"type": "S(0)", "per_rank": [[1, 2, 3], [4]]}]"#,
+            "not well formed",
+        ),
+        (
+            r#""mesh": {"x": 2, "y": 1}, "inputs": [{"type": "S(0)", "per_rank": [[1, 2], [4]]}]"#,
+            "one mesh axis",
+        ),
+        (
+            r#""mesh": {"x": 2}, "inputs": [{"type": "S(0)", "per_rank": [[1, 2], [4], [5]]}]"#,
+            "ranks given",
+        ),
+        (
+            r#""mesh": {"x": 2}, "inputs": [{"type": "Shard(0)", "per_rank": [[[1], [2, 3]], [4]]}]"#,
+            "ragged",
+        ),
+    ] {
+        std::fs::write(&j, format!(r#"{{"dialect": "dtensor", "forward": "redistribute", "output": "Replicate()", {body}}}"#)).unwrap();
+        let (code, out, err) = run(&["run", j.to_str().unwrap()]);
+        assert_eq!(code, 2, "{body}: {out}{err}");
+        assert_eq!(common::error_lines(&err), 1, "{err}");
+        assert!(err.contains(want), "{body}: {err}");
+    }
+}
