@@ -1152,6 +1152,7 @@ fn with_pending_kinds(dialect: Option<&str>) -> bool {
 
 /// `conform --json`'s document: one array per section (SPEC.md §18.3
 /// lists them), for a part its own entries.
+#[allow(clippy::too_many_arguments)] // one slice per conform section
 fn conform_json(
     results: &[RowResult],
     pairs: &[PairResult],
