@@ -371,3 +371,62 @@ fn hostile_uneven_input_is_one_line_and_exit_2() {
         assert!(err.contains(want), "{body}: {err}");
     }
 }
+
+/// Fidelity over the uneven recordings (SPEC.md §23.13): every 1-D case
+/// DTensor ran, replayed through the dialect's redistribute, gives the
+/// recorded pieces and passes F1 and B3; spmd_types' split_sizes gathers
+/// likewise. The twin: a recording with one piece's rows rotated is a
+/// model mismatch, named by rank.
+#[test]
+fn fidelity_replays_the_uneven_recordings_exactly_and_catches_a_tampered_one() {
+    let dir = spmd_check::fidelity::default_dir();
+    let rs = spmd_check::fidelity::uneven::run(&dir).expect("the recordings read");
+    let count = |file: &str, class: &str| {
+        rs.iter()
+            .filter(|r| r.file.ends_with(file) && r.class.key() == class)
+            .count()
+    };
+    for f in ["dtensor_uneven.json", "dtensor_uneven_2.15.0.json"] {
+        assert_eq!(count(f, "model_mismatch"), 0, "{f}");
+        assert_eq!(count(f, "real_defect"), 0, "{f}");
+        // 1-D meshes: 576 cases, of which 48 refusals (R -> P(sum)) and
+        // 42 with a piece not exact in float64.
+        assert_eq!(count(f, "agree"), 486, "{f}");
+        assert_eq!(
+            count(f, "sound_rejection") + count(f, "undetermined"),
+            48,
+            "{f}"
+        );
+    }
+    assert_eq!(count("spmd_types_uneven.json", "agree"), 72);
+    assert_eq!(count("spmd_types_uneven.json", "undetermined"), 72);
+    // The twin.
+    let tmp = fresh_dir("uneven", "fidelity");
+    std::fs::create_dir_all(tmp.join("uneven")).unwrap();
+    let text = std::fs::read_to_string(format!("{dir}/uneven/dtensor_uneven.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let c = v["cases"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| {
+            c["mesh"] == serde_json::json!([4])
+                && c["src"][0] == "S(0)"
+                && c["dst"][0] == "R"
+                && c["shape"] == serde_json::json!([5, 2])
+        })
+        .expect("S(0) -> R of 5 rows on 4 ranks");
+    c["after"][2] = serde_json::json!("5x2:3,4,1,2,5,6,7,8,9,10");
+    std::fs::write(tmp.join("uneven/dtensor_uneven.json"), v.to_string()).unwrap();
+    let rs = spmd_check::fidelity::uneven::run(tmp.to_str().unwrap()).unwrap();
+    let bad: Vec<_> = rs
+        .iter()
+        .filter(|r| r.class.key() == "model_mismatch")
+        .collect();
+    assert_eq!(bad.len(), 1);
+    assert!(
+        bad[0].class.detail().unwrap().starts_with("rank 2:"),
+        "{:?}",
+        bad[0]
+    );
+}

@@ -382,6 +382,48 @@ pub fn redistribute(input: &Placement, output: &Placement) -> Result<StepFn, Str
             split: Split::Chunk,
         }),
         (a, b) if a == b => Box::new(|xs: &[Tensor]| Ok(xs.to_vec())),
+        // `Shard._to_partial_tensor`: each rank's piece placed at its
+        // torch.chunk offset in zeros of the logical shape; a piece of
+        // another size than torch.chunk's fails its `torch._check`.
+        (Shard(d, _), Part) => {
+            let d = *d;
+            Box::new(move |xs: &[Tensor]| {
+                let len = xs.iter().try_fold(0usize, |a, x| {
+                    x.shape
+                        .get(d)
+                        .map(|l| a + l)
+                        .ok_or_else(|| format!("no dim {d} in a piece of shape {:?}", x.shape))
+                })?;
+                let sizes = Split::Chunk.sizes(len, xs.len())?;
+                let mut at = 0;
+                xs.iter()
+                    .zip(&sizes)
+                    .map(|(x, &k)| {
+                        if x.shape[d] != k {
+                            return Err(format!(
+                                "a piece of {} rows where torch.chunk gives {k} (torch._check)",
+                                x.shape[d]
+                            ));
+                        }
+                        let mut before = x.shape.clone();
+                        before[d] = at;
+                        let mut after = x.shape.clone();
+                        after[d] = len - at - k;
+                        at += k;
+                        spmd_interp::uneven::concat(
+                            &[Tensor::zeros(&before), x.clone(), Tensor::zeros(&after)],
+                            d,
+                        )
+                    })
+                    .collect()
+            })
+        }
+        (Inv | Red, Part) => {
+            return Err(
+                "DTensor refuses Replicate -> Partial(sum) in redistribute (only Shard to Partial(sum))"
+                    .into(),
+            )
+        }
         _ => {
             return Err(format!(
                 "redistribute {input} -> {output} is not modelled on uneven shards"
@@ -398,6 +440,7 @@ pub fn redistribute_words(input: &Placement, output: &Placement) -> &'static str
         (Inv | Red, Shard(..)) => "a local torch.chunk",
         (Part, Shard(..)) => "pad, reduce_scatter, unpad (torch.chunk's pieces of the sum)",
         (Part, Inv | Red) => "all_reduce",
+        (Shard(..), Part) => "each piece in place, zeros elsewhere (no traffic)",
         (Shard(..), Shard(..)) => "all_to_all to torch.chunk's pieces",
         _ => "no collective",
     }

@@ -22,6 +22,7 @@ mod dtensor;
 mod jax;
 mod nabla;
 mod spmd_types;
+pub mod uneven;
 use dtensor::*;
 use jax::*;
 use nabla::*;
@@ -179,6 +180,8 @@ pub fn run(dir: &str) -> Result<Vec<CaseResult>, UsageError> {
             .collect();
         out.extend(results);
     }
+    // The uneven recordings (SPEC.md §23.13), in their own folder.
+    out.extend(uneven::run(dir)?);
     Ok(out)
 }
 
