@@ -137,6 +137,10 @@ enum Cmd {
         /// max, min): which outputs defer it (SPEC.md §21.2).
         #[arg(long)]
         partial: Option<String>,
+        /// Instead, every typing on uneven shards split by this rule (chunk,
+        /// ceil, divmod), checked forward on uneven cases (SPEC.md §23.14).
+        #[arg(long, value_name = "RULE")]
+        uneven: Option<String>,
         /// Print the result as JSON instead of text (the same as --format json).
         #[arg(long)]
         json: bool,
@@ -431,11 +435,21 @@ fn run() -> Result<ExitCode, UsageError> {
             global,
             dialect,
             partial,
+            uneven,
             json,
             format,
             scope,
         } => {
             let format = report::Format::parse(format.as_deref(), json)?;
+            if let Some(rule) = uneven {
+                return derive_uneven(
+                    op,
+                    expr,
+                    &rule,
+                    global || dialect.is_some() || partial.is_some(),
+                    format,
+                );
+            }
             if let Some(k) = partial {
                 return spmd_check::derive::derive_partial_cmd(
                     op.as_deref(),
@@ -1142,6 +1156,64 @@ fn run() -> Result<ExitCode, UsageError> {
             Ok(ExitCode::from(r.exit_code()))
         }
     }
+}
+
+/// `derive --uneven RULE` (SPEC.md §23.14).
+fn derive_uneven(
+    op: Option<String>,
+    expr: Option<String>,
+    rule: &str,
+    other_mode: bool,
+    format: report::Format,
+) -> Result<ExitCode, UsageError> {
+    if other_mode {
+        return Err(UsageError(
+            "--uneven is a mode of its own: it does not go with --global, --dialect or --partial"
+                .into(),
+        ));
+    }
+    let split = spmd_check::semantics::uneven::Split::parse(rule)
+        .map_err(|e| UsageError(format!("--uneven: {e}")))?;
+    if matches!(split, spmd_check::semantics::uneven::Split::Sizes(_)) {
+        return Err(UsageError(
+            "--uneven takes a rule (chunk, ceil, divmod); written sizes go in a rule file".into(),
+        ));
+    }
+    let f = match (op, expr) {
+        (Some(name), None) => builtin(&name).map_err(UsageError)?,
+        (None, Some(e)) => parse(&e).map_err(|err| {
+            UsageError(format!(
+                "--expr `{}`: {err}",
+                spmd_check::report::excerpt(&e)
+            ))
+        })?,
+        (Some(_), Some(_)) => return Err(UsageError("give either OP or --expr, not both".into())),
+        (None, None) => {
+            return Err(UsageError(
+                "give an OP (e.g. `derive mul --uneven chunk`) or --expr \"x * y\"".into(),
+            ))
+        }
+    };
+    if f.arity() > 2 {
+        return Err(UsageError(format!(
+            "--uneven derives ops of one or two inputs; `{}` takes {}",
+            f.text,
+            f.arity()
+        )));
+    }
+    let rows = spmd_check::uneven::derive(&f, &split, spmd_check::semantics::Dialect::Canonical);
+    match format {
+        report::Format::Json => print_json(&report::document(
+            "derive",
+            spmd_check::uneven::derive_json(&f, &split, &rows),
+        )),
+        report::Format::Text => print!("{}", spmd_check::uneven::derive_text(&f, &split, &rows)),
+        _ => return Err(UsageError(
+            "--uneven prints text or JSON (--format markdown and junit are not written for it yet)"
+                .into(),
+        )),
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Whether `conform` runs the pending-kind section for this dialect

@@ -342,3 +342,36 @@ fn registry_matches_the_schema() {
         .iter()
         .any(|r| r["repro"]["script"].is_string()));
 }
+
+/// Uneven shards (SPEC.md §23.10–§23.14): `check` of the uneven rules
+/// (sound, unsound and vacuous entries), `run` of a job with pieces of
+/// different lengths, `derive --uneven`.
+#[test]
+fn uneven_outputs_match_the_schema() {
+    let v = Validator::new();
+    let d = fresh("uneven");
+    std::fs::write(
+        d.join("uneven.toml"),
+        include_str!("../examples/uneven.toml"),
+    )
+    .unwrap();
+    let (code, doc) = json_in(&d, &["check", "uneven.toml", "--json"]);
+    assert_eq!(code, 1);
+    v.assert_valid("check uneven.toml --json", &doc);
+    let verdicts: Vec<&str> = doc["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["verdict"].as_str().unwrap())
+        .collect();
+    for w in ["sound", "unsound", "vacuous"] {
+        assert!(verdicts.contains(&w), "{w}");
+    }
+    let job = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/run_uneven.json");
+    let (code, doc) = json_in(&d, &["run", job.to_str().unwrap(), "--check", "--json"]);
+    assert_eq!(code, 0);
+    v.assert_valid("run run_uneven.json --check --json", &doc);
+    let (code, doc) = json_in(&d, &["derive", "matmul", "--uneven", "chunk", "--json"]);
+    assert_eq!(code, 0);
+    v.assert_valid("derive matmul --uneven chunk --json", &doc);
+}

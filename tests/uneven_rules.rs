@@ -430,3 +430,54 @@ fn fidelity_replays_the_uneven_recordings_exactly_and_catches_a_tampered_one() {
         bad[0]
     );
 }
+
+/// `derive --uneven` (SPEC.md §23.14): the sound typings on uneven shards
+/// are exactly the propagation rules that keep shards aligned, and each
+/// wrong neighbour is unsound F1 (a shard of the other dim, a contraction
+/// read as a shard).
+#[test]
+fn derive_on_uneven_shards_finds_the_aligned_typings() {
+    let sound = |op: &str, rule: &str| -> Vec<String> {
+        let (code, out, err) = run(&["derive", op, "--uneven", rule, "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let ts = v["typings"].as_array().unwrap();
+        // Twins: every other typing with a shard fails F1.
+        for t in ts.iter().filter(|t| t["verdict"] != "sound") {
+            assert!(t["verdict"] == "vacuous" || t["property"] == "F1", "{t}");
+        }
+        ts.iter()
+            .filter(|t| t["verdict"] == "sound")
+            .map(|t| {
+                format!(
+                    "{} -> {}",
+                    t["inputs"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|x| x.as_str().unwrap())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    t["output"].as_str().unwrap()
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        sound("matmul", "chunk"),
+        [
+            "Invariant, S(1, chunk) -> S(1, chunk)",
+            "Reduced, S(1, chunk) -> S(1, chunk)",
+            "S(0, chunk), Invariant -> S(0, chunk)",
+            "S(0, chunk), Reduced -> S(0, chunk)",
+            "S(1, chunk), S(0, chunk) -> Partial",
+        ]
+    );
+    assert_eq!(
+        sound("sum", "divmod"),
+        ["S(0, divmod) -> Partial", "S(1, divmod) -> S(0, divmod)"]
+    );
+    let (code, _, err) = run(&["derive", "mul", "--uneven", "sizes=[1, 2]"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("written sizes go in a rule file"), "{err}");
+}

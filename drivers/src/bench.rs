@@ -172,7 +172,35 @@ fn jobs() -> Vec<Job> {
         run: Box::new(|| program_instances(&Scope::default())),
         floor: None,
     });
+    out.push(Job {
+        name: "uneven".into(),
+        note: "conform's uneven section: each system's rules on uneven shards, with twins (SPEC.md §23.12)".into(),
+        run: Box::new(uneven_instances),
+        floor: None,
+    });
+    out.push(Job {
+        name: "fidelity uneven".into(),
+        note: "the uneven recordings replayed and checked (SPEC.md §23.13)".into(),
+        run: Box::new(fidelity_uneven_cases),
+        floor: None,
+    });
     out
+}
+
+/// Instances of conform's uneven section (SPEC.md §23.12).
+fn uneven_instances() -> u64 {
+    crate::uneven::conform_rows(None)
+        .expect("the section's rules build")
+        .iter()
+        .map(|r| r.report.tally.instances)
+        .sum()
+}
+
+/// Cases of the uneven recordings replayed (SPEC.md §23.13).
+fn fidelity_uneven_cases() -> u64 {
+    crate::fidelity::uneven::run(&crate::fidelity::default_dir())
+        .expect("the recordings read")
+        .len() as u64
 }
 
 /// The thread counts measured: 1, 2 and all cores, without repeats.

@@ -643,8 +643,9 @@ pub fn conform_rows(dialect: Option<&str>) -> Result<Vec<ConformRow>, crate::run
         &specs,
         &spmd_generators::Scope::default(),
     )?;
+    use rayon::prelude::*;
     Ok(rules
-        .iter()
+        .par_iter()
         .filter(|r| dialect.is_none_or(|d| r.dialect.name() == d))
         .filter_map(|r| {
             let u = r.uneven.as_ref()?;
@@ -703,4 +704,123 @@ pub fn conform_section(
         "as_pinned": ok,
     });
     Ok((text, json, ok))
+}
+
+// ---------------------------------------------------------------------------
+// `derive OP --uneven RULE` (SPEC.md §23.14): every one-axis typing of a
+// local op whose shards are split by one rule, checked forward on uneven
+// cases.
+
+/// One derived typing on uneven shards.
+pub struct Derived {
+    pub inputs: Vec<Placement>,
+    pub output: Placement,
+    pub report: UnevenReport,
+}
+
+/// The placements a derived typing ranges over: I, R, P and a shard of
+/// dim 0 and of dim 1 split by `split`.
+pub fn derive_places(split: &spmd_semantics::uneven::Split) -> Vec<Placement> {
+    vec![
+        Placement::Inv,
+        Placement::Red,
+        Placement::Part,
+        Placement::Shard(0, split.clone()),
+        Placement::Shard(1, split.clone()),
+    ]
+}
+
+/// Every typing of `f` over [`derive_places`] with a shard somewhere, checked as a rule with that
+/// typing is (SPEC.md §23.10), in parallel.
+pub fn derive(
+    f: &LocalFn,
+    split: &spmd_semantics::uneven::Split,
+    dialect: Dialect,
+) -> Vec<Derived> {
+    use rayon::prelude::*;
+    let places = derive_places(split);
+    let k = f.arity();
+    let mut typings: Vec<Vec<Placement>> = vec![vec![]];
+    for _ in 0..=k {
+        typings = typings
+            .into_iter()
+            .flat_map(|t| {
+                places.iter().map(move |p| {
+                    let mut u = t.clone();
+                    u.push(p.clone());
+                    u
+                })
+            })
+            .collect();
+    }
+    // Only typings with a shard are about uneven shards.
+    typings.retain(|t| t.iter().any(|p| matches!(p, Placement::Shard(..))));
+    typings
+        .into_par_iter()
+        .map(|mut t| {
+            let output = t.pop().expect("an output");
+            let rule = UnevenRule {
+                axis: "x".into(),
+                ranks: None,
+                inputs: t.clone(),
+                output: output.clone(),
+                what: What::Op(f.clone()),
+            };
+            Derived {
+                inputs: t,
+                output,
+                report: check(&rule, dialect),
+            }
+        })
+        .collect()
+}
+
+/// The derived table as text: one line per typing, then the counts.
+pub fn derive_text(f: &LocalFn, split: &spmd_semantics::uneven::Split, rows: &[Derived]) -> String {
+    let d = Dialect::Canonical;
+    let mut s = format!(
+        "typings of `{}` on one mesh axis, shards split by `{split}` (SPEC.md §23.14; forward only):\n",
+        f.text
+    );
+    for r in rows {
+        let sig = format!(
+            "{} -> {}",
+            r.inputs
+                .iter()
+                .map(|p| show(d, p))
+                .collect::<Vec<_>>()
+                .join(", "),
+            show(d, &r.output)
+        );
+        let word = key(&r.report);
+        match &r.report.failure {
+            Some(x) => s.push_str(&format!("  {sig:<40} {word:<12} {}\n", failure_line(x))),
+            None => s.push_str(&format!("  {sig:<40} {word}\n")),
+        }
+    }
+    let count = |k: &str| rows.iter().filter(|r| key(&r.report) == k).count();
+    s.push_str(&format!(
+        "{} typings: {} sound (bounded), {} unsound F1, {} vacuous\n",
+        rows.len(),
+        count("sound"),
+        count("unsound F1"),
+        count("vacuous")
+    ));
+    s
+}
+
+/// The derived table as the `derive --json` body.
+pub fn derive_json(f: &LocalFn, split: &spmd_semantics::uneven::Split, rows: &[Derived]) -> Value {
+    let d = Dialect::Canonical;
+    json!({
+        "mode": "uneven",
+        "op": f.text,
+        "split": split.to_string(),
+        "typings": rows.iter().map(|r| {
+            let mut j = r.report.json();
+            j["inputs"] = json!(r.inputs.iter().map(|p| show(d, p)).collect::<Vec<_>>());
+            j["output"] = json!(show(d, &r.output));
+            j
+        }).collect::<Vec<_>>(),
+    })
 }
