@@ -355,6 +355,11 @@ enum Cmd {
         /// number of classes the oracle would check, check nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Instead, every chain of up to --depth moves on uneven shards split
+        /// by this rule (chunk, ceil, divmod), each step as the system runs
+        /// it, checked F1 and B3 (SPEC.md §23.15).
+        #[arg(long, value_name = "RULE")]
+        uneven: Option<String>,
         /// Print the result as JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -551,10 +556,39 @@ fn run() -> Result<ExitCode, UsageError> {
             max_steps,
             partition,
             dry_run,
+            uneven,
             json,
             scope,
         } => {
             let sys = spmd_check::dialects::system(&dialect).map_err(UsageError)?;
+            if let Some(rule) = uneven {
+                if random.is_some() || partition.is_some() || dry_run {
+                    return Err(UsageError(
+                        "--uneven is a mode of its own: it does not go with --random, --partition or --dry-run".into(),
+                    ));
+                }
+                let split = spmd_check::semantics::uneven::Split::parse(&rule)
+                    .map_err(|e| UsageError(format!("--uneven: {e}")))?;
+                if matches!(split, spmd_check::semantics::uneven::Split::Sizes(_)) {
+                    return Err(UsageError(
+                        "--uneven takes a rule (chunk, ceil, divmod); written sizes go in a rule file".into(),
+                    ));
+                }
+                let rows = spmd_check::uneven::programs(sys.dialect, &split, depth as usize);
+                if json {
+                    print_json(&report::document(
+                        "programs",
+                        spmd_check::uneven::programs_json(sys.dialect, &split, &rows),
+                    ));
+                } else {
+                    print!(
+                        "{}",
+                        spmd_check::uneven::programs_text(sys.dialect, &split, &rows)
+                    );
+                }
+                let failed = rows.iter().any(|r| r.report.failed());
+                return Ok(ExitCode::from(u8::from(failed)));
+            }
             if dry_run {
                 let t = std::time::Instant::now();
                 let s = spmd_check::generated::TypingSummary::of(&spmd_check::generated::classify(

@@ -374,4 +374,17 @@ fn uneven_outputs_match_the_schema() {
     let (code, doc) = json_in(&d, &["derive", "matmul", "--uneven", "chunk", "--json"]);
     assert_eq!(code, 0);
     v.assert_valid("derive matmul --uneven chunk --json", &doc);
+    let (code, doc) = json_in(
+        &d,
+        &[
+            "programs",
+            "--dialect",
+            "dtensor",
+            "--uneven",
+            "divmod",
+            "--json",
+        ],
+    );
+    assert_eq!(code, 1);
+    v.assert_valid("programs --dialect dtensor --uneven divmod --json", &doc);
 }

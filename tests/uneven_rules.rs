@@ -481,3 +481,49 @@ fn derive_on_uneven_shards_finds_the_aligned_typings() {
     assert_eq!(code, 2);
     assert!(err.contains("written sizes go in a rule file"), "{err}");
 }
+
+/// `programs --uneven` (SPEC.md §23.15): chains of moves as each system
+/// runs them. DTensor's redistribute chains on torch.chunk's pieces are
+/// exact forward and backward; the same chains on first-ranks-longer
+/// pieces (the twin) fail F1 and B3. Nabla has no Reduced, and its
+/// all_to_all refuses every uneven case; JAX refuses them all.
+#[test]
+fn chains_of_moves_on_uneven_shards_per_system() {
+    let counts = |d: &str, rule: &str| -> (i32, Vec<String>) {
+        let (code, out, err) = run(&[
+            "programs",
+            "--dialect",
+            d,
+            "--uneven",
+            rule,
+            "--depth",
+            "2",
+            "--json",
+        ]);
+        assert!(code == 0 || code == 1, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let keys = v["chains"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| match c["property"].as_str() {
+                Some(p) => format!("unsound {p}"),
+                None => c["verdict"].as_str().unwrap().to_string(),
+            })
+            .collect();
+        (code, keys)
+    };
+    let (code, ks) = counts("dtensor", "chunk");
+    assert_eq!((code, ks.len()), (0, 32));
+    assert!(ks.iter().all(|k| k == "sound"), "{ks:?}");
+    let (code, ks) = counts("dtensor", "divmod");
+    assert_eq!(code, 1);
+    for p in ["unsound F1", "unsound B3"] {
+        assert!(ks.iter().any(|k| k == p), "{p}: {ks:?}");
+    }
+    let (_, ks) = counts("nabla", "ceil");
+    assert_eq!(ks.len(), 12, "no Reduced in Nabla");
+    assert_eq!(ks.iter().filter(|k| *k == "vacuous").count(), 2);
+    let (_, ks) = counts("jax", "chunk");
+    assert!(ks.iter().all(|k| k == "vacuous"), "{ks:?}");
+}

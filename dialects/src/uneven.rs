@@ -357,8 +357,9 @@ fn system_forward(d: Dialect, c: Coll, notes: &mut Vec<String>) -> Result<StepFn
     })
 }
 
-/// JAX checks shapes at the `shard_map` boundary: an input whose pieces
-/// differ in length is refused there.
+/// JAX gives every device one static shape: an input whose pieces differ
+/// in shape is refused at the `shard_map` boundary, and a step that would
+/// make pieces of different shapes cannot be written.
 fn boundary(d: Dialect, f: StepFn, notes: &mut Vec<String>) -> StepFn {
     if d != Dialect::Jax {
         return f;
@@ -366,7 +367,11 @@ fn boundary(d: Dialect, f: StepFn, notes: &mut Vec<String>) -> StepFn {
     notes.push("JAX refuses pieces of different lengths at the shard_map boundary".into());
     Box::new(move |xs| {
         crate::jax::boundary(xs)?;
-        f(xs)
+        let out = f(xs)?;
+        crate::jax::boundary(&out).map_err(|_| {
+            "JAX gives every device the same shape; this step would not".to_string()
+        })?;
+        Ok(out)
     })
 }
 

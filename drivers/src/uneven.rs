@@ -824,3 +824,201 @@ pub fn derive_json(f: &LocalFn, split: &spmd_semantics::uneven::Split, rows: &[D
         }).collect::<Vec<_>>(),
     })
 }
+
+// ---------------------------------------------------------------------------
+// `programs --dialect D --uneven RULE` (SPEC.md §23.15): every chain of up
+// to `depth` moves between placements on uneven shards, each step as the
+// system elaborates it, checked whole: F1 (the chain keeps the value) and
+// B3 (the steps' backwards, run in reverse, against the chain).
+
+/// One generated chain and its verdict.
+pub struct Chain {
+    pub places: Vec<Placement>,
+    /// Each step's forward, in words.
+    pub steps: Vec<String>,
+    pub report: UnevenReport,
+}
+
+/// The step a system runs to move a value from `a` to `b`: DTensor's
+/// `redistribute`, the collective that makes the move elsewhere; `None`
+/// when the system has none (or refuses the move outright).
+fn chain_step(d: Dialect, a: &Placement, b: &Placement) -> Option<Elaborated> {
+    let name = match d {
+        Dialect::Dtensor => "redistribute".to_string(),
+        _ => {
+            let c = spmd_dialects::uneven::generic(a, b)?;
+            // By name only: dims and split come from the placements.
+            c.to_string().split('(').next()?.to_string()
+        }
+    };
+    spmd_dialects::uneven::elaborate(d, &name, None, a, b).ok()
+}
+
+/// Every chain of 1 to `depth` steps from a shard split by `split`
+/// through I, R (where the system has it), P and shards of dims 0 and 1,
+/// each step one the system
+/// has, checked as one rule (SPEC.md §23.10) with the composed forward
+/// and the composed backward when every step has one.
+pub fn programs(d: Dialect, split: &spmd_semantics::uneven::Split, depth: usize) -> Vec<Chain> {
+    use rayon::prelude::*;
+    // The placements the system has: Nabla has no Reduced.
+    let places: Vec<Placement> = derive_places(split)
+        .into_iter()
+        .filter(|p| *p != Placement::Red || d.state_name(spmd_semantics::State::Reduced).is_some())
+        .collect();
+    let mut chains: Vec<Vec<Placement>> = places
+        .iter()
+        .filter(|p| matches!(p, Placement::Shard(..)))
+        .map(|p| vec![p.clone()])
+        .collect();
+    let mut all = Vec::new();
+    for _ in 0..depth {
+        chains = chains
+            .into_iter()
+            .flat_map(|c| {
+                let last = c.last().expect("a start").clone();
+                places
+                    .iter()
+                    .filter(move |p| **p != last)
+                    .filter(|p| chain_step(d, c.last().expect("a start"), p).is_some())
+                    .map(|p| {
+                        let mut u = c.clone();
+                        u.push(p.clone());
+                        u
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        all.extend(chains.iter().cloned());
+    }
+    all.into_par_iter()
+        .map(|places| {
+            let steps: Vec<Elaborated> = places
+                .windows(2)
+                .map(|w| chain_step(d, &w[0], &w[1]).expect("kept above"))
+                .collect();
+            let words: Vec<String> = steps.iter().map(|e| e.forward_text.clone()).collect();
+            let steps = Arc::new(steps);
+            let fs = steps.clone();
+            let forward: spmd_dialects::uneven::StepFn = Box::new(move |xs: &[Tensor]| {
+                fs.iter().try_fold(xs.to_vec(), |v, e| (e.forward)(&v))
+            });
+            let backward: Option<spmd_dialects::uneven::StepFn> =
+                steps.iter().all(|e| e.backward.is_some()).then(|| {
+                    let bs = steps.clone();
+                    Box::new(move |gs: &[Tensor]| {
+                        bs.iter().rev().try_fold(gs.to_vec(), |g, e| {
+                            (e.backward.as_ref().expect("checked above"))(&g)
+                        })
+                    }) as spmd_dialects::uneven::StepFn
+                });
+            let rule = UnevenRule {
+                axis: "x".into(),
+                ranks: None,
+                inputs: vec![places[0].clone()],
+                output: places.last().expect("a chain").clone(),
+                what: What::Step(Arc::new(Elaborated {
+                    forward,
+                    forward_text: words.join(" |> "),
+                    backward,
+                    backward_text: None,
+                    notes: vec![],
+                })),
+            };
+            let report = check_chain(&rule, &places, d);
+            Chain {
+                places,
+                steps: words,
+                report,
+            }
+        })
+        .collect()
+}
+
+/// `check`, with the cases' shapes fitting every placement of the chain.
+fn check_chain(rule: &UnevenRule, places: &[Placement], dialect: Dialect) -> UnevenReport {
+    let What::Step(e) = &rule.what else {
+        return check(rule, dialect);
+    };
+    let ns = rule.ns();
+    let mut tally = Tally::default();
+    let mut failure = None;
+    let groups = vec![places.iter().collect::<Vec<_>>()];
+    for c in spmd_generators::uneven::cases(&groups, &ns, 2, MAX_CASES, &|_| true) {
+        if crate::run::stop_reason().is_some() {
+            break;
+        }
+        if let Err(f) = check_step(
+            &rule.inputs[0],
+            &rule.output,
+            &*e.forward,
+            e.backward
+                .as_ref()
+                .map(|b| &**b as &spmd_oracle::uneven::Impl),
+            c.n,
+            &c.shapes[0],
+            &mut tally,
+        ) {
+            failure = Some(f);
+            break;
+        }
+    }
+    UnevenReport {
+        rule: rule.clone(),
+        dialect,
+        tally,
+        failure,
+        ranks: ns,
+    }
+}
+
+/// The chains as text: one line per chain, then the counts.
+pub fn programs_text(d: Dialect, split: &spmd_semantics::uneven::Split, rows: &[Chain]) -> String {
+    let mut s = format!(
+        "chains of moves on uneven shards split by `{split}`, as {} runs them (SPEC.md §23.15):\n",
+        d.name()
+    );
+    for r in rows {
+        let sig = r
+            .places
+            .iter()
+            .map(|p| show(d, p))
+            .collect::<Vec<_>>()
+            .join(" -> ");
+        let word = key(&r.report);
+        let b = if r.report.rule.has_backward() || word != "sound" {
+            ""
+        } else {
+            " (forward only: a step has no backward)"
+        };
+        match &r.report.failure {
+            Some(x) => s.push_str(&format!("  {sig}: {word}: {}\n", failure_line(x))),
+            None => s.push_str(&format!("  {sig}: {word}{b}\n")),
+        }
+    }
+    let count = |k: &str| rows.iter().filter(|r| key(&r.report) == k).count();
+    s.push_str(&format!(
+        "{} chains: {} sound (bounded), {} unsound F1, {} unsound B3, {} vacuous\n",
+        rows.len(),
+        count("sound"),
+        count("unsound F1"),
+        count("unsound B3"),
+        count("vacuous")
+    ));
+    s
+}
+
+/// The chains as the `programs --json` body.
+pub fn programs_json(d: Dialect, split: &spmd_semantics::uneven::Split, rows: &[Chain]) -> Value {
+    json!({
+        "mode": "uneven",
+        "dialect": d.name(),
+        "split": split.to_string(),
+        "chains": rows.iter().map(|r| {
+            let mut j = r.report.json();
+            j["places"] = json!(r.places.iter().map(|p| show(d, p)).collect::<Vec<_>>());
+            j["steps"] = json!(r.steps);
+            j
+        }).collect::<Vec<_>>(),
+    })
+}
