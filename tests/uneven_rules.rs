@@ -527,3 +527,123 @@ fn chains_of_moves_on_uneven_shards_per_system() {
     let (_, ks) = counts("jax", "chunk");
     assert!(ks.iter().all(|k| k == "vacuous"), "{ks:?}");
 }
+
+/// DTensor's local ops on uneven shards, recorded (SPEC.md §23.16,
+/// peers/record_uneven_dtensor_ops.py, torch 2.14.1): every output DTensor
+/// gives denotes the op of the inputs' values under its placement (the
+/// model's op, torch.chunk's split); DTensor keeps the written strategy
+/// exactly where `keeps_strategy` says (a shard with fewer rows than ranks
+/// and allow_uneven_sharding=False: Replicate() instead); the flags are
+/// the recorded ones. Findings kept as such: reshape(-1) of a Shard(0)
+/// value of 0 rows gives no result within 20 s, and of Shard(1) gives a
+/// _StridedShard, which the model has no placement for.
+#[test]
+fn dtensor_ops_on_uneven_shards_are_exact_and_keep_the_strategy_as_flagged() {
+    use spmd_check::dialects::dtensor::{
+        allow_uneven_counts, allow_uneven_sharding, keeps_strategy,
+    };
+    assert_eq!(allow_uneven_counts(), (1220, 1014));
+    assert_eq!(allow_uneven_sharding("aten.mm.default"), Some(false));
+    assert_eq!(allow_uneven_sharding("aten.mul.Tensor"), Some(true));
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/uneven/dtensor_uneven_ops.json"
+    ))
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let place = |p: &str| -> Option<Placement> {
+        match p {
+            "R" => Some(Placement::Inv),
+            "P(sum)" => Some(Placement::Part),
+            s => Some(Placement::Shard(
+                s.strip_prefix("S(")?.strip_suffix(')')?.parse().ok()?,
+                Split::Chunk,
+            )),
+        }
+    };
+    let (mut exact, mut predicted, mut no_result, mut strided) = (0, 0, 0, 0);
+    // Twin: mm read as allowing uneven sharding mispredicts cases.
+    let mut twin_wrong = 0;
+    for c in v["cases"].as_array().unwrap() {
+        let op = c["op"].as_str().unwrap();
+        let n = c["mesh"][0].as_u64().unwrap() as usize;
+        let shapes: Vec<Vec<usize>> = serde_json::from_value(c["shapes"].clone()).unwrap();
+        let ins: Vec<Placement> = c["inputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| place(p.as_str().unwrap()).unwrap())
+            .collect();
+        if c.get("no_result").is_some() {
+            assert_eq!((op, shapes[0][0]), ("reshape", 0), "{c}");
+            no_result += 1;
+            continue;
+        }
+        let Some(outs) = c["output"].as_array() else {
+            continue;
+        };
+        let out = outs[0].as_str().unwrap();
+        let Some(out_p) = place(out) else {
+            assert!(out.starts_with("_S("), "{c}");
+            strided += 1;
+            continue;
+        };
+        let expr = match op {
+            "add" => "x + y".to_string(),
+            "mul" => "x * y".into(),
+            "relu" => "relu(x - 3)".into(),
+            "sum" => "sum(x, 0)".into(),
+            "matmul" => "matmul(x, y)".into(),
+            "t" => "transpose(x)".into(),
+            "reshape" => format!("reshape(x, [{}])", shapes[0].iter().product::<usize>()),
+            _ => panic!("{op}"),
+        };
+        let f = spmd_check::interp::parse(&expr).unwrap();
+        let globals: Vec<Tensor> = shapes
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let k: usize = s.iter().product();
+                Tensor::new(
+                    s.clone(),
+                    (0..k).map(|j| Q::int((1 + 100 * i + j) as i64)).collect(),
+                )
+            })
+            .collect();
+        let want =
+            spmd_check::interp::eval::eval(&f.expr, &globals, &mut Default::default()).unwrap();
+        let pieces: Vec<Tensor> = c["per_rank"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| spmd_check::registry::parse_tensor(t.as_str().unwrap()).unwrap())
+            .collect();
+        assert_eq!(out_p.denote(&pieces).as_ref(), Some(&want), "{c}");
+        exact += 1;
+        // The written strategy's output, and whether DTensor kept it.
+        let written = match (op, c["inputs"][0].as_str().unwrap(), ins.len()) {
+            ("add", _, 2) if c["inputs"][1] == "R" => continue,
+            ("sum", "S(0)", _) => "P(sum)",
+            ("sum", "S(1)", _) => "S(0)",
+            ("matmul", "R", _) => "S(1)",
+            ("matmul", "S(1)", _) => "P(sum)",
+            ("t", _, _) => "S(1)",
+            (_, first, _) => first,
+        };
+        let aten = c["aten"].as_str().unwrap();
+        // View ops have no single-dim strategy and no flag.
+        let Some(flag) = allow_uneven_sharding(aten) else {
+            assert_eq!(aten, "aten.view.default");
+            continue;
+        };
+        let keeps = keeps_strategy(aten, flag, n, &ins, &shapes).is_ok();
+        assert_eq!(keeps, out == written, "{c}");
+        let twin_flag = flag || aten == "aten.mm.default";
+        twin_wrong += usize::from(
+            keeps_strategy(aten, twin_flag, n, &ins, &shapes).is_ok() != (out == written),
+        );
+        predicted += 1;
+    }
+    assert_eq!((exact, predicted, no_result, strided), (168, 150, 3, 9));
+    assert!(twin_wrong > 0);
+}

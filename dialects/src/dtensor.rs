@@ -445,3 +445,88 @@ pub fn redistribute_words(input: &Placement, output: &Placement) -> &'static str
         _ => "no collective",
     }
 }
+
+// ---------------------------------------------------------------------------
+// `allow_uneven_sharding` (SPEC.md §23.16): the flag each single-dim
+// strategy carries in torch 2.14.1, recorded by
+// peers/record_uneven_dtensor_ops.py into tables/dtensor_allow_uneven.toml.
+// A strategy is dropped when an input's sharded dim has fewer rows than
+// ranks (`is_tensor_shardable`), unless its flag is set and the input
+// already has the strategy's placement; DTensor then redistributes to
+// Replicate first.
+
+#[derive(serde::Deserialize)]
+struct AllowUneven {
+    torch: String,
+    allow_uneven_sharding: std::collections::BTreeMap<String, bool>,
+}
+
+fn allow_table() -> &'static AllowUneven {
+    static T: std::sync::OnceLock<AllowUneven> = std::sync::OnceLock::new();
+    T.get_or_init(|| {
+        toml::from_str(include_str!("../tables/dtensor_allow_uneven.toml"))
+            .expect("the recorded table parses (tested)")
+    })
+}
+
+/// The torch version the flags were recorded from.
+pub fn allow_uneven_version() -> &'static str {
+    &allow_table().torch
+}
+
+/// The flag of an aten op's single-dim strategy; `None` when it has none.
+pub fn allow_uneven_sharding(aten: &str) -> Option<bool> {
+    allow_table().allow_uneven_sharding.get(aten).copied()
+}
+
+/// How many strategies are recorded, and how many allow uneven sharding.
+pub fn allow_uneven_counts() -> (usize, usize) {
+    let t = &allow_table().allow_uneven_sharding;
+    (t.len(), t.values().filter(|v| **v).count())
+}
+
+/// The aten op DTensor dispatches a built-in op of this tool to.
+pub fn aten_of(builtin: &str) -> Option<&'static str> {
+    Some(match builtin {
+        "add" => "aten.add.Tensor",
+        "sub" => "aten.sub.Tensor",
+        "mul" => "aten.mul.Tensor",
+        "div" => "aten.div.Tensor",
+        "neg" => "aten.neg.default",
+        "relu" => "aten.relu.default",
+        "abs" => "aten.abs.default",
+        "sum" => "aten.sum.dim_IntList",
+        "mean" => "aten.mean.dim",
+        "matmul" => "aten.mm.default",
+        "transpose" => "aten.t.default",
+        "reshape" => "aten.view.default",
+        _ => return None,
+    })
+}
+
+/// Whether DTensor keeps the written strategy for inputs of these global
+/// shapes on `n` ranks: every sharded dim has at least n rows, or the
+/// strategy allows uneven sharding (the inputs are written in the
+/// strategy's placements). `Err` says what DTensor does instead.
+pub fn keeps_strategy(
+    aten: &str,
+    flag: bool,
+    n: usize,
+    inputs: &[Placement],
+    shapes: &[Vec<usize>],
+) -> Result<(), String> {
+    if flag {
+        return Ok(());
+    }
+    for (p, s) in inputs.iter().zip(shapes) {
+        if let Placement::Shard(d, _) = p {
+            if s.get(*d).is_some_and(|&l| l < n) {
+                return Err(format!(
+                    "{aten} does not allow uneven sharding: a dim of {} rows over {n} ranks drops the strategy, and DTensor redistributes to Replicate() first",
+                    s[*d]
+                ));
+            }
+        }
+    }
+    Ok(())
+}

@@ -636,6 +636,36 @@ fn build_uneven(
             ))
         }
     };
+    // DTensor keeps a strategy on uneven shards as its flag says (SPEC.md
+    // §23.16).
+    let mut elaboration = elaboration;
+    let guard: Option<crate::uneven::Guard> = match (&what, dialect, &s.op) {
+        (crate::uneven::What::Op(_), Dialect::Dtensor, Some(OpSpec::Name(name))) => {
+            use spmd_dialects::dtensor::{allow_uneven_sharding, allow_uneven_version, aten_of};
+            match aten_of(name).and_then(|a| Some((a, allow_uneven_sharding(a)?))) {
+                Some((aten, flag)) => {
+                    elaboration.push(format!(
+                        "DTensor ({}) registers {aten} with allow_uneven_sharding={}",
+                        allow_uneven_version(),
+                        if flag { "True" } else { "False" }
+                    ));
+                    let ins = inputs.clone();
+                    Some(std::sync::Arc::new(
+                        move |n: usize, shapes: &[Vec<usize>]| {
+                            spmd_dialects::dtensor::keeps_strategy(aten, flag, n, &ins, shapes)
+                        },
+                    ))
+                }
+                None => {
+                    elaboration.push(format!(
+                        "DTensor's allow_uneven_sharding for `{name}` is not recorded; checked as written"
+                    ));
+                    None
+                }
+            }
+        }
+        _ => None,
+    };
     let axis = axis.unwrap_or_else(|| "x".into());
     let n = ranks.unwrap_or(2);
     let types: Vec<Type> = inputs
@@ -656,6 +686,7 @@ fn build_uneven(
             inputs,
             output,
             what,
+            guard,
         }),
         elaboration,
     })

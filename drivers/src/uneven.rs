@@ -36,7 +36,17 @@ pub struct UnevenRule {
     pub inputs: Vec<Placement>,
     pub output: Placement,
     pub what: What,
+    /// For a local op, whether the system runs the written typing on a
+    /// case (axis size, global shapes): `Err` says what it does instead,
+    /// and the case counts as refused (DTensor's `allow_uneven_sharding`,
+    /// SPEC.md §23.16).
+    pub guard: Option<Guard>,
 }
+
+/// See [`UnevenRule::guard`].
+pub type Guard = Arc<
+    dyn Fn(usize, &[Vec<usize>]) -> Result<(), String> + Send + Sync + std::panic::RefUnwindSafe,
+>;
 
 impl std::fmt::Debug for UnevenRule {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -137,6 +147,11 @@ pub fn check(rule: &UnevenRule, dialect: Dialect) -> UnevenReport {
             for c in cases {
                 if crate::run::stop_reason().is_some() {
                     break;
+                }
+                if let Some(Err(why)) = rule.guard.as_ref().map(|g| g(c.n, &c.shapes)) {
+                    tally.refused += 1;
+                    tally.first_refusal.get_or_insert(why);
+                    continue;
                 }
                 if let Err(x) = check_op(
                     &rule.inputs,
@@ -604,6 +619,14 @@ pub const PINNED: &[(&str, &str)] = &[
         "twin: scatter by first-ranks-longer into pieces typed torch.chunk",
         "unsound F1",
     ),
+    (
+        "dtensor: mm of Shard(0) rows by a Replicate() weight, where DTensor keeps the strategy",
+        "sound",
+    ),
+    (
+        "dtensor: mul of Shard(0) pieces (allow_uneven_sharding=True)",
+        "sound",
+    ),
 ];
 
 /// A report's verdict as `PINNED` writes it.
@@ -765,6 +788,7 @@ pub fn derive(
                 inputs: t.clone(),
                 output: output.clone(),
                 what: What::Op(f.clone()),
+                guard: None,
             };
             Derived {
                 inputs: t,
@@ -924,6 +948,7 @@ pub fn programs(d: Dialect, split: &spmd_semantics::uneven::Split, depth: usize)
                     backward_text: None,
                     notes: vec![],
                 })),
+                guard: None,
             };
             let report = check_chain(&rule, &places, d);
             Chain {
