@@ -567,13 +567,7 @@ fn run() -> Result<ExitCode, UsageError> {
                         "--uneven is a mode of its own: it does not go with --random, --partition or --dry-run".into(),
                     ));
                 }
-                let split = spmd_check::semantics::uneven::Split::parse(&rule)
-                    .map_err(|e| UsageError(format!("--uneven: {e}")))?;
-                if matches!(split, spmd_check::semantics::uneven::Split::Sizes(_)) {
-                    return Err(UsageError(
-                        "--uneven takes a rule (chunk, ceil, divmod); written sizes go in a rule file".into(),
-                    ));
-                }
+                let split = uneven_rule(&rule)?;
                 let rows = spmd_check::uneven::programs(sys.dialect, &split, depth as usize);
                 if json {
                     print_json(&report::document(
@@ -1192,6 +1186,62 @@ fn run() -> Result<ExitCode, UsageError> {
     }
 }
 
+/// A rule `check` reports with its own words (pending kinds, uneven
+/// shards): no test or script is emitted for it yet.
+struct OwnReport<'a> {
+    file: &'a str,
+    word: String,
+    body: &'a str,
+    failed: bool,
+    /// What it is, for the note that nothing is emitted.
+    what: &'a str,
+}
+
+impl OwnReport<'_> {
+    fn print(
+        &self,
+        rep: &spmd_check::check::RuleReport,
+        json: bool,
+        text: bool,
+        emit: Option<&str>,
+        out_json: &mut Vec<serde_json::Value>,
+    ) {
+        if json {
+            let emitted = match (self.failed, emit) {
+                (true, Some(lang)) => Some(serde_json::json!({"kind": lang, "path": null,
+                    "why": format!("no test or script is emitted for {} yet", self.what)})),
+                _ => None,
+            };
+            out_json.push(report::check_rule_json(self.file, rep, emitted));
+        } else if text {
+            let name = report::quoted_name(&rep.name);
+            println!("{}: rule \"{name}\": {}", self.file, self.word);
+            for n in &rep.elaboration {
+                println!("  elaborated: {n}");
+            }
+            print!("{}", self.body);
+            if self.failed && emit.is_some() {
+                println!(
+                    "  (--emit: no test or script is emitted for {} yet)",
+                    self.what
+                );
+            }
+        }
+    }
+}
+
+/// The split rule of `--uneven RULE`: chunk, ceil or divmod.
+fn uneven_rule(rule: &str) -> Result<spmd_check::semantics::uneven::Split, UsageError> {
+    let split = spmd_check::semantics::uneven::Split::parse(rule)
+        .map_err(|e| UsageError(format!("--uneven: {e}")))?;
+    if matches!(split, spmd_check::semantics::uneven::Split::Sizes(_)) {
+        return Err(UsageError(
+            "--uneven takes a rule (chunk, ceil, divmod); written sizes go in a rule file".into(),
+        ));
+    }
+    Ok(split)
+}
+
 /// `derive --uneven RULE` (SPEC.md §23.14).
 fn derive_uneven(
     op: Option<String>,
@@ -1206,13 +1256,7 @@ fn derive_uneven(
                 .into(),
         ));
     }
-    let split = spmd_check::semantics::uneven::Split::parse(rule)
-        .map_err(|e| UsageError(format!("--uneven: {e}")))?;
-    if matches!(split, spmd_check::semantics::uneven::Split::Sizes(_)) {
-        return Err(UsageError(
-            "--uneven takes a rule (chunk, ceil, divmod); written sizes go in a rule file".into(),
-        ));
-    }
+    let split = uneven_rule(rule)?;
     let f = match (op, expr) {
         (Some(name), None) => builtin(&name).map_err(UsageError)?,
         (None, Some(e)) => parse(&e).map_err(|err| {
@@ -1478,24 +1522,15 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
             if let Some(u) = &rep.uneven {
                 failed |= u.failed();
                 inconclusive |= u.inconclusive();
-                if json {
-                    let emitted = match (u.failed(), o.emit.as_deref()) {
-                        (true, Some(lang)) => Some(serde_json::json!({"kind": lang, "path": null,
-                            "why": "no test or script is emitted for uneven shards yet"})),
-                        _ => None,
-                    };
-                    out_json.push(report::check_rule_json(f, rep, emitted));
-                } else if text {
-                    let name = report::quoted_name(&rep.name);
-                    println!("{f}: rule \"{name}\": {}", u.word());
-                    for n in &rep.elaboration {
-                        println!("  elaborated: {n}");
-                    }
-                    print!("{}", u.report());
-                    if u.failed() && o.emit.is_some() {
-                        println!("  (--emit: no test or script is emitted for uneven shards yet)");
-                    }
-                }
+                let body = u.report();
+                let own = OwnReport {
+                    file: f,
+                    word: u.word(),
+                    body: &body,
+                    failed: u.failed(),
+                    what: "uneven shards",
+                };
+                own.print(rep, json, text, o.emit.as_deref(), &mut out_json);
                 continue;
             }
             // Pending kinds (SPEC.md §21.7): their own verdict and report.
@@ -1509,21 +1544,15 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
                         changed = true;
                     }
                 }
-                if json {
-                    let emitted = match (p.failed(), o.emit.as_deref()) {
-                        (true, Some(lang)) => Some(serde_json::json!({"kind": lang, "path": null,
-                            "why": "no test or script is emitted for pending kinds yet"})),
-                        _ => None,
-                    };
-                    out_json.push(report::check_rule_json(f, rep, emitted));
-                } else if text {
-                    let name = report::quoted_name(&rep.name);
-                    println!("{f}: rule \"{name}\": {}", p.word());
-                    print!("{}", p.report(rep.dialect));
-                    if p.failed() && o.emit.is_some() {
-                        println!("  (--emit: no test or script is emitted for pending kinds yet)");
-                    }
-                }
+                let body = p.report(rep.dialect);
+                let own = OwnReport {
+                    file: f,
+                    word: p.word(),
+                    body: &body,
+                    failed: p.failed(),
+                    what: "pending kinds",
+                };
+                own.print(rep, json, text, o.emit.as_deref(), &mut out_json);
                 continue;
             }
             let v = &rep.verdict;

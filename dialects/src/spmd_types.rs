@@ -363,20 +363,8 @@ pub fn uneven_backward(
         },
         (Coll::ReduceScatter { dim, .. }, _, _) => Coll::AllGather { dim: *dim },
         // `_AllToAllSingle.backward`: the same exchange with the input and
-        // output split sizes swapped.
-        (
-            Coll::AllToAll {
-                split_dim,
-                concat_dim,
-                ..
-            },
-            Placement::Shard(_, s),
-            _,
-        ) => Coll::AllToAll {
-            split_dim: *concat_dim,
-            concat_dim: *split_dim,
-            split: s.clone(),
-        },
+        // output split sizes swapped, the transpose.
+        (Coll::AllToAll { .. }, _, _) => crate::uneven::transpose(c, input, output)?,
         _ => return None,
     };
     let text = back.to_string();

@@ -494,6 +494,36 @@ fn build_one(
     })
 }
 
+/// Refuses the fields a rule checked outside the core cannot have (a
+/// program, `jvp`, `no_grad`, `meaning`, and with `no_backward` also
+/// `backward`), saying `why`.
+fn refuse_fields(
+    s: &RuleSpec,
+    no_backward: bool,
+    why: &str,
+    err: &dyn Fn(&str, String) -> UsageError,
+) -> Result<(), UsageError> {
+    let unsupported = [
+        (
+            "step",
+            !s.step.is_empty() || !s.names.is_empty(),
+            "a program",
+        ),
+        (
+            "backward",
+            no_backward && s.backward.is_some(),
+            "`backward`",
+        ),
+        ("jvp", s.jvp.is_some(), "`jvp`"),
+        ("no_grad", !s.no_grad.is_empty(), "`no_grad`"),
+        ("meaning", s.meaning.is_some(), "`meaning`"),
+    ];
+    match unsupported.iter().find(|u| u.1) {
+        Some((needle, _, what)) => Err(err(needle, format!("{what} is not supported here: {why}"))),
+        None => Ok(()),
+    }
+}
+
 /// A rule on uneven shards (SPEC.md §23.10): one mesh axis, a collective
 /// (`forward`, elaborated by the rule's system) or a local op (`op`).
 fn build_uneven(
@@ -503,20 +533,12 @@ fn build_uneven(
     err: &dyn Fn(&str, String) -> UsageError,
 ) -> Result<Rule, UsageError> {
     use spmd_dialects::uneven::{elaborate, parse_placement};
-    let why = "rules on uneven shards take one input type per input, `forward` or `op`, and `backward` (SPEC.md §23.10)";
-    let unsupported = [
-        (
-            "step",
-            !s.step.is_empty() || !s.names.is_empty(),
-            "a program",
-        ),
-        ("jvp", s.jvp.is_some(), "`jvp`"),
-        ("no_grad", !s.no_grad.is_empty(), "`no_grad`"),
-        ("meaning", s.meaning.is_some(), "`meaning`"),
-    ];
-    if let Some((needle, _, what)) = unsupported.iter().find(|u| u.1) {
-        return Err(err(needle, format!("{what} is not supported here: {why}")));
-    }
+    refuse_fields(
+        s,
+        false,
+        "rules on uneven shards take one input type per input, `forward` or `op`, and `backward` (SPEC.md §23.10)",
+        err,
+    )?;
     // One axis: its name from the tables or the mesh, `x` otherwise.
     let mut axis: Option<String> = s
         .mesh
@@ -751,21 +773,12 @@ fn build_pending(
     scope: &Scope,
     err: &dyn Fn(&str, String) -> UsageError,
 ) -> Result<Rule, UsageError> {
-    let why = "pending kinds other than sum are checked forward only (SPEC.md §21.7)";
-    let unsupported = [
-        (
-            "step",
-            !s.step.is_empty() || !s.names.is_empty(),
-            "a program",
-        ),
-        ("backward", s.backward.is_some(), "`backward`"),
-        ("jvp", s.jvp.is_some(), "`jvp`"),
-        ("no_grad", !s.no_grad.is_empty(), "`no_grad`"),
-        ("meaning", s.meaning.is_some(), "`meaning`"),
-    ];
-    if let Some((needle, _, what)) = unsupported.iter().find(|u| u.1) {
-        return Err(err(needle, format!("{what} is not supported here: {why}")));
-    }
+    refuse_fields(
+        s,
+        true,
+        "pending kinds other than sum are checked forward only (SPEC.md §21.7)",
+        err,
+    )?;
     let f = match (&s.op, &s.forward) {
         (Some(_), Some(_)) => {
             return Err(err(

@@ -112,12 +112,20 @@ fn eval_fn(f: &LocalFn) -> impl Fn(&[Tensor]) -> Result<Tensor, String> + '_ {
 
 /// Runs the rule's checks on every case (SPEC.md §23.10).
 pub fn check(rule: &UnevenRule, dialect: Dialect) -> UnevenReport {
+    check_through(rule, dialect, &[])
+}
+
+/// `check`, a step's cases also fitting the placements `via` (a chain's
+/// intermediate ones, SPEC.md §23.15).
+pub fn check_through(rule: &UnevenRule, dialect: Dialect, via: &[Placement]) -> UnevenReport {
     let ns = rule.ns();
     let mut tally = Tally::default();
     let mut failure = None;
     match &rule.what {
         What::Step(e) => {
-            let groups = vec![vec![&rule.inputs[0], &rule.output]];
+            let mut group = vec![&rule.inputs[0], &rule.output];
+            group.extend(via);
+            let groups = vec![group];
             let cases = spmd_generators::uneven::cases(&groups, &ns, 2, MAX_CASES, &|_| true);
             for c in cases {
                 if crate::run::stop_reason().is_some() {
@@ -950,7 +958,7 @@ pub fn programs(d: Dialect, split: &spmd_semantics::uneven::Split, depth: usize)
                 })),
                 guard: None,
             };
-            let report = check_chain(&rule, &places, d);
+            let report = check_through(&rule, d, &places[1..places.len() - 1]);
             Chain {
                 places,
                 steps: words,
@@ -958,43 +966,6 @@ pub fn programs(d: Dialect, split: &spmd_semantics::uneven::Split, depth: usize)
             }
         })
         .collect()
-}
-
-/// `check`, with the cases' shapes fitting every placement of the chain.
-fn check_chain(rule: &UnevenRule, places: &[Placement], dialect: Dialect) -> UnevenReport {
-    let What::Step(e) = &rule.what else {
-        return check(rule, dialect);
-    };
-    let ns = rule.ns();
-    let mut tally = Tally::default();
-    let mut failure = None;
-    let groups = vec![places.iter().collect::<Vec<_>>()];
-    for c in spmd_generators::uneven::cases(&groups, &ns, 2, MAX_CASES, &|_| true) {
-        if crate::run::stop_reason().is_some() {
-            break;
-        }
-        if let Err(f) = check_step(
-            &rule.inputs[0],
-            &rule.output,
-            &*e.forward,
-            e.backward
-                .as_ref()
-                .map(|b| &**b as &spmd_oracle::uneven::Impl),
-            c.n,
-            &c.shapes[0],
-            &mut tally,
-        ) {
-            failure = Some(f);
-            break;
-        }
-    }
-    UnevenReport {
-        rule: rule.clone(),
-        dialect,
-        tally,
-        failure,
-        ranks: ns,
-    }
 }
 
 /// The chains as text: one line per chain, then the counts.

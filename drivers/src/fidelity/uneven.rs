@@ -19,6 +19,17 @@ pub const FILES: [&str; 3] = [
     "uneven/spmd_types_uneven.json",
 ];
 
+/// A JSON array of sizes (other entries skipped).
+fn usizes(v: &Value) -> Vec<usize> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_u64().map(|v| v as usize))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn tensors(v: &Value) -> Option<Vec<Tensor>> {
     v.as_array()?
         .iter()
@@ -85,22 +96,8 @@ fn verdict(
 }
 
 fn dtensor_case(c: &Value) -> (String, Class, String) {
-    let mesh: Vec<usize> = c["mesh"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|x| x.as_u64().map(|v| v as usize))
-                .collect()
-        })
-        .unwrap_or_default();
-    let shape: Vec<usize> = c["shape"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|x| x.as_u64().map(|v| v as usize))
-                .collect()
-        })
-        .unwrap_or_default();
+    let mesh = usizes(&c["mesh"]);
+    let shape = usizes(&c["shape"]);
     let names = |k: &str| -> Vec<String> {
         c[k].as_array()
             .map(|a| {
@@ -261,14 +258,7 @@ fn refusal(
 }
 
 fn spmd_types_case(c: &Value) -> (String, Class, String) {
-    let sizes: Vec<usize> = c["split_sizes"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|x| x.as_u64().map(|v| v as usize))
-                .collect()
-        })
-        .unwrap_or_default();
+    let sizes = usizes(&c["split_sizes"]);
     let op = c["op"].as_str().unwrap_or("?");
     let id = format!(
         "{op}(split_sizes={sizes:?}) on {}",
