@@ -647,3 +647,54 @@ fn dtensor_ops_on_uneven_shards_are_exact_and_keep_the_strategy_as_flagged() {
     assert_eq!((exact, predicted, no_result, strided), (168, 150, 3, 9));
     assert!(twin_wrong > 0);
 }
+
+/// DTensor's `from_local` of pieces that do not follow torch.chunk (SPEC.md
+/// §23.17, the class of pytorch #144109; recorded by
+/// peers/record_from_local_uneven.py, torch 2.14.1): DTensor accepts them
+/// with an explicit shape, and its redistribute to Replicate() then gives
+/// exactly what the dialect's pad-gather-unpad gives on every recorded
+/// case, which is the global vector exactly when the sizes are
+/// torch.chunk's (finding: e.g. sizes 2, 1, 1, 1 over 4 ranks give
+/// 1, 2, 3, 0, 4). Where n divides the length DTensor takes its even
+/// branch, an all_gather of equal pieces: LocalTensorMode's gather
+/// concatenates pieces of different lengths anyway, while a process group
+/// needs equal ones, and the model refuses them; those cases are counted
+/// apart.
+#[test]
+fn dtensor_from_local_of_non_chunk_pieces_loses_rows_as_the_model_says() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/uneven/dtensor_from_local_uneven.json"
+    ))
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let (mut right, mut wrong, mut even_branch) = (0, 0, 0);
+    for c in v["cases"].as_array().unwrap() {
+        let sizes: Vec<usize> = serde_json::from_value(c["sizes"].clone()).unwrap();
+        let n = sizes.len();
+        let len: usize = sizes.iter().sum();
+        let global = Tensor::new(vec![len], (1..=len).map(|i| Q::int(i as i64)).collect());
+        let pieces = Split::Sizes(sizes.clone()).split(&global, 0, n).unwrap();
+        let real: Vec<Tensor> = c["after"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| spmd_check::registry::parse_tensor(t.as_str().unwrap()).unwrap())
+            .collect();
+        let Ok(ours) = spmd_check::dialects::dtensor::padded_gather(&pieces, 0) else {
+            assert_eq!(len % n, 0, "{c}");
+            assert!(real.iter().all(|t| *t == global), "{c}");
+            even_branch += 1;
+            continue;
+        };
+        assert_eq!(ours, real, "{c}");
+        let chunk = Split::Chunk.sizes(len, n).unwrap() == sizes;
+        assert_eq!(real[0] == global, chunk, "{c}");
+        if chunk {
+            right += 1;
+        } else {
+            wrong += 1;
+        }
+    }
+    assert_eq!((right, wrong, even_branch), (24, 20, 6));
+}
