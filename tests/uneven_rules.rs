@@ -698,3 +698,50 @@ fn dtensor_from_local_of_non_chunk_pieces_loses_rows_as_the_model_says() {
     }
     assert_eq!((right, wrong, even_branch), (24, 20, 6));
 }
+
+/// JAX's answer to uneven shards, recorded (SPEC.md §23.18,
+/// peers/record_uneven_jax.py, jax 0.12.0.1 on CPU devices): both
+/// `device_put` with NamedSharding(P('x')) and `shard_map` refuse exactly
+/// where the dialect's boundary refuses torch.chunk's pieces of the length
+/// (pieces of different lengths), and run everything else; a boundary
+/// that accepted every case would be wrong on the 9 refused ones, and one
+/// that refused every case on the 6 that ran.
+#[test]
+fn jax_refuses_uneven_shards_exactly_where_the_boundary_does() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/uneven/jax_uneven_0.12.0.1.json"
+    ))
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let (mut refused, mut ran) = (0, 0);
+    for c in v["cases"].as_array().unwrap() {
+        let n = c["mesh"][0].as_u64().unwrap() as usize;
+        let len = c["length"].as_u64().unwrap() as usize;
+        let pieces: Vec<Tensor> = Split::Chunk
+            .sizes(len, n)
+            .unwrap()
+            .iter()
+            .map(|&k| Tensor::zeros(&[k]))
+            .collect();
+        let ours = spmd_check::dialects::jax::boundary(&pieces);
+        let real = c.get("shard_map_refused").is_some();
+        assert_eq!(ours.is_err(), real, "{c}");
+        assert_eq!(c.get("device_put_refused").is_some(), real, "{c}");
+        if real {
+            assert!(c["shard_map_refused"]
+                .as_str()
+                .unwrap()
+                .contains("not evenly divisible"));
+            refused += 1;
+        } else {
+            let want: Vec<f64> = (1..=len).map(|i| 2.0 * i as f64).collect();
+            assert_eq!(
+                serde_json::from_value::<Vec<f64>>(c["result"].clone()).unwrap(),
+                want
+            );
+            ran += 1;
+        }
+    }
+    assert_eq!((refused, ran), (9, 6));
+}
