@@ -329,3 +329,65 @@ fn jaxs_recorded_transpose_fails_where_the_model_says() {
     };
     assert!(check_transpose(&l, &[rows], &[rows], &changed).is_err());
 }
+
+/// J1 for `ragged_all_to_all` (SPEC.md §23.3): JAX 0.12.0.1's JVP rule
+/// (parallel.py, `_ragged_all_to_all_jvp`: the op itself on the operand's
+/// and the output's tangents, with the same sizes and offsets) equals the
+/// derivative of the forward along every unit tangent, on every packed
+/// layout of 2 ranks; the twin, a JVP that leaves out the output buffer's
+/// tangent (the rows nothing is written to keep their tangent), fails on
+/// a layout with an unwritten output row.
+#[test]
+fn jaxs_jvp_rule_is_the_derivative_and_a_jvp_without_the_outputs_tangent_is_not() {
+    use spmd_check::oracle::ragged::check_jvp;
+    let (rows, n) = (3, 2);
+    let ls = layouts(n, rows, 2, Inputs::Packed);
+    assert!(!ls.is_empty());
+    let buffers = |base: i64| -> Vec<Tensor> {
+        (0..n)
+            .map(|r| {
+                vector(
+                    &(0..rows as i64)
+                        .map(|i| base + 10 * r as i64 + i)
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .collect()
+    };
+    let (operand, output) = (buffers(1), buffers(100));
+    let jax = |l: &Layout| {
+        let l = l.clone();
+        move |_: &[Tensor], _: &[Tensor], dop: &[Tensor], dout: &[Tensor]| l.forward(dop, dout)
+    };
+    let no_output_tangent = |l: &Layout| {
+        let l = l.clone();
+        move |_: &[Tensor], _: &[Tensor], dop: &[Tensor], dout: &[Tensor]| {
+            let z: Vec<Tensor> = dout.iter().map(|t| Tensor::zeros(&t.shape)).collect();
+            l.forward(dop, &z)
+        }
+    };
+    let mut twin_failed = 0;
+    for l in &ls {
+        check_jvp(l, &operand, &output, &jax(l)).unwrap_or_else(|m| panic!("{l:?}: {m:?}"));
+        if let Err(m) = check_jvp(l, &operand, &output, &no_output_tangent(l)) {
+            assert_eq!(m.input, "output");
+            twin_failed += 1;
+        }
+    }
+    // Every layout leaves some output row unwritten or not: the twin fails
+    // on exactly those that leave one.
+    let unwritten = ls
+        .iter()
+        .filter(|l| {
+            let mut written = vec![vec![false; rows]; n];
+            for g in l.segments() {
+                for k in 0..g.rows {
+                    written[g.dst][g.to + k] = true;
+                }
+            }
+            written.iter().flatten().any(|w| !w)
+        })
+        .count();
+    assert!(twin_failed > 0);
+    assert_eq!(twin_failed, unwritten);
+}

@@ -102,3 +102,79 @@ pub fn check_transpose(
     }
     Ok(())
 }
+
+/// A tangent the JVP gives that differs from the derivative (J1).
+#[derive(Clone, Debug, PartialEq)]
+pub struct JvpMismatch {
+    /// The unit tangent: 1 at this input, rank and flat element.
+    pub input: &'static str,
+    pub rank: usize,
+    pub elem: usize,
+    /// Where the result's tangent differs, and the two values.
+    pub out_rank: usize,
+    pub out_elem: usize,
+    pub got: Option<Q>,
+    pub want: Q,
+}
+
+/// A JVP: the primal operand and output buffers and their tangents (per
+/// rank) to the result's tangent (per rank).
+pub type Jvp<'a> = dyn Fn(&[Tensor], &[Tensor], &[Tensor], &[Tensor]) -> Vec<Tensor> + 'a;
+
+/// Decide J1 for `jvp` at the primal point `operand`, `output` on a
+/// validated `layout`: for every unit tangent of either buffer, the JVP's
+/// result tangent against the derivative of the forward along it, the
+/// exact difference F(x + t) − F(x) (the forward is linear, so a step of 1
+/// is exact). The JVP is only called.
+pub fn check_jvp(
+    layout: &Layout,
+    operand: &[Tensor],
+    output: &[Tensor],
+    jvp: &Jvp,
+) -> Result<(), JvpMismatch> {
+    let n = layout.ranks();
+    let base = layout.forward(operand, output);
+    let zeros =
+        |xs: &[Tensor]| -> Vec<Tensor> { xs.iter().map(|t| Tensor::zeros(&t.shape)).collect() };
+    for (input, buf) in [("operand", operand), ("output", output)] {
+        for r in 0..n {
+            for e in 0..buf[r].numel() {
+                let (mut dop, mut dout) = (zeros(operand), zeros(output));
+                let t = if input == "operand" {
+                    &mut dop
+                } else {
+                    &mut dout
+                };
+                t[r].data[e] = Q::one();
+                let moved_op: Vec<Tensor> =
+                    operand.iter().zip(&dop).map(|(a, b)| a.add(b)).collect();
+                let moved_out: Vec<Tensor> =
+                    output.iter().zip(&dout).map(|(a, b)| a.add(b)).collect();
+                let moved = layout.forward(&moved_op, &moved_out);
+                let got = jvp(operand, output, &dop, &dout);
+                for (q, (m, b)) in moved.iter().zip(&base).enumerate() {
+                    for (k, (mv, bv)) in m.data.iter().zip(&b.data).enumerate() {
+                        let want = mv.sub(bv);
+                        let g = got
+                            .get(q)
+                            .filter(|t| t.shape == m.shape)
+                            .and_then(|t| t.data.get(k))
+                            .cloned();
+                        if g.as_ref() != Some(&want) {
+                            return Err(JvpMismatch {
+                                input,
+                                rank: r,
+                                elem: e,
+                                out_rank: q,
+                                out_elem: k,
+                                got: g,
+                                want,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
