@@ -400,6 +400,20 @@ fn fidelity_replays_the_uneven_recordings_exactly_and_catches_a_tampered_one() {
     }
     assert_eq!(count("spmd_types_uneven.json", "agree"), 72);
     assert_eq!(count("spmd_types_uneven.json", "undetermined"), 72);
+    // The ops, from_local and JAX recordings (SPEC.md §23.16–§23.18).
+    for f in [
+        "dtensor_uneven_ops.json",
+        "dtensor_from_local_uneven.json",
+        "jax_uneven_0.12.0.1.json",
+    ] {
+        assert_eq!(count(f, "model_mismatch"), 0, "{f}");
+    }
+    assert_eq!(count("dtensor_uneven_ops.json", "agree"), 168);
+    assert_eq!(count("dtensor_uneven_ops.json", "undetermined"), 3);
+    assert_eq!(count("dtensor_from_local_uneven.json", "agree"), 24);
+    assert_eq!(count("dtensor_from_local_uneven.json", "real_defect"), 20);
+    assert_eq!(count("jax_uneven_0.12.0.1.json", "agree"), 6);
+    assert_eq!(count("jax_uneven_0.12.0.1.json", "sound_rejection"), 9);
     // The twin.
     let tmp = fresh_dir("uneven", "fidelity");
     std::fs::create_dir_all(tmp.join("uneven")).unwrap();

@@ -13,10 +13,13 @@ use spmd_semantics::uneven::{Placement, Split};
 use spmd_semantics::Tensor;
 
 /// The recordings read, relative to the fixtures directory.
-pub const FILES: [&str; 3] = [
+pub const FILES: [&str; 6] = [
     "uneven/dtensor_uneven.json",
     "uneven/dtensor_uneven_2.15.0.json",
     "uneven/spmd_types_uneven.json",
+    "uneven/dtensor_uneven_ops.json",
+    "uneven/dtensor_from_local_uneven.json",
+    "uneven/jax_uneven_0.12.0.1.json",
 ];
 
 /// A JSON array of sizes (other entries skipped).
@@ -324,6 +327,246 @@ fn spmd_types_case(c: &Value) -> (String, Class, String) {
     }
 }
 
+/// A recorded DTensor op on uneven shards (SPEC.md §23.16): the outputs
+/// must denote the model's op of the inputs' values, and DTensor must keep
+/// the written strategy exactly where `dtensor::keeps_strategy` says.
+fn ops_case(c: &Value) -> (String, Class, String) {
+    let op = c["op"].as_str().unwrap_or("?");
+    let n = usizes(&c["mesh"]).first().copied().unwrap_or(0);
+    let shapes: Vec<Vec<usize>> = c["shapes"]
+        .as_array()
+        .map(|a| a.iter().map(usizes).collect())
+        .unwrap_or_default();
+    let ins: Vec<String> = c["inputs"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    let id = format!("{op}({}) on [{n}], {shapes:?}", ins.join(", "));
+    let ne = |why: String| (id.clone(), Class::NotExpressible(why), String::new());
+    if c.get("no_result").is_some() {
+        return (
+            id.clone(),
+            Class::Undetermined(format!(
+                "DTensor gave no result ({}): its view propagation on a sharded dim of length 0",
+                c["no_result"].as_str().unwrap_or("")
+            )),
+            String::new(),
+        );
+    }
+    if let Some(why) = c["refused"].as_str() {
+        return ne(format!(
+            "DTensor refuses ({why}); the model has no rule for views on uneven shards"
+        ));
+    }
+    let out = c["output"][0].as_str().unwrap_or("?");
+    let (Some(out_p), Some(in_p)) = (
+        dtensor_placement(out),
+        ins.iter()
+            .map(|p| dtensor_placement(p))
+            .collect::<Option<Vec<_>>>(),
+    ) else {
+        return ne(format!(
+            "placement {out}: the model has no _StridedShard (SPEC.md §23.8)"
+        ));
+    };
+    let expr = match op {
+        "add" => "x + y".to_string(),
+        "mul" => "x * y".into(),
+        "relu" => "relu(x - 3)".into(),
+        "sum" => "sum(x, 0)".into(),
+        "matmul" => "matmul(x, y)".into(),
+        "t" => "transpose(x)".into(),
+        "reshape" => format!(
+            "reshape(x, [{}])",
+            shapes.first().map_or(0, |s| s.iter().product::<usize>())
+        ),
+        _ => return ne(format!("op {op}")),
+    };
+    let Ok(f) = spmd_interp::parse(&expr) else {
+        return ne(format!("op {op}"));
+    };
+    let globals: Vec<Tensor> = shapes
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let k: usize = s.iter().product();
+            Tensor::new(
+                s.clone(),
+                (0..k)
+                    .map(|j| spmd_semantics::Q::int((1 + 100 * i + j) as i64))
+                    .collect(),
+            )
+        })
+        .collect();
+    let Ok(want) = spmd_interp::eval::infer(&f.expr, &shapes)
+        .map_err(|_| ())
+        .and_then(|_| {
+            spmd_interp::eval::eval(&f.expr, &globals, &mut Default::default()).map_err(|_| ())
+        })
+    else {
+        return ne(format!("{expr} on shapes {shapes:?}"));
+    };
+    let Some(pieces) = tensors(&c["per_rank"]) else {
+        return ne("a piece not exact in float64".into());
+    };
+    if out_p.denote(&pieces).as_ref() != Some(&want) {
+        return (
+            id,
+            Class::RealDefect(format!(
+                "DTensor's pieces under {out} denote {}, the op gives {want}",
+                out_p
+                    .denote(&pieces)
+                    .map_or("nothing".into(), |t| t.to_string())
+            )),
+            String::new(),
+        );
+    }
+    let aten = c["aten"].as_str().unwrap_or("?");
+    let Some(flag) = spmd_dialects::dtensor::allow_uneven_sharding(aten) else {
+        return (
+            id,
+            Class::Agree,
+            format!("the pieces under {out} denote the op; {aten} has no single-dim strategy flag"),
+        );
+    };
+    let keeps = spmd_dialects::dtensor::keeps_strategy(aten, flag, n, &in_p, &shapes).is_ok();
+    let kept = !matches!(out_p, Placement::Inv) || in_p.iter().all(|p| *p == Placement::Inv);
+    // Mixed Shard and Replicate inputs of a pointwise op: DTensor's
+    // strategy takes both as Shard, which no written typing says.
+    if op == "add" && in_p.contains(&Placement::Inv) {
+        return (
+            id,
+            Class::Agree,
+            format!("the pieces under {out} denote the op (a Replicate() operand of a pointwise op: the strategy is not predicted)"),
+        );
+    }
+    if keeps != kept {
+        return (
+            id,
+            Class::ModelMismatch(format!(
+                "keeps_strategy says {}, DTensor gave {out}",
+                if keeps { "kept" } else { "dropped" }
+            )),
+            String::new(),
+        );
+    }
+    (
+        id,
+        Class::Agree,
+        format!(
+            "the pieces under {out} denote the op; allow_uneven_sharding={flag}, strategy {}",
+            if kept {
+                "kept"
+            } else {
+                "dropped (Replicate() first)"
+            }
+        ),
+    )
+}
+
+/// A recorded `from_local` of pieces of given sizes, then a redistribute
+/// to Replicate() (SPEC.md §23.17).
+fn from_local_case(c: &Value) -> (String, Class, String) {
+    let sizes = usizes(&c["sizes"]);
+    let n = sizes.len();
+    let len: usize = sizes.iter().sum();
+    let id = format!("from_local(sizes={sizes:?}) |> redistribute Replicate()");
+    let global = Tensor::new(
+        vec![len],
+        (1..=len)
+            .map(|i| spmd_semantics::Q::int(i as i64))
+            .collect(),
+    );
+    let Ok(pieces) = Split::Sizes(sizes.clone()).split(&global, 0, n) else {
+        return (id, Class::NotExpressible("sizes".into()), String::new());
+    };
+    let Some(real) = tensors(&c["after"]) else {
+        return (
+            id,
+            Class::NotExpressible("a piece not exact in float64".into()),
+            String::new(),
+        );
+    };
+    match spmd_dialects::dtensor::padded_gather(&pieces, 0) {
+        Err(e) => (
+            id,
+            Class::NotExpressible(format!(
+                "LocalTensorMode concatenates pieces of different lengths in the even branch; a process group needs equal ones ({e})"
+            )),
+            String::new(),
+        ),
+        Ok(ours) => match first_difference(&ours, &real) {
+            Some(d) => (id, Class::ModelMismatch(d), String::new()),
+            None if real.iter().all(|t| *t == global) => (
+                id,
+                Class::Agree,
+                "torch.chunk's sizes: the value comes back".into(),
+            ),
+            None => (
+                id,
+                Class::RealDefect(format!(
+                    "from_local accepts pieces of sizes {sizes:?}, which are not torch.chunk's; the redistribute gives {} for {global} (pytorch #144109's class)",
+                    real[0]
+                )),
+                String::new(),
+            ),
+        },
+    }
+}
+
+/// A recorded JAX placement of a vector on n devices (SPEC.md §23.18).
+fn jax_case(c: &Value) -> (String, Class, String) {
+    let n = usizes(&c["mesh"]).first().copied().unwrap_or(0);
+    let len = c["length"].as_u64().unwrap_or(0) as usize;
+    let id = format!("shard_map over P('x') of a vector of {len} on {n} devices");
+    let Ok(sizes) = Split::Chunk.sizes(len, n) else {
+        return (id, Class::NotExpressible("sizes".into()), String::new());
+    };
+    let pieces: Vec<Tensor> = sizes.iter().map(|&k| Tensor::zeros(&[k])).collect();
+    let ours = spmd_dialects::jax::boundary(&pieces);
+    let real = c.get("shard_map_refused").and_then(Value::as_str);
+    match (ours, real) {
+        (Ok(()), None) => (id, Class::Agree, "both run it".into()),
+        (Err(_), Some(why)) => {
+            // Refused: meaningful if 2·x on the uneven pieces is exact.
+            let p = Placement::Shard(0, Split::Chunk);
+            let f = |xs: &[Tensor]| -> Result<Tensor, String> {
+                Ok(xs[0].scale(&spmd_semantics::Q::int(2)))
+            };
+            let mut t = Tally::default();
+            match spmd_oracle::uneven::check_op(std::slice::from_ref(&p), &p, &f, n, &[vec![len]], 64, &mut t) {
+                Ok(()) if t.instances > 0 => (
+                    id,
+                    Class::SoundRejection,
+                    format!(
+                        "both refuse ({why}); 2 * x on torch.chunk's pieces is exact here ({} instances)",
+                        t.instances
+                    ),
+                ),
+                _ => (
+                    id,
+                    Class::Undetermined(format!("both refuse ({why})")),
+                    String::new(),
+                ),
+            }
+        }
+        (Ok(()), Some(why)) => (
+            id,
+            Class::ModelMismatch(format!("JAX refuses ({why}); the model's boundary runs it")),
+            String::new(),
+        ),
+        (Err(e), None) => (
+            id,
+            Class::ModelMismatch(format!("JAX runs it; the model's boundary refuses: {e}")),
+            String::new(),
+        ),
+    }
+}
+
 /// Every case of the uneven recordings in `dir` (the fixtures directory);
 /// recordings that are not there are skipped.
 pub fn run(dir: &str) -> Result<Vec<CaseResult>, UsageError> {
@@ -337,11 +580,21 @@ pub fn run(dir: &str) -> Result<Vec<CaseResult>, UsageError> {
         let text = crate::rules::read_text_limit(&name, 16 << 20)?;
         let v: Value = serde_json::from_str(&text)
             .map_err(|e| UsageError(format!("{name}: not a recording: {e}")))?;
-        let spmd = f.contains("spmd_types");
-        let (system, version) = if spmd {
-            ("spmd_types", v["spmd_types"].as_str().unwrap_or("?"))
+        let kind = if f.contains("spmd_types") {
+            "spmd_types"
+        } else if f.contains("jax_") {
+            "jax"
+        } else if f.contains("_ops") {
+            "ops"
+        } else if f.contains("from_local") {
+            "from_local"
         } else {
-            ("dtensor", v["torch"].as_str().unwrap_or("?"))
+            "redistribute"
+        };
+        let (system, version) = match kind {
+            "spmd_types" => ("spmd_types", v["spmd_types"].as_str().unwrap_or("?")),
+            "jax" => ("jax", v["jax"].as_str().unwrap_or("?")),
+            _ => ("dtensor", v["torch"].as_str().unwrap_or("?")),
         };
         let cases = v["cases"]
             .as_array()
@@ -349,10 +602,12 @@ pub fn run(dir: &str) -> Result<Vec<CaseResult>, UsageError> {
         let results: Vec<CaseResult> = cases
             .par_iter()
             .map(|c| {
-                let (id, class, note) = if spmd {
-                    spmd_types_case(c)
-                } else {
-                    dtensor_case(c)
+                let (id, class, note) = match kind {
+                    "spmd_types" => spmd_types_case(c),
+                    "jax" => jax_case(c),
+                    "ops" => ops_case(c),
+                    "from_local" => from_local_case(c),
+                    _ => dtensor_case(c),
                 };
                 CaseResult {
                     file: name.clone(),
