@@ -318,6 +318,9 @@ crate::elaborate::table_collective_reader!("DTensor");
 /// n·c − L rows are dropped. Right exactly when the pieces are torch.chunk's.
 pub fn padded_gather(xs: &[Tensor], dim: usize) -> Result<Vec<Tensor>, String> {
     let n = xs.len();
+    if n == 0 {
+        return Err("a gather over no ranks".into());
+    }
     let len = xs.iter().try_fold(0usize, |a, x| {
         x.shape
             .get(dim)
