@@ -214,7 +214,7 @@ fn build_one(
         TypeSpec::Axes(m) => m.values().any(|x| spmd_dialects::uneven::names_split(x)),
     };
     if s.inputs.iter().chain([&s.output]).any(named_split) {
-        return build_uneven(s, dialect, scope, &err);
+        return build_uneven(s, dialect, &err);
     }
     let mut texts: Vec<String> = s.inputs.iter().map(type_text).collect();
     texts.push(type_text(&s.output));
@@ -529,7 +529,6 @@ fn refuse_fields(
 fn build_uneven(
     s: &RuleSpec,
     dialect: Dialect,
-    _scope: &Scope,
     err: &dyn Fn(&str, String) -> UsageError,
 ) -> Result<Rule, UsageError> {
     use spmd_dialects::uneven::{elaborate, parse_placement};
