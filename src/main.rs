@@ -12,7 +12,6 @@ use spmd_check::programs::ProgramResult;
 use spmd_check::report;
 use spmd_check::run::UsageError;
 use spmd_generators::Scope;
-use spmd_interp::{builtin, parse};
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
@@ -447,13 +446,14 @@ fn run() -> Result<ExitCode, UsageError> {
         } => {
             let format = report::Format::parse(format.as_deref(), json)?;
             if let Some(rule) = uneven {
-                return derive_uneven(
-                    op,
-                    expr,
+                spmd_check::uneven::derive_cmd(
+                    op.as_deref(),
+                    expr.as_deref(),
                     &rule,
                     global || dialect.is_some() || partial.is_some(),
                     format,
-                );
+                )?;
+                return Ok(ExitCode::SUCCESS);
             }
             if let Some(k) = partial {
                 return spmd_check::derive::derive_partial_cmd(
@@ -466,23 +466,12 @@ fn run() -> Result<ExitCode, UsageError> {
                 );
             }
             let sys = spmd_check::derive::dialect_for(dialect.as_deref(), op.as_deref(), global)?;
-            let f = match (op, expr) {
-                (Some(name), None) => builtin(&name).map_err(UsageError)?,
-                (None, Some(e)) => parse(&e).map_err(|err| {
-                    UsageError(format!(
-                        "--expr `{}`: {err}",
-                        spmd_check::report::excerpt(&e)
-                    ))
-                })?,
-                (Some(_), Some(_)) => {
-                    return Err(UsageError("give either OP or --expr, not both".into()))
-                }
-                (None, None) => {
-                    return Err(UsageError(
-                        "give an OP (e.g. `derive mul`) or --expr \"x * y\"".into(),
-                    ))
-                }
-            };
+            let f = spmd_check::derive::op_or_expr(
+                op.as_deref(),
+                expr.as_deref(),
+                "give an OP (e.g. `derive mul`) or --expr \"x * y\"",
+                "give either OP or --expr, not both",
+            )?;
             let b = bar(0, format.quiet());
             b.set_message("instances");
             let rows = if global {
@@ -567,20 +556,8 @@ fn run() -> Result<ExitCode, UsageError> {
                         "--uneven is a mode of its own: it does not go with --random, --partition or --dry-run".into(),
                     ));
                 }
-                let split = uneven_rule(&rule)?;
-                let rows = spmd_check::uneven::programs(sys.dialect, &split, depth as usize);
-                if json {
-                    print_json(&report::document(
-                        "programs",
-                        spmd_check::uneven::programs_json(sys.dialect, &split, &rows),
-                    ));
-                } else {
-                    print!(
-                        "{}",
-                        spmd_check::uneven::programs_text(sys.dialect, &split, &rows)
-                    );
-                }
-                let failed = rows.iter().any(|r| r.report.failed());
+                let failed =
+                    spmd_check::uneven::programs_cmd(sys.dialect, &rule, depth as usize, json)?;
                 return Ok(ExitCode::from(u8::from(failed)));
             }
             if dry_run {
@@ -1228,70 +1205,6 @@ impl OwnReport<'_> {
             }
         }
     }
-}
-
-/// The split rule of `--uneven RULE`: chunk, ceil or divmod.
-fn uneven_rule(rule: &str) -> Result<spmd_check::semantics::uneven::Split, UsageError> {
-    let split = spmd_check::semantics::uneven::Split::parse(rule)
-        .map_err(|e| UsageError(format!("--uneven: {e}")))?;
-    if matches!(split, spmd_check::semantics::uneven::Split::Sizes(_)) {
-        return Err(UsageError(
-            "--uneven takes a rule (chunk, ceil, divmod); written sizes go in a rule file".into(),
-        ));
-    }
-    Ok(split)
-}
-
-/// `derive --uneven RULE` (SPEC.md §23.14).
-fn derive_uneven(
-    op: Option<String>,
-    expr: Option<String>,
-    rule: &str,
-    other_mode: bool,
-    format: report::Format,
-) -> Result<ExitCode, UsageError> {
-    if other_mode {
-        return Err(UsageError(
-            "--uneven is a mode of its own: it does not go with --global, --dialect or --partial"
-                .into(),
-        ));
-    }
-    let split = uneven_rule(rule)?;
-    let f = match (op, expr) {
-        (Some(name), None) => builtin(&name).map_err(UsageError)?,
-        (None, Some(e)) => parse(&e).map_err(|err| {
-            UsageError(format!(
-                "--expr `{}`: {err}",
-                spmd_check::report::excerpt(&e)
-            ))
-        })?,
-        (Some(_), Some(_)) => return Err(UsageError("give either OP or --expr, not both".into())),
-        (None, None) => {
-            return Err(UsageError(
-                "give an OP (e.g. `derive mul --uneven chunk`) or --expr \"x * y\"".into(),
-            ))
-        }
-    };
-    if f.arity() > 2 {
-        return Err(UsageError(format!(
-            "--uneven derives ops of one or two inputs; `{}` takes {}",
-            f.text,
-            f.arity()
-        )));
-    }
-    let rows = spmd_check::uneven::derive(&f, &split, spmd_check::semantics::Dialect::Canonical);
-    match format {
-        report::Format::Json => print_json(&report::document(
-            "derive",
-            spmd_check::uneven::derive_json(&f, &split, &rows),
-        )),
-        report::Format::Text => print!("{}", spmd_check::uneven::derive_text(&f, &split, &rows)),
-        _ => return Err(UsageError(
-            "--uneven prints text or JSON (--format markdown and junit are not written for it yet)"
-                .into(),
-        )),
-    }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Whether `conform` runs the pending-kind section for this dialect

@@ -602,16 +602,8 @@ fn dtensor_ops_on_uneven_shards_are_exact_and_keep_the_strategy_as_flagged() {
             strided += 1;
             continue;
         };
-        let expr = match op {
-            "add" => "x + y".to_string(),
-            "mul" => "x * y".into(),
-            "relu" => "relu(x - 3)".into(),
-            "sum" => "sum(x, 0)".into(),
-            "matmul" => "matmul(x, y)".into(),
-            "t" => "transpose(x)".into(),
-            "reshape" => format!("reshape(x, [{}])", shapes[0].iter().product::<usize>()),
-            _ => panic!("{op}"),
-        };
+        let expr = spmd_check::fidelity::uneven::recorded_op(op, &shapes)
+            .unwrap_or_else(|| panic!("{op}"));
         let f = spmd_check::interp::parse(&expr).unwrap();
         let globals: Vec<Tensor> = shapes
             .iter()

@@ -323,6 +323,23 @@ pub fn dialect_for(
 /// `derive OP --partial k` (SPEC.md §21.2): the table of which outputs defer
 /// a pending reduction of kind `k`, printed (or as JSON). Its scope is §21.2's
 /// own; `--global` and `--dialect` do not combine with it.
+/// The local function of `derive`'s OP or `--expr`; `neither` and `both`
+/// are the errors when none or both are given.
+pub fn op_or_expr(
+    op: Option<&str>,
+    expr: Option<&str>,
+    neither: &str,
+    both: &str,
+) -> Result<spmd_interp::LocalFn, UsageError> {
+    match (op, expr) {
+        (Some(name), None) => spmd_interp::op::builtin(name).map_err(UsageError),
+        (None, Some(e)) => spmd_interp::expr::parse(e)
+            .map_err(|err| UsageError(format!("--expr `{}`: {err}", crate::words::excerpt(e)))),
+        (Some(_), Some(_)) => Err(UsageError(both.into())),
+        (None, None) => Err(UsageError(neither.into())),
+    }
+}
+
 pub fn derive_partial_cmd(
     op: Option<&str>,
     expr: Option<&str>,
@@ -339,12 +356,8 @@ pub fn derive_partial_cmd(
     }
     let k = spmd_semantics::pending::PartialKind::parse(kind)
         .map_err(|e| UsageError(format!("--partial: {e}")))?;
-    let f = match (op, expr) {
-        (Some(name), None) => spmd_interp::op::builtin(name).map_err(UsageError)?,
-        (None, Some(e)) => spmd_interp::expr::parse(e)
-            .map_err(|err| UsageError(format!("--expr `{}`: {err}", crate::words::excerpt(e))))?,
-        _ => return Err(UsageError("give either OP or --expr with --partial".into())),
-    };
+    let either = "give either OP or --expr with --partial";
+    let f = op_or_expr(op, expr, either, either)?;
     use crate::report::Format;
     if matches!(format, Format::Markdown | Format::Junit) {
         return Err(UsageError(

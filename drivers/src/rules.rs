@@ -524,6 +524,52 @@ fn refuse_fields(
     }
 }
 
+/// The local function of a rule checked outside the core: its `op`, or
+/// for a `forward` (a collective, which takes one input) the identity
+/// named after it (a collective keeps the value it is given); its arity
+/// must be the number of input types.
+fn op_or_forward(
+    s: &RuleSpec,
+    inputs: usize,
+    err: &dyn Fn(&str, String) -> UsageError,
+) -> Result<spmd_interp::LocalFn, UsageError> {
+    let f = match (&s.op, &s.forward) {
+        (Some(_), Some(_)) => {
+            return Err(err(
+                "forward",
+                "give either `op` or `forward`, not both".into(),
+            ))
+        }
+        (None, Some(fw)) => {
+            if inputs != 1 {
+                return Err(err("inputs", "a collective takes one input".into()));
+            }
+            let mut id = parse("x").map_err(|e| err(fw, e.to_string()))?;
+            id.text = fw.clone();
+            id
+        }
+        (Some(o), None) => local_fn(o, s.vars.as_deref(), err)?,
+        (None, None) => {
+            return Err(err(
+                "name",
+                "a rule needs `op` (a local op) or `forward` (a collective)".into(),
+            ))
+        }
+    };
+    if f.arity() != inputs {
+        return Err(err(
+            "inputs",
+            format!(
+                "`{}` takes {} inputs, {} types given",
+                f.text,
+                f.arity(),
+                inputs
+            ),
+        ));
+    }
+    Ok(f)
+}
+
 /// A rule on uneven shards (SPEC.md §23.10): one mesh axis, a collective
 /// (`forward`, elaborated by the rule's system) or a local op (`op`).
 fn build_uneven(
@@ -605,57 +651,26 @@ fn build_uneven(
             ))
         }
     };
-    let (what, elaboration, has_backward, f) = match (&s.op, &s.forward) {
-        (Some(_), Some(_)) => {
-            return Err(err(
-                "forward",
-                "give either `op` or `forward`, not both".into(),
-            ))
-        }
-        (None, Some(fw)) => {
-            if inputs.len() != 1 {
-                return Err(err("inputs", "a collective takes one input".into()));
-            }
+    if s.op.is_some() && s.forward.is_none() && backward.is_some() {
+        return Err(err(
+            "backward",
+            "local ops on uneven shards are checked forward (SPEC.md §23.10)".into(),
+        ));
+    }
+    let f = op_or_forward(s, inputs.len(), err)?;
+    let (what, elaboration, has_backward) = match &s.forward {
+        Some(fw) => {
             let e = elaborate(dialect, fw, backward, &inputs[0], &output)
                 .map_err(|e| err(backward.filter(|b| e.contains(b.trim())).unwrap_or(fw), e))?;
             let notes = e.notes.clone();
             let has = e.backward.is_some();
-            let mut id = parse("x").map_err(|e| err(fw, e.to_string()))?;
-            id.text = fw.clone();
             (
                 crate::uneven::What::Step(std::sync::Arc::new(e)),
                 notes,
                 has,
-                id,
             )
         }
-        (Some(o), None) => {
-            if backward.is_some() {
-                return Err(err(
-                    "backward",
-                    "local ops on uneven shards are checked forward (SPEC.md §23.10)".into(),
-                ));
-            }
-            let f = local_fn(o, s.vars.as_deref(), err)?;
-            if f.arity() != inputs.len() {
-                return Err(err(
-                    "inputs",
-                    format!(
-                        "`{}` takes {} inputs, {} types given",
-                        f.text,
-                        f.arity(),
-                        inputs.len()
-                    ),
-                ));
-            }
-            (crate::uneven::What::Op(f.clone()), vec![], false, f)
-        }
-        (None, None) => {
-            return Err(err(
-                "name",
-                "a rule needs `op` (a local op) or `forward` (a collective)".into(),
-            ))
-        }
+        None => (crate::uneven::What::Op(f.clone()), vec![], false),
     };
     // DTensor keeps a strategy on uneven shards as its flag says (SPEC.md
     // §23.16).
@@ -778,41 +793,7 @@ fn build_pending(
         "pending kinds other than sum are checked forward only (SPEC.md §21.7)",
         err,
     )?;
-    let f = match (&s.op, &s.forward) {
-        (Some(_), Some(_)) => {
-            return Err(err(
-                "forward",
-                "give either `op` or `forward`, not both".into(),
-            ))
-        }
-        (None, Some(fw)) => {
-            if types.len() != 1 {
-                return Err(err("inputs", "a collective takes one input".into()));
-            }
-            // Its meaning: it keeps the value (SPEC.md §21.3).
-            let mut id = parse("x").map_err(|e| err(fw, e.to_string()))?;
-            id.text = fw.clone();
-            id
-        }
-        (Some(o), None) => local_fn(o, s.vars.as_deref(), err)?,
-        (None, None) => {
-            return Err(err(
-                "name",
-                "a rule needs `op` (a local op) or `forward` (a collective)".into(),
-            ))
-        }
-    };
-    if f.arity() != types.len() {
-        return Err(err(
-            "inputs",
-            format!(
-                "`{}` takes {} inputs, {} types given",
-                f.text,
-                f.arity(),
-                types.len()
-            ),
-        ));
-    }
+    let f = op_or_forward(s, types.len(), err)?;
     let all: Vec<&Type> = types.iter().chain([&output]).collect();
     let places = kind_places(axes, &all).map_err(|e| err("inputs", e))?;
     // The axis checked: the one where some placement is not Replicate.

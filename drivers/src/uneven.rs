@@ -807,6 +807,28 @@ pub fn derive(
         .collect()
 }
 
+/// `N noun: a sound (bounded), b unsound F1, …`: how many reports have
+/// each verdict of `keys`, as [`key`] writes them.
+fn counts_line<'a>(
+    noun: &str,
+    reports: impl Iterator<Item = &'a UnevenReport>,
+    keys: &[&str],
+) -> String {
+    let ks: Vec<String> = reports.map(key).collect();
+    let parts: Vec<String> = keys
+        .iter()
+        .map(|k| {
+            let c = ks.iter().filter(|x| x == k).count();
+            if *k == "sound" {
+                format!("{c} sound (bounded)")
+            } else {
+                format!("{c} {k}")
+            }
+        })
+        .collect();
+    format!("{} {noun}: {}\n", ks.len(), parts.join(", "))
+}
+
 /// The derived table as text: one line per typing, then the counts.
 pub fn derive_text(f: &LocalFn, split: &spmd_semantics::uneven::Split, rows: &[Derived]) -> String {
     let d = Dialect::Canonical;
@@ -830,13 +852,10 @@ pub fn derive_text(f: &LocalFn, split: &spmd_semantics::uneven::Split, rows: &[D
             None => s.push_str(&format!("  {sig:<40} {word}\n")),
         }
     }
-    let count = |k: &str| rows.iter().filter(|r| key(&r.report) == k).count();
-    s.push_str(&format!(
-        "{} typings: {} sound (bounded), {} unsound F1, {} vacuous\n",
-        rows.len(),
-        count("sound"),
-        count("unsound F1"),
-        count("vacuous")
+    s.push_str(&counts_line(
+        "typings",
+        rows.iter().map(|r| &r.report),
+        &["sound", "unsound F1", "vacuous"],
     ));
     s
 }
@@ -992,14 +1011,10 @@ pub fn programs_text(d: Dialect, split: &spmd_semantics::uneven::Split, rows: &[
             None => s.push_str(&format!("  {sig}: {word}{b}\n")),
         }
     }
-    let count = |k: &str| rows.iter().filter(|r| key(&r.report) == k).count();
-    s.push_str(&format!(
-        "{} chains: {} sound (bounded), {} unsound F1, {} unsound B3, {} vacuous\n",
-        rows.len(),
-        count("sound"),
-        count("unsound F1"),
-        count("unsound B3"),
-        count("vacuous")
+    s.push_str(&counts_line(
+        "chains",
+        rows.iter().map(|r| &r.report),
+        &["sound", "unsound F1", "unsound B3", "vacuous"],
     ));
     s
 }
@@ -1017,4 +1032,85 @@ pub fn programs_json(d: Dialect, split: &spmd_semantics::uneven::Split, rows: &[
             j
         }).collect::<Vec<_>>(),
     })
+}
+
+// ---------------------------------------------------------------------------
+// The `--uneven` modes of `derive` and `programs` (SPEC.md §23.14, §23.15).
+
+/// The split rule of `--uneven RULE`: chunk, ceil or divmod.
+pub fn cli_split(rule: &str) -> Result<spmd_semantics::uneven::Split, crate::run::UsageError> {
+    use crate::run::UsageError;
+    let split = spmd_semantics::uneven::Split::parse(rule)
+        .map_err(|e| UsageError(format!("--uneven: {e}")))?;
+    if matches!(split, spmd_semantics::uneven::Split::Sizes(_)) {
+        return Err(UsageError(
+            "--uneven takes a rule (chunk, ceil, divmod); written sizes go in a rule file".into(),
+        ));
+    }
+    Ok(split)
+}
+
+fn print_document(command: &str, body: Value) {
+    let v = crate::words::document(command, body);
+    println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+}
+
+/// `derive OP --uneven RULE`: prints the table; `other_mode` when a flag
+/// of another mode was given.
+pub fn derive_cmd(
+    op: Option<&str>,
+    expr: Option<&str>,
+    rule: &str,
+    other_mode: bool,
+    format: crate::report::Format,
+) -> Result<(), crate::run::UsageError> {
+    use crate::run::UsageError;
+    if other_mode {
+        return Err(UsageError(
+            "--uneven is a mode of its own: it does not go with --global, --dialect or --partial"
+                .into(),
+        ));
+    }
+    let split = cli_split(rule)?;
+    let f = crate::derive::op_or_expr(
+        op,
+        expr,
+        "give an OP (e.g. `derive mul --uneven chunk`) or --expr \"x * y\"",
+        "give either OP or --expr, not both",
+    )?;
+    if f.arity() > 2 {
+        return Err(UsageError(format!(
+            "--uneven derives ops of one or two inputs; `{}` takes {}",
+            f.text,
+            f.arity()
+        )));
+    }
+    let rows = derive(&f, &split, Dialect::Canonical);
+    match format {
+        crate::report::Format::Json => print_document("derive", derive_json(&f, &split, &rows)),
+        crate::report::Format::Text => print!("{}", derive_text(&f, &split, &rows)),
+        _ => return Err(UsageError(
+            "--uneven prints text or JSON (--format markdown and junit are not written for it yet)"
+                .into(),
+        )),
+    }
+    Ok(())
+}
+
+/// `programs --dialect D --uneven RULE`: prints the chains; whether one
+/// is unsound (exit 1).
+pub fn programs_cmd(
+    d: Dialect,
+    rule: &str,
+    depth: usize,
+    json: bool,
+) -> Result<bool, crate::run::UsageError> {
+    let split = cli_split(rule)?;
+    let rows = programs(d, &split, depth);
+    if json {
+        print_document("programs", programs_json(d, &split, &rows));
+    } else {
+        print!("{}", programs_text(d, &split, &rows));
+    }
+    Ok(rows.iter().any(|r| r.report.failed()))
 }

@@ -327,6 +327,24 @@ fn spmd_types_case(c: &Value) -> (String, Class, String) {
     }
 }
 
+/// The expression of an op peers/record_uneven_dtensor_ops.py records,
+/// for inputs of these global shapes.
+pub fn recorded_op(op: &str, shapes: &[Vec<usize>]) -> Option<String> {
+    Some(match op {
+        "add" => "x + y".to_string(),
+        "mul" => "x * y".into(),
+        "relu" => "relu(x - 3)".into(),
+        "sum" => "sum(x, 0)".into(),
+        "matmul" => "matmul(x, y)".into(),
+        "t" => "transpose(x)".into(),
+        "reshape" => format!(
+            "reshape(x, [{}])",
+            shapes.first().map_or(0, |s| s.iter().product::<usize>())
+        ),
+        _ => return None,
+    })
+}
+
 /// A recorded DTensor op on uneven shards (SPEC.md §23.16): the outputs
 /// must denote the model's op of the inputs' values, and DTensor must keep
 /// the written strategy exactly where `dtensor::keeps_strategy` says.
@@ -373,18 +391,8 @@ fn ops_case(c: &Value) -> (String, Class, String) {
             "placement {out}: the model has no _StridedShard (SPEC.md §23.8)"
         ));
     };
-    let expr = match op {
-        "add" => "x + y".to_string(),
-        "mul" => "x * y".into(),
-        "relu" => "relu(x - 3)".into(),
-        "sum" => "sum(x, 0)".into(),
-        "matmul" => "matmul(x, y)".into(),
-        "t" => "transpose(x)".into(),
-        "reshape" => format!(
-            "reshape(x, [{}])",
-            shapes.first().map_or(0, |s| s.iter().product::<usize>())
-        ),
-        _ => return ne(format!("op {op}")),
+    let Some(expr) = recorded_op(op, &shapes) else {
+        return ne(format!("op {op}"));
     };
     let Ok(f) = spmd_interp::parse(&expr) else {
         return ne(format!("op {op}"));
