@@ -405,14 +405,6 @@ fn print_json(v: &serde_json::Value) {
     println!("{}", serde_json::to_string_pretty(v).expect("json"));
 }
 
-/// `--format markdown` or `junit` of a command's tables.
-fn print_tables(format: report::Format, t: &report::table::Tables) {
-    match format {
-        report::Format::Junit => print!("{}", report::junit::render(t)),
-        _ => print!("{}", report::markdown::render(t)),
-    }
-}
-
 fn bar(len: u64, json: bool) -> ProgressBar {
     if json || !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
@@ -499,7 +491,7 @@ fn run() -> Result<ExitCode, UsageError> {
                 (report::Format::Markdown | report::Format::Junit, _) => {
                     let dialect = classified.as_ref().map(|(rs, sys)| (rs.as_slice(), *sys));
                     let t = report::table::derive_tables(&f.text, &rows, dialect);
-                    print_tables(format, &t);
+                    report::print_tables(format, &t);
                 }
                 (report::Format::Text, Some((rs, sys))) => {
                     println!("`{}` under {} (SPEC.md §15.3):", f.text, sys.name);
@@ -816,7 +808,7 @@ fn run() -> Result<ExitCode, UsageError> {
             b.finish_and_clear();
             let wrong = fsdp.iter().chain(&progs).any(|p| !p.as_expected())
                 || pending.as_ref().is_some_and(|p| !p.2)
-                || uneven.as_ref().is_some_and(|u| !u.2);
+                || uneven.as_ref().is_some_and(|u| !u.ok);
             if let (true, Some(p)) = (json, part) {
                 let sec = |name, sec: usize, total, vals: Vec<serde_json::Value>| Section {
                     name,
@@ -876,7 +868,12 @@ fn run() -> Result<ExitCode, UsageError> {
                             usize::from(with_pending),
                             pending.iter().map(|p| p.1.clone()).collect(),
                         ),
-                        sec("uneven", 7, 1, uneven.iter().map(|u| u.1.clone()).collect()),
+                        sec(
+                            "uneven",
+                            7,
+                            1,
+                            uneven.iter().map(|u| u.json.clone()).collect(),
+                        ),
                     ],
                 );
                 let doc = conform_json(
@@ -887,7 +884,7 @@ fn run() -> Result<ExitCode, UsageError> {
                     &progs,
                     &generated,
                     pending.as_ref().map(|p| &p.1),
-                    uneven.as_ref().map(|u| &u.1),
+                    uneven.as_ref().map(|u| &u.json),
                 );
                 print_json(&spmd_check::partition::part_document(doc, partition));
                 let defect = results.iter().any(|r| r.twin_rejected() == Some(false))
@@ -904,8 +901,9 @@ fn run() -> Result<ExitCode, UsageError> {
                     &progs,
                     &generated,
                     pending.as_ref().map(|p| p.2),
+                    uneven.as_ref().map(|u| u.rows.as_slice()),
                 );
-                print_tables(format, &t);
+                report::print_tables(format, &t);
             }
             let code = conform_output(
                 &results,
@@ -915,7 +913,7 @@ fn run() -> Result<ExitCode, UsageError> {
                 &progs,
                 &generated,
                 pending.as_ref().map(|p| &p.1),
-                uneven.as_ref().map(|u| &u.1),
+                uneven.as_ref().map(|u| &u.json),
                 format,
             );
             if format == report::Format::Text {
@@ -928,8 +926,8 @@ fn run() -> Result<ExitCode, UsageError> {
                 if let Some((text, _, _)) = &pending {
                     print!("{text}");
                 }
-                if let Some((text, _, _)) = &uneven {
-                    print!("{text}");
+                if let Some(u) = &uneven {
+                    print!("{}", u.text);
                 }
                 // One summary line, last (issue 26).
                 let sound = results.iter().filter(|r| r.verdict.is_sound()).count();
@@ -949,8 +947,8 @@ fn run() -> Result<ExitCode, UsageError> {
                         None => "",
                     },
                     match &uneven {
-                        Some((_, _, true)) => ", uneven shards as pinned",
-                        Some((_, _, false)) => ", uneven shards NOT as pinned",
+                        Some(u) if u.ok => ", uneven shards as pinned",
+                        Some(_) => ", uneven shards NOT as pinned",
                         None => "",
                     },
                     if ok {
@@ -1122,7 +1120,7 @@ fn run() -> Result<ExitCode, UsageError> {
                     };
                     print!("{}", reg::text(&rep, listing, show_repro))
                 }
-                f => print_tables(f, &report::table::registry_tables(&rep, incorrect_only)),
+                f => report::print_tables(f, &report::table::registry_tables(&rep, incorrect_only)),
             }
             let incorrect = reg::any_incorrect(&rep);
             Ok(if incorrect {
@@ -1535,7 +1533,7 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
             serde_json::json!({ "rules": out_json }),
         )),
         (report::Format::Markdown | report::Format::Junit, _) => {
-            print_tables(o.format, &report::table::check_tables(tables))
+            report::print_tables(o.format, &report::table::check_tables(tables))
         }
         (report::Format::Text, _) => {}
     }

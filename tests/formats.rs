@@ -262,7 +262,11 @@ fn conform_junit_fails_what_makes_conform_exit_1() {
     .iter()
     .map(|s| v[*s].as_array().unwrap().len())
     .sum();
-    assert_eq!(cases.len(), rows, "{xml}");
+    // The uneven section (SPEC.md §23.12) is one entry holding a row per rule.
+    let uneven = v["uneven"][0]["rules"].as_array().unwrap();
+    assert!(!uneven.is_empty());
+    assert_eq!(cases.len(), rows + uneven.len(), "{xml}");
+    assert!(xml.contains("<testsuite name=\"uneven shards\""), "{xml}");
     // A failure exactly for a twin not rejected or a result not as expected.
     let bad = v["local_rules"]
         .as_array()
@@ -276,7 +280,8 @@ fn conform_junit_fails_what_makes_conform_exit_1() {
             .unwrap()
             .iter()
             .filter(|r| r["as_expected"] == false)
-            .count();
+            .count()
+        + uneven.iter().filter(|r| r["as_pinned"] == false).count();
     assert_eq!(cases.iter().filter(|c| c.1 == "failure").count(), bad);
     assert_eq!(json_code, i32::from(bad > 0));
     // An unsound seed row the suite expects is a note, not a failure.

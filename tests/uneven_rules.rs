@@ -751,3 +751,59 @@ fn jax_refuses_uneven_shards_exactly_where_the_boundary_does() {
     }
     assert_eq!((refused, ran), (9, 6));
 }
+
+/// The Markdown/JUnit table of the section fails exactly the rows whose
+/// verdict is not the pinned one; its twin: a row pinned to another word
+/// fails, with both words in its message.
+#[test]
+fn the_sections_table_fails_exactly_the_rows_not_as_pinned() {
+    use spmd_check::report::table::{conform_tables, Outcome};
+    let mut rows = conform_rows(Some("nabla")).expect("the section's rules build");
+    let table = |rows: &[spmd_check::uneven::ConformRow]| {
+        conform_tables(&[], &[], &[], &[], &[], &[], None, Some(rows))
+    };
+    let t = table(&rows);
+    let sec = t
+        .tables
+        .iter()
+        .find(|t| t.title == "uneven shards")
+        .unwrap();
+    assert_eq!(sec.rows.len(), rows.len());
+    assert!(sec.rows.iter().all(|r| r.outcome == Outcome::Pass));
+    // Twin: pin the first row to a verdict it does not have.
+    let was = key(&rows[0].report);
+    rows[0].pinned = Some(if was == "sound" { "vacuous" } else { "sound" });
+    let t = table(&rows);
+    let sec = t
+        .tables
+        .iter()
+        .find(|t| t.title == "uneven shards")
+        .unwrap();
+    assert_eq!(sec.rows[0].outcome, Outcome::Fail);
+    let msg = sec.rows[0].message.as_deref().unwrap();
+    assert!(msg.contains(&format!("got {was}")), "{msg}");
+    assert!(sec.rows[1..].iter().all(|r| r.outcome == Outcome::Pass));
+}
+
+/// `derive --uneven --format junit` (SPEC.md §23.14): one testcase per
+/// typing of the JSON, failing exactly the unsound ones.
+#[test]
+fn derive_on_uneven_shards_as_junit_follows_the_verdicts() {
+    let (code, out, err) = run(&["derive", "mul", "--uneven", "divmod", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let ts = v["typings"].as_array().unwrap();
+    let unsound = ts.iter().filter(|t| t["verdict"] == "unsound").count();
+    let vacuous = ts.iter().filter(|t| t["verdict"] == "vacuous").count();
+    assert!(unsound > 0 && unsound < ts.len());
+    let (code, xml, err) = run(&["derive", "mul", "--uneven", "divmod", "--format", "junit"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(xml.matches("<testcase ").count(), ts.len(), "{xml}");
+    assert_eq!(xml.matches("<failure ").count(), unsound, "{xml}");
+    assert_eq!(xml.matches("<skipped").count(), vacuous, "{xml}");
+    let (code, md, _) = run(&[
+        "derive", "mul", "--uneven", "divmod", "--format", "markdown",
+    ]);
+    assert_eq!(code, 0);
+    assert_eq!(md.matches("| **FAIL** |").count(), unsound, "{md}");
+}

@@ -690,10 +690,17 @@ pub fn conform_rows(dialect: Option<&str>) -> Result<Vec<ConformRow>, crate::run
         .collect())
 }
 
+/// `conform`'s uneven section: its text, its JSON, whether every verdict is
+/// as pinned, and its rows (for the Markdown and JUnit tables).
+pub struct Section {
+    pub text: String,
+    pub json: Value,
+    pub ok: bool,
+    pub rows: Vec<ConformRow>,
+}
+
 /// The section as text and JSON, and whether every verdict is as pinned.
-pub fn conform_section(
-    dialect: Option<&str>,
-) -> Result<(String, Value, bool), crate::run::UsageError> {
+pub fn conform_section(dialect: Option<&str>) -> Result<Section, crate::run::UsageError> {
     let rows = conform_rows(dialect)?;
     let ok = rows.iter().all(ConformRow::as_pinned);
     let mut text = String::from("\nuneven shards (SPEC.md §23.12, examples/uneven.toml):\n");
@@ -734,7 +741,12 @@ pub fn conform_section(
         }).collect::<Vec<_>>(),
         "as_pinned": ok,
     });
-    Ok((text, json, ok))
+    Ok(Section {
+        text,
+        json,
+        ok,
+        rows,
+    })
 }
 
 // ---------------------------------------------------------------------------
@@ -747,6 +759,22 @@ pub struct Derived {
     pub inputs: Vec<Placement>,
     pub output: Placement,
     pub report: UnevenReport,
+}
+
+impl Derived {
+    /// `S(0, chunk), R -> S(0, chunk)`, as the canonical dialect writes it.
+    pub fn signature(&self) -> String {
+        let d = Dialect::Canonical;
+        format!(
+            "{} -> {}",
+            self.inputs
+                .iter()
+                .map(|p| show(d, p))
+                .collect::<Vec<_>>()
+                .join(", "),
+            show(d, &self.output)
+        )
+    }
 }
 
 /// The placements a derived typing ranges over: I, R, P and a shard of
@@ -831,21 +859,12 @@ fn counts_line<'a>(
 
 /// The derived table as text: one line per typing, then the counts.
 pub fn derive_text(f: &LocalFn, split: &spmd_semantics::uneven::Split, rows: &[Derived]) -> String {
-    let d = Dialect::Canonical;
     let mut s = format!(
         "typings of `{}` on one mesh axis, shards split by `{split}` (SPEC.md §23.14; forward only):\n",
         f.text
     );
     for r in rows {
-        let sig = format!(
-            "{} -> {}",
-            r.inputs
-                .iter()
-                .map(|p| show(d, p))
-                .collect::<Vec<_>>()
-                .join(", "),
-            show(d, &r.output)
-        );
+        let sig = r.signature();
         let word = key(&r.report);
         match &r.report.failure {
             Some(x) => s.push_str(&format!("  {sig:<40} {word:<12} {}\n", failure_line(x))),
@@ -1089,10 +1108,10 @@ pub fn derive_cmd(
     match format {
         crate::report::Format::Json => print_document("derive", derive_json(&f, &split, &rows)),
         crate::report::Format::Text => print!("{}", derive_text(&f, &split, &rows)),
-        _ => return Err(UsageError(
-            "--uneven prints text or JSON (--format markdown and junit are not written for it yet)"
-                .into(),
-        )),
+        fmt => crate::report::print_tables(
+            fmt,
+            &crate::report::table::uneven_derive_tables(&f.text, &split, &rows),
+        ),
     }
     Ok(())
 }

@@ -53,6 +53,14 @@ impl Format {
 }
 
 /// The scope of a run as JSON: what a part's key holds (SPEC.md §18.3).
+/// `--format markdown` or `junit` of a command's tables, on stdout.
+pub fn print_tables(format: Format, t: &table::Tables) {
+    match format {
+        Format::Junit => print!("{}", junit::render(t)),
+        _ => print!("{}", markdown::render(t)),
+    }
+}
+
 pub fn scope_json(s: &spmd_generators::Scope) -> Value {
     json!({
         "meshes": s.meshes.iter().map(mesh_json).collect::<Vec<_>>(),

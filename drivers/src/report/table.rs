@@ -219,6 +219,44 @@ pub fn derive_tables(
     }
 }
 
+/// `derive --uneven`'s table (SPEC.md §23.14): one row per typing; a sound
+/// typing passes, a vacuous one is skipped with its reason, an unsound one
+/// fails with its counterexample.
+pub fn uneven_derive_tables(
+    op: &str,
+    split: &spmd_semantics::uneven::Split,
+    rows: &[crate::uneven::Derived],
+) -> Tables {
+    let title = format!("typings of `{op}` on one mesh axis, shards split by `{split}`");
+    Tables {
+        command: "derive",
+        heading: format!("spmd-check derive: {title} (forward only)"),
+        tables: vec![Table {
+            title,
+            columns: vec!["typing", "verdict", "counterexample"],
+            rows: rows
+                .iter()
+                .map(|r| {
+                    let sig = r.signature();
+                    let cex = r.report.failure.as_deref().map(crate::uneven::failure_line);
+                    let (outcome, message) = match (&cex, r.report.inconclusive()) {
+                        (Some(c), _) => (Outcome::Fail, Some(c.clone())),
+                        (None, true) => (Outcome::Skip, Some(r.report.word())),
+                        (None, false) => (Outcome::Pass, None),
+                    };
+                    Row {
+                        name: sig.clone(),
+                        cells: vec![sig, crate::uneven::key(&r.report), cex.unwrap_or_default()],
+                        outcome,
+                        message,
+                        note: None,
+                    }
+                })
+                .collect(),
+        }],
+    }
+}
+
 fn twin_cell(t: Option<bool>) -> &'static str {
     match t {
         Some(true) => "rejected",
@@ -259,6 +297,7 @@ pub fn conform_tables(
     progs: &[ProgramResult],
     generated: &[crate::generated::Report],
     pending: Option<bool>,
+    uneven: Option<&[crate::uneven::ConformRow]>,
 ) -> Tables {
     let defect = "negative twin not rejected: the checker is defective".to_string();
     let mut tables = vec![Table {
@@ -403,6 +442,9 @@ pub fn conform_tables(
             )],
         });
     }
+    if let Some(rows) = uneven {
+        tables.push(uneven_table(rows));
+    }
     Tables {
         command: "conform",
         heading: format!(
@@ -414,6 +456,41 @@ pub fn conform_tables(
             progs.len()
         ),
         tables,
+    }
+}
+
+/// `conform`'s uneven section (SPEC.md §23.12): one row per rule, failing
+/// where its verdict is not the pinned one (a twin that is not rejected
+/// included), with the counterexample beside a row that is unsound as
+/// pinned.
+fn uneven_table(rows: &[crate::uneven::ConformRow]) -> Table {
+    Table {
+        title: "uneven shards".into(),
+        columns: vec!["system", "rule", "verdict", "pinned", "twin"],
+        rows: rows
+            .iter()
+            .map(|r| {
+                let pinned = r.pinned.unwrap_or("(none)");
+                let got = crate::uneven::key(&r.report);
+                conform_row(
+                    r.name.clone(),
+                    vec![
+                        r.dialect.name().to_string(),
+                        r.name.clone(),
+                        r.report.word(),
+                        pinned.to_string(),
+                        if r.twin() {
+                            twin_cell(Some(r.as_pinned())).into()
+                        } else {
+                            String::new()
+                        },
+                    ],
+                    (!r.as_pinned())
+                        .then(|| format!("pinned {pinned}, got {got}: {}", r.report.word())),
+                    r.report.violation().map(|x| x.one_line()),
+                )
+            })
+            .collect(),
     }
 }
 
