@@ -400,6 +400,17 @@ fn fidelity_replays_the_uneven_recordings_exactly_and_catches_a_tampered_one() {
     }
     assert_eq!(count("spmd_types_uneven.json", "agree"), 72);
     assert_eq!(count("spmd_types_uneven.json", "undetermined"), 72);
+    // gloo runs the uneven reduce_scatters' forwards; its allgather takes
+    // one size on every rank, so the uneven gathers (and the scatters'
+    // backwards) stay undetermined.
+    assert_eq!(count("spmd_types_uneven_gloo.json", "agree"), 93);
+    assert_eq!(count("spmd_types_uneven_gloo.json", "undetermined"), 51);
+    // DTensor's own backward of every 1-D redistribute it runs, on every
+    // basis cotangent: the model's picked backward, exactly.
+    let f = "dtensor_uneven_backward.json";
+    assert_eq!(count(f, "agree"), 2685);
+    assert_eq!(count(f, "sound_rejection") + count(f, "undetermined"), 24);
+    assert_eq!(count(f, "model_mismatch") + count(f, "real_defect"), 0);
     // The ops, from_local and JAX recordings (SPEC.md §23.16–§23.18).
     for f in [
         "dtensor_uneven_ops.json",
@@ -432,6 +443,45 @@ fn fidelity_replays_the_uneven_recordings_exactly_and_catches_a_tampered_one() {
         .expect("S(0) -> R of 5 rows on 4 ranks");
     c["after"][2] = serde_json::json!("5x2:3,4,1,2,5,6,7,8,9,10");
     std::fs::write(tmp.join("uneven/dtensor_uneven.json"), v.to_string()).unwrap();
+    let rs = spmd_check::fidelity::uneven::run(tmp.to_str().unwrap()).unwrap();
+    let bad: Vec<_> = rs
+        .iter()
+        .filter(|r| r.class.key() == "model_mismatch")
+        .collect();
+    assert_eq!(bad.len(), 1);
+    assert!(
+        bad[0].class.detail().unwrap().starts_with("rank 2:"),
+        "{:?}",
+        bad[0]
+    );
+    // The backward's twin: one rank's recorded gradient of an uneven
+    // S(0) -> Replicate() (5 rows on 4 ranks) with its entry moved to the
+    // next column is a model mismatch on that rank.
+    let tmp = fresh_dir("uneven", "fidelity-backward");
+    std::fs::create_dir_all(tmp.join("uneven")).unwrap();
+    let text =
+        std::fs::read_to_string(format!("{dir}/uneven/dtensor_uneven_backward.json")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let c = v["cases"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| {
+            c["mesh"] == serde_json::json!([4])
+                && c["src"][0] == "S(0)"
+                && c["dst"][0] == "R"
+                && c["shape"] == serde_json::json!([5, 2])
+                && c["cotangent_global_index"] == 8
+        })
+        .expect("the backward of S(0) -> R of 5 rows on 4 ranks");
+    // torch.chunk puts 2, 2, 1 and 0 rows on the ranks: row 4 is rank 2's.
+    assert_eq!(c["grad_local"][2], "1x2:1,0");
+    c["grad_local"][2] = serde_json::json!("1x2:0,1");
+    std::fs::write(
+        tmp.join("uneven/dtensor_uneven_backward.json"),
+        v.to_string(),
+    )
+    .unwrap();
     let rs = spmd_check::fidelity::uneven::run(tmp.to_str().unwrap()).unwrap();
     let bad: Vec<_> = rs
         .iter()

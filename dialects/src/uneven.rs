@@ -310,7 +310,7 @@ pub fn elaborate(
         Some(b) => {
             let (f, t) = match d {
                 Dialect::Dtensor if call(b)?.0 == "redistribute" => (
-                    crate::dtensor::redistribute(&cot_out, &dtensor_grad(&cot_in))?,
+                    crate::dtensor::redistribute(&dtensor_grad(&cot_out), &dtensor_grad(&cot_in))?,
                     b.trim().to_string(),
                 ),
                 _ => {
@@ -338,7 +338,8 @@ pub fn elaborate(
     })
 }
 
-/// DTensor's gradient placement: a Partial input's gradient is Replicate.
+/// DTensor's placement of a Reduced cotangent (the cotangent of a Partial
+/// value, a Partial input's gradient): Replicate.
 fn dtensor_grad(p: &Placement) -> Placement {
     match p {
         Placement::Red => Placement::Inv,
@@ -384,11 +385,13 @@ fn system_backward(
 ) -> Result<Option<(StepFn, String)>, String> {
     let (cot_in, cot_out) = (input.cot(), output.cot());
     if d == Dialect::Dtensor && call(forward)?.0 == "redistribute" {
-        let grad = dtensor_grad(&cot_in);
-        let f = crate::dtensor::redistribute(&cot_out, &grad)?;
+        // DTensor holds the cotangent of a Partial(sum) value, and the
+        // gradient of one, as Replicate().
+        let (from, grad) = (dtensor_grad(&cot_out), dtensor_grad(&cot_in));
+        let f = crate::dtensor::redistribute(&from, &grad)?;
         return Ok(Some((
             f,
-            format!("redistribute {} -> {}", show(d, &cot_out), show(d, &grad)),
+            format!("redistribute {} -> {}", show(d, &from), show(d, &grad)),
         )));
     }
     let c = parse_coll(forward, input, output)?;

@@ -13,10 +13,12 @@ use spmd_semantics::uneven::{Placement, Split};
 use spmd_semantics::Tensor;
 
 /// The recordings read, relative to the fixtures directory.
-pub const FILES: [&str; 6] = [
+pub const FILES: [&str; 8] = [
     "uneven/dtensor_uneven.json",
     "uneven/dtensor_uneven_2.15.0.json",
+    "uneven/dtensor_uneven_backward.json",
     "uneven/spmd_types_uneven.json",
+    "uneven/spmd_types_uneven_gloo.json",
     "uneven/dtensor_uneven_ops.json",
     "uneven/dtensor_from_local_uneven.json",
     "uneven/jax_uneven_0.12.0.1.json",
@@ -260,7 +262,22 @@ fn refusal(
     }
 }
 
-fn spmd_types_case(c: &Value) -> (String, Class, String) {
+/// Where a recorder could not run a case: LocalTensorMode cannot run the
+/// uneven reduce_scatter (nor so the gather's backward); gloo's allgather
+/// needs one size on every rank.
+fn not_run(gloo: bool) -> &'static str {
+    if gloo {
+        "gloo's allgather takes one size on every rank"
+    } else {
+        "LocalTensorMode cannot run the uneven reduce_scatter"
+    }
+}
+
+/// A recorded spmd_types collective with `split_sizes` (SPEC.md §23.7,
+/// §23.13): the dialect's forward must give the recorded outputs, its
+/// picked backward the recorded gradients where the recorder ran them,
+/// and §23.10's checks then run on the case.
+fn spmd_types_case(c: &Value, gloo: bool) -> (String, Class, String) {
     let sizes = usizes(&c["split_sizes"]);
     let op = c["op"].as_str().unwrap_or("?");
     let id = format!(
@@ -272,14 +289,18 @@ fn spmd_types_case(c: &Value) -> (String, Class, String) {
         return (
             id,
             Class::Undetermined(format!(
-                "not run by the recorder (LocalTensorMode cannot run the uneven reduce_scatter): {why}"
+                "not run by the recorder ({}): {why}",
+                not_run(gloo)
             )),
             String::new(),
         );
     }
-    if op != "all_gather" {
-        return (id, Class::NotExpressible(format!("op {op}")), String::new());
-    }
+    let shard = Placement::Shard(0, Split::Sizes(sizes.clone()));
+    let (input_p, output_p) = match op {
+        "all_gather" => (shard, Placement::Red),
+        "reduce_scatter" => (Placement::Part, shard),
+        _ => return (id, Class::NotExpressible(format!("op {op}")), String::new()),
+    };
     let (Some(input), Some(output)) = (tensors(&c["input"]), tensors(&c["output"])) else {
         return (
             id,
@@ -287,43 +308,174 @@ fn spmd_types_case(c: &Value) -> (String, Class, String) {
             String::new(),
         );
     };
-    let p = Placement::Shard(0, Split::Sizes(sizes.clone()));
     let e = match spmd_dialects::uneven::elaborate(
         spmd_semantics::Dialect::SpmdTypes,
-        "all_gather",
+        op,
         None,
-        &p,
-        &Placement::Red,
+        &input_p,
+        &output_p,
     ) {
         Ok(e) => e,
         Err(e) => return (id, Class::ModelMismatch(e), String::new()),
     };
-    match (e.forward)(&input) {
-        Err(why) => (
+    let out = match (e.forward)(&input) {
+        Err(why) => {
+            return (
+                id,
+                Class::ModelMismatch(format!("the model raises: {why}")),
+                String::new(),
+            )
+        }
+        Ok(out) => out,
+    };
+    if let Some(d) = first_difference(&out, &output) {
+        return (id, Class::ModelMismatch(d), String::new());
+    }
+    // spmd_types' own backward, where the recorder ran it.
+    let own = match (tensors(&c["cotangent"]), tensors(&c["grad"]), &e.backward) {
+        (Some(cot), Some(grad), Some(b)) => match b(&cot) {
+            Err(why) => {
+                return (
+                    id,
+                    Class::ModelMismatch(format!("the model's backward raises: {why}")),
+                    String::new(),
+                )
+            }
+            Ok(ours) => match first_difference(&ours, &grad) {
+                Some(d) => {
+                    return (
+                        id,
+                        Class::ModelMismatch(format!("backward: {d}")),
+                        String::new(),
+                    )
+                }
+                None => true,
+            },
+        },
+        _ => false,
+    };
+    let shape = match &input_p {
+        Placement::Part => output_p.denote(&output).map(|t| t.shape),
+        p => p.denote(&input).map(|t| t.shape),
+    }
+    .unwrap_or_default();
+    let (class, mut note) = verdict(
+        &input_p,
+        &output_p,
+        &*e.forward,
+        e.backward.as_ref().map(|b| &**b as &Impl),
+        n,
+        &shape,
+    );
+    if own {
+        note.push_str(
+            "; spmd_types' own backward gives the model's gradient on the recorded cotangent",
+        );
+    } else if let Some(b) = c["backward_error"].as_str() {
+        note.push_str(&format!(
+            "; the backward is the model's pick (the recorder could not run spmd_types' own, {}: {b})",
+            not_run(gloo)
+        ));
+    }
+    (id, class, note)
+}
+
+/// A recorded DTensor backward of an uneven redistribute (SPEC.md §23.13):
+/// the cotangent's global value (read under the output's placement) is
+/// given to the model's picked backward in the output's cotangent
+/// placement; each rank's gradient must equal the recorded gradient of its
+/// local piece (`grad_local`), and that must denote the cotangent's value
+/// under DTensor's gradient placement, since redistribute is the identity
+/// on global values (B3 on this cotangent).
+fn dtensor_backward_case(c: &Value) -> (String, Class, String) {
+    let mesh = usizes(&c["mesh"]);
+    let shape = usizes(&c["shape"]);
+    let name = |k: &str| c[k][0].as_str().unwrap_or("?").to_string();
+    let (src, dst) = (name("src"), name("dst"));
+    let id = format!(
+        "backward of redistribute {src} -> {dst} on {mesh:?}, {shape:?}, cotangent e_{}",
+        c["cotangent_global_index"]
+    );
+    let ne = |why: &str| (id.clone(), Class::NotExpressible(why.into()), String::new());
+    let (Some(input), Some(output), [n]) = (
+        dtensor_placement(&src),
+        dtensor_placement(&dst),
+        mesh.as_slice(),
+    ) else {
+        return ne("placements or mesh the model does not read");
+    };
+    let n = *n;
+    if let Some(why) = c["refused"].as_str() {
+        return refusal(id, &input, &output, n, &shape, why, "refused forward");
+    }
+    let (Some(cot), Some(grad)) = (tensors(&c["cotangent"]), tensors(&c["grad_local"])) else {
+        return ne("a piece not exact in float64");
+    };
+    // DTensor's cotangent placements: the output's own.
+    let Some(value) = output.denote(&cot) else {
+        return ne("a cotangent whose pieces denote nothing under the output's placement");
+    };
+    let cot_out = output.cot();
+    let Ok(cot_model) = cot_out.distribute(&value, n) else {
+        return ne("a cotangent the model's cotangent placement cannot hold");
+    };
+    let e = match spmd_dialects::uneven::elaborate(
+        spmd_semantics::Dialect::Dtensor,
+        "redistribute",
+        None,
+        &input,
+        &output,
+    ) {
+        Ok(e) => e,
+        Err(e) => {
+            return (
+                id,
+                Class::ModelMismatch(format!("the model refuses what DTensor runs: {e}")),
+                String::new(),
+            )
+        }
+    };
+    let Some(b) = &e.backward else {
+        return (
             id,
-            Class::ModelMismatch(format!("the model raises: {why}")),
+            Class::ModelMismatch("the model picks no backward".into()),
+            String::new(),
+        );
+    };
+    let ours = match b(&cot_model) {
+        Ok(x) => x,
+        Err(why) => {
+            return (
+                id,
+                Class::ModelMismatch(format!("the model's backward raises: {why}")),
+                String::new(),
+            )
+        }
+    };
+    if let Some(d) = first_difference(&ours, &grad) {
+        return (id, Class::ModelMismatch(d), String::new());
+    }
+    let grad_p = match input.cot() {
+        Placement::Red => Placement::Inv,
+        p => p,
+    };
+    match grad_p.denote(&grad) {
+        Some(g) if g == value => (
+            id,
+            Class::Agree,
+            format!(
+                "DTensor's gradient equals the model's backward ({}) on every rank and denotes the cotangent's value (B3)",
+                e.backward_text.as_deref().unwrap_or("?")
+            ),
+        ),
+        g => (
+            id,
+            Class::RealDefect(format!(
+                "B3: the gradient denotes {}, the cotangent's value is {value}",
+                g.map_or("nothing".to_string(), |g| g.to_string())
+            )),
             String::new(),
         ),
-        Ok(out) => match first_difference(&out, &output) {
-            Some(d) => (id, Class::ModelMismatch(d), String::new()),
-            None => {
-                let shape = p.denote(&input).map(|t| t.shape).unwrap_or_default();
-                let (class, mut note) = verdict(
-                    &p,
-                    &Placement::Red,
-                    &*e.forward,
-                    e.backward.as_ref().map(|b| &**b as &Impl),
-                    n,
-                    &shape,
-                );
-                if let Some(b) = c["backward_error"].as_str() {
-                    note.push_str(&format!(
-                        "; the backward is the model's pick (the recorder could not run spmd_types' own: {b})"
-                    ));
-                }
-                (id, class, note)
-            }
-        },
     }
 }
 
@@ -588,8 +740,12 @@ pub fn run(dir: &str) -> Result<Vec<CaseResult>, UsageError> {
         let text = crate::rules::read_text_limit(&name, 16 << 20)?;
         let v: Value = serde_json::from_str(&text)
             .map_err(|e| UsageError(format!("{name}: not a recording: {e}")))?;
-        let kind = if f.contains("spmd_types") {
+        let kind = if f.contains("spmd_types_uneven_gloo") {
+            "spmd_types_gloo"
+        } else if f.contains("spmd_types") {
             "spmd_types"
+        } else if f.contains("_backward") {
+            "backward"
         } else if f.contains("jax_") {
             "jax"
         } else if f.contains("_ops") {
@@ -600,7 +756,9 @@ pub fn run(dir: &str) -> Result<Vec<CaseResult>, UsageError> {
             "redistribute"
         };
         let (system, version) = match kind {
-            "spmd_types" => ("spmd_types", v["spmd_types"].as_str().unwrap_or("?")),
+            "spmd_types" | "spmd_types_gloo" => {
+                ("spmd_types", v["spmd_types"].as_str().unwrap_or("?"))
+            }
             "jax" => ("jax", v["jax"].as_str().unwrap_or("?")),
             _ => ("dtensor", v["torch"].as_str().unwrap_or("?")),
         };
@@ -611,7 +769,9 @@ pub fn run(dir: &str) -> Result<Vec<CaseResult>, UsageError> {
             .par_iter()
             .map(|c| {
                 let (id, class, note) = match kind {
-                    "spmd_types" => spmd_types_case(c),
+                    "spmd_types" => spmd_types_case(c, false),
+                    "spmd_types_gloo" => spmd_types_case(c, true),
+                    "backward" => dtensor_backward_case(c),
                     "jax" => jax_case(c),
                     "ops" => ops_case(c),
                     "from_local" => from_local_case(c),
