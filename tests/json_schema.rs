@@ -371,6 +371,14 @@ fn uneven_outputs_match_the_schema() {
     let (code, doc) = json_in(&d, &["run", job.to_str().unwrap(), "--check", "--json"]);
     assert_eq!(code, 0);
     v.assert_valid("run run_uneven.json --check --json", &doc);
+    for (f, want) in [("run_ragged.json", 1), ("run_ragged_moe.json", 0)] {
+        let job = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("examples")
+            .join(f);
+        let (code, doc) = json_in(&d, &["run", job.to_str().unwrap(), "--check", "--json"]);
+        assert_eq!(code, want, "{f}");
+        v.assert_valid(&format!("run {f} --check --json"), &doc);
+    }
     let (code, doc) = json_in(&d, &["derive", "matmul", "--uneven", "chunk", "--json"]);
     assert_eq!(code, 0);
     v.assert_valid("derive matmul --uneven chunk --json", &doc);

@@ -7,6 +7,7 @@
 //! exactly the written rows must pass everywhere, and that rule with one
 //! value changed must fail.
 
+mod common;
 use spmd_check::dialects::jax::ragged_all_to_all_transpose;
 use spmd_check::generators::ragged::{layouts, Inputs};
 use spmd_check::interp::ragged::{row_width, Layout};
@@ -390,4 +391,136 @@ fn jaxs_jvp_rule_is_the_derivative_and_a_jvp_without_the_outputs_tangent_is_not(
         .count();
     assert!(twin_failed > 0);
     assert_eq!(twin_failed, unwritten);
+}
+
+/// `run` of a `ragged_all_to_all` job (SPEC.md §23.19): the case,
+/// an empty segment sharing its offset with rank 1's own rows, is B3
+/// violated by JAX's transpose with the exact cotangent [0, 0, 3, 4] beside
+/// JAX's [1, 2, 3, 4] (exit 1); an MoE dispatch without empty segments is
+/// sound (exit 0) with its traffic.
+#[test]
+fn run_reads_a_ragged_job_and_checks_jaxs_transpose() {
+    use common::run;
+    let ex = |f: &str| format!("{}/examples/{f}", env!("CARGO_MANIFEST_DIR"));
+    let (code, out, err) = run(&["run", &ex("run_ragged.json"), "--check"]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains("  d output  : per rank [1, 2, 3, 4] | [1, 2, 3, 4]\nexact"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  d output  : per rank [1, 2, 3, 4] | [0, 0, 3, 4]\n"),
+        "{out}"
+    );
+    assert!(out.contains("check B3: violated"), "{out}");
+    assert!(out.contains("check J1: JAX's JVP equals"), "{out}");
+    // Without --check, the run shows and does not judge.
+    let (code, _, _) = run(&["run", &ex("run_ragged.json")]);
+    assert_eq!(code, 0);
+    let (code, out, err) = run(&["run", &ex("run_ragged_moe.json"), "--check", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["check"]["B3"]["result"], "pass");
+    assert_eq!(v["check"]["J1"]["result"], "pass");
+    assert_eq!(v["backward"]["output"], v["exact"]["output"]);
+    assert_eq!(v["traffic"]["forward"], 5);
+}
+
+/// A hostile ragged job is one line naming where and what, exit 2.
+#[test]
+fn a_hostile_ragged_job_is_one_line_exit_2() {
+    use common::{error_lines, fresh_dir, run};
+    let d = fresh_dir("ragged", "hostile");
+    let base: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(format!(
+            "{}/examples/run_ragged_moe.json",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>, &str)> = vec![
+        (
+            "overlap",
+            Box::new(|v| v["layout"]["output_offsets"][1][0] = 0.into()),
+            "written by two segments",
+        ),
+        (
+            "leaves",
+            Box::new(|v| v["layout"]["output_offsets"][1][1] = 4.into()),
+            "leaves its output",
+        ),
+        (
+            "huge",
+            Box::new(|v| v["layout"]["input_offsets"][1][1] = serde_json::json!(u64::MAX)),
+            "leaves its operand",
+        ),
+        (
+            "sizes",
+            Box::new(|v| v["layout"]["recv_sizes"][0][0] = 2.into()),
+            "rank 0 expects 2 rows",
+        ),
+        (
+            "ranks",
+            Box::new(|v| v["layout"]["send_sizes"] = serde_json::json!([[1, 2]])),
+            "send_sizes has 1 ranks",
+        ),
+        (
+            "negative",
+            Box::new(|v| v["layout"]["send_sizes"][0][0] = (-1).into()),
+            "invalid value",
+        ),
+        (
+            "type",
+            Box::new(|v| v["inputs"][0]["type"] = "Invariant".into()),
+            "the type is Varying",
+        ),
+        (
+            "dialect",
+            Box::new(|v| v["dialect"] = "dtensor".into()),
+            "JAX's collective",
+        ),
+        (
+            "no layout",
+            Box::new(|v| {
+                v.as_object_mut().unwrap().remove("layout");
+            }),
+            "needs its layout",
+        ),
+        (
+            "layout alone",
+            Box::new(|v| v["forward"] = "all_gather".into()),
+            "only `forward = \"ragged_all_to_all\"`",
+        ),
+        (
+            "shapes",
+            Box::new(|v| v["inputs"][1]["per_rank"][1] = serde_json::json!([0, 0, 0])),
+            "JAX gives every rank one shape",
+        ),
+        (
+            "rows",
+            Box::new(|v| v["inputs"][1]["per_rank"] = serde_json::json!([[[0], [0]], [[0], [0]]])),
+            "differ",
+        ),
+        (
+            "cotangent",
+            Box::new(|v| v["cotangent"] = serde_json::json!([[1], [2]])),
+            "cotangent: rank 0",
+        ),
+        (
+            "backward",
+            Box::new(|v| v["backward"] = "all_to_all".into()),
+            "does not go with",
+        ),
+    ];
+    for (name, edit, want) in cases {
+        let mut v = base.clone();
+        edit(&mut v);
+        let f = d.join(format!("{}.json", name.replace(' ', "_")));
+        std::fs::write(&f, v.to_string()).unwrap();
+        let (code, out, err) = run(&["run", f.to_str().unwrap(), "--check"]);
+        assert_eq!(code, 2, "{name}: {out}{err}");
+        assert_eq!(error_lines(&err), 1, "{name}: {err}");
+        assert!(err.contains(want), "{name}: {err}");
+    }
 }

@@ -57,12 +57,12 @@ pub struct JobReport {
     pub rule: rules::Rule,
 }
 
-fn err(msg: impl Into<String>) -> UsageError {
+pub(crate) fn err(msg: impl Into<String>) -> UsageError {
     UsageError(msg.into())
 }
 
 /// The mesh of a job: 1 to 8 ranks per axis, names distinct.
-fn job_mesh(m: &MeshSpec) -> Result<Mesh, UsageError> {
+pub(crate) fn job_mesh(m: &MeshSpec) -> Result<Mesh, UsageError> {
     if m.0.is_empty() {
         return Err(err("mesh: names no axis"));
     }
@@ -969,6 +969,7 @@ pub struct UnevenRun {
 pub enum Ran {
     Core(Box<JobReport>),
     Uneven(Box<UnevenRun>),
+    Ragged(Box<crate::ragged::RaggedRun>),
 }
 
 impl Ran {
@@ -976,18 +977,21 @@ impl Ran {
         match self {
             Ran::Core(r) => r.to_text(),
             Ran::Uneven(u) => u.to_text(),
+            Ran::Ragged(r) => r.to_text(),
         }
     }
     pub fn to_json(&self) -> Value {
         match self {
             Ran::Core(r) => r.to_json(),
             Ran::Uneven(u) => u.to_json(),
+            Ran::Ragged(r) => r.to_json(),
         }
     }
     pub fn exit_code(&self) -> u8 {
         match self {
             Ran::Core(r) => r.exit_code(),
             Ran::Uneven(u) => u8::from(matches!(u.check, Some(Err(_)))),
+            Ran::Ragged(r) => r.exit_code(),
         }
     }
 }
@@ -996,6 +1000,9 @@ impl Ran {
 pub fn run_any(path: &str, check: bool) -> Result<Ran, UsageError> {
     let text = rules::read_text(path)?;
     let job = parse_job(path, &text)?;
+    if let Some(r) = crate::ragged::run(&job, check)? {
+        return Ok(Ran::Ragged(Box::new(r)));
+    }
     match run_uneven(&job, check)? {
         Some(u) => Ok(Ran::Uneven(Box::new(u))),
         None => Ok(Ran::Core(Box::new(run_job(&job, path, &text, check)?))),
@@ -1003,7 +1010,7 @@ pub fn run_any(path: &str, check: bool) -> Result<Ran, UsageError> {
 }
 
 /// Per-rank values whose shapes may differ from rank to rank.
-fn read_pieces(n: &Nest, ranks: usize, what: &str) -> Result<Vec<Tensor>, UsageError> {
+pub(crate) fn read_pieces(n: &Nest, ranks: usize, what: &str) -> Result<Vec<Tensor>, UsageError> {
     let Nest::List(xs) = n else {
         return Err(err(format!(
             "{what}: expected an array with one entry per rank ({ranks} ranks), got a scalar"
@@ -1036,7 +1043,7 @@ fn shape_of_allowing_empty(n: &Nest, what: &str) -> Result<Shape, UsageError> {
 }
 
 /// The one axis of an uneven job and its state text per type.
-fn one_axis_text(spec: &TypeSpec, axis: &str, what: &str) -> Result<String, UsageError> {
+pub(crate) fn one_axis_text(spec: &TypeSpec, axis: &str, what: &str) -> Result<String, UsageError> {
     match spec {
         TypeSpec::One(t) => Ok(t.clone()),
         TypeSpec::Axes(m) => match (m.len(), m.get(axis)) {

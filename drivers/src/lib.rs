@@ -18,6 +18,7 @@ pub mod partial_kinds;
 pub mod partition;
 pub mod patterns;
 pub mod programs;
+pub mod ragged;
 pub mod registry;
 pub mod report;
 pub mod rules;

@@ -178,3 +178,47 @@ pub fn check_jvp(
     }
     Ok(())
 }
+
+/// The exact cotangents of `operand` and `output` for the result's
+/// cotangent `cot`, from the forward alone: the forward is linear, so the
+/// cotangent of an input element is the dot product of `cot` with the
+/// forward of that element's unit vector (SPEC.md §23.2).
+pub fn exact_vjp(
+    layout: &Layout,
+    operand_shape: &[usize],
+    output_shape: &[usize],
+    cot: &[Tensor],
+) -> (Vec<Tensor>, Vec<Tensor>) {
+    let n = layout.ranks();
+    let zeros = |s: &[usize]| -> Vec<Tensor> { (0..n).map(|_| Tensor::zeros(s)).collect() };
+    let mut out = (zeros(operand_shape), zeros(output_shape));
+    for which in 0..2 {
+        let size: usize = if which == 0 {
+            operand_shape.iter().product()
+        } else {
+            output_shape.iter().product()
+        };
+        for r in 0..n {
+            for e in 0..size {
+                let (mut a, mut b) = (zeros(operand_shape), zeros(output_shape));
+                if which == 0 {
+                    a[r].data[e] = Q::one();
+                } else {
+                    b[r].data[e] = Q::one();
+                }
+                let col = layout.forward(&a, &b);
+                let mut v = Q::zero();
+                for (c, g) in col.iter().zip(cot) {
+                    for (x, y) in c.data.iter().zip(&g.data) {
+                        if !x.is_zero() {
+                            v = v.add(&x.mul(y));
+                        }
+                    }
+                }
+                let t = if which == 0 { &mut out.0 } else { &mut out.1 };
+                t[r].data[e] = v;
+            }
+        }
+    }
+    out
+}

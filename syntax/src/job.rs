@@ -138,6 +138,20 @@ pub struct Job {
     pub output: Option<TypeSpec>,
     #[serde(default)]
     pub cotangent: Option<Nest>,
+    /// `ragged_all_to_all`'s integer arguments (SPEC.md §23.19).
+    #[serde(default)]
+    pub layout: Option<RaggedLayout>,
+}
+
+/// The four per-rank lists of a `ragged_all_to_all` call, as JAX names
+/// them (`[rank][slice]`).
+#[derive(Deserialize, Clone, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct RaggedLayout {
+    pub input_offsets: Vec<Vec<usize>>,
+    pub send_sizes: Vec<Vec<usize>>,
+    pub output_offsets: Vec<Vec<usize>>,
+    pub recv_sizes: Vec<Vec<usize>>,
 }
 
 /// Read a scalar exactly: an integer, `p/q`, or a decimal such as `-1.25e-3`
