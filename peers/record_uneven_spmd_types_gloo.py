@@ -39,6 +39,22 @@ backward.
 One process group per rank count serves all its cases (three spawns in all).
 
     /path/to/torch-2.14.1-with-spmd-types-0.3.1/python peers/record_uneven_spmd_types_gloo.py
+
+Padded mode (environment variable PAD=1) writes
+tests/fixtures/uneven/spmd_types_uneven_gloo_padded.json instead, so that
+the uneven cases gloo refuses get recorded too. Each worker hands
+spmd_types a replacement for torch.distributed through the library's own
+hook (`spmd_types._dist.set_dist`): an object that forwards every attribute
+to the real torch.distributed except `all_gather(tensor_list, tensor,
+group)`. That one zero-pads this rank's tensor along dim 0 to the longest
+piece tensor_list asks for, runs gloo's all_gather on the equal-sized
+tensors, and copies into each tensor_list[i] the leading rows it expects,
+dropping the padding. reduce_scatter and everything else stay plain gloo.
+The padding is the recorder's work, not spmd_types' nor gloo's, and the
+file's "recorded_by" says so; the cases, their order and their keys are
+those of the unpadded file.
+
+    PAD=1 /path/to/torch-2.14.1-with-spmd-types-0.3.1/python peers/record_uneven_spmd_types_gloo.py
 """
 import datetime
 import json
@@ -53,9 +69,30 @@ import torch.multiprocessing as mp
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from record_uneven_spmd_types import block, splits, text  # noqa: E402
 
+PAD = os.environ.get("PAD") == "1"
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "uneven",
-                   "spmd_types_uneven_gloo.json")
+                   "spmd_types_uneven_gloo_padded.json" if PAD else "spmd_types_uneven_gloo.json")
 TIMEOUT = datetime.timedelta(seconds=60)
+
+
+class PaddedAllGatherDist:
+    """torch.distributed as spmd_types sees it in padded mode: all_gather
+    takes pieces of unequal length along dim 0 (zero padding around gloo's
+    equal-size all_gather); every other name is the real torch.distributed's."""
+
+    def __getattr__(self, name):
+        return getattr(dist, name)
+
+    @staticmethod
+    def all_gather(tensor_list, tensor, group=None, async_op=False):
+        if async_op:
+            raise NotImplementedError("the padded all_gather is synchronous only")
+        rows = max(t.shape[0] for t in tensor_list)
+        padded = torch.cat([tensor, tensor.new_zeros((rows - tensor.shape[0],) + tuple(tensor.shape[1:]))])
+        pieces = [padded.new_empty(padded.shape) for _ in tensor_list]
+        dist.all_gather(pieces, padded.contiguous(), group=group)
+        for out, piece in zip(tensor_list, pieces):
+            out.copy_(piece[:out.shape[0]])
 
 
 def enumerate_cases(n):
@@ -118,7 +155,10 @@ def run_case(pg, rank, n, which, sizes):
     return got
 
 
-def worker(rank, n, store_path, out_dir):
+def worker(rank, n, store_path, out_dir, pad):
+    if pad:
+        from spmd_types._dist import set_dist
+        set_dist(PaddedAllGatherDist())
     store = dist.FileStore(store_path, n)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=n, timeout=TIMEOUT)
     pg = dist.distributed_c10d._get_default_group()
@@ -145,7 +185,7 @@ def merge_error(per_rank, key):
 
 def record_n(n):
     with tempfile.TemporaryDirectory() as tmp:
-        mp.spawn(worker, args=(n, os.path.join(tmp, "store"), tmp), nprocs=n, join=True)
+        mp.spawn(worker, args=(n, os.path.join(tmp, "store"), tmp, PAD), nprocs=n, join=True)
         per_rank = []
         for r in range(n):
             with open(os.path.join(tmp, f"rank{r}.json")) as f:
@@ -175,9 +215,16 @@ def main():
     cases = []
     for n in (2, 3, 4):
         cases.extend(record_n(n))
+    recorded_by = ("peers/record_uneven_spmd_types_gloo.py: one CPU process per rank "
+                   "(torch.multiprocessing spawn), backend gloo, inside typecheck()")
+    if PAD:
+        recorded_by = ("PAD=1 " + recorded_by + "; all_gather is padded by the recorder, not plain "
+                       "gloo: spmd_types._dist.set_dist installs a torch.distributed whose all_gather "
+                       "zero-pads each rank's tensor along dim 0 to the longest piece, calls gloo's "
+                       "all_gather and cuts each piece back to its size; reduce_scatter and the rest "
+                       "are plain gloo")
     doc = {"spmd_types": "0.3.1", "torch": torch.__version__,
-           "recorded_by": "peers/record_uneven_spmd_types_gloo.py: one CPU process per rank "
-                          "(torch.multiprocessing spawn), backend gloo, inside typecheck()",
+           "recorded_by": recorded_by,
            "cases": cases}
     with open(os.path.abspath(OUT), "w") as f:
         f.write(json.dumps(doc) + "\n")

@@ -439,7 +439,8 @@ fn a_hostile_ragged_job_is_one_line_exit_2() {
         .unwrap(),
     )
     .unwrap();
-    let cases: Vec<(&str, Box<dyn Fn(&mut serde_json::Value)>, &str)> = vec![
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
         (
             "overlap",
             Box::new(|v| v["layout"]["output_offsets"][1][0] = 0.into()),

@@ -405,6 +405,9 @@ fn fidelity_replays_the_uneven_recordings_exactly_and_catches_a_tampered_one() {
     // backwards) stay undetermined.
     assert_eq!(count("spmd_types_uneven_gloo.json", "agree"), 93);
     assert_eq!(count("spmd_types_uneven_gloo.json", "undetermined"), 51);
+    // With the recorder's padded all_gather under spmd_types, every case
+    // runs, spmd_types' own backward included, and agrees.
+    assert_eq!(count("spmd_types_uneven_gloo_padded.json", "agree"), 144);
     // DTensor's own backward of every 1-D redistribute it runs, on every
     // basis cotangent: the model's picked backward, exactly.
     let f = "dtensor_uneven_backward.json";

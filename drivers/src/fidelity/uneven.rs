@@ -13,12 +13,13 @@ use spmd_semantics::uneven::{Placement, Split};
 use spmd_semantics::Tensor;
 
 /// The recordings read, relative to the fixtures directory.
-pub const FILES: [&str; 8] = [
+pub const FILES: [&str; 9] = [
     "uneven/dtensor_uneven.json",
     "uneven/dtensor_uneven_2.15.0.json",
     "uneven/dtensor_uneven_backward.json",
     "uneven/spmd_types_uneven.json",
     "uneven/spmd_types_uneven_gloo.json",
+    "uneven/spmd_types_uneven_gloo_padded.json",
     "uneven/dtensor_uneven_ops.json",
     "uneven/dtensor_from_local_uneven.json",
     "uneven/jax_uneven_0.12.0.1.json",
