@@ -390,8 +390,9 @@ fn fidelity_replays_the_uneven_recordings_exactly_and_catches_a_tampered_one() {
         assert_eq!(count(f, "model_mismatch"), 0, "{f}");
         assert_eq!(count(f, "real_defect"), 0, "{f}");
         // 1-D meshes: 576 cases, of which 48 refusals (R -> P(sum)) and
-        // 42 with a piece not exact in float64.
-        assert_eq!(count(f, "agree"), 486, "{f}");
+        // 42 with a piece not exact in float64; and 864 on 2×2 (§23.20).
+        assert_eq!(count(f, "agree"), 486 + 864, "{f}");
+        assert_eq!(count(f, "not_expressible"), 42, "{f}");
         assert_eq!(
             count(f, "sound_rejection") + count(f, "undetermined"),
             48,
@@ -859,4 +860,119 @@ fn derive_on_uneven_shards_as_junit_follows_the_verdicts() {
     ]);
     assert_eq!(code, 0);
     assert_eq!(md.matches("| **FAIL** |").count(), unsound, "{md}");
+}
+
+/// Nested shards over a 2×2 mesh (SPEC.md §23.20): every 2×2 case of the
+/// recordings (torch 2.14.1 and 2.15.0) equals DTensor's greedy plan run
+/// step by step, and F1 and B3 hold on the nested placements. Twins: the
+/// plan without its inner-to-outer pass (each mesh dim moved straight to
+/// its target, outer first) gives other pieces on some recorded case, and
+/// the one-step flattened gather of the class of pytorch PR #194457 fails
+/// F1 on [S(0), S(0)] of 5 rows, with rows lost.
+#[test]
+fn nested_shards_follow_dtensors_plan_and_the_flattened_gather_loses_rows() {
+    use spmd_check::dialects::dtensor::{plan, run_plan, PlanStep};
+    use spmd_check::semantics::uneven::{flat_gather_padded, Nested};
+    let dir = spmd_check::fidelity::default_dir();
+    let rs = spmd_check::fidelity::uneven::run(&dir).expect("the recordings read");
+    for f in ["dtensor_uneven.json", "dtensor_uneven_2.15.0.json"] {
+        let nested: Vec<_> = rs
+            .iter()
+            .filter(|r| r.file.ends_with(f) && r.id.contains("on [2, 2]"))
+            .collect();
+        assert_eq!(nested.len(), 864, "{f}");
+        assert!(
+            nested.iter().all(|r| r.class.key() == "agree"),
+            "{f}: {:?}",
+            nested.iter().find(|r| r.class.key() != "agree")
+        );
+    }
+    // Twin 1: a plan without the inner-to-outer pass.
+    let text = std::fs::read_to_string(format!("{dir}/uneven/dtensor_uneven.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let place = |p: &serde_json::Value| match p.as_str().unwrap() {
+        "R" => Placement::Inv,
+        "S(0)" => Placement::Shard(0, Split::Chunk),
+        "S(1)" => Placement::Shard(1, Split::Chunk),
+        other => panic!("{other}"),
+    };
+    let pieces = |x: &serde_json::Value| -> Option<Vec<Tensor>> {
+        x.as_array()?
+            .iter()
+            .map(|t| spmd_check::registry::parse_tensor(t.as_str()?).ok())
+            .collect()
+    };
+    let (mut differ, mut differ_planned) = (0, 0);
+    for c in v["cases"].as_array().unwrap() {
+        if c["mesh"] != serde_json::json!([2, 2]) || c.get("refused").is_some() {
+            continue;
+        }
+        let src: Vec<Placement> = c["src"].as_array().unwrap().iter().map(place).collect();
+        let dst: Vec<Placement> = c["dst"].as_array().unwrap().iter().map(place).collect();
+        let (Some(before), Some(after)) = (pieces(&c["before"]), pieces(&c["after"])) else {
+            continue;
+        };
+        let straight: Vec<PlanStep> = (0..2)
+            .filter(|&m| src[m] != dst[m])
+            .map(|m| PlanStep {
+                mesh_dim: m,
+                from: src[m].clone(),
+                to: dst[m].clone(),
+            })
+            .collect();
+        let naive = run_plan(&[2, 2], straight).unwrap();
+        if naive(&before).ok().as_ref() != Some(&after) {
+            differ += 1;
+        }
+        let planned = run_plan(&[2, 2], plan(&src, &dst)).unwrap();
+        if planned(&before).ok().as_ref() != Some(&after) {
+            differ_planned += 1;
+        }
+    }
+    assert_eq!(differ_planned, 0);
+    assert!(differ > 0, "the straight plan must go wrong somewhere");
+    // Twin 2: the flattened one-step gather on nested shards.
+    let s0 = Placement::Shard(0, Split::Chunk);
+    let input = Nested {
+        axes: vec![(2, s0.clone()), (2, s0.clone())],
+    };
+    let output = Nested {
+        axes: vec![(2, Placement::Inv), (2, Placement::Inv)],
+    };
+    let flat = |xs: &[Tensor]| -> Result<Vec<Tensor>, String> {
+        let g = flat_gather_padded(xs, 0).ok_or("a piece longer than the padded block")?;
+        Ok(vec![g; xs.len()])
+    };
+    let mut t = Tally::default();
+    let f = check_step(&input, &output, &flat, None, 4, &[5], &mut t)
+        .expect_err("the flattened gather loses a row of 5");
+    assert_eq!(f.property(), "F1");
+    // The same gather is right on pieces of one chunk split over 4 ranks.
+    let one = Placement::Shard(0, Split::Chunk);
+    check_step(
+        &one,
+        &Placement::Inv,
+        &flat,
+        None,
+        4,
+        &[5],
+        &mut Tally::default(),
+    )
+    .expect("right for one chunk split");
+    // DTensor's own plan for it is sound there.
+    let dtensor = run_plan(
+        &[2, 2],
+        plan(&[s0.clone(), s0.clone()], &[Placement::Inv, Placement::Inv]),
+    )
+    .unwrap();
+    check_step(
+        &input,
+        &output,
+        &dtensor,
+        None,
+        4,
+        &[5],
+        &mut Tally::default(),
+    )
+    .expect("DTensor's two-step gather is right");
 }

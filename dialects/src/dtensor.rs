@@ -435,6 +435,140 @@ pub fn redistribute(input: &Placement, output: &Placement) -> Result<StepFn, Str
     })
 }
 
+/// One step of DTensor's plan for a redistribute over several mesh dims:
+/// the mesh dim it runs on and the move there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanStep {
+    pub mesh_dim: usize,
+    pub from: Placement,
+    pub to: Placement,
+}
+
+/// DTensor's greedy plan (torch 2.14.1, `_redistribute.py`,
+/// `generate_greedy_transform_infos`) from `src` to `dst`, one placement
+/// per mesh dim (SPEC.md §23.20). With a shard in `src`, it first walks the
+/// mesh dims from inner to outer: a dim whose target is `Shard(d)` while
+/// the dims before it shard tensor dim d differently now and in the
+/// target goes to Replicate() instead (the nested shard must be undone
+/// first); every dim that differs moves. Then it walks outer to inner and
+/// moves every dim still not at its target. Reduced counts as Replicate().
+pub fn plan(src: &[Placement], dst: &[Placement]) -> Vec<PlanStep> {
+    use Placement::*;
+    let norm = |p: &Placement| match p {
+        Red => Inv,
+        q => q.clone(),
+    };
+    let mut cur: Vec<Placement> = src.iter().map(norm).collect();
+    let dst: Vec<Placement> = dst.iter().map(norm).collect();
+    let mut steps = Vec::new();
+    let shards = |ps: &[Placement], d: usize, before: usize| -> Vec<usize> {
+        ps.iter()
+            .take(before)
+            .enumerate()
+            .filter(|(_, p)| matches!(p, Shard(k, _) if *k == d))
+            .map(|(i, _)| i)
+            .collect()
+    };
+    if cur.iter().any(|p| matches!(p, Shard(..))) && cur.len() > 1 {
+        for m in (0..cur.len()).rev() {
+            let mut target = dst[m].clone();
+            if let Shard(d, _) = &target {
+                if shards(&cur, *d, m) != shards(&dst, *d, m) {
+                    target = Inv;
+                }
+            }
+            if !same_move(&cur[m], &target) {
+                steps.push(PlanStep {
+                    mesh_dim: m,
+                    from: cur[m].clone(),
+                    to: target.clone(),
+                });
+                cur[m] = target;
+            }
+        }
+    }
+    for m in 0..cur.len() {
+        if !same_move(&cur[m], &dst[m]) {
+            steps.push(PlanStep {
+                mesh_dim: m,
+                from: cur[m].clone(),
+                to: dst[m].clone(),
+            });
+            cur[m] = dst[m].clone();
+        }
+    }
+    steps
+}
+
+/// Placements DTensor does not move between: equal, or two shards of one
+/// tensor dim (DTensor compares `Shard(d)`, which has no split rule).
+fn same_move(a: &Placement, b: &Placement) -> bool {
+    match (a, b) {
+        (Placement::Shard(x, _), Placement::Shard(y, _)) => x == y,
+        _ => a == b,
+    }
+}
+
+/// The ranks of each group that runs a step on `mesh_dim` of a row-major
+/// mesh of these sizes: the ranks that differ only in that coordinate.
+pub fn groups(sizes: &[usize], mesh_dim: usize) -> Vec<Vec<usize>> {
+    let n: usize = sizes.iter().product();
+    let stride: usize = sizes[mesh_dim + 1..].iter().product();
+    let size = sizes[mesh_dim];
+    (0..n)
+        .filter(|r| (r / stride) % size == 0)
+        .map(|r| (0..size).map(|k| r + k * stride).collect())
+        .collect()
+}
+
+/// `redistribute` over several mesh dims (SPEC.md §23.20): DTensor's plan,
+/// each step the one-dim `redistribute` of this file run on every group of
+/// ranks along its mesh dim.
+pub fn redistribute_nested(
+    sizes: &[usize],
+    src: &[Placement],
+    dst: &[Placement],
+) -> Result<StepFn, String> {
+    if sizes.len() != src.len() || sizes.len() != dst.len() || sizes.is_empty() {
+        return Err(format!(
+            "{} placements and {} for a mesh of {} dims",
+            src.len(),
+            dst.len(),
+            sizes.len()
+        ));
+    }
+    run_plan(sizes, plan(src, dst))
+}
+
+/// Runs the steps of a plan in order, each on every group of ranks along
+/// its mesh dim (a row-major mesh of these sizes).
+pub fn run_plan(sizes: &[usize], plan: Vec<PlanStep>) -> Result<StepFn, String> {
+    if sizes.is_empty() || plan.iter().any(|s| s.mesh_dim >= sizes.len()) {
+        return Err(format!("a plan for a mesh of {} dims", sizes.len()));
+    }
+    let steps: Vec<(Vec<Vec<usize>>, StepFn)> = plan
+        .into_iter()
+        .map(|s| Ok((groups(sizes, s.mesh_dim), redistribute(&s.from, &s.to)?)))
+        .collect::<Result<_, String>>()?;
+    let n: usize = sizes.iter().product();
+    Ok(Box::new(move |xs: &[Tensor]| {
+        if xs.len() != n {
+            return Err(format!("{} ranks for a mesh of {n}", xs.len()));
+        }
+        let mut cur = xs.to_vec();
+        for (gs, f) in &steps {
+            for g in gs {
+                let pieces: Vec<Tensor> = g.iter().map(|&r| cur[r].clone()).collect();
+                let out = f(&pieces)?;
+                for (&r, t) in g.iter().zip(out) {
+                    cur[r] = t;
+                }
+            }
+        }
+        Ok(cur)
+    }))
+}
+
 /// How `redistribute` runs, in words.
 pub fn redistribute_words(input: &Placement, output: &Placement) -> &'static str {
     use Placement::*;

@@ -1,11 +1,12 @@
-//! F1 and B3 on uneven shards (SPEC.md §23.10), on one mesh axis. A step
+//! F1 and B3 on uneven shards (SPEC.md §23.10), on one mesh axis or on
+//! nested placements over several (§23.20). A step
 //! (a collective, or a system's implementation of one) is linear, so it is
 //! decided on a basis of its well-formed inputs: a case passes exactly when
 //! every value of its shape does. A local op is checked on a basis and a
 //! ramp per input (bounded). The backward being checked is only called;
 //! what it must equal comes from the forward and the pairing.
 
-use spmd_semantics::uneven::{pair, Placement};
+use spmd_semantics::uneven::{pair, Placed};
 use spmd_semantics::{Tensor, Q};
 
 /// A per-rank implementation: one tensor per rank in, one per rank out, or
@@ -82,7 +83,7 @@ impl Tally {
     }
 }
 
-fn uneven(p: &Placement, shape: &[usize], n: usize) -> bool {
+fn uneven<P: Placed>(p: &P, shape: &[usize], n: usize) -> bool {
     p.local_shapes(shape, n)
         .map(|s| s.iter().any(|l| *l != s[0]))
         .unwrap_or(false)
@@ -92,9 +93,9 @@ fn uneven(p: &Placement, shape: &[usize], n: usize) -> bool {
 /// of `shape`: F1 (the value is kept) on a basis, then B3 for `backward`
 /// (from `output.cot()` to `input.cot()`) on every basis pair. A refusal
 /// of the forward counts the case as refused.
-pub fn check_step(
-    input: &Placement,
-    output: &Placement,
+pub fn check_step<P: Placed>(
+    input: &P,
+    output: &P,
     forward: &Impl,
     backward: Option<&Impl>,
     n: usize,
@@ -186,9 +187,9 @@ pub fn ramp(shape: &[usize]) -> Tensor {
 /// (the per-rank results denote `f` of the inputs' values) for every
 /// combination of a basis value or the ramp per input, at most
 /// `max_instances`. A global value the op refuses is outside its domain.
-pub fn check_op(
-    inputs: &[Placement],
-    output: &Placement,
+pub fn check_op<P: Placed>(
+    inputs: &[P],
+    output: &P,
     f: &LocalOp,
     n: usize,
     shapes: &[Vec<usize>],

@@ -285,6 +285,198 @@ impl fmt::Display for Placement {
     }
 }
 
+/// What the checks of SPEC.md §23.10 need of a layout of per-rank values:
+/// one placement on one axis, or nested placements over several axes.
+pub trait Placed: Clone + fmt::Display {
+    /// The cotangent's layout.
+    fn cot(&self) -> Self;
+    /// The global value per-rank tensors denote, if well formed.
+    fn denote(&self, xs: &[Tensor]) -> Option<Tensor>;
+    /// Every rank's local shape for a value of `global` shape on `n` ranks.
+    fn local_shapes(&self, global: &[usize], n: usize) -> Result<Vec<Vec<usize>>, String>;
+    /// Per-rank values spanning the well-formed values of `global` shape.
+    fn basis(&self, global: &[usize], n: usize) -> Result<Vec<Vec<Tensor>>, String>;
+    /// One per-rank value denoting `v`.
+    fn distribute(&self, v: &Tensor, n: usize) -> Result<Vec<Tensor>, String>;
+}
+
+impl Placed for Placement {
+    fn cot(&self) -> Self {
+        Placement::cot(self)
+    }
+    fn denote(&self, xs: &[Tensor]) -> Option<Tensor> {
+        Placement::denote(self, xs)
+    }
+    fn local_shapes(&self, global: &[usize], n: usize) -> Result<Vec<Vec<usize>>, String> {
+        Placement::local_shapes(self, global, n)
+    }
+    fn basis(&self, global: &[usize], n: usize) -> Result<Vec<Vec<Tensor>>, String> {
+        Placement::basis(self, global, n)
+    }
+    fn distribute(&self, v: &Tensor, n: usize) -> Result<Vec<Tensor>, String> {
+        Placement::distribute(self, v, n)
+    }
+}
+
+/// Placements over several mesh axes (SPEC.md §23.20), outermost (mesh dim
+/// 0) first, each with its axis size. Ranks are numbered row-major over
+/// the mesh. A value is placed as DTensor places it: the outermost
+/// placement splits (or copies, or partitions) the global value over mesh
+/// dim 0, and each piece is placed again by the rest over the remaining
+/// dims; so `[S(0), S(0)]` splits a dim and then each of its pieces.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Nested {
+    pub axes: Vec<(usize, Placement)>,
+}
+
+impl Nested {
+    /// The number of ranks: the product of the axis sizes.
+    pub fn ranks(&self) -> usize {
+        self.axes.iter().map(|a| a.0).product()
+    }
+
+    fn inner(&self) -> Nested {
+        Nested {
+            axes: self.axes[1..].to_vec(),
+        }
+    }
+
+    fn check_ranks(&self, n: usize) -> Result<(), String> {
+        if self.axes.is_empty() {
+            return Err("a layout over no mesh axes".into());
+        }
+        if n != self.ranks() {
+            return Err(format!("{n} ranks for a mesh of {}", self.ranks()));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Nested {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let ps: Vec<String> = self.axes.iter().map(|a| a.1.to_string()).collect();
+        let ns: Vec<String> = self.axes.iter().map(|a| a.0.to_string()).collect();
+        write!(f, "[{}] on {}", ps.join(", "), ns.join("x"))
+    }
+}
+
+impl Placed for Nested {
+    fn cot(&self) -> Self {
+        Nested {
+            axes: self.axes.iter().map(|(n, p)| (*n, p.cot())).collect(),
+        }
+    }
+
+    fn denote(&self, xs: &[Tensor]) -> Option<Tensor> {
+        self.check_ranks(xs.len()).ok()?;
+        let (n0, p0) = &self.axes[0];
+        if self.axes.len() == 1 {
+            return p0.denote(xs);
+        }
+        let inner = self.inner();
+        let per = inner.ranks();
+        let pieces: Option<Vec<Tensor>> = (0..*n0)
+            .map(|i| inner.denote(&xs[i * per..(i + 1) * per]))
+            .collect();
+        p0.denote(&pieces?)
+    }
+
+    fn local_shapes(&self, global: &[usize], n: usize) -> Result<Vec<Vec<usize>>, String> {
+        self.check_ranks(n)?;
+        let (n0, p0) = &self.axes[0];
+        let outer = p0.local_shapes(global, *n0)?;
+        if self.axes.len() == 1 {
+            return Ok(outer);
+        }
+        let inner = self.inner();
+        let mut out = Vec::with_capacity(n);
+        for s in &outer {
+            out.extend(inner.local_shapes(s, inner.ranks())?);
+        }
+        Ok(out)
+    }
+
+    fn distribute(&self, v: &Tensor, n: usize) -> Result<Vec<Tensor>, String> {
+        self.check_ranks(n)?;
+        let (n0, p0) = &self.axes[0];
+        let outer = p0.distribute(v, *n0)?;
+        if self.axes.len() == 1 {
+            return Ok(outer);
+        }
+        let inner = self.inner();
+        let mut out = Vec::with_capacity(n);
+        for t in &outer {
+            out.extend(inner.distribute(t, inner.ranks())?);
+        }
+        Ok(out)
+    }
+
+    /// A spanning set, axis by axis. Where the outermost placement gives
+    /// each group of ranks its own piece (a shard, a pending sum), it is
+    /// the inner spanning set of each group's piece with the other groups
+    /// zero. Where every group must denote one value (Invariant,
+    /// Reduced), it is each inner element b in the first group with the
+    /// other groups holding the inner distribution of what b denotes, and
+    /// for each other group, b minus the distribution of what b denotes
+    /// (a value denoting zero), the rest zero. Any well-formed value is a
+    /// combination of these, as distribution is linear.
+    fn basis(&self, global: &[usize], n: usize) -> Result<Vec<Vec<Tensor>>, String> {
+        self.check_ranks(n)?;
+        let (n0, p0) = &self.axes[0];
+        if self.axes.len() == 1 {
+            return p0.basis(global, n);
+        }
+        let inner = self.inner();
+        let per = inner.ranks();
+        let shapes = self.local_shapes(global, n)?;
+        let zeros = || -> Vec<Tensor> { shapes.iter().map(|s| Tensor::zeros(s)).collect() };
+        let outer = p0.local_shapes(global, *n0)?;
+        let mut out = Vec::new();
+        match p0 {
+            Placement::Part | Placement::Shard(..) => {
+                for (i, s) in outer.iter().enumerate() {
+                    for b in inner.basis(s, per)? {
+                        let mut v = zeros();
+                        v[i * per..(i + 1) * per].clone_from_slice(&b);
+                        out.push(v);
+                    }
+                }
+            }
+            Placement::Inv | Placement::Red => {
+                for b in inner.basis(global, per)? {
+                    let d = inner
+                        .denote(&b)
+                        .ok_or("an inner spanning value is not well formed")?;
+                    let canon = inner.distribute(&d, per)?;
+                    let mut v = zeros();
+                    v[..per].clone_from_slice(&b);
+                    for i in 1..*n0 {
+                        v[i * per..(i + 1) * per].clone_from_slice(&canon);
+                    }
+                    out.push(v);
+                    if b != canon {
+                        let diff: Vec<Tensor> = b
+                            .iter()
+                            .zip(&canon)
+                            .map(|(x, c)| {
+                                let mut t = x.clone();
+                                t.add_scaled(&Q::int(-1), c);
+                                t
+                            })
+                            .collect();
+                        for i in 1..*n0 {
+                            let mut v = zeros();
+                            v[i * per..(i + 1) * per].clone_from_slice(&diff);
+                            out.push(v);
+                        }
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
 /// The pairing of two global values of one shape (SPEC.md §3): the sum of
 /// their entrywise products; `None` for different shapes.
 pub fn pair(a: &Tensor, b: &Tensor) -> Option<Q> {

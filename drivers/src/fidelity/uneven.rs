@@ -72,9 +72,9 @@ fn first_difference(ours: &[Tensor], real: &[Tensor]) -> Option<String> {
 
 /// Checks a step the real system ran as the model runs it, on the
 /// recorded case: agree when sound, a real defect when not.
-fn verdict(
-    input: &Placement,
-    output: &Placement,
+fn verdict<P: spmd_semantics::uneven::Placed>(
+    input: &P,
+    output: &P,
     forward: &Impl,
     backward: Option<&Impl>,
     n: usize,
@@ -119,15 +119,15 @@ fn dtensor_case(c: &Value) -> (String, Class, String) {
         src.join(","),
         dst.join(",")
     );
-    if mesh.len() != 1 || src.len() != 1 || dst.len() != 1 {
+    if mesh.len() != src.len() || mesh.len() != dst.len() || mesh.is_empty() {
         return (
             id,
-            Class::NotExpressible(
-                "nested shards on a 2-D mesh: rules on uneven shards are checked on one axis (SPEC.md §23.10)"
-                    .into(),
-            ),
+            Class::NotExpressible(format!("placements {src:?} -> {dst:?} on mesh {mesh:?}")),
             String::new(),
         );
+    }
+    if mesh.len() > 1 {
+        return nested_case(c, id, &mesh, &shape, &src, &dst);
     }
     let n = mesh[0];
     let (Some(input), Some(output)) = (dtensor_placement(&src[0]), dtensor_placement(&dst[0]))
@@ -203,6 +203,102 @@ fn dtensor_case(c: &Value) -> (String, Class, String) {
             }
         },
     }
+}
+
+/// A redistribute over several mesh dims (SPEC.md §23.20): the model runs
+/// DTensor's plan (`dtensor::redistribute_nested`) on the recorded pieces
+/// before; the pieces after must equal it, and then F1 and B3 run on the
+/// nested placements with DTensor's backward (the plan from the output's
+/// cotangent back, a Reduced cotangent held as Replicate()).
+fn nested_case(
+    c: &Value,
+    id: String,
+    mesh: &[usize],
+    shape: &[usize],
+    src: &[String],
+    dst: &[String],
+) -> (String, Class, String) {
+    use spmd_semantics::uneven::{Nested, Placed};
+    let places = |names: &[String]| -> Option<Vec<Placement>> {
+        names.iter().map(|p| dtensor_placement(p)).collect()
+    };
+    let (Some(sp), Some(dp)) = (places(src), places(dst)) else {
+        return (
+            id,
+            Class::NotExpressible(format!("placements {src:?} -> {dst:?}")),
+            String::new(),
+        );
+    };
+    let nest = |ps: &[Placement]| Nested {
+        axes: mesh.iter().copied().zip(ps.iter().cloned()).collect(),
+    };
+    let (input, output) = (nest(&sp), nest(&dp));
+    if let Some(why) = c["refused"].as_str() {
+        return (
+            id,
+            Class::Undetermined(format!("DTensor refuses: {why}")),
+            String::new(),
+        );
+    }
+    let (Some(before), Some(after)) = (tensors(&c["before"]), tensors(&c["after"])) else {
+        return (
+            id,
+            Class::NotExpressible("a piece not exact in float64".into()),
+            String::new(),
+        );
+    };
+    let f = match spmd_dialects::dtensor::redistribute_nested(mesh, &sp, &dp) {
+        Ok(f) => f,
+        Err(e) => {
+            return (
+                id,
+                Class::ModelMismatch(format!("the model refuses what DTensor runs: {e}")),
+                String::new(),
+            )
+        }
+    };
+    let out = match f(&before) {
+        Ok(o) => o,
+        Err(e) => {
+            return (
+                id,
+                Class::ModelMismatch(format!("the model raises on DTensor's pieces: {e}")),
+                String::new(),
+            )
+        }
+    };
+    if let Some(d) = first_difference(&out, &after) {
+        return (id, Class::ModelMismatch(d), String::new());
+    }
+    let grad = |p: &Nested| -> Vec<Placement> {
+        p.cot()
+            .axes
+            .into_iter()
+            .map(|(_, q)| match q {
+                Placement::Red => Placement::Inv,
+                q => q,
+            })
+            .collect()
+    };
+    let b = spmd_dialects::dtensor::redistribute_nested(mesh, &grad(&output), &grad(&input)).ok();
+    let n: usize = mesh.iter().product();
+    let (class, note) = verdict(
+        &input,
+        &output,
+        &*f,
+        b.as_ref().map(|b| &**b as &Impl),
+        n,
+        shape,
+    );
+    let steps: Vec<String> = spmd_dialects::dtensor::plan(&sp, &dp)
+        .iter()
+        .map(|s| format!("mesh dim {}: {} -> {}", s.mesh_dim, s.from, s.to))
+        .collect();
+    (
+        id,
+        class,
+        format!("{note}; DTensor's plan: {}", steps.join(", ")),
+    )
 }
 
 /// Both refuse: a sound rejection when a collective for the move exists
