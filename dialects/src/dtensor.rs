@@ -516,7 +516,7 @@ pub fn groups(sizes: &[usize], mesh_dim: usize) -> Vec<Vec<usize>> {
     let stride: usize = sizes[mesh_dim + 1..].iter().product();
     let size = sizes[mesh_dim];
     (0..n)
-        .filter(|r| (r / stride) % size == 0)
+        .filter(|r| (r / stride).is_multiple_of(size))
         .map(|r| (0..size).map(|k| r + k * stride).collect())
         .collect()
 }
