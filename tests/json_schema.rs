@@ -371,7 +371,11 @@ fn uneven_outputs_match_the_schema() {
     let (code, doc) = json_in(&d, &["run", job.to_str().unwrap(), "--check", "--json"]);
     assert_eq!(code, 0);
     v.assert_valid("run run_uneven.json --check --json", &doc);
-    for (f, want) in [("run_ragged.json", 1), ("run_ragged_moe.json", 0)] {
+    for (f, want) in [
+        ("run_ragged.json", 1),
+        ("run_ragged_moe.json", 0),
+        ("run_nested.json", 0),
+    ] {
         let job = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("examples")
             .join(f);

@@ -976,3 +976,72 @@ fn nested_shards_follow_dtensors_plan_and_the_flattened_gather_loses_rows() {
     )
     .expect("DTensor's two-step gather is right");
 }
+
+/// `run` of a nested redistribute (SPEC.md §23.20): [S(0), S(0)] of 5 rows
+/// on 2×2 (pieces 2, 1, 1, 1) gathered by DTensor's two-step plan, with
+/// its backward and F1/B3 on the shape; pieces cut by one chunk split over
+/// 4 ranks (2, 2, 1, 0) are not well formed there, and hostile jobs are
+/// one line, exit 2.
+#[test]
+fn run_of_a_nested_redistribute_follows_dtensors_plan() {
+    let ex = format!("{}/examples/run_nested.json", env!("CARGO_MANIFEST_DIR"));
+    let (code, out, err) = run(&["run", &ex, "--check"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("DTensor's plan: mesh dim 1: Shard(0, chunk) -> Replicate(), then mesh dim 0"),
+        "{out}"
+    );
+    assert!(out.contains("per rank [1, 0] | [0] | [0] | [1]"), "{out}");
+    assert!(out.contains("check: passed"), "{out}");
+    let base: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&ex).unwrap()).unwrap();
+    let d = fresh_dir("uneven", "nested-jobs");
+    type Edit = Box<dyn Fn(&mut serde_json::Value)>;
+    let cases: Vec<(&str, Edit, &str)> = vec![
+        (
+            "one chunk split",
+            Box::new(|v| v["inputs"][0]["per_rank"] = serde_json::json!([[1, 2], [3, 4], [5], []])),
+            "not well formed for [Shard(0, chunk), Shard(0, chunk)]",
+        ),
+        (
+            "dialect",
+            Box::new(|v| v["dialect"] = "jax".into()),
+            "is a DTensor redistribute",
+        ),
+        (
+            "forward",
+            Box::new(|v| v["forward"] = "all_gather".into()),
+            "runs `redistribute`",
+        ),
+        (
+            "one type",
+            Box::new(|v| v["output"] = "Replicate()".into()),
+            "one placement per axis",
+        ),
+        (
+            "axis",
+            Box::new(|v| v["output"] = serde_json::json!({"pp": "Replicate()"})),
+            "`pp` is not an axis",
+        ),
+        (
+            "ranks",
+            Box::new(|v| v["mesh"] = serde_json::json!({"dp": 4, "tp": 8})),
+            "at most 16",
+        ),
+        (
+            "backward",
+            Box::new(|v| v["backward"] = "all_gather".into()),
+            "does not go with",
+        ),
+    ];
+    for (name, edit, want) in cases {
+        let mut v = base.clone();
+        edit(&mut v);
+        let f = d.join(format!("{}.json", name.replace(' ', "_")));
+        std::fs::write(&f, v.to_string()).unwrap();
+        let (code, out, err) = run(&["run", f.to_str().unwrap(), "--check"]);
+        assert_eq!(code, 2, "{name}: {out}{err}");
+        assert_eq!(common::error_lines(&err), 1, "{name}: {err}");
+        assert!(err.contains(want), "{name}: {err}");
+    }
+}

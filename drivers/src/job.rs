@@ -970,6 +970,7 @@ pub enum Ran {
     Core(Box<JobReport>),
     Uneven(Box<UnevenRun>),
     Ragged(Box<crate::ragged::RaggedRun>),
+    Nested(Box<crate::nested::NestedRun>),
 }
 
 impl Ran {
@@ -978,6 +979,7 @@ impl Ran {
             Ran::Core(r) => r.to_text(),
             Ran::Uneven(u) => u.to_text(),
             Ran::Ragged(r) => r.to_text(),
+            Ran::Nested(r) => r.to_text(),
         }
     }
     pub fn to_json(&self) -> Value {
@@ -985,6 +987,7 @@ impl Ran {
             Ran::Core(r) => r.to_json(),
             Ran::Uneven(u) => u.to_json(),
             Ran::Ragged(r) => r.to_json(),
+            Ran::Nested(r) => r.to_json(),
         }
     }
     pub fn exit_code(&self) -> u8 {
@@ -992,6 +995,7 @@ impl Ran {
             Ran::Core(r) => r.exit_code(),
             Ran::Uneven(u) => u8::from(matches!(u.check, Some(Err(_)))),
             Ran::Ragged(r) => r.exit_code(),
+            Ran::Nested(r) => r.exit_code(),
         }
     }
 }
@@ -1002,6 +1006,11 @@ pub fn run_any(path: &str, check: bool) -> Result<Ran, UsageError> {
     let job = parse_job(path, &text)?;
     if let Some(r) = crate::ragged::run(&job, check)? {
         return Ok(Ran::Ragged(Box::new(r)));
+    }
+    if names_uneven(&job) {
+        if let Some(r) = crate::nested::run(&job, check)? {
+            return Ok(Ran::Nested(Box::new(r)));
+        }
     }
     match run_uneven(&job, check)? {
         Some(u) => Ok(Ran::Uneven(Box::new(u))),
@@ -1055,10 +1064,10 @@ pub(crate) fn one_axis_text(spec: &TypeSpec, axis: &str, what: &str) -> Result<S
     }
 }
 
-/// The job on uneven shards, or `None` when it is not one: no type names a
-/// split and every input's ranks hold tensors of one shape.
-pub fn run_uneven(job: &Job, check: bool) -> Result<Option<UnevenRun>, UsageError> {
-    use spmd_dialects::uneven::{elaborate, names_split, parse_placement, show};
+/// Whether a job is on uneven shards: a type names a split rule, or an
+/// input's ranks hold pieces of different shapes under a shard.
+pub fn names_uneven(job: &Job) -> bool {
+    use spmd_dialects::uneven::names_split;
     let texts_name_split = job
         .inputs
         .iter()
@@ -1086,7 +1095,14 @@ pub fn run_uneven(job: &Job, check: bool) -> Result<Option<UnevenRun>, UsageErro
             _ => false,
         }
     };
-    if !texts_name_split && !job.inputs.iter().any(uneven_pieces) {
+    texts_name_split || job.inputs.iter().any(uneven_pieces)
+}
+
+/// The job on uneven shards, or `None` when it is not one: no type names a
+/// split and every input's ranks hold tensors of one shape.
+pub fn run_uneven(job: &Job, check: bool) -> Result<Option<UnevenRun>, UsageError> {
+    use spmd_dialects::uneven::{elaborate, names_split, parse_placement, show};
+    if !names_uneven(job) {
         return Ok(None);
     }
     let d = match job.dialect.as_deref() {

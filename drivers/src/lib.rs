@@ -14,6 +14,7 @@ pub mod fsdp;
 pub mod generated;
 pub mod job;
 pub mod jvps;
+pub mod nested;
 pub mod partial_kinds;
 pub mod partition;
 pub mod patterns;
