@@ -337,6 +337,15 @@ fn hostile_uneven_input_is_one_line_and_exit_2() {
         ("inputs = [{dp = \"S(0, chunk)\", tp = \"R\"}]\noutput = \"R\"\nforward = \"all_gather\"", "one mesh axis"),
         ("inputs = [\"S(0, chunk)\"]\noutput = \"R\"\nforward = \"all_gather(dim=x)\"", "not a dim"),
         ("inputs = [\"S(0, chunk)\"]\noutput = \"R\"\nforward = \"all_gather(dim=0\"", "without its `)`"),
+        // Over several mesh axes (SPEC.md §23.20).
+        ("dialect = \"dtensor\"\nmesh = {dp = 2, tp = 2}\ninputs = [{dp = \"Shard(0, chunk)\"}]\noutput = {dp = \"Replicate()\", tp = \"Replicate()\"}\nforward = \"redistribute\"", "names no placement for axis `tp`"),
+        ("dialect = \"dtensor\"\nmesh = {dp = 2, tp = 2}\ninputs = [{dp = \"Shard(0, chunk)\", pp = \"R\"}]\noutput = {dp = \"Replicate()\", tp = \"Replicate()\"}\nforward = \"redistribute\"", "`pp` is not an axis"),
+        ("dialect = \"dtensor\"\nmesh = {dp = 2, tp = 2}\ninputs = [\"Shard(0, chunk)\"]\noutput = {dp = \"Replicate()\", tp = \"Replicate()\"}\nforward = \"redistribute\"", "one placement per axis"),
+        ("dialect = \"dtensor\"\nmesh = {dp = 4, tp = 8}\ninputs = [{dp = \"Shard(0, chunk)\", tp = \"Shard(0, chunk)\"}]\noutput = {dp = \"Replicate()\", tp = \"Replicate()\"}\nforward = \"redistribute\"", "at most 16"),
+        ("dialect = \"dtensor\"\nmesh = {dp = 2, tp = 2}\ninputs = [{dp = \"Shard(0, chunk)\", tp = \"Shard(0, chunk)\"}]\noutput = {dp = \"Replicate()\", tp = \"Replicate()\"}\nforward = \"redistribute\"\nbackward = \"redistribute\"", "it is not written"),
+        ("dialect = \"jax\"\nmesh = {dp = 2, tp = 2}\ninputs = [{dp = \"S(0, chunk)\", tp = \"S(0, chunk)\"}]\noutput = {dp = \"Invariant\", tp = \"Invariant\"}\nforward = \"all_gather\"", "is not modelled"),
+        ("dialect = \"dtensor\"\nmesh = {dp = 2, tp = 2}\ninputs = [{dp = \"Shard(0, chunk)\", tp = \"Shard(0, chunk)\"}]\noutput = {dp = \"Replicate()\", tp = \"Shard(0, chunk)\"}\nforward = \"all_gather(flattened)\"", "ends replicated"),
+        ("dialect = \"dtensor\"\nmesh = {dp = 2, tp = 2}\nop = \"relu\"\ninputs = [{dp = \"Shard(0, chunk)\", tp = \"Shard(0, chunk)\"}]\noutput = {dp = \"Shard(0, chunk)\", tp = \"Shard(0, chunk)\"}", "written `forward`"),
     ];
     for (body, want) in cases {
         std::fs::write(&p, format!("[[rule]]\nname = \"a\"\n{body}\n")).unwrap();
@@ -353,7 +362,7 @@ fn hostile_uneven_input_is_one_line_and_exit_2() {
         ),
         (
             r#""mesh": {"x": 2, "y": 1}, "inputs": [{"type": "S(0)", "per_rank": [[1, 2], [4]]}]"#,
-            "one mesh axis",
+            "one placement per axis",
         ),
         (
             r#""mesh": {"x": 2}, "inputs": [{"type": "S(0)", "per_rank": [[1, 2], [4], [5]]}]"#,

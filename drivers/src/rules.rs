@@ -584,6 +584,9 @@ fn build_uneven(
         "rules on uneven shards take one input type per input, `forward` or `op`, and `backward` (SPEC.md §23.10)",
         err,
     )?;
+    if let Some(m) = s.mesh.as_ref().filter(|m| m.len() > 1) {
+        return build_nested(s, dialect, m, err);
+    }
     // One axis: its name from the tables or the mesh, `x` otherwise.
     let mut axis: Option<String> = s
         .mesh
@@ -723,6 +726,218 @@ fn build_uneven(
             output,
             what,
             guard,
+            nest: None,
+        }),
+        elaboration,
+    })
+}
+
+/// A rule on uneven shards over several mesh axes (SPEC.md §23.20): one
+/// placement per axis on its one input and its output; the step is
+/// DTensor's `redistribute` (its plan, and its backward the plan back) or
+/// `all_gather(flattened)`, the one-step gather over every axis with
+/// pad-then-unpad (§23.6; no backward).
+fn build_nested(
+    s: &RuleSpec,
+    dialect: Dialect,
+    mesh: &IndexMap<String, usize>,
+    err: &dyn Fn(&str, String) -> UsageError,
+) -> Result<Rule, UsageError> {
+    use spmd_dialects::uneven::{parse_placement, Elaborated, StepFn};
+    use spmd_semantics::uneven::{Nested, Placed, Placement};
+    refuse_fields(
+        s,
+        false,
+        "a rule on uneven shards over several mesh axes is one step (SPEC.md §23.20)",
+        err,
+    )?;
+    let axes: Vec<(String, usize)> = mesh.iter().map(|(a, n)| (a.clone(), *n)).collect();
+    if axes.iter().any(|a| a.1 == 0 || a.1 > 8) {
+        return Err(err("mesh", "mesh axis sizes must be 1 to 8".into()));
+    }
+    let n: usize = axes.iter().map(|a| a.1).product();
+    if n > crate::nested::MAX_RANKS {
+        return Err(err(
+            "mesh",
+            format!(
+                "{n} ranks; nested placements are checked on at most {}",
+                crate::nested::MAX_RANKS
+            ),
+        ));
+    }
+    if s.inputs.len() != 1 || s.op.is_some() {
+        return Err(err(
+            "inputs",
+            "a rule over several mesh axes on uneven shards is one step of one input, written `forward`".into(),
+        ));
+    }
+    let nested = |t: &TypeSpec| -> Result<Nested, UsageError> {
+        let TypeSpec::Axes(m) = t else {
+            return Err(err(
+                &type_text(t),
+                format!(
+                    "over the mesh's {} axes, name one placement per axis",
+                    axes.len()
+                ),
+            ));
+        };
+        if let Some(k) = m.keys().find(|k| !mesh.contains_key(*k)) {
+            return Err(err(k, format!("`{k}` is not an axis of the mesh")));
+        }
+        let ps = axes
+            .iter()
+            .map(|(a, size)| {
+                let text = m.get(a).ok_or_else(|| {
+                    err(
+                        &type_text(t),
+                        format!("`{}` names no placement for axis `{a}`", type_text(t)),
+                    )
+                })?;
+                parse_placement(dialect, text)
+                    .map(|p| (*size, p))
+                    .map_err(|e| err(text.trim(), e))
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Nested { axes: ps })
+    };
+    let input = nested(&s.inputs[0])?;
+    let output = nested(&s.output)?;
+    let fw = s
+        .forward
+        .as_deref()
+        .ok_or_else(|| err("inputs", "a nested rule writes its `forward`".into()))?;
+    let sizes: Vec<usize> = axes.iter().map(|a| a.1).collect();
+    let held = |p: &Nested| -> Vec<Placement> {
+        p.axes
+            .iter()
+            .map(|(_, q)| match q {
+                Placement::Red => Placement::Inv,
+                q => q.clone(),
+            })
+            .collect()
+    };
+    let words = |steps: &[spmd_dialects::dtensor::PlanStep]| -> String {
+        steps
+            .iter()
+            .map(|st| {
+                format!(
+                    "mesh dim {}: {} -> {}",
+                    st.mesh_dim,
+                    spmd_dialects::uneven::show(dialect, &st.from),
+                    spmd_dialects::uneven::show(dialect, &st.to)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", then ")
+    };
+    let e = match (dialect, fw.trim()) {
+        (_, _) if s.backward.is_some() => {
+            return Err(err(
+                "backward",
+                "a nested rule's backward is its system's (DTensor's plan back); it is not written"
+                    .into(),
+            ))
+        }
+        (Dialect::Dtensor, "redistribute") => {
+            let (src, dst) = (held(&input), held(&output));
+            let (cin, cout) = (held(&input.cot()), held(&output.cot()));
+            let f = spmd_dialects::dtensor::redistribute_nested(&sizes, &src, &dst)
+                .map_err(|e| err(fw, e))?;
+            let b = spmd_dialects::dtensor::redistribute_nested(&sizes, &cout, &cin).ok();
+            let plan = spmd_dialects::dtensor::plan(&src, &dst);
+            let back = spmd_dialects::dtensor::plan(&cout, &cin);
+            Elaborated {
+                forward: f,
+                forward_text: "redistribute".into(),
+                backward_text: b.as_ref().map(|_| format!("redistribute back ({})", words(&back))),
+                backward: b,
+                notes: vec![format!(
+                    "DTensor (torch 2.14.1) plans redistribute as {}",
+                    if plan.is_empty() {
+                        "no move".to_string()
+                    } else {
+                        words(&plan)
+                    }
+                )],
+            }
+        }
+        (_, "all_gather(flattened)") => {
+            let dim = match input.axes.iter().find_map(|(_, p)| match p {
+                Placement::Shard(d, _) => Some(*d),
+                _ => None,
+            }) {
+                Some(d) => d,
+                None => return Err(err(fw, "the input shards no dim".into())),
+            };
+            if !output
+                .axes
+                .iter()
+                .all(|(_, p)| matches!(p, Placement::Inv | Placement::Red))
+            {
+                return Err(err(
+                    fw,
+                    "a flattened all_gather ends replicated on every axis".into(),
+                ));
+            }
+            let f: StepFn = Box::new(move |xs: &[spmd_semantics::Tensor]| {
+                let g = spmd_semantics::uneven::flat_gather_padded(xs, dim)
+                    .ok_or("a piece longer than the padded block, or no such dim")?;
+                Ok(vec![g; xs.len()])
+            });
+            Elaborated {
+                forward: f,
+                forward_text: "all_gather(flattened)".into(),
+                backward: None,
+                backward_text: None,
+                notes: vec![format!(
+                    "one all_gather over the {n} ranks of the flattened mesh, each piece padded to ceil(L/{n}) rows and rank r's torch.chunk size kept (SPEC.md §23.6)"
+                )],
+            }
+        }
+        (d, other) => {
+            return Err(err(
+                other,
+                format!(
+                    "over several mesh axes a rule on uneven shards runs DTensor's `redistribute` or `all_gather(flattened)`; `{}` in dialect {} is not modelled",
+                    other,
+                    d.name()
+                ),
+            ))
+        }
+    };
+    let (inner_axis, inner_n) = axes.last().cloned().expect("two axes");
+    let elaboration = e.notes.clone();
+    let has_backward = e.backward.is_some();
+    let f = op_or_forward(s, 1, err)?;
+    Ok(Rule {
+        name: s.name.clone(),
+        op: TypedOp::local(
+            f,
+            vec![Type::new(vec![spmd_semantics::State::Invariant])],
+            Type::new(vec![spmd_semantics::State::Invariant]),
+        ),
+        meshes: vec![Mesh::new(
+            &mesh
+                .iter()
+                .map(|(a, k)| (a.as_str(), *k))
+                .collect::<Vec<_>>(),
+        )],
+        mesh_written: true,
+        has_backward,
+        dialect,
+        pending: None,
+        uneven: Some(crate::uneven::UnevenRule {
+            axis: inner_axis,
+            ranks: Some(inner_n),
+            inputs: vec![input.axes.last().expect("an axis").1.clone()],
+            output: output.axes.last().expect("an axis").1.clone(),
+            what: crate::uneven::What::Step(std::sync::Arc::new(e)),
+            guard: None,
+            nest: Some(std::sync::Arc::new(crate::uneven::NestSpec {
+                axes,
+                input,
+                output,
+            })),
         }),
         elaboration,
     })

@@ -41,6 +41,41 @@ pub struct UnevenRule {
     /// and the case counts as refused (DTensor's `allow_uneven_sharding`,
     /// SPEC.md §23.16).
     pub guard: Option<Guard>,
+    /// Placements over several mesh axes (SPEC.md §23.20): then `axis`,
+    /// `ranks`, `inputs` and `output` are the innermost axis's.
+    pub nest: Option<Arc<NestSpec>>,
+}
+
+/// A rule's nested placements: its mesh axes (mesh dim 0 first) and its
+/// input and output over them.
+#[derive(Clone, Debug)]
+pub struct NestSpec {
+    pub axes: Vec<(String, usize)>,
+    pub input: spmd_semantics::uneven::Nested,
+    pub output: spmd_semantics::uneven::Nested,
+}
+
+impl NestSpec {
+    /// `2x2`.
+    pub fn mesh_text(&self) -> String {
+        self.axes
+            .iter()
+            .map(|a| a.1.to_string())
+            .collect::<Vec<_>>()
+            .join("x")
+    }
+}
+
+/// A nested layout in a dialect's names: `[Shard(0, chunk), Replicate()]`.
+pub fn show_nested(d: Dialect, p: &spmd_semantics::uneven::Nested) -> String {
+    format!(
+        "[{}]",
+        p.axes
+            .iter()
+            .map(|(_, q)| show(d, q))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
 }
 
 /// See [`UnevenRule::guard`].
@@ -92,6 +127,36 @@ impl UnevenRule {
             (None, None) => RANKS.to_vec(),
         }
     }
+    /// The input's type in the dialect's names (nested where it is).
+    pub fn input_text(&self, d: Dialect, i: usize) -> String {
+        match &self.nest {
+            Some(n) => show_nested(d, &n.input),
+            None => show(d, &self.inputs[i]),
+        }
+    }
+    /// The output's type in the dialect's names.
+    pub fn output_text(&self, d: Dialect) -> String {
+        match &self.nest {
+            Some(n) => show_nested(d, &n.output),
+            None => show(d, &self.output),
+        }
+    }
+    /// The input's cotangent type.
+    pub fn input_cot_text(&self, d: Dialect) -> String {
+        use spmd_semantics::uneven::Placed;
+        match &self.nest {
+            Some(n) => show_nested(d, &n.input.cot()),
+            None => show(d, &self.inputs[0].cot()),
+        }
+    }
+    /// The output's cotangent type.
+    pub fn output_cot_text(&self, d: Dialect) -> String {
+        use spmd_semantics::uneven::Placed;
+        match &self.nest {
+            Some(n) => show_nested(d, &n.output.cot()),
+            None => show(d, &self.output.cot()),
+        }
+    }
     /// Whether a backward is checked.
     pub fn has_backward(&self) -> bool {
         matches!(&self.what, What::Step(e) if e.backward.is_some())
@@ -118,6 +183,9 @@ pub fn check(rule: &UnevenRule, dialect: Dialect) -> UnevenReport {
 /// `check`, a step's cases also fitting the placements `via` (a chain's
 /// intermediate ones, SPEC.md §23.15).
 pub fn check_through(rule: &UnevenRule, dialect: Dialect, via: &[Placement]) -> UnevenReport {
+    if let Some(nest) = &rule.nest {
+        return check_nested(rule, nest, dialect);
+    }
     let ns = rule.ns();
     let mut tally = Tally::default();
     let mut failure = None;
@@ -185,6 +253,80 @@ pub fn check_through(rule: &UnevenRule, dialect: Dialect, via: &[Placement]) -> 
     }
 }
 
+/// The global shapes a nested step is checked on: every tensor dim a
+/// placement shards takes every length 0 to N + 1 (N the ranks), the
+/// others length 1.
+fn nested_shapes(nest: &NestSpec) -> Vec<Vec<usize>> {
+    let n: usize = nest.axes.iter().map(|a| a.1).product();
+    let sharded: Vec<usize> = nest
+        .input
+        .axes
+        .iter()
+        .chain(&nest.output.axes)
+        .filter_map(|(_, p)| match p {
+            Placement::Shard(d, _) => Some(*d),
+            _ => None,
+        })
+        .collect();
+    let rank = sharded.iter().max().map_or(1, |d| d + 1);
+    let mut shapes: Vec<Vec<usize>> = vec![vec![]];
+    for dim in 0..rank {
+        let lens: Vec<usize> = if sharded.contains(&dim) {
+            (0..=n + 1).collect()
+        } else {
+            vec![1]
+        };
+        shapes = shapes
+            .into_iter()
+            .flat_map(|s| {
+                lens.iter().map(move |&l| {
+                    let mut t = s.clone();
+                    t.push(l);
+                    t
+                })
+            })
+            .collect();
+    }
+    shapes.truncate(MAX_CASES);
+    shapes
+}
+
+/// A nested step's checks (SPEC.md §23.20): F1 and B3 on the nested
+/// placements, for every shape of [`nested_shapes`].
+fn check_nested(rule: &UnevenRule, nest: &NestSpec, dialect: Dialect) -> UnevenReport {
+    let n: usize = nest.axes.iter().map(|a| a.1).product();
+    let mut tally = Tally::default();
+    let mut failure = None;
+    if let What::Step(e) = &rule.what {
+        for shape in nested_shapes(nest) {
+            if crate::run::stop_reason().is_some() {
+                break;
+            }
+            if let Err(f) = check_step(
+                &nest.input,
+                &nest.output,
+                &*e.forward,
+                e.backward
+                    .as_ref()
+                    .map(|b| &**b as &spmd_oracle::uneven::Impl),
+                n,
+                &shape,
+                &mut tally,
+            ) {
+                failure = Some(f);
+                break;
+            }
+        }
+    }
+    UnevenReport {
+        rule: rule.clone(),
+        dialect,
+        tally,
+        failure,
+        ranks: vec![n],
+    }
+}
+
 fn ranks(ts: &[Tensor]) -> String {
     ts.iter()
         .map(|t| t.to_string())
@@ -201,6 +343,9 @@ impl UnevenReport {
         !self.failed() && self.tally.uneven_cases == 0
     }
     fn ranks_text(&self) -> String {
+        if let Some(n) = &self.rule.nest {
+            return format!("a {} mesh", n.mesh_text());
+        }
         match self.ranks.as_slice() {
             [n] => format!("{n} ranks"),
             ns => format!(
@@ -266,10 +411,12 @@ impl UnevenReport {
             return String::new();
         };
         let mut s = format!(
-            "violates {} (SPEC.md §23.10) on {} ranks of axis `{}`\n",
+            "violates {} (SPEC.md §23.10) on {}\n",
             f.property(),
-            f.ranks(),
-            r.axis
+            match &r.nest {
+                Some(n) => format!("a {} mesh ({} ranks)", n.mesh_text(), f.ranks()),
+                None => format!("{} ranks of axis `{}`", f.ranks(), r.axis),
+            }
         );
         match &**f {
             Failure::F1 {
@@ -283,7 +430,7 @@ impl UnevenReport {
                 for (i, x) in inputs.iter().enumerate() {
                     s.push_str(&format!(
                         "  input {i} : {}   per rank {}\n",
-                        show(d, &r.inputs[i]),
+                        r.input_text(d, i),
                         ranks(x)
                     ));
                 }
@@ -292,7 +439,7 @@ impl UnevenReport {
                 }
                 s.push_str(&format!(
                     "  output : {}   per rank {}   denotes {}\n  expected: {expected}\n",
-                    show(d, &r.output),
+                    r.output_text(d),
                     ranks(outputs),
                     denoted
                         .as_ref()
@@ -309,11 +456,11 @@ impl UnevenReport {
             } => {
                 s.push_str(&format!(
                     "  tangent   : {}   per rank {}\n  cotangent : {}   per rank {}\n  backward  : {}   per rank {}\n  <F dx, g> = {forward_side}, <dx, B g> = {}\n",
-                    show(d, &r.inputs[0]),
+                    r.input_text(d, 0),
                     ranks(tangent),
-                    show(d, &r.output.cot()),
+                    r.output_cot_text(d),
                     ranks(cotangent),
-                    show(d, &r.inputs[0].cot()),
+                    r.input_cot_text(d),
                     ranks(backward),
                     backward_side.as_ref().map_or("nothing (B g is not well formed)".into(), |q| q.to_string())
                 ));
@@ -323,7 +470,7 @@ impl UnevenReport {
             } => {
                 s.push_str(&format!(
                     "  cotangent : {}   per rank {}\n  the backward raised: {message}\n",
-                    show(d, &r.output.cot()),
+                    r.output_cot_text(d),
                     ranks(cotangent)
                 ));
             }
@@ -343,17 +490,47 @@ impl UnevenReport {
             Placement::Part => Type::one(State::Partial),
             Placement::Shard(d, _) => Type::laid(vec![State::Varying], vec![Some(*d)]),
         };
-        let shown = |label: String, input: bool, p: &Placement, ts: &[Tensor]| Shown {
+        let nty = |n: &spmd_semantics::uneven::Nested| {
+            let (states, dims): (Vec<State>, Vec<Option<usize>>) = n
+                .axes
+                .iter()
+                .map(|(_, p)| match p {
+                    Placement::Inv => (State::Invariant, None),
+                    Placement::Red => (State::Reduced, None),
+                    Placement::Part => (State::Partial, None),
+                    Placement::Shard(d, _) => (State::Varying, Some(*d)),
+                })
+                .unzip();
+            Type::laid(states, dims)
+        };
+        let shown = |label: String, input: bool, ty: Type, ts: &[Tensor]| Shown {
             label,
             input,
             alternative: false,
-            ty: ty(p),
+            ty,
             value: PerRank {
                 tensors: ts.to_vec(),
             },
         };
         let r = &self.rule;
         let d = self.dialect;
+        use spmd_semantics::uneven::Placed;
+        let t_in = |i: usize| match &r.nest {
+            Some(n) => nty(&n.input),
+            None => ty(&r.inputs[i]),
+        };
+        let t_out = || match &r.nest {
+            Some(n) => nty(&n.output),
+            None => ty(&r.output),
+        };
+        let t_in_cot = || match &r.nest {
+            Some(n) => nty(&n.input.cot()),
+            None => ty(&r.inputs[0].cot()),
+        };
+        let t_out_cot = || match &r.nest {
+            Some(n) => nty(&n.output.cot()),
+            None => ty(&r.output.cot()),
+        };
         let (property, values, expected, actual) = match &**f {
             Failure::F1 {
                 inputs,
@@ -365,19 +542,12 @@ impl UnevenReport {
                 let mut v: Vec<Shown> = inputs
                     .iter()
                     .enumerate()
-                    .map(|(i, x)| {
-                        shown(
-                            format!("x{i} : {}", show(d, &r.inputs[i])),
-                            true,
-                            &r.inputs[i],
-                            x,
-                        )
-                    })
+                    .map(|(i, x)| shown(format!("x{i} : {}", r.input_text(d, i)), true, t_in(i), x))
                     .collect();
                 v.push(shown(
-                    format!("output : {}", show(d, &r.output)),
+                    format!("output : {}", r.output_text(d)),
                     false,
-                    &r.output,
+                    t_out(),
                     outputs,
                 ));
                 (
@@ -400,21 +570,21 @@ impl UnevenReport {
                 Property::B3,
                 vec![
                     shown(
-                        format!("dx : {}", show(d, &r.inputs[0])),
+                        format!("dx : {}", r.input_text(d, 0)),
                         true,
-                        &r.inputs[0],
+                        t_in(0),
                         tangent,
                     ),
                     shown(
-                        format!("g : {}", show(d, &r.output.cot())),
+                        format!("g : {}", r.output_cot_text(d)),
                         false,
-                        &r.output.cot(),
+                        t_out_cot(),
                         cotangent,
                     ),
                     shown(
-                        format!("B g : {}", show(d, &r.inputs[0].cot())),
+                        format!("B g : {}", r.input_cot_text(d)),
                         false,
-                        &r.inputs[0].cot(),
+                        t_in_cot(),
                         backward,
                     ),
                 ],
@@ -430,9 +600,9 @@ impl UnevenReport {
             } => (
                 Property::B3,
                 vec![shown(
-                    format!("g : {}", show(d, &r.output.cot())),
+                    format!("g : {}", r.output_cot_text(d)),
                     false,
-                    &r.output.cot(),
+                    t_out_cot(),
                     cotangent,
                 )],
                 "a cotangent of the input".into(),
@@ -441,7 +611,15 @@ impl UnevenReport {
         };
         Some(Violation {
             property,
-            mesh: Mesh::new(&[(r.axis.as_str(), f.ranks())]),
+            mesh: match &r.nest {
+                Some(n) => Mesh::new(
+                    &n.axes
+                        .iter()
+                        .map(|(a, k)| (a.as_str(), *k))
+                        .collect::<Vec<_>>(),
+                ),
+                None => Mesh::new(&[(r.axis.as_str(), f.ranks())]),
+            },
             what: self.word(),
             shown: values,
             expected,
@@ -474,8 +652,9 @@ impl UnevenReport {
             "uneven": {
                 "axis": self.rule.axis,
                 "ranks": self.ranks,
-                "inputs": self.rule.inputs.iter().map(|p| show(d, p)).collect::<Vec<_>>(),
-                "output": show(d, &self.rule.output),
+                "inputs": (0..self.rule.inputs.len()).map(|i| self.rule.input_text(d, i)).collect::<Vec<_>>(),
+                "output": self.rule.output_text(d),
+                "mesh": self.rule.nest.as_ref().map(|n| n.axes.iter().map(|(a, k)| (a.clone(), json!(k))).collect::<serde_json::Map<_, _>>()),
                 "forward": fwd_text,
                 "backward": bwd_text,
                 "elaboration": steps,
@@ -634,6 +813,22 @@ pub const PINNED: &[(&str, &str)] = &[
     (
         "dtensor: mul of Shard(0) pieces (allow_uneven_sharding=True)",
         "sound",
+    ),
+    (
+        "dtensor: redistribute [Shard(0), Shard(0)] -> [Replicate(), Replicate()] on 2x2",
+        "sound",
+    ),
+    (
+        "dtensor: redistribute [Shard(0), Shard(0)] -> [Replicate(), Shard(0)] (the nested shard undone first)",
+        "sound",
+    ),
+    (
+        "dtensor: redistribute [Shard(0), Shard(1)] -> [Shard(1), Shard(0)] on 2x3",
+        "sound",
+    ),
+    (
+        "twin: one flattened all_gather of [Shard(0), Shard(0)] (the class of pytorch PR #194457)",
+        "unsound F1",
     ),
 ];
 
@@ -825,6 +1020,7 @@ pub fn derive(
                 output: output.clone(),
                 what: What::Op(f.clone()),
                 guard: None,
+                nest: None,
             };
             Derived {
                 inputs: t,
@@ -995,6 +1191,7 @@ pub fn programs(d: Dialect, split: &spmd_semantics::uneven::Split, depth: usize)
                     notes: vec![],
                 })),
                 guard: None,
+                nest: None,
             };
             let report = check_through(&rule, d, &places[1..places.len() - 1]);
             Chain {
