@@ -1134,3 +1134,74 @@ pub fn boundary(xs: &[spmd_semantics::Tensor]) -> Result<(), String> {
         None => Ok(()),
     }
 }
+
+/// JAX 0.12.0.1's batching rule for a collective inside `shard_map`
+/// whose input is batched at dim `d` by a `vmap` over no mesh axis
+/// (SPEC.md §24.3), transcribed from `jax/_src/lax/parallel.py`: the
+/// batched collective and the dim its output is batched at.
+///
+/// - all_gather (`_all_gather_batcher`, line 2127): when d ≤ the gather
+///   dim, the gather dim moves up one; otherwise the untiled form (which
+///   inserts a dim) moves d up one;
+/// - psum_scatter (`_reduce_scatter_batcher`, line 2360): the same code:
+///   d ≤ the scatter dim moves the scatter dim up one; otherwise the
+///   untiled form moves d up one, although the untiled form removes the
+///   scatter dim;
+/// - all_to_all (`_all_to_all_batcher`, line 1650): each of the split and
+///   concat dims moves up one where d ≤ it; d is kept;
+/// - psum, pmean, ppermute and pvary (`_batched_reduction_collective`,
+///   `_ppermute_batcher`, `_pvary_batcher`): unchanged, d kept.
+pub fn batch_collective(
+    kind: &spmd_interp::collective::Kind,
+    d: usize,
+) -> Result<(spmd_interp::collective::Kind, usize), String> {
+    use spmd_interp::collective::Kind;
+    Ok(match kind {
+        Kind::AllGather { dim, stack } => {
+            if d <= *dim {
+                (
+                    Kind::AllGather {
+                        dim: dim + 1,
+                        stack: *stack,
+                    },
+                    d,
+                )
+            } else {
+                (kind.clone(), if *stack { d + 1 } else { d })
+            }
+        }
+        Kind::ReduceScatter { dim, stack } => {
+            if d <= *dim {
+                (
+                    Kind::ReduceScatter {
+                        dim: dim + 1,
+                        stack: *stack,
+                    },
+                    d,
+                )
+            } else {
+                (kind.clone(), if *stack { d + 1 } else { d })
+            }
+        }
+        Kind::AllToAll {
+            split,
+            concat,
+            stack,
+        } => (
+            Kind::AllToAll {
+                split: split + usize::from(d <= *split),
+                concat: concat + usize::from(d <= *concat),
+                stack: *stack,
+            },
+            d,
+        ),
+        Kind::AllReduce
+        | Kind::PMean
+        | Kind::PPermute { .. }
+        | Kind::Reinterpret
+        | Kind::DivideByGroupSize => (kind.clone(), d),
+        Kind::Convert { .. } => {
+            return Err("JAX has no primitive for this conversion, so no batching rule".into())
+        }
+    })
+}

@@ -3,6 +3,7 @@
 //! call the backward being checked. Drivers (exhaustive enumeration, proptest,
 //! the CLI) feed it instances and aggregate its outcomes into verdicts.
 
+pub mod batching;
 pub mod check;
 pub mod exact_deriv;
 pub mod fd;

@@ -2,6 +2,7 @@
 //! tensors, meshes, states and types with their dialect names, per-rank values
 //! and what they denote.
 
+pub mod batch;
 pub mod expoly;
 pub mod interval;
 pub mod mesh;

@@ -1,0 +1,193 @@
+//! V1, batching (SPEC.md §24): JAX 0.12.0.1's batching rule of each
+//! collective inside `shard_map` (`dialects::jax::batch_collective`)
+//! against the meaning of batching, on every batch dim, batch sizes 1 to
+//! 3, meshes of 2 and 3 ranks, decided on a basis (the collectives are
+//! linear). The twin: the batched form that leaves all_gather's dim where
+//! it was fails V1 with a one-element batch.
+
+use spmd_check::dialects::jax::batch_collective;
+use spmd_check::interp::catalogue::collective;
+use spmd_check::interp::{Collective, Kind};
+use spmd_check::oracle::batching::{check_v1, linear_batches, V1Tally};
+use spmd_check::semantics::uneven::Placement;
+use spmd_check::semantics::{Mesh, PerRank, State, Tensor};
+
+/// A basis of the per-rank values of a state on n ranks, every rank's
+/// tensor of `shape`: one rank's unit entry (Varying, Partial), or the
+/// same unit entry on every rank (Invariant, Reduced).
+fn basis(s: State, shape: &[usize], n: usize) -> Vec<Vec<Tensor>> {
+    let p = match s {
+        State::Invariant | State::Reduced => Placement::Inv,
+        State::Varying | State::Partial => Placement::Part,
+    };
+    p.basis(shape, n).unwrap()
+}
+
+fn run<'a>(
+    c: &'a Collective,
+    m: &'a Mesh,
+) -> impl Fn(&[Vec<Tensor>]) -> Result<Vec<Tensor>, String> + 'a {
+    move |xs: &[Vec<Tensor>]| {
+        let x = PerRank {
+            tensors: xs[0].clone(),
+        };
+        let shape = &xs[0][0].shape;
+        c.infer(m, shape)?;
+        Ok(c.forward(m, &x).tensors)
+    }
+}
+
+/// V1 of `batched` (with its output batch dim) for `c` on input shape
+/// `shape`, batch dim `d`, batch sizes 1 to 3: `Err` names the batch size.
+fn v1(
+    c: &Collective,
+    batched: &Collective,
+    out_d: usize,
+    shape: &[usize],
+    d: usize,
+    n: usize,
+) -> Result<u64, String> {
+    let m = Mesh::line(n);
+    let mut t = V1Tally::default();
+    for k in 1..=3 {
+        let batches = linear_batches(&basis(c.src, shape, n), k);
+        check_v1(
+            &run(c, &m),
+            &run(batched, &m),
+            &[Some(d)],
+            Some(out_d),
+            &batches,
+            &mut t,
+        )
+        .map_err(|f| format!("k = {k}: {f:?}"))?;
+    }
+    Ok(t.batches)
+}
+
+fn jax(text: &str, src: State, dst: State) -> Collective {
+    collective(text, &[src], &[dst], &["x".to_string()]).expect(text)
+}
+
+/// Every batch dim of every collective's input, under JAX's rule: which
+/// (collective, shape, batch dim) fail V1.
+fn jax_failures(cases: &[(&str, State, State, Vec<usize>)]) -> Vec<String> {
+    let mut bad = Vec::new();
+    for (text, src, dst, shape) in cases {
+        let c = jax(text, *src, *dst);
+        for n in [2, 3] {
+            // Shapes whose stacked or split dims need the group size.
+            let shape: Vec<usize> = shape.iter().map(|&s| if s == 0 { n } else { s }).collect();
+            for d in 0..=shape.len() {
+                let (kind, out_d) = batch_collective(&c.kind, d).expect("a rule");
+                let b = Collective { kind, ..c.clone() };
+                if let Err(e) = v1(&c, &b, out_d, &shape, d, n) {
+                    bad.push(format!(
+                        "{text} on {shape:?}, batch dim {d}, {n} ranks: {e}"
+                    ));
+                }
+            }
+        }
+    }
+    bad
+}
+
+#[test]
+fn jaxs_batching_rules_keep_v1_for_gathers_reductions_and_permutes() {
+    use State::*;
+    // A 0 in a shape is the group size.
+    let cases = vec![
+        ("all_gather(dim=0)", Varying, Invariant, vec![2, 1]),
+        ("all_gather(dim=1)", Varying, Invariant, vec![2, 1]),
+        ("all_gather(dim=0, stack)", Varying, Invariant, vec![2, 1]),
+        ("all_gather(dim=1, stack)", Varying, Invariant, vec![1, 2]),
+        ("psum", Varying, Invariant, vec![2, 1]),
+        ("psum_scatter(dim=0)", Varying, Varying, vec![0, 2]),
+        ("psum_scatter(dim=1)", Varying, Varying, vec![2, 0]),
+        (
+            "all_to_all(split=0, concat=1)",
+            Varying,
+            Varying,
+            vec![0, 1],
+        ),
+        (
+            "all_to_all(split=1, concat=0)",
+            Varying,
+            Varying,
+            vec![1, 0],
+        ),
+        ("ppermute(perm=[1, 0])", Varying, Varying, vec![2, 1]),
+        ("pvary", Invariant, Varying, vec![2]),
+    ];
+    let bad = jax_failures(&cases);
+    assert!(bad.is_empty(), "{bad:#?}");
+}
+
+/// The untiled psum_scatter removes its scatter dim, but JAX's rule moves
+/// a batch dim after it up one (the all_gather rule's step): V1 fails for
+/// every batch dim after the scatter dim, and holds before it.
+#[test]
+fn jaxs_rule_for_an_untiled_psum_scatter_misplaces_a_later_batch_dim() {
+    use State::*;
+    for dim in [0, 1] {
+        let c = jax(&format!("psum_scatter(dim={dim}, stack)"), Varying, Varying);
+        for n in [2, 3] {
+            let mut shape = vec![2, 2];
+            shape[dim] = n;
+            for d in 0..=2 {
+                let (kind, out_d) = batch_collective(&c.kind, d).unwrap();
+                let b = Collective { kind, ..c.clone() };
+                let r = v1(&c, &b, out_d, &shape, d, n);
+                assert_eq!(
+                    r.is_err(),
+                    d > dim,
+                    "dim {dim}, batch dim {d}, {n} ranks: {r:?}"
+                );
+                if d > dim {
+                    // Right: the output's batch dim is d - 1.
+                    assert!(v1(&c, &b, d - 1, &shape, d, n).is_ok());
+                }
+            }
+        }
+    }
+}
+
+/// The twin: all_gather(dim = 0) batched at dim 0 must gather at
+/// dim 1; leaving it at 0 concatenates the batch and fails V1 already for
+/// one element, on 2 ranks.
+#[test]
+fn an_all_gather_batched_at_its_own_dim_fails_v1() {
+    let c = jax("all_gather(dim=0)", State::Varying, State::Invariant);
+    let wrong = Collective {
+        kind: Kind::AllGather {
+            dim: 0,
+            stack: false,
+        },
+        ..c.clone()
+    };
+    let m = Mesh::line(2);
+    let mut t = V1Tally::default();
+    let f = check_v1(
+        &run(&c, &m),
+        &run(&wrong, &m),
+        &[Some(0)],
+        Some(0),
+        &linear_batches(&basis(State::Varying, &[1], 2), 1),
+        &mut t,
+    )
+    .expect_err("the batch is gathered as if it were data");
+    assert_eq!(f.batch.len(), 1);
+    let expected = f.expected.clone().unwrap();
+    assert_eq!(expected[0].shape, vec![1, 2]);
+    assert_eq!(f.got.clone().unwrap()[0].shape, vec![2, 1]);
+    // JAX's rule gathers at dim 1 and holds.
+    let (kind, out_d) = batch_collective(&c.kind, 0).unwrap();
+    assert_eq!(
+        kind,
+        Kind::AllGather {
+            dim: 1,
+            stack: false
+        }
+    );
+    let right = Collective { kind, ..c.clone() };
+    assert!(v1(&c, &right, out_d, &[1], 0, 2).is_ok());
+}
