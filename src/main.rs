@@ -1429,6 +1429,21 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
                 .iter()
                 .find(|s| s.name == rep.name)
                 .expect("a spec per rule");
+            // Batching (SPEC.md §24.4): V1's verdict and report.
+            if let Some(b) = &rep.batching {
+                failed |= b.failed();
+                inconclusive |= b.inconclusive();
+                let body = b.report();
+                let own = OwnReport {
+                    file: f,
+                    word: b.word(),
+                    body: &body,
+                    failed: b.failed(),
+                    what: "batching",
+                };
+                own.print(rep, json, text, o.emit.as_deref(), &mut out_json);
+                continue;
+            }
             // Uneven shards (SPEC.md §23.10): their own verdict and report.
             if let Some(u) = &rep.uneven {
                 failed |= u.failed();

@@ -191,3 +191,92 @@ fn an_all_gather_batched_at_its_own_dim_fails_v1() {
     let right = Collective { kind, ..c.clone() };
     assert!(v1(&c, &right, out_d, &[1], 0, 2).is_ok());
 }
+
+mod common;
+
+/// `check` of rules with a `vmap` (SPEC.md §24.4): JAX's rules are V1
+/// sound except the untiled psum_scatter batched after its scatter dim;
+/// the written twin fails; exit 1; every rule's JSON names its batched
+/// form and where it came from.
+#[test]
+fn check_reads_vmap_rules_and_decides_v1() {
+    let ex = format!("{}/examples/batching.toml", env!("CARGO_MANIFEST_DIR"));
+    let (code, out, err) = common::run(&["check", &ex, "--json"]);
+    assert_eq!(code, 1, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let verdicts: Vec<(String, String)> = v["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().to_string(),
+                r["verdict"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    for (name, verdict) in &verdicts {
+        let unsound = name.starts_with("twin:") || name.contains("JAX's rule says d + 1");
+        assert_eq!(verdict, if unsound { "unsound" } else { "sound" }, "{name}");
+    }
+    let twin = v["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"].as_str().unwrap().starts_with("twin:"))
+        .unwrap();
+    assert_eq!(twin["property"], "V1");
+    assert_eq!(twin["batching"]["picked"], false);
+    assert_eq!(twin["counterexample"]["ranks"], 2);
+}
+
+/// Hostile `vmap` rules: one line naming where and what, exit 2.
+#[test]
+fn a_hostile_vmap_rule_is_one_line_exit_2() {
+    let d = common::fresh_dir("batching", "hostile");
+    let p = d.join("r.toml");
+    let base = "name = \"a\"\ndialect = \"jax\"\nforward = \"all_gather(dim=0)\"\ninputs = [\"Varying\"]\noutput = \"Invariant\"\n";
+    let cases = [
+        ("vmap = { in_axes = [\"zero\"] }", "is not a batch dim"),
+        ("vmap = { in_axes = [\"none\"] }", "nothing to batch"),
+        ("vmap = { in_axes = [0, 1] }", "one input"),
+        (
+            "vmap = { in_axes = [0], spmd_axis_name = \"x\" }",
+            "not checked yet",
+        ),
+        (
+            "vmap = { in_axes = [0], out_axes = \"none\" }",
+            "batched output",
+        ),
+        ("vmap = { in_axes = [0], extra = 1 }", "unknown field"),
+        (
+            "vmap = { in_axes = [0] }\nbatched = \"all_gathr(dim=1)\"",
+            "did you mean",
+        ),
+        (
+            "batched = \"all_gather(dim=1)\"",
+            "write the rule's `vmap` too",
+        ),
+        (
+            "vmap = { in_axes = [0] }\nmesh = { x = 2, y = 2 }",
+            "one mesh axis",
+        ),
+        ("vmap = { in_axes = [99] }", "at most 8"),
+    ];
+    for (extra, want) in cases {
+        std::fs::write(&p, format!("[[rule]]\n{base}{extra}\n")).unwrap();
+        let (code, out, err) = common::run(&["check", p.to_str().unwrap()]);
+        assert_eq!(code, 2, "{extra}: {out}{err}");
+        assert_eq!(common::error_lines(&err), 1, "{extra}: {err}");
+        assert!(err.contains(want), "{extra}: {err}");
+    }
+    // A dialect without a modelled batching rule asks for `batched`.
+    std::fs::write(
+        &p,
+        "[[rule]]\nname = \"a\"\ndialect = \"spmd_types\"\nforward = \"all_gather(R, dim=0)\"\ninputs = [\"V\"]\noutput = \"R\"\nvmap = { in_axes = [0] }\n",
+    )
+    .unwrap();
+    let (code, _, err) = common::run(&["check", p.to_str().unwrap()]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("write the batched form"), "{err}");
+}

@@ -371,6 +371,10 @@ fn uneven_outputs_match_the_schema() {
     let (code, doc) = json_in(&d, &["run", job.to_str().unwrap(), "--check", "--json"]);
     assert_eq!(code, 0);
     v.assert_valid("run run_uneven.json --check --json", &doc);
+    let ex = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/batching.toml");
+    let (code, doc) = json_in(&d, &["check", ex.to_str().unwrap(), "--json"]);
+    assert_eq!(code, 1);
+    v.assert_valid("check batching.toml --json", &doc);
     for (f, want) in [
         ("run_ragged.json", 1),
         ("run_ragged_moe.json", 0),

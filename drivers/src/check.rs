@@ -52,6 +52,8 @@ pub struct RuleReport {
     /// For a rule on uneven shards (SPEC.md §23.10), what its check found;
     /// `verdict` then only summarises it.
     pub uneven: Option<crate::uneven::UnevenReport>,
+    /// For a rule with a `vmap` (SPEC.md §24.4), what V1 found.
+    pub batching: Option<crate::batching::BatchReport>,
     /// What the rule's system decided when it elaborated it (SPEC.md
     /// §15.5): inserted casts, inferred types, chosen backwards.
     pub elaboration: Vec<String>,
@@ -464,6 +466,9 @@ pub fn check_rule(
     if let Some(p) = &rule.pending {
         return check_pending(rule, p, cfg, stored);
     }
+    if let Some(b) = &rule.batching {
+        return check_batching(rule, b, cfg);
+    }
     if let Some(u) = &rule.uneven {
         return check_uneven(rule, u, cfg);
     }
@@ -484,6 +489,7 @@ pub fn check_rule(
         dialect: rule.dialect,
         pending: None,
         uneven: None,
+        batching: None,
         elaboration: rule.elaboration.clone(),
         one_rank_mesh: one_rank_mesh(rule),
     };
@@ -587,6 +593,10 @@ fn assert_report(rule: &Rule, r: &RuleReport) {
 /// Why a rule's report is not sound, as the assertions say it: its
 /// verdict in words and the counterexample; `None` when it is sound.
 fn not_sound(rule: &Rule, r: &RuleReport) -> Option<String> {
+    if let Some(b) = &r.batching {
+        return (b.failed() || b.inconclusive())
+            .then(|| format!("rule `{}` is {}\n{}", rule.name, b.word(), b.report()));
+    }
     if let Some(u) = &r.uneven {
         return (u.failed() || u.inconclusive())
             .then(|| format!("rule `{}` is {}\n{}", rule.name, u.word(), u.report()));
@@ -632,7 +642,7 @@ fn check_saving(path: &str, r: &Rule) -> RuleReport {
 /// The counterexample a report found, as it is stored (a pending-kind rule's
 /// from its own report, any other's from its violation).
 fn counterexample(rep: &RuleReport) -> Option<Stored> {
-    if rep.uneven.is_some() {
+    if rep.uneven.is_some() || rep.batching.is_some() {
         return None;
     }
     match &rep.pending {
@@ -1290,8 +1300,47 @@ fn check_pending(rule: &Rule, p: &PendingRule, cfg: &CheckConfig, stored: &[Stor
         dialect: rule.dialect,
         pending: Some(rep),
         uneven: None,
+        batching: None,
         elaboration: rule.elaboration.clone(),
         one_rank_mesh: one_rank_mesh(rule),
+    }
+}
+
+/// A rule with a `vmap` (SPEC.md §24.4): V1; `verdict` summarises it
+/// (sound, vacuous or unsound, never a proof).
+fn check_batching(rule: &Rule, b: &crate::batching::BatchRule, cfg: &CheckConfig) -> RuleReport {
+    let rep = crate::batching::check(b);
+    let tally = Tally {
+        cases: rep.cases,
+        distributed_cases: rep.cases,
+        ..Tally::new()
+    };
+    let verdict = match rep.violation() {
+        Some(v) => Verdict::Unsound {
+            violation: Box::new(v),
+            tally,
+        },
+        None if rep.inconclusive() => Verdict::Vacuous { tally },
+        None => Verdict::Sound {
+            proof: false,
+            tally,
+        },
+    };
+    RuleReport {
+        name: rule.name.clone(),
+        verdict,
+        random_cases: 0,
+        random_requested: cfg.cases,
+        random_note: None,
+        replayed: false,
+        backward_checked: false,
+        no_grad: vec![],
+        dialect: rule.dialect,
+        pending: None,
+        uneven: None,
+        batching: Some(rep),
+        elaboration: rule.elaboration.clone(),
+        one_rank_mesh: false,
     }
 }
 
@@ -1329,6 +1378,7 @@ fn check_uneven(rule: &Rule, u: &crate::uneven::UnevenRule, cfg: &CheckConfig) -
         dialect: rule.dialect,
         pending: None,
         uneven: Some(rep),
+        batching: None,
         elaboration: rule.elaboration.clone(),
         one_rank_mesh: false,
     }

@@ -509,7 +509,7 @@ pub fn emit_script(
                 .into(),
         ),
     };
-    if matches!(v.property, Property::J1 | Property::T1) {
+    if matches!(v.property, Property::J1 | Property::T1 | Property::V1) {
         return Err(format!("{} is not emitted", v.property.code()));
     }
     if let (Op::Collective(c), Lang::Pytorch) = (&rule.op.op, lang) {

@@ -365,6 +365,8 @@ fn build(
         vars: job.vars.clone(),
         no_grad: job.no_grad.clone(),
         meaning: job.meaning.clone(),
+        vmap: None,
+        batched: None,
     };
     let scope = Scope {
         max_instances: u64::MAX,

@@ -2,6 +2,7 @@
 //! programs, patterns, fidelity, partitions) and their reports, above the
 //! pipeline crates; re-exported by the `spmd_check` facade.
 
+pub mod batching;
 pub mod bench;
 pub mod check;
 pub mod collectives;
@@ -79,6 +80,7 @@ pub fn check_external(
         dialect,
         pending: None,
         uneven: None,
+        batching: None,
         elaboration: Vec::new(),
     };
     let mut rep = check::check_rule(&rule, cfg, &[], &|_| {});

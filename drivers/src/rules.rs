@@ -42,6 +42,9 @@ pub struct Rule {
     /// A rule whose types name a split rule (SPEC.md §23.10): checked on
     /// uneven shards instead of the core; `op` is then a placeholder.
     pub uneven: Option<crate::uneven::UnevenRule>,
+    /// A rule with a `vmap` (SPEC.md §24.4): checked by V1 instead of the
+    /// core; `op` is then a placeholder.
+    pub batching: Option<crate::batching::BatchRule>,
     /// What the system decided when it elaborated the rule (SPEC.md §15.5):
     /// inserted casts, inferred types, chosen backwards; empty when nothing
     /// was elaborated.
@@ -207,6 +210,16 @@ fn build_one(
                 ));
             }
         }
+    }
+    // Batching (SPEC.md §24.4): a rule with a `vmap`.
+    if s.vmap.is_some() {
+        return build_batching(s, dialect, &err);
+    }
+    if s.batched.is_some() {
+        return Err(err(
+            "batched",
+            "`batched` is the batched form of a `vmap`: write the rule's `vmap` too".into(),
+        ));
     }
     // Uneven shards (SPEC.md §23.10): a type naming a split rule.
     let named_split = |t: &TypeSpec| match t {
@@ -490,6 +503,7 @@ fn build_one(
         dialect,
         pending: None,
         uneven: None,
+        batching: None,
         elaboration: Vec::new(),
     })
 }
@@ -719,6 +733,7 @@ fn build_uneven(
         has_backward,
         dialect,
         pending: None,
+        batching: None,
         uneven: Some(crate::uneven::UnevenRule {
             axis,
             ranks,
@@ -729,6 +744,88 @@ fn build_uneven(
             nest: None,
         }),
         elaboration,
+    })
+}
+
+/// A rule with a `vmap` (SPEC.md §24.4): a collective on one mesh axis,
+/// its types written as states.
+fn build_batching(
+    s: &RuleSpec,
+    dialect: Dialect,
+    err: &dyn Fn(&str, String) -> UsageError,
+) -> Result<Rule, UsageError> {
+    refuse_fields(
+        s,
+        true,
+        "a rule with `vmap` is one collective checked by V1 (SPEC.md §24.4)",
+        err,
+    )?;
+    if s.op.is_some() {
+        return Err(err(
+            "vmap",
+            "local ops under `vmap` are not checked yet: a rule with `vmap` batches a `forward` collective".into(),
+        ));
+    }
+    let (axis, ranks) = match &s.mesh {
+        None => ("x".to_string(), None),
+        Some(m) if m.len() == 1 => {
+            let (a, n) = m.iter().next().expect("one axis");
+            if *n == 0 || *n > 8 {
+                return Err(err("mesh", "mesh axis sizes must be 1 to 8".into()));
+            }
+            (a.clone(), Some(*n))
+        }
+        Some(_) => {
+            return Err(err(
+                "mesh",
+                "a rule with `vmap` is checked on one mesh axis".into(),
+            ))
+        }
+    };
+    let state = |t: &TypeSpec| -> Result<spmd_semantics::State, UsageError> {
+        let text = match t {
+            TypeSpec::One(x) => x.clone(),
+            TypeSpec::Axes(m) if m.len() == 1 => m.values().next().expect("one").clone(),
+            TypeSpec::Axes(_) => {
+                return Err(err(
+                    &type_text(t),
+                    "a rule with `vmap` is checked on one mesh axis".into(),
+                ))
+            }
+        };
+        dialect
+            .parse_state(&text)
+            .map(|(st, _)| st)
+            .map_err(|e| err(text.trim(), e))
+    };
+    if s.inputs.len() != 1 {
+        return Err(err(
+            "inputs",
+            format!("a collective takes one input, {} given", s.inputs.len()),
+        ));
+    }
+    let in_t = Type::new(vec![state(&s.inputs[0])?]);
+    let out_t = Type::new(vec![state(&s.output)?]);
+    let b = crate::batching::build(s, dialect, &in_t, &out_t, &axis, ranks, err)?;
+    let f = op_or_forward(s, 1, err)?;
+    let probe = crate::batching::BatchReport {
+        rule: b.clone(),
+        tally: Default::default(),
+        cases: 0,
+        failure: None,
+        ranks: vec![],
+    };
+    Ok(Rule {
+        name: s.name.clone(),
+        op: TypedOp::local(f, vec![in_t], out_t),
+        meshes: vec![Mesh::new(&[(axis.as_str(), ranks.unwrap_or(2))])],
+        mesh_written: s.mesh.is_some(),
+        has_backward: false,
+        dialect,
+        pending: None,
+        uneven: None,
+        batching: Some(b),
+        elaboration: vec![probe.elaboration()],
     })
 }
 
@@ -926,6 +1023,7 @@ fn build_nested(
         has_backward,
         dialect,
         pending: None,
+        batching: None,
         uneven: Some(crate::uneven::UnevenRule {
             axis: inner_axis,
             ranks: Some(inner_n),
@@ -1072,6 +1170,7 @@ fn build_pending(
         dialect,
         pending: Some(pending),
         uneven: None,
+        batching: None,
         elaboration: Vec::new(),
     })
 }

@@ -16,6 +16,7 @@ pub enum Property {
     B3,
     J1,
     T1,
+    V1,
 }
 
 impl Property {
@@ -30,6 +31,7 @@ impl Property {
             Property::B3 => "B3 gradient (SPEC.md §4.7)",
             Property::J1 => "J1 tangent (SPEC.md §4.8)",
             Property::T1 => "T1 involution (SPEC.md §4.9)",
+            Property::V1 => "V1 batching (SPEC.md §24.2)",
         }
     }
     pub fn code(self) -> &'static str {
@@ -42,6 +44,7 @@ impl Property {
             Property::B3 => "B3",
             Property::J1 => "J1",
             Property::T1 => "T1",
+            Property::V1 => "V1",
         }
     }
 }

@@ -207,6 +207,46 @@ pub struct RuleSpec {
     /// ... and its steps; the last one's value is the output.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub step: Vec<StepSpec>,
+    /// A `vmap` of the rule's step (SPEC.md §24.4).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vmap: Option<VmapSpec>,
+    /// The system's batched form, as written; without it the dialect's
+    /// batching rule is used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batched: Option<String>,
+}
+
+/// `vmap = { in_axes = [0], out_axes = 0 }`: where each input and the
+/// output are batched (`"none"`: not batched, as JAX's `None`).
+#[derive(Deserialize, Serialize, Debug, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct VmapSpec {
+    pub in_axes: Vec<BatchAxis>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub out_axes: Option<BatchAxis>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spmd_axis_name: Option<String>,
+}
+
+/// A batch dim, or `"none"`.
+#[derive(Deserialize, Serialize, Debug, Clone, PartialEq, Eq)]
+#[serde(untagged)]
+pub enum BatchAxis {
+    Dim(usize),
+    Word(String),
+}
+
+impl BatchAxis {
+    /// The dim, `None` for `"none"`, or why the word is not one.
+    pub fn read(&self) -> Result<Option<usize>, String> {
+        match self {
+            BatchAxis::Dim(d) => Ok(Some(*d)),
+            BatchAxis::Word(w) if w.trim().eq_ignore_ascii_case("none") => Ok(None),
+            BatchAxis::Word(w) => Err(format!(
+                "`{w}` is not a batch dim (a dim number, or \"none\")"
+            )),
+        }
+    }
 }
 
 impl Default for TypeSpec {

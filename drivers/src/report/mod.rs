@@ -81,6 +81,17 @@ pub fn check_rule_json(
     rep: &crate::check::RuleReport,
     emitted: Option<Value>,
 ) -> Value {
+    if let Some(b) = &rep.batching {
+        let mut j = b.json();
+        j["name"] = json!(rep.name);
+        j["file"] = json!(file);
+        j["random_requested"] = json!(rep.random_requested);
+        j["elaboration"] = json!(rep.elaboration);
+        if let Some(e) = emitted {
+            j["emitted"] = e;
+        }
+        return j;
+    }
     if let Some(u) = &rep.uneven {
         let mut j = u.json();
         j["name"] = json!(rep.name);

@@ -79,6 +79,22 @@ fn verdict_row<C: std::fmt::Debug>(
 /// `check`'s row of one rule.
 pub fn check_row(rep: &RuleReport) -> Row {
     let (word, outcome, message) = match &rep.pending {
+        _ if rep.batching.is_some() => {
+            let b = rep.batching.as_ref().expect("checked");
+            let word = b.word();
+            let outcome = if b.failed() {
+                Outcome::Fail
+            } else if b.inconclusive() {
+                Outcome::Skip
+            } else {
+                Outcome::Pass
+            };
+            let message = match outcome {
+                Outcome::Pass => None,
+                _ => b.line().or(Some(word.clone())),
+            };
+            (word, outcome, message)
+        }
         _ if rep.uneven.is_some() => {
             let u = rep.uneven.as_ref().expect("checked");
             let word = u.word();

@@ -1,0 +1,477 @@
+//! Rules with a `vmap` (SPEC.md §24.4): a collective, its batched form as
+//! the system picks it (the dialect's batching rule) or as written
+//! (`batched`), checked by V1 (`oracle::batching`) on the cases below,
+//! reported.
+
+use crate::run::UsageError;
+use serde_json::{json, Value};
+use spmd_interp::catalogue::collective_typed;
+use spmd_interp::Collective;
+use spmd_oracle::batching::{check_v1, linear_batches, V1Failure, V1Tally};
+use spmd_semantics::batch::{select, stack};
+use spmd_semantics::uneven::Placement;
+use spmd_semantics::{Dialect, Mesh, PerRank, State, Tensor, Type};
+use spmd_syntax::rule::RuleSpec;
+
+/// The axis sizes tried when the rule does not write its mesh.
+pub const RANKS: [usize; 2] = [2, 3];
+/// Batch sizes tried.
+pub const MAX_BATCH: usize = 3;
+
+/// A collective under `vmap`.
+#[derive(Clone, Debug)]
+pub struct BatchRule {
+    pub unbatched: Collective,
+    pub batched: Collective,
+    /// The batched form as it reads (`all_gather(dim=1)`).
+    pub batched_text: String,
+    /// Whether the dialect picked it (else it was written).
+    pub picked: bool,
+    pub in_axis: usize,
+    pub out_axis: usize,
+    /// Where the batched form leaves the batch dim of its output, which
+    /// vmap then moves to `out_axis` (the system's claim; a written form
+    /// is taken to leave it at `out_axis`).
+    pub claimed_out: usize,
+    /// The rule's mesh (one axis), or none: then [`RANKS`].
+    pub ranks: Option<usize>,
+    pub axis: String,
+}
+
+/// What V1 found.
+#[derive(Clone, Debug)]
+pub struct BatchReport {
+    pub rule: BatchRule,
+    pub tally: V1Tally,
+    pub cases: u64,
+    pub failure: Option<Box<(usize, Vec<usize>, V1Failure)>>,
+    pub ranks: Vec<usize>,
+}
+
+fn kind_text(c: &Collective) -> String {
+    c.describe()
+}
+
+/// Reads a rule with a `vmap`: one input, a `forward` collective, types
+/// on one mesh axis. `err` points at a field.
+pub fn build(
+    s: &RuleSpec,
+    dialect: Dialect,
+    in_t: &Type,
+    out_t: &Type,
+    axis: &str,
+    ranks: Option<usize>,
+    err: &dyn Fn(&str, String) -> UsageError,
+) -> Result<BatchRule, UsageError> {
+    let v = s.vmap.as_ref().expect("a vmap");
+    if v.spmd_axis_name.is_some() {
+        return Err(err(
+            "spmd_axis_name",
+            "`spmd_axis_name` (a batch dim that is a mesh axis) is not checked yet; SPEC.md §24.4 says what is"
+                .into(),
+        ));
+    }
+    let fw = s.forward.as_deref().ok_or_else(|| {
+        err(
+            "vmap",
+            "a rule with `vmap` batches a collective: write its `forward` (local ops and programs under vmap are not checked yet)"
+                .into(),
+        )
+    })?;
+    if s.inputs.len() != 1 || v.in_axes.len() != 1 {
+        return Err(err(
+            "in_axes",
+            format!(
+                "a collective takes one input: `in_axes` names {} and `inputs` {}",
+                v.in_axes.len(),
+                s.inputs.len()
+            ),
+        ));
+    }
+    let in_axis = v.in_axes[0]
+        .read()
+        .map_err(|e| err("in_axes", e))?
+        .ok_or_else(|| {
+            err(
+                "in_axes",
+                "an input that is not batched leaves nothing to batch: the collective runs once"
+                    .into(),
+            )
+        })?;
+    let out_axis = match &v.out_axes {
+        None => 0,
+        Some(a) => a
+            .read()
+            .map_err(|e| err("out_axes", e))?
+            .ok_or_else(|| err("out_axes", "a batched input gives a batched output".into()))?,
+    };
+    if in_axis > 8 || out_axis > 8 {
+        return Err(err("in_axes", "batch dims are at most 8".into()));
+    }
+    let names = vec![axis.to_string()];
+    let unbatched = collective_typed(fw, in_t, out_t, &names).map_err(|e| err(fw, e))?;
+    let (batched, batched_text, picked, claimed_out) = match &s.batched {
+        Some(b) => {
+            let c = collective_typed(b, in_t, out_t, &names).map_err(|e| err(b, e))?;
+            let t = b.trim().to_string();
+            (c, t, false, out_axis)
+        }
+        None => match dialect {
+            Dialect::Jax => {
+                let (kind, d) = spmd_dialects::jax::batch_collective(&unbatched.kind, in_axis)
+                    .map_err(|e| err(fw, e))?;
+                let c = Collective {
+                    kind,
+                    ..unbatched.clone()
+                };
+                let t = kind_text(&c);
+                (c, t, true, d)
+            }
+            d => {
+                return Err(err(
+                    "vmap",
+                    format!(
+                        "no batching rule of dialect {} is modelled yet: write the batched form, e.g. batched = \"{fw}\"",
+                        d.name()
+                    ),
+                ))
+            }
+        },
+    };
+    Ok(BatchRule {
+        unbatched,
+        batched,
+        batched_text,
+        picked,
+        in_axis,
+        out_axis,
+        claimed_out,
+        ranks,
+        axis: axis.to_string(),
+    })
+}
+
+/// Moves dim `from` of every rank's tensor to `to`, as vmap moves the
+/// batched form's batch dim to `out_axes`.
+fn move_dim(xs: Vec<Tensor>, from: usize, to: usize) -> Result<Vec<Tensor>, String> {
+    if from == to {
+        return Ok(xs);
+    }
+    xs.into_iter()
+        .map(|t| {
+            if from >= t.rank() || to >= t.rank() {
+                return Err(format!(
+                    "the batched form's output has rank {}, and its batch dim is claimed at {from} (to move to {to})",
+                    t.rank()
+                ));
+            }
+            let parts: Vec<Tensor> = (0..t.shape[from])
+                .map(|i| select(&t, from, i).expect("in range"))
+                .collect();
+            stack(&parts, to)
+        })
+        .collect()
+}
+
+/// Input shapes of a case: ranks 1 and 2 (and up to the batch dim), dims
+/// from 1, 2 and the group size, the ones the collective takes.
+fn shapes(c: &Collective, m: &Mesh, in_axis: usize) -> Vec<Vec<usize>> {
+    let n = m.axes.iter().map(|a| a.size).product::<usize>();
+    let mut dims = vec![1, 2, n];
+    dims.sort_unstable();
+    dims.dedup();
+    let mut out: Vec<Vec<usize>> = Vec::new();
+    let lo = in_axis.max(1);
+    for rank in lo..=lo.max(2) {
+        let mut all: Vec<Vec<usize>> = vec![vec![]];
+        for _ in 0..rank {
+            all = all
+                .into_iter()
+                .flat_map(|s| {
+                    dims.iter().map(move |&d| {
+                        let mut t = s.clone();
+                        t.push(d);
+                        t
+                    })
+                })
+                .collect();
+        }
+        out.extend(all.into_iter().filter(|s| c.infer(m, s).is_ok()));
+    }
+    out.sort_by_key(|s| (s.iter().product::<usize>(), s.len()));
+    out
+}
+
+/// The per-rank values of a state on `n` ranks (SPEC.md §24.2): one rank's
+/// unit entry, or the same unit entry on every rank.
+fn basis(s: State, shape: &[usize], n: usize) -> Vec<Vec<Tensor>> {
+    let p = match s {
+        State::Invariant | State::Reduced => Placement::Inv,
+        State::Varying | State::Partial => Placement::Part,
+    };
+    p.basis(shape, n).unwrap_or_default()
+}
+
+/// Runs V1 on every case: meshes of fewest ranks first, then the smallest
+/// shapes, then batch sizes 1 to 3; the first failure is the
+/// counterexample.
+pub fn check(rule: &BatchRule) -> BatchReport {
+    let ns: Vec<usize> = match rule.ranks {
+        Some(n) => vec![n],
+        None => RANKS.to_vec(),
+    };
+    let mut tally = V1Tally::default();
+    let mut cases = 0;
+    let mut failure = None;
+    'all: for &n in &ns {
+        let m = Mesh::new(&[(rule.axis.as_str(), n)]);
+        let f = |xs: &[Vec<Tensor>]| -> Result<Vec<Tensor>, String> {
+            rule.unbatched.infer(&m, &xs[0][0].shape)?;
+            Ok(rule
+                .unbatched
+                .forward(
+                    &m,
+                    &PerRank {
+                        tensors: xs[0].clone(),
+                    },
+                )
+                .tensors)
+        };
+        let fb = |xs: &[Vec<Tensor>]| -> Result<Vec<Tensor>, String> {
+            rule.batched.infer(&m, &xs[0][0].shape)?;
+            let y = rule
+                .batched
+                .forward(
+                    &m,
+                    &PerRank {
+                        tensors: xs[0].clone(),
+                    },
+                )
+                .tensors;
+            move_dim(y, rule.claimed_out, rule.out_axis)
+        };
+        for shape in shapes(&rule.unbatched, &m, rule.in_axis) {
+            if rule.in_axis > shape.len() {
+                continue;
+            }
+            cases += 1;
+            let b = basis(rule.unbatched.src, &shape, n);
+            for k in 1..=MAX_BATCH {
+                if crate::run::stop_reason().is_some() {
+                    break 'all;
+                }
+                if let Err(x) = check_v1(
+                    &f,
+                    &fb,
+                    &[Some(rule.in_axis)],
+                    Some(rule.out_axis),
+                    &linear_batches(&b, k),
+                    &mut tally,
+                ) {
+                    failure = Some(Box::new((n, shape.clone(), *x)));
+                    break 'all;
+                }
+            }
+        }
+    }
+    BatchReport {
+        rule: rule.clone(),
+        tally,
+        cases,
+        failure,
+        ranks: ns,
+    }
+}
+
+fn per_rank(xs: &[Tensor]) -> String {
+    xs.iter()
+        .map(|t| t.to_string())
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
+impl BatchReport {
+    pub fn failed(&self) -> bool {
+        self.failure.is_some()
+    }
+    /// No batch was compared.
+    pub fn inconclusive(&self) -> bool {
+        !self.failed() && self.tally.batches == 0
+    }
+    fn ranks_text(&self) -> String {
+        match self.ranks.as_slice() {
+            [n] => format!("{n} ranks"),
+            ns => format!(
+                "{} to {} ranks",
+                ns.first().copied().unwrap_or(0),
+                ns.last().copied().unwrap_or(0)
+            ),
+        }
+    }
+    /// The verdict in words: what was checked.
+    pub fn word(&self) -> String {
+        if let Some(f) = &self.failure {
+            return format!(
+                "unsound V1 (SPEC.md §24.2, {} ranks, a batch of {})",
+                f.0,
+                f.2.batch.len()
+            );
+        }
+        if self.inconclusive() {
+            return format!(
+                "vacuous (no batch ran on {}: the collective takes none of the shapes tried)",
+                self.ranks_text()
+            );
+        }
+        format!(
+            "V1 sound (bounded: {} cases on {}, {} batches of 1 to {MAX_BATCH} elements; each decided on a basis, the step being linear)",
+            self.cases,
+            self.ranks_text(),
+            self.tally.batches
+        )
+    }
+    /// The elaboration: which batched form, and where it comes from.
+    pub fn elaboration(&self) -> String {
+        let r = &self.rule;
+        format!(
+            "vmap at in_axes {} (out_axes {}): batched form {} ({}), its output batched at dim {}",
+            r.in_axis,
+            r.out_axis,
+            r.batched_text,
+            if r.picked {
+                "the dialect's batching rule"
+            } else {
+                "as written"
+            },
+            r.claimed_out
+        )
+    }
+    /// The counterexample, one line per value.
+    pub fn report(&self) -> String {
+        let Some(f) = &self.failure else {
+            return String::new();
+        };
+        let (n, shape, x) = &**f;
+        let mut s = format!(
+            "violates V1 (SPEC.md §24.2) on {n} ranks of axis `{}`: input shape {shape:?}, batched at dim {}\n",
+            self.rule.axis, self.rule.in_axis
+        );
+        for (i, e) in x.batch.iter().enumerate() {
+            s.push_str(&format!("  element {i}: per rank {}\n", per_rank(&e[0])));
+        }
+        s.push_str(&format!(
+            "  batched input : per rank {}\n",
+            per_rank(&x.batched_inputs[0])
+        ));
+        s.push_str(&format!(
+            "  expected (the stack of the elements' results at dim {}): {}\n",
+            self.rule.out_axis,
+            x.expected.as_ref().map_or(
+                "no stack (the results do not stack there)".to_string(),
+                |e| { format!("per rank {}", per_rank(e)) }
+            )
+        ));
+        s.push_str(&format!(
+            "  got ({}): {}\n",
+            self.rule.batched_text,
+            match &x.got {
+                Ok(g) => format!("per rank {}", per_rank(g)),
+                Err(e) => format!("refused: {e}"),
+            }
+        ));
+        s
+    }
+    /// The counterexample in one line.
+    pub fn line(&self) -> Option<String> {
+        let (n, shape, x) = &**self.failure.as_ref()?;
+        Some(format!(
+            "{n} ranks, input {shape:?} batched at {} ({} elements): expected {}, got {}",
+            self.rule.in_axis,
+            x.batch.len(),
+            x.expected
+                .as_ref()
+                .map_or("no stack".to_string(), |e| per_rank(e)),
+            match &x.got {
+                Ok(g) => per_rank(g),
+                Err(e) => format!("a refusal ({e})"),
+            }
+        ))
+    }
+    /// The counterexample as the core's violation.
+    pub fn violation(&self) -> Option<spmd_oracle::check::Violation> {
+        use spmd_oracle::check::{Shown, Violation};
+        use spmd_semantics::Property;
+        let (n, _, x) = &**self.failure.as_ref()?;
+        let shown: Vec<Shown> = x
+            .batch
+            .iter()
+            .enumerate()
+            .map(|(i, e)| Shown {
+                label: format!("element {i}"),
+                input: true,
+                alternative: false,
+                ty: Type::new(vec![self.rule.unbatched.src]),
+                value: PerRank {
+                    tensors: e[0].clone(),
+                },
+            })
+            .collect();
+        Some(Violation {
+            property: Property::V1,
+            mesh: Mesh::new(&[(self.rule.axis.as_str(), *n)]),
+            what: self.word(),
+            shown,
+            expected: x
+                .expected
+                .as_ref()
+                .map_or("no stack".into(), |e| per_rank(e)),
+            actual: match &x.got {
+                Ok(g) => per_rank(g),
+                Err(e) => format!("refused: {e}"),
+            },
+        })
+    }
+    /// The `--json` entry (without name and file).
+    pub fn json(&self) -> Value {
+        let verdict = if self.failed() {
+            "unsound"
+        } else if self.inconclusive() {
+            "vacuous"
+        } else {
+            "sound"
+        };
+        let r = &self.rule;
+        json!({
+            "verdict": verdict,
+            "proof": false,
+            "property": self.failure.as_ref().map(|_| "V1"),
+            "batching": {
+                "forward": kind_text(&r.unbatched),
+                "batched": r.batched_text,
+                "picked": r.picked,
+                "in_axes": [r.in_axis],
+                "out_axes": r.out_axis,
+                "claimed_out": r.claimed_out,
+                "ranks": self.ranks,
+            },
+            "cases": self.cases,
+            "instances": self.tally.batches,
+            "random_cases": 0,
+            "random_note": Value::Null,
+            "replayed": false,
+            "reason": Value::Null,
+            "backward_checked": false,
+            "counterexample": match &self.failure {
+                Some(f) => json!({
+                    "batching": true,
+                    "ranks": f.0,
+                    "shape": f.1,
+                    "line": self.line(),
+                    "report": self.report(),
+                }),
+                None => Value::Null,
+            },
+            "summary": self.word(),
+        })
+    }
+}
