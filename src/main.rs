@@ -689,6 +689,14 @@ fn run() -> Result<ExitCode, UsageError> {
                     + layers.len()
                     + gen_systems.len()
                     + usize::from(with_pending_kinds(dialect.as_deref())),
+                rs.len()
+                    + prs.len()
+                    + jrs.len()
+                    + strategies.len()
+                    + layers.len()
+                    + gen_systems.len()
+                    + usize::from(with_pending_kinds(dialect.as_deref()))
+                    + 1,
             ];
             // Pending reductions beyond sums (SPEC.md §21.6): with every
             // system, or with dtensor or jax, whose rules it holds; one entry.
@@ -707,6 +715,7 @@ fn run() -> Result<ExitCode, UsageError> {
                 owned(5, gen_systems.len()),
                 owned(6, usize::from(with_pending)),
                 owned(7, 1),
+                owned(8, 1),
             ];
             let rs: Vec<_> = own[0].iter().map(|&i| rs[i]).collect();
             let prs: Vec<_> = own[1].iter().map(|&i| prs[i]).collect();
@@ -788,27 +797,41 @@ fn run() -> Result<ExitCode, UsageError> {
                 true => Ok(None),
                 false => spmd_check::uneven::conform_section(dialect.as_deref()).map(Some),
             };
-            let ((results, pairs), ((jvps, fsdp), ((progs, generated), (pending, uneven)))) =
-                rayon::join(
-                    || rayon::join(seed_rows, pair_rows),
-                    || {
-                        rayon::join(
-                            || rayon::join(jvp_rows, fsdp_rows),
-                            || {
-                                rayon::join(
-                                    || rayon::join(layer_rows, generated_rows),
-                                    || rayon::join(pending_rows, uneven_rows),
-                                )
-                            },
-                        )
-                    },
-                );
+            // Transforms (SPEC.md §24.5): one entry, the rules of the
+            // systems asked for.
+            let transforms_rows = || match own[8].is_empty() {
+                true => Ok(None),
+                false => spmd_check::batching::conform_section(dialect.as_deref()).map(Some),
+            };
+            let (
+                (results, pairs),
+                ((jvps, fsdp), ((progs, generated), (pending, (uneven, transforms)))),
+            ) = rayon::join(
+                || rayon::join(seed_rows, pair_rows),
+                || {
+                    rayon::join(
+                        || rayon::join(jvp_rows, fsdp_rows),
+                        || {
+                            rayon::join(
+                                || rayon::join(layer_rows, generated_rows),
+                                || {
+                                    rayon::join(pending_rows, || {
+                                        rayon::join(uneven_rows, transforms_rows)
+                                    })
+                                },
+                            )
+                        },
+                    )
+                },
+            );
             let (results, pairs, jvps) = (results?, pairs?, jvps?);
-            let (fsdp, progs, pending, uneven) = (fsdp?, progs?, pending?, uneven?);
+            let (fsdp, progs, pending, uneven, transforms) =
+                (fsdp?, progs?, pending?, uneven?, transforms?);
             b.finish_and_clear();
             let wrong = fsdp.iter().chain(&progs).any(|p| !p.as_expected())
                 || pending.as_ref().is_some_and(|p| !p.2)
-                || uneven.as_ref().is_some_and(|u| !u.ok);
+                || uneven.as_ref().is_some_and(|u| !u.ok)
+                || transforms.as_ref().is_some_and(|t| !t.ok);
             if let (true, Some(p)) = (json, part) {
                 let sec = |name, sec: usize, total, vals: Vec<serde_json::Value>| Section {
                     name,
@@ -874,6 +897,12 @@ fn run() -> Result<ExitCode, UsageError> {
                             1,
                             uneven.iter().map(|u| u.json.clone()).collect(),
                         ),
+                        sec(
+                            "transforms",
+                            8,
+                            1,
+                            transforms.iter().map(|t| t.json.clone()).collect(),
+                        ),
                     ],
                 );
                 let doc = conform_json(
@@ -885,6 +914,7 @@ fn run() -> Result<ExitCode, UsageError> {
                     &generated,
                     pending.as_ref().map(|p| &p.1),
                     uneven.as_ref().map(|u| &u.json),
+                    transforms.as_ref().map(|t| &t.json),
                 );
                 print_json(&spmd_check::partition::part_document(doc, partition));
                 let defect = results.iter().any(|r| r.twin_rejected() == Some(false))
@@ -902,6 +932,7 @@ fn run() -> Result<ExitCode, UsageError> {
                     &generated,
                     pending.as_ref().map(|p| p.2),
                     uneven.as_ref().map(|u| u.rows.as_slice()),
+                    transforms.as_ref().map(|t| t.rows.as_slice()),
                 );
                 report::print_tables(format, &t);
             }
@@ -914,6 +945,7 @@ fn run() -> Result<ExitCode, UsageError> {
                 &generated,
                 pending.as_ref().map(|p| &p.1),
                 uneven.as_ref().map(|u| &u.json),
+                transforms.as_ref().map(|t| &t.json),
                 format,
             );
             if format == report::Format::Text {
@@ -929,11 +961,14 @@ fn run() -> Result<ExitCode, UsageError> {
                 if let Some(u) = &uneven {
                     print!("{}", u.text);
                 }
+                if let Some(t) = &transforms {
+                    print!("{}", t.text);
+                }
                 // One summary line, last (issue 26).
                 let sound = results.iter().filter(|r| r.verdict.is_sound()).count();
                 let ok = !wrong && code == ExitCode::SUCCESS;
                 println!(
-                    "\nconform: {} seed rules ({sound} sound, {} not), {} collective pairs, {} JVP rules, {} FSDP strategies, {} programs, generated programs of {} systems{}{}; {}",
+                    "\nconform: {} seed rules ({sound} sound, {} not), {} collective pairs, {} JVP rules, {} FSDP strategies, {} programs, generated programs of {} systems{}{}{}; {}",
                     results.len(),
                     results.len() - sound,
                     pairs.len(),
@@ -949,6 +984,11 @@ fn run() -> Result<ExitCode, UsageError> {
                     match &uneven {
                         Some(u) if u.ok => ", uneven shards as pinned",
                         Some(_) => ", uneven shards NOT as pinned",
+                        None => "",
+                    },
+                    match &transforms {
+                        Some(t) if t.ok => ", transforms as pinned",
+                        Some(_) => ", transforms NOT as pinned",
                         None => "",
                     },
                     if ok {
@@ -1223,6 +1263,7 @@ fn conform_json(
     generated: &[spmd_check::generated::Report],
     pending: Option<&serde_json::Value>,
     uneven: Option<&serde_json::Value>,
+    transforms: Option<&serde_json::Value>,
 ) -> serde_json::Value {
     report::document(
         "conform",
@@ -1235,6 +1276,7 @@ fn conform_json(
             "generated_programs": generated.iter().map(spmd_check::generated::summary_json).collect::<Vec<_>>(),
             "pending_kinds": pending.into_iter().cloned().collect::<Vec<_>>(),
             "uneven": uneven.into_iter().cloned().collect::<Vec<_>>(),
+            "transforms": transforms.into_iter().cloned().collect::<Vec<_>>(),
         }),
     )
 }
@@ -1249,6 +1291,7 @@ fn conform_output(
     generated: &[spmd_check::generated::Report],
     pending: Option<&serde_json::Value>,
     uneven: Option<&serde_json::Value>,
+    transforms: Option<&serde_json::Value>,
     format: report::Format,
 ) -> ExitCode {
     let defects = results
@@ -1259,7 +1302,7 @@ fn conform_output(
         + jvps.iter().filter(|j| !j.twin_rejected()).count();
     if format == report::Format::Json {
         print_json(&conform_json(
-            results, pairs, jvps, fsdp, progs, generated, pending, uneven,
+            results, pairs, jvps, fsdp, progs, generated, pending, uneven, transforms,
         ));
     } else if format == report::Format::Text {
         println!("seed rule tables (SPEC.md §9.2):");

@@ -280,3 +280,30 @@ fn a_hostile_vmap_rule_is_one_line_exit_2() {
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("write the batched form"), "{err}");
 }
+
+/// `conform`'s transforms section (SPEC.md §24.5): every rule of
+/// examples/batching.toml comes out as pinned, the twin is rejected by V1;
+/// its table fails exactly a row whose pin is not its verdict.
+#[test]
+fn the_transforms_section_comes_out_as_pinned() {
+    use spmd_check::batching::{conform_rows, key, PINNED};
+    use spmd_check::report::table::{conform_tables, Outcome};
+    let mut rows = conform_rows(None).expect("the section's rules build");
+    assert_eq!(rows.len(), PINNED.len());
+    for r in &rows {
+        assert!(r.as_pinned(), "{}: {}", r.name, key(&r.report));
+        if r.twin() {
+            assert!(r.report.failed(), "{}", r.name);
+        }
+    }
+    let was = key(&rows[0].report);
+    rows[0].pinned = Some(if was == "sound" {
+        "unsound V1"
+    } else {
+        "sound"
+    });
+    let t = conform_tables(&[], &[], &[], &[], &[], &[], None, None, Some(&rows));
+    let sec = t.tables.iter().find(|t| t.title == "transforms").unwrap();
+    assert_eq!(sec.rows[0].outcome, Outcome::Fail);
+    assert!(sec.rows[1..].iter().all(|r| r.outcome == Outcome::Pass));
+}

@@ -823,7 +823,7 @@ fn the_sections_table_fails_exactly_the_rows_not_as_pinned() {
     use spmd_check::report::table::{conform_tables, Outcome};
     let mut rows = conform_rows(Some("nabla")).expect("the section's rules build");
     let table = |rows: &[spmd_check::uneven::ConformRow]| {
-        conform_tables(&[], &[], &[], &[], &[], &[], None, Some(rows))
+        conform_tables(&[], &[], &[], &[], &[], &[], None, Some(rows), None)
     };
     let t = table(&rows);
     let sec = t

@@ -475,3 +475,146 @@ impl BatchReport {
         })
     }
 }
+
+// ---------------------------------------------------------------------------
+// `conform`'s transforms section (SPEC.md §24.5).
+
+/// The section's rules.
+pub const CONFORM_TOML: &str = include_str!("../../examples/batching.toml");
+
+/// Per rule of `CONFORM_TOML`, its pinned verdict: `sound`, `unsound V1`
+/// or `vacuous`.
+pub const PINNED: &[(&str, &str)] = &[
+    (
+        "jax: all_gather batched at its gather dim (the rule moves the gather to dim 1)",
+        "sound",
+    ),
+    (
+        "twin: all_gather batched at dim 0 that still gathers at dim 0",
+        "unsound V1",
+    ),
+    ("jax: psum batched anywhere", "sound"),
+    ("jax: untiled all_gather batched after its new dim", "sound"),
+    ("jax: all_to_all batched between its dims", "sound"),
+    (
+        "jax: untiled psum_scatter batched after its scatter dim (JAX's rule says d + 1)",
+        "unsound V1",
+    ),
+    (
+        "the same psum_scatter, its batched form written as the meaning asks",
+        "sound",
+    ),
+];
+
+/// A verdict as pinned.
+pub fn key(r: &BatchReport) -> String {
+    if r.failed() {
+        "unsound V1".into()
+    } else if r.inconclusive() {
+        "vacuous".into()
+    } else {
+        "sound".into()
+    }
+}
+
+/// One rule of the section, checked.
+pub struct ConformRow {
+    pub name: String,
+    pub dialect: Dialect,
+    pub report: BatchReport,
+    pub pinned: Option<&'static str>,
+}
+
+impl ConformRow {
+    pub fn as_pinned(&self) -> bool {
+        self.pinned == Some(key(&self.report).as_str())
+    }
+    pub fn twin(&self) -> bool {
+        self.name.starts_with("twin:")
+    }
+}
+
+/// Checks every rule of the section whose system is `dialect` (all when
+/// `None`).
+pub fn conform_rows(dialect: Option<&str>) -> Result<Vec<ConformRow>, UsageError> {
+    let file = "examples/batching.toml";
+    let specs = crate::rules::parse_file(file, CONFORM_TOML)?;
+    let rules = crate::rules::build(
+        file,
+        CONFORM_TOML,
+        &specs,
+        &spmd_generators::Scope::default(),
+    )?;
+    use rayon::prelude::*;
+    Ok(rules
+        .par_iter()
+        .filter(|r| dialect.is_none_or(|d| r.dialect.name() == d))
+        .filter_map(|r| {
+            let b = r.batching.as_ref()?;
+            Some(ConformRow {
+                name: r.name.clone(),
+                dialect: r.dialect,
+                report: check(b),
+                pinned: PINNED.iter().find(|(n, _)| *n == r.name).map(|p| p.1),
+            })
+        })
+        .collect())
+}
+
+/// `conform`'s transforms section: its text, JSON, whether every verdict
+/// is as pinned, and its rows.
+pub struct Section {
+    pub text: String,
+    pub json: Value,
+    pub ok: bool,
+    pub rows: Vec<ConformRow>,
+}
+
+/// The section for the systems asked for.
+pub fn conform_section(dialect: Option<&str>) -> Result<Section, UsageError> {
+    let rows = conform_rows(dialect)?;
+    let ok = rows.iter().all(ConformRow::as_pinned);
+    let mut text = String::from(
+        "\ntransforms: collectives under vmap (SPEC.md §24.5, examples/batching.toml):\n",
+    );
+    for r in &rows {
+        let mark = match (r.as_pinned(), r.twin()) {
+            (true, true) => "twin rejected",
+            (true, false) => "as pinned",
+            (false, _) => "NOT as pinned",
+        };
+        text.push_str(&format!(
+            "  [{}] {}: {} [{mark}]\n",
+            r.dialect.name(),
+            r.name,
+            r.report.word()
+        ));
+    }
+    text.push_str(&format!(
+        "  {} rules: {} twins; {}\n",
+        rows.len(),
+        rows.iter().filter(|r| r.twin()).count(),
+        if ok {
+            "every verdict as pinned"
+        } else {
+            "NOT every verdict as pinned"
+        }
+    ));
+    let json = json!({
+        "rules": rows.iter().map(|r| {
+            let mut j = r.report.json();
+            j["name"] = json!(r.name);
+            j["dialect"] = json!(r.dialect.name());
+            j["pinned"] = json!(r.pinned);
+            j["as_pinned"] = json!(r.as_pinned());
+            j
+        }).collect::<Vec<_>>(),
+        "as_pinned": ok,
+    });
+    Ok(Section {
+        text,
+        json,
+        ok,
+        rows,
+    })
+}

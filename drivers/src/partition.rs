@@ -280,7 +280,16 @@ pub fn exit_code(command: &str, merged: &Value, allow_vacuous: bool) -> u8 {
         .into_iter()
         .flatten()
         .any(|e| e["ok"] == json!(false));
-    u8::from(defect || wrong || pending)
+    // The uneven and transforms sections must come out as pinned (SPEC.md
+    // §23.12, §24.5).
+    let pinned = ["uneven", "transforms"].iter().any(|s| {
+        merged[*s]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|e| e["as_pinned"] == json!(false))
+    });
+    u8::from(defect || wrong || pending || pinned)
 }
 
 /// The command of a `--json` document.

@@ -314,6 +314,7 @@ pub fn conform_tables(
     generated: &[crate::generated::Report],
     pending: Option<bool>,
     uneven: Option<&[crate::uneven::ConformRow]>,
+    transforms: Option<&[crate::batching::ConformRow]>,
 ) -> Tables {
     let defect = "negative twin not rejected: the checker is defective".to_string();
     let mut tables = vec![Table {
@@ -461,6 +462,9 @@ pub fn conform_tables(
     if let Some(rows) = uneven {
         tables.push(uneven_table(rows));
     }
+    if let Some(rows) = transforms {
+        tables.push(transforms_table(rows));
+    }
     Tables {
         command: "conform",
         heading: format!(
@@ -504,6 +508,39 @@ fn uneven_table(rows: &[crate::uneven::ConformRow]) -> Table {
                     (!r.as_pinned())
                         .then(|| format!("pinned {pinned}, got {got}: {}", r.report.word())),
                     r.report.violation().map(|x| x.one_line()),
+                )
+            })
+            .collect(),
+    }
+}
+
+/// `conform`'s transforms section (SPEC.md §24.5): one row per rule,
+/// failing where its verdict is not the pinned one.
+fn transforms_table(rows: &[crate::batching::ConformRow]) -> Table {
+    Table {
+        title: "transforms".into(),
+        columns: vec!["system", "rule", "verdict", "pinned", "twin"],
+        rows: rows
+            .iter()
+            .map(|r| {
+                let pinned = r.pinned.unwrap_or("(none)");
+                let got = crate::batching::key(&r.report);
+                conform_row(
+                    r.name.clone(),
+                    vec![
+                        r.dialect.name().to_string(),
+                        r.name.clone(),
+                        r.report.word(),
+                        pinned.to_string(),
+                        if r.twin() {
+                            twin_cell(Some(r.as_pinned())).into()
+                        } else {
+                            String::new()
+                        },
+                    ],
+                    (!r.as_pinned())
+                        .then(|| format!("pinned {pinned}, got {got}: {}", r.report.word())),
+                    r.report.line(),
                 )
             })
             .collect(),
