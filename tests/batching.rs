@@ -307,3 +307,53 @@ fn the_transforms_section_comes_out_as_pinned() {
     assert_eq!(sec.rows[0].outcome, Outcome::Fail);
     assert!(sec.rows[1..].iter().all(|r| r.outcome == Outcome::Pass));
 }
+
+/// Fidelity over the vmap recording (SPEC.md §24.6): JAX 0.12.0.1's
+/// per-rank outputs of every linear collective under vmap, inside and
+/// around shard_map, equal the model's batching rule run on the same
+/// inputs; they satisfy V1 everywhere but the untiled psum_scatter batched
+/// after its scatter dim (24 cases, 12 of them a silent wrong value, 12 an
+/// IndexError). The twin: a recording with one output entry changed is a
+/// model mismatch.
+#[test]
+fn fidelity_replays_jaxs_vmap_recording() {
+    let dir = spmd_check::fidelity::default_dir();
+    let rs = spmd_check::fidelity::transforms::run(&dir).expect("the recording reads");
+    let count = |class: &str| rs.iter().filter(|r| r.class.key() == class).count();
+    assert_eq!(count("model_mismatch"), 0);
+    assert_eq!(count("real_defect"), 24);
+    assert!(rs
+        .iter()
+        .filter(|r| r.class.key() == "real_defect")
+        .all(|r| r.id.contains("psum_scatter") && r.id.contains("\"tiled\":false")));
+    assert_eq!(count("agree"), 402);
+    // The twin.
+    let text = std::fs::read_to_string(format!("{dir}/{}", spmd_check::fidelity::transforms::FILE))
+        .unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let c = v["cases"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| c["collective"] == "all_gather" && c["outputs"].is_array())
+        .unwrap();
+    let out = c["outputs"][0].as_str().unwrap().to_string();
+    let (shape, vals) = out.split_once(':').unwrap();
+    let mut vals: Vec<String> = vals.split(',').map(String::from).collect();
+    vals[0] = "999".into();
+    c["outputs"][0] = serde_json::json!(format!("{shape}:{}", vals.join(",")));
+    let tmp = common::fresh_dir("batching", "fidelity");
+    std::fs::create_dir_all(tmp.join("transforms")).unwrap();
+    std::fs::write(
+        tmp.join(spmd_check::fidelity::transforms::FILE),
+        v.to_string(),
+    )
+    .unwrap();
+    let rs = spmd_check::fidelity::transforms::run(tmp.to_str().unwrap()).unwrap();
+    assert_eq!(
+        rs.iter()
+            .filter(|r| r.class.key() == "model_mismatch")
+            .count(),
+        1
+    );
+}

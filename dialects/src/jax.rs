@@ -1148,7 +1148,9 @@ pub fn boundary(xs: &[spmd_semantics::Tensor]) -> Result<(), String> {
 ///   untiled form moves d up one, although the untiled form removes the
 ///   scatter dim;
 /// - all_to_all (`_all_to_all_batcher`, line 1650): each of the split and
-///   concat dims moves up one where d ≤ it; d is kept;
+///   concat dims moves up one where d ≤ it; d is kept. The untiled form is
+///   a wrapper of three steps (expand_dims, the primitive, squeeze), each
+///   batched by its own rule: no single batched form is given for it;
 /// - psum, pmean, ppermute and pvary (`_batched_reduction_collective`,
 ///   `_ppermute_batcher`, `_pvary_batcher`): unchanged, d kept.
 pub fn batch_collective(
@@ -1186,15 +1188,21 @@ pub fn batch_collective(
         Kind::AllToAll {
             split,
             concat,
-            stack,
+            stack: false,
         } => (
             Kind::AllToAll {
                 split: split + usize::from(d <= *split),
                 concat: concat + usize::from(d <= *concat),
-                stack: *stack,
+                stack: false,
             },
             d,
         ),
+        Kind::AllToAll { stack: true, .. } => {
+            return Err(
+                "JAX's untiled all_to_all is a wrapper (parallel.py, l. 608-643): expand_dims, the primitive on a dim of size 1, squeeze; vmap batches each of them by its own rule, and no single batched collective is transcribed"
+                    .into(),
+            )
+        }
         Kind::AllReduce
         | Kind::PMean
         | Kind::PPermute { .. }

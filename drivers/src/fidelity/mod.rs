@@ -22,6 +22,7 @@ mod dtensor;
 mod jax;
 mod nabla;
 mod spmd_types;
+pub mod transforms;
 pub mod uneven;
 use dtensor::*;
 use jax::*;
@@ -182,6 +183,8 @@ pub fn run(dir: &str) -> Result<Vec<CaseResult>, UsageError> {
     }
     // The uneven recordings (SPEC.md §23.13), in their own folder.
     out.extend(uneven::run(dir)?);
+    // The vmap recording (SPEC.md §24.6).
+    out.extend(transforms::run(dir)?);
     Ok(out)
 }
 
