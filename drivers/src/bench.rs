@@ -184,7 +184,34 @@ fn jobs() -> Vec<Job> {
         run: Box::new(fidelity_uneven_cases),
         floor: None,
     });
+    out.push(Job {
+        name: "transforms".into(),
+        note: "conform's transforms section: collectives under vmap, V1, with twins (SPEC.md §24.5)".into(),
+        run: Box::new(transforms_batches),
+        floor: None,
+    });
+    out.push(Job {
+        name: "fidelity transforms".into(),
+        note: "JAX's recorded vmap replayed and checked (SPEC.md §24.6)".into(),
+        run: Box::new(fidelity_transforms_cases),
+        floor: None,
+    });
     out
+}
+
+/// Batches of conform's transforms section (SPEC.md §24.5).
+fn transforms_batches() -> u64 {
+    crate::batching::conform_rows(None)
+        .expect("the section's rules build")
+        .iter()
+        .map(|r| r.report.tally.batches)
+        .sum()
+}
+
+/// Cases of JAX's vmap recording replayed (SPEC.md §24.6).
+fn fidelity_transforms_cases() -> u64 {
+    crate::fidelity::transforms::run(&crate::fidelity::default_dir())
+        .map_or(0, |r| r.len() as u64)
 }
 
 /// Instances of conform's uneven section (SPEC.md §23.12).
