@@ -518,19 +518,20 @@ pub fn key(r: &BatchReport) -> String {
 }
 
 /// One rule of the section, checked.
-pub struct ConformRow {
-    pub name: String,
-    pub dialect: Dialect,
-    pub report: BatchReport,
-    pub pinned: Option<&'static str>,
-}
+pub type ConformRow = crate::pinned::Row<BatchReport>;
 
-impl ConformRow {
-    pub fn as_pinned(&self) -> bool {
-        self.pinned == Some(key(&self.report).as_str())
+impl crate::pinned::Verdicted for BatchReport {
+    fn key(&self) -> String {
+        key(self)
     }
-    pub fn twin(&self) -> bool {
-        self.name.starts_with("twin:")
+    fn word(&self) -> String {
+        BatchReport::word(self)
+    }
+    fn json(&self) -> Value {
+        BatchReport::json(self)
+    }
+    fn line(&self) -> Option<String> {
+        BatchReport::line(self)
     }
 }
 
@@ -561,60 +562,15 @@ pub fn conform_rows(dialect: Option<&str>) -> Result<Vec<ConformRow>, UsageError
         .collect())
 }
 
-/// `conform`'s transforms section: its text, JSON, whether every verdict
-/// is as pinned, and its rows.
-pub struct Section {
-    pub text: String,
-    pub json: Value,
-    pub ok: bool,
-    pub rows: Vec<ConformRow>,
-}
+/// `conform`'s transforms section.
+pub type Section = crate::pinned::Section<BatchReport>;
 
 /// The section for the systems asked for.
 pub fn conform_section(dialect: Option<&str>) -> Result<Section, UsageError> {
     let rows = conform_rows(dialect)?;
-    let ok = rows.iter().all(ConformRow::as_pinned);
-    let mut text = String::from(
-        "\ntransforms: collectives under vmap (SPEC.md §24.5, examples/batching.toml):\n",
-    );
-    for r in &rows {
-        let mark = match (r.as_pinned(), r.twin()) {
-            (true, true) => "twin rejected",
-            (true, false) => "as pinned",
-            (false, _) => "NOT as pinned",
-        };
-        text.push_str(&format!(
-            "  [{}] {}: {} [{mark}]\n",
-            r.dialect.name(),
-            r.name,
-            r.report.word()
-        ));
-    }
-    text.push_str(&format!(
-        "  {} rules: {} twins; {}\n",
-        rows.len(),
-        rows.iter().filter(|r| r.twin()).count(),
-        if ok {
-            "every verdict as pinned"
-        } else {
-            "NOT every verdict as pinned"
-        }
-    ));
-    let json = json!({
-        "rules": rows.iter().map(|r| {
-            let mut j = r.report.json();
-            j["name"] = json!(r.name);
-            j["dialect"] = json!(r.dialect.name());
-            j["pinned"] = json!(r.pinned);
-            j["as_pinned"] = json!(r.as_pinned());
-            j
-        }).collect::<Vec<_>>(),
-        "as_pinned": ok,
-    });
-    Ok(Section {
-        text,
-        json,
-        ok,
+    Ok(crate::pinned::section(
+        "transforms: collectives under vmap (SPEC.md §24.5, examples/batching.toml):",
         rows,
-    })
+        |rows| format!("{} twins", rows.iter().filter(|r| r.twin()).count()),
+    ))
 }

@@ -186,7 +186,9 @@ fn jobs() -> Vec<Job> {
     });
     out.push(Job {
         name: "transforms".into(),
-        note: "conform's transforms section: collectives under vmap, V1, with twins (SPEC.md §24.5)".into(),
+        note:
+            "conform's transforms section: collectives under vmap, V1, with twins (SPEC.md §24.5)"
+                .into(),
         run: Box::new(transforms_batches),
         floor: None,
     });
@@ -210,8 +212,7 @@ fn transforms_batches() -> u64 {
 
 /// Cases of JAX's vmap recording replayed (SPEC.md §24.6).
 fn fidelity_transforms_cases() -> u64 {
-    crate::fidelity::transforms::run(&crate::fidelity::default_dir())
-        .map_or(0, |r| r.len() as u64)
+    crate::fidelity::transforms::run(&crate::fidelity::default_dir()).map_or(0, |r| r.len() as u64)
 }
 
 /// Instances of conform's uneven section (SPEC.md §23.12).

@@ -1306,21 +1306,30 @@ fn check_pending(rule: &Rule, p: &PendingRule, cfg: &CheckConfig, stored: &[Stor
     }
 }
 
-/// A rule with a `vmap` (SPEC.md §24.4): V1; `verdict` summarises it
-/// (sound, vacuous or unsound, never a proof).
-fn check_batching(rule: &Rule, b: &crate::batching::BatchRule, cfg: &CheckConfig) -> RuleReport {
-    let rep = crate::batching::check(b);
+/// The report of a rule checked outside the core (uneven shards, a
+/// `vmap`): `verdict` summarises its own checks (sound, vacuous or
+/// unsound, never a proof) for callers that read only it.
+#[allow(clippy::too_many_arguments)] // the summary's parts
+fn outside_core(
+    rule: &Rule,
+    cfg: &CheckConfig,
+    violation: Option<Violation>,
+    inconclusive: bool,
+    cases: u64,
+    distributed_cases: u64,
+    backward_checked: bool,
+) -> RuleReport {
     let tally = Tally {
-        cases: rep.cases,
-        distributed_cases: rep.cases,
+        cases,
+        distributed_cases,
         ..Tally::new()
     };
-    let verdict = match rep.violation() {
+    let verdict = match violation {
         Some(v) => Verdict::Unsound {
             violation: Box::new(v),
             tally,
         },
-        None if rep.inconclusive() => Verdict::Vacuous { tally },
+        None if inconclusive => Verdict::Vacuous { tally },
         None => Verdict::Sound {
             proof: false,
             tally,
@@ -1333,55 +1342,47 @@ fn check_batching(rule: &Rule, b: &crate::batching::BatchRule, cfg: &CheckConfig
         random_requested: cfg.cases,
         random_note: None,
         replayed: false,
-        backward_checked: false,
+        backward_checked,
         no_grad: vec![],
         dialect: rule.dialect,
         pending: None,
         uneven: None,
-        batching: Some(rep),
+        batching: None,
         elaboration: rule.elaboration.clone(),
         one_rank_mesh: false,
     }
 }
 
-/// A rule on uneven shards (SPEC.md §23.10): its own checks; `verdict`
-/// summarises them (sound, vacuous or unsound, never a proof) for callers
-/// that read only it.
+/// A rule with a `vmap` (SPEC.md §24.4): V1.
+fn check_batching(rule: &Rule, b: &crate::batching::BatchRule, cfg: &CheckConfig) -> RuleReport {
+    let rep = crate::batching::check(b);
+    let mut r = outside_core(
+        rule,
+        cfg,
+        rep.violation(),
+        rep.inconclusive(),
+        rep.cases,
+        rep.cases,
+        false,
+    );
+    r.batching = Some(rep);
+    r
+}
+
+/// A rule on uneven shards (SPEC.md §23.10): its own checks.
 fn check_uneven(rule: &Rule, u: &crate::uneven::UnevenRule, cfg: &CheckConfig) -> RuleReport {
     let rep = crate::uneven::check(u, rule.dialect);
-    let t = &rep.tally;
-    let tally = Tally {
-        cases: t.cases,
-        distributed_cases: t.uneven_cases,
-        ..Tally::new()
-    };
-    let verdict = match rep.violation() {
-        Some(v) => Verdict::Unsound {
-            violation: Box::new(v),
-            tally,
-        },
-        None if rep.inconclusive() => Verdict::Vacuous { tally },
-        None => Verdict::Sound {
-            proof: false,
-            tally,
-        },
-    };
-    RuleReport {
-        name: rule.name.clone(),
-        verdict,
-        random_cases: 0,
-        random_requested: cfg.cases,
-        random_note: None,
-        replayed: false,
-        backward_checked: u.has_backward(),
-        no_grad: vec![],
-        dialect: rule.dialect,
-        pending: None,
-        uneven: Some(rep),
-        batching: None,
-        elaboration: rule.elaboration.clone(),
-        one_rank_mesh: false,
-    }
+    let mut r = outside_core(
+        rule,
+        cfg,
+        rep.violation(),
+        rep.inconclusive(),
+        rep.tally.cases,
+        rep.tally.uneven_cases,
+        u.has_backward(),
+    );
+    r.uneven = Some(rep);
+    r
 }
 
 /// The exhaustive part for a collective of a pending kind (SPEC.md §21.7):

@@ -19,6 +19,7 @@ pub mod nested;
 pub mod partial_kinds;
 pub mod partition;
 pub mod patterns;
+pub mod pinned;
 pub mod programs;
 pub mod ragged;
 pub mod registry;

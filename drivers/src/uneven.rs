@@ -842,19 +842,21 @@ pub fn key(r: &UnevenReport) -> String {
 }
 
 /// One row of the section.
-pub struct ConformRow {
-    pub name: String,
-    pub dialect: Dialect,
-    pub report: UnevenReport,
-    pub pinned: Option<&'static str>,
-}
+/// One rule of the section, checked.
+pub type ConformRow = crate::pinned::Row<UnevenReport>;
 
-impl ConformRow {
-    pub fn as_pinned(&self) -> bool {
-        self.pinned == Some(key(&self.report).as_str())
+impl crate::pinned::Verdicted for UnevenReport {
+    fn key(&self) -> String {
+        key(self)
     }
-    pub fn twin(&self) -> bool {
-        self.name.starts_with("twin:")
+    fn word(&self) -> String {
+        UnevenReport::word(self)
+    }
+    fn json(&self) -> Value {
+        UnevenReport::json(self)
+    }
+    fn line(&self) -> Option<String> {
+        self.violation().map(|x| x.one_line())
     }
 }
 
@@ -885,63 +887,23 @@ pub fn conform_rows(dialect: Option<&str>) -> Result<Vec<ConformRow>, crate::run
         .collect())
 }
 
-/// `conform`'s uneven section: its text, its JSON, whether every verdict is
-/// as pinned, and its rows (for the Markdown and JUnit tables).
-pub struct Section {
-    pub text: String,
-    pub json: Value,
-    pub ok: bool,
-    pub rows: Vec<ConformRow>,
-}
+/// `conform`'s uneven section.
+pub type Section = crate::pinned::Section<UnevenReport>;
 
 /// The section as text and JSON, and whether every verdict is as pinned.
 pub fn conform_section(dialect: Option<&str>) -> Result<Section, crate::run::UsageError> {
     let rows = conform_rows(dialect)?;
-    let ok = rows.iter().all(ConformRow::as_pinned);
-    let mut text = String::from("\nuneven shards (SPEC.md §23.12, examples/uneven.toml):\n");
-    for r in &rows {
-        let mark = match (r.as_pinned(), r.twin()) {
-            (true, true) => "twin rejected",
-            (true, false) => "as pinned",
-            (false, _) => "NOT as pinned",
-        };
-        text.push_str(&format!(
-            "  [{}] {}: {} [{mark}]\n",
-            r.dialect.name(),
-            r.name,
-            r.report.word()
-        ));
-    }
-    let twins = rows.iter().filter(|r| r.twin()).count();
-    let refused = rows.iter().filter(|r| key(&r.report) == "vacuous").count();
-    text.push_str(&format!(
-        "  {} rules: {} twins, {} refused by their system on every uneven case; {}\n",
-        rows.len(),
-        twins,
-        refused,
-        if ok {
-            "every verdict as pinned"
-        } else {
-            "NOT every verdict as pinned"
-        }
-    ));
-    let json = json!({
-        "rules": rows.iter().map(|r| {
-            let mut j = r.report.json();
-            j["name"] = json!(r.name);
-            j["dialect"] = json!(r.dialect.name());
-            j["pinned"] = json!(r.pinned);
-            j["as_pinned"] = json!(r.as_pinned());
-            j
-        }).collect::<Vec<_>>(),
-        "as_pinned": ok,
-    });
-    Ok(Section {
-        text,
-        json,
-        ok,
+    Ok(crate::pinned::section(
+        "uneven shards (SPEC.md §23.12, examples/uneven.toml):",
         rows,
-    })
+        |rows| {
+            format!(
+                "{} twins, {} refused by their system on every uneven case",
+                rows.iter().filter(|r| r.twin()).count(),
+                rows.iter().filter(|r| key(&r.report) == "vacuous").count()
+            )
+        },
+    ))
 }
 
 // ---------------------------------------------------------------------------

@@ -72,9 +72,11 @@ fn unbatched(name: &str, p: &Value) -> Result<Collective, String> {
                 Varying,
             )
         }
-        other => return Err(format!(
+        other => {
+            return Err(format!(
             "`{other}` is not a linear collective of the catalogue (max, min, an index or a cast)"
-        )),
+        ))
+        }
     };
     collective(&text, &[src], &[dst], &["x".to_string()])
 }

@@ -460,10 +460,10 @@ pub fn conform_tables(
         });
     }
     if let Some(rows) = uneven {
-        tables.push(uneven_table(rows));
+        tables.push(pinned_table("uneven shards", rows));
     }
     if let Some(rows) = transforms {
-        tables.push(transforms_table(rows));
+        tables.push(pinned_table("transforms", rows));
     }
     Tables {
         command: "conform",
@@ -479,52 +479,19 @@ pub fn conform_tables(
     }
 }
 
-/// `conform`'s uneven section (SPEC.md §23.12): one row per rule, failing
-/// where its verdict is not the pinned one (a twin that is not rejected
-/// included), with the counterexample beside a row that is unsound as
-/// pinned.
-fn uneven_table(rows: &[crate::uneven::ConformRow]) -> Table {
+/// A section of pinned verdicts (uneven shards, SPEC.md §23.12;
+/// transforms, §24.5): one row per rule, failing where its verdict is not
+/// the pinned one (a twin that is not rejected included), with the
+/// counterexample beside a row that is unsound as pinned.
+fn pinned_table<R: crate::pinned::Verdicted>(title: &str, rows: &[crate::pinned::Row<R>]) -> Table {
     Table {
-        title: "uneven shards".into(),
+        title: title.into(),
         columns: vec!["system", "rule", "verdict", "pinned", "twin"],
         rows: rows
             .iter()
             .map(|r| {
                 let pinned = r.pinned.unwrap_or("(none)");
-                let got = crate::uneven::key(&r.report);
-                conform_row(
-                    r.name.clone(),
-                    vec![
-                        r.dialect.name().to_string(),
-                        r.name.clone(),
-                        r.report.word(),
-                        pinned.to_string(),
-                        if r.twin() {
-                            twin_cell(Some(r.as_pinned())).into()
-                        } else {
-                            String::new()
-                        },
-                    ],
-                    (!r.as_pinned())
-                        .then(|| format!("pinned {pinned}, got {got}: {}", r.report.word())),
-                    r.report.violation().map(|x| x.one_line()),
-                )
-            })
-            .collect(),
-    }
-}
-
-/// `conform`'s transforms section (SPEC.md §24.5): one row per rule,
-/// failing where its verdict is not the pinned one.
-fn transforms_table(rows: &[crate::batching::ConformRow]) -> Table {
-    Table {
-        title: "transforms".into(),
-        columns: vec!["system", "rule", "verdict", "pinned", "twin"],
-        rows: rows
-            .iter()
-            .map(|r| {
-                let pinned = r.pinned.unwrap_or("(none)");
-                let got = crate::batching::key(&r.report);
+                let got = r.report.key();
                 conform_row(
                     r.name.clone(),
                     vec![
