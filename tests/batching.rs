@@ -357,3 +357,51 @@ fn fidelity_replays_jaxs_vmap_recording() {
         1
     );
 }
+
+/// `run` of a collective under vmap (SPEC.md §24.7): the job's batched
+/// per-rank values, each element's result, their stack and the batched
+/// form's; JAX's untiled psum_scatter batched after its scatter dim fails
+/// on the values (exit 1), the batched form written as the meaning asks
+/// holds on them and on every batch of the shape (exit 0).
+#[test]
+fn run_shows_a_batched_collective_and_checks_v1() {
+    let ex = format!("{}/examples/run_vmap.json", env!("CARGO_MANIFEST_DIR"));
+    let (code, out, err) = common::run(&["run", &ex]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        out.contains(
+            "the stack of the elements' results at dim 0: per rank [11, 22, 33] | [44, 55, 66]"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("DIFFERENT (V1 fails here)"), "{out}");
+    let mut v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&ex).unwrap()).unwrap();
+    v["batched"] = "psum_scatter(dim=0, stack)".into();
+    let d = common::fresh_dir("batching", "run");
+    let p = d.join("j.json");
+    std::fs::write(&p, v.to_string()).unwrap();
+    let (code, out, err) = common::run(&["run", p.to_str().unwrap(), "--check", "--json"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let j: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["holds_here"], true);
+    assert_eq!(j["check"]["result"], "pass");
+    assert_eq!(j["output"]["per_rank"][0], "[11, 22, 33]");
+    // Hostile: a batch dim past the input's rank, a cotangent, two axes.
+    for (edit, want) in [
+        (r#"{"vmap": {"in_axes": [5]}}"#, "no batch dim 5"),
+        (r#"{"cotangent": [[1], [2]]}"#, "does not go with"),
+        (r#"{"mesh": {"x": 2, "y": 1}}"#, "one mesh axis"),
+    ] {
+        let mut w = v.clone();
+        let e: serde_json::Value = serde_json::from_str(edit).unwrap();
+        for (k, x) in e.as_object().unwrap() {
+            w[k] = x.clone();
+        }
+        std::fs::write(&p, w.to_string()).unwrap();
+        let (code, out, err) = common::run(&["run", p.to_str().unwrap()]);
+        assert_eq!(code, 2, "{edit}: {out}{err}");
+        assert_eq!(common::error_lines(&err), 1, "{edit}: {err}");
+        assert!(err.contains(want), "{edit}: {err}");
+    }
+}

@@ -379,6 +379,7 @@ fn uneven_outputs_match_the_schema() {
         ("run_ragged.json", 1),
         ("run_ragged_moe.json", 0),
         ("run_nested.json", 0),
+        ("run_vmap.json", 1),
     ] {
         let job = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("examples")

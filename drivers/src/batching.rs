@@ -574,3 +574,331 @@ pub fn conform_section(dialect: Option<&str>) -> Result<Section, UsageError> {
         |rows| format!("{} twins", rows.iter().filter(|r| r.twin()).count()),
     ))
 }
+
+// ---------------------------------------------------------------------------
+// `run` of a collective under `vmap` (SPEC.md §24.7).
+
+/// One run of a batched collective on the job's values.
+pub struct BatchRun {
+    pub rule: BatchRule,
+    pub n: usize,
+    /// The batched input, per rank.
+    pub input: Vec<Tensor>,
+    /// Each element (per rank), and the unbatched collective's result on it.
+    pub elements: Vec<(Vec<Tensor>, Vec<Tensor>)>,
+    /// The stack of the elements' results at `out_axes`, per rank.
+    pub expected: Option<Vec<Tensor>>,
+    /// The batched form's result moved to `out_axes`, or its refusal.
+    pub got: Result<Vec<Tensor>, String>,
+    /// `--check`: V1 on every batch of the input's shape.
+    pub check: Option<BatchReport>,
+}
+
+/// The job as a batched collective, or `None` when it has no `vmap`.
+pub fn run(job: &spmd_syntax::job::Job, check_it: bool) -> Result<Option<BatchRun>, UsageError> {
+    let Some(v) = &job.vmap else {
+        if job.batched.is_some() {
+            return Err(UsageError(
+                "batched: the batched form of a `vmap`; write the job's `vmap` too".into(),
+            ));
+        }
+        return Ok(None);
+    };
+    let bad = |what: &str| {
+        UsageError(format!(
+            "{what} does not go with a job's `vmap` (SPEC.md §24.7)"
+        ))
+    };
+    if job.op.is_some() || !job.steps.is_empty() || !job.names.is_empty() {
+        return Err(bad(
+            "an `op` or a program (a `vmap` batches one `forward` collective)",
+        ));
+    }
+    if job.backward.is_some()
+        || job.jvp.is_some()
+        || job.meaning.is_some()
+        || job.cotangent.is_some()
+    {
+        return Err(bad("`backward`, `jvp`, `meaning` or `cotangent`"));
+    }
+    let dialect = match job.dialect.as_deref() {
+        None => Dialect::SpmdTypes,
+        Some(d) => {
+            spmd_dialects::system(d)
+                .map_err(|e| UsageError(format!("dialect: {e}")))?
+                .dialect
+        }
+    };
+    let m = crate::job::job_mesh(&job.mesh)?;
+    if m.axes.len() != 1 {
+        return Err(UsageError(
+            "mesh: a job with `vmap` runs on one mesh axis".into(),
+        ));
+    }
+    let (axis, n) = (m.axes[0].name.clone(), m.axes[0].size);
+    if job.inputs.len() != 1 {
+        return Err(UsageError(format!(
+            "inputs: a collective takes one input, {} given",
+            job.inputs.len()
+        )));
+    }
+    let text = crate::job::one_axis_text(&job.inputs[0].ty, &axis, "inputs[0].type")?;
+    let state = |t: &str, what: &str| {
+        dialect
+            .parse_state(t)
+            .map(|(s, _)| s)
+            .map_err(|e| UsageError(format!("{what}: {e}")))
+    };
+    let in_t = Type::new(vec![state(&text, "inputs[0].type")?]);
+    let out_spec = job
+        .output
+        .as_ref()
+        .ok_or_else(|| UsageError("output: a job with `vmap` writes its output type".into()))?;
+    let out_text = crate::job::one_axis_text(out_spec, &axis, "output")?;
+    let out_t = Type::new(vec![state(&out_text, "output")?]);
+    let spec = RuleSpec {
+        name: job.name.clone().unwrap_or_else(|| "job".into()),
+        forward: job.forward.clone(),
+        vmap: Some(v.clone()),
+        batched: job.batched.clone(),
+        inputs: vec![spmd_syntax::rule::TypeSpec::One(text.clone())],
+        output: spmd_syntax::rule::TypeSpec::One(out_text),
+        ..RuleSpec::default()
+    };
+    let err = |what: &str, msg: String| UsageError(format!("{what}: {msg}"));
+    let rule = build(&spec, dialect, &in_t, &out_t, &axis, Some(n), &err)?;
+    let input = crate::job::read_pieces(&job.inputs[0].per_rank, n, "inputs[0].per_rank")?;
+    if let Some(r) = input.iter().position(|t| t.shape != input[0].shape) {
+        return Err(UsageError(format!(
+            "inputs[0].per_rank: rank {r} has shape {:?}, rank 0 {:?}; a batch has one shape on every rank",
+            input[r].shape, input[0].shape
+        )));
+    }
+    let d = rule.in_axis;
+    let k = *input[0].shape.get(d).ok_or_else(|| {
+        UsageError(format!(
+            "inputs[0].per_rank: tensors of rank {} have no batch dim {d}",
+            input[0].rank()
+        ))
+    })?;
+    if k == 0 || k > 64 {
+        return Err(UsageError(format!(
+            "inputs[0].per_rank: a batch of {k} elements (1 to 64)"
+        )));
+    }
+    let elements: Vec<Vec<Tensor>> = (0..k)
+        .map(|i| {
+            input
+                .iter()
+                .map(|t| select(t, d, i).expect("in range"))
+                .collect()
+        })
+        .collect();
+    let results: Vec<(Vec<Tensor>, Vec<Tensor>)> = elements
+        .iter()
+        .map(|e| -> Result<_, UsageError> {
+            rule.unbatched
+                .infer(&m, &e[0].shape)
+                .map_err(|x| UsageError(format!("the collective does not take an element: {x}")))?;
+            let y = rule
+                .unbatched
+                .forward(&m, &PerRank { tensors: e.clone() })
+                .tensors;
+            Ok((e.clone(), y))
+        })
+        .collect::<Result<_, _>>()?;
+    let outs: Vec<Vec<Tensor>> = results.iter().map(|r| r.1.clone()).collect();
+    let expected = spmd_semantics::batch::stack_per_rank(&outs, rule.out_axis).ok();
+    let got = rule.batched.infer(&m, &input[0].shape).and_then(|_| {
+        let y = rule
+            .batched
+            .forward(
+                &m,
+                &PerRank {
+                    tensors: input.clone(),
+                },
+            )
+            .tensors;
+        move_dim(y, rule.claimed_out, rule.out_axis)
+    });
+    let check = check_it.then(|| {
+        let mut one = rule.clone();
+        one.ranks = Some(n);
+        check_shape(&one, &elements[0][0].shape)
+    });
+    Ok(Some(BatchRun {
+        rule,
+        n,
+        input,
+        elements: results,
+        expected,
+        got,
+        check,
+    }))
+}
+
+/// V1 on one element shape (a job's), batch sizes 1 to 3.
+fn check_shape(rule: &BatchRule, shape: &[usize]) -> BatchReport {
+    let n = rule.ranks.unwrap_or(2);
+    let m = Mesh::new(&[(rule.axis.as_str(), n)]);
+    let f = |xs: &[Vec<Tensor>]| -> Result<Vec<Tensor>, String> {
+        rule.unbatched.infer(&m, &xs[0][0].shape)?;
+        Ok(rule
+            .unbatched
+            .forward(
+                &m,
+                &PerRank {
+                    tensors: xs[0].clone(),
+                },
+            )
+            .tensors)
+    };
+    let fb = |xs: &[Vec<Tensor>]| -> Result<Vec<Tensor>, String> {
+        rule.batched.infer(&m, &xs[0][0].shape)?;
+        let y = rule
+            .batched
+            .forward(
+                &m,
+                &PerRank {
+                    tensors: xs[0].clone(),
+                },
+            )
+            .tensors;
+        move_dim(y, rule.claimed_out, rule.out_axis)
+    };
+    let mut tally = V1Tally::default();
+    let mut failure = None;
+    let b = basis(rule.unbatched.src, shape, n);
+    for k in 1..=MAX_BATCH {
+        if let Err(x) = check_v1(
+            &f,
+            &fb,
+            &[Some(rule.in_axis)],
+            Some(rule.out_axis),
+            &linear_batches(&b, k),
+            &mut tally,
+        ) {
+            failure = Some(Box::new((n, shape.to_vec(), *x)));
+            break;
+        }
+    }
+    BatchReport {
+        rule: rule.clone(),
+        tally,
+        cases: 1,
+        failure,
+        ranks: vec![n],
+    }
+}
+
+impl BatchRun {
+    /// Whether the batched form gives the stack on the job's values.
+    pub fn holds_here(&self) -> bool {
+        matches!((&self.expected, &self.got), (Some(e), Ok(g)) if e == g)
+    }
+
+    /// 1 when V1 fails on the job's values or, with `--check`, on its
+    /// shape.
+    pub fn exit_code(&self) -> u8 {
+        u8::from(!self.holds_here() || self.check.as_ref().is_some_and(BatchReport::failed))
+    }
+
+    pub fn to_text(&self) -> String {
+        let r = &self.rule;
+        let mut s = format!(
+            "{} under vmap (in_axes {}, out_axes {}) on axis `{}` of {} ranks (SPEC.md §24.7)\n",
+            kind_text(&r.unbatched),
+            r.in_axis,
+            r.out_axis,
+            r.axis,
+            self.n
+        );
+        s.push_str(&format!(
+            "  elaborated: batched form {} ({}), its output batched at dim {}\n",
+            r.batched_text,
+            if r.picked {
+                "the dialect's batching rule"
+            } else {
+                "as written"
+            },
+            r.claimed_out
+        ));
+        s.push_str(&format!(
+            "batched input: per rank {}\n",
+            per_rank(&self.input)
+        ));
+        for (i, (e, y)) in self.elements.iter().enumerate() {
+            s.push_str(&format!(
+                "  element {i}: per rank {}  ->  {}\n",
+                per_rank(e),
+                per_rank(y)
+            ));
+        }
+        s.push_str(&format!(
+            "the stack of the elements' results at dim {}: {}\n",
+            r.out_axis,
+            self.expected.as_ref().map_or(
+                "none (they do not stack there)".to_string(),
+                |e| format!("per rank {}", per_rank(e))
+            )
+        ));
+        s.push_str(&format!(
+            "the batched form gives: {}\n",
+            match &self.got {
+                Ok(g) => format!("per rank {}", per_rank(g)),
+                Err(e) => format!("a refusal: {e}"),
+            }
+        ));
+        s.push_str(&format!(
+            "on these values: {}\n",
+            if self.holds_here() {
+                "equal (V1 holds here)"
+            } else {
+                "DIFFERENT (V1 fails here)"
+            }
+        ));
+        if let Some(c) = &self.check {
+            match &c.failure {
+                None => s.push_str(&format!(
+                    "check: V1 holds on every batch of 1 to {MAX_BATCH} elements of this shape ({} batches)\n",
+                    c.tally.batches
+                )),
+                Some(_) => s.push_str(&format!(
+                    "check: violates V1 on this shape: {}\n",
+                    c.line().unwrap_or_default()
+                )),
+            }
+        }
+        s
+    }
+
+    pub fn to_json(&self) -> Value {
+        let r = &self.rule;
+        let strings = |xs: &[Tensor]| xs.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+        json!({
+            "mesh": {r.axis.clone(): self.n},
+            "op": kind_text(&r.unbatched),
+            "signature": format!("{} -> {}", r.unbatched.src, r.unbatched.dst),
+            "batching": {
+                "batched": r.batched_text,
+                "picked": r.picked,
+                "in_axes": [r.in_axis],
+                "out_axes": r.out_axis,
+                "claimed_out": r.claimed_out,
+            },
+            "inputs": [{"type": r.unbatched.src.to_string(), "per_rank": strings(&self.input)}],
+            "output": {
+                "type": r.unbatched.dst.to_string(),
+                "per_rank": match &self.got { Ok(g) => strings(g), Err(_) => vec![] },
+                "refused": self.got.as_ref().err(),
+            },
+            "elements": self.elements.iter().map(|(e, y)| json!({"input": strings(e), "result": strings(y)})).collect::<Vec<_>>(),
+            "expected": self.expected.as_deref().map(strings),
+            "holds_here": self.holds_here(),
+            "check": self.check.as_ref().map(|c| match &c.failure {
+                None => json!({"result": "pass", "batches": c.tally.batches}),
+                Some(_) => json!({"result": "violation", "property": "V1", "summary": c.line()}),
+            }),
+        })
+    }
+}

@@ -973,6 +973,7 @@ pub enum Ran {
     Uneven(Box<UnevenRun>),
     Ragged(Box<crate::ragged::RaggedRun>),
     Nested(Box<crate::nested::NestedRun>),
+    Batched(Box<crate::batching::BatchRun>),
 }
 
 impl Ran {
@@ -982,6 +983,7 @@ impl Ran {
             Ran::Uneven(u) => u.to_text(),
             Ran::Ragged(r) => r.to_text(),
             Ran::Nested(r) => r.to_text(),
+            Ran::Batched(r) => r.to_text(),
         }
     }
     pub fn to_json(&self) -> Value {
@@ -990,6 +992,7 @@ impl Ran {
             Ran::Uneven(u) => u.to_json(),
             Ran::Ragged(r) => r.to_json(),
             Ran::Nested(r) => r.to_json(),
+            Ran::Batched(r) => r.to_json(),
         }
     }
     pub fn exit_code(&self) -> u8 {
@@ -998,6 +1001,7 @@ impl Ran {
             Ran::Uneven(u) => u8::from(matches!(u.check, Some(Err(_)))),
             Ran::Ragged(r) => r.exit_code(),
             Ran::Nested(r) => r.exit_code(),
+            Ran::Batched(r) => r.exit_code(),
         }
     }
 }
@@ -1008,6 +1012,9 @@ pub fn run_any(path: &str, check: bool) -> Result<Ran, UsageError> {
     let job = parse_job(path, &text)?;
     if let Some(r) = crate::ragged::run(&job, check)? {
         return Ok(Ran::Ragged(Box::new(r)));
+    }
+    if let Some(r) = crate::batching::run(&job, check)? {
+        return Ok(Ran::Batched(Box::new(r)));
     }
     if names_uneven(&job) {
         if let Some(r) = crate::nested::run(&job, check)? {

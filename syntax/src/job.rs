@@ -141,6 +141,12 @@ pub struct Job {
     /// `ragged_all_to_all`'s integer arguments (SPEC.md §23.19).
     #[serde(default)]
     pub layout: Option<RaggedLayout>,
+    /// A `vmap` of the job's collective (SPEC.md §24.7).
+    #[serde(default)]
+    pub vmap: Option<crate::rule::VmapSpec>,
+    /// Its batched form, as written.
+    #[serde(default)]
+    pub batched: Option<String>,
 }
 
 /// The four per-rank lists of a `ragged_all_to_all` call, as JAX names
