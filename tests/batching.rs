@@ -405,3 +405,129 @@ fn run_shows_a_batched_collective_and_checks_v1() {
         assert!(err.contains(want), "{edit}: {err}");
     }
 }
+
+/// V1 of `batched` for `c` on element shape `shape` batched at `d_in`,
+/// its output batched at `claimed` and moved to `d_out` as vmap moves it.
+fn v1_moved(
+    c: &Collective,
+    batched: &Collective,
+    claimed: usize,
+    d_out: usize,
+    shape: &[usize],
+    d_in: usize,
+    n: usize,
+) -> bool {
+    use spmd_check::semantics::batch::{select, stack};
+    let m = Mesh::line(n);
+    let mv = |y: Vec<Tensor>| -> Result<Vec<Tensor>, String> {
+        if claimed == d_out {
+            return Ok(y);
+        }
+        y.into_iter()
+            .map(|t| {
+                if claimed >= t.rank() || d_out >= t.rank() {
+                    return Err("batch dim past the end".to_string());
+                }
+                let parts: Vec<Tensor> = (0..t.shape[claimed])
+                    .map(|i| select(&t, claimed, i).unwrap())
+                    .collect();
+                stack(&parts, d_out)
+            })
+            .collect()
+    };
+    let f = run(c, &m);
+    let g = run(batched, &m);
+    let fb = |xs: &[Vec<Tensor>]| g(xs).and_then(mv);
+    let mut t = V1Tally::default();
+    let ok = (1..=2).all(|k| {
+        check_v1(
+            &f,
+            &fb,
+            &[Some(d_in)],
+            Some(d_out),
+            &linear_batches(&basis(State::Varying, shape, n), k),
+            &mut t,
+        )
+        .is_ok()
+    });
+    // Not vacuous: every batch was compared.
+    assert!(
+        t.batches > 0 && t.outside == 0,
+        "{t:?}: {} at {d_in} on {shape:?}",
+        c.describe()
+    );
+    ok
+}
+
+/// grad∘vmap against vmap∘grad for JAX's collectives (SPEC.md §24.8): the
+/// cotangent map of a batched collective, taken as JAX takes it each way,
+/// against the stack of the unbatched transposes. grad(vmap(f)) transposes
+/// the batched primitive and holds for every collective and batch dim;
+/// vmap(grad(f)) batches the transpose with its batching rule and fails
+/// exactly where that transpose is an untiled psum_scatter batched after
+/// its scatter dim: the transpose of an untiled all_gather batched after
+/// its gather dim.
+#[test]
+fn grad_of_vmap_and_vmap_of_grad_against_the_meaning() {
+    use spmd_check::dialects::jax::transpose_collective;
+    use State::*;
+    let cases = vec![
+        ("all_gather(dim=0)", vec![2, 1]),
+        ("all_gather(dim=1)", vec![2, 1]),
+        ("all_gather(dim=0, stack)", vec![2, 1]),
+        ("all_gather(dim=1, stack)", vec![1, 2]),
+        ("psum_scatter(dim=0)", vec![0, 2]),
+        ("psum_scatter(dim=1, stack)", vec![2, 0]),
+        ("all_to_all(split=0, concat=1)", vec![0, 1]),
+        ("ppermute(perm=[1, 0])", vec![2, 1]),
+    ];
+    let mut vmap_grad_fails = Vec::new();
+    for (text, shape) in cases {
+        let n = 2;
+        let c = jax(text, Varying, Varying);
+        let shape: Vec<usize> = shape.iter().map(|&s| if s == 0 { n } else { s }).collect();
+        let m = Mesh::line(n);
+        let out_shape = c.infer(&m, &shape).unwrap();
+        let tc = Collective {
+            kind: transpose_collective(&c.kind).unwrap(),
+            ..c.clone()
+        };
+        for d in 0..=shape.len() {
+            let (bk, d1) = batch_collective(&c.kind, d).unwrap();
+            if d1 > out_shape.len() {
+                // The forward's own batching already fails (§24.3): JAX
+                // raises before any transpose.
+                assert_eq!(text, "psum_scatter(dim=1, stack)");
+                continue;
+            }
+            // grad(vmap(f)): the transpose of the batched primitive; the
+            // cotangent comes batched at d1, the input's at d.
+            let tb = Collective {
+                kind: transpose_collective(&bk).unwrap(),
+                ..c.clone()
+            };
+            assert!(
+                v1_moved(&tc, &tb, d, d, &out_shape, d1, n),
+                "grad(vmap) of {text} at {d}"
+            );
+            // vmap(grad(f)): the batching rule applied to the transpose.
+            if let Ok((bt, d2)) = batch_collective(&tc.kind, d1) {
+                let bt = Collective {
+                    kind: bt,
+                    ..c.clone()
+                };
+                if !v1_moved(&tc, &bt, d2, d, &out_shape, d1, n) {
+                    vmap_grad_fails.push(format!("{text} at {d}"));
+                }
+            }
+        }
+    }
+    assert_eq!(
+        vmap_grad_fails,
+        vec![
+            "all_gather(dim=0, stack) at 1".to_string(),
+            "all_gather(dim=0, stack) at 2".to_string(),
+            "all_gather(dim=1, stack) at 2".to_string(),
+        ]
+    );
+}

@@ -1213,3 +1213,52 @@ pub fn batch_collective(
         }
     })
 }
+
+/// JAX 0.12.0.1's transpose of a collective inside `shard_map`, as its
+/// transpose rules in `jax/_src/lax/parallel.py` bind it (SPEC.md §24.8):
+/// all_gather ↔ psum_scatter with the same dim and tiling, psum ↔ pvary,
+/// all_to_all with split and concat swapped, ppermute with the inverse
+/// permutation. JAX transposes whatever primitive it is given, so under
+/// `grad(vmap(f))` it transposes the batched primitive with its batched
+/// parameters.
+pub fn transpose_collective(
+    kind: &spmd_interp::collective::Kind,
+) -> Result<spmd_interp::collective::Kind, String> {
+    use spmd_interp::collective::Kind;
+    Ok(match kind {
+        Kind::AllGather { dim, stack } => Kind::ReduceScatter {
+            dim: *dim,
+            stack: *stack,
+        },
+        Kind::ReduceScatter { dim, stack } => Kind::AllGather {
+            dim: *dim,
+            stack: *stack,
+        },
+        Kind::AllReduce => Kind::Reinterpret,
+        Kind::Reinterpret => Kind::AllReduce,
+        Kind::AllToAll {
+            split,
+            concat,
+            stack: false,
+        } => Kind::AllToAll {
+            split: *concat,
+            concat: *split,
+            stack: false,
+        },
+        Kind::PPermute { perm, pairs } => {
+            let mut inv = vec![None; perm.len()];
+            for (k, p) in perm.iter().enumerate() {
+                if let Some(j) = p {
+                    if let Some(slot) = inv.get_mut(*j) {
+                        *slot = Some(k);
+                    }
+                }
+            }
+            Kind::PPermute {
+                perm: inv,
+                pairs: *pairs,
+            }
+        }
+        other => return Err(format!("no transpose of {other:?} is transcribed")),
+    })
+}

@@ -34,7 +34,7 @@ pub struct V1Failure {
 pub struct V1Tally {
     pub batches: u64,
     /// Batches whose elements the unbatched step refused (outside its
-    /// domain: nothing to compare).
+    /// domain), or that cannot be stacked at `in_axes`: nothing compared.
     pub outside: u64,
 }
 
@@ -75,6 +75,7 @@ pub fn check_v1(
             })
             .collect();
         let Ok(inputs) = inputs else {
+            tally.outside += 1;
             continue;
         };
         let results: Result<Vec<Vec<Tensor>>, String> =
