@@ -531,3 +531,64 @@ fn grad_of_vmap_and_vmap_of_grad_against_the_meaning() {
         ]
     );
 }
+
+/// vmap∘vmap (SPEC.md §24.8): JAX's rule applied to an already batched
+/// collective is checked by V1 against that batched collective (the inner
+/// vmap's form, itself checked against the meaning above). It holds for
+/// every pair of batch dims except where either level is an untiled
+/// psum_scatter batched after its scatter dim.
+#[test]
+fn vmap_of_vmap_of_jaxs_collectives() {
+    use State::*;
+    let cases = vec![
+        ("all_gather(dim=0)", vec![2]),
+        ("all_gather(dim=0, stack)", vec![2]),
+        ("psum", vec![2]),
+        ("psum_scatter(dim=0)", vec![0]),
+        ("psum_scatter(dim=0, stack)", vec![0]),
+        ("all_to_all(split=0, concat=1)", vec![0, 1]),
+        ("ppermute(perm=[1, 0])", vec![2]),
+    ];
+    let n = 2;
+    let m = Mesh::line(n);
+    let mut fails = Vec::new();
+    for (text, shape) in cases {
+        let c = jax(text, Varying, Varying);
+        let shape: Vec<usize> = shape.iter().map(|&s| if s == 0 { n } else { s }).collect();
+        for d1 in 0..=shape.len() {
+            let (k1, o1) = batch_collective(&c.kind, d1).unwrap();
+            let b1 = Collective {
+                kind: k1.clone(),
+                ..c.clone()
+            };
+            // The inner level must itself be right for the outer to mean
+            // anything.
+            let mut s1 = shape.clone();
+            s1.insert(d1, 2);
+            let Ok(out1) = b1.infer(&m, &s1) else {
+                continue;
+            };
+            if o1 > out1.len() || !v1_moved(&c, &b1, o1, o1, &shape, d1, n) {
+                fails.push(format!("{text}: inner at {d1}"));
+                continue;
+            }
+            for d2 in 0..=s1.len() {
+                let (k2, o2) = batch_collective(&k1, d2).unwrap();
+                let b2 = Collective {
+                    kind: k2,
+                    ..c.clone()
+                };
+                if o2 > out1.len() || !v1_moved(&b1, &b2, o2, o2, &s1, d2, n) {
+                    fails.push(format!("{text}: {d1} then {d2}"));
+                }
+            }
+        }
+    }
+    assert!(
+        fails
+            .iter()
+            .all(|f| f.starts_with("psum_scatter(dim=0, stack)")),
+        "{fails:#?}"
+    );
+    assert!(!fails.is_empty());
+}
