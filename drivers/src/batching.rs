@@ -212,6 +212,75 @@ fn basis(s: State, shape: &[usize], n: usize) -> Vec<Vec<Tensor>> {
     p.basis(shape, n).unwrap_or_default()
 }
 
+/// The unbatched collective as a per-rank step on mesh `m`.
+fn unbatched_step<'a>(
+    rule: &'a BatchRule,
+    m: &'a Mesh,
+) -> impl Fn(&[Vec<Tensor>]) -> Result<Vec<Tensor>, String> + 'a {
+    move |xs: &[Vec<Tensor>]| {
+        rule.unbatched.infer(m, &xs[0][0].shape)?;
+        Ok(rule
+            .unbatched
+            .forward(
+                m,
+                &PerRank {
+                    tensors: xs[0].clone(),
+                },
+            )
+            .tensors)
+    }
+}
+
+/// The batched form as a per-rank step on mesh `m`, its output's batch
+/// dim moved to `out_axes` as vmap moves it.
+fn batched_step<'a>(
+    rule: &'a BatchRule,
+    m: &'a Mesh,
+) -> impl Fn(&[Vec<Tensor>]) -> Result<Vec<Tensor>, String> + 'a {
+    move |xs: &[Vec<Tensor>]| {
+        rule.batched.infer(m, &xs[0][0].shape)?;
+        let y = rule
+            .batched
+            .forward(
+                m,
+                &PerRank {
+                    tensors: xs[0].clone(),
+                },
+            )
+            .tensors;
+        move_dim(y, rule.claimed_out, rule.out_axis)
+    }
+}
+
+/// V1 on one element shape on `n` ranks, batch sizes 1 to 3: the first
+/// failing batch.
+fn check_one(
+    rule: &BatchRule,
+    n: usize,
+    shape: &[usize],
+    tally: &mut V1Tally,
+) -> Option<Box<(usize, Vec<usize>, V1Failure)>> {
+    let m = Mesh::new(&[(rule.axis.as_str(), n)]);
+    let (f, fb) = (unbatched_step(rule, &m), batched_step(rule, &m));
+    let b = basis(rule.unbatched.src, shape, n);
+    for k in 1..=MAX_BATCH {
+        if crate::run::stop_reason().is_some() {
+            return None;
+        }
+        if let Err(x) = check_v1(
+            &f,
+            &fb,
+            &[Some(rule.in_axis)],
+            Some(rule.out_axis),
+            &linear_batches(&b, k),
+            tally,
+        ) {
+            return Some(Box::new((n, shape.to_vec(), *x)));
+        }
+    }
+    None
+}
+
 /// Runs V1 on every case: meshes of fewest ranks first, then the smallest
 /// shapes, then batch sizes 1 to 3; the first failure is the
 /// counterexample.
@@ -225,52 +294,17 @@ pub fn check(rule: &BatchRule) -> BatchReport {
     let mut failure = None;
     'all: for &n in &ns {
         let m = Mesh::new(&[(rule.axis.as_str(), n)]);
-        let f = |xs: &[Vec<Tensor>]| -> Result<Vec<Tensor>, String> {
-            rule.unbatched.infer(&m, &xs[0][0].shape)?;
-            Ok(rule
-                .unbatched
-                .forward(
-                    &m,
-                    &PerRank {
-                        tensors: xs[0].clone(),
-                    },
-                )
-                .tensors)
-        };
-        let fb = |xs: &[Vec<Tensor>]| -> Result<Vec<Tensor>, String> {
-            rule.batched.infer(&m, &xs[0][0].shape)?;
-            let y = rule
-                .batched
-                .forward(
-                    &m,
-                    &PerRank {
-                        tensors: xs[0].clone(),
-                    },
-                )
-                .tensors;
-            move_dim(y, rule.claimed_out, rule.out_axis)
-        };
         for shape in shapes(&rule.unbatched, &m, rule.in_axis) {
             if rule.in_axis > shape.len() {
                 continue;
             }
+            if crate::run::stop_reason().is_some() {
+                break 'all;
+            }
             cases += 1;
-            let b = basis(rule.unbatched.src, &shape, n);
-            for k in 1..=MAX_BATCH {
-                if crate::run::stop_reason().is_some() {
-                    break 'all;
-                }
-                if let Err(x) = check_v1(
-                    &f,
-                    &fb,
-                    &[Some(rule.in_axis)],
-                    Some(rule.out_axis),
-                    &linear_batches(&b, k),
-                    &mut tally,
-                ) {
-                    failure = Some(Box::new((n, shape.clone(), *x)));
-                    break 'all;
-                }
+            failure = check_one(rule, n, &shape, &mut tally);
+            if failure.is_some() {
+                break 'all;
             }
         }
     }
@@ -709,18 +743,7 @@ pub fn run(job: &spmd_syntax::job::Job, check_it: bool) -> Result<Option<BatchRu
         .collect::<Result<_, _>>()?;
     let outs: Vec<Vec<Tensor>> = results.iter().map(|r| r.1.clone()).collect();
     let expected = spmd_semantics::batch::stack_per_rank(&outs, rule.out_axis).ok();
-    let got = rule.batched.infer(&m, &input[0].shape).and_then(|_| {
-        let y = rule
-            .batched
-            .forward(
-                &m,
-                &PerRank {
-                    tensors: input.clone(),
-                },
-            )
-            .tensors;
-        move_dim(y, rule.claimed_out, rule.out_axis)
-    });
+    let got = batched_step(&rule, &m)(std::slice::from_ref(&input));
     let check = check_it.then(|| {
         let mut one = rule.clone();
         one.ranks = Some(n);
@@ -740,48 +763,8 @@ pub fn run(job: &spmd_syntax::job::Job, check_it: bool) -> Result<Option<BatchRu
 /// V1 on one element shape (a job's), batch sizes 1 to 3.
 fn check_shape(rule: &BatchRule, shape: &[usize]) -> BatchReport {
     let n = rule.ranks.unwrap_or(2);
-    let m = Mesh::new(&[(rule.axis.as_str(), n)]);
-    let f = |xs: &[Vec<Tensor>]| -> Result<Vec<Tensor>, String> {
-        rule.unbatched.infer(&m, &xs[0][0].shape)?;
-        Ok(rule
-            .unbatched
-            .forward(
-                &m,
-                &PerRank {
-                    tensors: xs[0].clone(),
-                },
-            )
-            .tensors)
-    };
-    let fb = |xs: &[Vec<Tensor>]| -> Result<Vec<Tensor>, String> {
-        rule.batched.infer(&m, &xs[0][0].shape)?;
-        let y = rule
-            .batched
-            .forward(
-                &m,
-                &PerRank {
-                    tensors: xs[0].clone(),
-                },
-            )
-            .tensors;
-        move_dim(y, rule.claimed_out, rule.out_axis)
-    };
     let mut tally = V1Tally::default();
-    let mut failure = None;
-    let b = basis(rule.unbatched.src, shape, n);
-    for k in 1..=MAX_BATCH {
-        if let Err(x) = check_v1(
-            &f,
-            &fb,
-            &[Some(rule.in_axis)],
-            Some(rule.out_axis),
-            &linear_batches(&b, k),
-            &mut tally,
-        ) {
-            failure = Some(Box::new((n, shape.to_vec(), *x)));
-            break;
-        }
-    }
+    let failure = check_one(rule, n, shape, &mut tally);
     BatchReport {
         rule: rule.clone(),
         tally,
