@@ -356,6 +356,23 @@ fn fidelity_replays_jaxs_vmap_recording() {
             .count(),
         1
     );
+    // A hostile recording: a mesh of 10^12 ranks, a batch of 10^15, a
+    // batch dim past the inputs' rank, a rank's input missing. Each is
+    // one case that is not expressible, never a panic or a hang.
+    let cases = v["cases"].as_array_mut().unwrap();
+    cases[3]["mesh"] = serde_json::json!([1_000_000_000_000u64]);
+    cases[4]["batch"] = serde_json::json!(1_000_000_000_000_000u64);
+    cases[5]["in_axis"] = serde_json::json!(99);
+    cases[6]["inputs"] = serde_json::json!(["2x2:1,2,3,4"]);
+    std::fs::write(
+        tmp.join(spmd_check::fidelity::transforms::FILE),
+        v.to_string(),
+    )
+    .unwrap();
+    let rs = spmd_check::fidelity::transforms::run(tmp.to_str().unwrap()).unwrap();
+    for i in 3..=6 {
+        assert_eq!(rs[i].class.key(), "not_expressible", "{:?}", rs[i]);
+    }
 }
 
 /// `run` of a collective under vmap (SPEC.md §24.7): the job's batched

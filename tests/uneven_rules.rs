@@ -1054,3 +1054,56 @@ fn run_of_a_nested_redistribute_follows_dtensors_plan() {
         assert!(err.contains(want), "{name}: {err}");
     }
 }
+
+/// A hostile uneven recording (SPEC.md §23.13): a mesh of 10^12 ranks,
+/// split sizes of 10^12 rows, a backward case on a huge mesh: each is one
+/// case that is not expressible, never a panic, a hang or an allocation of
+/// that size.
+#[test]
+fn a_hostile_uneven_recording_is_not_expressible_case_by_case() {
+    let dir = spmd_check::fidelity::default_dir();
+    let tmp = fresh_dir("uneven", "fidelity-hostile");
+    std::fs::create_dir_all(tmp.join("uneven")).unwrap();
+    for (f, key, val) in [
+        (
+            "dtensor_uneven.json",
+            "mesh",
+            serde_json::json!([1_000_000_000_000u64]),
+        ),
+        (
+            "dtensor_uneven_backward.json",
+            "mesh",
+            serde_json::json!([1_000_000_000_000u64]),
+        ),
+        (
+            "spmd_types_uneven.json",
+            "split_sizes",
+            serde_json::json!([1_000_000_000_000u64, 0]),
+        ),
+    ] {
+        let text = std::fs::read_to_string(format!("{dir}/uneven/{f}")).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        let cases = v["cases"].as_array_mut().unwrap();
+        cases.truncate(3);
+        cases[1][key] = val;
+        std::fs::write(tmp.join("uneven").join(f), v.to_string()).unwrap();
+    }
+    let rs = spmd_check::fidelity::uneven::run(tmp.to_str().unwrap()).unwrap();
+    for f in [
+        "dtensor_uneven.json",
+        "dtensor_uneven_backward.json",
+        "spmd_types_uneven.json",
+    ] {
+        let these: Vec<_> = rs
+            .iter()
+            .filter(|r| r.file.ends_with(&format!("/{f}")))
+            .collect();
+        assert_eq!(these.len(), 3, "{f}");
+        assert_eq!(
+            these[1].class.key(),
+            "not_expressible",
+            "{f}: {:?}",
+            these[1]
+        );
+    }
+}

@@ -124,6 +124,17 @@ fn case(c: &Value) -> (String, Class, String) {
     let Some(inputs) = tensors(&c["inputs"]) else {
         return ne("inputs not exact".into());
     };
+    // A recording is untrusted: one tensor per rank, of one shape, a
+    // batch that the inputs hold.
+    if n == 0 || n > 64 || inputs.len() != n || k == 0 || k > 64 {
+        return ne(format!(
+            "{} inputs for a mesh of {n} ranks and a batch of {k}",
+            inputs.len()
+        ));
+    }
+    if inputs.iter().any(|t| t.shape != inputs[0].shape) || out_axis > inputs[0].rank() {
+        return ne("inputs of different shapes, or out_axes past their rank".into());
+    }
     let m = Mesh::line(n);
     // The elements, each per rank.
     let elements: Option<Vec<Vec<Tensor>>> = (0..k)

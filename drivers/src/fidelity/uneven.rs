@@ -126,6 +126,21 @@ fn dtensor_case(c: &Value) -> (String, Class, String) {
             String::new(),
         );
     }
+    // A recording is untrusted: a mesh of at most 64 ranks, a shape of at
+    // most 64 entries per dim and rank 4.
+    if mesh.iter().any(|&k| k == 0 || k > 64)
+        || mesh.iter().product::<usize>() > 64
+        || shape.len() > 4
+        || shape.iter().any(|&k| k > 64)
+    {
+        return (
+            id,
+            Class::NotExpressible(format!(
+                "a mesh {mesh:?} or shape {shape:?} past the model's limits"
+            )),
+            String::new(),
+        );
+    }
     if mesh.len() > 1 {
         return nested_case(c, id, &mesh, &shape, &src, &dst);
     }
@@ -382,6 +397,13 @@ fn spmd_types_case(c: &Value, gloo: bool) -> (String, Class, String) {
         c["split"].as_str().unwrap_or("?")
     );
     let n = sizes.len();
+    if n == 0 || n > 64 || sizes.iter().any(|&k| k > 64) {
+        return (
+            id,
+            Class::NotExpressible("split sizes past the model's limits".into()),
+            String::new(),
+        );
+    }
     if let Some(why) = c["refused"].as_str() {
         return (
             id,
@@ -502,6 +524,9 @@ fn dtensor_backward_case(c: &Value) -> (String, Class, String) {
         return ne("placements or mesh the model does not read");
     };
     let n = *n;
+    if n == 0 || n > 64 || shape.len() > 4 || shape.iter().any(|&k| k > 64) {
+        return ne("a mesh or shape past the model's limits");
+    }
     if let Some(why) = c["refused"].as_str() {
         return refusal(id, &input, &output, n, &shape, why, "refused forward");
     }
