@@ -370,8 +370,8 @@ fn fidelity_replays_jaxs_vmap_recording() {
     )
     .unwrap();
     let rs = spmd_check::fidelity::transforms::run(tmp.to_str().unwrap()).unwrap();
-    for i in 3..=6 {
-        assert_eq!(rs[i].class.key(), "not_expressible", "{:?}", rs[i]);
+    for r in &rs[3..=6] {
+        assert_eq!(r.class.key(), "not_expressible", "{r:?}");
     }
 }
 
