@@ -1472,32 +1472,18 @@ fn check_files(files: &[String], o: &CheckOpts, scope: &Scope) -> Result<ExitCod
                 .iter()
                 .find(|s| s.name == rep.name)
                 .expect("a spec per rule");
-            // Batching (SPEC.md §24.4): V1's verdict and report.
-            if let Some(b) = &rep.batching {
-                failed |= b.failed();
-                inconclusive |= b.inconclusive();
-                let body = b.report();
+            // Batching (SPEC.md §24.4) and uneven shards (§23.10): their own
+            // verdict and report.
+            if let Some((r, what)) = rep.outside_core() {
+                failed |= r.failed();
+                inconclusive |= r.inconclusive();
+                let body = r.report();
                 let own = OwnReport {
                     file: f,
-                    word: b.word(),
+                    word: r.word(),
                     body: &body,
-                    failed: b.failed(),
-                    what: "batching",
-                };
-                own.print(rep, json, text, o.emit.as_deref(), &mut out_json);
-                continue;
-            }
-            // Uneven shards (SPEC.md §23.10): their own verdict and report.
-            if let Some(u) = &rep.uneven {
-                failed |= u.failed();
-                inconclusive |= u.inconclusive();
-                let body = u.report();
-                let own = OwnReport {
-                    file: f,
-                    word: u.word(),
-                    body: &body,
-                    failed: u.failed(),
-                    what: "uneven shards",
+                    failed: r.failed(),
+                    what,
                 };
                 own.print(rep, json, text, o.emit.as_deref(), &mut out_json);
                 continue;

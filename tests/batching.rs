@@ -434,21 +434,12 @@ fn v1_moved(
     d_in: usize,
     n: usize,
 ) -> bool {
-    use spmd_check::semantics::batch::{select, stack};
     let m = Mesh::line(n);
     let mv = |y: Vec<Tensor>| -> Result<Vec<Tensor>, String> {
-        if claimed == d_out {
-            return Ok(y);
-        }
-        y.into_iter()
+        y.iter()
             .map(|t| {
-                if claimed >= t.rank() || d_out >= t.rank() {
-                    return Err("batch dim past the end".to_string());
-                }
-                let parts: Vec<Tensor> = (0..t.shape[claimed])
-                    .map(|i| select(&t, claimed, i).unwrap())
-                    .collect();
-                stack(&parts, d_out)
+                spmd_check::semantics::batch::move_dim(t, claimed, d_out)
+                    .ok_or_else(|| "batch dim past the end".to_string())
             })
             .collect()
     };

@@ -540,6 +540,34 @@ pub fn redistribute_nested(
     run_plan(sizes, plan(src, dst))
 }
 
+/// The placement DTensor holds a placement as: a Reduced value (the
+/// cotangent of a Partial one, a Partial input's gradient) is
+/// Replicate().
+pub fn held(p: &Placement) -> Placement {
+    match p {
+        Placement::Red => Placement::Inv,
+        other => other.clone(),
+    }
+}
+
+/// [`held`], axis by axis.
+pub fn held_nested(p: &spmd_semantics::uneven::Nested) -> Vec<Placement> {
+    p.axes.iter().map(|(_, q)| held(q)).collect()
+}
+
+/// DTensor's backward of a redistribute over several mesh dims (SPEC.md
+/// §23.20): its plan from the output's cotangent back to the input's, and
+/// that plan's steps.
+pub fn redistribute_nested_backward(
+    sizes: &[usize],
+    input: &spmd_semantics::uneven::Nested,
+    output: &spmd_semantics::uneven::Nested,
+) -> Result<(StepFn, Vec<PlanStep>), String> {
+    use spmd_semantics::uneven::Placed;
+    let (cin, cout) = (held_nested(&input.cot()), held_nested(&output.cot()));
+    Ok((redistribute_nested(sizes, &cout, &cin)?, plan(&cout, &cin)))
+}
+
 /// Runs the steps of a plan in order, each on every group of ranks along
 /// its mesh dim (a row-major mesh of these sizes).
 pub fn run_plan(sizes: &[usize], plan: Vec<PlanStep>) -> Result<StepFn, String> {

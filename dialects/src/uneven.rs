@@ -310,7 +310,10 @@ pub fn elaborate(
         Some(b) => {
             let (f, t) = match d {
                 Dialect::Dtensor if call(b)?.0 == "redistribute" => (
-                    crate::dtensor::redistribute(&dtensor_grad(&cot_out), &dtensor_grad(&cot_in))?,
+                    crate::dtensor::redistribute(
+                        &crate::dtensor::held(&cot_out),
+                        &crate::dtensor::held(&cot_in),
+                    )?,
                     b.trim().to_string(),
                 ),
                 _ => {
@@ -336,15 +339,6 @@ pub fn elaborate(
         backward_text,
         notes,
     })
-}
-
-/// DTensor's placement of a Reduced cotangent (the cotangent of a Partial
-/// value, a Partial input's gradient): Replicate.
-fn dtensor_grad(p: &Placement) -> Placement {
-    match p {
-        Placement::Red => Placement::Inv,
-        other => other.clone(),
-    }
 }
 
 /// The implementation a system runs for a generic collective.
@@ -387,7 +381,10 @@ fn system_backward(
     if d == Dialect::Dtensor && call(forward)?.0 == "redistribute" {
         // DTensor holds the cotangent of a Partial(sum) value, and the
         // gradient of one, as Replicate().
-        let (from, grad) = (dtensor_grad(&cot_out), dtensor_grad(&cot_in));
+        let (from, grad) = (
+            crate::dtensor::held(&cot_out),
+            crate::dtensor::held(&cot_in),
+        );
         let f = crate::dtensor::redistribute(&from, &grad)?;
         return Ok(Some((
             f,

@@ -8,7 +8,7 @@ use serde_json::{json, Value};
 use spmd_interp::catalogue::collective_typed;
 use spmd_interp::Collective;
 use spmd_oracle::batching::{check_v1, linear_batches, V1Failure, V1Tally};
-use spmd_semantics::batch::{select, stack};
+use spmd_semantics::batch::select;
 use spmd_semantics::uneven::Placement;
 use spmd_semantics::{Dialect, Mesh, PerRank, State, Tensor, Type};
 use spmd_syntax::rule::RuleSpec;
@@ -154,21 +154,14 @@ pub fn build(
 /// Moves dim `from` of every rank's tensor to `to`, as vmap moves the
 /// batched form's batch dim to `out_axes`.
 fn move_dim(xs: Vec<Tensor>, from: usize, to: usize) -> Result<Vec<Tensor>, String> {
-    if from == to {
-        return Ok(xs);
-    }
-    xs.into_iter()
+    xs.iter()
         .map(|t| {
-            if from >= t.rank() || to >= t.rank() {
-                return Err(format!(
+            spmd_semantics::batch::move_dim(t, from, to).ok_or_else(|| {
+                format!(
                     "the batched form's output has rank {}, and its batch dim is claimed at {from} (to move to {to})",
                     t.rank()
-                ));
-            }
-            let parts: Vec<Tensor> = (0..t.shape[from])
-                .map(|i| select(&t, from, i).expect("in range"))
-                .collect();
-            stack(&parts, to)
+                )
+            })
         })
         .collect()
 }
@@ -555,6 +548,15 @@ pub fn key(r: &BatchReport) -> String {
 pub type ConformRow = crate::pinned::Row<BatchReport>;
 
 impl crate::pinned::Verdicted for BatchReport {
+    fn failed(&self) -> bool {
+        BatchReport::failed(self)
+    }
+    fn inconclusive(&self) -> bool {
+        BatchReport::inconclusive(self)
+    }
+    fn report(&self) -> String {
+        BatchReport::report(self)
+    }
     fn key(&self) -> String {
         key(self)
     }
@@ -572,28 +574,13 @@ impl crate::pinned::Verdicted for BatchReport {
 /// Checks every rule of the section whose system is `dialect` (all when
 /// `None`).
 pub fn conform_rows(dialect: Option<&str>) -> Result<Vec<ConformRow>, UsageError> {
-    let file = "examples/batching.toml";
-    let specs = crate::rules::parse_file(file, CONFORM_TOML)?;
-    let rules = crate::rules::build(
-        file,
+    crate::pinned::rows(
+        "examples/batching.toml",
         CONFORM_TOML,
-        &specs,
-        &spmd_generators::Scope::default(),
-    )?;
-    use rayon::prelude::*;
-    Ok(rules
-        .par_iter()
-        .filter(|r| dialect.is_none_or(|d| r.dialect.name() == d))
-        .filter_map(|r| {
-            let b = r.batching.as_ref()?;
-            Some(ConformRow {
-                name: r.name.clone(),
-                dialect: r.dialect,
-                report: check(b),
-                pinned: PINNED.iter().find(|(n, _)| *n == r.name).map(|p| p.1),
-            })
-        })
-        .collect())
+        dialect,
+        PINNED,
+        |r| Some(check(r.batching.as_ref()?)),
+    )
 }
 
 /// `conform`'s transforms section.

@@ -62,6 +62,19 @@ pub struct RuleReport {
     pub one_rank_mesh: bool,
 }
 
+impl RuleReport {
+    /// The report of a rule checked outside the core (a `vmap`, uneven
+    /// shards), with what it is in words.
+    pub fn outside_core(&self) -> Option<(&dyn crate::pinned::Verdicted, &'static str)> {
+        if let Some(b) = &self.batching {
+            return Some((b, "batching"));
+        }
+        self.uneven
+            .as_ref()
+            .map(|u| (u as &dyn crate::pinned::Verdicted, "uneven shards"))
+    }
+}
+
 /// A counterexample stored by value (SPEC.md §11.3).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 pub struct Stored {
@@ -593,13 +606,9 @@ fn assert_report(rule: &Rule, r: &RuleReport) {
 /// Why a rule's report is not sound, as the assertions say it: its
 /// verdict in words and the counterexample; `None` when it is sound.
 fn not_sound(rule: &Rule, r: &RuleReport) -> Option<String> {
-    if let Some(b) = &r.batching {
-        return (b.failed() || b.inconclusive())
-            .then(|| format!("rule `{}` is {}\n{}", rule.name, b.word(), b.report()));
-    }
-    if let Some(u) = &r.uneven {
-        return (u.failed() || u.inconclusive())
-            .then(|| format!("rule `{}` is {}\n{}", rule.name, u.word(), u.report()));
+    if let Some((o, _)) = r.outside_core() {
+        return (o.failed() || o.inconclusive())
+            .then(|| format!("rule `{}` is {}\n{}", rule.name, o.word(), o.report()));
     }
     if let Some(p) = &r.pending {
         return (!p.verdict.is_sound()).then(|| {

@@ -7,10 +7,12 @@
 use crate::job::{err, job_mesh, read_pieces};
 use crate::run::UsageError;
 use serde_json::{json, Value};
-use spmd_dialects::dtensor::{plan, redistribute_nested, PlanStep};
+use spmd_dialects::dtensor::{
+    held_nested, plan, redistribute_nested, redistribute_nested_backward, PlanStep,
+};
 use spmd_dialects::uneven::{parse_placement, show, StepFn};
 use spmd_oracle::uneven::{check_step, Failure, Impl, Tally};
-use spmd_semantics::uneven::{Nested, Placed, Placement};
+use spmd_semantics::uneven::{Nested, Placed};
 use spmd_semantics::{Dialect, Tensor};
 use spmd_syntax::job::Job;
 use spmd_syntax::rule::TypeSpec;
@@ -31,17 +33,6 @@ pub struct NestedRun {
     pub backward: Option<(Vec<PlanStep>, Vec<Tensor>)>,
     pub traffic: usize,
     pub check: Option<Result<Tally, Box<Failure>>>,
-}
-
-/// A Reduced placement is held by DTensor as Replicate().
-fn held(p: &Nested) -> Vec<Placement> {
-    p.axes
-        .iter()
-        .map(|(_, q)| match q {
-            Placement::Red => Placement::Inv,
-            q => q.clone(),
-        })
-        .collect()
 }
 
 /// The job as a nested `redistribute`, or `None` when its mesh has one
@@ -126,14 +117,13 @@ pub fn run(job: &Job, check: bool) -> Result<Option<NestedRun>, UsageError> {
             shown(&input)
         )));
     }
-    let (src, dst) = (held(&input), held(&output));
+    let (src, dst) = (held_nested(&input), held_nested(&output));
     let sizes: Vec<usize> = axes.iter().map(|a| a.1).collect();
     let f = redistribute_nested(&sizes, &src, &dst).map_err(|e| err(format!("forward: {e}")))?;
     let steps = plan(&src, &dst);
     let (result, traffic) = traced(&sizes, &steps, &pieces)
         .map_err(|e| err(format!("the forward does not run: {e}")))?;
-    let (cin, cout) = (held(&input.cot()), held(&output.cot()));
-    let b = redistribute_nested(&sizes, &cout, &cin).ok();
+    let b = redistribute_nested_backward(&sizes, &input, &output).ok();
     let cotangent = match &job.cotangent {
         None => None,
         Some(c) => {
@@ -148,8 +138,8 @@ pub fn run(job: &Job, check: bool) -> Result<Option<NestedRun>, UsageError> {
         }
     };
     let backward = match (&cotangent, &b) {
-        (Some(g), Some(b)) => Some((
-            plan(&cout, &cin),
+        (Some(g), Some((b, back))) => Some((
+            back.clone(),
             b(g).map_err(|e| err(format!("the backward does not run: {e}")))?,
         )),
         _ => None,
@@ -161,7 +151,7 @@ pub fn run(job: &Job, check: bool) -> Result<Option<NestedRun>, UsageError> {
             &input,
             &output,
             &*f,
-            b.as_ref().map(|b: &StepFn| &**b as &Impl),
+            b.as_ref().map(|(b, _): &(StepFn, _)| &**b as &Impl),
             n,
             &shape,
             &mut t,

@@ -16,6 +16,12 @@ pub trait Verdicted {
     fn json(&self) -> Value;
     /// The counterexample in one line, if any.
     fn line(&self) -> Option<String>;
+    /// Whether a counterexample was found.
+    fn failed(&self) -> bool;
+    /// Whether nothing was decided (vacuous).
+    fn inconclusive(&self) -> bool;
+    /// The counterexample, one line per value (empty when sound).
+    fn report(&self) -> String;
 }
 
 /// One rule of a section, checked.
@@ -33,6 +39,33 @@ impl<R: Verdicted> Row<R> {
     pub fn twin(&self) -> bool {
         self.name.starts_with("twin:")
     }
+}
+
+/// Checks every rule of a section's file (`file`, its text `toml`) whose
+/// system is `dialect` (all when `None`) with `check`, which gives `None`
+/// for a rule that is not of the section's kind; each with its pin.
+pub fn rows<R: Send>(
+    file: &str,
+    toml: &str,
+    dialect: Option<&str>,
+    pins: &[(&str, &'static str)],
+    check: impl Fn(&crate::rules::Rule) -> Option<R> + Sync,
+) -> Result<Vec<Row<R>>, crate::run::UsageError> {
+    let specs = crate::rules::parse_file(file, toml)?;
+    let rules = crate::rules::build(file, toml, &specs, &spmd_generators::Scope::default())?;
+    use rayon::prelude::*;
+    Ok(rules
+        .par_iter()
+        .filter(|r| dialect.is_none_or(|d| r.dialect.name() == d))
+        .filter_map(|r| {
+            Some(Row {
+                name: r.name.clone(),
+                dialect: r.dialect,
+                report: check(r)?,
+                pinned: pins.iter().find(|(n, _)| *n == r.name).map(|p| p.1),
+            })
+        })
+        .collect())
 }
 
 /// A section: its text, its JSON, whether every verdict is as pinned,

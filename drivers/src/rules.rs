@@ -841,7 +841,7 @@ fn build_nested(
     err: &dyn Fn(&str, String) -> UsageError,
 ) -> Result<Rule, UsageError> {
     use spmd_dialects::uneven::{parse_placement, Elaborated, StepFn};
-    use spmd_semantics::uneven::{Nested, Placed, Placement};
+    use spmd_semantics::uneven::{Nested, Placement};
     refuse_fields(
         s,
         false,
@@ -904,15 +904,6 @@ fn build_nested(
         .as_deref()
         .ok_or_else(|| err("inputs", "a nested rule writes its `forward`".into()))?;
     let sizes: Vec<usize> = axes.iter().map(|a| a.1).collect();
-    let held = |p: &Nested| -> Vec<Placement> {
-        p.axes
-            .iter()
-            .map(|(_, q)| match q {
-                Placement::Red => Placement::Inv,
-                q => q.clone(),
-            })
-            .collect()
-    };
     let words = |steps: &[spmd_dialects::dtensor::PlanStep]| -> String {
         steps
             .iter()
@@ -936,18 +927,24 @@ fn build_nested(
             ))
         }
         (Dialect::Dtensor, "redistribute") => {
-            let (src, dst) = (held(&input), held(&output));
-            let (cin, cout) = (held(&input.cot()), held(&output.cot()));
+            use spmd_dialects::dtensor::{held_nested, redistribute_nested_backward};
+            let (src, dst) = (held_nested(&input), held_nested(&output));
             let f = spmd_dialects::dtensor::redistribute_nested(&sizes, &src, &dst)
                 .map_err(|e| err(fw, e))?;
-            let b = spmd_dialects::dtensor::redistribute_nested(&sizes, &cout, &cin).ok();
+            let b = redistribute_nested_backward(&sizes, &input, &output).ok();
             let plan = spmd_dialects::dtensor::plan(&src, &dst);
-            let back = spmd_dialects::dtensor::plan(&cout, &cin);
+            let (backward, backward_text) = match b {
+                Some((b, back)) => (
+                    Some(b),
+                    Some(format!("redistribute back ({})", words(&back))),
+                ),
+                None => (None, None),
+            };
             Elaborated {
                 forward: f,
                 forward_text: "redistribute".into(),
-                backward_text: b.as_ref().map(|_| format!("redistribute back ({})", words(&back))),
-                backward: b,
+                backward_text,
+                backward,
                 notes: vec![format!(
                     "DTensor (torch 2.14.1) plans redistribute as {}",
                     if plan.is_empty() {

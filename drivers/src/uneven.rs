@@ -846,6 +846,15 @@ pub fn key(r: &UnevenReport) -> String {
 pub type ConformRow = crate::pinned::Row<UnevenReport>;
 
 impl crate::pinned::Verdicted for UnevenReport {
+    fn failed(&self) -> bool {
+        UnevenReport::failed(self)
+    }
+    fn inconclusive(&self) -> bool {
+        UnevenReport::inconclusive(self)
+    }
+    fn report(&self) -> String {
+        UnevenReport::report(self)
+    }
     fn key(&self) -> String {
         key(self)
     }
@@ -863,28 +872,9 @@ impl crate::pinned::Verdicted for UnevenReport {
 /// Checks every rule of the section whose system is `dialect` (all when
 /// `None`; rules written without a dialect go with spmd_types').
 pub fn conform_rows(dialect: Option<&str>) -> Result<Vec<ConformRow>, crate::run::UsageError> {
-    let file = "examples/uneven.toml";
-    let specs = crate::rules::parse_file(file, CONFORM_TOML)?;
-    let rules = crate::rules::build(
-        file,
-        CONFORM_TOML,
-        &specs,
-        &spmd_generators::Scope::default(),
-    )?;
-    use rayon::prelude::*;
-    Ok(rules
-        .par_iter()
-        .filter(|r| dialect.is_none_or(|d| r.dialect.name() == d))
-        .filter_map(|r| {
-            let u = r.uneven.as_ref()?;
-            Some(ConformRow {
-                name: r.name.clone(),
-                dialect: r.dialect,
-                report: check(u, r.dialect),
-                pinned: PINNED.iter().find(|(n, _)| *n == r.name).map(|p| p.1),
-            })
-        })
-        .collect())
+    crate::pinned::rows("examples/uneven.toml", CONFORM_TOML, dialect, PINNED, |r| {
+        Some(check(r.uneven.as_ref()?, r.dialect))
+    })
 }
 
 /// `conform`'s uneven section.

@@ -66,3 +66,25 @@ pub fn unstack_per_rank(xs: &[Tensor], axis: usize, k: usize) -> Option<Vec<Vec<
         .map(|i| xs.iter().map(|x| select(x, axis, i)).collect())
         .collect()
 }
+
+/// Moves dim `from` of `t` to position `to` (as `jnp.moveaxis`, which
+/// vmap applies to put a batch dim at `out_axes`); `None` when either is
+/// past the end of `t`.
+pub fn move_dim(t: &Tensor, from: usize, to: usize) -> Option<Tensor> {
+    if from >= t.rank() || to >= t.rank() {
+        return None;
+    }
+    if from == to {
+        return Some(t.clone());
+    }
+    if t.shape[from] == 0 {
+        let mut shape = t.shape.clone();
+        let k = shape.remove(from);
+        shape.insert(to, k);
+        return Some(Tensor::new(shape, vec![]));
+    }
+    let parts: Vec<Tensor> = (0..t.shape[from])
+        .map(|i| select(t, from, i))
+        .collect::<Option<_>>()?;
+    Some(Tensor::stack(&parts, to))
+}

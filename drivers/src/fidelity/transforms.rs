@@ -83,19 +83,8 @@ fn unbatched(name: &str, p: &Value) -> Result<Collective, String> {
 
 /// Moves dim `from` of every rank's tensor to `to`.
 fn move_dim(xs: Vec<Tensor>, from: usize, to: usize) -> Option<Vec<Tensor>> {
-    if from == to {
-        return Some(xs);
-    }
-    xs.into_iter()
-        .map(|t| {
-            if from >= t.rank() || to >= t.rank() {
-                return None;
-            }
-            let parts: Vec<Tensor> = (0..t.shape[from])
-                .map(|i| select(&t, from, i))
-                .collect::<Option<_>>()?;
-            Some(Tensor::stack(&parts, to))
-        })
+    xs.iter()
+        .map(|t| spmd_semantics::batch::move_dim(t, from, to))
         .collect()
 }
 

@@ -233,7 +233,7 @@ fn nested_case(
     src: &[String],
     dst: &[String],
 ) -> (String, Class, String) {
-    use spmd_semantics::uneven::{Nested, Placed};
+    use spmd_semantics::uneven::Nested;
     let places = |names: &[String]| -> Option<Vec<Placement>> {
         names.iter().map(|p| dtensor_placement(p)).collect()
     };
@@ -285,17 +285,9 @@ fn nested_case(
     if let Some(d) = first_difference(&out, &after) {
         return (id, Class::ModelMismatch(d), String::new());
     }
-    let grad = |p: &Nested| -> Vec<Placement> {
-        p.cot()
-            .axes
-            .into_iter()
-            .map(|(_, q)| match q {
-                Placement::Red => Placement::Inv,
-                q => q,
-            })
-            .collect()
-    };
-    let b = spmd_dialects::dtensor::redistribute_nested(mesh, &grad(&output), &grad(&input)).ok();
+    let b = spmd_dialects::dtensor::redistribute_nested_backward(mesh, &input, &output)
+        .ok()
+        .map(|(b, _)| b);
     let n: usize = mesh.iter().product();
     let (class, note) = verdict(
         &input,
@@ -577,10 +569,7 @@ fn dtensor_backward_case(c: &Value) -> (String, Class, String) {
     if let Some(d) = first_difference(&ours, &grad) {
         return (id, Class::ModelMismatch(d), String::new());
     }
-    let grad_p = match input.cot() {
-        Placement::Red => Placement::Inv,
-        p => p,
-    };
+    let grad_p = spmd_dialects::dtensor::held(&input.cot());
     match grad_p.denote(&grad) {
         Some(g) if g == value => (
             id,
