@@ -402,6 +402,14 @@ fn fidelity_replays_the_uneven_recordings_exactly_and_catches_a_tampered_one() {
         // 42 with a piece not exact in float64; and 864 on 2×2 (§23.20).
         assert_eq!(count(f, "agree"), 486 + 864, "{f}");
         assert_eq!(count(f, "not_expressible"), 42, "{f}");
+        // Every agreeing case was checked backward too, with the backward
+        // the dtensor dialect picks (Partial(sum) -> Replicate() included).
+        for r in rs
+            .iter()
+            .filter(|r| r.file.ends_with(f) && r.class.key() == "agree")
+        {
+            assert!(r.note.contains("B3"), "{f}: {} {}", r.id, r.note);
+        }
         assert_eq!(
             count(f, "sound_rejection") + count(f, "undetermined"),
             48,

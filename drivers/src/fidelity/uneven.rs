@@ -200,12 +200,16 @@ fn dtensor_case(c: &Value) -> (String, Class, String) {
         Ok(out) => match first_difference(&out, &after) {
             Some(d) => (id, Class::ModelMismatch(d), String::new()),
             None => {
-                let grad = match &input {
-                    Placement::Red => Placement::Inv,
-                    p => p.cot(),
-                };
-                let b: Option<StepFn> =
-                    spmd_dialects::dtensor::redistribute(&output.cot(), &grad).ok();
+                // DTensor's backward as the dialect picks it.
+                let b: Option<StepFn> = spmd_dialects::uneven::elaborate(
+                    spmd_semantics::Dialect::Dtensor,
+                    "redistribute",
+                    None,
+                    &input,
+                    &output,
+                )
+                .ok()
+                .and_then(|e| e.backward);
                 let (class, note) = verdict(
                     &input,
                     &output,
