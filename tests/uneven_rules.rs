@@ -1115,3 +1115,40 @@ fn a_hostile_uneven_recording_is_not_expressible_case_by_case() {
         );
     }
 }
+
+/// The gloo recordings' backward replay (SPEC.md §23.13): the twin, one
+/// recorded gradient of spmd_types' uneven all_gather changed, is a model
+/// mismatch of the backward on that rank.
+#[test]
+fn a_tampered_spmd_types_gradient_is_a_model_mismatch() {
+    let dir = spmd_check::fidelity::default_dir();
+    let f = "spmd_types_uneven_gloo_padded.json";
+    let text = std::fs::read_to_string(format!("{dir}/uneven/{f}")).unwrap();
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let c = v["cases"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| c["op"] == "all_gather" && c["split_sizes"] == serde_json::json!([1, 0]))
+        .expect("an uneven all_gather on 2 ranks");
+    assert_eq!(c["grad"][0], "1x2:2102,2104");
+    c["grad"][0] = serde_json::json!("1x2:2102,2105");
+    let tmp = fresh_dir("uneven", "fidelity-gloo");
+    std::fs::create_dir_all(tmp.join("uneven")).unwrap();
+    std::fs::write(tmp.join("uneven").join(f), v.to_string()).unwrap();
+    let rs = spmd_check::fidelity::uneven::run(tmp.to_str().unwrap()).unwrap();
+    let bad: Vec<_> = rs
+        .iter()
+        .filter(|r| r.class.key() == "model_mismatch")
+        .collect();
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert!(
+        bad[0]
+            .class
+            .detail()
+            .unwrap()
+            .starts_with("backward: rank 0:"),
+        "{:?}",
+        bad[0]
+    );
+}
