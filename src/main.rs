@@ -359,6 +359,11 @@ enum Cmd {
         /// it, checked F1 and B3 (SPEC.md §23.15).
         #[arg(long, value_name = "RULE")]
         uneven: Option<String>,
+        /// Instead, every accepted program under vmap (every input batched
+        /// at 0, and only the first), batched by the system's rules: V1 and
+        /// both orders of grad and vmap (SPEC.md §24.11).
+        #[arg(long)]
+        vmap: bool,
         /// Print the result as JSON instead of text.
         #[arg(long)]
         json: bool,
@@ -538,10 +543,29 @@ fn run() -> Result<ExitCode, UsageError> {
             partition,
             dry_run,
             uneven,
+            vmap,
             json,
             scope,
         } => {
             let sys = spmd_check::dialects::system(&dialect).map_err(UsageError)?;
+            if vmap {
+                if random.is_some() || partition.is_some() || dry_run || uneven.is_some() {
+                    return Err(UsageError(
+                        "--vmap is a mode of its own: it does not go with --random, --partition, --dry-run or --uneven".into(),
+                    ));
+                }
+                let rows =
+                    spmd_check::vmap_program::generated(sys, depth as usize).map_err(UsageError)?;
+                let (text, body, failed) =
+                    spmd_check::vmap_program::generated_report(sys.name, depth as usize, &rows);
+                if json {
+                    let body = serde_json::json!({"mode": "vmap", "report": body});
+                    print_json(&report::document("programs", body));
+                } else {
+                    print!("{text}");
+                }
+                return Ok(ExitCode::from(u8::from(failed)));
+            }
             if let Some(rule) = uneven {
                 if random.is_some() || partition.is_some() || dry_run {
                     return Err(UsageError(

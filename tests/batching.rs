@@ -216,8 +216,16 @@ fn check_reads_vmap_rules_and_decides_v1() {
         })
         .collect();
     for (name, verdict) in &verdicts {
-        let unsound = name.starts_with("twin:") || name.contains("JAX's rule says d + 1");
+        let pin = spmd_check::batching::PINNED
+            .iter()
+            .find(|p| p.0 == name)
+            .unwrap()
+            .1;
+        let unsound = pin != "sound";
         assert_eq!(verdict, if unsound { "unsound" } else { "sound" }, "{name}");
+        if name.starts_with("twin:") {
+            assert!(unsound, "{name}");
+        }
     }
     let twin = v["rules"]
         .as_array()
@@ -287,6 +295,7 @@ fn a_hostile_vmap_rule_is_one_line_exit_2() {
 #[test]
 fn the_transforms_section_comes_out_as_pinned() {
     use spmd_check::batching::{conform_rows, key, PINNED};
+    use spmd_check::pinned::Verdicted;
     use spmd_check::report::table::{conform_tables, Outcome};
     let mut rows = conform_rows(None).expect("the section's rules build");
     assert_eq!(rows.len(), PINNED.len());
@@ -318,7 +327,10 @@ fn the_transforms_section_comes_out_as_pinned() {
 #[test]
 fn fidelity_replays_jaxs_vmap_recording() {
     let dir = spmd_check::fidelity::default_dir();
-    let rs = spmd_check::fidelity::transforms::run(&dir).expect("the recording reads");
+    let all = spmd_check::fidelity::transforms::run(&dir).expect("the recording reads");
+    let (spmd, rs): (Vec<_>, Vec<_>) = all
+        .into_iter()
+        .partition(|r| r.id.starts_with("spmd_axis_name_cases"));
     let count = |class: &str| rs.iter().filter(|r| r.class.key() == class).count();
     assert_eq!(count("model_mismatch"), 0);
     assert_eq!(count("real_defect"), 24);
@@ -327,6 +339,19 @@ fn fidelity_replays_jaxs_vmap_recording() {
         .filter(|r| r.class.key() == "real_defect")
         .all(|r| r.id.contains("psum_scatter") && r.id.contains("\"tiled\":false")));
     assert_eq!(count("agree"), 402);
+    // spmd_axis_name (SPEC.md §24.12): each shard of the batch on its own
+    // ranks, JAX's global output against the stack of the elements'.
+    let scount = |class: &str| spmd.iter().filter(|r| r.class.key() == class).count();
+    assert_eq!(spmd.len(), 212);
+    assert_eq!(scount("model_mismatch"), 0);
+    assert_eq!(scount("agree"), 161);
+    assert_eq!(scount("real_defect"), 25);
+    assert!(spmd
+        .iter()
+        .filter(|r| r.class.key() == "real_defect")
+        .all(|r| r.id.contains("psum_scatter")
+            || r.id.contains("all_gather")
+            || r.id.contains("pcast")));
     // The twin.
     let text = std::fs::read_to_string(format!("{dir}/{}", spmd_check::fidelity::transforms::FILE))
         .unwrap();
@@ -356,6 +381,33 @@ fn fidelity_replays_jaxs_vmap_recording() {
             .count(),
         1
     );
+    // The twin of the spmd_axis_name replay: one device's output changed.
+    let mut w = v.clone();
+    let c = w["spmd_axis_name_cases"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|c| c["collective"] == "all_gather" && c["outputs"].is_array())
+        .unwrap();
+    let out = c["outputs"][1].as_str().unwrap().to_string();
+    let (shape, vals) = out.split_once(':').unwrap();
+    let mut vals: Vec<String> = vals.split(',').map(String::from).collect();
+    vals[0] = "999".into();
+    c["outputs"][1] = serde_json::json!(format!("{shape}:{}", vals.join(",")));
+    std::fs::write(
+        tmp.join(spmd_check::fidelity::transforms::FILE),
+        w.to_string(),
+    )
+    .unwrap();
+    let rs = spmd_check::fidelity::transforms::run(tmp.to_str().unwrap()).unwrap();
+    // The changed case, and an Auto twin that takes its values if it has one.
+    let mm: Vec<&str> = rs
+        .iter()
+        .filter(|r| r.id.starts_with("spmd_axis_name_cases") && r.class.key() == "model_mismatch")
+        .map(|r| r.id.as_str())
+        .collect();
+    assert!((1..=2).contains(&mm.len()), "{mm:?}");
+    assert!(mm.iter().all(|id| id.contains("all_gather")), "{mm:?}");
     // A hostile recording: a mesh of 10^12 ranks, a batch of 10^15, a
     // batch dim past the inputs' rank, a rank's input missing. Each is
     // one case that is not expressible, never a panic or a hang.

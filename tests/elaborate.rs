@@ -132,6 +132,24 @@ fn all_gather_to_invarying() {
     );
 }
 
+/// The untiled form: rank r keeps entry r of the stacked dim and drops
+/// the dim. (Until now the transcription gave it the tiled slice, whose
+/// result has the stacked dim still: B1 failed on every shape.)
+#[test]
+fn untiled_all_gather_to_invarying() {
+    let job = json!({"dialect": "jax", "mesh": {"x": 2}, "forward": "all_gather(dim=0, stack, to='invarying')",
+        "inputs": [{"type": "Varying", "per_rank": [[1, 2], [3, 4]]}],
+        "cotangent": [[[5, 6], [7, 8]], [[5, 6], [7, 8]]]});
+    let r = run(&job, true).unwrap();
+    let v = r.to_json();
+    assert_eq!(v["output"]["type"], "I");
+    assert_eq!(
+        per_rank(&v["backward"][0]),
+        vec![json!([5, 6]), json!([7, 8])]
+    );
+    assert!(matches!(r.check, Some(CheckResult::Pass { .. })), "{v}");
+}
+
 /// Dialect names are the same in jobs and rule files: `ltensor` is read.
 #[test]
 fn ltensor_is_a_dialect_of_rule_files_too() {

@@ -294,6 +294,7 @@ fn programs_and_patterns_match_the_schema() {
         &["--depth", "1", "--partition", "1/2"],
         &["--depth", "1", "--dry-run"],
         &["--random", "5"],
+        &["--depth", "1", "--vmap"],
     ] {
         let mut a = base.to_vec();
         a.extend(extra);

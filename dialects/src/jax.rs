@@ -776,10 +776,19 @@ pub fn collective(
         ),
         ("all_gather", Some("invarying")) => {
             let d = kwarg(call, "dim").unwrap_or("0".into());
+            // The untiled gather's transpose takes this rank's entry of the
+            // stacked dim and drops the dim.
+            let untiled = crate::elaborate::call_args(call)
+                .iter()
+                .any(|a| a.trim() == "stack");
             (
                 respell(call, "all_gather_invariant", &["to"]),
                 set(&cur, Invariant),
-                format!("convert(I,V, dim={d})"),
+                if untiled {
+                    format!("convert(I,V, dim={d}, stack)")
+                } else {
+                    format!("convert(I,V, dim={d})")
+                },
                 "all_gather_invariant",
             )
         }

@@ -18,6 +18,86 @@ pub const RANKS: [usize; 2] = [2, 3];
 /// Batch sizes tried.
 pub const MAX_BATCH: usize = 3;
 
+/// A rule under `vmap`: one collective checked by V1 on a basis
+/// (§24.4), or a program or local op batched step by step (§24.9).
+#[derive(Clone, Debug)]
+pub enum Transform {
+    Collective(Box<BatchRule>),
+    Program(Box<crate::vmap_program::VmapProgram>),
+}
+
+/// What the check of a [`Transform`] found.
+#[derive(Clone, Debug)]
+pub enum TransformReport {
+    Collective(Box<BatchReport>),
+    Program(Box<crate::vmap_program::VmapReport>),
+}
+
+impl Transform {
+    pub fn check(&self) -> TransformReport {
+        match self {
+            Transform::Collective(b) => TransformReport::Collective(Box::new(check(b))),
+            Transform::Program(p) => {
+                TransformReport::Program(Box::new(crate::vmap_program::check(p)))
+            }
+        }
+    }
+}
+
+impl TransformReport {
+    fn inner(&self) -> &dyn crate::pinned::Verdicted {
+        match self {
+            TransformReport::Collective(b) => &**b,
+            TransformReport::Program(p) => &**p,
+        }
+    }
+    /// The counterexample as the core's violation.
+    pub fn violation(&self) -> Option<spmd_oracle::check::Violation> {
+        match self {
+            TransformReport::Collective(b) => b.violation(),
+            TransformReport::Program(p) => p.violation(),
+        }
+    }
+    /// Batches compared by V1.
+    pub fn batches(&self) -> u64 {
+        match self {
+            TransformReport::Collective(b) => b.tally.batches,
+            TransformReport::Program(p) => p.tally.batches,
+        }
+    }
+    /// Cases run.
+    pub fn cases(&self) -> u64 {
+        match self {
+            TransformReport::Collective(b) => b.cases,
+            TransformReport::Program(p) => p.cases,
+        }
+    }
+}
+
+impl crate::pinned::Verdicted for TransformReport {
+    fn failed(&self) -> bool {
+        self.inner().failed()
+    }
+    fn inconclusive(&self) -> bool {
+        self.inner().inconclusive()
+    }
+    fn report(&self) -> String {
+        self.inner().report()
+    }
+    fn key(&self) -> String {
+        self.inner().key()
+    }
+    fn word(&self) -> String {
+        self.inner().word()
+    }
+    fn json(&self) -> Value {
+        self.inner().json()
+    }
+    fn line(&self) -> Option<String> {
+        self.inner().line()
+    }
+}
+
 /// A collective under `vmap`.
 #[derive(Clone, Debug)]
 pub struct BatchRule {
@@ -509,8 +589,9 @@ impl BatchReport {
 /// The section's rules.
 pub const CONFORM_TOML: &str = include_str!("../../examples/batching.toml");
 
-/// Per rule of `CONFORM_TOML`, its pinned verdict: `sound`, `unsound V1`
-/// or `vacuous`.
+/// Per rule of `CONFORM_TOML`, its pinned verdict: `sound`, `vacuous`,
+/// `unsound V1`, `unsound <property> in <what>` or `refused in <order>`
+/// (§24.9).
 pub const PINNED: &[(&str, &str)] = &[
     (
         "jax: all_gather batched at its gather dim (the rule moves the gather to dim 1)",
@@ -531,10 +612,60 @@ pub const PINNED: &[(&str, &str)] = &[
         "the same psum_scatter, its batched form written as the meaning asks",
         "sound",
     ),
+    (
+        "jax: row-parallel matmul, its psum deferred past a linear op, x batched",
+        "sound",
+    ),
+    (
+        "jax: the same, x batched at 1 and w at 0, the output at 1",
+        "sound",
+    ),
+    (
+        "row-parallel matmul with a deferred Partial (the project's letters)",
+        "sound",
+    ),
+    (
+        "jax: tensor-parallel MLP, x batched (JAX inserts pvary on x)",
+        "sound",
+    ),
+    (
+        "jax: sequence-parallel MLP, everything batched at 0",
+        "sound",
+    ),
+    (
+        "jax: untiled psum_scatter in a program, batched after its scatter dim",
+        "unsound V1",
+    ),
+    (
+        "jax: untiled all_gather then a square, batched after the gather dim",
+        "sound",
+    ),
+    (
+        "jax: untiled all_gather and its transpose, the cotangent batched after the gather dim",
+        "refused in vmap(grad(f))",
+    ),
+    ("a local op, one input not batched", "sound"),
+    (
+        "all_reduce P -> R with Nabla's JVP, all_reduce of the tangent",
+        "sound",
+    ),
+    (
+        "twin: all_reduce P -> R whose JVP reduces the tangent again",
+        "unsound J1 before vmap",
+    ),
+    (
+        "twin: tensor-parallel MLP without f (x used as if varying), under vmap",
+        "unsound B1 before vmap",
+    ),
 ];
 
 /// A verdict as pinned.
-pub fn key(r: &BatchReport) -> String {
+pub fn key(r: &TransformReport) -> String {
+    crate::pinned::Verdicted::key(r)
+}
+
+/// A collective's verdict as pinned.
+fn collective_key(r: &BatchReport) -> String {
     if r.failed() {
         "unsound V1".into()
     } else if r.inconclusive() {
@@ -545,7 +676,7 @@ pub fn key(r: &BatchReport) -> String {
 }
 
 /// One rule of the section, checked.
-pub type ConformRow = crate::pinned::Row<BatchReport>;
+pub type ConformRow = crate::pinned::Row<TransformReport>;
 
 impl crate::pinned::Verdicted for BatchReport {
     fn failed(&self) -> bool {
@@ -558,7 +689,7 @@ impl crate::pinned::Verdicted for BatchReport {
         BatchReport::report(self)
     }
     fn key(&self) -> String {
-        key(self)
+        collective_key(self)
     }
     fn word(&self) -> String {
         BatchReport::word(self)
@@ -579,18 +710,18 @@ pub fn conform_rows(dialect: Option<&str>) -> Result<Vec<ConformRow>, UsageError
         CONFORM_TOML,
         dialect,
         PINNED,
-        |r| Some(check(r.batching.as_ref()?)),
+        |r| Some(r.batching.as_ref()?.check()),
     )
 }
 
 /// `conform`'s transforms section.
-pub type Section = crate::pinned::Section<BatchReport>;
+pub type Section = crate::pinned::Section<TransformReport>;
 
 /// The section for the systems asked for.
 pub fn conform_section(dialect: Option<&str>) -> Result<Section, UsageError> {
     let rows = conform_rows(dialect)?;
     Ok(crate::pinned::section(
-        "transforms: collectives under vmap (SPEC.md §24.5, examples/batching.toml):",
+        "transforms: collectives, programs and local ops under vmap (SPEC.md §24.5, §24.9, examples/batching.toml):",
         rows,
         |rows| format!("{} twins", rows.iter().filter(|r| r.twin()).count()),
     ))

@@ -187,7 +187,7 @@ fn jobs() -> Vec<Job> {
     out.push(Job {
         name: "transforms".into(),
         note:
-            "conform's transforms section: collectives under vmap, V1, with twins (SPEC.md §24.5)"
+            "conform's transforms section: collectives, programs and local ops under vmap, V1 and both orders of grad and vmap, with twins (SPEC.md §24.5, §24.9)"
                 .into(),
         run: Box::new(transforms_batches),
         floor: None,
@@ -198,15 +198,27 @@ fn jobs() -> Vec<Job> {
         run: Box::new(fidelity_transforms_cases),
         floor: None,
     });
+    out.push(Job {
+        name: "fidelity vmap programs".into(),
+        note: "JAX's recorded vmap of programs, forward and both orders' gradients, replayed against the meaning and the model (SPEC.md §24.10)".into(),
+        run: Box::new(fidelity_vmap_program_cases),
+        floor: None,
+    });
     out
 }
 
-/// Batches of conform's transforms section (SPEC.md §24.5).
+/// Cases of JAX's vmap-of-programs recording replayed (SPEC.md §24.10).
+fn fidelity_vmap_program_cases() -> u64 {
+    crate::fidelity::vmap_programs::run(&crate::fidelity::default_dir())
+        .map_or(0, |r| r.len() as u64)
+}
+
+/// Batches of conform's transforms section compared by V1 (SPEC.md §24.5).
 fn transforms_batches() -> u64 {
     crate::batching::conform_rows(None)
         .expect("the section's rules build")
         .iter()
-        .map(|r| r.report.tally.batches)
+        .map(|r| r.report.batches())
         .sum()
 }
 

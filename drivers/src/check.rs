@@ -53,7 +53,7 @@ pub struct RuleReport {
     /// `verdict` then only summarises it.
     pub uneven: Option<crate::uneven::UnevenReport>,
     /// For a rule with a `vmap` (SPEC.md §24.4), what V1 found.
-    pub batching: Option<crate::batching::BatchReport>,
+    pub batching: Option<crate::batching::TransformReport>,
     /// What the rule's system decided when it elaborated it (SPEC.md
     /// §15.5): inserted casts, inferred types, chosen backwards.
     pub elaboration: Vec<String>,
@@ -1363,16 +1363,17 @@ fn outside_core(
 }
 
 /// A rule with a `vmap` (SPEC.md §24.4): V1.
-fn check_batching(rule: &Rule, b: &crate::batching::BatchRule, cfg: &CheckConfig) -> RuleReport {
-    let rep = crate::batching::check(b);
+fn check_batching(rule: &Rule, b: &crate::batching::Transform, cfg: &CheckConfig) -> RuleReport {
+    use crate::pinned::Verdicted;
+    let rep = b.check();
     let mut r = outside_core(
         rule,
         cfg,
         rep.violation(),
         rep.inconclusive(),
-        rep.cases,
-        rep.cases,
-        false,
+        rep.cases(),
+        rep.cases(),
+        matches!(b, crate::batching::Transform::Program(p) if p.has_backward),
     );
     r.batching = Some(rep);
     r

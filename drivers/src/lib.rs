@@ -29,6 +29,7 @@ pub mod run;
 pub mod transposes;
 pub mod types;
 pub mod uneven;
+pub mod vmap_program;
 pub mod words;
 
 pub use spmd_dialects as dialects;

@@ -44,7 +44,7 @@ pub struct Rule {
     pub uneven: Option<crate::uneven::UnevenRule>,
     /// A rule with a `vmap` (SPEC.md §24.4): checked by V1 instead of the
     /// core; `op` is then a placeholder.
-    pub batching: Option<crate::batching::BatchRule>,
+    pub batching: Option<crate::batching::Transform>,
     /// What the system decided when it elaborated the rule (SPEC.md §15.5):
     /// inserted casts, inferred types, chosen backwards; empty when nothing
     /// was elaborated.
@@ -211,9 +211,30 @@ fn build_one(
             }
         }
     }
-    // Batching (SPEC.md §24.4): a rule with a `vmap`.
+    // Batching (SPEC.md §24.4): a rule with a `vmap`; one collective alone
+    // is checked by V1 on a basis, anything else as a batched program
+    // (§24.9).
     if s.vmap.is_some() {
-        return build_batching(s, dialect, &err);
+        let one_collective = s.forward.is_some()
+            && s.op.is_none()
+            && s.step.is_empty()
+            && s.backward.is_none()
+            && s.jvp.is_none()
+            && s.meaning.is_none()
+            && s.no_grad.is_empty();
+        if one_collective || s.batched.is_some() {
+            return build_batching(s, dialect, &err);
+        }
+        return build_vmap_program(
+            file,
+            text,
+            s,
+            scope,
+            elaborate,
+            dialect,
+            system.is_none(),
+            &err,
+        );
     }
     if s.batched.is_some() {
         return Err(err(
@@ -824,9 +845,83 @@ fn build_batching(
         dialect,
         pending: None,
         uneven: None,
-        batching: Some(b),
+        batching: Some(crate::batching::Transform::Collective(Box::new(b))),
         elaboration: vec![probe.elaboration()],
     })
+}
+
+/// A rule with a `vmap` over a program, a local op, or a collective with
+/// its backward or JVP (SPEC.md §24.9): the rule built without it, then
+/// batched by its dialect's rules.
+#[allow(clippy::too_many_arguments)]
+fn build_vmap_program(
+    file: &str,
+    text: &str,
+    s: &RuleSpec,
+    scope: &Scope,
+    elaborate: bool,
+    dialect: Dialect,
+    letters: bool,
+    err: &dyn Fn(&str, String) -> UsageError,
+) -> Result<Rule, UsageError> {
+    let v = s.vmap.as_ref().expect("a vmap");
+    if v.spmd_axis_name.is_some() {
+        return Err(err(
+            "spmd_axis_name",
+            "`spmd_axis_name` (a batch dim that is a mesh axis) is not checked yet; SPEC.md §24.4 says what is"
+                .into(),
+        ));
+    }
+    let rules = match dialect {
+        Dialect::Jax => crate::vmap_program::Rules::Jax,
+        _ if letters => crate::vmap_program::Rules::Exact,
+        Dialect::SpmdTypes => crate::vmap_program::Rules::SpmdTypes,
+        Dialect::Nabla => crate::vmap_program::Rules::Nabla,
+        d => {
+            return Err(err(
+                "vmap",
+                format!(
+                    "no batching rule of dialect {} is modelled for programs and local ops; write the rule in JAX's language or the project's letters",
+                    d.name()
+                ),
+            ))
+        }
+    };
+    let (in_dims, out_axis) = crate::vmap_program::read_axes(v, err)?;
+    let inner = RuleSpec {
+        vmap: None,
+        batched: None,
+        ..s.clone()
+    };
+    let mut rule = build_one(file, text, &inner, scope, elaborate)?;
+    if rule.pending.is_some() || rule.uneven.is_some() {
+        return Err(err(
+            "vmap",
+            "`vmap` of a rule with pending kinds or uneven shards is not checked".into(),
+        ));
+    }
+    let names: Vec<String> = if s.names.is_empty() {
+        match &rule.op.op {
+            spmd_interp::Op::Local(f) => f.vars.clone(),
+            _ => (0..rule.op.inputs.len()).map(|i| format!("x{i}")).collect(),
+        }
+    } else {
+        s.names.clone()
+    };
+    let p = crate::vmap_program::build(
+        &rule.op,
+        &names,
+        in_dims,
+        out_axis,
+        rules,
+        &rule.meshes,
+        rule.has_backward,
+    )
+    .map_err(|e| err("vmap", e))?;
+    rule.elaboration
+        .push(crate::vmap_program::VmapReport::elaboration(&p));
+    rule.batching = Some(crate::batching::Transform::Program(Box::new(p)));
+    Ok(rule)
 }
 
 /// A rule on uneven shards over several mesh axes (SPEC.md §23.20): one

@@ -2,6 +2,7 @@
 //! their shapes, degrees, values and local VJPs, and per-rank execution of a
 //! typed operation.
 
+pub mod batch;
 pub mod catalogue;
 pub mod collective;
 pub mod eval;

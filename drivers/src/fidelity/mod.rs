@@ -24,6 +24,7 @@ mod nabla;
 mod spmd_types;
 pub mod transforms;
 pub mod uneven;
+pub mod vmap_programs;
 use dtensor::*;
 use jax::*;
 use nabla::*;
@@ -185,6 +186,7 @@ pub fn run(dir: &str) -> Result<Vec<CaseResult>, UsageError> {
     out.extend(uneven::run(dir)?);
     // The vmap recording (SPEC.md §24.6).
     out.extend(transforms::run(dir)?);
+    out.extend(vmap_programs::run(dir)?);
     Ok(out)
 }
 

@@ -3,6 +3,7 @@
 use crate::conform::{Claim, RowResult};
 use crate::derive::DerivedRow;
 use crate::jvps::{JvpOp, JvpResult, WrongJvp};
+use crate::pinned::Verdicted as _;
 use crate::programs::ProgramResult;
 use serde_json::{json, Value};
 

@@ -8,6 +8,7 @@ use crate::collectives::PairResult;
 use crate::conform::RowResult;
 use crate::derive::{DerivedRow, DialectRow};
 use crate::jvps::JvpResult;
+use crate::pinned::Verdicted as _;
 use crate::programs::ProgramResult;
 use crate::words::{vacuous_hint, verdict_word};
 use spmd_oracle::Verdict;
