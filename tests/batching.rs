@@ -250,7 +250,15 @@ fn a_hostile_vmap_rule_is_one_line_exit_2() {
         ("vmap = { in_axes = [0, 1] }", "one input"),
         (
             "vmap = { in_axes = [0], spmd_axis_name = \"x\" }",
-            "not checked yet",
+            "write the rule's mesh",
+        ),
+        (
+            "vmap = { in_axes = [0], spmd_axis_name = \"b\" }\nmesh = { x = 2 }",
+            "not an axis of the rule's mesh",
+        ),
+        (
+            "vmap = { in_axes = [0], spmd_axis_name = \"x\" }\nmesh = { x = 2 }",
+            "no axis beside",
         ),
         (
             "vmap = { in_axes = [0], out_axes = \"none\" }",

@@ -282,6 +282,10 @@ fn derive_transposes_and_run_match_the_schema() {
     let (_, doc) = json_in(&d, &["run", job.to_str().unwrap(), "--check", "--json"]);
     v.assert_valid("run --check --json", &doc);
     assert_eq!(doc["mesh"], json!({"x": 4}));
+    let job = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/run_vmap_program.json");
+    let (code, doc) = json_in(&d, &["run", job.to_str().unwrap(), "--check", "--json"]);
+    assert_eq!(code, 0);
+    v.assert_valid("run run_vmap_program.json --check --json", &doc);
 }
 
 #[test]

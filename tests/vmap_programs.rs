@@ -480,7 +480,16 @@ fn a_hostile_vmap_program_is_one_line_exit_2() {
         (prog("", "vmap = { in_axes = [0, 0], out_axes = \"none\" }", ""), "output is batched"),
         (
             prog("", "vmap = { in_axes = [0, 0], spmd_axis_name = \"x\" }", ""),
-            "not checked yet",
+            "write the rule's mesh",
+        ),
+        (
+            prog(
+                "",
+                "vmap = { in_axes = [0, 0], spmd_axis_name = \"dp\" }",
+                "mesh = { dp = 2, x = 2 }\n",
+            )
+            .replace("expr = \"x * w\"", "forward = \"all_reduce(axes=[dp])\"\ninput = \"x\""),
+            "a collective over it would combine different elements",
         ),
         (prog("dialect = \"dtensor\"\n", "vmap = { in_axes = [0, 0] }", ""), "no batching rule of dialect"),
         (prog("", "vmap = { in_axes = [0, 12] }", ""), "at most 8"),
@@ -620,5 +629,151 @@ fn generated_programs_under_vmap() {
         let (code, _, err) = common::run(bad);
         assert_eq!(code, 2, "{bad:?}: {err}");
         assert_eq!(common::error_lines(&err), 1, "{err}");
+    }
+}
+
+/// vmap(vmap(f)) of a program (SPEC.md §24.9): the row-parallel matmul
+/// with its psum deferred, batched by JAX's rules once (x at 0) and again
+/// (the batched x at 1). The twice-batched program must be the stack of
+/// the once-batched one (V1), whose own V1 against the program holds
+/// first; and the core finds both orders of the twice-batched program's
+/// backward sound.
+#[test]
+fn vmap_of_vmap_of_a_program() {
+    let text = "[[rule]]\nname = \"rp\"\ndialect = \"jax\"\nnames = [\"x\", \"w\"]\ninputs = [\"Varying\", \"Varying\"]\noutput = \"Invariant\"\n\n[[rule.step]]\nname = \"h\"\nexpr = \"3 * matmul(x, w)\"\noutput = \"Varying\"\n\n[[rule.step]]\nname = \"y\"\nforward = \"psum\"\ninput = \"h\"\noutput = \"Invariant\"\n";
+    let rule = spmd_check::rules::load_str("rp.toml", text)
+        .unwrap()
+        .remove(0);
+    let Op::Program(p) = &rule.op.op else {
+        panic!("a program")
+    };
+    let m = Mesh::line(2);
+    let jax = |order| Batching {
+        rule: &batch_collective,
+        transpose: &transpose_collective,
+        order,
+        local_converts: true,
+    };
+    let (k1, k2) = (2, 2);
+    let shapes = vec![vec![2, 1], vec![1, 2]];
+    let vx = ty(State::Varying);
+    let mut tally = V1Tally::default();
+    for order in [Order::GradOfVmap, Order::VmapOfGrad] {
+        let q1 = batch_program(p, &m, &shapes, &[Some(0), None], 0, k1, &jax(order)).unwrap();
+        let shapes1 = vec![vec![k1, 2, 1], vec![1, 2]];
+        let q2 = batch_program(&q1, &m, &shapes1, &[Some(1), None], 0, k2, &jax(order)).unwrap();
+        // Elements of the outer batch: once-batched inputs, w shared.
+        let val = |seed: i64, shape: &[usize]| {
+            let n = num_free(&m, &vx, shape);
+            let v: Vec<Q> = (0..n)
+                .map(|i| Q::int((i as i64 * 5 + seed) % 5 - 2))
+                .collect();
+            from_free(&m, &vx, shape, &v).tensors
+        };
+        let w = val(7, &[1, 2]);
+        let batch: Vec<Vec<Vec<Tensor>>> = (0..k2)
+            .map(|e| vec![val(e as i64 + 1, &[k1, 2, 1]), w.clone()])
+            .collect();
+        check_v1(
+            &forward(&q1, &m),
+            &forward(&q2, &m),
+            &[Some(1), None],
+            Some(0),
+            std::slice::from_ref(&batch),
+            &mut tally,
+        )
+        .expect("vmap of vmap is the stack of the once-batched program");
+        // The once-batched program against the program itself.
+        let inner: Vec<Vec<Vec<Tensor>>> = (0..k1)
+            .map(|e| vec![val(e as i64 + 3, &[2, 1]), w.clone()])
+            .collect();
+        check_v1(
+            &forward(p, &m),
+            &forward(&q1, &m),
+            &[Some(0), None],
+            Some(0),
+            std::slice::from_ref(&inner),
+            &mut tally,
+        )
+        .expect("vmap is the stack of the program");
+        // Both orders' backward of the twice-batched program.
+        let op = TypedOp {
+            op: Op::Program(Box::new(q2)),
+            inputs: vec![vx.clone(), vx.clone()],
+            output: ty(State::Invariant),
+            backward: Backward::Steps,
+            jvp: None,
+            no_grad: vec![],
+        };
+        let x2 = PerRank {
+            tensors: stack_per_rank(&batch.iter().map(|e| e[0].clone()).collect::<Vec<_>>(), 1)
+                .unwrap(),
+        };
+        let xs = vec![x2, PerRank { tensors: w.clone() }];
+        let c = Checker::new(&op, &m, xs.iter().map(|x| x.shape().to_vec()).collect()).unwrap();
+        assert!(
+            !matches!(c.check(&xs, Phase::All), Outcome::Fail(_)),
+            "{order:?}"
+        );
+    }
+    assert_eq!(tally.batches, 4);
+}
+
+/// `run` of a program under vmap (SPEC.md §24.13): each element's result,
+/// their stack, the batched program's; V1 on the values. The example
+/// holds (exit 0); JAX's untiled psum_scatter after a square, batched
+/// after its scatter dim on elements of rank 3, gives other values (exit
+/// 1). Hostile jobs: one line, exit 2.
+#[test]
+fn run_of_a_program_under_vmap() {
+    let ex = format!(
+        "{}/examples/run_vmap_program.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let (code, out, err) = common::run(&["run", &ex, "--check"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("V1 holds on these values"), "{out}");
+    assert!(out.contains("[[[21]], [[33]]]"), "{out}");
+    let d = common::fresh_dir("vmap_programs", "run");
+    let p = d.join("j.json");
+    // x per rank: [2 (scatter), 1, 2 (batch), 1] batched at 2.
+    let x = |r: i64| serde_json::json!([[[[r], [r + 1]]], [[[r + 2], [r + 3]]]]);
+    let job = serde_json::json!({
+        "dialect": "jax", "mesh": {"x": 2}, "names": ["x"],
+        "inputs": [{"type": "Varying", "per_rank": [x(1), x(5)]}],
+        "output": "Varying",
+        "steps": [
+            {"name": "s", "expr": "x * x", "output": "Varying"},
+            {"name": "y", "forward": "psum_scatter(dim=0, stack)", "input": "s", "output": "Varying"}
+        ],
+        "vmap": {"in_axes": [2], "out_axes": 0}
+    });
+    std::fs::write(&p, job.to_string()).unwrap();
+    let (code, out, err) = common::run(&["run", p.to_str().unwrap()]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(out.contains("V1 FAILS on these values"), "{out}");
+    for (edit, want) in [
+        (
+            serde_json::json!({"cotangent": [[1], [1]]}),
+            "do not go with",
+        ),
+        (
+            serde_json::json!({"vmap": {"in_axes": [2], "spmd_axis_name": "x"}}),
+            "spmd_axis_name",
+        ),
+        (
+            serde_json::json!({"vmap": {"in_axes": [5]}}),
+            "no batch dim 5",
+        ),
+    ] {
+        let mut j = job.clone();
+        for (k, v) in edit.as_object().unwrap() {
+            j[k] = v.clone();
+        }
+        std::fs::write(&p, j.to_string()).unwrap();
+        let (code, _, err) = common::run(&["run", p.to_str().unwrap()]);
+        assert_eq!(code, 2, "{edit}: {err}");
+        assert_eq!(common::error_lines(&err), 1, "{err}");
+        assert!(err.contains(want), "{edit}: {err}");
     }
 }

@@ -657,6 +657,10 @@ pub const PINNED: &[(&str, &str)] = &[
         "twin: tensor-parallel MLP without f (x used as if varying), under vmap",
         "unsound B1 before vmap",
     ),
+    (
+        "jax: row-parallel matmul, the batch sharded over dp (spmd_axis_name)",
+        "sound",
+    ),
 ];
 
 /// A verdict as pinned.

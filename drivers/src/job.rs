@@ -167,7 +167,7 @@ fn type_text(t: &Type, m: &Mesh) -> String {
 
 /// Read per-rank values: one entry per rank (row-major over the mesh axes),
 /// rectangular, the same shape on every rank.
-fn read_per_rank(n: &Nest, m: &Mesh, what: &str) -> Result<PerRank, UsageError> {
+pub(crate) fn read_per_rank(n: &Nest, m: &Mesh, what: &str) -> Result<PerRank, UsageError> {
     let Nest::List(ranks) = n else {
         return Err(err(format!(
             "{what}: expected an array with one entry per rank ({} ranks), got a scalar",
@@ -974,6 +974,8 @@ pub enum Ran {
     Ragged(Box<crate::ragged::RaggedRun>),
     Nested(Box<crate::nested::NestedRun>),
     Batched(Box<crate::batching::BatchRun>),
+    /// A program under `vmap` (SPEC.md §24.13).
+    BatchedProgram(Box<crate::vmap_program::ProgramRun>),
 }
 
 impl Ran {
@@ -984,6 +986,7 @@ impl Ran {
             Ran::Ragged(r) => r.to_text(),
             Ran::Nested(r) => r.to_text(),
             Ran::Batched(r) => r.to_text(),
+            Ran::BatchedProgram(r) => r.to_text(),
         }
     }
     pub fn to_json(&self) -> Value {
@@ -993,6 +996,7 @@ impl Ran {
             Ran::Ragged(r) => r.to_json(),
             Ran::Nested(r) => r.to_json(),
             Ran::Batched(r) => r.to_json(),
+            Ran::BatchedProgram(r) => r.to_json(),
         }
     }
     pub fn exit_code(&self) -> u8 {
@@ -1002,6 +1006,7 @@ impl Ran {
             Ran::Ragged(r) => r.exit_code(),
             Ran::Nested(r) => r.exit_code(),
             Ran::Batched(r) => r.exit_code(),
+            Ran::BatchedProgram(r) => r.exit_code(),
         }
     }
 }
@@ -1012,6 +1017,9 @@ pub fn run_any(path: &str, check: bool) -> Result<Ran, UsageError> {
     let job = parse_job(path, &text)?;
     if let Some(r) = crate::ragged::run(&job, check)? {
         return Ok(Ran::Ragged(Box::new(r)));
+    }
+    if let Some(r) = crate::vmap_program::run(&job, path, &text, check)? {
+        return Ok(Ran::BatchedProgram(Box::new(r)));
     }
     if let Some(r) = crate::batching::run(&job, check)? {
         return Ok(Ran::Batched(Box::new(r)));

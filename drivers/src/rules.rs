@@ -216,6 +216,7 @@ fn build_one(
     // (§24.9).
     if s.vmap.is_some() {
         let one_collective = s.forward.is_some()
+            && s.vmap.as_ref().is_some_and(|v| v.spmd_axis_name.is_none())
             && s.op.is_none()
             && s.step.is_empty()
             && s.backward.is_none()
@@ -865,13 +866,39 @@ fn build_vmap_program(
     err: &dyn Fn(&str, String) -> UsageError,
 ) -> Result<Rule, UsageError> {
     let v = s.vmap.as_ref().expect("a vmap");
-    if v.spmd_axis_name.is_some() {
-        return Err(err(
-            "spmd_axis_name",
-            "`spmd_axis_name` (a batch dim that is a mesh axis) is not checked yet; SPEC.md §24.4 says what is"
-                .into(),
-        ));
-    }
+    // The batch sharded over a mesh axis (SPEC.md §24.12): the program is
+    // written over the other axes; each shard runs on its own ranks.
+    let mut inner_mesh = s.mesh.clone();
+    let spmd = match &v.spmd_axis_name {
+        None => None,
+        Some(a) => {
+            let Some(mesh) = s.mesh.as_ref() else {
+                return Err(err(
+                    "spmd_axis_name",
+                    format!("`spmd_axis_name = \"{a}\"` shards the batch over a mesh axis: write the rule's mesh, with `{a}` and the axes the program runs on"),
+                ));
+            };
+            let Some(&size) = mesh.get(a) else {
+                return Err(err(
+                    "spmd_axis_name",
+                    format!("`{a}` is not an axis of the rule's mesh"),
+                ));
+            };
+            if mesh.len() < 2 {
+                return Err(err(
+                    "spmd_axis_name",
+                    format!("the mesh has no axis beside `{a}` for the program to run on"),
+                ));
+            }
+            if size == 0 || size > 8 {
+                return Err(err("mesh", "mesh axis sizes must be 1 to 8".into()));
+            }
+            let mut m = mesh.clone();
+            m.shift_remove(a);
+            inner_mesh = Some(m);
+            Some((a.clone(), size))
+        }
+    };
     let rules = match dialect {
         Dialect::Jax => crate::vmap_program::Rules::Jax,
         _ if letters => crate::vmap_program::Rules::Exact,
@@ -891,9 +918,16 @@ fn build_vmap_program(
     let inner = RuleSpec {
         vmap: None,
         batched: None,
+        mesh: inner_mesh,
         ..s.clone()
     };
-    let mut rule = build_one(file, text, &inner, scope, elaborate)?;
+    let mut rule = build_one(file, text, &inner, scope, elaborate).map_err(|e| match &spmd {
+        Some((a, _)) if e.0.contains(a.as_str()) => UsageError(format!(
+            "{} (with `spmd_axis_name = \"{a}\"` the program's types and collectives are written over the other mesh axes: each batch element lives on one shard of `{a}`, and a collective over it would combine different elements; JAX refuses it)",
+            e.0
+        )),
+        _ => e,
+    })?;
     if rule.pending.is_some() || rule.uneven.is_some() {
         return Err(err(
             "vmap",
@@ -908,7 +942,7 @@ fn build_vmap_program(
     } else {
         s.names.clone()
     };
-    let p = crate::vmap_program::build(
+    let mut p = crate::vmap_program::build(
         &rule.op,
         &names,
         in_dims,
@@ -918,6 +952,7 @@ fn build_vmap_program(
         rule.has_backward,
     )
     .map_err(|e| err("vmap", e))?;
+    p.spmd = spmd;
     rule.elaboration
         .push(crate::vmap_program::VmapReport::elaboration(&p));
     rule.batching = Some(crate::batching::Transform::Program(Box::new(p)));

@@ -120,6 +120,11 @@ pub struct VmapProgram {
     pub has_backward: bool,
     /// The input names, for reports.
     pub names: Vec<String>,
+    /// `spmd_axis_name` (SPEC.md §24.12): the mesh axis the batch is
+    /// sharded over and its size. Each shard runs its own slice of the
+    /// batch on the rule's other axes, so each is checked as a batch of
+    /// its own: `SHARD` batches per case for each shard.
+    pub spmd: Option<(String, usize)>,
 }
 
 /// What failed, and where.
@@ -228,6 +233,7 @@ pub fn build(
         meshes,
         has_backward,
         names: names.to_vec(),
+        spmd: None,
     };
     // A batching that is not modelled at all is said at once.
     if let Some((m, shapes)) = r.cases().into_iter().next() {
@@ -384,7 +390,10 @@ pub fn check(r: &VmapProgram) -> VmapReport {
                     Err(BatchError::Refused(_)) => built.push((order, None)),
                 }
             }
-            for j in 0..BATCHES {
+            // Under spmd_axis_name each shard's slice of the batch is a
+            // batch of its own, with its own values.
+            let shards = r.spmd.as_ref().map_or(1, |s| s.1);
+            for j in 0..BATCHES * shards {
                 let elems: Vec<Vec<Vec<Tensor>>> = (0..k)
                     .map(|i| {
                         r.op.inputs
@@ -572,9 +581,12 @@ impl VmapReport {
             format!("V1, F1-F3 of vmap(f){jvp}")
         };
         format!(
-            "{props} sound (bounded: {} cases on {}, {} batches of 1 to {MAX_BATCH} elements, {} batched programs checked by the core{})",
+            "{props} sound (bounded: {} cases on {}{}, {} batches of 1 to {MAX_BATCH} elements, {} batched programs checked by the core{})",
             self.cases,
             self.ranks_text(),
+            self.rule.spmd.as_ref().map_or(String::new(), |(a, n)| format!(
+                " for each of the {n} shards of the batch over `{a}`"
+            )),
             self.tally.batches,
             self.instances,
             if self.unmodelled > 0 {
@@ -598,8 +610,14 @@ impl VmapReport {
     }
     /// The elaboration: which rules batch the program.
     pub fn elaboration(r: &VmapProgram) -> String {
+        let spmd = match &r.spmd {
+            None => String::new(),
+            Some((a, n)) => format!(
+                "; the batch sharded over `{a}` ({n} shards, each run on its own ranks of the other axes): batched values are Varying over `{a}`, an unbatched input is pvary-ed to Varying over it (JAX's auto pvary, Nabla's broadcast), the output is Varying over it"
+            ),
+        };
         format!(
-            "vmap at in_axes {} (out_axes {}) of {} step(s), batched by {}",
+            "vmap at in_axes {} (out_axes {}) of {} step(s), batched by {}{spmd}",
             r.in_axes_text(),
             r.out_axis,
             r.program.steps.len(),
@@ -745,6 +763,7 @@ impl VmapReport {
                 "out_axes": r.out_axis,
                 "ranks": r.meshes.iter().map(Mesh::num_ranks).collect::<Vec<_>>(),
                 "orders_checked": r.has_backward,
+                "spmd_axis_name": r.spmd.as_ref().map(|(a, n)| json!({"axis": a, "shards": n})),
             },
             "cases": self.cases,
             "instances": self.tally.batches,
@@ -972,4 +991,274 @@ pub fn generated_report(
         })).collect::<Vec<_>>(),
     });
     (text, json, failed)
+}
+
+// ---------------------------------------------------------------------------
+// `run` of a program under `vmap` (SPEC.md §24.13).
+
+/// One run of a program under `vmap` on a job's batched values.
+pub struct ProgramRun {
+    pub rule: VmapProgram,
+    pub mesh: Mesh,
+    /// Per element: each input per rank, and the program's result per rank.
+    pub elements: Vec<(Vec<Vec<Tensor>>, Vec<Tensor>)>,
+    /// The stack of the elements' results at `out_axes`, per rank.
+    pub expected: Option<Vec<Tensor>>,
+    /// The batched program's result (JAX's rules, grad(vmap(f))'s forward).
+    pub got: Result<Vec<Tensor>, String>,
+    /// With `--check`, the rule's check (§24.9).
+    pub check: Option<VmapReport>,
+    /// The job's batched inputs, per rank.
+    pub inputs: Vec<PerRank>,
+}
+
+/// A job with a `vmap` and an `op` or steps (or a collective with its
+/// backward or JVP): `None` when it has no `vmap` or is one collective
+/// alone (§24.7 runs that).
+pub fn run(
+    job: &spmd_syntax::job::Job,
+    file: &str,
+    text: &str,
+    check_it: bool,
+) -> Result<Option<ProgramRun>, UsageError> {
+    let Some(v) = &job.vmap else {
+        return Ok(None);
+    };
+    let one_collective = job.forward.is_some()
+        && job.op.is_none()
+        && job.steps.is_empty()
+        && job.backward.is_none()
+        && job.jvp.is_none();
+    if one_collective {
+        return Ok(None);
+    }
+    if v.spmd_axis_name.is_some() {
+        return Err(UsageError(
+            "vmap.spmd_axis_name: `run` batches over no mesh axis; check the rule with `spmd-check check` (SPEC.md §24.12)".into(),
+        ));
+    }
+    if job.batched.is_some() || job.cotangent.is_some() {
+        return Err(UsageError(
+            "`batched` and `cotangent` do not go with a program under `vmap` (SPEC.md §24.13)"
+                .into(),
+        ));
+    }
+    let m = crate::job::job_mesh(&job.mesh)?;
+    let output = job
+        .output
+        .clone()
+        .ok_or_else(|| UsageError("output: a job with `vmap` writes its output type".into()))?;
+    let spec = spmd_syntax::rule::RuleSpec {
+        name: job.name.clone().unwrap_or_else(|| "job".into()),
+        dialect: job.dialect.clone(),
+        op: job.op.clone(),
+        forward: job.forward.clone(),
+        backward: job.backward.clone(),
+        inputs: job.inputs.iter().map(|x| x.ty.clone()).collect(),
+        output,
+        jvp: job.jvp.clone(),
+        mesh: Some(m.axes.iter().map(|a| (a.name.clone(), a.size)).collect()),
+        names: job.names.clone(),
+        step: job.steps.clone(),
+        vars: job.vars.clone(),
+        no_grad: job.no_grad.clone(),
+        meaning: job.meaning.clone(),
+        vmap: Some(v.clone()),
+        batched: None,
+    };
+    let rule =
+        crate::rules::build(file, text, &[spec], &spmd_generators::Scope::default())?.remove(0);
+    let Some(crate::batching::Transform::Program(r)) = rule.batching else {
+        return Ok(None);
+    };
+    let r = *r;
+    let xs: Vec<PerRank> = job
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, x)| crate::job::read_per_rank(&x.per_rank, &m, &format!("inputs[{i}].per_rank")))
+        .collect::<Result<_, _>>()?;
+    // The batch size: the length of every batched input's batch dim.
+    let mut k = None;
+    for (i, (x, d)) in xs.iter().zip(&r.in_dims).enumerate() {
+        let Some(d) = d else { continue };
+        let len = *x.shape().get(*d).ok_or_else(|| {
+            UsageError(format!(
+                "inputs[{i}].per_rank: shape {:?} has no batch dim {d}",
+                x.shape()
+            ))
+        })?;
+        if k.is_some_and(|k| k != len) {
+            return Err(UsageError(format!(
+                "inputs[{i}].per_rank: a batch of {len} where another input has {}",
+                k.unwrap_or(0)
+            )));
+        }
+        k = Some(len);
+    }
+    let k = k.unwrap_or(0);
+    if !(1..=64).contains(&k) {
+        return Err(UsageError(format!(
+            "a batch of {k} elements: `run` takes 1 to 64"
+        )));
+    }
+    let elems: Vec<Vec<Vec<Tensor>>> = (0..k)
+        .map(|e| {
+            xs.iter()
+                .zip(&r.in_dims)
+                .map(|(x, d)| match d {
+                    Some(d) => x
+                        .tensors
+                        .iter()
+                        .map(|t| spmd_semantics::batch::select(t, *d, e).expect("checked"))
+                        .collect(),
+                    None => x.tensors.clone(),
+                })
+                .collect()
+        })
+        .collect();
+    for e in &elems {
+        for (i, (x, t)) in e.iter().zip(&r.op.inputs).enumerate() {
+            spmd_semantics::perrank::well_formed(&m, t, &PerRank { tensors: x.clone() }).map_err(
+                |w| {
+                    UsageError(format!(
+                        "inputs[{i}].per_rank: an element is not well formed for its type: {w:?}"
+                    ))
+                },
+            )?;
+        }
+    }
+    let shapes: Vec<Shape> = elems[0].iter().map(|x| x[0].shape.clone()).collect();
+    r.program.infer(&m, &shapes).map_err(|e| {
+        UsageError(format!(
+            "inputs: the program does not take elements of shapes {shapes:?}: {e}"
+        ))
+    })?;
+    let mut elements = Vec::new();
+    for e in &elems {
+        let y = r
+            .program
+            .forward(&m, &per_rank(e))
+            .map_err(|err| UsageError(format!("the program refuses an element: {err:?}")))?
+            .y
+            .tensors;
+        elements.push((e.clone(), y));
+    }
+    let results: Vec<Vec<Tensor>> = elements.iter().map(|e| e.1.clone()).collect();
+    let expected = stack_per_rank(&results, r.out_axis).ok();
+    let got = r
+        .rules
+        .batch(&r.program, &m, &shapes, &r, k, Order::GradOfVmap)
+        .map_err(|e| e.to_string())
+        .and_then(|q| {
+            q.forward(&m, &xs)
+                .map(|f| f.y.tensors)
+                .map_err(|e| format!("{e:?}"))
+        });
+    let check = check_it.then(|| check(&r));
+    Ok(Some(ProgramRun {
+        rule: r,
+        mesh: m,
+        elements,
+        expected,
+        got,
+        check,
+        inputs: xs,
+    }))
+}
+
+impl ProgramRun {
+    /// Whether the batched program gives the stack on these values.
+    pub fn holds_here(&self) -> bool {
+        matches!((&self.expected, &self.got), (Some(e), Ok(g)) if e == g)
+    }
+    pub fn exit_code(&self) -> u8 {
+        let checked_bad = self.check.as_ref().is_some_and(VmapReport::failed);
+        u8::from(!self.holds_here() || checked_bad)
+    }
+    pub fn to_text(&self) -> String {
+        let r = &self.rule;
+        let mut s = format!("{}\n", VmapReport::elaboration(r));
+        for (i, (e, y)) in self.elements.iter().enumerate() {
+            let ins: Vec<String> = e
+                .iter()
+                .enumerate()
+                .map(|(a, x)| {
+                    format!(
+                        "{} = {}",
+                        r.names.get(a).cloned().unwrap_or_else(|| format!("x{a}")),
+                        show(x)
+                    )
+                })
+                .collect();
+            s.push_str(&format!(
+                "element {i}: {}\n  result: {}\n",
+                ins.join("; "),
+                show(y)
+            ));
+        }
+        s.push_str(&format!(
+            "stack of the results at dim {}: {}\n",
+            r.out_axis,
+            self.expected
+                .as_ref()
+                .map_or("none (the results do not stack)".into(), |e| show(e))
+        ));
+        s.push_str(&format!(
+            "the batched program ({}): {}\n",
+            r.rules.name(),
+            match &self.got {
+                Ok(g) => show(g),
+                Err(e) => format!("refused: {e}"),
+            }
+        ));
+        s.push_str(if self.holds_here() {
+            "V1 holds on these values\n"
+        } else {
+            "V1 FAILS on these values (SPEC.md §24.9)\n"
+        });
+        if let Some(c) = &self.check {
+            s.push_str(&format!("check: {}\n", c.word()));
+            s.push_str(&c.report());
+        }
+        s
+    }
+    pub fn to_json(&self) -> Value {
+        let r = &self.rule;
+        let strings = |xs: &[Tensor]| xs.iter().map(|t| t.to_string()).collect::<Vec<_>>();
+        let mut j = json!({
+            "mesh": self.mesh.axes.iter().map(|a| (a.name.clone(), json!(a.size))).collect::<serde_json::Map<_, _>>(),
+            "op": r.program.describe(),
+            "signature": format!(
+                "{} -> {}",
+                r.op.inputs.iter().map(|t| t.to_string()).collect::<Vec<_>>().join(", "),
+                r.op.output
+            ),
+            "batching": {
+                "program": true,
+                "rules": r.rules.name(),
+                "in_axes": r.in_dims,
+                "out_axes": r.out_axis,
+            },
+            "inputs": self.inputs.iter().zip(&r.op.inputs).map(|(x, t)| json!({
+                "type": t.to_string(),
+                "per_rank": strings(&x.tensors),
+            })).collect::<Vec<_>>(),
+            "output": {
+                "type": r.op.output.to_string(),
+                "per_rank": match &self.got { Ok(g) => strings(g), Err(_) => vec![] },
+                "refused": self.got.as_ref().err(),
+            },
+            "elements": self.elements.iter().map(|(e, y)| json!({
+                "inputs": e.iter().map(|x| strings(x)).collect::<Vec<_>>(),
+                "result": strings(y),
+            })).collect::<Vec<_>>(),
+            "expected": self.expected.as_deref().map(strings),
+            "holds_here": self.holds_here(),
+        });
+        if let Some(c) = &self.check {
+            j["check"] = c.json();
+        }
+        j
+    }
 }
