@@ -840,6 +840,116 @@ pub fn read_axes(
 }
 
 // ---------------------------------------------------------------------------
+// Rules with a `vmap` over a program (SPEC.md §24.9, §24.12).
+
+/// A rule with a `vmap` over a program, a local op, or a collective with
+/// its backward or JVP (SPEC.md §24.9): the rule built without it, then
+/// batched by its dialect's rules.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn build_rule(
+    file: &str,
+    text: &str,
+    s: &spmd_syntax::rule::RuleSpec,
+    scope: &spmd_generators::Scope,
+    elaborate: bool,
+    dialect: Dialect,
+    letters: bool,
+    err: &dyn Fn(&str, String) -> UsageError,
+) -> Result<crate::rules::Rule, UsageError> {
+    let v = s.vmap.as_ref().expect("a vmap");
+    // The batch sharded over a mesh axis (SPEC.md §24.12): the program is
+    // written over the other axes; each shard runs on its own ranks.
+    let mut inner_mesh = s.mesh.clone();
+    let spmd = match &v.spmd_axis_name {
+        None => None,
+        Some(a) => {
+            let Some(mesh) = s.mesh.as_ref() else {
+                return Err(err(
+                    "spmd_axis_name",
+                    format!("`spmd_axis_name = \"{a}\"` shards the batch over a mesh axis: write the rule's mesh, with `{a}` and the axes the program runs on"),
+                ));
+            };
+            let Some(&size) = mesh.get(a) else {
+                return Err(err(
+                    "spmd_axis_name",
+                    format!("`{a}` is not an axis of the rule's mesh"),
+                ));
+            };
+            if mesh.len() < 2 {
+                return Err(err(
+                    "spmd_axis_name",
+                    format!("the mesh has no axis beside `{a}` for the program to run on"),
+                ));
+            }
+            if size == 0 || size > 8 {
+                return Err(err("mesh", "mesh axis sizes must be 1 to 8".into()));
+            }
+            let mut m = mesh.clone();
+            m.shift_remove(a);
+            inner_mesh = Some(m);
+            Some((a.clone(), size))
+        }
+    };
+    let rules = match dialect {
+        Dialect::Jax => Rules::Jax,
+        _ if letters => Rules::Exact,
+        Dialect::SpmdTypes => Rules::SpmdTypes,
+        Dialect::Nabla => Rules::Nabla,
+        d => {
+            return Err(err(
+                "vmap",
+                format!(
+                    "no batching rule of dialect {} is modelled for programs and local ops; write the rule in JAX's language or the project's letters",
+                    d.name()
+                ),
+            ))
+        }
+    };
+    let (in_dims, out_axis) = read_axes(v, err)?;
+    let inner = spmd_syntax::rule::RuleSpec {
+        vmap: None,
+        batched: None,
+        mesh: inner_mesh,
+        ..s.clone()
+    };
+    let mut rule = crate::rules::build_one(file, text, &inner, scope, elaborate).map_err(|e| match &spmd {
+        Some((a, _)) if e.0.contains(a.as_str()) => UsageError(format!(
+            "{} (with `spmd_axis_name = \"{a}\"` the program's types and collectives are written over the other mesh axes: each batch element lives on one shard of `{a}`, and a collective over it would combine different elements; JAX refuses it)",
+            e.0
+        )),
+        _ => e,
+    })?;
+    if rule.pending.is_some() || rule.uneven.is_some() {
+        return Err(err(
+            "vmap",
+            "`vmap` of a rule with pending kinds or uneven shards is not checked".into(),
+        ));
+    }
+    let names: Vec<String> = if s.names.is_empty() {
+        match &rule.op.op {
+            spmd_interp::Op::Local(f) => f.vars.clone(),
+            _ => (0..rule.op.inputs.len()).map(|i| format!("x{i}")).collect(),
+        }
+    } else {
+        s.names.clone()
+    };
+    let mut p = build(
+        &rule.op,
+        &names,
+        in_dims,
+        out_axis,
+        rules,
+        &rule.meshes,
+        rule.has_backward,
+    )
+    .map_err(|e| err("vmap", e))?;
+    p.spmd = spmd;
+    rule.elaboration.push(VmapReport::elaboration(&p));
+    rule.batching = Some(crate::batching::Transform::Program(Box::new(p)));
+    Ok(rule)
+}
+
+// ---------------------------------------------------------------------------
 // Generated programs under `vmap` (SPEC.md §24.11).
 
 /// The batching rules of a system's generated programs, or why it has none.
