@@ -554,16 +554,7 @@ fn run() -> Result<ExitCode, UsageError> {
                         "--vmap is a mode of its own: it does not go with --random, --partition, --dry-run or --uneven".into(),
                     ));
                 }
-                let rows =
-                    spmd_check::vmap_program::generated(sys, depth as usize).map_err(UsageError)?;
-                let (text, body, failed) =
-                    spmd_check::vmap_program::generated_report(sys.name, depth as usize, &rows);
-                if json {
-                    let body = serde_json::json!({"mode": "vmap", "report": body});
-                    print_json(&report::document("programs", body));
-                } else {
-                    print!("{text}");
-                }
+                let failed = spmd_check::vmap_program::programs_cmd(sys, depth as usize, json)?;
                 return Ok(ExitCode::from(u8::from(failed)));
             }
             if let Some(rule) = uneven {

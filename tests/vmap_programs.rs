@@ -777,3 +777,56 @@ fn run_of_a_program_under_vmap() {
         assert!(err.contains(want), "{edit}: {err}");
     }
 }
+
+/// The replay's exact gradients (from the forward alone) are what a right
+/// backward gives, and not what a wrong one gives: the tensor-parallel
+/// MLP's composed backward agrees with them; the same MLP without f (x
+/// used as if varying, its backward missing the psum) does not.
+#[test]
+fn the_replays_exact_gradients_tell_a_wrong_backward() {
+    use spmd_check::fidelity::vmap_programs::exact_gradients;
+    let mlp = |with_f: bool| {
+        let f = if with_f {
+            "[[rule.step]]\nname = \"xv\"\nforward = \"pvary\"\ninput = \"x\"\nbackward = \"psum_invariant\"\noutput = \"V\"\n\n"
+        } else {
+            ""
+        };
+        let x = if with_f { "xv" } else { "x" };
+        format!(
+            "[[rule]]\nname = \"m\"\nnames = [\"x\", \"w1\", \"w2\"]\ninputs = [\"I\", \"V\", \"V\"]\noutput = \"I\"\n\n{f}[[rule.step]]\nname = \"h\"\nexpr = \"matmul({x}, w1)^2\"\noutput = \"V\"\n\n[[rule.step]]\nname = \"o\"\nexpr = \"matmul(h, w2)\"\noutput = \"V\"\n\n[[rule.step]]\nname = \"op\"\nforward = \"reinterpret(V,P)\"\ninput = \"o\"\nbackward = \"reinterpret(R,V)\"\noutput = \"P\"\n\n[[rule.step]]\nname = \"y\"\nforward = \"all_reduce(I)\"\ninput = \"op\"\nbackward = \"reinterpret(I,R)\"\noutput = \"I\"\n"
+        )
+    };
+    let m = Mesh::line(2);
+    let agrees = |with_f: bool| {
+        let rule = spmd_check::rules::load_str("m.toml", &mlp(with_f))
+            .unwrap()
+            .remove(0);
+        let op = rule.op;
+        let Op::Program(p) = &op.op else {
+            panic!("a program")
+        };
+        let shape = vec![2, 2];
+        let xs: Vec<PerRank> = op
+            .inputs
+            .iter()
+            .enumerate()
+            .map(|(a, t)| {
+                let v: Vec<Q> = (0..num_free(&m, t, &shape))
+                    .map(|i| Q::int(((i + 3 * a) as i64 * 7) % 5 - 2))
+                    .collect();
+                from_free(&m, t, &shape, &v)
+            })
+            .collect();
+        let g = from_free(&m, &op.output, &shape, &[1, -1, 2, 1].map(Q::int));
+        let exact = exact_gradients(&op, &m, &xs, &g.tensors).unwrap();
+        let bw: Vec<Vec<Tensor>> = p
+            .backward(&m, &xs, &g)
+            .unwrap()
+            .into_iter()
+            .map(|x| x.tensors)
+            .collect();
+        exact == bw
+    };
+    assert!(agrees(true));
+    assert!(!agrees(false));
+}

@@ -371,7 +371,7 @@ pub fn check(r: &VmapProgram) -> VmapReport {
             let mut built = Vec::new();
             for order in [Order::GradOfVmap, Order::VmapOfGrad] {
                 match r.rules.batch(&r.program, &m, &shapes, r, k, order) {
-                    Ok(q) => built.push((order, Some(q))),
+                    Ok(q) => built.push((order, Ok(q))),
                     Err(BatchError::Unmodelled(why)) => {
                         rep.unmodelled += 1;
                         rep.unmodelled_why.get_or_insert(why);
@@ -387,7 +387,7 @@ pub fn check(r: &VmapProgram) -> VmapReport {
                         break 'all;
                     }
                     // The forward refuses: V1 below says so.
-                    Err(BatchError::Refused(_)) => built.push((order, None)),
+                    Err(BatchError::Refused(why)) => built.push((order, Err(why))),
                 }
             }
             // Under spmd_axis_name each shard's slice of the batch is a
@@ -415,24 +415,13 @@ pub fn check(r: &VmapProgram) -> VmapReport {
                         .map(|f| f.y.tensors)
                         .map_err(|e| format!("{e:?}"))
                 };
-                let fwd = built[0].1.clone();
+                let fwd = &built[0].1;
                 let batched = |xs: &[Vec<Tensor>]| -> Result<Vec<Tensor>, String> {
-                    match &fwd {
-                        Some(q) => q
-                            .forward(&m, &per_rank(xs))
+                    fwd.as_ref().map_err(Clone::clone).and_then(|q| {
+                        q.forward(&m, &per_rank(xs))
                             .map(|f| f.y.tensors)
-                            .map_err(|e| format!("{e:?}")),
-                        None => Err(
-                            match r
-                                .rules
-                                .batch(&r.program, &m, &shapes, r, k, Order::GradOfVmap)
-                            {
-                                Err(BatchError::Refused(why)) => why,
-                                Err(e) => e.to_string(),
-                                Ok(_) => "the batched program does not run".into(),
-                            },
-                        ),
-                    }
+                            .map_err(|e| format!("{e:?}"))
+                    })
                 };
                 // Each element alone first: a program that fails without
                 // vmap says so, and vmap is not blamed.
@@ -490,7 +479,7 @@ pub fn check(r: &VmapProgram) -> VmapReport {
                     .collect();
                 let bshapes: Vec<Shape> = xs.iter().map(|x| x.shape().to_vec()).collect();
                 for (order, q) in &built {
-                    let Some(q) = q else { continue };
+                    let Ok(q) = q else { continue };
                     let t = typed(r, q.clone());
                     let Ok(c) = Checker::new(&t, &m, bshapes.clone()) else {
                         continue;
@@ -1038,6 +1027,25 @@ pub fn generated(sys: &spmd_dialects::System, depth: usize) -> Result<Vec<Genera
             }
         })
         .collect())
+}
+
+/// `programs --dialect SYS --depth N --vmap`: prints the report; whether a
+/// program failed because of vmap (exit 1).
+pub fn programs_cmd(
+    sys: &spmd_dialects::System,
+    depth: usize,
+    json: bool,
+) -> Result<bool, UsageError> {
+    let rows = generated(sys, depth).map_err(UsageError)?;
+    let (text, body, failed) = generated_report(sys.name, depth, &rows);
+    if json {
+        let body = json!({"mode": "vmap", "report": body});
+        let doc = crate::words::document("programs", body);
+        println!("{}", serde_json::to_string_pretty(&doc).expect("json"));
+    } else {
+        print!("{text}");
+    }
+    Ok(failed)
 }
 
 /// The text and JSON of a generated run; whether any program came out

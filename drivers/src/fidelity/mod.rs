@@ -25,6 +25,28 @@ mod spmd_types;
 pub mod transforms;
 pub mod uneven;
 pub mod vmap_programs;
+/// Per-rank tensors of a recording, each written `SHAPE:VALUES`; `None`
+/// when one is missing or not exact.
+pub(crate) fn tensors(v: &Value) -> Option<Vec<spmd_semantics::Tensor>> {
+    v.as_array()?
+        .iter()
+        .map(|x| crate::registry::parse_tensor(x.as_str()?).ok())
+        .collect()
+}
+
+/// A recording `file` in `dir`, its path and its JSON (at most 16 MiB);
+/// `None` when the file is absent.
+pub(crate) fn read_recording(dir: &str, file: &str) -> Result<Option<(String, Value)>, UsageError> {
+    let name = format!("{dir}/{file}");
+    if !std::path::Path::new(&name).exists() {
+        return Ok(None);
+    }
+    let text = crate::rules::read_text_limit(&name, 16 << 20)?;
+    let v: Value = serde_json::from_str(&text)
+        .map_err(|e| UsageError(format!("{name}: not a recording: {e}")))?;
+    Ok(Some((name, v)))
+}
+
 use dtensor::*;
 use jax::*;
 use nabla::*;

@@ -5,8 +5,7 @@
 //! collective run on each element), and the dialect's batching rule,
 //! run on the same inputs, must give JAX's outputs.
 
-use super::{CaseResult, Class};
-use crate::registry::parse_tensor;
+use super::{tensors, CaseResult, Class};
 use crate::run::UsageError;
 use serde_json::Value;
 use spmd_interp::catalogue::collective;
@@ -16,13 +15,6 @@ use spmd_semantics::{Mesh, PerRank, State, Tensor};
 
 /// The recording read, relative to the fixtures directory.
 pub const FILE: &str = "transforms/jax_vmap_0.12.0.1.json";
-
-fn tensors(v: &Value) -> Option<Vec<Tensor>> {
-    v.as_array()?
-        .iter()
-        .map(|x| parse_tensor(x.as_str()?).ok())
-        .collect()
-}
 
 /// The catalogue's collective for a recorded JAX call, or why none.
 fn unbatched(name: &str, p: &Value) -> Result<Collective, String> {
@@ -592,13 +584,9 @@ fn assemble(
 /// cases (SPEC.md §24.12); the named-axis cases are counted as not
 /// expressible. A missing recording gives no cases.
 pub fn run(dir: &str) -> Result<Vec<CaseResult>, UsageError> {
-    let name = format!("{dir}/{FILE}");
-    if !std::path::Path::new(&name).exists() {
+    let Some((name, v)) = super::read_recording(dir, FILE)? else {
         return Ok(vec![]);
-    }
-    let text = crate::rules::read_text_limit(&name, 16 << 20)?;
-    let v: Value = serde_json::from_str(&text)
-        .map_err(|e| UsageError(format!("{name}: not a recording: {e}")))?;
+    };
     let version = v["jax"].as_str().unwrap_or("?").to_string();
     let cases = v["cases"]
         .as_array()

@@ -3,8 +3,7 @@
 //! from `tests/fixtures/uneven/`, replayed through the dialects'
 //! implementations and checked by §23.10's checks on each recorded case.
 
-use super::{CaseResult, Class};
-use crate::registry::parse_tensor;
+use super::{tensors, CaseResult, Class};
 use crate::run::UsageError;
 use serde_json::Value;
 use spmd_dialects::uneven::StepFn;
@@ -34,13 +33,6 @@ fn usizes(v: &Value) -> Vec<usize> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-fn tensors(v: &Value) -> Option<Vec<Tensor>> {
-    v.as_array()?
-        .iter()
-        .map(|x| parse_tensor(x.as_str()?).ok())
-        .collect()
 }
 
 fn dtensor_placement(p: &str) -> Option<Placement> {
@@ -848,13 +840,9 @@ pub fn run(dir: &str) -> Result<Vec<CaseResult>, UsageError> {
     use rayon::prelude::*;
     let mut out = Vec::new();
     for f in FILES {
-        let name = format!("{dir}/{f}");
-        if !std::path::Path::new(&name).exists() {
+        let Some((name, v)) = super::read_recording(dir, f)? else {
             continue;
-        }
-        let text = crate::rules::read_text_limit(&name, 16 << 20)?;
-        let v: Value = serde_json::from_str(&text)
-            .map_err(|e| UsageError(format!("{name}: not a recording: {e}")))?;
+        };
         let kind = if f.contains("spmd_types_uneven_gloo") {
             "spmd_types_gloo"
         } else if f.contains("spmd_types") {

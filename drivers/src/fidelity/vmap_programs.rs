@@ -15,8 +15,7 @@
 //! and the model's batched program (§24.9, JAX's rules) must give what
 //! JAX gave, or refuse where JAX raised.
 
-use super::{CaseResult, Class};
-use crate::registry::parse_tensor;
+use super::{tensors, CaseResult, Class};
 use crate::run::UsageError;
 use serde_json::Value;
 use spmd_interp::batch::{batch_program, BatchError, Batching, Bdim, Order};
@@ -156,13 +155,6 @@ output = "Varying"
 /// The largest degree the five-point stencil differentiates exactly.
 const STENCIL_DEGREE: u32 = 4;
 
-fn tensors(v: &Value) -> Option<Vec<Tensor>> {
-    v.as_array()?
-        .iter()
-        .map(|x| parse_tensor(x.as_str()?).ok())
-        .collect()
-}
-
 fn tensor_lists(v: &Value) -> Option<Vec<Vec<Tensor>>> {
     v.as_array()?.iter().map(tensors).collect()
 }
@@ -189,8 +181,9 @@ fn loss(op: &TypedOp, m: &Mesh, xs: &[PerRank], g: &[Tensor]) -> Result<Q, Strin
 
 /// The exact gradient of one element's loss with respect to each input,
 /// per rank, from the forward alone: along every free direction of the
-/// input's type, a five-point stencil (exact up to degree 4).
-fn exact_gradients(
+/// input's type, a five-point stencil (exact up to degree 4; the caller
+/// checks the degree).
+pub fn exact_gradients(
     op: &TypedOp,
     m: &Mesh,
     xs: &[PerRank],
@@ -522,13 +515,9 @@ fn case(c: &Value, rules: &[crate::rules::Rule]) -> Case {
 
 /// Every case of the recording in `dir`; a missing recording gives none.
 pub fn run(dir: &str) -> Result<Vec<CaseResult>, UsageError> {
-    let name = format!("{dir}/{FILE}");
-    if !std::path::Path::new(&name).exists() {
+    let Some((name, v)) = super::read_recording(dir, FILE)? else {
         return Ok(vec![]);
-    }
-    let text = crate::rules::read_text_limit(&name, 16 << 20)?;
-    let v: Value = serde_json::from_str(&text)
-        .map_err(|e| UsageError(format!("{name}: not a recording: {e}")))?;
+    };
     let version = v["jax_version"].as_str().unwrap_or("?").to_string();
     let cases = v["cases"]
         .as_array()
