@@ -61,13 +61,28 @@ fn derive_types(
             f.arity()
         )));
     }
-    let tuples = (scope.max_shapes() as u64)
+    let product = (scope.max_shapes() as u64)
         .checked_pow(f.arity() as u32)
         .unwrap_or(u64::MAX);
-    if typings.saturating_mul(tuples) > MAX_TYPING_TUPLES {
-        return Err(UsageError(format!(
-            "scope too large: {typings} typings x {tuples} shape tuples to estimate; lower --max-rank or --max-dim, or check chosen typings with a rule file"
-        )));
+    if typings.saturating_mul(product) > MAX_TYPING_TUPLES {
+        // The shape tuples the estimate walks: those the pruned search
+        // keeps (SPEC.md §18.9), not the cartesian product.
+        let probe = TypedOp::local(
+            f.clone(),
+            vec![types[0].clone(); f.arity()],
+            types[0].clone(),
+        );
+        let tuples = spmd_generators::candidate_bound(&probe, scope).unwrap_or(u64::MAX);
+        if typings.saturating_mul(tuples) > MAX_TYPING_TUPLES {
+            let tuples = if tuples == u64::MAX {
+                format!("more than {}", spmd_generators::MAX_SHAPE_TUPLES)
+            } else {
+                tuples.to_string()
+            };
+            return Err(UsageError(format!(
+                "scope too large: {typings} typings x {tuples} shape tuples to estimate; lower --max-rank or --max-dim, or check chosen typings with a rule file"
+            )));
+        }
     }
     let mut ops = Vec::new();
     let ins: Vec<Vec<Type>> = spmd_generators::tuples(&types, f.arity());

@@ -3,7 +3,9 @@
 //! finite. It enumerates; asking the oracle about each instance is the
 //! caller's (the dependency rule keeps the oracle out of generators).
 
-use crate::exhaustive::{candidate_tuples, for_each_lower_point, lower_size, shape_tuples, Scope};
+use crate::exhaustive::{
+    candidate_count, candidate_tuples, for_each_lower_point, lower_size, shape_tuples, Scope,
+};
 use spmd_interp::{Backward, Degree, Jvp, Op, TypedOp};
 use spmd_semantics::perrank::{num_free, FreeSlots};
 use spmd_semantics::{Mesh, PerRank, Shape, Q};
@@ -383,22 +385,65 @@ pub fn degree_guard(op: &TypedOp, scope: &Scope) -> Result<(), String> {
     Ok(())
 }
 
-/// The most input shape tuples enumerated per mesh.
+/// The most input shape tuples enumerated per mesh: the most shape choices
+/// the search for them makes (`visit_candidates`).
 pub const MAX_SHAPE_TUPLES: u64 = 400_000;
 
 /// Refuse, before any enumeration, an op whose inputs have more shape tuples
 /// per mesh than `MAX_SHAPE_TUPLES` (seven inputs over the default 13 shapes
-/// would be 62 million; building them exhausted memory).
+/// would be 62 million; building them exhausted memory). Within the limit
+/// the cartesian product is fine; beyond it, an op whose search prunes
+/// (an expression, a program) is refused only if the pruned search on some
+/// mesh of the scope makes more choices than that (SPEC.md §8.1).
 pub fn tuple_guard(op: &TypedOp, scope: &Scope) -> Result<(), String> {
     let n = scope.max_shapes() as u64;
     let k = op.op.arity();
     let total = n.checked_pow(k as u32).unwrap_or(u64::MAX);
-    if total > MAX_SHAPE_TUPLES {
+    if total <= MAX_SHAPE_TUPLES {
+        return Ok(());
+    }
+    let pruned = matches!(op.op, Op::Local(_) | Op::Program(_))
+        || matches!(&op.op, Op::Declared { forward, .. } if matches!(**forward, Op::Local(_)));
+    if pruned {
+        let mut meshes = meshes_for(op, scope);
+        if meshes.is_empty() {
+            meshes = scope.meshes.clone();
+        }
+        let mut seen: Vec<Vec<Shape>> = Vec::new();
+        let within = meshes.iter().all(|m| {
+            let shapes = scope.shapes_for(m);
+            // An expression's search depends on the shapes alone.
+            if !matches!(op.op, Op::Program(_)) {
+                if seen.contains(&shapes) {
+                    return true;
+                }
+                seen.push(shapes.clone());
+            }
+            candidate_count(&op.op, m, &shapes, MAX_SHAPE_TUPLES).is_some()
+        });
+        if within {
+            return Ok(());
+        }
         return Err(format!(
-            "scope too large: {k} inputs over {n} shapes make {total} shape tuples per mesh (limit {MAX_SHAPE_TUPLES}); lower --max-rank or --max-dim"
+            "scope too large: {k} inputs over {n} shapes make more than {MAX_SHAPE_TUPLES} shape tuples to search per mesh; lower --max-rank or --max-dim"
         ));
     }
-    Ok(())
+    Err(format!(
+        "scope too large: {k} inputs over {n} shapes make {total} shape tuples per mesh (limit {MAX_SHAPE_TUPLES}); lower --max-rank or --max-dim"
+    ))
+}
+
+/// The most shape tuples `op` has on any mesh of the scope it is checked
+/// on (`candidate_count`), or `None` when a search would pass
+/// `MAX_SHAPE_TUPLES` choices.
+pub fn candidate_bound(op: &TypedOp, scope: &Scope) -> Option<u64> {
+    let mut meshes = meshes_for(op, scope);
+    if meshes.is_empty() {
+        meshes = scope.meshes.clone();
+    }
+    meshes.iter().try_fold(0u64, |acc, m| {
+        candidate_count(&op.op, m, &scope.shapes_for(m), MAX_SHAPE_TUPLES).map(|c| acc.max(c))
+    })
 }
 
 impl Case {

@@ -184,14 +184,71 @@ pub fn tuples<T: Clone>(items: &[T], k: usize) -> Vec<Vec<T>> {
 }
 
 /// The tuples of `shapes` worth inferring for `op` on `m`, in the order of
-/// `tuples`: all of them, or for a program only those that no step rejects
-/// on its own (`Program::viable_tuples`), a superset of the ones `infer`
-/// accepts (SPEC.md §18.9).
+/// `tuples`: for a program those that no step rejects on its own
+/// (`Program::viable_tuples`), for an expression those that no
+/// subexpression rejects on its own (`eval::visit_viable`), and all of them
+/// otherwise; a superset of the ones `infer` accepts (SPEC.md §18.9).
 pub fn candidate_tuples(op: &Op, m: &Mesh, shapes: &[Shape]) -> Vec<Vec<Shape>> {
+    let mut out = Vec::new();
+    visit_candidates(op, m, shapes, u64::MAX, &mut |t| out.push(t.to_vec()));
+    out
+}
+
+/// How many tuples `candidate_tuples` gives, if its search makes at most
+/// `budget` choices; `None` beyond.
+pub fn candidate_count(op: &Op, m: &Mesh, shapes: &[Shape], budget: u64) -> Option<u64> {
+    let mut n = 0u64;
+    visit_candidates(op, m, shapes, budget, &mut |_| n += 1).then_some(n)
+}
+
+/// `candidate_tuples`, each given to `leaf` in turn; every choice of a
+/// shape at any input position counts against `budget`, and `false` says
+/// it ran out before the search ended.
+pub fn visit_candidates(
+    op: &Op,
+    m: &Mesh,
+    shapes: &[Shape],
+    budget: u64,
+    leaf: &mut dyn FnMut(&[Shape]),
+) -> bool {
     match op {
-        Op::Program(p) => p.viable_tuples(m, shapes),
-        _ => tuples(shapes, op.arity()),
+        Op::Program(p) => p.visit_viable(m, shapes, budget, leaf),
+        Op::Local(f) => spmd_interp::eval::visit_viable(&f.expr, f.arity(), shapes, budget, leaf),
+        Op::Declared { forward, .. } => visit_candidates(forward, m, shapes, budget, leaf),
+        _ => visit_product(shapes, op.arity(), budget, leaf),
     }
+}
+
+/// Every `k`-tuple of `items` in the order of `tuples`, each choice
+/// counted against `budget` as `visit_candidates` counts it.
+fn visit_product(items: &[Shape], k: usize, budget: u64, leaf: &mut dyn FnMut(&[Shape])) -> bool {
+    fn go(
+        items: &[Shape],
+        t: &mut Vec<Shape>,
+        k: usize,
+        left: &mut u64,
+        leaf: &mut dyn FnMut(&[Shape]),
+    ) -> bool {
+        if t.len() == k {
+            leaf(t);
+            return true;
+        }
+        for x in items {
+            if *left == 0 {
+                return false;
+            }
+            *left -= 1;
+            t.push(x.clone());
+            let ok = go(items, t, k, left, leaf);
+            t.pop();
+            if !ok {
+                return false;
+            }
+        }
+        true
+    }
+    let mut left = budget;
+    go(items, &mut Vec::with_capacity(k), k, &mut left, leaf)
 }
 
 /// Every tuple of input shapes from the scope that the op accepts, smallest

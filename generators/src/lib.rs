@@ -11,13 +11,14 @@ pub mod random;
 pub mod uneven;
 
 pub use driver::{
-    cases, cases_in, degree_guard, enumerated_cases, estimate, estimate_typings,
+    candidate_bound, cases, cases_in, degree_guard, enumerated_cases, estimate, estimate_typings,
     estimate_typings_until, meshes_for, shape_table, tuple_guard, typings_bound, Case, CaseInputs,
     Coverage, ShapeTable, MAX_DEGREE, MAX_SHAPE_TUPLES,
 };
 pub use exhaustive::{
-    all_global_types, all_types, candidate_tuples, for_each_grid_point, for_each_lower_point,
-    grid_size, lower_size, shape_tuples, tuples, Exhaustive, Scope, DEFAULT_VALUES,
+    all_global_types, all_types, candidate_count, candidate_tuples, for_each_grid_point,
+    for_each_lower_point, grid_size, lower_size, shape_tuples, tuples, visit_candidates,
+    Exhaustive, Scope, DEFAULT_VALUES,
 };
 pub use random::{
     arb_mesh, arb_per_rank, arb_q, arb_shape, arb_state, arb_tensor, arb_type, ArbMesh, ArbPerRank,

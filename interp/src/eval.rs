@@ -409,6 +409,96 @@ pub fn infer(e: &Expr, shapes: &[Shape]) -> Result<(Shape, Degree), String> {
     })
 }
 
+/// Visit the tuples of `choices` (one shape per input, the cartesian
+/// product in lexicographic order, input 0 most significant) that no
+/// subexpression of `e` rejects on its own: a superset of those `infer`
+/// accepts, in the same order. Inputs are fixed one at a time; a
+/// subexpression is inferred as soon as the last input it reads is fixed
+/// (unless its parent is inferred then too), and one that fails prunes
+/// every tuple extending the prefix, because `infer` infers every
+/// subexpression of `e` and fails with it (SPEC.md §18.9). Each choice
+/// made at any position counts against `budget`; `false` when the budget
+/// ran out before the search ended.
+pub fn visit_viable(
+    e: &Expr,
+    arity: usize,
+    choices: &[Shape],
+    budget: u64,
+    leaf: &mut dyn FnMut(&[Shape]),
+) -> bool {
+    if arity == 0 {
+        leaf(&[]);
+        return true;
+    }
+    // ready[j]: the subexpressions to infer once input j is fixed.
+    let mut ready: Vec<Vec<&Expr>> = vec![Vec::new(); arity];
+    let last = checkpoints(e, &mut ready);
+    push_ready(&mut ready, e, last);
+    let mut all: Vec<Shape> = vec![Vec::new(); arity];
+    let mut left = budget;
+    viable_from(&ready, choices, 0, &mut all, &mut left, leaf)
+}
+
+/// The last input `e` reads; each child that reads an earlier one (or
+/// none) is put in `ready` at that input.
+fn checkpoints<'a>(e: &'a Expr, ready: &mut Vec<Vec<&'a Expr>>) -> Option<usize> {
+    let mut me = match e {
+        Expr::Var(i) => Some(*i),
+        _ => None,
+    };
+    let kids: Vec<(&Expr, Option<usize>)> = e
+        .children()
+        .into_iter()
+        .map(|c| (c, checkpoints(c, ready)))
+        .collect();
+    for (_, l) in &kids {
+        me = me.max(*l);
+    }
+    for (c, l) in kids {
+        if l != me {
+            push_ready(ready, c, l);
+        }
+    }
+    me
+}
+
+fn push_ready<'a>(ready: &mut [Vec<&'a Expr>], e: &'a Expr, last: Option<usize>) {
+    // A variable alone is always inferred; a constant has no shape to fail.
+    if matches!(e, Expr::Var(_) | Expr::Const(_)) {
+        return;
+    }
+    let j = last.unwrap_or(0).min(ready.len() - 1);
+    ready[j].push(e);
+}
+
+fn viable_from(
+    ready: &[Vec<&Expr>],
+    choices: &[Shape],
+    j: usize,
+    all: &mut Vec<Shape>,
+    left: &mut u64,
+    leaf: &mut dyn FnMut(&[Shape]),
+) -> bool {
+    'choice: for c in choices {
+        if *left == 0 {
+            return false;
+        }
+        *left -= 1;
+        all[j].clone_from(c);
+        for sub in &ready[j] {
+            if infer(sub, all).is_err() {
+                continue 'choice;
+            }
+        }
+        if j + 1 == all.len() {
+            leaf(all);
+        } else if !viable_from(ready, choices, j + 1, all, left, leaf) {
+            return false;
+        }
+    }
+    true
+}
+
 /// Evaluation context: records whether any kink was met exactly
 /// (SPEC.md §5.3), where the function has no derivative.
 #[derive(Default, Debug)]

@@ -167,6 +167,21 @@ impl Program {
     /// extends the prefix: `infer` fails on each of them at that step or
     /// earlier (SPEC.md §18.9).
     pub fn viable_tuples(&self, m: &Mesh, choices: &[Shape]) -> Vec<Vec<Shape>> {
+        let mut out = Vec::new();
+        self.visit_viable(m, choices, u64::MAX, &mut |t| out.push(t.to_vec()));
+        out
+    }
+
+    /// `viable_tuples`, each given to `leaf` in turn; every choice made at
+    /// any position counts against `budget`, and `false` says the budget
+    /// ran out before the search ended.
+    pub fn visit_viable(
+        &self,
+        m: &Mesh,
+        choices: &[Shape],
+        budget: u64,
+        leaf: &mut dyn FnMut(&[Shape]),
+    ) -> bool {
         let k = self.inputs.len();
         // ready[j]: the last input step j reads, through earlier steps.
         let mut last: Vec<Option<usize>> = (0..k).map(Some).collect();
@@ -180,15 +195,15 @@ impl Program {
         }
         let ready: Vec<usize> = last[k..].iter().map(|r| r.unwrap_or(0)).collect();
         let mut all: Vec<Shape> = vec![Vec::new(); k + self.steps.len()];
-        let mut out = Vec::new();
         if k == 0 {
-            out.push(Vec::new());
-            return out;
+            leaf(&[]);
+            return true;
         }
-        self.viable_from(m, choices, &ready, 0, &mut all, &mut out);
-        out
+        let mut left = budget;
+        self.viable_from(m, choices, &ready, 0, &mut all, &mut left, leaf)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn viable_from(
         &self,
         m: &Mesh,
@@ -196,10 +211,15 @@ impl Program {
         ready: &[usize],
         j: usize,
         all: &mut Vec<Shape>,
-        out: &mut Vec<Vec<Shape>>,
-    ) {
+        left: &mut u64,
+        leaf: &mut dyn FnMut(&[Shape]),
+    ) -> bool {
         let k = self.inputs.len();
         'choice: for c in choices {
+            if *left == 0 {
+                return false;
+            }
+            *left -= 1;
             all[j] = c.clone();
             for (s, step) in self.steps.iter().enumerate() {
                 if ready[s] != j {
@@ -212,11 +232,12 @@ impl Program {
                 }
             }
             if j + 1 == k {
-                out.push(all[..k].to_vec());
-            } else {
-                self.viable_from(m, choices, ready, j + 1, all, out);
+                leaf(&all[..k]);
+            } else if !self.viable_from(m, choices, ready, j + 1, all, left, leaf) {
+                return false;
             }
         }
+        true
     }
 
     /// Whether every step's backward takes the cotangent of its output's
