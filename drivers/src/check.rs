@@ -282,56 +282,63 @@ struct Case {
     vals: Vec<Q>,
 }
 
-fn random_cases(rule: &Rule) -> impl Strategy<Value = Case> {
-    let axes: Vec<String> = rule.meshes[0].axes.iter().map(|a| a.name.clone()).collect();
-    let fixed = (rule.meshes.len() == 1).then(|| rule.meshes[0].clone());
-    let op = rule.op.clone();
-    let ndim = axes.len();
-    let mesh_s = match fixed {
-        Some(m) => Just(m).boxed(),
-        None => prop::collection::vec(1usize..=4, ndim)
-            .prop_filter("at most 8 ranks", |v| v.iter().product::<usize>() <= 8)
-            .prop_map(move |sizes| {
-                Mesh::new(
-                    &axes
-                        .iter()
-                        .map(String::as_str)
-                        .zip(sizes)
-                        .collect::<Vec<_>>(),
-                )
-            })
-            .boxed(),
+/// The random part's shapes: rank 0 to 3 (one beyond the default scope),
+/// dims 1 to 4, at most 64 free scalars per case (SPEC.md §11.2).
+const RANDOM_RANK: usize = 3;
+const RANDOM_DIM: usize = 4;
+const RANDOM_FREE: usize = 64;
+
+/// Random cases drawn from the rule's domain (`Domain`): a mesh and shapes
+/// the op accepts, by construction, then free scalars. An op whose search
+/// at rank 3 passes the shape-tuple limit is drawn at rank 2; `Err` says
+/// why no case can be drawn.
+fn random_cases(rule: &Rule) -> Result<BoxedStrategy<Case>, String> {
+    let meshes = match &rule.meshes[..] {
+        [m] => vec![m.clone()],
+        _ => {
+            let axes: Vec<&str> = rule.meshes[0]
+                .axes
+                .iter()
+                .map(|a| a.name.as_str())
+                .collect();
+            spmd_generators::small_meshes(&axes, 4, 8)
+        }
     };
-    let arity = op.inputs.len();
-    (
-        mesh_s,
-        prop::collection::vec(prop::collection::vec(1usize..=4, 0..=2), arity),
-    )
-        .prop_filter("shapes fit the op", move |(m, shapes)| {
-            op.op
-                .infer(m, shapes)
-                .is_ok_and(|(out, _)| op.layouts_fit(m, shapes, &out))
-                && op
-                    .inputs
-                    .iter()
-                    .zip(shapes)
-                    .map(|(t, s)| num_free(m, t, s))
-                    .sum::<usize>()
-                    <= 64
-        })
-        .prop_flat_map({
-            let op = rule.op.clone();
-            move |(m, shapes)| {
-                let k: usize = op
-                    .inputs
-                    .iter()
-                    .zip(&shapes)
-                    .map(|(t, s)| num_free(&m, t, s))
-                    .sum();
-                (Just(m), Just(shapes), prop::collection::vec(arb_q(), k))
-            }
+    let build = |rank| {
+        spmd_generators::Domain::build(
+            &rule.op,
+            &meshes,
+            rank,
+            RANDOM_DIM,
+            RANDOM_FREE,
+            spmd_generators::MAX_SHAPE_TUPLES,
+        )
+    };
+    let domain = build(RANDOM_RANK).or_else(|| build(2)).ok_or_else(|| {
+        format!(
+            "its inputs make more than {} shape tuples to search per mesh",
+            spmd_generators::MAX_SHAPE_TUPLES
+        )
+    })?;
+    if domain.is_empty() {
+        return Err(format!(
+            "no mesh of at most 8 ranks and no shapes of rank at most {RANDOM_RANK} with dims up to {RANDOM_DIM} fit the rule"
+        ));
+    }
+    let op = rule.op.clone();
+    Ok(domain
+        .strategy()
+        .prop_flat_map(move |(m, shapes)| {
+            let k: usize = op
+                .inputs
+                .iter()
+                .zip(&shapes)
+                .map(|(t, s)| num_free(&m, t, s))
+                .sum();
+            (Just(m), Just(shapes), prop::collection::vec(arb_q(), k))
         })
         .prop_map(|(mesh, shapes, vals)| Case { mesh, shapes, vals })
+        .boxed())
 }
 
 fn inputs_of(rule: &Rule, c: &Case) -> Vec<PerRank> {
@@ -397,7 +404,14 @@ fn random_part(rule: &Rule, cfg: &CheckConfig) -> RandomRun {
     let counts = std::cell::Cell::new((0u64, 0u64));
     let failed = std::cell::Cell::new(false);
     let stopped: RefCell<Option<String>> = RefCell::new(None);
-    let result = runner.run(&random_cases(rule), |c| {
+    let strategy = match random_cases(rule) {
+        Ok(s) => s,
+        Err(why) => {
+            out.note = Some(format!("random part ran no case: {why}"));
+            return out;
+        }
+    };
+    let result = runner.run(&strategy, |c| {
         if let Some(why) = crate::run::stop_reason() {
             // A failure ends the run at once; passing would still have
             // proptest generate every remaining case. Below, a stop that
@@ -455,13 +469,12 @@ fn random_part(rule: &Rule, cfg: &CheckConfig) -> RandomRun {
 }
 
 /// Why the random part stopped early, in this tool's words: proptest aborts
-/// a run when too many generated cases are rejected ("Too many local
-/// rejects"), which here means they were outside the op's domain or did not
-/// fit the rule.
+/// a run when too many generated cases are rejected ("Too many global
+/// rejects"), which here means their values were outside the op's domain
+/// (meshes and shapes are built to fit, never rejected: §11.2).
 fn random_abort(ran: u64, why: &proptest::test_runner::Reason) -> String {
     let what = if why.message().contains("reject") {
-        "too many of the generated cases were outside the op's domain or did not fit the rule"
-            .to_string()
+        "too many of the generated cases were outside the op's domain".to_string()
     } else {
         why.message().to_string()
     };
@@ -1173,22 +1186,50 @@ fn pending_random(
     if cfg.cases == 0 || ranks.is_empty() {
         return (0, 0, None, None);
     }
+    // Every rank count × shape tuple that fits, built, not filtered: the
+    // shapes of rank 0 to 2 with dims up to 4, at most 64 free scalars.
+    let shapes = spmd_generators::Scope {
+        max_rank: 2,
+        max_dim: RANDOM_DIM,
+        ..spmd_generators::Scope::default()
+    }
+    .shapes();
+    let mut tuples: Vec<Vec<Shape>> = Vec::new();
+    let k = r.inputs.len();
+    let total = (shapes.len() as u64).checked_pow(k as u32);
+    if total.is_none_or(|t| t > spmd_generators::MAX_SHAPE_TUPLES) {
+        let note = format!(
+            "random part ran no case: its {k} inputs make more than {} shape tuples",
+            spmd_generators::MAX_SHAPE_TUPLES
+        );
+        return (0, 0, None, Some(note));
+    }
+    tuples.extend(spmd_generators::tuples(&shapes, k));
+    let mut entries: Vec<(usize, Vec<Shape>)> = Vec::new();
+    for &n in ranks {
+        for t in &tuples {
+            let free: usize = r
+                .inputs
+                .iter()
+                .zip(t)
+                .map(|(&p, s)| pending_free(p, s, n))
+                .sum();
+            if pending_fits(r, n, t) && free <= RANDOM_FREE {
+                entries.push((n, t.clone()));
+            }
+        }
+    }
+    let numel = |t: &[Shape]| t.iter().map(|s| s.iter().product::<usize>()).sum::<usize>();
+    entries.sort_by(|a, b| (a.0, numel(&a.1), &a.1).cmp(&(b.0, numel(&b.1), &b.1)));
+    if entries.is_empty() {
+        let note = "random part ran no case: no rank count and shapes fit the rule".to_string();
+        return (0, 0, None, Some(note));
+    }
+    let domain = spmd_generators::Domain::weighted(entries, 2, RANDOM_DIM);
     let mut runner = random_runner(cfg);
-    let (rf, rm) = (r.clone(), r.clone());
-    let strategy = (
-        prop::sample::select(ranks.to_vec()),
-        prop::collection::vec(prop::collection::vec(1usize..=4, 0..=2), r.inputs.len()),
-    )
-        .prop_filter("shapes fit the op", move |(n, shapes)| {
-            pending_fits(&rf, *n, shapes)
-                && rf
-                    .inputs
-                    .iter()
-                    .zip(shapes)
-                    .map(|(&p, s)| pending_free(p, s, *n))
-                    .sum::<usize>()
-                    <= 64
-        })
+    let rm = r.clone();
+    let strategy = domain
+        .strategy()
         .prop_flat_map(move |(n, shapes)| {
             let k: usize = rm
                 .inputs

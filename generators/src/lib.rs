@@ -12,8 +12,8 @@ pub mod uneven;
 
 pub use driver::{
     candidate_bound, cases, cases_in, degree_guard, enumerated_cases, estimate, estimate_typings,
-    estimate_typings_until, meshes_for, shape_table, tuple_guard, typings_bound, Case, CaseInputs,
-    Coverage, ShapeTable, MAX_DEGREE, MAX_SHAPE_TUPLES,
+    estimate_typings_until, meshes_for, shape_table, tuple_guard, typings_bound, values_free, Case,
+    CaseInputs, Coverage, ShapeTable, MAX_DEGREE, MAX_SHAPE_TUPLES,
 };
 pub use exhaustive::{
     all_global_types, all_types, candidate_count, candidate_tuples, for_each_grid_point,
@@ -21,6 +21,6 @@ pub use exhaustive::{
     Exhaustive, Scope, DEFAULT_VALUES,
 };
 pub use random::{
-    arb_mesh, arb_per_rank, arb_q, arb_shape, arb_state, arb_tensor, arb_type, ArbMesh, ArbPerRank,
-    ArbState, ArbTensor, ArbType,
+    arb_mesh, arb_per_rank, arb_q, arb_shape, arb_state, arb_tensor, arb_type, small_meshes,
+    ArbMesh, ArbPerRank, ArbState, ArbTensor, ArbType, Domain,
 };

@@ -18,19 +18,169 @@ pub fn arb_state() -> impl Strategy<Value = State> {
     prop::sample::select(ALL_STATES.to_vec())
 }
 
-/// A mesh of 1 to 3 axes with sizes 1 to 4 and at most 8 ranks.
+/// A mesh of 1 to 3 axes with sizes 1 to 4 and at most 8 ranks, drawn
+/// from the list of all of them (smallest first, so it shrinks toward
+/// fewer ranks), never filtered.
 pub fn arb_mesh() -> impl Strategy<Value = Mesh> {
-    prop::collection::vec(1usize..=4, 1..=3)
-        .prop_filter("at most 8 ranks", |v| v.iter().product::<usize>() <= 8)
-        .prop_map(|sizes| {
-            let names = ["x", "y", "z"];
-            let axes: Vec<(&str, usize)> = sizes
-                .iter()
-                .enumerate()
-                .map(|(i, &s)| (names[i], s))
-                .collect();
-            Mesh::new(&axes)
+    let names = ["x", "y", "z"];
+    let all: Vec<Mesh> = (1..=3)
+        .flat_map(|n| small_meshes(&names[..n], 4, 8))
+        .collect();
+    prop::sample::select(all)
+}
+
+/// Every mesh with these axes, each of size 1 to `max_size`, with at most
+/// `max_ranks` ranks, fewest ranks first (then by sizes).
+pub fn small_meshes(axes: &[&str], max_size: usize, max_ranks: usize) -> Vec<Mesh> {
+    let mut sizes: Vec<Vec<usize>> = vec![vec![]];
+    for _ in axes {
+        sizes = sizes
+            .into_iter()
+            .flat_map(|v| {
+                (1..=max_size).filter_map(move |s| {
+                    let mut w = v.clone();
+                    w.push(s);
+                    (w.iter().product::<usize>() <= max_ranks).then_some(w)
+                })
+            })
+            .collect();
+    }
+    sizes.sort_by_key(|v| (v.iter().product::<usize>(), v.clone()));
+    sizes
+        .into_iter()
+        .map(|v| Mesh::new(&axes.iter().copied().zip(v).collect::<Vec<_>>()))
+        .collect()
+}
+
+/// The random part's domain (SPEC.md §11.2): every mesh × input shape
+/// tuple a typed op accepts, built by the pruned search of its shape
+/// table (§18.9) rather than drawn and filtered, so a draw is never
+/// rejected for its shapes. Each entry carries the weight the old
+/// draw-and-filter sampler gave it (each input's rank uniform, then each
+/// dim), so that scalars and small ranks are drawn as often as before;
+/// entries are sorted smallest first, so a failure shrinks toward fewer
+/// ranks and smaller shapes.
+#[derive(Clone, Debug)]
+pub struct Domain<K = Mesh> {
+    pub entries: Vec<(K, Vec<Shape>)>,
+    /// Cumulative weights: entry i is drawn for x in cum[i-1]..cum[i].
+    cum: Vec<u64>,
+}
+
+impl Domain<Mesh> {
+    /// The domain of `op` on `meshes`, shapes of rank 0 to `max_rank` with
+    /// dims 1 to `max_dim`, at most `max_free` free scalars in all; `None`
+    /// when the search on some mesh passes `budget` shape choices.
+    pub fn build(
+        op: &spmd_interp::TypedOp,
+        meshes: &[Mesh],
+        max_rank: usize,
+        max_dim: usize,
+        max_free: usize,
+        budget: u64,
+    ) -> Option<Domain> {
+        let scope = crate::exhaustive::Scope {
+            max_rank,
+            max_dim,
+            ..crate::exhaustive::Scope::default()
+        };
+        let shapes = scope.shapes();
+        // An expression's search does not depend on the mesh.
+        let shared = match (&op.op, meshes.first()) {
+            (spmd_interp::Op::Program(_), _) | (_, None) => None,
+            (_, Some(m)) => {
+                let mut t = Vec::new();
+                if !crate::exhaustive::visit_candidates(&op.op, m, &shapes, budget, &mut |c| {
+                    t.push(c.to_vec())
+                }) {
+                    return None;
+                }
+                Some(t)
+            }
+        };
+        let mut entries: Vec<(Mesh, Vec<Shape>)> = Vec::new();
+        for m in meshes {
+            let mut keep = |t: &[Shape]| {
+                let fits = op
+                    .op
+                    .infer(m, t)
+                    .is_ok_and(|(out, _)| op.layouts_fit(m, t, &out));
+                let free: usize = op
+                    .inputs
+                    .iter()
+                    .zip(t)
+                    .map(|(ty, s)| num_free(m, ty, s))
+                    .sum();
+                if fits && free <= max_free {
+                    entries.push((m.clone(), t.to_vec()));
+                }
+            };
+            match &shared {
+                Some(ts) => ts.iter().for_each(|t| keep(t)),
+                None => {
+                    if !crate::exhaustive::visit_candidates(&op.op, m, &shapes, budget, &mut keep) {
+                        return None;
+                    }
+                }
+            }
+        }
+        let numel = |t: &[Shape]| t.iter().map(|s| s.iter().product::<usize>()).sum::<usize>();
+        entries.sort_by(|a, b| {
+            let key = |(m, t): &(Mesh, Vec<Shape>)| {
+                let sizes: Vec<usize> = m.axes.iter().map(|a| a.size).collect();
+                (m.num_ranks(), numel(t), sizes, t.clone())
+            };
+            key(a).cmp(&key(b))
+        });
+        Some(Domain::weighted(entries, max_rank, max_dim))
+    }
+}
+
+impl<K: Clone + std::fmt::Debug> Domain<K> {
+    /// A domain of these entries, in this order (smallest first), each
+    /// weighted as the draw-and-filter sampler of shapes of rank 0 to
+    /// `max_rank` with dims 1 to `max_dim` weighted it: 1/(max_rank + 1)
+    /// for each input's rank, then 1/max_dim per dim.
+    pub fn weighted(entries: Vec<(K, Vec<Shape>)>, max_rank: usize, max_dim: usize) -> Domain<K> {
+        let weight = |t: &[Shape]| -> u128 {
+            t.iter().fold(1u128, |w, s| {
+                let r = (max_rank - s.len().min(max_rank)) as u32;
+                w.saturating_mul((max_dim as u128).saturating_pow(r))
+            })
+        };
+        let ws: Vec<u128> = entries.iter().map(|(_, t)| weight(t)).collect();
+        // Scale down until the total fits a u64, every weight at least 1.
+        let mut shift = 0u32;
+        while ws
+            .iter()
+            .fold(0u128, |a, w| a.saturating_add((w >> shift).max(1)))
+            > u64::MAX as u128
+        {
+            shift += 1;
+        }
+        let mut cum = Vec::with_capacity(ws.len());
+        let mut total = 0u64;
+        for w in ws {
+            total += ((w >> shift).max(1)) as u64;
+            cum.push(total);
+        }
+        Domain { entries, cum }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// A draw from the domain by weight; it shrinks toward the first
+    /// (smallest) entries. Call only on a domain that is not empty.
+    pub fn strategy(&self) -> impl Strategy<Value = (K, Vec<Shape>)> {
+        let total = *self.cum.last().expect("a domain that is not empty");
+        let d = self.clone();
+        (0..total).prop_map(move |x| {
+            let i = d.cum.partition_point(|&c| c <= x);
+            d.entries[i].clone()
         })
+    }
 }
 
 pub fn arb_type(ndim: usize) -> impl Strategy<Value = Type> {
