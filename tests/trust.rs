@@ -245,13 +245,25 @@ fn huge_or_deep_expressions_are_errors_not_crashes() {
     let r = format!(
         "[[rule]]\nname = \"seven\"\nop = {{ expr = \"{seven}\" }}\ninputs = [\"V\", \"V\", \"V\", \"V\", \"V\", \"V\", \"V\"]\noutput = \"V\"\n"
     );
-    let (code, _, err) = run(&["check", &rules("seven", &r)]);
+    // As a rule it is checked: the pruned search keeps 1,525 of the 13^7
+    // shape tuples (SPEC.md §18.9).
+    let (code, _, err) = run(&["check", &rules("seven", &r), "--cases", "8"]);
+    assert_eq!(code, 0, "{err}");
+    // Seven matrices contracted to a scalar keep 9^7 of them: refused at
+    // once, by the search's own limit.
+    let wide = "einsum(\\\"ij,kl,mn,op,qr,st,uv->\\\", a, b, c, d, e, f, g)";
+    let r = format!(
+        "[[rule]]\nname = \"wide\"\nop = {{ expr = \"{wide}\" }}\ninputs = [\"V\", \"V\", \"V\", \"V\", \"V\", \"V\", \"V\"]\noutput = \"V\"\n"
+    );
+    let (code, _, err) = run(&["check", &rules("wide", &r)]);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains("shape tuples"), "{err}");
-    // Four inputs in derive: 1024 typings; refused before any estimate
-    // (the estimate alone took 48 s).
+    // Four inputs in derive: 1024 typings x 181 shape tuples, refused by
+    // the instance estimate, which stops as soon as it passes the limit
+    // (the full estimate took 48 s).
     let (code, _, err) = run(&["derive", "--expr", "a + b + c + d"]);
     assert_eq!(code, 2, "{err}");
+    assert!(err.contains("instances"), "{err}");
     // A hang guard: building the tuples used to exhaust memory.
     assert!(t.elapsed().as_secs() < 30);
 }

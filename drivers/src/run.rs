@@ -222,6 +222,17 @@ impl Scan {
         use rayon::prelude::*;
         use std::sync::atomic::AtomicUsize;
         let full = Phase::full(backward);
+        // A case whose other properties do not depend on the values checks
+        // them at its first point and F1, F3 at the rest (SPEC.md §8.3).
+        let base = self.n;
+        let once = c.once && !plain_points();
+        let phase_at = |k: usize| {
+            if once && base + k as u64 > 0 {
+                Phase::Values
+            } else {
+                full
+            }
+        };
         let reader = c.inputs_for(op);
         // The smallest index with a forward violation found so far: points
         // beyond it are never read, so they are not checked.
@@ -243,9 +254,9 @@ impl Scan {
             let o = XS.with(|b| match b.try_borrow_mut() {
                 Ok(mut xs) => {
                     reader.inputs_into(p, &mut xs);
-                    checker.check(&xs, full)
+                    checker.check(&xs, phase_at(k))
                 }
-                Err(_) => checker.check(&c.inputs(op, p), full),
+                Err(_) => checker.check(&c.inputs(op, p), phase_at(k)),
             });
             if matches!(&o, Outcome::Fail(v) if is_forward(v.property)) {
                 first_forward.fetch_min(k, Ordering::Relaxed);
@@ -297,6 +308,28 @@ impl Scan {
         }
         None
     }
+}
+
+thread_local! {
+    static PLAIN_POINTS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether every point of every case is checked with every property, even
+/// where §8.3 decides the value-free ones at the first point: for tests
+/// that compare the two (`with_plain_points`).
+fn plain_points() -> bool {
+    PLAIN_POINTS.with(|p| p.get())
+}
+
+/// Run `f` with every point checked in full, for the checks `f` starts on
+/// this thread (each case reads the flag here before it spreads its
+/// points). Hidden: a test switch, like `Checker::plain`.
+#[doc(hidden)]
+pub fn with_plain_points<T>(f: impl FnOnce() -> T) -> T {
+    PLAIN_POINTS.with(|p| p.set(true));
+    let r = f();
+    PLAIN_POINTS.with(|p| p.set(false));
+    r
 }
 
 /// Only the forward properties F1-F3 (SPEC.md §4.2-4.4), for an op that has

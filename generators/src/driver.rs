@@ -7,6 +7,7 @@ use crate::exhaustive::{
     candidate_count, candidate_tuples, for_each_lower_point, lower_size, shape_tuples, Scope,
 };
 use spmd_interp::{Backward, Degree, Jvp, Op, TypedOp};
+use spmd_semantics::pending::PartialKind;
 use spmd_semantics::perrank::{num_free, FreeSlots};
 use spmd_semantics::{Mesh, PerRank, Shape, Q};
 use std::ops::ControlFlow;
@@ -34,6 +35,11 @@ pub struct Case {
     pub budgets: Vec<Option<usize>>,
     /// Whether the grid decides polynomial identities (SPEC.md §8.3).
     pub proof_grid: bool,
+    /// Whether the properties that do not depend on the inputs' values
+    /// (F2, J1, B1-B3) are decided at the first point alone, the others
+    /// checking F1 and F3: a linear op whose backward and JVP do not read
+    /// the primals (SPEC.md §8.3, `values_free`).
+    pub once: bool,
 }
 
 impl Case {
@@ -136,6 +142,49 @@ fn grid_degree(
         }
     }
     Some(d)
+}
+
+/// Whether every property but F1 and F3 is the same at every value of the
+/// inputs (SPEC.md §8.3): the forward is linear (a collective, a cast, a
+/// composition of them; a declared one claims a linear meaning too), every
+/// type's pending reduction is a sum or a mean, the backward is a
+/// transpose or a local function of degree 0 in the primals (or none), and
+/// so is the JVP. Then F2's defect f(x + tz) - f(x) = t f(z), the backward, the
+/// Jacobian it is compared with in B3, and the JVP do not depend on x.
+pub fn values_free(op: &TypedOp, shapes: &[Shape], out: &Shape) -> bool {
+    let linear = match &op.op {
+        Op::Declared { forward, meaning } => forward.is_linear() && meaning.is_linear(),
+        o => o.is_linear(),
+    };
+    let sums = op.inputs.iter().chain([&op.output]).all(|t| {
+        t.kinds
+            .iter()
+            .all(|k| matches!(k, PartialKind::Sum | PartialKind::Avg))
+    });
+    if !linear || !sums {
+        return false;
+    }
+    let k = shapes.len();
+    let free_of_primals = |f: &spmd_interp::LocalFn, extra: &[Shape]| {
+        let mut with = shapes.to_vec();
+        with.extend_from_slice(extra);
+        spmd_interp::eval::infer(&f.expr, &with)
+            .is_ok_and(|(_, d)| d.is_polynomial() && d.num[..k].iter().all(|&n| n == 0))
+    };
+    let backward = match &op.backward {
+        // A linear op is never a local function: it has no local VJP to
+        // run, and fails the same way at every point if asked for one.
+        Backward::Transpose(_) | Backward::LocalVjp => true,
+        Backward::Local(fs) => fs
+            .iter()
+            .all(|f| free_of_primals(f, std::slice::from_ref(out))),
+        Backward::Steps => false,
+    };
+    let jvp = match &op.jvp {
+        None | Some(Jvp::Tangent(_)) => true,
+        Some(Jvp::Local(f)) => free_of_primals(f, shapes),
+    };
+    backward && jvp
 }
 
 /// The cases of a typed op in a scope: meshes with as many axes as the types,
@@ -248,12 +297,14 @@ pub fn cases_in(
                     _ => ((k, scope.grid_values(false, 0)), None),
                 })
                 .unzip();
+            let once = lower && values_free(op, &shapes, out_shape);
             let case = Case {
                 mesh: m.clone(),
                 shapes,
                 lists,
                 budgets,
                 proof_grid: poly,
+                once,
             };
             if case.points() > scope.max_points {
                 tally.beyond_cap += 1;

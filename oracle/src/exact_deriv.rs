@@ -420,7 +420,7 @@ fn run(op: &TypedOp, m: &Mesh, xs: &[PerRank], phase: Phase) -> Result<Pass, Sto
     // (SPEC.md §19.4): the instance is left undetermined, never passed.
     let j1_open = op.jvp.is_some();
     match phase {
-        Phase::Forward => return Ok(Pass::default()),
+        Phase::Forward | Phase::Values => return Ok(Pass::default()),
         Phase::Tangent => {
             return Ok(Pass {
                 b3_undetermined: j1_open,

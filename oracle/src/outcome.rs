@@ -168,6 +168,9 @@ pub enum Outcome {
 pub enum Phase {
     /// F1, F2, F3 only.
     Forward,
+    /// F1 and F3 only: the points of a case after its first, when every
+    /// other property is the same at every point (SPEC.md §8.3).
+    Values,
     /// F1-F3 and J1: for ops with no backward to check.
     Tangent,
     /// Every property.
