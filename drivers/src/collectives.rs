@@ -4,9 +4,9 @@
 //! F1-F3, B1-B3 and J1, its transpose pair for T1, for every parameter choice
 //! in scope.
 
-use crate::run::{check_op, enumerated_cases, UsageError};
+use crate::run::{check_op, UsageError};
 use crate::types::{meshes_named, parse_types};
-use spmd_generators::{for_each_grid_point, Scope};
+use spmd_generators::Scope;
 use spmd_interp::catalogue::collective_typed;
 use spmd_interp::{Backward, Op, TypedOp};
 use spmd_oracle::{check_involution, Outcome, Property, Verdict, Violation};
@@ -195,14 +195,16 @@ fn table_transpose(
 }
 
 fn t1(op: &TypedOp, tt: &TypedOp, meshes: &[Mesh], scope: &Scope) -> Option<Box<Violation>> {
-    for (m, shapes, lists) in enumerated_cases(op, scope, meshes) {
-        let flat: Vec<&[spmd_semantics::Q]> = lists.iter().map(|v| v.as_slice()).collect();
-        if tt.op.infer(&m, &shapes).is_err() {
+    // The case's own grid: T1 compares two linear maps, so the lower set
+    // of degree 1 decides it (SPEC.md §8.3), as the case's check does.
+    for c in spmd_generators::cases(op, scope, meshes).0 {
+        let (m, shapes) = (&c.mesh, &c.shapes);
+        if tt.op.infer(m, shapes).is_err() {
             continue;
         }
-        let r = for_each_grid_point(&flat, &mut |p| {
-            let x = spmd_semantics::perrank::from_free(&m, &op.inputs[0], &shapes[0], p);
-            match check_involution(op, tt, &m, std::slice::from_ref(&x)) {
+        let r = c.for_each_point(&mut |p| {
+            let x = spmd_semantics::perrank::from_free(m, &op.inputs[0], &shapes[0], p);
+            match check_involution(op, tt, m, std::slice::from_ref(&x)) {
                 Outcome::Fail(v) => ControlFlow::Break(v),
                 _ => ControlFlow::Continue(()),
             }
