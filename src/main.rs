@@ -376,6 +376,12 @@ enum Cmd {
         /// Print the result as JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Instead, the scopes users ask about, each once on every core:
+        /// attention on 4 ranks, softmax and a gather on 8, a 4-input
+        /// product, each system's programs at depth 3; with what each
+        /// decided (SPEC.md §18)
+        #[arg(long)]
+        scopes: bool,
     },
     /// Run one rule, op or program on per-rank values from a job file (JSON
     /// or TOML): output, backward, traffic, and with --check the oracle.
@@ -1184,7 +1190,11 @@ fn run() -> Result<ExitCode, UsageError> {
                 ExitCode::SUCCESS
             })
         }
-        Cmd::Bench { json } => {
+        Cmd::Bench { json, scopes: true } => {
+            spmd_check::bench_scopes::print(json);
+            Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Bench { json, .. } => {
             spmd_check::bench::print(json);
             Ok(ExitCode::SUCCESS)
         }

@@ -4,6 +4,7 @@
 
 pub mod batching;
 pub mod bench;
+pub mod bench_scopes;
 pub mod check;
 pub mod collectives;
 pub mod conform;

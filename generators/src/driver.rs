@@ -266,12 +266,18 @@ pub fn cases_in(
                 .zip(&shapes)
                 .map(|(t, s)| num_free(m, t, s))
                 .collect();
-            if frees.iter().any(|&k| k > scope.max_free) {
+            let degree = grid_degree(op, m, &shapes, out_shape, deg);
+            // A case that decides its value-free properties once (§8.3)
+            // costs one full point and a forward per other point, so only
+            // the points cap bounds it, not the free-scalar cap.
+            let linear_grid = degree.as_ref().is_some_and(|d| d.iter().all(|&d| d == 1))
+                && !has_external(&op.op)
+                && values_free(op, &shapes, out_shape);
+            if frees.iter().any(|&k| k > scope.max_free) && !linear_grid {
                 tally.beyond_cap += 1;
                 tally.distributed_beyond_cap += u64::from(m.num_ranks() > 1);
                 continue;
             }
-            let degree = grid_degree(op, m, &shapes, out_shape, deg);
             let poly = degree
                 .as_ref()
                 .is_some_and(|d| d.iter().all(|&d| (d as usize) < scope.values.len()));
