@@ -359,8 +359,7 @@ pub fn measure_all() -> Value {
 pub fn print(json: bool) {
     let v = measure_all();
     if json {
-        let d = crate::words::document("bench", v);
-        println!("{}", serde_json::to_string_pretty(&d).expect("json"));
+        print_document(v);
         return;
     }
     println!("{} cores; times at 1 / 2 / all cores", v["cores"]);
@@ -394,6 +393,12 @@ pub fn print(json: bool) {
         );
     }
     println!("peak memory {} KiB", v["peak_rss_kib"]);
+}
+
+/// A bench's measurements as the `bench` JSON document.
+pub(crate) fn print_document(v: Value) {
+    let d = crate::words::document("bench", v);
+    println!("{}", serde_json::to_string_pretty(&d).expect("json"));
 }
 
 /// `cargo bench` and `spmd-check bench`: the text report.

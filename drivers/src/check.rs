@@ -9,7 +9,6 @@ use crate::run::{check_forward, check_op, UsageError};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, RngAlgorithm, TestCaseError, TestError, TestRng, TestRunner};
 use serde::{Deserialize, Serialize};
-use spmd_generators::arb_q;
 use spmd_oracle::{Checker, Outcome, Tally, Verdict, Violation};
 use spmd_semantics::pending::Place;
 use spmd_semantics::perrank::{from_free, num_free};
@@ -327,15 +326,12 @@ fn random_cases(rule: &Rule) -> Result<BoxedStrategy<Case>, String> {
     }
     let op = rule.op.clone();
     Ok(domain
-        .strategy()
-        .prop_flat_map(move |(m, shapes)| {
-            let k: usize = op
-                .inputs
+        .with_values(move |m, shapes| {
+            op.inputs
                 .iter()
-                .zip(&shapes)
-                .map(|(t, s)| num_free(&m, t, s))
-                .sum();
-            (Just(m), Just(shapes), prop::collection::vec(arb_q(), k))
+                .zip(shapes)
+                .map(|(t, s)| num_free(m, t, s))
+                .sum()
         })
         .prop_map(|(mesh, shapes, vals)| Case { mesh, shapes, vals })
         .boxed())
@@ -1229,15 +1225,12 @@ fn pending_random(
     let mut runner = random_runner(cfg);
     let rm = r.clone();
     let strategy = domain
-        .strategy()
-        .prop_flat_map(move |(n, shapes)| {
-            let k: usize = rm
-                .inputs
+        .with_values(move |&n, shapes| {
+            rm.inputs
                 .iter()
-                .zip(&shapes)
+                .zip(shapes)
                 .map(|(&p, s)| pending_free(p, s, n))
-                .sum();
-            (Just(n), Just(shapes), prop::collection::vec(arb_q(), k))
+                .sum()
         })
         .prop_map(|(n, shapes, vals)| PendingCase { n, shapes, vals });
     let counts = std::cell::Cell::new((0u64, 0u64));

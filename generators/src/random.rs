@@ -171,6 +171,21 @@ impl<K: Clone + std::fmt::Debug> Domain<K> {
         self.entries.is_empty()
     }
 
+    /// A draw from the domain, then `free(key, shapes)` free scalars for
+    /// it (`arb_q`): a random case, built.
+    pub fn with_values(
+        &self,
+        free: impl Fn(&K, &[Shape]) -> usize + 'static,
+    ) -> impl Strategy<Value = (K, Vec<Shape>, Vec<Q>)>
+    where
+        K: 'static,
+    {
+        self.strategy().prop_flat_map(move |(key, shapes)| {
+            let k = free(&key, &shapes);
+            (Just(key), Just(shapes), prop::collection::vec(arb_q(), k))
+        })
+    }
+
     /// A draw from the domain by weight; it shrinks toward the first
     /// (smallest) entries. Call only on a domain that is not empty.
     pub fn strategy(&self) -> impl Strategy<Value = (K, Vec<Shape>)> {
