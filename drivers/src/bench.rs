@@ -597,7 +597,21 @@ fn floor_op(e: Elem, op: &TypedOp, scope: &Scope, meshes: &[Mesh]) -> (u64, bool
             for (a, q) in pt.iter_mut().zip(p) {
                 *a = q64(q);
             }
-            match ws.check(&pt, !held) {
+            // The same properties as the exact side: an input that is not
+            // zero here leaves its value-free ones out (SPEC.md §8.3).
+            let mut skip = 0u64;
+            if c.per_input {
+                let mut at = 0;
+                for (i, (k, _)) in c.lists.iter().enumerate() {
+                    if p[at..at + k].iter().any(|v| !v.is_zero()) {
+                        skip |= 1 << i;
+                    }
+                    at += k;
+                }
+            }
+            ws.skip = skip;
+            let all_skipped = skip.count_ones() as usize == c.lists.len();
+            match ws.check(&pt, !held && !all_skipped) {
                 Err(Fail::Forward) => ControlFlow::Break(()),
                 Err(Fail::Backward) => {
                     held = true;
@@ -624,6 +638,8 @@ enum Fail {
 /// One case's workspace: per-rank flat buffers, allocated once.
 struct Ws {
     e: Elem,
+    /// Inputs whose value-free properties this point leaves out (bit i).
+    skip: u64,
     r: usize,
     n: usize,
     ins: Vec<State>,
@@ -713,6 +729,7 @@ impl Ws {
         let ng = reps(tc, r) * n;
         let mut ws = Ws {
             e,
+            skip: 0,
             r,
             n,
             ins: ins.clone(),
@@ -884,6 +901,11 @@ impl Ws {
         t
     }
 
+    /// Whether input i's value-free properties are left out here.
+    fn skips(&self, i: usize) -> bool {
+        i < 64 && (self.skip >> i) & 1 == 1
+    }
+
     /// One instance; `all`: the backward properties too.
     fn check(&mut self, free: &[f64], all: bool) -> Result<(), Fail> {
         let (r, n) = (self.r, self.n);
@@ -911,7 +933,7 @@ impl Ws {
         denote_into(self.out, r, n, &self.y, &mut self.dy);
         // F2 along kernel lines.
         for i in 0..self.ni.len() {
-            if self.ins[i] != State::Partial {
+            if self.ins[i] != State::Partial || self.skips(i) {
                 continue;
             }
             let k = self.ni[i];
@@ -976,7 +998,8 @@ impl Ws {
             for i in 0..self.ni.len() {
                 let ci = self.ins[i].cot();
                 let ki = self.ni[i];
-                if ci.replicated()
+                if !self.skips(i)
+                    && ci.replicated()
                     && (1..r)
                         .any(|q| (0..ki).any(|e| self.bs[k][i][q * ki + e] != self.bs[k][i][e]))
                 {
@@ -988,7 +1011,7 @@ impl Ws {
             }
             // B2, primal half.
             for j in 0..self.ni.len() {
-                if self.ins[j] != State::Partial {
+                if self.ins[j] != State::Partial || self.skips(j) {
                     continue;
                 }
                 let kj = self.ni[j];
@@ -1027,6 +1050,9 @@ impl Ws {
                     self.g[e] = -1.0;
                     self.backward(true, 0).ok_or(())?;
                     for i in 0..self.ni.len() {
+                        if self.skips(i) {
+                            continue;
+                        }
                         let ki = self.ni[i];
                         self.d.resize(r * ki, 0.0);
                         denote_into(self.ins[i].cot(), r, ki, &self.b2[i], &mut self.d);
@@ -1042,6 +1068,9 @@ impl Ws {
         }
         // B3: columns by finite differences, then pairings with each unit g.
         for i in 0..self.ni.len() {
+            if self.skips(i) {
+                continue;
+            }
             let s = self.ins[i];
             let ki = self.ni[i];
             for b in 0..self.basis[i].len() {

@@ -225,12 +225,31 @@ impl Scan {
         // A case whose other properties do not depend on the values checks
         // them at its first point and F1, F3 at the rest (SPEC.md §8.3).
         let base = self.n;
-        let once = c.once && !plain_points();
-        let phase_at = |k: usize| {
+        let plain = plain_points();
+        let once = c.once && !plain;
+        let per_input = c.per_input && !plain && full == Phase::All;
+        // Each input's block of a point: the inputs whose value is not zero
+        // there leave their value-free properties out (§8.3); with every
+        // input nonzero that is F1 and F3 alone.
+        let blocks: Vec<usize> = c.lists.iter().map(|(k, _)| *k).collect();
+        let phase_at = |k: usize, p: &[Q]| {
             if once && base + k as u64 > 0 {
-                Phase::Values
-            } else {
-                full
+                return Phase::Values;
+            }
+            if !per_input {
+                return full;
+            }
+            let (mut mask, mut at) = (0u64, 0);
+            for (i, &n) in blocks.iter().enumerate() {
+                if p[at..at + n].iter().any(|v| !v.is_zero()) {
+                    mask |= 1 << i;
+                }
+                at += n;
+            }
+            match mask {
+                0 => full,
+                m if m.count_ones() as usize == blocks.len() => Phase::Values,
+                m => Phase::AllBut(m),
             }
         };
         let reader = c.inputs_for(op);
@@ -254,9 +273,9 @@ impl Scan {
             let o = XS.with(|b| match b.try_borrow_mut() {
                 Ok(mut xs) => {
                     reader.inputs_into(p, &mut xs);
-                    checker.check(&xs, phase_at(k))
+                    checker.check(&xs, phase_at(k, p))
                 }
-                Err(_) => checker.check(&c.inputs(op, p), phase_at(k)),
+                Err(_) => checker.check(&c.inputs(op, p), phase_at(k, p)),
             });
             if matches!(&o, Outcome::Fail(v) if is_forward(v.property)) {
                 first_forward.fetch_min(k, Ordering::Relaxed);

@@ -40,6 +40,11 @@ pub struct Case {
     /// checking F1 and F3: a linear op whose backward and JVP do not read
     /// the primals (SPEC.md §8.3, `values_free`).
     pub once: bool,
+    /// Whether the op is affine in each input separately with the
+    /// system's own VJP, so that each input's value-free properties are
+    /// decided at the points where that input is zero (SPEC.md §8.3,
+    /// `affine_in_each`).
+    pub per_input: bool,
 }
 
 impl Case {
@@ -187,6 +192,25 @@ pub fn values_free(op: &TypedOp, shapes: &[Shape], out: &Shape) -> bool {
     backward && jvp
 }
 
+/// Whether a local op is affine in each input separately (grid degree 1 in
+/// every input, no division, no kink), with the per-rank VJP as its
+/// backward and no declared JVP, and every type's pending reduction a sum
+/// or a mean (SPEC.md §8.3). Then input i's VJP, its Jacobian, F2 along
+/// it and the primal half of B2 along it do not depend on input i's value.
+pub fn affine_in_each(op: &TypedOp, degree: Option<&[u32]>) -> bool {
+    let sums = op.inputs.iter().chain([&op.output]).all(|t| {
+        t.kinds
+            .iter()
+            .all(|k| matches!(k, PartialKind::Sum | PartialKind::Avg))
+    });
+    matches!(op.op, Op::Local(_))
+        && matches!(op.backward, Backward::LocalVjp)
+        && op.jvp.is_none()
+        && op.inputs.len() <= 64
+        && sums
+        && degree.is_some_and(|d| d.iter().all(|&d| d == 1))
+}
+
 /// The cases of a typed op in a scope: meshes with as many axes as the types,
 /// every fitting shape tuple, those over the free-scalar cap set aside.
 pub fn cases(op: &TypedOp, scope: &Scope, meshes: &[Mesh]) -> (Vec<Case>, Coverage) {
@@ -304,6 +328,7 @@ pub fn cases_in(
                 })
                 .unzip();
             let once = lower && values_free(op, &shapes, out_shape);
+            let per_input = lower && !once && affine_in_each(op, degree.as_deref());
             let case = Case {
                 mesh: m.clone(),
                 shapes,
@@ -311,6 +336,7 @@ pub fn cases_in(
                 budgets,
                 proof_grid: poly,
                 once,
+                per_input,
             };
             if case.points() > scope.max_points {
                 tally.beyond_cap += 1;

@@ -610,7 +610,12 @@ impl<'a> Checker<'a> {
         // F2: moving an input along a direction that denotes zero keeps the
         // output's denotation.
         let f2 = phase != Phase::Values;
-        for (i, ti) in op.inputs.iter().enumerate().filter(|_| f2) {
+        for (i, ti) in op
+            .inputs
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| f2 && !phase.skips(*i))
+        {
             for zs in &self.kernel_nz[i] {
                 for t in &self.steps[i] {
                     zs.set(&mut xs2[i], &xs[i], t);
@@ -671,7 +676,9 @@ impl<'a> Checker<'a> {
         match phase {
             Phase::Forward | Phase::Values => Ok(Pass::default()),
             Phase::Tangent => self.tangent_props(xs, xs2, y, yw, dy, at_kink, fd),
-            Phase::All => self.backward_props(xs, xs2, y, yw, dy, at_kink, fd),
+            Phase::All | Phase::AllBut(_) => {
+                self.backward_props(xs, xs2, y, yw, dy, at_kink, fd, phase)
+            }
         }
     }
 
@@ -685,6 +692,7 @@ impl<'a> Checker<'a> {
         dy: &Denot,
         at_kink: bool,
         fd: &mut FdBufs,
+        phase: Phase,
     ) -> Result<Pass, Stop> {
         let FdBufs {
             y0,
@@ -725,7 +733,7 @@ impl<'a> Checker<'a> {
                 self.linear_in_g(xs, yw, g, bs)?;
             }
             for (i, b) in bs.iter().enumerate() {
-                if op.no_grad.contains(&i) {
+                if op.no_grad.contains(&i) || phase.skips(i) {
                     continue; // no gradient flows to it (SPEC.md §4.5)
                 }
                 let bad = misfit(m, &cot_in[i], b, &self.shapes[i], "input");
@@ -752,6 +760,9 @@ impl<'a> Checker<'a> {
                 denote_all(&self.proj_cot_in, bs, dbs);
             }
             for (j, tj) in op.inputs.iter().enumerate() {
+                if phase.skips(j) {
+                    continue;
+                }
                 for zs in &self.kernel_nz[j] {
                     for t in &self.steps[j] {
                         zs.set(&mut xs2[j], &xs[j], t);
@@ -793,7 +804,7 @@ impl<'a> Checker<'a> {
         for z in &self.g_kernel {
             self.backward_here_into(xs, yw, z, b2s, spare, &mut false)?;
             for (i, b) in b2s.iter().enumerate() {
-                if op.no_grad.contains(&i) {
+                if op.no_grad.contains(&i) || phase.skips(i) {
                     continue;
                 }
                 if !self.proj_cot_in[i].denotes_zero(b) {
@@ -819,7 +830,7 @@ impl<'a> Checker<'a> {
         }
         // B3: ⟦backward(x, g)⟧ = Df̄(⟦x⟧)ᵀ ⟦g⟧, with Df̄ from finite differences.
         for (i, ti) in op.inputs.iter().enumerate() {
-            if op.no_grad.contains(&i) && !op.has_jvp() {
+            if (op.no_grad.contains(&i) && !op.has_jvp()) || phase.skips(i) {
                 continue;
             }
             let basis = &self.bases[i];

@@ -427,7 +427,7 @@ fn run(op: &TypedOp, m: &Mesh, xs: &[PerRank], phase: Phase) -> Result<Pass, Sto
                 ..Pass::default()
             })
         }
-        Phase::All => {}
+        Phase::All | Phase::AllBut(_) => {}
     }
     // B1, B2 for every cotangent of the free basis.
     let tc = op.output.cot();

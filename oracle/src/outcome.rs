@@ -175,6 +175,20 @@ pub enum Phase {
     Tangent,
     /// Every property.
     All,
+    /// Every property, except that for each input whose bit is set (input
+    /// i: bit i) the properties that do not read that input's value are
+    /// left out: F2 along it, B1, B3 and the cotangent half of B2 for its
+    /// cotangent, the primal half of B2 along it. For an op affine in each
+    /// input separately they were decided where that input is zero
+    /// (SPEC.md §8.3).
+    AllBut(u64),
+}
+
+impl Phase {
+    /// Whether this phase leaves out the value-free properties of input i.
+    pub fn skips(self, i: usize) -> bool {
+        matches!(self, Phase::AllBut(m) if i < 64 && (m >> i) & 1 == 1)
+    }
 }
 
 impl Phase {
