@@ -6,6 +6,8 @@
 //! the same verdict, counterexample and counts as with every property at
 //! every point.
 
+mod common;
+
 use spmd_check::collectives::{instantiate, pair_rows};
 use spmd_check::generators::{cases, values_free, Scope};
 use spmd_check::interp::{Backward, Op, TypedOp};
@@ -68,21 +70,10 @@ fn collective_rows_agree_with_every_property_at_every_point() {
 fn linear_rules_of_the_examples_agree() {
     let scope = Scope::default();
     let mut used = 0;
-    for file in [
-        "examples/rules.toml",
-        "examples/global.toml",
-        "examples/jvps.toml",
-    ] {
-        let text = std::fs::read_to_string(file).expect("reads");
-        let specs = spmd_check::rules::parse_file(file, &text).expect("parses");
-        for r in spmd_check::rules::build(file, &text, &specs, &scope).expect("builds") {
-            if r.pending.is_some() || r.uneven.is_some() {
-                continue;
-            }
-            let (fast, plain, once) = both(&r.op, &scope, &r.meshes);
-            assert_eq!(fast, plain, "{file}: {}", r.name);
-            used += usize::from(once);
-        }
+    for (file, r) in common::core_example_rules(&scope) {
+        let (fast, plain, once) = both(&r.op, &scope, &r.meshes);
+        assert_eq!(fast, plain, "{file}: {}", r.name);
+        used += usize::from(once);
     }
     assert!(used >= 3, "{used} rules decided once per case");
 }

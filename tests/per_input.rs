@@ -7,6 +7,8 @@
 //! rules, get the same verdict, counterexample and counts as with every
 //! property at every point.
 
+mod common;
+
 use spmd_check::generators::{affine_in_each, all_types, cases, meshes_for, tuples, Scope};
 use spmd_check::interp::{builtin, TypedOp};
 use spmd_check::oracle::{Checker, Outcome, Phase, Property};
@@ -58,19 +60,10 @@ fn multilinear_typings_agree_with_every_property_at_every_point() {
 fn the_examples_local_rules_agree() {
     let scope = Scope::default();
     let mut used = 0;
-    for file in [
-        "examples/rules.toml",
-        "examples/global.toml",
-        "examples/jvps.toml",
-    ] {
-        let text = std::fs::read_to_string(file).expect("reads");
-        let specs = spmd_check::rules::parse_file(file, &text).expect("parses");
-        for r in spmd_check::rules::build(file, &text, &specs, &scope).expect("builds") {
-            // Rules without a backward are checked forward only: nothing
-            // is left out per input there.
-            if r.pending.is_some() || r.uneven.is_some() || !r.has_backward {
-                continue;
-            }
+    // Rules without a backward are checked forward only: nothing is left
+    // out per input there.
+    for (file, r) in common::core_example_rules(&scope) {
+        if r.has_backward {
             let (fast, plain, u) = both(&r.op, &scope, &r.meshes);
             assert_eq!(fast, plain, "{file}: {}", r.name);
             used += usize::from(u);

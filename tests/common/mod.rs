@@ -170,3 +170,26 @@ pub fn error_lines(err: &str) -> usize {
     }
     body
 }
+
+/// The rules of the examples' rule files that the core oracle checks (no
+/// pending kinds, no uneven shards), each with its file, built in `scope`.
+#[allow(dead_code)]
+pub fn core_example_rules(
+    scope: &spmd_check::generators::Scope,
+) -> Vec<(&'static str, spmd_check::rules::Rule)> {
+    let mut out = vec![];
+    for file in [
+        "examples/rules.toml",
+        "examples/global.toml",
+        "examples/jvps.toml",
+    ] {
+        let text = std::fs::read_to_string(file).expect("reads");
+        let specs = spmd_check::rules::parse_file(file, &text).expect("parses");
+        for r in spmd_check::rules::build(file, &text, &specs, scope).expect("builds") {
+            if r.pending.is_none() && r.uneven.is_none() {
+                out.push((file, r));
+            }
+        }
+    }
+    out
+}
