@@ -487,11 +487,13 @@ pub fn tuple_guard(op: &TypedOp, scope: &Scope) -> Result<(), String> {
     }
     let pruned = matches!(op.op, Op::Local(_) | Op::Program(_))
         || matches!(&op.op, Op::Declared { forward, .. } if matches!(**forward, Op::Local(_)));
-    if pruned {
-        let mut meshes = meshes_for(op, scope);
-        if meshes.is_empty() {
-            meshes = scope.meshes.clone();
-        }
+    let mut meshes = meshes_for(op, scope);
+    if meshes.is_empty() && !matches!(op.op, Op::Program(_)) {
+        // An expression's search does not read the mesh; a program's does,
+        // and is searched only on the meshes it is checked on.
+        meshes = scope.meshes.clone();
+    }
+    if pruned && !meshes.is_empty() {
         let mut seen: Vec<Vec<Shape>> = Vec::new();
         let within = meshes.iter().all(|m| {
             let shapes = scope.shapes_for(m);
