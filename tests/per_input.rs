@@ -106,3 +106,60 @@ fn an_op_not_affine_in_an_input_is_checked_at_every_point() {
     assert_eq!(fast, plain);
     assert!(!used && fast.starts_with("Unsound"), "{fast}");
 }
+
+/// Programs: the layers, FSDP and pattern tables, and JAX's generated
+/// programs of up to two steps, each class's first program. Those whose
+/// steps are local ops with their own VJP and collectives with transposes,
+/// affine in each input, are checked per input, with the same verdict,
+/// counterexample and counts as the full check (the failing ones
+/// included).
+#[test]
+fn affine_programs_agree_with_every_property_at_every_point() {
+    let scope = Scope::default();
+    let mut rules = vec![];
+    let files = [
+        ("examples/programs.toml", spmd_check::programs::LAYERS_TOML),
+        ("examples/fsdp.toml", spmd_check::fsdp::FSDP_TOML),
+        (
+            "megatron.toml",
+            include_str!("../examples/patterns/megatron.toml"),
+        ),
+        (
+            "sequence_parallel.toml",
+            include_str!("../examples/patterns/sequence_parallel.toml"),
+        ),
+    ];
+    for (file, text) in files {
+        let specs = spmd_check::rules::parse_file(file, text).expect("parses");
+        rules.extend(spmd_check::rules::build(file, text, &specs, &scope).expect("builds"));
+    }
+    let sys = spmd_check::dialects::system("jax").expect("jax");
+    for depth in 1..=2 {
+        let t = spmd_check::generated::classify(sys, depth);
+        for class in &t.classes {
+            let spec = &t.accepted[class[0] as usize].1.spec;
+            if let Ok(r) = spmd_check::generated::build_spec(spec, &scope) {
+                rules.push(r);
+            }
+        }
+    }
+    let (mut used, mut failing) = (0, 0);
+    for r in rules
+        .iter()
+        .filter(|r| r.has_backward && r.pending.is_none())
+    {
+        let per_input = cases(&r.op, &scope, &r.meshes)
+            .0
+            .iter()
+            .any(|c| c.per_input);
+        if !per_input {
+            continue;
+        }
+        let (fast, plain, _) = both(&r.op, &scope, &r.meshes);
+        assert_eq!(fast, plain, "{}", r.name);
+        used += 1;
+        failing += usize::from(fast.starts_with("Unsound"));
+    }
+    assert!(used >= 500, "{used} programs checked per input");
+    assert!(failing >= 20, "{failing} failing programs compared");
+}

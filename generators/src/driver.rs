@@ -197,18 +197,40 @@ pub fn values_free(op: &TypedOp, shapes: &[Shape], out: &Shape) -> bool {
 /// backward and no declared JVP, and every type's pending reduction a sum
 /// or a mean (SPEC.md §8.3). Then input i's VJP, its Jacobian, F2 along
 /// it and the primal half of B2 along it do not depend on input i's value.
+///
+/// A program qualifies when each of its steps does (a local step with its
+/// own VJP) or is a linear op whose backward is a transpose, and it runs
+/// its steps' backwards: reverse mode then multiplies constant transposes
+/// and local partials taken along an operand the step is affine in, at
+/// operands that do not read input i, so input i's cotangent does not read
+/// input i even where a transpose is wrong.
 pub fn affine_in_each(op: &TypedOp, degree: Option<&[u32]>) -> bool {
-    let sums = op.inputs.iter().chain([&op.output]).all(|t| {
-        t.kinds
-            .iter()
-            .all(|k| matches!(k, PartialKind::Sum | PartialKind::Avg))
-    });
-    matches!(op.op, Op::Local(_))
-        && matches!(op.backward, Backward::LocalVjp)
-        && op.jvp.is_none()
-        && op.inputs.len() <= 64
-        && sums
-        && degree.is_some_and(|d| d.iter().all(|&d| d == 1))
+    fn sums(op: &TypedOp) -> bool {
+        op.inputs.iter().chain([&op.output]).all(|t| {
+            t.kinds
+                .iter()
+                .all(|k| matches!(k, PartialKind::Sum | PartialKind::Avg))
+        })
+    }
+    let own_vjp = |o: &TypedOp| {
+        matches!(o.op, Op::Local(_)) && matches!(o.backward, Backward::LocalVjp) && o.jvp.is_none()
+    };
+    let shape = match &op.op {
+        Op::Local(_) => own_vjp(op),
+        Op::Program(p) => {
+            matches!(op.backward, Backward::Steps)
+                && op.jvp.is_none()
+                && p.steps.iter().all(|st| {
+                    let s = &st.op;
+                    sums(s)
+                        && s.jvp.is_none()
+                        && (own_vjp(s)
+                            || (s.op.is_linear() && matches!(s.backward, Backward::Transpose(_))))
+                })
+        }
+        _ => false,
+    };
+    shape && op.inputs.len() <= 64 && sums(op) && degree.is_some_and(|d| d.iter().all(|&d| d == 1))
 }
 
 /// The cases of a typed op in a scope: meshes with as many axes as the types,
