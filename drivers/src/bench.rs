@@ -599,16 +599,7 @@ fn floor_op(e: Elem, op: &TypedOp, scope: &Scope, meshes: &[Mesh]) -> (u64, bool
             }
             // The same properties as the exact side: an input that is not
             // zero here leaves its value-free ones out (SPEC.md §8.3).
-            let mut skip = 0u64;
-            if c.per_input {
-                let mut at = 0;
-                for (i, (k, _)) in c.lists.iter().enumerate() {
-                    if p[at..at + k].iter().any(|v| !v.is_zero()) {
-                        skip |= 1 << i;
-                    }
-                    at += k;
-                }
-            }
+            let skip = if c.per_input { c.nonzero_inputs(p) } else { 0 };
             ws.skip = skip;
             let all_skipped = skip.count_ones() as usize == c.lists.len();
             match ws.check(&pt, !held && !all_skipped) {

@@ -1190,7 +1190,6 @@ fn pending_random(
         ..spmd_generators::Scope::default()
     }
     .shapes();
-    let mut tuples: Vec<Vec<Shape>> = Vec::new();
     let k = r.inputs.len();
     let total = (shapes.len() as u64).checked_pow(k as u32);
     if total.is_none_or(|t| t > spmd_generators::MAX_SHAPE_TUPLES) {
@@ -1200,7 +1199,7 @@ fn pending_random(
         );
         return (0, 0, None, Some(note));
     }
-    tuples.extend(spmd_generators::tuples(&shapes, k));
+    let tuples = spmd_generators::tuples(&shapes, k);
     let mut entries: Vec<(usize, Vec<Shape>)> = Vec::new();
     for &n in ranks {
         for t in &tuples {

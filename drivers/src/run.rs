@@ -228,10 +228,9 @@ impl Scan {
         let plain = plain_points();
         let once = c.once && !plain;
         let per_input = c.per_input && !plain && full == Phase::All;
-        // Each input's block of a point: the inputs whose value is not zero
-        // there leave their value-free properties out (§8.3); with every
-        // input nonzero that is F1 and F3 alone.
-        let blocks: Vec<usize> = c.lists.iter().map(|(k, _)| *k).collect();
+        // The inputs whose value is not zero at a point leave their
+        // value-free properties out (§8.3); with every input nonzero that is
+        // F1 and F3 alone.
         let phase_at = |k: usize, p: &[Q]| {
             if once && base + k as u64 > 0 {
                 return Phase::Values;
@@ -239,16 +238,9 @@ impl Scan {
             if !per_input {
                 return full;
             }
-            let (mut mask, mut at) = (0u64, 0);
-            for (i, &n) in blocks.iter().enumerate() {
-                if p[at..at + n].iter().any(|v| !v.is_zero()) {
-                    mask |= 1 << i;
-                }
-                at += n;
-            }
-            match mask {
+            match c.nonzero_inputs(p) {
                 0 => full,
-                m if m.count_ones() as usize == blocks.len() => Phase::Values,
+                m if m.count_ones() as usize == c.lists.len() => Phase::Values,
                 m => Phase::AllBut(m),
             }
         };

@@ -554,6 +554,19 @@ pub fn candidate_bound(op: &TypedOp, scope: &Scope) -> Option<u64> {
 }
 
 impl Case {
+    /// The inputs whose free scalars are not all zero at `point` (bit i:
+    /// input i), for the per-input check of SPEC.md §8.3. Only meaningful
+    /// with `per_input`, which holds for at most 64 inputs.
+    pub fn nonzero_inputs(&self, point: &[Q]) -> u64 {
+        let (mut mask, mut at) = (0u64, 0);
+        for (i, (k, _)) in self.lists.iter().enumerate() {
+            if i < 64 && point[at..at + k].iter().any(|v| !v.is_zero()) {
+                mask |= 1 << i;
+            }
+            at += k;
+        }
+        mask
+    }
     /// Each input's per-rank value at one grid point.
     pub fn inputs(&self, op: &TypedOp, point: &[Q]) -> Vec<PerRank> {
         let mut out = Vec::new();
