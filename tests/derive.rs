@@ -32,15 +32,24 @@ fn division_is_checked_on_more_than_one_rank() {
 }
 
 /// reshape to [4] needs 2 x 2 inputs: 8 free scalars on two ranks, over the
-/// free-scalar cap. Those typings are vacuous and say why, never sound.
+/// free-scalar cap. A typing whose values join the ranks (P -> P: a
+/// Partial value is summed over them) is never checked on two ranks, so it
+/// is vacuous and says why, never sound. V -> V keeps each rank's scalars
+/// apart, so its two-rank cases are checked rank by rank (SPEC.md §8.5).
 #[test]
 fn typings_never_checked_on_two_ranks_are_vacuous_not_sound() {
     let rows = derive(&builtin("reshape").unwrap(), &Scope::default(), &|_| {}).unwrap();
-    let v = &row(&rows, "V", "V").verdict;
+    let v = &row(&rows, "P", "P").verdict;
     assert!(matches!(v, Verdict::Vacuous { .. }), "{}", v.name());
     assert_eq!(
         v.vacuous_reason(),
         Some("no multi-rank case within the caps")
+    );
+    let vv = &row(&rows, "V", "V").verdict;
+    assert!(
+        vv.is_sound() && vv.tally().distributed_cases > 0,
+        "{}",
+        vv.name()
     );
     // With the cap raised it is checked, and sound.
     let scope = Scope {
@@ -48,7 +57,7 @@ fn typings_never_checked_on_two_ranks_are_vacuous_not_sound() {
         ..Scope::default()
     };
     let rows = derive(&builtin("reshape").unwrap(), &scope, &|_| {}).unwrap();
-    let v = &row(&rows, "V", "V").verdict;
+    let v = &row(&rows, "P", "P").verdict;
     assert!(
         v.is_sound() && v.tally().distributed_cases > 0,
         "{}",

@@ -626,6 +626,6 @@ fn a_derive_table_past_the_limit_is_refused_without_estimating_every_typing() {
         "more than 10 instances (the first 1 of 16 typings have about ",
     );
     // Within the limit the whole estimate is taken and the table derived.
-    let (code, out, err) = run_for(&["derive", "--expr", "x", "--max-instances", "2000"], 60);
+    let (code, out, err) = run_for(&["derive", "--expr", "x", "--max-instances", "20000"], 60);
     assert_eq!(code, 0, "{out}{err}");
 }

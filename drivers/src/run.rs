@@ -109,7 +109,10 @@ fn run_cases(
     tally.cases_beyond_cap = cover.beyond_cap;
     tally.distributed_beyond_cap = cover.distributed_beyond_cap;
     for c in &cs {
-        let checker = Checker::new(op, &c.mesh, c.shapes.clone()).expect("shape tuples fit");
+        let mut checker = Checker::new(op, &c.mesh, c.shapes.clone()).expect("shape tuples fit");
+        if let Some(l) = &c.lanes {
+            checker = checker.with_lanes(l.inputs.clone(), l.out.clone());
+        }
         let (n, r) = scan_case(op, c, &checker, backward, &mut tally);
         progress(n);
         if let Some(v) = r {
@@ -231,9 +234,17 @@ impl Scan {
         // The inputs whose value is not zero at a point leave their
         // value-free properties out (§8.3); with every input nonzero that is
         // F1 and F3 alone.
+        // A point of a lane case has one nonzero group: the others' items
+        // are as at the point 0 (SPEC.md §8.5).
+        let lanes = c.lanes.as_ref().filter(|_| !plain && full == Phase::All);
         let phase_at = |k: usize, p: &[Q]| {
             if once && base + k as u64 > 0 {
                 return Phase::Values;
+            }
+            if let Some(l) = lanes {
+                if let Some(at) = p.iter().position(|q| !q.is_zero()) {
+                    return Phase::Lane(l.free[at]);
+                }
             }
             if !per_input {
                 return full;

@@ -4,8 +4,10 @@
 //! caller's (the dependency rule keeps the oracle out of generators).
 
 use crate::exhaustive::{
-    candidate_count, candidate_tuples, for_each_lower_point, lower_size, shape_tuples, Scope,
+    candidate_count, candidate_tuples, for_each_lane_point, lane_size, lower_size, shape_tuples,
+    Scope,
 };
+use crate::lanes::{lane_groups, LaneGroups};
 use spmd_interp::{Backward, Degree, Jvp, Op, TypedOp};
 use spmd_semantics::pending::PartialKind;
 use spmd_semantics::perrank::{num_free, FreeSlots};
@@ -45,6 +47,11 @@ pub struct Case {
     /// decided at the points where that input is zero (SPEC.md §8.3,
     /// `affine_in_each`).
     pub per_input: bool,
+    /// A lane group per free scalar (all inputs in order) when only the
+    /// points with at most one nonzero group are visited: the case's op
+    /// separates into lanes, and each property at a point is a conjunction
+    /// of properties of one group each (SPEC.md §8.5, `lane_groups`).
+    pub lanes: Option<LaneGroups>,
 }
 
 impl Case {
@@ -56,7 +63,10 @@ impl Case {
             .zip(&self.budgets)
             .map(|((k, v), &b)| (*k, v.len(), b))
             .collect();
-        lower_size(&blocks)
+        match &self.lanes {
+            Some(g) => lane_size(&blocks, &g.free),
+            None => lower_size(&blocks),
+        }
     }
     /// Visit the case's points (each a value per free scalar, all inputs
     /// in order) in the order of SPEC.md §7.2.
@@ -72,7 +82,7 @@ impl Case {
             .zip(&self.budgets)
             .map(|((k, _), &b)| (*k, b))
             .collect();
-        for_each_lower_point(&flat, &blocks, f)
+        for_each_lane_point(&flat, &blocks, self.lanes.as_ref().map(|g| &g.free[..]), f)
     }
 }
 
@@ -319,11 +329,7 @@ pub fn cases_in(
             let linear_grid = degree.as_ref().is_some_and(|d| d.iter().all(|&d| d == 1))
                 && !has_external(&op.op)
                 && values_free(op, &shapes, out_shape);
-            if frees.iter().any(|&k| k > scope.max_free) && !linear_grid {
-                tally.beyond_cap += 1;
-                tally.distributed_beyond_cap += u64::from(m.num_ranks() > 1);
-                continue;
-            }
+            let over_free = frees.iter().any(|&k| k > scope.max_free) && !linear_grid;
             let poly = degree
                 .as_ref()
                 .is_some_and(|d| d.iter().all(|&d| (d as usize) < scope.values.len()));
@@ -351,7 +357,7 @@ pub fn cases_in(
                 .unzip();
             let once = lower && values_free(op, &shapes, out_shape);
             let per_input = lower && !once && affine_in_each(op, degree.as_deref());
-            let case = Case {
+            let mut case = Case {
                 mesh: m.clone(),
                 shapes,
                 lists,
@@ -359,8 +365,28 @@ pub fn cases_in(
                 proof_grid: poly,
                 once,
                 per_input,
+                lanes: None,
             };
-            if case.points() > scope.max_points {
+            // A case over the caps whose op separates into lanes visits
+            // only the points with one nonzero lane group, which decide the
+            // rest; the caps then bound each group (SPEC.md §8.5).
+            let over = over_free || case.points() > scope.max_points;
+            let mode = LANE_MODE.with(std::cell::Cell::get);
+            let lanes_here = match mode {
+                LaneMode::OverCaps => over,
+                LaneMode::Off => false,
+                LaneMode::WithinCaps => !over,
+            };
+            if lanes_here {
+                case.lanes = lane_groups(op, m, &case.shapes, out_shape)
+                    .filter(|g| lanes_within(&case, &g.free, scope, linear_grid));
+            }
+            if over_free && case.lanes.is_none() {
+                tally.beyond_cap += 1;
+                tally.distributed_beyond_cap += u64::from(m.num_ranks() > 1);
+                continue;
+            }
+            if case.lanes.is_none() && case.points() > scope.max_points {
                 tally.beyond_cap += 1;
                 tally.distributed_beyond_cap += u64::from(m.num_ranks() > 1);
                 if m.num_ranks() > 1 && spill.as_ref().is_none_or(|c| case.points() < c.points()) {
@@ -383,6 +409,56 @@ pub fn cases_in(
         }
     }
     (out, tally)
+}
+
+/// When a case is visited lane by lane (SPEC.md §8.5): over the caps (the
+/// default), never, or within the caps only (for tests that compare the
+/// lane grid with the full one on the same cases).
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LaneMode {
+    OverCaps,
+    Off,
+    WithinCaps,
+}
+
+thread_local! {
+    static LANE_MODE: std::cell::Cell<LaneMode> = const { std::cell::Cell::new(LaneMode::OverCaps) };
+}
+
+/// Run `f` with lane grids used as `mode` says, on this thread. Hidden: a
+/// test switch, like `run::with_plain_points`.
+#[doc(hidden)]
+pub fn with_lane_mode<T>(mode: LaneMode, f: impl FnOnce() -> T) -> T {
+    let before = LANE_MODE.with(|p| p.replace(mode));
+    let r = f();
+    LANE_MODE.with(|p| p.set(before));
+    r
+}
+
+/// Whether each lane group of `case` (a group per free scalar, `groups`)
+/// is within the caps: at most `max_free` scalars of any input (unless the
+/// case is linear, which only the points cap bounds) and at most
+/// `max_points` points of its own.
+fn lanes_within(case: &Case, groups: &[u32], scope: &Scope, linear: bool) -> bool {
+    let mut ids: Vec<u32> = groups.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    ids.iter().all(|&g| {
+        let mut at = 0;
+        let blocks: Vec<(usize, usize, Option<usize>)> = case
+            .lists
+            .iter()
+            .zip(&case.budgets)
+            .map(|((k, v), &d)| {
+                let here = groups[at..at + k].iter().filter(|&&x| x == g).count();
+                at += k;
+                (here, v.len(), d)
+            })
+            .collect();
+        (linear || blocks.iter().all(|b| b.0 <= scope.max_free))
+            && lower_size(&blocks) <= scope.max_points
+    })
 }
 
 /// The meshes a typed op is checked on: those of the scope with as many axes
@@ -443,9 +519,10 @@ pub fn estimate_typings_until(ops: &[TypedOp], scope: &Scope, limit: u64) -> (u6
 
 /// An upper bound on `estimate_typings(ops, scope)` from the shape tables
 /// alone, without the cases: every case a run keeps has at most
-/// `max_points` points, and the one multi-rank case it may take beyond the
-/// cap at most 16 times that (SPEC.md §8.1), so each typing has at most
-/// (table entries + 16) · `max_points`. When this is within a limit the
+/// `max_points` points, or, checked lane by lane (SPEC.md §8.5), at most
+/// `max_points` per group besides the point 0, with at most one group per
+/// free scalar; and the one multi-rank case it may take beyond the cap
+/// at most 16 times that (SPEC.md §8.1). When this is within a limit the
 /// estimate is too, and a caller that only compares with the limit need
 /// not walk every typing's cases (benches/HISTORY.md §18.11).
 pub fn typings_bound(ops: &[TypedOp], scope: &Scope) -> u64 {
@@ -455,13 +532,39 @@ pub fn typings_bound(ops: &[TypedOp], scope: &Scope) -> u64 {
     if tuple_guard(first, scope).is_err() {
         return u64::MAX;
     }
-    let entries: u64 = meshes_for(first, scope)
+    let per_typing = cases_bound(first, scope).saturating_add(scope.max_points.saturating_mul(16));
+    (ops.len() as u64).saturating_mul(per_typing)
+}
+
+/// The most points the cases of one typing of `op`'s function keep within
+/// the caps, from its shape tables: `max_points` per table entry, or for a
+/// function that may split into lanes, 1 + (free scalars) · (`max_points`
+/// − 1) when that is more.
+fn cases_bound(op: &TypedOp, scope: &Scope) -> u64 {
+    let split = matches!(op.op, Op::Local(_));
+    meshes_for(op, scope)
         .iter()
-        .map(|m| shape_table(first, scope, m).len() as u64)
-        .fold(0, u64::saturating_add);
-    (ops.len() as u64)
-        .saturating_mul(entries.saturating_add(16))
-        .saturating_mul(scope.max_points)
+        .map(|m| {
+            shape_table(op, scope, m)
+                .iter()
+                .map(|(shapes, _, _)| {
+                    let free = shapes
+                        .iter()
+                        .map(|s| s.iter().product::<usize>() as u64)
+                        .fold(0u64, u64::saturating_add)
+                        .saturating_mul(m.num_ranks() as u64);
+                    let lanes = free
+                        .saturating_mul(scope.max_points.saturating_sub(1))
+                        .saturating_add(1);
+                    if split {
+                        scope.max_points.max(lanes)
+                    } else {
+                        scope.max_points
+                    }
+                })
+                .fold(0u64, u64::saturating_add)
+        })
+        .fold(0, u64::saturating_add)
 }
 
 /// The largest degree bound, numerator plus denominator per input, that
@@ -720,13 +823,8 @@ mod tests {
     #[test]
     fn a_bound_without_the_spilled_case_is_caught() {
         // Forgets the one case a run takes beyond the cap (SPEC.md §8.1).
-        let no_spill = |ops: &[TypedOp], scope: &Scope| {
-            let entries: u64 = meshes_for(&ops[0], scope)
-                .iter()
-                .map(|m| shape_table(&ops[0], scope, m).len() as u64)
-                .sum();
-            ops.len() as u64 * entries * scope.max_points
-        };
+        let no_spill =
+            |ops: &[TypedOp], scope: &Scope| ops.len() as u64 * cases_bound(&ops[0], scope);
         assert_eq!(
             first_below(&no_spill),
             Err("add on scope scalars, one point per case: bound 256 < estimate 400".into())

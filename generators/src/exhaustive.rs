@@ -300,6 +300,18 @@ pub fn for_each_lower_point<B>(
     blocks: &[(usize, Option<usize>)],
     f: &mut dyn FnMut(&[Q]) -> ControlFlow<B>,
 ) -> ControlFlow<B> {
+    for_each_lane_point(lists, blocks, None, f)
+}
+
+/// `for_each_lower_point` restricted, with `groups` (a group per
+/// position), to the points whose nonzero positions all lie in one group:
+/// the same points in the same order, the others skipped (SPEC.md §8.5).
+pub fn for_each_lane_point<B>(
+    lists: &[&[Q]],
+    blocks: &[(usize, Option<usize>)],
+    groups: Option<&[u32]>,
+    f: &mut dyn FnMut(&[Q]) -> ControlFlow<B>,
+) -> ControlFlow<B> {
     let block_of: Vec<usize> = blocks
         .iter()
         .enumerate()
@@ -317,8 +329,20 @@ pub fn for_each_lower_point<B>(
         nonzero: vec![0; blocks.len()],
         chosen: Vec::new(),
         point: vec![Q::zero(); lists.len()],
+        groups,
     };
-    for nnz in 0..=lists.len() {
+    // No point has more nonzeros than its group has positions.
+    let most = match groups {
+        None => lists.len(),
+        Some(g) => {
+            let mut count: std::collections::HashMap<u32, usize> = Default::default();
+            g.iter()
+                .map(|&x| *count.entry(x).and_modify(|c| *c += 1).or_insert(1))
+                .max()
+                .unwrap_or(0)
+        }
+    };
+    for nnz in 0..=most {
         w.subsets(nnz, 0, f)?;
     }
     ControlFlow::Continue(())
@@ -334,6 +358,7 @@ struct Walk<'a> {
     nonzero: Vec<usize>,
     chosen: Vec<usize>,
     point: Vec<Q>,
+    groups: Option<&'a [u32]>,
 }
 
 impl Walk<'_> {
@@ -351,6 +376,11 @@ impl Walk<'_> {
         }
         for p in start..self.lists.len() {
             let b = self.block_of[p];
+            if let (Some(g), Some(&c)) = (self.groups, self.chosen.first()) {
+                if g[p] != g[c] {
+                    continue;
+                }
+            }
             if self.lists[p].len() > 1 && self.nonzero[b] < self.budget[b] {
                 self.chosen.push(p);
                 self.nonzero[b] += 1;
@@ -413,6 +443,27 @@ pub fn lower_size(blocks: &[(usize, usize, Option<usize>)]) -> u64 {
             }
         };
         acc.saturating_mul(here)
+    })
+}
+
+/// Number of points `for_each_lane_point` visits with `groups` (a group
+/// per position, the positions of `blocks` in order): the point 0, and per
+/// group the points of its own lower set but 0.
+pub fn lane_size(blocks: &[(usize, usize, Option<usize>)], groups: &[u32]) -> u64 {
+    let mut ids: Vec<u32> = groups.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    ids.iter().fold(1u64, |acc, &g| {
+        let mut at = 0;
+        let mine: Vec<(usize, usize, Option<usize>)> = blocks
+            .iter()
+            .map(|&(k, n, d)| {
+                let here = groups[at..at + k].iter().filter(|&&x| x == g).count();
+                at += k;
+                (here, n, d)
+            })
+            .collect();
+        acc.saturating_add(lower_size(&mine).saturating_sub(1))
     })
 }
 
@@ -566,5 +617,66 @@ mod tests {
         assert_eq!(s.len(), 13);
         assert_eq!(s[0], Vec::<usize>::new());
         assert_eq!(s.last().unwrap(), &vec![3, 3]);
+    }
+
+    /// The lane walk visits exactly the points of the full walk whose
+    /// nonzeros lie in one group, in the same order, and `lane_size`
+    /// counts them; with budgets too.
+    #[test]
+    fn lane_walk_is_the_full_walk_filtered_to_one_group() {
+        let v = [Q::zero(), Q::one(), Q::int(2)];
+        let lists: Vec<&[Q]> = vec![&v; 6];
+        let groups = [0u32, 1, 0, 2, 1, 1];
+        for blocks in [
+            vec![(6, None)],
+            vec![(2, Some(2)), (4, Some(1))],
+            vec![(3, None), (3, Some(2))],
+        ] {
+            let mut full = Vec::new();
+            let _ = for_each_lower_point::<()>(&lists, &blocks, &mut |p| {
+                full.push(p.to_vec());
+                ControlFlow::Continue(())
+            });
+            let one_group = |p: &Vec<Q>| {
+                let gs: Vec<u32> = (0..p.len())
+                    .filter(|&k| !p[k].is_zero())
+                    .map(|k| groups[k])
+                    .collect();
+                gs.windows(2).all(|w| w[0] == w[1])
+            };
+            let want: Vec<Vec<Q>> = full.iter().filter(|p| one_group(p)).cloned().collect();
+            let mut got = Vec::new();
+            let _ = for_each_lane_point::<()>(&lists, &blocks, Some(&groups), &mut |p| {
+                got.push(p.to_vec());
+                ControlFlow::Continue(())
+            });
+            assert_eq!(got, want, "{blocks:?}");
+            assert!(got.len() < full.len());
+            let sized: Vec<(usize, usize, Option<usize>)> =
+                blocks.iter().map(|&(k, d)| (k, 3, d)).collect();
+            assert_eq!(lane_size(&sized, &groups), got.len() as u64, "{blocks:?}");
+        }
+    }
+
+    /// Why the lane walk needs separable properties: a predicate that
+    /// fails only where two groups are nonzero at once fails on the full
+    /// walk and never on the lane walk.
+    #[test]
+    fn the_lane_walk_misses_what_couples_two_groups() {
+        let v = [Q::zero(), Q::one()];
+        let lists: Vec<&[Q]> = vec![&v; 4];
+        let groups = [0u32, 0, 1, 1];
+        let coupled = |p: &[Q]| !p[0].is_zero() && !p[3].is_zero();
+        let mut full = false;
+        let _ = for_each_lower_point::<()>(&lists, &[(4, None)], &mut |p| {
+            full |= coupled(p);
+            ControlFlow::Continue(())
+        });
+        let mut lane = false;
+        let _ = for_each_lane_point::<()>(&lists, &[(4, None)], Some(&groups), &mut |p| {
+            lane |= coupled(p);
+            ControlFlow::Continue(())
+        });
+        assert!(full && !lane);
     }
 }

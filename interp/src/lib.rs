@@ -8,6 +8,7 @@ pub mod collective;
 pub mod eval;
 pub mod expr;
 pub mod external;
+pub mod lanes;
 pub mod op;
 pub mod program;
 pub mod ragged;

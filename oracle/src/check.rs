@@ -76,6 +76,10 @@ pub struct Checker<'a> {
     /// along it recomputes only the entries it moves (SPEC.md §18.8).
     /// Empty otherwise.
     entrywise: Vec<bool>,
+    /// The case's lane groups, when it has them (`with_lanes`), and the
+    /// group of each item the properties loop over.
+    lanes: Option<crate::exact_deriv::LaneSets>,
+    lane_of: Option<LaneOf>,
 }
 
 /// The buffers one instance works in, kept with its case and reused by the
@@ -196,6 +200,16 @@ impl Work {
             None => &self.y,
         }
     }
+}
+
+/// The lane group of each item of a case's properties (`Checker::with_lanes`):
+/// unit cotangents, the cotangent's kernel directions, and per input its
+/// kernel directions and denotation basis.
+struct LaneOf {
+    gs: Vec<Option<u32>>,
+    g_kernel: Vec<Option<u32>>,
+    kernel: Vec<Vec<Option<u32>>>,
+    basis: Vec<Vec<Option<u32>>>,
 }
 
 /// A sparse per-rank direction: nonzero entries and the ranks it touches.
@@ -421,6 +435,8 @@ impl<'a> Checker<'a> {
             scratch: Mutex::new(Vec::new()),
             exact: crate::exact_deriv::applies(op),
             entrywise,
+            lanes: None,
+            lane_of: None,
         })
     }
 
@@ -437,10 +453,60 @@ impl<'a> Checker<'a> {
         self
     }
 
+    /// This checker with the lane groups of its case (SPEC.md §8.5): per
+    /// input and for the output, a group per entry of each rank (rank r,
+    /// entry e at r·numel + e). `Phase::Lane` then restricts the
+    /// transcendental path's properties to one group.
+    pub fn with_lanes(mut self, inputs: Vec<Vec<u32>>, out: Vec<u32>) -> Self {
+        let n_out = spmd_semantics::tensor::numel(&self.out_shape);
+        let of = |groups: &[u32], n: usize, e: &Sparse| {
+            e.entries
+                .first()
+                .and_then(|&(r, k, _)| groups.get(r * n + k).copied())
+        };
+        let n_in: Vec<usize> = self
+            .shapes
+            .iter()
+            .map(|s| spmd_semantics::tensor::numel(s))
+            .collect();
+        let per_input = |dirs: &[Vec<Sparse>]| -> Vec<Vec<Option<u32>>> {
+            dirs.iter()
+                .enumerate()
+                .map(|(i, ds)| ds.iter().map(|e| of(&inputs[i], n_in[i], e)).collect())
+                .collect()
+        };
+        self.lane_of = Some(LaneOf {
+            gs: self
+                .gs
+                .iter()
+                .map(|g| of(&out, n_out, &Sparse::of(g)))
+                .collect(),
+            g_kernel: self
+                .g_kernel
+                .iter()
+                .map(|g| of(&out, n_out, &Sparse::of(g)))
+                .collect(),
+            kernel: per_input(&self.kernel_nz),
+            basis: per_input(&self.basis_nz),
+        });
+        self.lanes = Some(crate::exact_deriv::LaneSets { inputs, out });
+        self
+    }
+
+    /// Whether an item of lane group `g` is checked in `phase`: every item
+    /// but under `Phase::Lane`, then those of its group (SPEC.md §8.5).
+    fn keeps(&self, phase: Phase, g: impl FnOnce(&LaneOf) -> Option<u32>) -> bool {
+        match (phase, &self.lane_of) {
+            (Phase::Lane(a), Some(l)) => g(l).is_none_or(|x| x == a),
+            _ => true,
+        }
+    }
+
     /// Check one instance: inputs `xs`, well formed for their types.
     pub fn check(&self, xs: &[PerRank], phase: Phase) -> Outcome {
         if self.exact {
-            return crate::exact_deriv::check(self.op, self.m, xs, phase); // SPEC.md §19.4
+            // SPEC.md §19.4
+            return crate::exact_deriv::check(self.op, self.m, xs, phase, self.lanes.as_ref());
         }
         match self.run(xs, phase) {
             Ok(p) => Outcome::Pass(p),
@@ -616,7 +682,10 @@ impl<'a> Checker<'a> {
             .enumerate()
             .filter(|(i, _)| f2 && !phase.skips(*i))
         {
-            for zs in &self.kernel_nz[i] {
+            for (k, zs) in self.kernel_nz[i].iter().enumerate() {
+                if !self.keeps(phase, |l| l.kernel[i][k]) {
+                    continue;
+                }
                 for t in &self.steps[i] {
                     zs.set(&mut xs2[i], &xs[i], t);
                     match self.sample(xs2, i, y, zs, yw) {
@@ -676,7 +745,7 @@ impl<'a> Checker<'a> {
         match phase {
             Phase::Forward | Phase::Values => Ok(Pass::default()),
             Phase::Tangent => self.tangent_props(xs, xs2, y, yw, dy, at_kink, fd),
-            Phase::All | Phase::AllBut(_) => {
+            Phase::All | Phase::AllBut(_) | Phase::Lane(_) => {
                 self.backward_props(xs, xs2, y, yw, dy, at_kink, fd, phase)
             }
         }
@@ -726,7 +795,15 @@ impl<'a> Checker<'a> {
             bws_kept.resize(gs.len(), false);
         }
         let probe_linearity = hand_written_backward(op);
-        for ((g, bs), kept) in gs.iter().zip(bws.iter_mut()).zip(bws_kept.iter_mut()) {
+        for (gi, ((g, bs), kept)) in gs
+            .iter()
+            .zip(bws.iter_mut())
+            .zip(bws_kept.iter_mut())
+            .enumerate()
+        {
+            if !self.keeps(phase, |l| l.gs[gi]) {
+                continue;
+            }
             self.backward_here_into(xs, yw, g, bs, spare, kept)?;
             let bs: &[PerRank] = bs;
             if probe_linearity {
@@ -763,7 +840,10 @@ impl<'a> Checker<'a> {
                 if phase.skips(j) {
                     continue;
                 }
-                for zs in &self.kernel_nz[j] {
+                for (k, zs) in self.kernel_nz[j].iter().enumerate() {
+                    if !self.keeps(phase, |l| l.kernel[j][k]) {
+                        continue;
+                    }
                     for t in &self.steps[j] {
                         zs.set(&mut xs2[j], &xs[j], t);
                         match self.backward_near(xs2, j, &zs.touched, yw, g, b2s, spare) {
@@ -801,7 +881,10 @@ impl<'a> Checker<'a> {
         let results = &bws[..gs.len()];
         // The cotangent half of B2: a cotangent that denotes zero gives
         // results that denote zero (the backward is linear in g).
-        for z in &self.g_kernel {
+        for (k, z) in self.g_kernel.iter().enumerate() {
+            if !self.keeps(phase, |l| l.g_kernel[k]) {
+                continue;
+            }
             self.backward_here_into(xs, yw, z, b2s, spare, &mut false)?;
             for (i, b) in b2s.iter().enumerate() {
                 if op.no_grad.contains(&i) || phase.skips(i) {
@@ -834,15 +917,24 @@ impl<'a> Checker<'a> {
                 continue;
             }
             let basis = &self.bases[i];
-            if !self.columns_flat(xs2, xs, y, yw, y0, i, cols, col) {
+            // Under `Phase::Lane` only the columns of the lane's
+            // coordinates are sampled; a disagreement below samples the
+            // rest before it is reported, as the full check would.
+            let mut all_cols = !matches!(phase, Phase::Lane(_)) || self.lane_of.is_none();
+            let sampled = if all_cols {
+                self.columns_flat(xs2, xs, y, yw, y0, i, cols, col)
+            } else {
+                self.columns_flat_in(xs2, xs, y, yw, y0, i, cols, col, phase)
+            };
+            if !sampled {
                 return Ok(Pass {
                     b3_undetermined: true,
                     ..Pass::default()
                 });
             }
-            let cols = &cols[..basis.len()];
             if op.has_jvp() {
-                let dcols: Vec<Denot> = cols.iter().map(|c| self.unflat(c)).collect();
+                let dcols: Vec<Denot> =
+                    cols[..basis.len()].iter().map(|c| self.unflat(c)).collect();
                 self.j1(xs, i, &dcols)?;
             }
             if op.no_grad.contains(&i) {
@@ -855,28 +947,52 @@ impl<'a> Checker<'a> {
             // read, each as its own sum (`Projection::entry`); a missing
             // entry disagrees, and the full comparison below decides.
             let proj = &self.proj_cot_in[i];
-            for (((g, dg), bs), supp) in gs.iter().zip(&self.dgs).zip(results).zip(&self.dg_supp) {
-                let agrees = basis.iter().zip(cols).all(|((coord, _), col)| {
-                    let Some(got) = proj.entry(&bs[i], coord.rank, coord.elem) else {
-                        return false;
-                    };
-                    match &supp[..] {
-                        // A unit cotangent that denotes a unit vector: the
-                        // pairing is the column's entry itself.
-                        [(k, w)] if w.is_one() => got == col[*k],
-                        _ => {
-                            let mut v = Q::zero();
-                            for (k, w) in supp {
-                                v.add_mul(&col[*k], w);
-                            }
-                            got == v
+            for (gi, (((g, dg), bs), supp)) in gs
+                .iter()
+                .zip(&self.dgs)
+                .zip(results)
+                .zip(&self.dg_supp)
+                .enumerate()
+            {
+                if !self.keeps(phase, |l| l.gs[gi]) {
+                    continue;
+                }
+                let agrees = basis.iter().zip(&cols[..basis.len()]).enumerate().all(
+                    |(k, ((coord, _), col))| {
+                        if !self.keeps(phase, |l| l.basis[i][k]) {
+                            return true;
                         }
-                    }
-                });
+                        let Some(got) = proj.entry(&bs[i], coord.rank, coord.elem) else {
+                            return false;
+                        };
+                        match &supp[..] {
+                            // A unit cotangent that denotes a unit vector: the
+                            // pairing is the column's entry itself.
+                            [(k, w)] if w.is_one() => got == col[*k],
+                            _ => {
+                                let mut v = Q::zero();
+                                for (k, w) in supp {
+                                    v.add_mul(&col[*k], w);
+                                }
+                                got == v
+                            }
+                        }
+                    },
+                );
                 if agrees {
                     continue;
                 }
-                let dcols: Vec<Denot> = cols.iter().map(|c| self.unflat(c)).collect();
+                if !all_cols {
+                    if !self.columns_flat(xs2, xs, y, yw, y0, i, cols, col) {
+                        return Ok(Pass {
+                            b3_undetermined: true,
+                            ..Pass::default()
+                        });
+                    }
+                    all_cols = true;
+                }
+                let dcols: Vec<Denot> =
+                    cols[..basis.len()].iter().map(|c| self.unflat(c)).collect();
                 let vals: Vec<Q> = dcols
                     .iter()
                     .map(|c| pair_denots(m, &op.output, c, dg))
@@ -1054,6 +1170,39 @@ impl<'a> Checker<'a> {
             self.j1(xs, i, &dcols)?;
         }
         Ok(Pass::default())
+    }
+
+    /// `columns_flat` for the coordinates of `phase`'s lane only; the
+    /// other columns keep what they held.
+    #[allow(clippy::too_many_arguments)]
+    fn columns_flat_in(
+        &self,
+        work: &mut [PerRank],
+        xs: &[PerRank],
+        y: &PerRank,
+        yw: &mut Work,
+        y0: &[Q],
+        i: usize,
+        cols: &mut Vec<Vec<Q>>,
+        cb: &mut ColBufs,
+        phase: Phase,
+    ) -> bool {
+        let nb = self.basis_nz[i].len();
+        if cols.len() < nb {
+            cols.resize_with(nb, Vec::new);
+        }
+        for (k, (e, col)) in self.basis_nz[i].iter().zip(cols.iter_mut()).enumerate() {
+            if !self.keeps(phase, |l| l.basis[i][k]) {
+                continue;
+            }
+            if self
+                .directional_flat(work, xs, y, yw, y0, i, e, col, cb)
+                .is_err()
+            {
+                return false;
+            }
+        }
+        true
     }
 
     /// Column k: the derivative of ⟦f⟧ along the k-th unit of ⟦x_i⟧, from

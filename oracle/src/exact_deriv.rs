@@ -57,9 +57,69 @@ impl From<XEvalError> for Stop {
 
 type Fam = Vec<XT<X>>;
 
-/// Check one instance (SPEC.md §19.4).
-pub fn check(op: &TypedOp, m: &Mesh, xs: &[PerRank], phase: Phase) -> Outcome {
-    match run(op, m, xs, phase) {
+/// A case's lane groups (SPEC.md §8.5): per input and for the output, a
+/// group per entry of each rank (rank r, entry e at r·numel + e).
+#[derive(Clone, Debug)]
+pub struct LaneSets {
+    pub inputs: Vec<Vec<u32>>,
+    pub out: Vec<u32>,
+}
+
+/// Which items a phase keeps: all, or those of one lane group.
+#[derive(Clone, Copy)]
+struct Keep<'a> {
+    lane: Option<(u32, &'a LaneSets)>,
+}
+
+impl Keep<'_> {
+    /// The group of a per-rank value, read at its first nonzero entry
+    /// (every item of a case lies in one group); an item of no entry is kept.
+    fn of(groups: &[u32], v: &PerRank) -> Option<u32> {
+        let mut at = 0;
+        for t in &v.tensors {
+            if let Some(e) = t.data.iter().position(|q| !q.is_zero()) {
+                return groups.get(at + e).copied();
+            }
+            at += t.data.len();
+        }
+        None
+    }
+    fn input(&self, i: usize, v: &PerRank) -> bool {
+        match self.lane {
+            None => true,
+            Some((g, l)) => Self::of(&l.inputs[i], v).is_none_or(|x| x == g),
+        }
+    }
+    fn output(&self, v: &PerRank) -> bool {
+        match self.lane {
+            None => true,
+            Some((g, l)) => Self::of(&l.out, v).is_none_or(|x| x == g),
+        }
+    }
+    fn coord(&self, i: usize, rank: usize, elem: usize, n: usize) -> bool {
+        match self.lane {
+            None => true,
+            Some((g, l)) => l.inputs[i].get(rank * n + elem).is_none_or(|&x| x == g),
+        }
+    }
+}
+
+/// Check one instance (SPEC.md §19.4), with `Phase::Lane` restricted to
+/// one of `lanes`' groups.
+pub fn check(
+    op: &TypedOp,
+    m: &Mesh,
+    xs: &[PerRank],
+    phase: Phase,
+    lanes: Option<&LaneSets>,
+) -> Outcome {
+    let keep = Keep {
+        lane: match (phase, lanes) {
+            (Phase::Lane(g), Some(l)) => Some((g, l)),
+            _ => None,
+        },
+    };
+    match run(op, m, xs, phase, keep) {
         Ok(p) => Outcome::Pass(p),
         Err(Stop::Domain) => Outcome::OutsideDomain,
         Err(Stop::Undecided) => Outcome::Pass(Pass {
@@ -306,7 +366,7 @@ fn steps() -> Vec<Q> {
     ]
 }
 
-fn run(op: &TypedOp, m: &Mesh, xs: &[PerRank], phase: Phase) -> Result<Pass, Stop> {
+fn run(op: &TypedOp, m: &Mesh, xs: &[PerRank], phase: Phase, keep: Keep) -> Result<Pass, Stop> {
     let c = Ctx { op, m, xs };
     let alt = |label: String, ty: &Type, v: &PerRank| Shown {
         label,
@@ -334,6 +394,9 @@ fn run(op: &TypedOp, m: &Mesh, xs: &[PerRank], phase: Phase) -> Result<Pass, Sto
     let shapes: Vec<Vec<usize>> = xs.iter().map(|x| x.shape().to_vec()).collect();
     for (i, ti) in op.inputs.iter().enumerate() {
         for z in kernel_basis(m, ti, &shapes[i]) {
+            if !keep.input(i, &z) {
+                continue;
+            }
             for t in steps() {
                 let mut xs2 = xs.to_vec();
                 xs2[i] = xs[i].axpy(&t, &z);
@@ -344,7 +407,7 @@ fn run(op: &TypedOp, m: &Mesh, xs: &[PerRank], phase: Phase) -> Result<Pass, Sto
                 };
                 if misfit(m, &op.output, &y2)?.is_some() {
                     // F1 off the grid, reported at that point.
-                    return run(op, m, &xs2, Phase::Forward);
+                    return run(op, m, &xs2, Phase::Forward, Keep { lane: None });
                 }
                 let dy2 = denote(m, &op.output, &y2)?;
                 if !eq_fam(&dy, &dy2)? {
@@ -427,14 +490,16 @@ fn run(op: &TypedOp, m: &Mesh, xs: &[PerRank], phase: Phase) -> Result<Pass, Sto
                 ..Pass::default()
             })
         }
-        Phase::All | Phase::AllBut(_) => {}
+        Phase::All | Phase::AllBut(_) | Phase::Lane(_) => {}
     }
     // B1, B2 for every cotangent of the free basis.
     let tc = op.output.cot();
     let out_shape = y[0].shape.clone();
     let cot_in: Vec<Type> = op.inputs.iter().map(Type::cot).collect();
+    // Only the unit cotangents of the phase's lane group, if any.
     let gs: Vec<PerRank> = (0..num_free(m, &tc, &out_shape))
         .map(|k| free_unit(m, &tc, &out_shape, k))
+        .filter(|g| keep.output(g))
         .collect();
     if let Err(why) = op.backward_accepts(m, &out_shape, &shapes) {
         return Err(c.fail(
@@ -491,6 +556,9 @@ fn run(op: &TypedOp, m: &Mesh, xs: &[PerRank], phase: Phase) -> Result<Pass, Sto
         }
         for (j, tj) in op.inputs.iter().enumerate() {
             for z in kernel_basis(m, tj, &shapes[j]) {
+                if !keep.input(j, &z) {
+                    continue;
+                }
                 for t in steps() {
                     let mut xs2 = xs.to_vec();
                     xs2[j] = xs[j].axpy(&t, &z);
@@ -524,6 +592,9 @@ fn run(op: &TypedOp, m: &Mesh, xs: &[PerRank], phase: Phase) -> Result<Pass, Sto
         results.push(dbs);
     }
     for z in kernel_basis(m, &tc, &out_shape) {
+        if !keep.output(&z) {
+            continue;
+        }
         let bs = backward(op, m, xs, &z)?;
         for (i, b) in bs.iter().enumerate() {
             if op.no_grad.contains(&i) {
@@ -567,7 +638,11 @@ fn run(op: &TypedOp, m: &Mesh, xs: &[PerRank], phase: Phase) -> Result<Pass, Sto
         if op.no_grad.contains(&i) {
             continue;
         }
+        let n_i = shapes[i].iter().product::<usize>();
         for (coord, e) in denot_basis(m, ti, &shapes[i]) {
+            if !keep.coord(i, coord.rank, coord.elem, n_i) {
+                continue;
+            }
             // d/dh ⟦f(x + h e)⟧ at 0 (SPEC.md §5.1), by forward mode on
             // every rank with the unit representative e as tangent.
             let mut per_rank: Fam = Vec::with_capacity(m.num_ranks());

@@ -182,6 +182,13 @@ pub enum Phase {
     /// input separately they were decided where that input is zero
     /// (SPEC.md §8.3).
     AllBut(u64),
+    /// Every property, restricted to the items of one lane group: F2 and
+    /// the primal half of B2 along its directions, B1-B3 at its unit
+    /// cotangents, B3's columns at its coordinates; F1 and F3 whole. A
+    /// point where only that group is nonzero reads the other groups'
+    /// items as at the point 0, where they were checked (SPEC.md §8.5).
+    /// A checker without lane groups checks everything.
+    Lane(u32),
 }
 
 impl Phase {

@@ -531,6 +531,12 @@ impl FreeSlots {
         FreeSlots { slot, reps }
     }
 
+    /// The slot rank `r` reads: its free scalars are those from
+    /// `slot(r) · numel` on.
+    pub fn slot(&self, r: usize) -> usize {
+        self.slot[r]
+    }
+
     /// `from_free_into` for a value of this mesh and type.
     pub fn fill(&self, shape: &[usize], vals: &[Q], out: &mut PerRank) {
         let n = numel(shape);
