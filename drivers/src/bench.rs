@@ -588,6 +588,7 @@ fn floor_op(e: Elem, op: &TypedOp, scope: &Scope, meshes: &[Mesh]) -> (u64, bool
     for c in &cs {
         let (_, deg) = op.op.infer(&c.mesh, &c.shapes).expect("fits");
         let mut ws = Ws::new(e, op, &c.mesh, &c.shapes, &deg);
+        ws.groups = c.lanes.clone();
         let scalars: usize = c.lists.iter().map(|(k, _)| k).sum();
         let mut held = false;
         let mut pt = vec![0.0; scalars];
@@ -597,9 +598,19 @@ fn floor_op(e: Elem, op: &TypedOp, scope: &Scope, meshes: &[Mesh]) -> (u64, bool
             for (a, q) in pt.iter_mut().zip(p) {
                 *a = q64(q);
             }
-            // The same properties as the exact side: an input that is not
-            // zero here leaves its value-free ones out (SPEC.md §8.3).
-            let skip = if c.per_input { c.nonzero_inputs(p) } else { 0 };
+            // The same properties as the exact side: at a point of a lane
+            // case, only the nonzero group's items (SPEC.md §8.5); else an
+            // input that is not zero here leaves its value-free ones out
+            // (SPEC.md §8.3).
+            ws.lane = c
+                .lanes
+                .as_ref()
+                .and_then(|l| p.iter().position(|q| !q.is_zero()).map(|at| l.free[at]));
+            let skip = if c.per_input && ws.lane.is_none() {
+                c.nonzero_inputs(p)
+            } else {
+                0
+            };
             ws.skip = skip;
             let all_skipped = skip.count_ones() as usize == c.lists.len();
             match ws.check(&pt, !held && !all_skipped) {
@@ -631,6 +642,9 @@ struct Ws {
     e: Elem,
     /// Inputs whose value-free properties this point leaves out (bit i).
     skip: u64,
+    /// The case's lane groups, and the group this point checks alone.
+    groups: Option<spmd_generators::LaneGroups>,
+    lane: Option<u32>,
     r: usize,
     n: usize,
     ins: Vec<State>,
@@ -721,6 +735,8 @@ impl Ws {
         let mut ws = Ws {
             e,
             skip: 0,
+            groups: None,
+            lane: None,
             r,
             n,
             ins: ins.clone(),
@@ -897,6 +913,22 @@ impl Ws {
         i < 64 && (self.skip >> i) & 1 == 1
     }
 
+    /// Whether this point checks the item at flat index `at` (rank · numel
+    /// + entry) of input `i`, or of the output with `None`: all, or those
+    /// of its lane group.
+    fn keeps(&self, i: Option<usize>, at: usize) -> bool {
+        match (&self.groups, self.lane) {
+            (Some(l), Some(a)) => {
+                let gs = match i {
+                    Some(i) => &l.inputs[i],
+                    None => &l.out,
+                };
+                gs.get(at).is_none_or(|&g| g == a)
+            }
+            _ => true,
+        }
+    }
+
     /// One instance; `all`: the backward properties too.
     fn check(&mut self, free: &[f64], all: bool) -> Result<(), Fail> {
         let (r, n) = (self.r, self.n);
@@ -930,6 +962,9 @@ impl Ws {
             let k = self.ni[i];
             for rr in 1..r {
                 for e in 0..k {
+                    if !self.keeps(Some(i), rr * k + e) {
+                        continue;
+                    }
                     for ti in 0..self.lines[i].len() {
                         let t = self.lines[i][ti];
                         self.x[i][rr * k + e] += t;
@@ -983,8 +1018,14 @@ impl Ws {
         let (r, n) = (self.r, self.n);
         let tc = self.out.cot();
         let ng = self.dgs.len();
-        for k in 0..ng {
+        let mut kept_g = vec![true; ng];
+        for (k, kept) in kept_g.iter_mut().enumerate() {
             self.unit_g(k);
+            let at = self.g.iter().position(|v| *v != 0.0).unwrap_or(0);
+            *kept = self.keeps(None, at);
+            if !*kept {
+                continue;
+            }
             self.backward(false, k).ok_or(())?;
             for i in 0..self.ni.len() {
                 let ci = self.ins[i].cot();
@@ -1008,6 +1049,9 @@ impl Ws {
                 let kj = self.ni[j];
                 for rr in 1..r {
                     for e in 0..kj {
+                        if !self.keeps(Some(j), rr * kj + e) {
+                            continue;
+                        }
                         for ti in 0..self.lines[j].len() {
                             let t = self.lines[j][ti];
                             self.x[j][rr * kj + e] += t;
@@ -1036,6 +1080,9 @@ impl Ws {
         if tc == State::Partial {
             for rr in 1..r {
                 for e in 0..n {
+                    if !self.keeps(None, rr * n + e) {
+                        continue;
+                    }
                     self.g.iter_mut().for_each(|v| *v = 0.0);
                     self.g[rr * n + e] = 1.0;
                     self.g[e] = -1.0;
@@ -1066,7 +1113,9 @@ impl Ws {
             let ki = self.ni[i];
             for b in 0..self.basis[i].len() {
                 let (q, e) = self.basis[i][b];
-                self.directional(i, q, e, b).ok_or(())?;
+                if self.keeps(Some(i), q * ki + e) {
+                    self.directional(i, q, e, b).ok_or(())?;
+                }
             }
             let rep = if self.out.replicated() || self.out == State::Partial {
                 r as f64
@@ -1074,10 +1123,13 @@ impl Ws {
                 1.0
             };
             let ci = s.cot();
-            for k in 0..ng {
+            for k in (0..ng).filter(|&k| kept_g[k]) {
                 self.want.clear();
                 self.want.resize(r * ki, 0.0);
                 for (b, &(q, e)) in self.basis[i].iter().enumerate() {
+                    if !self.keeps(Some(i), q * ki + e) {
+                        continue;
+                    }
                     let v: f64 = self.cols[b]
                         .iter()
                         .zip(&self.dgs[k])
@@ -1093,7 +1145,14 @@ impl Ws {
                 }
                 self.d.resize(r * ki, 0.0);
                 denote_into(ci, r, ki, &self.bs[k][i], &mut self.d);
-                if !self.d.iter().zip(&self.want).all(|(a, b)| close(*a, *b)) {
+                // Only the lane's coordinates were sampled; the others pair
+                // to 0 with a unit of this lane, as at the point 0.
+                let lane = self.lane.is_some();
+                let ok = (0..r * ki).all(|t| {
+                    let (a, b) = (self.d[t], self.want[t]);
+                    (lane && !self.keeps(Some(i), t)) || close(a, b)
+                });
+                if !ok {
                     return Err(());
                 }
             }
