@@ -913,9 +913,9 @@ impl Ws {
         i < 64 && (self.skip >> i) & 1 == 1
     }
 
-    /// Whether this point checks the item at flat index `at` (rank · numel
-    /// + entry) of input `i`, or of the output with `None`: all, or those
-    /// of its lane group.
+    /// Whether this point checks the item at flat index `at` (rank times
+    /// numel plus entry) of input `i`, or of the output with `None`: all,
+    /// or those of its lane group.
     fn keeps(&self, i: Option<usize>, at: usize) -> bool {
         match (&self.groups, self.lane) {
             (Some(l), Some(a)) => {
