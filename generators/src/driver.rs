@@ -439,11 +439,21 @@ pub fn with_lane_mode<T>(mode: LaneMode, f: impl FnOnce() -> T) -> T {
 /// Whether each lane group of `case` (a group per free scalar, `groups`)
 /// is within the caps: at most `max_free` scalars of any input (unless the
 /// case is linear, which only the points cap bounds) and at most
-/// `max_points` points of its own.
+/// `max_points` points of its own; and the whole case within 16 times the
+/// points cap, the bound of the one case taken beyond it (SPEC.md §8.1).
 fn lanes_within(case: &Case, groups: &[u32], scope: &Scope, linear: bool) -> bool {
     let mut ids: Vec<u32> = groups.to_vec();
     ids.sort_unstable();
     ids.dedup();
+    let blocks: Vec<(usize, usize, Option<usize>)> = case
+        .lists
+        .iter()
+        .zip(&case.budgets)
+        .map(|((k, v), &d)| (*k, v.len(), d))
+        .collect();
+    if lane_size(&blocks, groups) > scope.max_points.saturating_mul(16) {
+        return false;
+    }
     ids.iter().all(|&g| {
         let mut at = 0;
         let blocks: Vec<(usize, usize, Option<usize>)> = case
@@ -521,7 +531,7 @@ pub fn estimate_typings_until(ops: &[TypedOp], scope: &Scope, limit: u64) -> (u6
 /// alone, without the cases: every case a run keeps has at most
 /// `max_points` points, or, checked lane by lane (SPEC.md §8.5), at most
 /// `max_points` per group besides the point 0, with at most one group per
-/// free scalar; and the one multi-rank case it may take beyond the cap
+/// free scalar, and at most 16 · `max_points` in all; and the one multi-rank case it may take beyond the cap
 /// at most 16 times that (SPEC.md §8.1). When this is within a limit the
 /// estimate is too, and a caller that only compares with the limit need
 /// not walk every typing's cases (benches/HISTORY.md §18.11).
@@ -539,7 +549,7 @@ pub fn typings_bound(ops: &[TypedOp], scope: &Scope) -> u64 {
 /// The most points the cases of one typing of `op`'s function keep within
 /// the caps, from its shape tables: `max_points` per table entry, or for a
 /// function that may split into lanes, 1 + (free scalars) · (`max_points`
-/// − 1) when that is more.
+/// − 1), at most 16 · `max_points`, when that is more.
 fn cases_bound(op: &TypedOp, scope: &Scope) -> u64 {
     let split = matches!(op.op, Op::Local(_));
     meshes_for(op, scope)
@@ -555,7 +565,8 @@ fn cases_bound(op: &TypedOp, scope: &Scope) -> u64 {
                         .saturating_mul(m.num_ranks() as u64);
                     let lanes = free
                         .saturating_mul(scope.max_points.saturating_sub(1))
-                        .saturating_add(1);
+                        .saturating_add(1)
+                        .min(scope.max_points.saturating_mul(16));
                     if split {
                         scope.max_points.max(lanes)
                     } else {
