@@ -4,8 +4,8 @@
 //! caller's (the dependency rule keeps the oracle out of generators).
 
 use crate::exhaustive::{
-    candidate_count, candidate_tuples, for_each_lane_point, lane_size, lower_size, shape_tuples,
-    Scope,
+    candidate_count, candidate_tuples, for_each_lane_point, lane_blocks, lane_size, lower_size,
+    shape_tuples, Scope,
 };
 use crate::lanes::{lane_groups, LaneGroups};
 use spmd_interp::{Backward, Degree, Jvp, Op, TypedOp};
@@ -55,14 +55,17 @@ pub struct Case {
 }
 
 impl Case {
-    /// Grid points of the case.
-    pub fn points(&self) -> u64 {
-        let blocks: Vec<(usize, usize, Option<usize>)> = self
-            .lists
+    /// Per input: its free scalars, its value count and its budget.
+    fn blocks(&self) -> Vec<(usize, usize, Option<usize>)> {
+        self.lists
             .iter()
             .zip(&self.budgets)
             .map(|((k, v), &b)| (*k, v.len(), b))
-            .collect();
+            .collect()
+    }
+    /// Grid points of the case.
+    pub fn points(&self) -> u64 {
+        let blocks = self.blocks();
         match &self.lanes {
             Some(g) => lane_size(&blocks, &g.free),
             None => lower_size(&blocks),
@@ -442,33 +445,11 @@ pub fn with_lane_mode<T>(mode: LaneMode, f: impl FnOnce() -> T) -> T {
 /// `max_points` points of its own; and the whole case within 16 times the
 /// points cap, the bound of the one case taken beyond it (SPEC.md §8.1).
 fn lanes_within(case: &Case, groups: &[u32], scope: &Scope, linear: bool) -> bool {
-    let mut ids: Vec<u32> = groups.to_vec();
-    ids.sort_unstable();
-    ids.dedup();
-    let blocks: Vec<(usize, usize, Option<usize>)> = case
-        .lists
-        .iter()
-        .zip(&case.budgets)
-        .map(|((k, v), &d)| (*k, v.len(), d))
-        .collect();
-    if lane_size(&blocks, groups) > scope.max_points.saturating_mul(16) {
-        return false;
-    }
-    ids.iter().all(|&g| {
-        let mut at = 0;
-        let blocks: Vec<(usize, usize, Option<usize>)> = case
-            .lists
-            .iter()
-            .zip(&case.budgets)
-            .map(|((k, v), &d)| {
-                let here = groups[at..at + k].iter().filter(|&&x| x == g).count();
-                at += k;
-                (here, v.len(), d)
-            })
-            .collect();
-        (linear || blocks.iter().all(|b| b.0 <= scope.max_free))
-            && lower_size(&blocks) <= scope.max_points
-    })
+    let blocks = case.blocks();
+    lane_size(&blocks, groups) <= scope.max_points.saturating_mul(16)
+        && lane_blocks(&blocks, groups).iter().all(|b| {
+            (linear || b.iter().all(|x| x.0 <= scope.max_free)) && lower_size(b) <= scope.max_points
+        })
 }
 
 /// The meshes a typed op is checked on: those of the scope with as many axes

@@ -450,21 +450,34 @@ pub fn lower_size(blocks: &[(usize, usize, Option<usize>)]) -> u64 {
 /// per position, the positions of `blocks` in order): the point 0, and per
 /// group the points of its own lower set but 0.
 pub fn lane_size(blocks: &[(usize, usize, Option<usize>)], groups: &[u32]) -> u64 {
+    lane_blocks(blocks, groups).iter().fold(1u64, |acc, b| {
+        acc.saturating_add(lower_size(b).saturating_sub(1))
+    })
+}
+
+/// Per group of `groups` (a group per position, the positions of `blocks`
+/// in order), in the order of the group numbers: `blocks` with each
+/// block's positions counted in that group only.
+pub fn lane_blocks(
+    blocks: &[(usize, usize, Option<usize>)],
+    groups: &[u32],
+) -> Vec<Vec<(usize, usize, Option<usize>)>> {
     let mut ids: Vec<u32> = groups.to_vec();
     ids.sort_unstable();
     ids.dedup();
-    ids.iter().fold(1u64, |acc, &g| {
-        let mut at = 0;
-        let mine: Vec<(usize, usize, Option<usize>)> = blocks
-            .iter()
-            .map(|&(k, n, d)| {
-                let here = groups[at..at + k].iter().filter(|&&x| x == g).count();
-                at += k;
-                (here, n, d)
-            })
-            .collect();
-        acc.saturating_add(lower_size(&mine).saturating_sub(1))
-    })
+    ids.iter()
+        .map(|&g| {
+            let mut at = 0;
+            blocks
+                .iter()
+                .map(|&(k, n, d)| {
+                    let here = groups[at..at + k].iter().filter(|&&x| x == g).count();
+                    at += k;
+                    (here, n, d)
+                })
+                .collect()
+        })
+        .collect()
 }
 
 #[cfg(test)]

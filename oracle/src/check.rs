@@ -1222,19 +1222,7 @@ impl<'a> Checker<'a> {
         cols: &mut Vec<Vec<Q>>,
         cb: &mut ColBufs,
     ) -> bool {
-        let nb = self.basis_nz[i].len();
-        if cols.len() < nb {
-            cols.resize_with(nb, Vec::new);
-        }
-        for (e, col) in self.basis_nz[i].iter().zip(cols.iter_mut()) {
-            if self
-                .directional_flat(work, xs, y, yw, y0, i, e, col, cb)
-                .is_err()
-            {
-                return false;
-            }
-        }
-        true
+        self.columns_flat_in(work, xs, y, yw, y0, i, cols, cb, Phase::All)
     }
 
     /// The forward at `work`, which differs from the instance's inputs
