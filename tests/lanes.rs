@@ -192,3 +192,36 @@ fn cases_over_the_caps_are_checked_lane_by_lane() {
     let v = check_op(&w.op, &scope, &w.meshes, &|_| {});
     assert!(!shown(&v).starts_with("sound"), "{}", shown(&v));
 }
+
+#[test]
+fn forward_mode_skips_ranks_with_zero_tangent_of_a_total_function() {
+    // B3's derivative of a total function leaves out the ranks a
+    // coordinate's tangent does not touch (SPEC.md §19.4). On two ranks a
+    // right hand-written VJP of softmax stays sound (a derivative that
+    // dropped a rank it should read would not match it) and a wrong one
+    // fails B3 there.
+    let scope = Scope {
+        max_rank: 1,
+        ..Scope::default()
+    };
+    let rule = |name: &str, backward: &str| {
+        format!(
+            "[[rule]]\nname = \"{name}\"\nmesh = {{ x = 2 }}\nop = {{ expr = \"softmax(x, 0)\" }}\ninputs = [\"V\"]\noutput = \"V\"\nbackward = [\"{backward}\"]\n"
+        )
+    };
+    let text = rule("good", "softmax(x, 0) * (g - sum(g * softmax(x, 0), 0))")
+        + &rule("wrong", "softmax(x, 0) * g");
+    let specs = parse_file("vjp.toml", &text).expect("parses");
+    let rs = build("vjp.toml", &text, &specs, &scope).expect("builds");
+    let v: Vec<String> = rs
+        .iter()
+        .map(|r| shown(&check_op(&r.op, &scope, &r.meshes, &|_| {})))
+        .collect();
+    assert!(v[0].starts_with("sound"), "{}", v[0]);
+    assert!(
+        v[1].starts_with("unsound") && v[1].contains("B3"),
+        "{}",
+        v[1]
+    );
+    assert!(v[1].contains("size: 2"), "{}", v[1]);
+}

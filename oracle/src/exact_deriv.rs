@@ -634,6 +634,7 @@ fn run(op: &TypedOp, m: &Mesh, xs: &[PerRank], phase: Phase, keep: Keep) -> Resu
         .iter()
         .map(|g| denote(m, &tc, &g.tensors.iter().map(lift).collect()))
         .collect::<Result<_, _>>()?;
+    let total = spmd_interp::lanes::total(&f.expr);
     for (i, ti) in op.inputs.iter().enumerate() {
         if op.no_grad.contains(&i) {
             continue;
@@ -648,6 +649,13 @@ fn run(op: &TypedOp, m: &Mesh, xs: &[PerRank], phase: Phase, keep: Keep) -> Resu
             let mut per_rank: Fam = Vec::with_capacity(m.num_ranks());
             let mut kctx = XCtx::default();
             for r in 0..m.num_ranks() {
+                // A total function (no domain error, no kink) has a zero
+                // derivative on a rank whose tangent is zero: a local op
+                // reads its own rank only (SPEC.md §19.4).
+                if total && e.tensors[r].is_zero() {
+                    per_rank.push(XT::zeros(&out_shape));
+                    continue;
+                }
                 let args: Vec<XT<Dual>> = xs
                     .iter()
                     .enumerate()
