@@ -19,7 +19,6 @@ use crate::interval::{self, Iv};
 use crate::q::Q;
 use num_integer::Integer;
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
 use std::fmt;
 
 /// A number outside the field, kept as a symbol with an enclosure.
@@ -89,10 +88,13 @@ const MAX_RAD: u64 = 1 << 40;
 /// rather than summed with numbers of unbounded size.
 pub const MAX_ENCLOSED_ARG: i64 = 1024;
 
-/// A sum of monomials with nonzero rational coefficients, in normal form.
+/// A sum of monomials with nonzero rational coefficients, in normal form:
+/// the terms sorted by monomial, each monomial once. A sorted vector, not a
+/// map: the fields' sums and products build small polynomials by the
+/// million, and a map's nodes were most of their cost.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Poly {
-    pub terms: BTreeMap<Mono, Q>,
+    pub terms: Vec<(Mono, Q)>,
 }
 
 /// Why an operation has no exact result.
@@ -126,11 +128,29 @@ impl Poly {
         Poly::mono(Mono::one(), q)
     }
     pub fn mono(m: Mono, c: Q) -> Poly {
-        let mut terms = BTreeMap::new();
-        if !c.is_zero() {
-            terms.insert(m, c);
-        }
+        let terms = if c.is_zero() { vec![] } else { vec![(m, c)] };
         Poly { terms }
+    }
+    /// The normal form of a sum of terms in any order, repeats allowed.
+    fn from_terms(mut ts: Vec<(Mono, Q)>) -> Poly {
+        ts.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut terms: Vec<(Mono, Q)> = Vec::with_capacity(ts.len());
+        for (m, c) in ts {
+            match terms.last_mut() {
+                Some((lm, lc)) if *lm == m => *lc = lc.add(&c),
+                _ => terms.push((m, c)),
+            }
+        }
+        terms.retain(|(_, c)| !c.is_zero());
+        Poly { terms }
+    }
+    /// The monomials, in order.
+    fn monos(&self) -> impl Iterator<Item = &Mono> {
+        self.terms.iter().map(|(m, _)| m)
+    }
+    /// The coefficients, in the order of their monomials.
+    fn coefs(&self) -> impl Iterator<Item = &Q> {
+        self.terms.iter().map(|(_, c)| c)
     }
     pub fn is_zero(&self) -> bool {
         self.terms.is_empty()
@@ -144,26 +164,36 @@ impl Poly {
                 .is_some_and(|(m, c)| m.is_one() && c.is_one())
     }
     pub fn has_atoms(&self) -> bool {
-        self.terms.keys().any(|m| !m.atoms.is_empty())
+        self.monos().any(|m| !m.atoms.is_empty())
     }
-    fn add_term(&mut self, m: Mono, c: Q) {
-        if c.is_zero() {
-            return;
-        }
-        let v = match self.terms.remove(&m) {
-            Some(old) => old.add(&c),
-            None => c,
-        };
-        if !v.is_zero() {
-            self.terms.insert(m, v);
-        }
-    }
+    /// The sum: the two sorted term lists merged.
     pub fn add(&self, o: &Poly) -> Poly {
-        let mut out = self.clone();
-        for (m, c) in &o.terms {
-            out.add_term(m.clone(), c.clone());
+        let (a, b) = (&self.terms, &o.terms);
+        let mut terms = Vec::with_capacity(a.len() + b.len());
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() && j < b.len() {
+            match a[i].0.cmp(&b[j].0) {
+                Ordering::Less => {
+                    terms.push(a[i].clone());
+                    i += 1;
+                }
+                Ordering::Greater => {
+                    terms.push(b[j].clone());
+                    j += 1;
+                }
+                Ordering::Equal => {
+                    let c = a[i].1.add(&b[j].1);
+                    if !c.is_zero() {
+                        terms.push((a[i].0.clone(), c));
+                    }
+                    i += 1;
+                    j += 1;
+                }
+            }
         }
-        out
+        terms.extend_from_slice(&a[i..]);
+        terms.extend_from_slice(&b[j..]);
+        Poly { terms }
     }
     pub fn neg(&self) -> Poly {
         Poly {
@@ -193,18 +223,22 @@ impl Poly {
         if o.is_one() {
             return Ok(self.clone());
         }
-        let mut out = Poly::zero();
+        let mut ts = Vec::with_capacity(self.terms.len() * o.terms.len());
         for (m1, c1) in &self.terms {
             for (m2, c2) in &o.terms {
                 let (m, g) = m1.mul(m2)?;
-                out.add_term(m, c1.mul(c2).mul(&Q::int(g as i64)));
+                let c = c1.mul(c2);
+                ts.push((m, if g == 1 { c } else { c.mul(&Q::int(g as i64)) }));
             }
         }
-        Ok(out)
+        Ok(Poly::from_terms(ts))
     }
     /// The single term, if there is exactly one.
     fn single(&self) -> Option<(&Mono, &Q)> {
-        (self.terms.len() == 1).then(|| self.terms.iter().next().expect("one"))
+        match &self.terms[..] {
+            [(m, c)] => Some((m, c)),
+            _ => None,
+        }
     }
     /// An enclosure of the value at `bits` of precision; `None` where an
     /// atom's argument could not be enclosed away from a pole.
@@ -418,26 +452,23 @@ impl X {
                 return Ok(X::poly(num));
             }
         }
-        if self.num.terms.len() == self.den.terms.len()
-            && self.num.terms.keys().eq(self.den.terms.keys())
-        {
+        if self.num.terms.len() == self.den.terms.len() && self.num.monos().eq(self.den.monos()) {
             let (n0, d0) = (
-                self.num.terms.values().next().expect("nonempty"),
-                self.den.terms.values().next().expect("nonempty"),
+                self.num.coefs().next().expect("nonempty"),
+                self.den.coefs().next().expect("nonempty"),
             );
             let k = n0.div(d0).expect("nonzero");
             if self
                 .num
-                .terms
-                .values()
-                .zip(self.den.terms.values())
+                .coefs()
+                .zip(self.den.coefs())
                 .all(|(n, d)| *n == d.mul(&k))
             {
                 return Ok(X::q(k));
             }
         }
         // Keep the denominator's first coefficient 1.
-        let d0 = self.den.terms.values().next().expect("nonempty").clone();
+        let d0 = self.den.coefs().next().expect("nonempty").clone();
         if !d0.is_one() {
             let inv = Q::one().div(&d0).expect("nonzero");
             self.num = self.num.scale(&inv);
@@ -598,7 +629,7 @@ impl X {
                     return Ok(v);
                 }
             }
-            let c0 = p.terms.values().next().expect("nonzero").abs();
+            let c0 = p.coefs().next().expect("nonzero").abs();
             let unit = p.scale(&Q::one().div(&c0).expect("nonzero"));
             log_q(&c0).add(&X::atom(Atom::Log(unit)))
         };
