@@ -156,12 +156,7 @@ impl Poly {
         self.terms.is_empty()
     }
     fn is_one(&self) -> bool {
-        self.terms.len() == 1
-            && self
-                .terms
-                .iter()
-                .next()
-                .is_some_and(|(m, c)| m.is_one() && c.is_one())
+        matches!(&self.terms[..], [(m, c)] if m.is_one() && c.is_one())
     }
     pub fn has_atoms(&self) -> bool {
         self.monos().any(|m| !m.atoms.is_empty())
