@@ -5,9 +5,9 @@
 
 use spmd_interp::lanes::{lanes, total, Lanes};
 use spmd_interp::{Backward, Op, TypedOp};
-use spmd_semantics::perrank::{global, Denot, FreeSlots};
+use spmd_semantics::perrank::{global_sources, FreeSlots};
 use spmd_semantics::tensor::numel;
-use spmd_semantics::{Mesh, Shape, State, Tensor, Type, Q};
+use spmd_semantics::{Mesh, Shape, State, Type};
 use std::collections::HashMap;
 
 struct Dsu(Vec<usize>);
@@ -47,32 +47,6 @@ fn class_first(m: &Mesh, t: &Type) -> Vec<usize> {
             *first.entry(key).or_insert(r)
         })
         .collect()
-}
-
-/// Where each entry of the global tensor of type `t` comes from: (member,
-/// entry) of the denotation, from a denotation whose values are their own
-/// positions.
-fn global_sources(m: &Mesh, t: &Type, shape: &[usize]) -> Option<(Shape, Vec<(usize, usize)>)> {
-    let n = numel(shape);
-    let nr = m.num_ranks();
-    let family = (0..nr)
-        .map(|r| {
-            Tensor::new(
-                shape.to_vec(),
-                (0..n).map(|e| Q::int((r * n + e) as i64)).collect(),
-            )
-        })
-        .collect();
-    let g = global(m, t, &Denot { family })?;
-    let src = g
-        .data
-        .iter()
-        .map(|q| {
-            let k = usize::try_from(q.to_i64()?).ok()?;
-            (k < nr * n).then_some((k / n, k % n))
-        })
-        .collect::<Option<Vec<_>>>()?;
-    Some((g.shape.clone(), src))
 }
 
 /// The lane groups of a case: a group number per free scalar (inputs in

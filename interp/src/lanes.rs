@@ -274,9 +274,6 @@ fn reads(e: &Expr) -> Vec<usize> {
                 out.push(*i);
             }
         }
-        if let Expr::Where(Mask::Input(m), ..) = e {
-            go(m, out);
-        }
         for c in e.children() {
             go(c, out);
         }

@@ -328,32 +328,12 @@ fn backward(op: &TypedOp, m: &Mesh, xs: &[PerRank], g: &PerRank) -> Result<Vec<F
 /// The global tensor of a family under a type with layouts (SPEC.md
 /// §13.1), placed by the same map as `perrank::global` (run on indices).
 fn global_x(m: &Mesh, t: &Type, d: &Fam) -> Option<XT<X>> {
-    let n = d.first()?.data.len();
-    let idx = spmd_semantics::Denot {
-        family: d
-            .iter()
-            .enumerate()
-            .map(|(r, x)| {
-                Tensor::new(
-                    x.shape.clone(),
-                    (0..n).map(|k| Q::int((r * n + k) as i64)).collect(),
-                )
-            })
-            .collect(),
-    };
-    let g = spmd_semantics::perrank::global(m, t, &idx)?;
-    let data = g
-        .data
+    let (shape, src) = spmd_semantics::perrank::global_sources(m, t, &d.first()?.shape)?;
+    let data = src
         .iter()
-        .map(|q| {
-            let k = q.to_i64()? as usize;
-            Some(d[k / n].data[k % n].clone())
-        })
+        .map(|&(r, e)| d.get(r)?.data.get(e).cloned())
         .collect::<Option<Vec<X>>>()?;
-    Some(XT {
-        shape: g.shape,
-        data,
-    })
+    Some(XT { shape, data })
 }
 
 fn steps() -> Vec<Q> {

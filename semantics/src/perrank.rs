@@ -368,6 +368,37 @@ impl Projection {
     }
 }
 
+/// The global shape, and per global entry its (member, entry).
+pub type Sources = (Vec<usize>, Vec<(usize, usize)>);
+
+/// Where each entry of the global tensor of type `t` (§13.1) comes from:
+/// the global shape, and per global entry the (member, entry) of a
+/// denotation whose members have local shape `shape`. Found by placing a
+/// denotation whose values are their own positions; `None` where `global`
+/// is.
+pub fn global_sources(m: &Mesh, t: &Type, shape: &[usize]) -> Option<Sources> {
+    let n = numel(shape);
+    let nr = m.num_ranks();
+    let family = (0..nr)
+        .map(|r| {
+            Tensor::new(
+                shape.to_vec(),
+                (0..n).map(|e| Q::int((r * n + e) as i64)).collect(),
+            )
+        })
+        .collect();
+    let g = global(m, t, &Denot { family })?;
+    let src = g
+        .data
+        .iter()
+        .map(|q| {
+            let k = usize::try_from(q.to_i64()?).ok()?;
+            (k < nr * n).then_some((k / n.max(1), k % n.max(1)))
+        })
+        .collect::<Option<Vec<_>>>()?;
+    Some((g.shape, src))
+}
+
 /// SPEC.md §13.1: the global tensor a denotation stands for under a type
 /// whose every Varying axis shards a tensor dim. Blocks are placed by the
 /// Varying coordinates; axes sharding the same dim are ordered as the mesh
