@@ -298,9 +298,7 @@ pub fn cast(name: &str, from: State, to: State) -> Option<(String, String)> {
         return Some(c);
     }
     let fwd = cast_as_catalogue(name, from, to)?;
-    let (r, _, _) = table_rows("spmd_types")
-        .into_iter()
-        .find(|(r, _, _)| r.forward == fwd)?;
+    let (r, _, _) = table_rows("spmd_types").find(|(r, _, _)| r.forward == fwd)?;
     Some((fill(&r.forward), fill(r.backward.as_deref()?)))
 }
 

@@ -748,19 +748,31 @@ pub fn fill(t: &str) -> String {
         .replace("{c}", "1")
 }
 
+/// A collective row with its source and destination states.
+pub type StatedRow = (&'static crate::tables::CollectiveRow, State, State);
+
 /// The one-axis rows of `system`'s collective table that declare a
-/// backward, with their source and destination states.
-pub fn table_rows(system: &str) -> Vec<(&'static crate::tables::CollectiveRow, State, State)> {
-    crate::tables::collective_rows()
-        .iter()
-        .filter(|r| r.system == system && r.backward.is_some())
-        .filter(|r| !r.forward.starts_with("redistribute"))
-        .filter_map(|r| {
-            let (s, ls) = r.dialect.parse_state(&r.src).ok()?;
-            let (d, ld) = r.dialect.parse_state(&r.dst).ok()?;
-            (ls.is_none() && ld.is_none()).then_some((r, s, d))
-        })
-        .collect()
+/// backward, with their source and destination states. The states are read
+/// once for every system's table (the tables are static; a typing asks for
+/// them at every inserted cast, and a state that is not one-axis is read
+/// with an error message, "did you mean" included, before it is passed
+/// over).
+pub fn table_rows(system: &str) -> impl Iterator<Item = &'static StatedRow> + '_ {
+    static ROWS: std::sync::OnceLock<Vec<StatedRow>> = std::sync::OnceLock::new();
+    ROWS.get_or_init(|| {
+        crate::tables::collective_rows()
+            .iter()
+            .filter(|r| r.backward.is_some())
+            .filter(|r| !r.forward.starts_with("redistribute"))
+            .filter_map(|r| {
+                let (s, ls) = r.dialect.parse_state(&r.src).ok()?;
+                let (d, ld) = r.dialect.parse_state(&r.dst).ok()?;
+                (ls.is_none() && ld.is_none()).then_some((r, s, d))
+            })
+            .collect()
+    })
+    .iter()
+    .filter(move |(r, _, _)| r.system == system)
 }
 
 /// How `system` runs a cast its typing inserts, from its collective table:
@@ -768,10 +780,8 @@ pub fn table_rows(system: &str) -> Vec<(&'static crate::tables::CollectiveRow, S
 /// system's backward). A system's own casts beyond its table are in its
 /// file (`dtensor::cast`, `ltensor::cast`, `nabla::cast`).
 pub fn cast_by_table(system: &str, name: &str, from: State, to: State) -> Option<(String, String)> {
-    let rows = table_rows(system);
-    let (r, _, _) = rows
-        .iter()
-        .find(|(r, s, d)| r.forward == name && *s == from && *d == to)?;
+    let (r, _, _) =
+        table_rows(system).find(|(r, s, d)| r.forward == name && *s == from && *d == to)?;
     Some((fill(&r.forward), fill(r.backward.as_deref()?)))
 }
 

@@ -341,9 +341,8 @@ pub fn cast(name: &str, from: State, to: State) -> Option<(String, String)> {
     if (name, from, to) != (ALL_GATHER, State::Varying, State::Invariant) {
         return None;
     }
-    let (r, _, _) = table_rows("spmd_types")
-        .into_iter()
-        .find(|(r, _, _)| r.forward == "all_gather(I, dim={d})")?;
+    let (r, _, _) =
+        table_rows("spmd_types").find(|(r, _, _)| r.forward == "all_gather(I, dim={d})")?;
     Some((fill(&r.forward), fill(r.backward.as_deref()?)))
 }
 
