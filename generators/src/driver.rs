@@ -47,6 +47,11 @@ pub struct Case {
     /// decided at the points where that input is zero (SPEC.md §8.3,
     /// `affine_in_each`).
     pub per_input: bool,
+    /// Whether the primal half of B2 is implied by B1 and B3 on this grid,
+    /// so that a run may leave it out and check the case again in full
+    /// only where it fails (SPEC.md §8.3): the lower set of inferred
+    /// total degrees, and every pending reduction a sum or a mean.
+    pub b2_implied: bool,
     /// A lane group per free scalar (all inputs in order) when only the
     /// points with at most one nonzero group are visited: the case's op
     /// separates into lanes, and each property at a point is a conjunction
@@ -162,6 +167,16 @@ fn grid_degree(
     Some(d)
 }
 
+/// Whether every pending reduction of the op's types is a sum or a mean, so
+/// that denotations are linear in the per-rank values (SPEC.md §2.4).
+fn owes_sums(op: &TypedOp) -> bool {
+    op.inputs.iter().chain([&op.output]).all(|t| {
+        t.kinds
+            .iter()
+            .all(|k| matches!(k, PartialKind::Sum | PartialKind::Avg))
+    })
+}
+
 /// Whether every property but F1 and F3 is the same at every value of the
 /// inputs (SPEC.md §8.3): the forward is linear (a collective, a cast, a
 /// composition of them; a declared one claims a linear meaning too), every
@@ -174,12 +189,7 @@ pub fn values_free(op: &TypedOp, shapes: &[Shape], out: &Shape) -> bool {
         Op::Declared { forward, meaning } => forward.is_linear() && meaning.is_linear(),
         o => o.is_linear(),
     };
-    let sums = op.inputs.iter().chain([&op.output]).all(|t| {
-        t.kinds
-            .iter()
-            .all(|k| matches!(k, PartialKind::Sum | PartialKind::Avg))
-    });
-    if !linear || !sums {
+    if !linear || !owes_sums(op) {
         return false;
     }
     let k = shapes.len();
@@ -218,13 +228,6 @@ pub fn values_free(op: &TypedOp, shapes: &[Shape], out: &Shape) -> bool {
 /// operands that do not read input i, so input i's cotangent does not read
 /// input i even where a transpose is wrong.
 pub fn affine_in_each(op: &TypedOp, degree: Option<&[u32]>) -> bool {
-    fn sums(op: &TypedOp) -> bool {
-        op.inputs.iter().chain([&op.output]).all(|t| {
-            t.kinds
-                .iter()
-                .all(|k| matches!(k, PartialKind::Sum | PartialKind::Avg))
-        })
-    }
     let own_vjp = |o: &TypedOp| {
         matches!(o.op, Op::Local(_)) && matches!(o.backward, Backward::LocalVjp) && o.jvp.is_none()
     };
@@ -235,7 +238,7 @@ pub fn affine_in_each(op: &TypedOp, degree: Option<&[u32]>) -> bool {
                 && op.jvp.is_none()
                 && p.steps.iter().all(|st| {
                     let s = &st.op;
-                    sums(s)
+                    owes_sums(s)
                         && s.jvp.is_none()
                         && (own_vjp(s)
                             || (s.op.is_linear() && matches!(s.backward, Backward::Transpose(_))))
@@ -243,7 +246,10 @@ pub fn affine_in_each(op: &TypedOp, degree: Option<&[u32]>) -> bool {
         }
         _ => false,
     };
-    shape && op.inputs.len() <= 64 && sums(op) && degree.is_some_and(|d| d.iter().all(|&d| d == 1))
+    shape
+        && op.inputs.len() <= 64
+        && owes_sums(op)
+        && degree.is_some_and(|d| d.iter().all(|&d| d == 1))
 }
 
 /// The cases of a typed op in a scope: meshes with as many axes as the types,
@@ -368,6 +374,7 @@ pub fn cases_in(
                 proof_grid: poly,
                 once,
                 per_input,
+                b2_implied: lower && owes_sums(op),
                 lanes: None,
             };
             // A case over the caps whose op separates into lanes visits
