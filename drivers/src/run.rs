@@ -257,9 +257,9 @@ impl Scan {
         let plain = plain_points();
         let once = c.once && !plain;
         let per_input = c.per_input && !plain && full == Phase::All;
-        // The inputs whose value is not zero at a point leave their
-        // value-free properties out (§8.3); with every input nonzero that is
-        // F1 and F3 alone.
+        // The inputs whose value indices use up their budget at a point
+        // leave out their properties of one degree less (§8.3); with every
+        // input so, that leaves F1 and F3 alone.
         // A point of a lane case has one nonzero group: the others' items
         // are as at the point 0 (SPEC.md §8.5).
         let lanes = c.lanes.as_ref().filter(|_| !plain && full == Phase::All);
@@ -275,7 +275,7 @@ impl Scan {
             if !per_input {
                 return full;
             }
-            match c.nonzero_inputs(p) {
+            match c.saturated_inputs(p) {
                 0 => full,
                 m if m.count_ones() as usize == c.lists.len() => Phase::Values,
                 m => Phase::AllBut(m),

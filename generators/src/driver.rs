@@ -42,10 +42,11 @@ pub struct Case {
     /// checking F1 and F3: a linear op whose backward and JVP do not read
     /// the primals (SPEC.md §8.3, `values_free`).
     pub once: bool,
-    /// Whether the op is affine in each input separately with the
-    /// system's own VJP, so that each input's value-free properties are
-    /// decided at the points where that input is zero (SPEC.md §8.3,
-    /// `affine_in_each`).
+    /// Whether each input's cotangent is made of local partials and
+    /// constant maps (`own_partials`), so that input i's properties that
+    /// have degree dᵢ − 1 in it are decided at the points where its value
+    /// indices sum to less than its budget dᵢ (SPEC.md §8.3,
+    /// `saturated_inputs`); with budget 1, where input i is zero.
     pub per_input: bool,
     /// Whether the primal half of B2 is implied by B1 and B3 on this grid,
     /// so that a run may leave it out and check the case again in full
@@ -215,19 +216,18 @@ pub fn values_free(op: &TypedOp, shapes: &[Shape], out: &Shape) -> bool {
     backward && jvp
 }
 
-/// Whether a local op is affine in each input separately (grid degree 1 in
-/// every input, no division, no kink), with the per-rank VJP as its
-/// backward and no declared JVP, and every type's pending reduction a sum
-/// or a mean (SPEC.md §8.3). Then input i's VJP, its Jacobian, F2 along
-/// it and the primal half of B2 along it do not depend on input i's value.
-///
-/// A program qualifies when each of its steps does (a local step with its
-/// own VJP) or is a linear op whose backward is a transpose, and it runs
-/// its steps' backwards: reverse mode then multiplies constant transposes
-/// and local partials taken along an operand the step is affine in, at
-/// operands that do not read input i, so input i's cotangent does not read
-/// input i even where a transpose is wrong.
-pub fn affine_in_each(op: &TypedOp, degree: Option<&[u32]>) -> bool {
+/// Whether each input's cotangent is a sum of products of local partials
+/// and constant maps (SPEC.md §8.3): a local op with the per-rank VJP as
+/// its backward and no declared JVP, or a program that runs its steps'
+/// backwards, each step a local op with its own VJP or a linear op whose
+/// backward is a transpose; every type's pending reduction a sum or a mean;
+/// at most 64 inputs. Reverse mode takes each partial along an operand,
+/// at the step's operands, so on every path from input i the product of
+/// partials has degree at most dᵢ − 1 in input i's scalars, where dᵢ is the
+/// inferred degree, even where a transpose is wrong: input i's cotangent
+/// has degree dᵢ − 1 in input i, as does every difference of the forward
+/// along input i.
+pub fn own_partials(op: &TypedOp) -> bool {
     let own_vjp = |o: &TypedOp| {
         matches!(o.op, Op::Local(_)) && matches!(o.backward, Backward::LocalVjp) && o.jvp.is_none()
     };
@@ -246,10 +246,15 @@ pub fn affine_in_each(op: &TypedOp, degree: Option<&[u32]>) -> bool {
         }
         _ => false,
     };
-    shape
-        && op.inputs.len() <= 64
-        && owes_sums(op)
-        && degree.is_some_and(|d| d.iter().all(|&d| d == 1))
+    shape && op.inputs.len() <= 64 && owes_sums(op)
+}
+
+/// Whether an op is affine in each input separately (grid degree 1 in
+/// every input) and [`own_partials`]: then input i's value-free properties
+/// do not read input i at all (SPEC.md §8.3), the case of degree 1 of
+/// the per-input budgets.
+pub fn affine_in_each(op: &TypedOp, degree: Option<&[u32]>) -> bool {
+    own_partials(op) && degree.is_some_and(|d| d.iter().all(|&d| d == 1))
 }
 
 /// The cases of a typed op in a scope: meshes with as many axes as the types,
@@ -365,7 +370,7 @@ pub fn cases_in(
                 })
                 .unzip();
             let once = lower && values_free(op, &shapes, out_shape);
-            let per_input = lower && !once && affine_in_each(op, degree.as_deref());
+            let per_input = lower && !once && own_partials(op);
             let mut case = Case {
                 mesh: m.clone(),
                 shapes,
@@ -663,6 +668,26 @@ impl Case {
         let (mut mask, mut at) = (0u64, 0);
         for (i, (k, _)) in self.lists.iter().enumerate() {
             if i < 64 && point[at..at + k].iter().any(|v| !v.is_zero()) {
+                mask |= 1 << i;
+            }
+            at += k;
+        }
+        mask
+    }
+    /// The inputs whose scalars at `point` use up their budget: the value
+    /// indices of input i's scalars sum to dᵢ ≥ 1 (a bit per input, inputs
+    /// 0..64). Such a point lies outside the lower set of budget dᵢ − 1 in
+    /// input i, which decides input i's properties of degree dᵢ − 1 there
+    /// (SPEC.md §8.3). With every budget 1 these are the nonzero inputs.
+    pub fn saturated_inputs(&self, point: &[Q]) -> u64 {
+        let (mut mask, mut at) = (0u64, 0);
+        for (i, ((k, values), budget)) in self.lists.iter().zip(&self.budgets).enumerate() {
+            let used: usize = point[at..at + k]
+                .iter()
+                .filter(|v| !v.is_zero())
+                .map(|v| values.iter().position(|w| w == v).unwrap_or(usize::MAX))
+                .fold(0, usize::saturating_add);
+            if i < 64 && budget.is_some_and(|d| d >= 1 && used >= d) {
                 mask |= 1 << i;
             }
             at += k;

@@ -176,10 +176,10 @@ pub enum Phase {
     /// Every property.
     All,
     /// Every property, except that for each input whose bit is set (input
-    /// i: bit i) the properties that do not read that input's value are
-    /// left out: F2 along it, B1, B3 and the cotangent half of B2 for its
-    /// cotangent, the primal half of B2 along it. For an op affine in each
-    /// input separately they were decided where that input is zero
+    /// i: bit i) the properties decided at other points are left out: F2 along it, B1, B3 and the cotangent half of B2 for its
+    /// cotangent, the primal half of B2 along it. For an op made of local
+    /// partials they have one degree less in that input than the forward,
+    /// and were decided where its value indices sum to less than its budget
     /// (SPEC.md §8.3).
     AllBut(u64),
     /// Every property, restricted to the items of one lane group: F2 and
@@ -192,7 +192,7 @@ pub enum Phase {
 }
 
 impl Phase {
-    /// Whether this phase leaves out the value-free properties of input i.
+    /// Whether this phase leaves out input i's properties (`AllBut`).
     pub fn skips(self, i: usize) -> bool {
         matches!(self, Phase::AllBut(m) if i < 64 && (m >> i) & 1 == 1)
     }

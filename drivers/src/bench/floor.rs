@@ -155,14 +155,14 @@ fn floor_op<const COUNT: bool>(
             }
             // The same properties as the exact side: at a point of a lane
             // case, only the nonzero group's items (SPEC.md §8.5); else an
-            // input that is not zero here leaves its value-free ones out
-            // (SPEC.md §8.3).
+            // input whose value indices use up its budget here leaves out
+            // its properties of one degree less (SPEC.md §8.3).
             ws.lane = c
                 .lanes
                 .as_ref()
                 .and_then(|l| p.iter().position(|q| !q.is_zero()).map(|at| l.free[at]));
             let skip = if c.per_input && ws.lane.is_none() {
-                c.nonzero_inputs(p)
+                c.saturated_inputs(p)
             } else {
                 0
             };
