@@ -289,38 +289,113 @@ impl Program {
         let mut vals: Vec<Denot> = Vec::with_capacity(self.steps.len());
         for s in &self.steps {
             let at = |a: usize| if a < k { &ds[a] } else { &vals[a - k] };
-            let d = match &s.op.op {
-                // A local op's meaning, rank by rank of the full-rank family,
-                // as `Op::spec` computes it, on borrowed arguments.
-                Op::Local(f) => {
-                    // An einsum step is planned once for all ranks.
-                    let plan = StepPlan::of(s, &|a| at(a).family.first().map(|t| t.shape.clone()));
-                    let family = (0..m.num_ranks())
-                        .map(|r| {
-                            if let Some(p) = &plan {
-                                let mut out = Tensor::placeholder();
-                                if p.eval_with(&|v| &at(s.args[v]).family[r], &mut out) {
-                                    return Ok(out);
-                                }
-                            }
-                            let args: Vec<&Tensor> =
-                                s.args.iter().map(|&a| &at(a).family[r]).collect();
-                            eval(&f.expr, &args, &mut Ctx::default())
-                        })
-                        .collect::<Result<Vec<_>, _>>()?;
-                    Denot { family }
-                }
-                op => match s.args.as_slice() {
-                    [a] => op.spec(m, std::slice::from_ref(at(*a)))?,
-                    args => {
-                        let args: Vec<Denot> = args.iter().map(|&a| at(a).clone()).collect();
-                        op.spec(m, &args)?
-                    }
-                },
-            };
+            // An einsum step is planned once for all ranks.
+            let plan = StepPlan::of(s, &|a| at(a).family.first().map(|t| t.shape.clone()));
+            let d = self.step_spec(m, s, &at, plan.as_ref())?;
             vals.push(d);
         }
         Ok(vals.pop().expect("nonempty"))
+    }
+
+    /// `spec` in a workspace kept from one instance of a case to the next:
+    /// the steps' meanings are written into `w`'s buffers, and each einsum
+    /// step is planned once, on the first instance (the denotations' shapes
+    /// are the case's). The same value as `spec`.
+    pub fn spec_into<'w>(
+        &self,
+        m: &Mesh,
+        ds: &[Denot],
+        w: &'w mut SpecWork,
+    ) -> Result<&'w Denot, EvalError> {
+        let k = ds.len();
+        let n = m.num_ranks();
+        w.vals.truncate(self.steps.len());
+        w.vals
+            .resize_with(self.steps.len(), || Denot { family: vec![] });
+        if w.plans.len() != self.steps.len() {
+            // Planned on the denotations' shapes, step by step, as `spec`
+            // plans them.
+            let mut plans = Vec::with_capacity(self.steps.len());
+            let mut shapes: Vec<Option<Shape>> = ds
+                .iter()
+                .map(|d| d.family.first().map(|t| t.shape.clone()))
+                .collect();
+            for (j, st) in self.steps.iter().enumerate() {
+                plans.push(StepPlan::of(st, &|a| shapes.get(a).cloned().flatten()));
+                let (done, rest) = w.vals.split_at_mut(j);
+                let at = |a: usize| if a < k { &ds[a] } else { &done[a - k] };
+                rest[0] = self.step_spec(m, st, &at, plans[j].as_ref())?;
+                shapes.push(rest[0].family.first().map(|t| t.shape.clone()));
+            }
+            w.plans = plans;
+            return Ok(w.vals.last().expect("nonempty"));
+        }
+        for (j, st) in self.steps.iter().enumerate() {
+            let (done, rest) = w.vals.split_at_mut(j);
+            let at = |a: usize| if a < k { &ds[a] } else { &done[a - k] };
+            match &st.op.op {
+                Op::Local(f) => {
+                    let out = &mut rest[0].family;
+                    out.resize_with(n, Tensor::placeholder);
+                    let mut ctx = Ctx::default();
+                    for (r, o) in out.iter_mut().enumerate() {
+                        if let Some(p) = &w.plans[j] {
+                            if p.eval_with(&|v| &at(st.args[v]).family[r], o) {
+                                continue;
+                            }
+                        }
+                        if st.args.len() <= MAX_ARGS {
+                            let mut args: [&Tensor; MAX_ARGS] = [&EMPTY; MAX_ARGS];
+                            for (slot, &a) in args.iter_mut().zip(&st.args) {
+                                *slot = &at(a).family[r];
+                            }
+                            eval_into(&f.expr, &args[..st.args.len()], &mut ctx, o)?;
+                        } else {
+                            let args: Vec<&Tensor> =
+                                st.args.iter().map(|&a| &at(a).family[r]).collect();
+                            eval_into(&f.expr, &args, &mut ctx, o)?;
+                        }
+                    }
+                }
+                _ => rest[0] = self.step_spec(m, st, &at, None)?,
+            }
+        }
+        Ok(w.vals.last().expect("nonempty"))
+    }
+
+    /// One step's meaning on its arguments' denotations, as `spec`
+    /// computes it.
+    fn step_spec<'a>(
+        &self,
+        m: &Mesh,
+        s: &Step,
+        at: &impl Fn(usize) -> &'a Denot,
+        plan: Option<&StepPlan>,
+    ) -> Result<Denot, EvalError> {
+        Ok(match &s.op.op {
+            Op::Local(f) => {
+                let family = (0..m.num_ranks())
+                    .map(|r| {
+                        if let Some(p) = plan {
+                            let mut out = Tensor::placeholder();
+                            if p.eval_with(&|v| &at(s.args[v]).family[r], &mut out) {
+                                return Ok(out);
+                            }
+                        }
+                        let args: Vec<&Tensor> = s.args.iter().map(|&a| &at(a).family[r]).collect();
+                        eval(&f.expr, &args, &mut Ctx::default())
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Denot { family }
+            }
+            op => match s.args.as_slice() {
+                [a] => op.spec(m, std::slice::from_ref(at(*a)))?,
+                args => {
+                    let args: Vec<Denot> = args.iter().map(|&a| at(a).clone()).collect();
+                    op.spec(m, &args)?
+                }
+            },
+        })
     }
 
     /// Reverse pass: each step's declared backward, last step first; a value
@@ -978,6 +1053,15 @@ impl StepPlan {
     }
 }
 
+/// A program's workspace for its meaning (`Program::spec_into`): the steps'
+/// meanings at the last instance, and per step its planned einsum, made on
+/// the first instance of a case and kept for the others.
+#[derive(Default)]
+pub struct SpecWork {
+    vals: Vec<Denot>,
+    plans: Vec<Option<StepPlan>>,
+}
+
 /// A program's sampling workspace (`Program::sampler`): the instance's step
 /// outputs, a working copy that `Program::sample` overwrites in place, and
 /// per step the ranks it overwrote.
@@ -1093,6 +1177,55 @@ mod tests {
         };
         let bad = Program::new(vec![v], vec![step]);
         assert!(bad.unwrap_err().contains("expects P but value 0 is V"));
+    }
+
+    /// The meaning in a kept workspace equals `spec` instance after
+    /// instance, and after the shapes change (another case: the einsum
+    /// plan made for the first shapes is not used for the new ones). The
+    /// twin: a workspace whose plan is used on operands it was not made
+    /// for would give the first shapes' contraction; `eval_with` refuses
+    /// them, which the change of shapes below exercises.
+    #[test]
+    fn the_meaning_in_a_kept_workspace_is_the_meaning() {
+        let v = Type::one(State::Varying);
+        let p = Program::new(
+            vec![v.clone(), v],
+            vec![
+                local("t", "einsum(\"ij,jk->ik\", a, b)", &[0, 1], 2),
+                local("u", "t * t + a", &[2, 0], 2),
+            ],
+        )
+        .unwrap();
+        let m = Mesh::line(2);
+        let den = |shape: &[usize], seed: i64| Denot {
+            family: (0..2)
+                .map(|r| {
+                    let n: usize = shape.iter().product();
+                    Tensor::new(
+                        shape.to_vec(),
+                        (0..n as i64)
+                            .map(|k| Q::int(seed + 3 * k - 2 * r))
+                            .collect(),
+                    )
+                })
+                .collect(),
+        };
+        let mut w = SpecWork::default();
+        for (shape, seed) in [
+            (vec![2, 2], 1),
+            (vec![2, 2], -4),
+            (vec![3, 3], 2),
+            (vec![3, 3], 7),
+        ] {
+            let ds = vec![den(&shape, seed), den(&shape, seed + 1)];
+            let want = p.spec(&m, &ds).unwrap();
+            assert_eq!(*p.spec_into(&m, &ds, &mut w).unwrap(), want, "{shape:?}");
+        }
+        // The plan kept is the first shapes': (2, 2).
+        assert_eq!(
+            w.plans[0].as_ref().map(|p| p.shapes.clone()),
+            Some(vec![vec![2, 2]; 2])
+        );
     }
 
     /// x used twice (y = x * (3x)): the reverse pass adds both cotangents,

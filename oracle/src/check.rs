@@ -130,6 +130,8 @@ struct FdBufs {
     b2s: Vec<PerRank>,
     /// One member of a local op's meaning (F3, `Checker::f3_mismatch`).
     spec: Option<Tensor>,
+    /// A program's meaning, step by step (F3, `Program::spec_into`).
+    prog_spec: spmd_interp::program::SpecWork,
 }
 
 /// The buffers one finite-difference column works in (`directional_flat`).
@@ -750,7 +752,7 @@ impl<'a> Checker<'a> {
             None => {
                 denote_all(&self.proj_in, xs, dxs);
                 let buf = fd.spec.get_or_insert_with(|| Tensor::zeros(&[]));
-                self.f3_mismatch(dxs, dy, buf)?
+                self.f3_mismatch(dxs, dy, buf, &mut fd.prog_spec)?
             }
         };
         if let Some((what, expected, actual)) = f3 {
@@ -1127,7 +1129,15 @@ impl<'a> Checker<'a> {
         dxs: &[Denot],
         dy: &Denot,
         buf: &mut Tensor,
+        prog: &mut spmd_interp::program::SpecWork,
     ) -> Result<Option<(String, String, String)>, Stop> {
+        // A program with local types: its meaning in the case's workspace
+        // (`Program::spec_into`), the comparison `f3_mismatch` ends with.
+        if let Op::Program(p) = &self.op.op {
+            if !self.op.is_global() && p.spec_into(self.m, dxs, prog)? == dy {
+                return Ok(None);
+            }
+        }
         if let Op::Local(f) = &self.op.op {
             let n = self.m.num_ranks();
             let fits = !self.op.is_global()
