@@ -85,6 +85,12 @@ pub struct Checker<'a> {
     /// Whether the primal half of B2 is left out, as implied by B1 and B3
     /// over a lower-set grid (`implied_b2`, SPEC.md §8.3).
     b2_implied: bool,
+    /// Per unit cotangent of `gs`: whether it is the first with its
+    /// denotation, where the rest are implied by linearity (`reps_of`);
+    /// `None` where none is implied.
+    g_reps: Option<Vec<bool>>,
+    /// Whether B1 and B3 run at those cotangents only (`implied_b2`).
+    g_reduced: bool,
 }
 
 /// The buffers one instance works in, kept with its case and reused by the
@@ -364,7 +370,7 @@ impl<'a> Checker<'a> {
         let proj_cot_out = Projection::new(m, &tc);
         let dgs: Vec<Denot> = gs.iter().map(|g| proj_cot_out.denote(g)).collect();
         let rep = Q::int(perrank::repeat_factor(m, &op.output) as i64);
-        let dg_supp = dgs
+        let dg_supp: Vec<Vec<(usize, Q)>> = dgs
             .iter()
             .map(|d| {
                 d.flat()
@@ -375,6 +381,9 @@ impl<'a> Checker<'a> {
                     .collect()
             })
             .collect();
+        let g_reps = (!hand_written_backward(op))
+            .then(|| reps_of(&dg_supp, g_kernel.len()))
+            .flatten();
         let mut basis_nz: Vec<Vec<Sparse>> = bases
             .iter()
             .map(|b: &Vec<(perrank::DenotCoord, PerRank)>| {
@@ -445,6 +454,8 @@ impl<'a> Checker<'a> {
             lanes: None,
             lane_of: None,
             b2_implied: false,
+            g_reps,
+            g_reduced: false,
         })
     }
 
@@ -471,6 +482,29 @@ impl<'a> Checker<'a> {
     pub fn implied_b2(mut self) -> Self {
         self.b2_implied = true;
         self
+    }
+
+    /// Whether this case has unit cotangents whose B1 and B3 are implied
+    /// by the others' and by the cotangent half of B2 (`reps_of`).
+    pub fn reduces_cotangents(&self) -> bool {
+        self.g_reps.is_some()
+    }
+
+    /// This checker with B1 and B3 run at one unit cotangent per
+    /// denotation (SPEC.md §4.7): the backward, built-in, is linear in g,
+    /// and every other unit cotangent is a multiple of such a one plus a
+    /// cotangent that denotes zero, whose results the cotangent half of B2
+    /// checks (denoting zero) and B1 with it (well formed). So an instance
+    /// that passes has B1 and B3 at every unit cotangent. As with
+    /// `implied_b2`, a run that fails is run again in full by its caller.
+    pub fn reduced_cotangents(mut self) -> Self {
+        self.g_reduced = self.g_reps.is_some();
+        self
+    }
+
+    /// Whether B1 and B3 run at unit cotangent `gi`.
+    fn runs_g(&self, gi: usize) -> bool {
+        !self.g_reduced || self.g_reps.as_ref().is_none_or(|r| r[gi])
     }
 
     /// This checker with the lane groups of its case (SPEC.md §8.5): per
@@ -1170,6 +1204,36 @@ fn f3_mismatch(
             show_denot(m, &op.output, dy),
         )
     }))
+}
+
+/// Per unit cotangent (with `supp`, its denotation's nonzero coordinates
+/// and values): whether it is the first with its denotation. The firsts'
+/// denotations must use pairwise disjoint coordinates, so they are
+/// independent, and with the `kernel` cotangents (which denote zero) they
+/// must be as many as the units: then they make a basis of the cotangents,
+/// and every other unit is its first plus a cotangent that denotes zero.
+/// `None` when that fails or when every unit is a first: then none is
+/// implied.
+fn reps_of(supp: &[Vec<(usize, Q)>], kernel: usize) -> Option<Vec<bool>> {
+    let mut firsts: Vec<&[(usize, Q)]> = Vec::new();
+    let mut used = std::collections::HashSet::new();
+    let mut reps = Vec::with_capacity(supp.len());
+    for s in supp {
+        if s.is_empty() {
+            return None;
+        }
+        if firsts.contains(&s.as_slice()) {
+            reps.push(false);
+            continue;
+        }
+        if !s.iter().all(|(c, _)| used.insert(*c)) {
+            return None;
+        }
+        firsts.push(s);
+        reps.push(true);
+    }
+    let kept = firsts.len();
+    (kept < supp.len() && kept + kernel == supp.len()).then_some(reps)
 }
 
 /// Whether `op`'s backward, or a program step's, is a rule designer's

@@ -141,51 +141,80 @@ fn floor_op<const COUNT: bool>(
     let mut n = 0u64;
     let mut arith = 0u64;
     for c in &cs {
-        let (_, deg) = op.op.infer(&c.mesh, &c.shapes).expect("fits");
-        let mut ws = Ws::<COUNT>::new(e, op, &c.mesh, &c.shapes, &deg);
-        ws.groups = c.lanes.clone();
-        let scalars: usize = c.lists.iter().map(|(k, _)| k).sum();
-        let mut held = false;
-        let mut pt = vec![0.0; scalars];
-        // The same points as the exact side: the case's own grid (the lower
-        // set of SPEC.md §8.3 for a polynomial op).
-        let r = c.for_each_point(&mut |p| {
-            for (a, q) in pt.iter_mut().zip(p) {
-                *a = q64(q);
-            }
-            // The same properties as the exact side: at a point of a lane
-            // case, only the nonzero group's items (SPEC.md §8.5); else an
-            // input whose value indices use up its budget here leaves out
-            // its properties of one degree less (SPEC.md §8.3).
-            ws.lane = c
-                .lanes
-                .as_ref()
-                .and_then(|l| p.iter().position(|q| !q.is_zero()).map(|at| l.free[at]));
-            let skip = if c.per_input && ws.lane.is_none() {
-                c.saturated_inputs(p)
-            } else {
-                0
-            };
-            ws.skip = skip;
-            let all_skipped = skip.count_ones() as usize == c.lists.len();
-            match ws.check(&pt, !held && !all_skipped) {
-                Err(Fail::Forward) => ControlFlow::Break(()),
-                Err(Fail::Backward) => {
-                    held = true;
-                    ControlFlow::Continue(())
-                }
-                Ok(()) => {
-                    n += 1;
-                    ControlFlow::Continue(())
-                }
-            }
-        });
-        arith += ws.arith;
-        if r.is_break() || held {
+        // As the exact side (`spmd_drivers::run`): what is implied is left
+        // out, and a case that fails is run again in full, its instances
+        // counted from the second run.
+        let (mut k, mut failed, a) = floor_case::<COUNT>(e, op, c, true);
+        arith += a;
+        // Something was left out: B2's primal half, or units of a P
+        // cotangent on more than one rank.
+        let left_out = c.b2_implied
+            || (op.output.cot().states.contains(&State::Partial) && c.mesh.num_ranks() > 1);
+        if failed && left_out {
+            let (k2, f2, a2) = floor_case::<COUNT>(e, op, c, false);
+            (k, failed) = (k2, f2);
+            arith += a2;
+        }
+        n += k;
+        if failed {
             return (n, true, arith);
         }
     }
     (n, false, arith)
+}
+
+/// One case of `floor_op`, leaving out what is implied when `lighter`:
+/// instances run, whether it failed, and the arithmetic.
+fn floor_case<const COUNT: bool>(
+    e: Elem,
+    op: &TypedOp,
+    c: &spmd_generators::Case,
+    lighter: bool,
+) -> (u64, bool, u64) {
+    let (_, deg) = op.op.infer(&c.mesh, &c.shapes).expect("fits");
+    let mut ws = Ws::<COUNT>::new(e, op, &c.mesh, &c.shapes, &deg);
+    ws.groups = c.lanes.clone();
+    ws.b2_implied = lighter && c.b2_implied;
+    // The ops the floor ports have built-in VJPs, linear in g.
+    ws.reduce_g = lighter;
+    let scalars: usize = c.lists.iter().map(|(k, _)| k).sum();
+    let mut held = false;
+    let mut n = 0u64;
+    let mut pt = vec![0.0; scalars];
+    // The same points as the exact side: the case's own grid (the lower
+    // set of SPEC.md §8.3 for a polynomial op).
+    let r = c.for_each_point(&mut |p| {
+        for (a, q) in pt.iter_mut().zip(p) {
+            *a = q64(q);
+        }
+        // The same properties as the exact side: at a point of a lane
+        // case, only the nonzero group's items (SPEC.md §8.5); else an
+        // input whose value indices use up its budget here leaves out
+        // its properties of one degree less (SPEC.md §8.3).
+        ws.lane = c
+            .lanes
+            .as_ref()
+            .and_then(|l| p.iter().position(|q| !q.is_zero()).map(|at| l.free[at]));
+        let skip = if c.per_input && ws.lane.is_none() {
+            c.saturated_inputs(p)
+        } else {
+            0
+        };
+        ws.skip = skip;
+        let all_skipped = skip.count_ones() as usize == c.lists.len();
+        match ws.check(&pt, !held && !all_skipped) {
+            Err(Fail::Forward) => ControlFlow::Break(()),
+            Err(Fail::Backward) => {
+                held = true;
+                ControlFlow::Continue(())
+            }
+            Ok(()) => {
+                n += 1;
+                ControlFlow::Continue(())
+            }
+        }
+    });
+    (n, r.is_break() || held, ws.arith)
 }
 
 enum Fail {
@@ -199,11 +228,18 @@ enum Fail {
 struct Ws<const COUNT: bool> {
     arith: u64,
     e: Elem,
-    /// Inputs whose value-free properties this point leaves out (bit i).
+    /// Inputs whose properties this point leaves out (bit i), decided at
+    /// other points (SPEC.md §8.3).
     skip: u64,
     /// The case's lane groups, and the group this point checks alone.
     groups: Option<spmd_generators::LaneGroups>,
     lane: Option<u32>,
+    /// As the exact side leaves them out (SPEC.md §8.3, §4.7): B2's primal
+    /// half where the grid implies it, and B1 and B3 at unit cotangents
+    /// other than the first of each denotation (B1 then also at the
+    /// cotangents that denote zero).
+    b2_implied: bool,
+    reduce_g: bool,
     r: usize,
     n: usize,
     ins: Vec<State>,
@@ -304,6 +340,8 @@ impl<const COUNT: bool> Ws<COUNT> {
             skip: 0,
             groups: None,
             lane: None,
+            b2_implied: false,
+            reduce_g: false,
             arith: 0,
             r,
             n,
@@ -597,10 +635,13 @@ impl<const COUNT: bool> Ws<COUNT> {
         let tc = self.out.cot();
         let ng = self.dgs.len();
         let mut kept_g = vec![true; ng];
+        // A P cotangent's units on ranks other than 0 share their
+        // denotation with rank 0's.
+        let firsts_only = self.reduce_g && tc == State::Partial && r > 1;
         for (k, kept) in kept_g.iter_mut().enumerate() {
             self.unit_g(k);
             let at = self.g.iter().position(|v| *v != 0.0).unwrap_or(0);
-            *kept = self.keeps(None, at);
+            *kept = self.keeps(None, at) && !(firsts_only && at >= n);
             if !*kept {
                 continue;
             }
@@ -622,7 +663,7 @@ impl<const COUNT: bool> Ws<COUNT> {
             }
             // B2, primal half.
             for j in 0..self.ni.len() {
-                if self.ins[j] != State::Partial || self.skips(j) {
+                if self.ins[j] != State::Partial || self.skips(j) || self.b2_implied {
                     continue;
                 }
                 let kj = self.ni[j];
@@ -673,6 +714,13 @@ impl<const COUNT: bool> Ws<COUNT> {
                             continue;
                         }
                         let ki = self.ni[i];
+                        if firsts_only
+                            && self.ins[i].cot().replicated()
+                            && (1..r)
+                                .any(|q| (0..ki).any(|e| self.b2[i][q * ki + e] != self.b2[i][e]))
+                        {
+                            return Err(()); // B1
+                        }
                         self.d.resize(r * ki, 0.0);
                         denote_into(self.ins[i].cot(), r, ki, &self.b2[i], &mut self.d);
                         self.count(denote_ops(self.ins[i].cot(), r, ki));

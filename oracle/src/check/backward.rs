@@ -66,7 +66,7 @@ impl Checker<'_> {
             .zip(bws_kept.iter_mut())
             .enumerate()
         {
-            if !self.keeps(phase, |l| l.gs[gi]) {
+            if !self.keeps(phase, |l| l.gs[gi]) || !self.runs_g(gi) {
                 continue;
             }
             self.backward_here_into(xs, yw, g, bs, spare, kept)?;
@@ -158,6 +158,22 @@ impl Checker<'_> {
                 if op.no_grad.contains(&i) || phase.skips(i) {
                     continue;
                 }
+                // With B1 run at one unit cotangent per denotation, the
+                // others' B1 rests on this one's (`reduced_cotangents`).
+                if self.g_reduced {
+                    if let Some(why) = misfit(m, &cot_in[i], b, &self.shapes[i], "input") {
+                        let mut s = self.inputs_shown(xs);
+                        s.push(shown("g", tc, z));
+                        s.push(shown(format!("d{}", self.nm(i)), &cot_in[i], b));
+                        return Err(self.fail(
+                            Property::B1,
+                            format!("the backward's cotangent for {} {why}", self.nm(i)),
+                            s,
+                            format!("a well-formed value of type {}", cot_in[i].display(m)),
+                            show_per_rank(b),
+                        ));
+                    }
+                }
                 if !self.proj_cot_in[i].denotes_zero(b) {
                     let d = self.proj_cot_in[i].denote(b);
                     let mut s = self.inputs_shown(xs);
@@ -222,7 +238,7 @@ impl Checker<'_> {
                 .zip(&self.dg_supp)
                 .enumerate()
             {
-                if !self.keeps(phase, |l| l.gs[gi]) {
+                if !self.keeps(phase, |l| l.gs[gi]) || !self.runs_g(gi) {
                     continue;
                 }
                 let agrees = basis.iter().zip(&cols[..basis.len()]).enumerate().all(
