@@ -45,18 +45,7 @@ fn ops(scope: &Scope) -> Vec<(String, TypedOp, Vec<spmd_check::semantics::Mesh>)
         let specs = spmd_check::rules::parse_file(file, &text).expect("parses");
         rules.extend(spmd_check::rules::build(file, &text, &specs, scope).expect("builds"));
     }
-    for system in ["jax", "dtensor"] {
-        let sys = spmd_check::dialects::system(system).expect("a system");
-        for depth in 1..=2 {
-            let t = spmd_check::generated::classify(sys, depth);
-            for class in &t.classes {
-                let spec = &t.accepted[class[0] as usize].1.spec;
-                if let Ok(r) = spmd_check::generated::build_spec(spec, scope) {
-                    rules.push(r);
-                }
-            }
-        }
-    }
+    rules.extend(common::generated_rules(scope));
     for r in rules
         .into_iter()
         .filter(|r| r.has_backward && r.pending.is_none())

@@ -193,3 +193,23 @@ pub fn core_example_rules(
     }
     out
 }
+
+/// Each class's first program of JAX's and DTensor's generated programs of
+/// one and two steps, as rules built in `scope`.
+#[allow(dead_code)]
+pub fn generated_rules(scope: &spmd_check::generators::Scope) -> Vec<spmd_check::rules::Rule> {
+    let mut rules = vec![];
+    for system in ["jax", "dtensor"] {
+        let sys = spmd_check::dialects::system(system).expect("a system");
+        for depth in 1..=2 {
+            let t = spmd_check::generated::classify(sys, depth);
+            for class in &t.classes {
+                let spec = &t.accepted[class[0] as usize].1.spec;
+                if let Ok(r) = spmd_check::generated::build_spec(spec, scope) {
+                    rules.push(r);
+                }
+            }
+        }
+    }
+    rules
+}
