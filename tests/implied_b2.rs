@@ -15,7 +15,7 @@ use spmd_check::generators::{all_types, cases, meshes_for, tuples, Scope};
 use spmd_check::interp::{builtin, TypedOp};
 use spmd_check::oracle::{Checker, Property};
 use spmd_check::rules::Rule;
-use spmd_check::run::{check_op, with_b2_mode, B2Mode};
+use spmd_check::run::{check_op, with_implied_mode, ImpliedMode};
 
 /// The ops compared: typed built-ins, rule files and generated programs,
 /// each with its meshes.
@@ -75,12 +75,14 @@ fn leaving_out_what_is_implied_changes_no_outcome() {
         }
         used += 1;
         let fast = check_op(&op, &scope, &meshes, &|_| {});
-        let full = with_b2_mode(B2Mode::Full, || check_op(&op, &scope, &meshes, &|_| {}));
+        let full = with_implied_mode(ImpliedMode::Full, || {
+            check_op(&op, &scope, &meshes, &|_| {})
+        });
         assert_eq!(format!("{fast:?}"), format!("{full:?}"), "{name}");
         // Without the second run nothing that fails passes: what is left
         // out is implied by what is checked.
         let once = || {
-            with_b2_mode(B2Mode::ImpliedNoRerun, || {
+            with_implied_mode(ImpliedMode::LeftOutNoRerun, || {
                 check_op(&op, &scope, &meshes, &|_| {})
             })
         };

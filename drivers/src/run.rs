@@ -125,8 +125,8 @@ fn run_cases(
         // them; one that fails, or (for B2) leaves B3 undetermined, is
         // checked again in full, from the tally it started with, so its
         // first failure and counts are the full check's.
-        let mode = B2_MODE.with(std::cell::Cell::get);
-        let lighter = backward && !plain_points() && mode != B2Mode::Full;
+        let mode = IMPLIED_MODE.with(std::cell::Cell::get);
+        let lighter = backward && !plain_points() && mode != ImpliedMode::Full;
         let checker = checker_of(op, c);
         let b2 = lighter && c.b2_implied;
         let gs = lighter && checker.reduces_cotangents();
@@ -141,7 +141,7 @@ fn run_cases(
         if let Some(t) = before {
             let unsure =
                 b2 && (tally.b3_undetermined > t.b3_undetermined || tally.undecided > t.undecided);
-            let again = mode == B2Mode::Implied && tally.stopped.is_none();
+            let again = mode == ImpliedMode::LeftOut && tally.stopped.is_none();
             if (r.is_some() || unsure) && again {
                 tally = t;
                 (n, r) = scan_case(op, c, &checker_of(op, c), backward, &mut tally);
@@ -373,23 +373,23 @@ impl Scan {
 /// negative twin). Hidden: a test switch.
 #[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum B2Mode {
-    Implied,
+pub enum ImpliedMode {
+    LeftOut,
     Full,
-    ImpliedNoRerun,
+    LeftOutNoRerun,
 }
 
 thread_local! {
-    static B2_MODE: std::cell::Cell<B2Mode> = const { std::cell::Cell::new(B2Mode::Implied) };
+    static IMPLIED_MODE: std::cell::Cell<ImpliedMode> = const { std::cell::Cell::new(ImpliedMode::LeftOut) };
 }
 
-/// Run `f` with B2 checked as `mode` says, for the checks `f` starts on
+/// Run `f` with what is implied checked as `mode` says, for the checks `f` starts on
 /// this thread.
 #[doc(hidden)]
-pub fn with_b2_mode<T>(mode: B2Mode, f: impl FnOnce() -> T) -> T {
-    let old = B2_MODE.with(|m| m.replace(mode));
+pub fn with_implied_mode<T>(mode: ImpliedMode, f: impl FnOnce() -> T) -> T {
+    let old = IMPLIED_MODE.with(|m| m.replace(mode));
     let r = f();
-    B2_MODE.with(|m| m.set(old));
+    IMPLIED_MODE.with(|m| m.set(old));
     r
 }
 
