@@ -661,24 +661,12 @@ pub fn candidate_bound(op: &TypedOp, scope: &Scope) -> Option<u64> {
 }
 
 impl Case {
-    /// The inputs whose free scalars are not all zero at `point` (bit i:
-    /// input i), for the per-input check of SPEC.md §8.3. Only meaningful
-    /// with `per_input`, which holds for at most 64 inputs.
-    pub fn nonzero_inputs(&self, point: &[Q]) -> u64 {
-        let (mut mask, mut at) = (0u64, 0);
-        for (i, (k, _)) in self.lists.iter().enumerate() {
-            if i < 64 && point[at..at + k].iter().any(|v| !v.is_zero()) {
-                mask |= 1 << i;
-            }
-            at += k;
-        }
-        mask
-    }
     /// The inputs whose scalars at `point` use up their budget: the value
     /// indices of input i's scalars sum to dᵢ ≥ 1 (a bit per input, inputs
     /// 0..64). Such a point lies outside the lower set of budget dᵢ − 1 in
     /// input i, which decides input i's properties of degree dᵢ − 1 there
-    /// (SPEC.md §8.3). With every budget 1 these are the nonzero inputs.
+    /// (SPEC.md §8.3). With every budget 1 these are the inputs that are
+    /// not zero.
     pub fn saturated_inputs(&self, point: &[Q]) -> u64 {
         let (mut mask, mut at) = (0u64, 0);
         for (i, ((k, values), budget)) in self.lists.iter().zip(&self.budgets).enumerate() {

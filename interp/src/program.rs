@@ -344,17 +344,7 @@ impl Program {
                                 continue;
                             }
                         }
-                        if st.args.len() <= MAX_ARGS {
-                            let mut args: [&Tensor; MAX_ARGS] = [&EMPTY; MAX_ARGS];
-                            for (slot, &a) in args.iter_mut().zip(&st.args) {
-                                *slot = &at(a).family[r];
-                            }
-                            eval_into(&f.expr, &args[..st.args.len()], &mut ctx, o)?;
-                        } else {
-                            let args: Vec<&Tensor> =
-                                st.args.iter().map(|&a| &at(a).family[r]).collect();
-                            eval_into(&f.expr, &args, &mut ctx, o)?;
-                        }
+                        eval_step_at(&f.expr, &st.args, &|a| &at(a).family[r], &mut ctx, o)?;
                     }
                 }
                 _ => rest[0] = self.step_spec(m, st, &at, None)?,
@@ -612,17 +602,13 @@ impl Program {
                                 continue;
                             }
                         }
-                        if st.args.len() <= MAX_ARGS {
-                            let mut args: [&Tensor; MAX_ARGS] = [&EMPTY; MAX_ARGS];
-                            for (slot, &a) in args.iter_mut().zip(&st.args) {
-                                *slot = &at(a).tensors[r];
-                            }
-                            eval_into(e, &args[..st.args.len()], &mut ctx, &mut out.tensors[r])?;
-                        } else {
-                            let args: Vec<&Tensor> =
-                                st.args.iter().map(|&a| &at(a).tensors[r]).collect();
-                            eval_into(e, &args, &mut ctx, &mut out.tensors[r])?;
-                        }
+                        eval_step_at(
+                            e,
+                            &st.args,
+                            &|a| &at(a).tensors[r],
+                            &mut ctx,
+                            &mut out.tensors[r],
+                        )?;
                     }
                     kink |= ctx.at_kink;
                 }
@@ -760,16 +746,7 @@ fn step_forward_into(
         out.tensors.resize_with(n, Tensor::placeholder);
         let mut ctx = Ctx::default();
         for (r, o) in out.tensors.iter_mut().enumerate() {
-            if s.args.len() <= MAX_ARGS {
-                let mut args: [&Tensor; MAX_ARGS] = [&EMPTY; MAX_ARGS];
-                for (slot, &a) in args.iter_mut().zip(&s.args) {
-                    *slot = &at(a).tensors[r];
-                }
-                eval_into(e, &args[..s.args.len()], &mut ctx, o)?;
-            } else {
-                let args: Vec<&Tensor> = s.args.iter().map(|&a| &at(a).tensors[r]).collect();
-                eval_into(e, &args, &mut ctx, o)?;
-            }
+            eval_step_at(e, &s.args, &|a| &at(a).tensors[r], &mut ctx, o)?;
         }
         return Ok(ctx.at_kink);
     }
@@ -966,6 +943,28 @@ fn local_vjp_in_place<'a>(
         res?;
     }
     Ok(true)
+}
+
+/// A local step's function `e` at one rank into `out`, its argument `a`
+/// (an index into the program's values) read as `arg(a)`: on the stack up
+/// to `MAX_ARGS` arguments.
+fn eval_step_at<'a>(
+    e: &Expr,
+    args: &[usize],
+    arg: &impl Fn(usize) -> &'a Tensor,
+    ctx: &mut Ctx,
+    out: &mut Tensor,
+) -> Result<(), EvalError> {
+    if args.len() <= MAX_ARGS {
+        let mut xs: [&Tensor; MAX_ARGS] = [&EMPTY; MAX_ARGS];
+        for (slot, &a) in xs.iter_mut().zip(args) {
+            *slot = arg(a);
+        }
+        eval_into(e, &xs[..args.len()], ctx, out)
+    } else {
+        let xs: Vec<&Tensor> = args.iter().map(|&a| arg(a)).collect();
+        eval_into(e, &xs, ctx, out)
+    }
 }
 
 /// A local step `einsum(...)` or `einsum(...)^k` over its arguments, planned

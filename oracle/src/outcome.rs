@@ -176,8 +176,9 @@ pub enum Phase {
     /// Every property.
     All,
     /// Every property, except that for each input whose bit is set (input
-    /// i: bit i) the properties decided at other points are left out: F2 along it, B1, B3 and the cotangent half of B2 for its
-    /// cotangent, the primal half of B2 along it. For an op made of local
+    /// i: bit i) the properties decided at other points are left out: F2
+    /// along it, B1, B3 and the cotangent half of B2 for its cotangent, the
+    /// primal half of B2 along it. For an op made of local
     /// partials they have one degree less in that input than the forward,
     /// and were decided where its value indices sum to less than its budget
     /// (SPEC.md §8.3).

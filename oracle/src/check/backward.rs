@@ -78,23 +78,7 @@ impl Checker<'_> {
                 if op.no_grad.contains(&i) || phase.skips(i) {
                     continue; // no gradient flows to it (SPEC.md §4.5)
                 }
-                let bad = misfit(m, &cot_in[i], b, &self.shapes[i], "input");
-                if let Some(why) = bad {
-                    let mut s = self.inputs_shown(xs);
-                    s.push(shown("g", tc, g));
-                    s.push(shown(format!("d{}", self.nm(i)), &cot_in[i], b));
-                    return Err(self.fail(
-                        Property::B1,
-                        format!("the backward's cotangent for {} {why}", self.nm(i)),
-                        s,
-                        format!("a well-formed value of type {}", cot_in[i].display(m)),
-                        b.tensors
-                            .iter()
-                            .map(|t| t.to_string())
-                            .collect::<Vec<_>>()
-                            .join(" | "),
-                    ));
-                }
+                self.b1(xs, g, i, b)?;
             }
             // Only the primal half of B2 reads these: none without kernel
             // directions.
@@ -161,18 +145,7 @@ impl Checker<'_> {
                 // With B1 run at one unit cotangent per denotation, the
                 // others' B1 rests on this one's (`reduced_cotangents`).
                 if self.g_reduced {
-                    if let Some(why) = misfit(m, &cot_in[i], b, &self.shapes[i], "input") {
-                        let mut s = self.inputs_shown(xs);
-                        s.push(shown("g", tc, z));
-                        s.push(shown(format!("d{}", self.nm(i)), &cot_in[i], b));
-                        return Err(self.fail(
-                            Property::B1,
-                            format!("the backward's cotangent for {} {why}", self.nm(i)),
-                            s,
-                            format!("a well-formed value of type {}", cot_in[i].display(m)),
-                            show_per_rank(b),
-                        ));
-                    }
+                    self.b1(xs, z, i, b)?;
                 }
                 if !self.proj_cot_in[i].denotes_zero(b) {
                     let d = self.proj_cot_in[i].denote(b);
@@ -301,6 +274,26 @@ impl Checker<'_> {
             }
         }
         Ok(Pass::default())
+    }
+
+    /// B1 (SPEC.md §4.5): the backward's result `b` for input i at
+    /// cotangent `g` is a well-formed value of the input's cotangent type
+    /// and shape.
+    fn b1(&self, xs: &[PerRank], g: &PerRank, i: usize, b: &PerRank) -> Result<(), Stop> {
+        let (m, ci) = (self.m, &self.cot_in[i]);
+        let Some(why) = misfit(m, ci, b, &self.shapes[i], "input") else {
+            return Ok(());
+        };
+        let mut s = self.inputs_shown(xs);
+        s.push(shown("g", &self.cot_out, g));
+        s.push(shown(format!("d{}", self.nm(i)), ci, b));
+        Err(self.fail(
+            Property::B1,
+            format!("the backward's cotangent for {} {why}", self.nm(i)),
+            s,
+            format!("a well-formed value of type {}", ci.display(m)),
+            show_per_rank(b),
+        ))
     }
 
     /// A hand-written backward must be linear in g: B3 compares it at unit
