@@ -102,6 +102,42 @@ inputs = ["S(1)", "R", "R"]
 output = "S(1)"
 
 [[rule]]
+name = "product with broadcast scalars"
+op = { expr = "a * b * c" }
+inputs = ["V", "V", "V"]
+output = "V"
+
+[[rule]]
+name = "product of Partials, scalars among them"
+op = { expr = "a * b * c" }
+inputs = ["P", "P", "V"]
+output = "P"
+
+[[rule]]
+name = "exp times a shared Invariant"
+op = { expr = "exp(x * s) - s" }
+inputs = ["V", "I"]
+output = "V"
+
+[[rule]]
+name = "exp of Partial times a scalar"
+op = { expr = "exp(x) * s" }
+inputs = ["V", "P"]
+output = "P"
+
+[[rule]]
+name = "softmax rows times a sum"
+op = { expr = "softmax(x, 1) * sum(y, 0)" }
+inputs = ["S(0)", "R"]
+output = "S(0)"
+
+[[rule]]
+name = "rows times a sum of Partials"
+op = { expr = "x * sum(y, 0)" }
+inputs = ["V", "P"]
+output = "V"
+
+[[rule]]
 name = "attention, keys sharded"
 op = { expr = "einsum(\"hqk,hkd->hqd\", softmax(einsum(\"hqd,hkd->hqk\", q, k), 2), v)" }
 inputs = ["S(0)", "S(1)", "S(1)"]
@@ -143,7 +179,7 @@ fn lane_grids_agree_with_full_grids_on_the_same_cases() {
     scope.meshes.retain(|m| m.num_ranks() <= 2);
     scope.max_rank = 3;
     scope.max_dim = 2;
-    let (mut laned, mut failing, mut fewer) = (0, 0, 0);
+    let (mut laned, mut failing, mut fewer, mut cored) = (0, 0, 0, 0);
     for r in rules(&scope) {
         let run = || check_op(&r.op, &scope, &r.meshes, &|_| {});
         let full = with_lane_mode(LaneMode::Off, run);
@@ -151,19 +187,23 @@ fn lane_grids_agree_with_full_grids_on_the_same_cases() {
         let plain = with_lane_mode(LaneMode::WithinCaps, || with_plain_points(run));
         assert_eq!(shown(&full), shown(&lane), "{}", r.name);
         assert_eq!(shown(&full), shown(&plain), "{}", r.name);
-        let used = with_lane_mode(LaneMode::WithinCaps, || {
+        let split: Vec<_> = with_lane_mode(LaneMode::WithinCaps, || {
             cases(&r.op, &scope, &r.meshes)
                 .0
-                .iter()
-                .any(|c| c.lanes.is_some())
+                .into_iter()
+                .filter_map(|c| c.lanes)
+                .collect()
         });
+        let used = !split.is_empty();
         laned += usize::from(used);
+        cored += usize::from(split.iter().any(|l| l.cores().contains(&true)));
         failing += usize::from(matches!(full, Verdict::Unsound { .. }));
         fewer += usize::from(used && instances(&lane) < instances(&full));
     }
     assert!(laned >= 12, "{laned} rules with lane cases");
     assert!(failing >= 4, "{failing} failing rules compared");
     assert!(fewer >= 8, "{fewer} rules visit fewer points lane by lane");
+    assert!(cored >= 6, "{cored} rules with a core read by every lane");
 }
 
 #[test]
@@ -191,6 +231,49 @@ fn cases_over_the_caps_are_checked_lane_by_lane() {
         .remove(0);
     let v = check_op(&w.op, &scope, &w.meshes, &|_| {});
     assert!(!shown(&v).starts_with("sound"), "{}", shown(&v));
+}
+
+#[test]
+fn a_broadcast_scalar_is_a_core_over_the_caps() {
+    // a · b · c · d, every input Varying, on the default meshes: the cases
+    // with a scalar beside tensors of 6 or 9 entries were all over the caps
+    // (168 of them; the rest split a rank at a time); with each rank's
+    // scalars as the core of that rank's lanes they are all checked, and
+    // the proof stands.
+    let scope = Scope::default();
+    let text = "[[rule]]\nname = \"product of 4\"\nop = { expr = \"a * b * c * d\" }\ninputs = [\"V\", \"V\", \"V\", \"V\"]\noutput = \"V\"\n";
+    let specs = parse_file("p4.toml", text).expect("parses");
+    let r = build("p4.toml", text, &specs, &scope)
+        .expect("builds")
+        .remove(0);
+    let (cs, cover) = cases(&r.op, &scope, &r.meshes);
+    assert_eq!(cover.beyond_cap, 0);
+    let cored = cs
+        .iter()
+        .filter(|c| c.lanes.as_ref().is_some_and(|l| l.cores().contains(&true)))
+        .count();
+    let (_, off) = with_lane_mode(LaneMode::Off, || cases(&r.op, &scope, &r.meshes));
+    // Every case over the caps is split, most of them with a core (a
+    // rank's scalars read by that rank's lanes).
+    let laned = cs.iter().filter(|c| c.lanes.is_some()).count();
+    assert_eq!(off.beyond_cap as usize, laned);
+    assert!(cored >= 168, "{cored} cases with a core");
+    let v = check_op(&r.op, &scope, &r.meshes, &|_| {});
+    assert!(
+        matches!(v, Verdict::Sound { proof: true, .. }),
+        "{}",
+        shown(&v)
+    );
+    // Its twin, every input Partial: a core of Partial scalars read with
+    // each lane; the first failure is found within the caps.
+    let wrong = text.replace("\"V\", \"V\", \"V\", \"V\"]", "\"P\", \"P\", \"P\", \"P\"]");
+    let wrong = wrong.replace("output = \"V\"", "output = \"P\"");
+    let specs = parse_file("w4.toml", &wrong).expect("parses");
+    let w = build("w4.toml", &wrong, &specs, &scope)
+        .expect("builds")
+        .remove(0);
+    let v = check_op(&w.op, &scope, &w.meshes, &|_| {});
+    assert!(shown(&v).starts_with("unsound"), "{}", shown(&v));
 }
 
 #[test]
@@ -224,4 +307,77 @@ fn forward_mode_skips_ranks_with_zero_tangent_of_a_total_function() {
         v[1]
     );
     assert!(v[1].contains("size: 2"), "{}", v[1]);
+}
+
+/// The core's items are kept at every lane's points (SPEC.md §8.5). For
+/// x[0..2] · s with x Varying and s Partial, F2 fails along s's kernel
+/// only where x is nonzero: at a point of one of x's lanes (a rank's x),
+/// on an item of the core (s). The slice keeps x of rank 1 or more, so
+/// every case is split. Negative twins: a checker that keeps only the
+/// lane's own items there reports another property at that point; a walk
+/// that splits the core off as a lane of its own never has x and s
+/// nonzero together, and reports another property.
+#[test]
+fn the_core_is_checked_with_every_lane() {
+    use spmd_check::generators::LaneGroups;
+    use spmd_check::oracle::{Checker, Outcome, Phase, Property};
+    use spmd_check::semantics::Q;
+    let mut scope = Scope::default();
+    scope.meshes.retain(|m| m.num_ranks() == 2);
+    let text = "[[rule]]\nname = \"x times a Partial scalar\"\nop = { expr = \"slice(x, 0, 0, 2) * s\" }\ninputs = [\"V\", \"P\"]\noutput = \"V\"\n";
+    let specs = parse_file("core.toml", text).expect("parses");
+    let r = build("core.toml", text, &specs, &scope)
+        .expect("builds")
+        .remove(0);
+    let cs = with_lane_mode(LaneMode::WithinCaps, || cases(&r.op, &scope, &r.meshes).0);
+    let c = cs
+        .iter()
+        .find(|c| c.lanes.is_some() && c.shapes == [vec![2], vec![]])
+        .expect("x of 2 entries beside a scalar is split");
+    let l: &LaneGroups = c.lanes.as_ref().expect("split");
+    // x's four scalars are two lanes (a rank each), each reading the core
+    // of s's scalar on that rank.
+    let lanes: Vec<u32> = l.free[..4].to_vec();
+    assert!(lanes.iter().all(|&g| !l.is_core(g)));
+    assert!(l.free[4..].iter().all(|&g| l.is_core(g)));
+    // The point x = (1, 0 | 0, 0), s = 0: a point of x's first lane.
+    let mut point = vec![Q::zero(); l.free.len()];
+    point[0] = Q::one();
+    let g = l.lane_at(&point).expect("a lane point");
+    assert_eq!(g, lanes[0]);
+    let xs = c.inputs(&r.op, &point);
+    let check = |core: Vec<bool>| {
+        Checker::new(&r.op, &c.mesh, c.shapes.clone())
+            .expect("fits")
+            .with_lanes(l.inputs.clone(), l.out.clone(), core)
+            .check(&xs, Phase::Lane(g))
+    };
+    assert!(
+        matches!(check(l.cores()), Outcome::Fail(v) if v.property == Property::F2),
+        "the core's kernel direction fails F2 here"
+    );
+    // Twin: without the core's items the point misses F2 and reports a
+    // later property (B1 at the unit cotangent), not the full check's.
+    let apart = check(vec![false; l.parts.len()]);
+    assert!(
+        matches!(&apart, Outcome::Fail(v) if v.property == Property::B1),
+        "{apart:?}"
+    );
+    // The walk with the core as a lane of its own never has x and s
+    // nonzero together: it misses F2 and meets B2 at a later point.
+    let full = check_op(&r.op, &scope, &r.meshes, &|_| {});
+    assert!(shown(&full).contains("F2"), "{}", shown(&full));
+    let split = with_lane_mode(LaneMode::WithinCaps, || {
+        check_op(&r.op, &scope, &r.meshes, &|_| {})
+    });
+    assert_eq!(shown(&full), shown(&split));
+    let apart = with_lane_mode(LaneMode::WithinCapsCoresApart, || {
+        check_op(&r.op, &scope, &r.meshes, &|_| {})
+    });
+    assert_ne!(shown(&apart), shown(&full));
+    assert!(
+        matches!(&apart, Verdict::Unsound { violation, .. } if violation.property == Property::B2),
+        "{}",
+        shown(&apart)
+    );
 }

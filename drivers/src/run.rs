@@ -2,6 +2,7 @@
 //! (SPEC.md §8), the oracle decides each instance, and the tally becomes a
 //! verdict (SPEC.md §7).
 
+use spmd_generators::switch::Switch;
 use spmd_generators::{cases, Scope};
 pub use spmd_generators::{enumerated_cases, estimate, meshes_for, MAX_DEGREE, MAX_SHAPE_TUPLES};
 use spmd_interp::TypedOp;
@@ -94,7 +95,7 @@ pub fn check_op(op: &TypedOp, scope: &Scope, meshes: &[Mesh], progress: &dyn Fn(
 fn checker_of<'a>(op: &'a TypedOp, c: &'a spmd_generators::Case) -> Checker<'a> {
     let checker = Checker::new(op, &c.mesh, c.shapes.clone()).expect("shape tuples fit");
     match &c.lanes {
-        Some(l) => checker.with_lanes(l.inputs.clone(), l.out.clone()),
+        Some(l) => checker.with_lanes(l.inputs.clone(), l.out.clone(), l.cores()),
         None => checker,
     }
 }
@@ -125,7 +126,7 @@ fn run_cases(
         // them; one that fails, or (for B2) leaves B3 undetermined, is
         // checked again in full, from the tally it started with, so its
         // first failure and counts are the full check's.
-        let mode = IMPLIED_MODE.with(std::cell::Cell::get);
+        let mode = Switch(&IMPLIED_MODE).get();
         let lighter = backward && !plain_points() && mode != ImpliedMode::Full;
         let checker = checker_of(op, c);
         let b2 = lighter && c.b2_implied;
@@ -274,10 +275,9 @@ impl Scan {
             if once && base + k as u64 > 0 {
                 return Phase::Values;
             }
-            if let Some(l) = lanes {
-                if let Some(at) = p.iter().position(|q| !q.is_zero()) {
-                    return Phase::Lane(l.free[at]);
-                }
+            // A point nonzero in cores alone checks everything.
+            if let Some(g) = lanes.and_then(|l| l.lane_at(p)) {
+                return Phase::Lane(g);
             }
             if !per_input {
                 return full;
@@ -387,10 +387,7 @@ thread_local! {
 /// this thread.
 #[doc(hidden)]
 pub fn with_implied_mode<T>(mode: ImpliedMode, f: impl FnOnce() -> T) -> T {
-    let old = IMPLIED_MODE.with(|m| m.replace(mode));
-    let r = f();
-    IMPLIED_MODE.with(|m| m.set(old));
-    r
+    Switch(&IMPLIED_MODE).with(mode, f)
 }
 
 thread_local! {
@@ -401,7 +398,7 @@ thread_local! {
 /// where §8.3 decides the value-free ones at the first point: for tests
 /// that compare the two (`with_plain_points`).
 fn plain_points() -> bool {
-    PLAIN_POINTS.with(|p| p.get())
+    Switch(&PLAIN_POINTS).get()
 }
 
 /// Run `f` with every point checked in full, for the checks `f` starts on
@@ -409,10 +406,7 @@ fn plain_points() -> bool {
 /// points). Hidden: a test switch, like `Checker::plain`.
 #[doc(hidden)]
 pub fn with_plain_points<T>(f: impl FnOnce() -> T) -> T {
-    PLAIN_POINTS.with(|p| p.set(true));
-    let r = f();
-    PLAIN_POINTS.with(|p| p.set(false));
-    r
+    Switch(&PLAIN_POINTS).with(true, f)
 }
 
 /// Only the forward properties F1-F3 (SPEC.md §4.2-4.4), for an op that has

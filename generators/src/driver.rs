@@ -5,9 +5,10 @@
 
 use crate::exhaustive::{
     candidate_count, candidate_tuples, for_each_lane_point, lane_blocks, lane_size, lower_size,
-    shape_tuples, Scope,
+    shape_tuples, Scope, Split,
 };
-use crate::lanes::{lane_groups, LaneGroups};
+use crate::lanes::{lane_groups, LaneGroups, Part};
+use crate::switch::Switch;
 use spmd_interp::{Backward, Degree, Jvp, Op, TypedOp};
 use spmd_semantics::pending::PartialKind;
 use spmd_semantics::perrank::{num_free, FreeSlots};
@@ -35,6 +36,10 @@ pub struct Case {
     /// that decides a polynomial of total degree d in the input (SPEC.md
     /// §8.3); `None` when every combination of the values is.
     pub budgets: Vec<Option<usize>>,
+    /// A budget on the value indices of all inputs together, where the
+    /// op's total degree in all of them is below the sum of the inputs'
+    /// budgets (SPEC.md §8.3); `None` otherwise.
+    pub total: Option<usize>,
     /// Whether the grid decides polynomial identities (SPEC.md §8.3).
     pub proof_grid: bool,
     /// Whether the properties that do not depend on the inputs' values
@@ -73,8 +78,8 @@ impl Case {
     pub fn points(&self) -> u64 {
         let blocks = self.blocks();
         match &self.lanes {
-            Some(g) => lane_size(&blocks, &g.free),
-            None => lower_size(&blocks),
+            Some(g) => lane_size(&blocks, self.total, g.split()),
+            None => lower_size(&blocks, self.total),
         }
     }
     /// Visit the case's points (each a value per free scalar, all inputs
@@ -91,7 +96,13 @@ impl Case {
             .zip(&self.budgets)
             .map(|((k, _), &b)| (*k, b))
             .collect();
-        for_each_lane_point(&flat, &blocks, self.lanes.as_ref().map(|g| &g.free[..]), f)
+        for_each_lane_point(
+            &flat,
+            &blocks,
+            self.total,
+            self.lanes.as_ref().map(LaneGroups::split),
+            f,
+        )
     }
 }
 
@@ -381,20 +392,40 @@ pub fn cases_in(
                 per_input,
                 b2_implied: lower && owes_sums(op),
                 lanes: None,
+                total: None,
             };
+            // The op's total degree in all inputs together bounds every
+            // property of an op built from its own partials (SPEC.md §8.3).
+            if per_input && Switch(&JOINT_BUDGET).get() {
+                let sum = case
+                    .budgets
+                    .iter()
+                    .flatten()
+                    .fold(0usize, |a, &d| a.saturating_add(d));
+                let t = deg.total as usize;
+                if case.budgets.iter().all(Option::is_some) && t < sum {
+                    case.total = Some(t);
+                }
+            }
             // A case over the caps whose op separates into lanes visits
             // only the points with one nonzero lane group, which decide the
             // rest; the caps then bound each group (SPEC.md §8.5).
             let over = over_free || case.points() > scope.max_points;
-            let mode = LANE_MODE.with(std::cell::Cell::get);
+            let mode = Switch(&LANE_MODE).get();
             let lanes_here = match mode {
                 LaneMode::OverCaps => over,
                 LaneMode::Off => false,
-                LaneMode::WithinCaps => !over,
+                LaneMode::WithinCaps | LaneMode::WithinCapsCoresApart => !over,
             };
             if lanes_here {
                 case.lanes = lane_groups(op, m, &case.shapes, out_shape)
-                    .filter(|g| lanes_within(&case, &g.free, scope, linear_grid));
+                    .map(|mut g| {
+                        if mode == LaneMode::WithinCapsCoresApart {
+                            g.parts.fill(Part::Lane(None));
+                        }
+                        g
+                    })
+                    .filter(|g| lanes_within(&case, g.split(), scope, linear_grid));
             }
             if over_free && case.lanes.is_none() {
                 tally.beyond_cap += 1;
@@ -428,39 +459,47 @@ pub fn cases_in(
 
 /// When a case is visited lane by lane (SPEC.md §8.5): over the caps (the
 /// default), never, or within the caps only (for tests that compare the
-/// lane grid with the full one on the same cases).
+/// lane grid with the full one on the same cases); and, as a negative
+/// twin, within the caps with every core taken as a lane of its own.
 #[doc(hidden)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LaneMode {
     OverCaps,
     Off,
     WithinCaps,
+    WithinCapsCoresApart,
 }
 
 thread_local! {
     static LANE_MODE: std::cell::Cell<LaneMode> = const { std::cell::Cell::new(LaneMode::OverCaps) };
+    static JOINT_BUDGET: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
 }
 
 /// Run `f` with lane grids used as `mode` says, on this thread. Hidden: a
 /// test switch, like `run::with_plain_points`.
 #[doc(hidden)]
 pub fn with_lane_mode<T>(mode: LaneMode, f: impl FnOnce() -> T) -> T {
-    let before = LANE_MODE.with(|p| p.replace(mode));
-    let r = f();
-    LANE_MODE.with(|p| p.set(before));
-    r
+    Switch(&LANE_MODE).with(mode, f)
 }
 
-/// Whether each lane group of `case` (a group per free scalar, `groups`)
-/// is within the caps: at most `max_free` scalars of any input (unless the
+/// Run `f` with the joint budget of §8.3 used (the default) or not, on
+/// this thread. Hidden: a test switch, for tests that compare the two.
+#[doc(hidden)]
+pub fn with_joint_budget<T>(on: bool, f: impl FnOnce() -> T) -> T {
+    Switch(&JOINT_BUDGET).with(on, f)
+}
+
+/// Whether each lane group of `case` (a lane with its core, or a core) is
+/// within the caps: at most `max_free` scalars of any input (unless the
 /// case is linear, which only the points cap bounds) and at most
 /// `max_points` points of its own; and the whole case within 16 times the
 /// points cap, the bound of the one case taken beyond it (SPEC.md §8.1).
-fn lanes_within(case: &Case, groups: &[u32], scope: &Scope, linear: bool) -> bool {
+fn lanes_within(case: &Case, split: Split<'_>, scope: &Scope, linear: bool) -> bool {
     let blocks = case.blocks();
-    lane_size(&blocks, groups) <= scope.max_points.saturating_mul(16)
-        && lane_blocks(&blocks, groups).iter().all(|b| {
-            (linear || b.iter().all(|x| x.0 <= scope.max_free)) && lower_size(b) <= scope.max_points
+    lane_size(&blocks, case.total, split) <= scope.max_points.saturating_mul(16)
+        && lane_blocks(&blocks, split).iter().all(|b| {
+            (linear || b.iter().all(|x| x.0 <= scope.max_free))
+                && lower_size(b, case.total) <= scope.max_points
         })
 }
 
@@ -666,21 +705,32 @@ impl Case {
     /// 0..64). Such a point lies outside the lower set of budget dᵢ − 1 in
     /// input i, which decides input i's properties of degree dᵢ − 1 there
     /// (SPEC.md §8.3). With every budget 1 these are the inputs that are
-    /// not zero.
+    /// not zero. Where the case has a joint budget t and the indices of all
+    /// inputs sum to t, every input with a budget: the point lies outside
+    /// the lower set of joint budget t − 1, which decides the properties of
+    /// total degree t − 1.
     pub fn saturated_inputs(&self, point: &[Q]) -> u64 {
-        let (mut mask, mut at) = (0u64, 0);
+        let (mut mask, mut at, mut all, mut sum) = (0u64, 0, 0u64, 0usize);
         for (i, ((k, values), budget)) in self.lists.iter().zip(&self.budgets).enumerate() {
             let used: usize = point[at..at + k]
                 .iter()
                 .filter(|v| !v.is_zero())
                 .map(|v| values.iter().position(|w| w == v).unwrap_or(usize::MAX))
                 .fold(0, usize::saturating_add);
-            if i < 64 && budget.is_some_and(|d| d >= 1 && used >= d) {
+            let counted = i < 64 && budget.is_some_and(|d| d >= 1);
+            if counted && budget.is_some_and(|d| used >= d) {
                 mask |= 1 << i;
             }
+            if counted {
+                all |= 1 << i;
+            }
+            sum = sum.saturating_add(used);
             at += k;
         }
-        mask
+        match self.total {
+            Some(t) if t >= 1 && sum >= t => all,
+            _ => mask,
+        }
     }
     /// Each input's per-rank value at one grid point.
     pub fn inputs(&self, op: &TypedOp, point: &[Q]) -> Vec<PerRank> {
@@ -835,11 +885,12 @@ mod tests {
     #[test]
     fn a_bound_without_the_spilled_case_is_caught() {
         // Forgets the one case a run takes beyond the cap (SPEC.md §8.1).
+        // (add's scalar cases fit the cap since its joint budget, §8.3.)
         let no_spill =
             |ops: &[TypedOp], scope: &Scope| ops.len() as u64 * cases_bound(&ops[0], scope);
         assert_eq!(
             first_below(&no_spill),
-            Err("add on scope scalars, one point per case: bound 256 < estimate 400".into())
+            Err("mul on scope scalars, one point per case: bound 256 < estimate 400".into())
         );
     }
 }

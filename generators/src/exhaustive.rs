@@ -281,7 +281,7 @@ pub fn for_each_grid_point<B>(
     lists: &[&[Q]],
     f: &mut dyn FnMut(&[Q]) -> ControlFlow<B>,
 ) -> ControlFlow<B> {
-    for_each_lower_point(lists, &[(lists.len(), None)], f)
+    for_each_lower_point(lists, &[(lists.len(), None)], None, f)
 }
 
 /// The positions of a grid grouped in blocks (one per input): `blocks[b] =
@@ -292,24 +292,60 @@ pub fn for_each_grid_point<B>(
 /// most d in the block (SPEC.md §8.3). With `None` every combination is
 /// kept. The block sizes must add up to `lists.len()`.
 ///
+/// With `total = Some(t)` only the points whose value indices sum, over
+/// all positions, to at most t are kept besides: the lower set that
+/// decides the polynomials of total degree at most t in all positions
+/// together (SPEC.md §8.3).
+///
 /// Visits the kept points in the order of `for_each_grid_point` (fewest
 /// nonzeros first, then value order), so the first counterexample met is
 /// the one `for_each_grid_point` would meet first among them.
 pub fn for_each_lower_point<B>(
     lists: &[&[Q]],
     blocks: &[(usize, Option<usize>)],
+    total: Option<usize>,
     f: &mut dyn FnMut(&[Q]) -> ControlFlow<B>,
 ) -> ControlFlow<B> {
-    for_each_lane_point(lists, blocks, None, f)
+    for_each_lane_point(lists, blocks, total, None, f)
 }
 
-/// `for_each_lower_point` restricted, with `groups` (a group per
-/// position), to the points whose nonzero positions all lie in one group:
-/// the same points in the same order, the others skipped (SPEC.md §8.5).
+/// What a group of positions is in a lane split (SPEC.md §8.5): a lane,
+/// with the core it reads if any, or a core.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Part {
+    Lane(Option<u32>),
+    Core,
+}
+
+/// A split of a grid's positions: a group per position, and what each
+/// group is (`parts[g]`).
+#[derive(Clone, Copy, Debug)]
+pub struct Split<'a> {
+    pub group: &'a [u32],
+    pub parts: &'a [Part],
+}
+
+impl Split<'_> {
+    /// The positions of each group that a point may have nonzero together
+    /// with a lane's: the lane's and its core's; for a core, its own.
+    fn reach(&self, g: u32) -> impl Fn(u32) -> bool + '_ {
+        let core = match self.parts[g as usize] {
+            Part::Lane(c) => c,
+            Part::Core => None,
+        };
+        move |x| x == g || Some(x) == core
+    }
+}
+
+/// `for_each_lower_point` restricted, with `split`, to the points whose
+/// nonzero positions all lie in one lane and the core it reads, or in one
+/// core: the same points in the same order, the others skipped (SPEC.md
+/// §8.5).
 pub fn for_each_lane_point<B>(
     lists: &[&[Q]],
     blocks: &[(usize, Option<usize>)],
-    groups: Option<&[u32]>,
+    total: Option<usize>,
+    groups: Option<Split<'_>>,
     f: &mut dyn FnMut(&[Q]) -> ControlFlow<B>,
 ) -> ControlFlow<B> {
     let block_of: Vec<usize> = blocks
@@ -330,19 +366,31 @@ pub fn for_each_lane_point<B>(
         chosen: Vec::new(),
         point: vec![Q::zero(); lists.len()],
         groups,
+        total: total.unwrap_or(usize::MAX),
+        total_used: 0,
     };
-    // No point has more nonzeros than its group has positions.
+    // No point has more nonzeros than a lane and its core have positions.
     let most = match groups {
         None => lists.len(),
-        Some(g) => {
-            let mut count: std::collections::HashMap<u32, usize> = Default::default();
-            g.iter()
-                .map(|&x| *count.entry(x).and_modify(|c| *c += 1).or_insert(1))
+        Some(sp) => {
+            let mut count = vec![0usize; sp.parts.len()];
+            for &x in sp.group {
+                count[x as usize] += 1;
+            }
+            (0..sp.parts.len() as u32)
+                .map(|g| {
+                    let reach = sp.reach(g);
+                    (0..sp.parts.len() as u32)
+                        .filter(|&x| reach(x))
+                        .map(|x| count[x as usize])
+                        .sum::<usize>()
+                })
                 .max()
                 .unwrap_or(0)
         }
     };
-    for nnz in 0..=most {
+    // Each nonzero takes index 1 at least.
+    for nnz in 0..=most.min(w.total) {
         w.subsets(nnz, 0, f)?;
     }
     ControlFlow::Continue(())
@@ -358,10 +406,28 @@ struct Walk<'a> {
     nonzero: Vec<usize>,
     chosen: Vec<usize>,
     point: Vec<Q>,
-    groups: Option<&'a [u32]>,
+    groups: Option<Split<'a>>,
+    /// The budget of all positions together, and what the chosen values
+    /// use of it.
+    total: usize,
+    total_used: usize,
 }
 
 impl Walk<'_> {
+    /// Whether a position of group `g` may join the chosen ones: all in one
+    /// lane and its core, or in one core.
+    fn fits(&self, sp: Split<'_>, g: u32) -> bool {
+        let lane = self
+            .chosen
+            .iter()
+            .map(|&c| sp.group[c])
+            .chain([g])
+            .find(|&x| sp.parts[x as usize] != Part::Core);
+        let anchor = lane.unwrap_or(g);
+        let reach = sp.reach(anchor);
+        reach(g) && self.chosen.iter().all(|&c| reach(sp.group[c]))
+    }
+
     /// Every set of `nnz` positions from `start` on, in lexicographic order;
     /// a block never gets more nonzeros than its budget (each takes index
     /// 1 at least).
@@ -376,8 +442,8 @@ impl Walk<'_> {
         }
         for p in start..self.lists.len() {
             let b = self.block_of[p];
-            if let (Some(g), Some(&c)) = (self.groups, self.chosen.first()) {
-                if g[p] != g[c] {
+            if let Some(sp) = self.groups {
+                if !self.fits(sp, sp.group[p]) {
                     continue;
                 }
             }
@@ -404,14 +470,19 @@ impl Walk<'_> {
             .iter()
             .filter(|&&q| self.block_of[q] == b)
             .count();
+        let later_all = self.chosen.len() - at - 1;
         for j in 1..self.lists[p].len() {
-            if self.used[b].saturating_add(j).saturating_add(later) > self.budget[b] {
+            if self.used[b].saturating_add(j).saturating_add(later) > self.budget[b]
+                || self.total_used.saturating_add(j).saturating_add(later_all) > self.total
+            {
                 break;
             }
             self.point[p] = self.lists[p][j].clone();
             self.used[b] += j;
+            self.total_used += j;
             let r = self.walk(at + 1, f);
             self.used[b] -= j;
+            self.total_used -= j;
             r?;
         }
         self.point[p] = Q::zero();
@@ -421,62 +492,98 @@ impl Walk<'_> {
 
 /// Number of points `for_each_lower_point` visits: per block of k
 /// positions with `n` values each, n^k, or with budget d the index vectors
-/// in 0..n with sum at most d (C(k + d, d) when d < n).
-pub fn lower_size(blocks: &[(usize, usize, Option<usize>)]) -> u64 {
+/// in 0..n with sum at most d (C(k + d, d) when d < n); with a `total`
+/// budget, the index vectors of all blocks whose sum is at most it.
+pub fn lower_size(blocks: &[(usize, usize, Option<usize>)], total: Option<usize>) -> u64 {
+    // ways[s]: index vectors of k positions, n values each, summing to s,
+    // for s up to `cap`.
+    let ways = |k: usize, n: usize, cap: usize| {
+        let mut ways = vec![0u64; cap + 1];
+        ways[0] = 1;
+        for _ in 0..k {
+            let mut next = vec![0u64; cap + 1];
+            for (s, &w) in ways.iter().enumerate() {
+                for j in 0..n.min(cap + 1 - s) {
+                    next[s + j] = next[s + j].saturating_add(w);
+                }
+            }
+            ways = next;
+        }
+        ways
+    };
+    if let Some(t) = total {
+        // The blocks convolved, sums above t dropped.
+        let mut acc = vec![0u64; t + 1];
+        acc[0] = 1;
+        for &(k, n, budget) in blocks {
+            let here = ways(k, n, budget.unwrap_or(usize::MAX).min(t));
+            let mut next = vec![0u64; t + 1];
+            for (s, &a) in acc.iter().enumerate().filter(|(_, a)| **a > 0) {
+                for (j, &w) in here.iter().enumerate().take(t + 1 - s) {
+                    next[s + j] = next[s + j].saturating_add(a.saturating_mul(w));
+                }
+            }
+            acc = next;
+        }
+        return acc.iter().fold(0u64, |a, &w| a.saturating_add(w));
+    }
     blocks.iter().fold(1u64, |acc, &(k, n, budget)| {
         let here = match budget {
             None => (n as u64).checked_pow(k as u32).unwrap_or(u64::MAX),
-            Some(d) => {
-                // ways[s]: index vectors of the positions so far summing to s.
-                let mut ways = vec![0u64; d + 1];
-                ways[0] = 1;
-                for _ in 0..k {
-                    let mut next = vec![0u64; d + 1];
-                    for (s, &w) in ways.iter().enumerate() {
-                        for j in 0..n.min(d + 1 - s) {
-                            next[s + j] = next[s + j].saturating_add(w);
-                        }
-                    }
-                    ways = next;
-                }
-                ways.iter().fold(0u64, |a, &w| a.saturating_add(w))
-            }
+            Some(d) => ways(k, n, d).iter().fold(0u64, |a, &w| a.saturating_add(w)),
         };
         acc.saturating_mul(here)
     })
 }
 
-/// Number of points `for_each_lane_point` visits with `groups` (a group
-/// per position, the positions of `blocks` in order): the point 0, and per
-/// group the points of its own lower set but 0.
-pub fn lane_size(blocks: &[(usize, usize, Option<usize>)], groups: &[u32]) -> u64 {
-    lane_blocks(blocks, groups).iter().fold(1u64, |acc, b| {
-        acc.saturating_add(lower_size(b).saturating_sub(1))
+/// Number of points `for_each_lane_point` visits with `split`: the point
+/// 0; per core the points of its own lower set but 0; per lane the points
+/// of the lower set of it and its core that are nonzero in the lane.
+pub fn lane_size(
+    blocks: &[(usize, usize, Option<usize>)],
+    total: Option<usize>,
+    split: Split<'_>,
+) -> u64 {
+    let own = |g: Option<u32>| match g {
+        None => 1,
+        Some(g) => lower_size(&restricted(blocks, split, split.reach(g)), total),
+    };
+    (0..split.parts.len() as u32).fold(1u64, |acc, g| {
+        let (all, below) = match split.parts[g as usize] {
+            Part::Core => (own(Some(g)), 1),
+            Part::Lane(core) => (own(Some(g)), own(core)),
+        };
+        acc.saturating_add(all.saturating_sub(below))
     })
 }
 
-/// Per group of `groups` (a group per position, the positions of `blocks`
-/// in order), in the order of the group numbers: `blocks` with each
-/// block's positions counted in that group only.
+/// `blocks` with each block's positions counted where `keep` holds of
+/// their group.
+fn restricted(
+    blocks: &[(usize, usize, Option<usize>)],
+    split: Split<'_>,
+    keep: impl Fn(u32) -> bool,
+) -> Vec<(usize, usize, Option<usize>)> {
+    let mut at = 0;
+    blocks
+        .iter()
+        .map(|&(k, n, d)| {
+            let here = split.group[at..at + k].iter().filter(|&&x| keep(x)).count();
+            at += k;
+            (here, n, d)
+        })
+        .collect()
+}
+
+/// Per group of `split`, in the order of the group numbers: `blocks` with
+/// each block's positions counted in what a point with that group nonzero
+/// may have nonzero, the group and (for a lane) its core.
 pub fn lane_blocks(
     blocks: &[(usize, usize, Option<usize>)],
-    groups: &[u32],
+    split: Split<'_>,
 ) -> Vec<Vec<(usize, usize, Option<usize>)>> {
-    let mut ids: Vec<u32> = groups.to_vec();
-    ids.sort_unstable();
-    ids.dedup();
-    ids.iter()
-        .map(|&g| {
-            let mut at = 0;
-            blocks
-                .iter()
-                .map(|&(k, n, d)| {
-                    let here = groups[at..at + k].iter().filter(|&&x| x == g).count();
-                    at += k;
-                    (here, n, d)
-                })
-                .collect()
-        })
+    (0..split.parts.len() as u32)
+        .map(|g| restricted(blocks, split, split.reach(g)))
         .collect()
 }
 
@@ -507,8 +614,16 @@ mod tests {
     }
 
     fn visit(lists: &[&[Q]], blocks: &[(usize, Option<usize>)]) -> Vec<Vec<Q>> {
+        visit_total(lists, blocks, None)
+    }
+
+    fn visit_total(
+        lists: &[&[Q]],
+        blocks: &[(usize, Option<usize>)],
+        total: Option<usize>,
+    ) -> Vec<Vec<Q>> {
         let mut seen = Vec::new();
-        let _ = for_each_lower_point::<()>(lists, blocks, &mut |p| {
+        let _ = for_each_lower_point::<()>(lists, blocks, total, &mut |p| {
             seen.push(p.to_vec());
             ControlFlow::Continue(())
         });
@@ -541,12 +656,12 @@ mod tests {
         assert_eq!(lower, kept);
         // C(3 + 2, 2) = 10 points for the first block, 2 + 1 for the second.
         assert_eq!(lower.len(), 30);
-        assert_eq!(lower_size(&[(3, 3, Some(2)), (2, 2, Some(1))]), 30);
+        assert_eq!(lower_size(&[(3, 3, Some(2)), (2, 2, Some(1))], None), 30);
         // The example: 4 scalars of degree 2 take 15 points, not 81;
         // degree 1 takes zero and the 4 unit vectors.
-        assert_eq!(lower_size(&[(4, 3, Some(2))]), 15);
-        assert_eq!(lower_size(&[(4, 2, Some(1))]), 5);
-        assert_eq!(lower_size(&[(4, 3, None)]), 81);
+        assert_eq!(lower_size(&[(4, 3, Some(2))], None), 15);
+        assert_eq!(lower_size(&[(4, 2, Some(1))], None), 5);
+        assert_eq!(lower_size(&[(4, 3, None)], None), 81);
         let four = values(3);
         let l4: Vec<&[Q]> = vec![&four; 4];
         assert_eq!(visit(&l4, &[(4, Some(2))]).len(), 15);
@@ -609,6 +724,61 @@ mod tests {
         }
     }
 
+    /// A budget over all blocks together (SPEC.md §8.3): the points are the
+    /// lower set's with the value indices of all positions summing to at
+    /// most t, in the same order; `lower_size` counts them; and the
+    /// monomials of total degree at most t within the blocks' degrees are
+    /// independent on them. Its twin: a polynomial of total degree t + 1
+    /// within the blocks' degrees vanishes there and not on the blocks'
+    /// lower set.
+    #[test]
+    fn a_joint_budget_decides_polynomials_of_that_total_degree() {
+        let three = values(3);
+        let lists: Vec<&[Q]> = vec![&three; 5];
+        let index = |p: usize, q: &Q| lists[p].iter().position(|v| v == q).unwrap();
+        for (blocks, t) in [
+            (vec![(2, Some(2)), (3, Some(1))], 2),
+            (vec![(2, Some(2)), (3, Some(2))], 3),
+            (vec![(1, Some(1)), (1, Some(1)), (3, Some(2))], 1),
+            (vec![(5, None)], 2),
+        ] {
+            let lower = visit(&lists, &blocks);
+            let want: Vec<Vec<Q>> = lower
+                .iter()
+                .filter(|pt| (0..5).map(|p| index(p, &pt[p])).sum::<usize>() <= t)
+                .cloned()
+                .collect();
+            let joint = visit_total(&lists, &blocks, Some(t));
+            assert_eq!(joint, want, "{blocks:?} {t}");
+            let sized: Vec<(usize, usize, Option<usize>)> =
+                blocks.iter().map(|&(k, d)| (k, 3, d)).collect();
+            assert_eq!(lower_size(&sized, Some(t)), joint.len() as u64);
+            assert!(joint.len() < lower.len());
+            // Unisolvence: the exponents are the same set.
+            let idx: Vec<Q> = (0..3).map(|i| Q::int(i as i64)).collect();
+            let ia: Vec<&[Q]> = vec![&idx; 5];
+            let alphas: Vec<Vec<usize>> = visit_total(&ia, &blocks, Some(t))
+                .iter()
+                .map(|p| p.iter().map(|q| q.to_string().parse().unwrap()).collect())
+                .collect();
+            let m: Vec<Vec<Q>> = joint
+                .iter()
+                .map(|x| alphas.iter().map(|al| monomial(x, al)).collect())
+                .collect();
+            assert_eq!(rank(m), joint.len(), "{blocks:?} {t}");
+        }
+        // Twin: x0·x1 has total degree 2 and degree 1 in each block of
+        // (1, 1), (1, 1): it vanishes where the indices sum to at most 1.
+        let two = values(2);
+        let lists: Vec<&[Q]> = vec![&two; 2];
+        let blocks = [(1, Some(1)), (1, Some(1))];
+        let p = |x: &[Q]| x[0].mul(&x[1]);
+        assert!(visit_total(&lists, &blocks, Some(1))
+            .iter()
+            .all(|x| p(x).is_zero()));
+        assert!(visit(&lists, &blocks).iter().any(|x| !p(x).is_zero()));
+    }
+
     /// Negative twin: the lower set needs a TOTAL degree bound. x0·x1 has
     /// degree 1 in each scalar but total degree 2; it vanishes on the lower
     /// set of degree 1 (zero and the unit points) though it is not zero,
@@ -633,63 +803,112 @@ mod tests {
     }
 
     /// The lane walk visits exactly the points of the full walk whose
-    /// nonzeros lie in one group, in the same order, and `lane_size`
-    /// counts them; with budgets too.
+    /// nonzeros lie in one lane and its core, or in one core, in the same
+    /// order, and `lane_size` counts them; with budgets too. Without cores
+    /// (the first split) that is one group.
     #[test]
-    fn lane_walk_is_the_full_walk_filtered_to_one_group() {
+    fn lane_walk_is_the_full_walk_filtered_to_one_lane_and_its_core() {
         let v = [Q::zero(), Q::one(), Q::int(2)];
-        let lists: Vec<&[Q]> = vec![&v; 6];
-        let groups = [0u32, 1, 0, 2, 1, 1];
-        for blocks in [
-            vec![(6, None)],
-            vec![(2, Some(2)), (4, Some(1))],
-            vec![(3, None), (3, Some(2))],
-        ] {
-            let mut full = Vec::new();
-            let _ = for_each_lower_point::<()>(&lists, &blocks, &mut |p| {
-                full.push(p.to_vec());
-                ControlFlow::Continue(())
-            });
-            let one_group = |p: &Vec<Q>| {
-                let gs: Vec<u32> = (0..p.len())
-                    .filter(|&k| !p[k].is_zero())
-                    .map(|k| groups[k])
-                    .collect();
-                gs.windows(2).all(|w| w[0] == w[1])
+        let lists: Vec<&[Q]> = vec![&v; 8];
+        let plain = ([0u32, 1, 0, 2, 1, 1, 2, 0], vec![Part::Lane(None); 3]);
+        // Lanes 0 and 1 read core 3, lane 2 reads core 4, lane 5 none.
+        let star = (
+            [0u32, 3, 1, 0, 2, 4, 3, 5],
+            vec![
+                Part::Lane(Some(3)),
+                Part::Lane(Some(3)),
+                Part::Lane(Some(4)),
+                Part::Core,
+                Part::Core,
+                Part::Lane(None),
+            ],
+        );
+        for (groups, parts) in [plain, star] {
+            let split = Split {
+                group: &groups,
+                parts: &parts,
             };
-            let want: Vec<Vec<Q>> = full.iter().filter(|p| one_group(p)).cloned().collect();
-            let mut got = Vec::new();
-            let _ = for_each_lane_point::<()>(&lists, &blocks, Some(&groups), &mut |p| {
-                got.push(p.to_vec());
-                ControlFlow::Continue(())
-            });
-            assert_eq!(got, want, "{blocks:?}");
-            assert!(got.len() < full.len());
-            let sized: Vec<(usize, usize, Option<usize>)> =
-                blocks.iter().map(|&(k, d)| (k, 3, d)).collect();
-            assert_eq!(lane_size(&sized, &groups), got.len() as u64, "{blocks:?}");
+            for (blocks, total) in [
+                (vec![(8, None)], None),
+                (vec![(2, Some(2)), (6, Some(1))], None),
+                (vec![(3, None), (5, Some(2))], None),
+                (vec![(2, Some(2)), (6, Some(1))], Some(2)),
+            ] {
+                let mut full = Vec::new();
+                let _ = for_each_lower_point::<()>(&lists, &blocks, total, &mut |p| {
+                    full.push(p.to_vec());
+                    ControlFlow::Continue(())
+                });
+                let fits = |p: &Vec<Q>| {
+                    let gs: Vec<u32> = (0..p.len())
+                        .filter(|&k| !p[k].is_zero())
+                        .map(|k| groups[k])
+                        .collect();
+                    let lanes: Vec<u32> = gs
+                        .iter()
+                        .copied()
+                        .filter(|&g| parts[g as usize] != Part::Core)
+                        .collect();
+                    match lanes.first() {
+                        None => gs.windows(2).all(|w| w[0] == w[1]),
+                        Some(&l) => gs
+                            .iter()
+                            .all(|&g| g == l || parts[l as usize] == Part::Lane(Some(g))),
+                    }
+                };
+                let want: Vec<Vec<Q>> = full.iter().filter(|p| fits(p)).cloned().collect();
+                let mut got = Vec::new();
+                let _ = for_each_lane_point::<()>(&lists, &blocks, total, Some(split), &mut |p| {
+                    got.push(p.to_vec());
+                    ControlFlow::Continue(())
+                });
+                assert_eq!(got, want, "{blocks:?}");
+                assert!(got.len() < full.len());
+                let sized: Vec<(usize, usize, Option<usize>)> =
+                    blocks.iter().map(|&(k, d)| (k, 3, d)).collect();
+                assert_eq!(
+                    lane_size(&sized, total, split),
+                    got.len() as u64,
+                    "{blocks:?}"
+                );
+            }
         }
     }
 
     /// Why the lane walk needs separable properties: a predicate that
-    /// fails only where two groups are nonzero at once fails on the full
-    /// walk and never on the lane walk.
+    /// fails only where two lanes are nonzero at once, or two cores, fails
+    /// on the full walk and never on the lane walk.
     #[test]
     fn the_lane_walk_misses_what_couples_two_groups() {
         let v = [Q::zero(), Q::one()];
-        let lists: Vec<&[Q]> = vec![&v; 4];
-        let groups = [0u32, 0, 1, 1];
-        let coupled = |p: &[Q]| !p[0].is_zero() && !p[3].is_zero();
-        let mut full = false;
-        let _ = for_each_lower_point::<()>(&lists, &[(4, None)], &mut |p| {
-            full |= coupled(p);
-            ControlFlow::Continue(())
-        });
-        let mut lane = false;
-        let _ = for_each_lane_point::<()>(&lists, &[(4, None)], Some(&groups), &mut |p| {
-            lane |= coupled(p);
-            ControlFlow::Continue(())
-        });
-        assert!(full && !lane);
+        let lists: Vec<&[Q]> = vec![&v; 6];
+        let groups = [0u32, 0, 1, 1, 2, 3];
+        let parts = [
+            Part::Lane(Some(2)),
+            Part::Lane(Some(3)),
+            Part::Core,
+            Part::Core,
+        ];
+        let split = Split {
+            group: &groups,
+            parts: &parts,
+        };
+        for coupled in [
+            (|p: &[Q]| !p[0].is_zero() && !p[3].is_zero()) as fn(&[Q]) -> bool,
+            |p: &[Q]| !p[4].is_zero() && !p[5].is_zero(),
+            |p: &[Q]| !p[0].is_zero() && !p[5].is_zero(),
+        ] {
+            let mut full = false;
+            let _ = for_each_lower_point::<()>(&lists, &[(6, None)], None, &mut |p| {
+                full |= coupled(p);
+                ControlFlow::Continue(())
+            });
+            let mut lane = false;
+            let _ = for_each_lane_point::<()>(&lists, &[(6, None)], None, Some(split), &mut |p| {
+                lane |= coupled(p);
+                ControlFlow::Continue(())
+            });
+            assert!(full && !lane);
+        }
     }
 }

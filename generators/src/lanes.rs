@@ -1,8 +1,12 @@
 //! Lane groups of a case (SPEC.md §8.5): a partition of the case's free
-//! scalars such that every quantity a property compares reads the scalars
-//! of one group only. A grid over such a case is decided by the points
-//! where at most one group is nonzero.
+//! scalars into lanes and cores such that every quantity a property
+//! compares reads the scalars of one lane and of the one core that lane
+//! reads (the entries of inputs that every entry of the lane reads whole,
+//! such as a broadcast scalar). A grid over such a case is decided by the
+//! points whose nonzeros lie in one lane and its core.
 
+pub use crate::exhaustive::Part;
+use crate::exhaustive::Split;
 use spmd_interp::lanes::{lanes, total, Lanes};
 use spmd_interp::{Backward, Op, TypedOp};
 use spmd_semantics::perrank::{global_sources, FreeSlots};
@@ -52,16 +56,46 @@ fn class_first(m: &Mesh, t: &Type) -> Vec<usize> {
 /// The lane groups of a case: a group number per free scalar (inputs in
 /// order, each input's scalars as `from_free` lays them out), per entry of
 /// each input's and of the output's ranks (rank r, entry e at r·numel + e),
-/// numbered from 0 in order of first appearance among the free scalars.
+/// numbered from 0 in order of first appearance among the free scalars;
+/// and per group whether it is a core or a lane, with the core it reads.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LaneGroups {
     pub free: Vec<u32>,
     pub inputs: Vec<Vec<u32>>,
     pub out: Vec<u32>,
+    pub parts: Vec<Part>,
+}
+
+impl LaneGroups {
+    /// The split the walk over the free scalars takes.
+    pub fn split(&self) -> Split<'_> {
+        Split {
+            group: &self.free,
+            parts: &self.parts,
+        }
+    }
+    /// Whether group `g` is a core.
+    pub fn is_core(&self, g: u32) -> bool {
+        self.parts.get(g as usize) == Some(&Part::Core)
+    }
+    /// Per group, whether it is a core.
+    pub fn cores(&self) -> Vec<bool> {
+        self.parts.iter().map(|p| *p == Part::Core).collect()
+    }
+    /// The lane a point (a value per free scalar) checks alone: the group
+    /// of its first nonzero outside every core; `None` when its nonzeros
+    /// all lie in cores (SPEC.md §8.5).
+    pub fn lane_at(&self, point: &[spmd_semantics::Q]) -> Option<u32> {
+        point
+            .iter()
+            .zip(&self.free)
+            .find(|(q, &g)| !q.is_zero() && !self.is_core(g))
+            .map(|(_, &g)| g)
+    }
 }
 
 /// The lane groups of a case; `None` unless its free scalars fall into at
-/// least two groups. Only a local op with its own VJP, no declared JVP and
+/// least two lanes. Only a local op with its own VJP, no declared JVP and
 /// a total function (`spmd_interp::lanes::total`: no domain error, no kink)
 /// is split, so that every property at a point is a conjunction of
 /// properties of one group each (SPEC.md §8.5).
@@ -88,15 +122,44 @@ pub fn lane_groups(op: &TypedOp, m: &Mesh, shapes: &[Shape], out: &Shape) -> Opt
     let node = |i: usize, r: usize, e: usize| offset[i] + slots[i].slot(r) * ns[i] + e;
     let out_node = |r: usize, e: usize| total_free + r * n_out + e;
     let mut dsu = Dsu((0..total_free + nr * n_out).collect());
-    // Each rank runs the function: an output entry reads the entries of its
-    // lane.
     let local: Lanes = lanes(&f.expr, shapes)?;
+    // Global types: the meaning is the function of the global tensors, whose
+    // lanes are read on the global shapes.
+    let global = match op.is_global() {
+        false => None,
+        true => {
+            let (gout, out_src) = global_sources(m, &op.output, out)?;
+            let mut gin = Vec::new();
+            let mut in_src = Vec::new();
+            for (t, s) in op.inputs.iter().zip(shapes) {
+                let (g, src) = global_sources(m, t, s)?;
+                gin.push(g);
+                in_src.push(src);
+            }
+            let gl = lanes(&f.expr, &gin)?;
+            Some((gout, out_src, gin, in_src, gl))
+        }
+    };
+    // An input either view reads whole is a core input: its scalars join
+    // the core of the entries that read them, never a lane.
+    let core_input: Vec<bool> = (0..shapes.len())
+        .map(|i| local.shared[i] || global.as_ref().is_some_and(|g| g.4.shared[i]))
+        .collect();
+    // Output entries and the core scalars they read.
+    let mut reads_core: Vec<(usize, usize)> = Vec::new();
+    // Each rank runs the function: an output entry reads the entries of its
+    // lane, and the whole of each core input on its rank.
     let out_keys = Lanes::keys(&local.out_dims, out);
     let in_keys: Vec<Option<Vec<u64>>> = local
         .in_dims
         .iter()
         .zip(shapes)
-        .map(|(d, s)| d.as_ref().map(|d| Lanes::keys(d, s)))
+        .enumerate()
+        .map(|(i, (d, s))| {
+            d.as_ref()
+                .filter(|_| !core_input[i])
+                .map(|d| Lanes::keys(d, s))
+        })
         .collect();
     for r in 0..nr {
         let mut first: HashMap<u64, usize> = HashMap::new();
@@ -110,6 +173,16 @@ pub fn lane_groups(op: &TypedOp, m: &Mesh, shapes: &[Shape], out: &Shape) -> Opt
                 let a = *first.entry(*k).or_insert(node(i, r, e));
                 dsu.union(a, node(i, r, e));
             }
+        }
+        let mut core: Option<usize> = None;
+        for i in (0..shapes.len()).filter(|&i| core_input[i]) {
+            for e in 0..ns[i] {
+                let c = *core.get_or_insert(node(i, r, e));
+                dsu.union(c, node(i, r, e));
+            }
+        }
+        if let Some(c) = core {
+            reads_core.extend((0..n_out).map(|e| (out_node(r, e), c)));
         }
     }
     // Ranks of one class are read together.
@@ -125,47 +198,97 @@ pub fn lane_groups(op: &TypedOp, m: &Mesh, shapes: &[Shape], out: &Shape) -> Opt
             }
         }
     }
-    // Global types: the meaning is the function of the global tensors, whose
-    // lanes are read on the global shapes.
-    if op.is_global() {
-        let (gout, out_src) = global_sources(m, &op.output, out)?;
-        let mut gin = Vec::new();
-        let mut in_src = Vec::new();
-        for (t, s) in op.inputs.iter().zip(shapes) {
-            let (g, src) = global_sources(m, t, s)?;
-            gin.push(g);
-            in_src.push(src);
-        }
-        let gl = lanes(&f.expr, &gin)?;
+    if let Some((gout, out_src, gin, in_src, gl)) = &global {
         let mut first: HashMap<u64, usize> = HashMap::new();
-        for (k, &(r, e)) in Lanes::keys(&gl.out_dims, &gout).iter().zip(&out_src) {
+        for (k, &(r, e)) in Lanes::keys(&gl.out_dims, gout).iter().zip(out_src) {
             let a = *first.entry(*k).or_insert(out_node(r, e));
             dsu.union(a, out_node(r, e));
         }
         for (i, d) in gl.in_dims.iter().enumerate() {
-            let Some(d) = d else { continue };
+            let Some(d) = d.as_ref().filter(|_| !core_input[i]) else {
+                continue;
+            };
             for (k, &(r, e)) in Lanes::keys(d, &gin[i]).iter().zip(&in_src[i]) {
                 let a = *first.entry(*k).or_insert(node(i, r, e));
                 dsu.union(a, node(i, r, e));
             }
         }
+        // A core input of the global function is read whole by every
+        // global output entry, wherever its members are placed.
+        let mut core: Option<usize> = None;
+        for (i, src) in in_src.iter().enumerate().filter(|(i, _)| gl.shared[*i]) {
+            for &(r, e) in src {
+                let c = *core.get_or_insert(node(i, r, e));
+                dsu.union(c, node(i, r, e));
+            }
+        }
+        if let Some(c) = core {
+            reads_core.extend(out_src.iter().map(|&(r, e)| (out_node(r, e), c)));
+        }
     }
-    let mut number: HashMap<usize, u32> = HashMap::new();
-    let mut id = |x: usize| {
-        let root = dsu.find(x);
-        let next = number.len() as u32;
-        *number.entry(root).or_insert(next)
+    // A lane reads one core: the cores its entries read are joined.
+    let mut lane_core: HashMap<usize, usize> = HashMap::new();
+    for &(o, c) in &reads_core {
+        let lane = dsu.find(o);
+        let c0 = *lane_core.entry(lane).or_insert(c);
+        dsu.union(c0, c);
+    }
+    let is_core_node = |x: usize| {
+        x < total_free && {
+            let i = offset.partition_point(|&o| o <= x) - 1;
+            core_input[i]
+        }
     };
-    let free: Vec<u32> = (0..total_free).map(&mut id).collect();
-    let groups = free.iter().max().map_or(0, |g| g + 1);
+    let mut number: HashMap<usize, u32> = HashMap::new();
+    let mut roots: Vec<usize> = Vec::new();
+    let mut id = |dsu: &mut Dsu, x: usize| {
+        let root = dsu.find(x);
+        *number.entry(root).or_insert_with(|| {
+            roots.push(root);
+            roots.len() as u32 - 1
+        })
+    };
+    let free: Vec<u32> = (0..total_free).map(|x| id(&mut dsu, x)).collect();
     let inputs = (0..shapes.len())
         .map(|i| {
             (0..nr)
                 .flat_map(|r| (0..ns[i]).map(move |e| (r, e)))
-                .map(|(r, e)| id(node(i, r, e)))
+                .map(|(r, e)| id(&mut dsu, node(i, r, e)))
                 .collect()
         })
         .collect();
-    let out = (0..nr * n_out).map(|k| id(total_free + k)).collect();
-    (groups > 1).then_some(LaneGroups { free, inputs, out })
+    let out: Vec<u32> = (0..nr * n_out)
+        .map(|k| id(&mut dsu, total_free + k))
+        .collect();
+    // Core nodes are only ever joined with core nodes, so a root tells.
+    let mut parts: Vec<Part> = roots
+        .iter()
+        .map(|&x| {
+            if is_core_node(x) {
+                Part::Core
+            } else {
+                Part::Lane(None)
+            }
+        })
+        .collect();
+    for (lane, c) in lane_core {
+        let (l, c) = (number[&dsu.find(lane)], number[&dsu.find(c)]);
+        parts[l as usize] = Part::Lane(Some(c));
+    }
+    let lanes_with_scalars = {
+        let mut ids: Vec<u32> = free
+            .iter()
+            .copied()
+            .filter(|&g| parts[g as usize] != Part::Core)
+            .collect();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.len()
+    };
+    (lanes_with_scalars > 1).then_some(LaneGroups {
+        free,
+        inputs,
+        out,
+        parts,
+    })
 }

@@ -21,12 +21,16 @@ pub enum EvalError {
 /// Degree bounds of a local function, per input (SPEC.md §5.2). Along a
 /// direction that moves only input `i`, the function of the step `h` is a
 /// ratio of polynomials of degrees at most `num[i]` and `den[i]`. `piecewise`:
-/// this holds only between kinks (abs, relu, max, floor, cast).
+/// this holds only between kinks (abs, relu, max, floor, cast). `total`:
+/// for a polynomial, a bound on its total degree in all inputs' scalars
+/// together (a variable 1, a sum the maximum, a product the sum); it means
+/// nothing for a ratio, a kinked or a transcendental function.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Degree {
     pub num: Vec<u32>,
     pub den: Vec<u32>,
     pub piecewise: bool,
+    pub total: u32,
 }
 
 impl Degree {
@@ -35,6 +39,7 @@ impl Degree {
             num: vec![0; n],
             den: vec![0; n],
             piecewise: false,
+            total: 0,
         }
     }
     /// A polynomial (no division by a non-constant) with no kinks: the
@@ -42,7 +47,12 @@ impl Degree {
     pub fn is_polynomial(&self) -> bool {
         !self.piecewise && self.den.iter().all(|&d| d == 0)
     }
-    fn zip(a: &Degree, b: &Degree, f: impl Fn(u32, u32, u32, u32) -> (u32, u32)) -> Degree {
+    fn zip(
+        a: &Degree,
+        b: &Degree,
+        total: u32,
+        f: impl Fn(u32, u32, u32, u32) -> (u32, u32),
+    ) -> Degree {
         let (num, den) = (0..a.num.len())
             .map(|i| f(a.num[i], a.den[i], b.num[i], b.den[i]))
             .unzip();
@@ -50,13 +60,14 @@ impl Degree {
             num,
             den,
             piecewise: a.piecewise || b.piecewise,
+            total,
         }
     }
     // Degrees saturate rather than wrap: a bound that overflowed would
     // read as small and let a huge power past the degree refusal.
     /// p1/q1 ± p2/q2 = (p1 q2 ± p2 q1) / (q1 q2).
     fn plus(a: &Degree, b: &Degree) -> Degree {
-        Degree::zip(a, b, |n1, d1, n2, d2| {
+        Degree::zip(a, b, a.total.max(b.total), |n1, d1, n2, d2| {
             (
                 n1.saturating_add(d2).max(n2.saturating_add(d1)),
                 d1.saturating_add(d2),
@@ -64,12 +75,12 @@ impl Degree {
         })
     }
     fn times(a: &Degree, b: &Degree) -> Degree {
-        Degree::zip(a, b, |n1, d1, n2, d2| {
+        Degree::zip(a, b, a.total.saturating_add(b.total), |n1, d1, n2, d2| {
             (n1.saturating_add(n2), d1.saturating_add(d2))
         })
     }
     fn over(a: &Degree, b: &Degree) -> Degree {
-        Degree::zip(a, b, |n1, d1, n2, d2| {
+        Degree::zip(a, b, a.total.saturating_add(b.total), |n1, d1, n2, d2| {
             (n1.saturating_add(d2), d1.saturating_add(n2))
         })
     }
@@ -95,6 +106,7 @@ impl Degree {
             num,
             den,
             piecewise: self.piecewise,
+            total: self.total,
         }
     }
     /// The marker degree of a transcendental node: (1, 1) in every input it
@@ -110,6 +122,7 @@ impl Degree {
             num: dep.iter().map(|&b| u32::from(b)).collect(),
             den: dep.iter().map(|&b| u32::from(b)).collect(),
             piecewise: self.piecewise,
+            total: self.total,
         }
     }
     fn kinked(mut self) -> Degree {
@@ -119,7 +132,8 @@ impl Degree {
     fn merge(ds: &[Degree]) -> Degree {
         let mut out = ds[0].clone();
         for d in &ds[1..] {
-            out = Degree::zip(&out, d, |n1, d1, n2, d2| (n1.max(n2), d1.max(d2)));
+            let total = out.total.max(d.total);
+            out = Degree::zip(&out, d, total, |n1, d1, n2, d2| (n1.max(n2), d1.max(d2)));
         }
         out
     }
@@ -179,6 +193,7 @@ pub fn infer(e: &Expr, shapes: &[Shape]) -> Result<(Shape, Degree), String> {
                 .ok_or_else(|| format!("input {i} is missing"))?;
             let mut d = Degree::constant(n);
             d.num[*i] = 1;
+            d.total = 1;
             (s.clone(), d)
         }
         Expr::Const(_) => (vec![], Degree::constant(n)),
@@ -204,6 +219,7 @@ pub fn infer(e: &Expr, shapes: &[Shape]) -> Result<(Shape, Degree), String> {
                     num,
                     den,
                     piecewise: d.piecewise,
+                    total: d.total.saturating_mul(*k),
                 },
             )
         }

@@ -222,6 +222,9 @@ impl External {
                 num: self.degree.clone(),
                 den: vec![0; self.degree.len()],
                 piecewise: false,
+                // A kernel's degree is claimed per coordinate: no bound on
+                // the total (its cases keep the product grid).
+                total: u32::MAX,
             },
         ))
     }

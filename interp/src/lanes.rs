@@ -5,6 +5,10 @@
 //! cⱼ. Softmax along dim 1 has lane dim 0 (rows); attention
 //! `einsum(softmax(einsum(q, k)), v)` has the batch label of both einsums.
 //!
+//! An input a scalar subexpression reads (`x * sum(y)`, `a * b` with b of
+//! rank 0) is read whole by every output entry: it is *shared*, the core
+//! every lane reads beside its own entries, and carries no lane.
+//!
 //! The analysis is structural: it reads the expression and the shapes,
 //! never values, and answers per node. Each rule below only keeps a lane
 //! where the node's definition reads along it coordinate by coordinate;
@@ -14,7 +18,7 @@ use crate::eval::infer;
 use crate::expr::{DimOp, Expr, Fun, Mask};
 use spmd_semantics::tensor::{numel, strides};
 use spmd_semantics::Shape;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The lanes of a function at given input shapes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -22,8 +26,12 @@ pub struct Lanes {
     /// The output's lane dims, in order.
     pub out_dims: Vec<usize>,
     /// Per input: for each lane (in the order of `out_dims`), the input's
-    /// dim that carries it; `None` for an input the function does not read.
+    /// dim that carries it; `None` for an input the function does not read,
+    /// or reads whole at every output entry (`shared`).
     pub in_dims: Vec<Option<Vec<usize>>>,
+    /// Per input: whether every output entry may read all of it (a shared
+    /// input, the lanes' common core).
+    pub shared: Vec<bool>,
 }
 
 /// Per node: for each of its dims, `Some(map)` when it is a lane dim, the
@@ -34,7 +42,10 @@ type Map = BTreeMap<usize, usize>;
 struct Node {
     shape: Shape,
     lanes: Vec<Option<Map>>,
-    reads: bool,
+    /// The inputs the node reads at all.
+    reads: BTreeSet<usize>,
+    /// Inputs that any entry of the node may read whole.
+    shared: BTreeSet<usize>,
 }
 
 /// Two maps for one lane joined: `None` when an input would carry the lane
@@ -61,8 +72,8 @@ fn join_all<'a>(maps: impl IntoIterator<Item = Option<&'a Map>>) -> Option<Map> 
 }
 
 /// Elementwise combination of equal shapes, or of a scalar with anything:
-/// a scalar that reads an input is read by every entry, which leaves no
-/// lane.
+/// a scalar that reads inputs is read by every entry, so every input it
+/// reads is shared.
 fn elementwise(nodes: &[Node]) -> Node {
     let shape = nodes
         .iter()
@@ -70,13 +81,13 @@ fn elementwise(nodes: &[Node]) -> Node {
         .max_by_key(|s| s.len())
         .cloned()
         .unwrap_or_default();
-    let reads = nodes.iter().any(|n| n.reads);
-    let broadcast_read = nodes.iter().any(|n| n.reads && n.shape != shape);
+    let reads = union(nodes.iter().map(|n| &n.reads));
+    let mut shared = union(nodes.iter().map(|n| &n.shared));
+    for n in nodes.iter().filter(|n| n.shape != shape) {
+        shared.extend(n.reads.iter().copied());
+    }
     let lanes = (0..shape.len())
         .map(|j| {
-            if broadcast_read {
-                return None;
-            }
             join_all(
                 nodes
                     .iter()
@@ -89,7 +100,12 @@ fn elementwise(nodes: &[Node]) -> Node {
         shape,
         lanes,
         reads,
+        shared,
     }
+}
+
+fn union<'a>(sets: impl IntoIterator<Item = &'a BTreeSet<usize>>) -> BTreeSet<usize> {
+    sets.into_iter().flatten().copied().collect()
 }
 
 fn without(mut n: Node, d: usize) -> Node {
@@ -105,9 +121,11 @@ fn removed(mut n: Node, d: usize) -> Node {
 
 fn node(e: &Expr, shapes: &[Shape]) -> Option<Node> {
     let shape = infer(e, shapes).ok()?.0;
-    let none = |reads: bool| Node {
+    // A node without lanes that may read `reads` anywhere.
+    let none = |reads: BTreeSet<usize>| Node {
         lanes: vec![None; shape.len()],
         shape: shape.clone(),
+        shared: reads.clone(),
         reads,
     };
     Some(match e {
@@ -116,9 +134,10 @@ fn node(e: &Expr, shapes: &[Shape]) -> Option<Node> {
                 .map(|j| Some(Map::from([(*i, j)])))
                 .collect(),
             shape,
-            reads: true,
+            reads: BTreeSet::from([*i]),
+            shared: BTreeSet::new(),
         },
-        Expr::Const(_) => none(false),
+        Expr::Const(_) => none(BTreeSet::new()),
         Expr::Neg(a)
         | Expr::Pow(a, _)
         | Expr::Abs(a)
@@ -153,7 +172,6 @@ fn node(e: &Expr, shapes: &[Shape]) -> Option<Node> {
                 .iter()
                 .map(|a| node(a, shapes))
                 .collect::<Option<_>>()?;
-            let reads = parts.iter().any(|p| p.reads);
             let lanes = (0..shape.len())
                 .map(|j| {
                     if j == *d {
@@ -165,7 +183,8 @@ fn node(e: &Expr, shapes: &[Shape]) -> Option<Node> {
             Node {
                 shape,
                 lanes,
-                reads,
+                reads: union(parts.iter().map(|p| &p.reads)),
+                shared: union(parts.iter().map(|p| &p.shared)),
             }
         }
         Expr::UpdateSlice(a, u, start) => {
@@ -181,7 +200,8 @@ fn node(e: &Expr, shapes: &[Shape]) -> Option<Node> {
             Node {
                 shape,
                 lanes,
-                reads: na.reads || nu.reads,
+                reads: union([&na.reads, &nu.reads]),
+                shared: union([&na.shared, &nu.shared]),
             }
         }
         Expr::Reshape(a, _) => {
@@ -200,6 +220,7 @@ fn node(e: &Expr, shapes: &[Shape]) -> Option<Node> {
                 shape,
                 lanes,
                 reads: na.reads,
+                shared: na.shared,
             }
         }
         Expr::Einsum(spec, args) => {
@@ -207,7 +228,12 @@ fn node(e: &Expr, shapes: &[Shape]) -> Option<Node> {
                 .iter()
                 .map(|a| node(a, shapes))
                 .collect::<Option<_>>()?;
-            let reads = parts.iter().any(|p| p.reads);
+            let reads = union(parts.iter().map(|p| &p.reads));
+            // An operand of rank 0 is read whole by every output entry.
+            let mut shared = union(parts.iter().map(|p| &p.shared));
+            for p in parts.iter().filter(|p| p.shape.is_empty()) {
+                shared.extend(p.reads.iter().copied());
+            }
             let lanes = spec
                 .output
                 .iter()
@@ -217,9 +243,10 @@ fn node(e: &Expr, shapes: &[Shape]) -> Option<Node> {
                         match labels.iter().position(|x| x == l) {
                             Some(k) => acc = join(&acc, p.lanes[k].as_ref()?)?,
                             // An operand without the label is read by every
-                            // coordinate along it.
-                            None if p.reads => return None,
-                            None => {}
+                            // coordinate along it: unless it is a shared
+                            // scalar, the lane goes.
+                            None if p.shape.is_empty() || p.reads.is_empty() => {}
+                            None => return None,
                         }
                     }
                     Some(acc)
@@ -229,10 +256,11 @@ fn node(e: &Expr, shapes: &[Shape]) -> Option<Node> {
                 shape,
                 lanes,
                 reads,
+                shared,
             }
         }
         // A recorded kernel: its reads are not known.
-        Expr::Table(..) => none(true),
+        Expr::Table(..) => none(reads(e).into_iter().collect()),
     })
 }
 
@@ -243,27 +271,32 @@ pub fn lanes(e: &Expr, shapes: &[Shape]) -> Option<Lanes> {
     let out_dims: Vec<usize> = (0..n.lanes.len())
         .filter(|&j| n.lanes[j].is_some())
         .collect();
+    let mut shared: Vec<bool> = (0..shapes.len()).map(|i| n.shared.contains(&i)).collect();
     let in_dims = (0..shapes.len())
         .map(|i| {
+            if shared[i] || !n.reads.contains(&i) {
+                return None;
+            }
             let dims: Vec<Option<usize>> = out_dims
                 .iter()
                 .map(|&j| n.lanes[j].as_ref().and_then(|m| m.get(&i).copied()))
                 .collect();
-            // Every lane of a node maps every input the node reads, so an
-            // input is either mapped by all lanes or read by none.
-            dims.iter()
-                .all(Option::is_some)
-                .then(|| dims.into_iter().flatten().collect())
+            // Every lane of a node maps every input the node reads and does
+            // not share; an input read otherwise is taken as shared, which
+            // claims nothing about how it is read.
+            if dims.iter().all(Option::is_some) {
+                Some(dims.into_iter().flatten().collect())
+            } else {
+                shared[i] = true;
+                None
+            }
         })
-        .collect::<Vec<Option<Vec<usize>>>>();
-    // Without lanes every input maps the empty key; say which are read.
-    let read = reads(e);
-    let in_dims = in_dims
-        .into_iter()
-        .enumerate()
-        .map(|(i, d)| if read.contains(&i) { d } else { None })
         .collect();
-    Some(Lanes { out_dims, in_dims })
+    Some(Lanes {
+        out_dims,
+        in_dims,
+        shared,
+    })
 }
 
 fn reads(e: &Expr) -> Vec<usize> {

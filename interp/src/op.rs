@@ -128,6 +128,7 @@ impl Op {
             num: vec![1],
             den: vec![0],
             piecewise: false,
+            total: 1,
         };
         match self {
             Op::Local(f) => infer(&f.expr, shapes),

@@ -115,6 +115,8 @@ impl Program {
         let mut deg: Vec<Vec<u32>> = (0..k)
             .map(|v| (0..k).map(|i| u32::from(v == i)).collect())
             .collect();
+        // tot[v]: a bound on value v's total degree in all inputs.
+        let mut tot: Vec<u32> = vec![1; k];
         let mut piecewise = false;
         for s in &self.steps {
             let args: Vec<Shape> = s.args.iter().map(|&a| all[a].clone()).collect();
@@ -144,6 +146,7 @@ impl Program {
                 })
                 .collect();
             deg.push(row);
+            tot.push(substituted_total(&d, s.args.iter().map(|&a| tot[a])));
             all.push(out);
         }
         let out = all.pop().expect("nonempty");
@@ -154,6 +157,7 @@ impl Program {
                 den: vec![0; num.len()],
                 num,
                 piecewise,
+                total: tot.pop().expect("nonempty"),
             },
         ))
     }
@@ -1144,6 +1148,23 @@ fn expr_degree(e: &Expr, vars: &[u32]) -> Option<u32> {
         #[allow(unreachable_patterns)]
         _ => None,
     }
+}
+
+/// A bound on the total degree, in the program's inputs, of a step whose
+/// degree in its arguments is `d` (at most `d.num[j]` in argument j, at
+/// most `d.total` in all together) applied to arguments of total degrees
+/// `args`: the largest Σ αⱼ·Tⱼ over exponents within those bounds, which
+/// taking the arguments of highest degree first attains.
+fn substituted_total(d: &Degree, args: impl Iterator<Item = u32>) -> u32 {
+    let mut by: Vec<(u32, u32)> = args.zip(d.num.iter().copied()).collect();
+    by.sort_by_key(|b| std::cmp::Reverse(b.0));
+    let (mut left, mut total) = (d.total, 0u32);
+    for (t, n) in by {
+        let take = left.min(n);
+        total = total.saturating_add(take.saturating_mul(t));
+        left -= take;
+    }
+    total
 }
 
 #[cfg(test)]

@@ -72,9 +72,10 @@ fn respects(e: &Expr, shapes: &[Shape], l: &Lanes) -> Result<(), String> {
         for (k, b) in bs.iter().enumerate() {
             for (i, bi) in b.iter().enumerate() {
                 for (j, v) in bi.data.iter().enumerate() {
+                    // A shared input may be written anywhere.
                     let off = match &in_keys[i] {
                         Some(keys) => keys[j] != out_keys[k],
-                        None => true,
+                        None => !l.shared[i],
                     };
                     if off && !v.eq_exact(&X::zero()).expect("decidable") {
                         return Err(format!(
@@ -84,7 +85,8 @@ fn respects(e: &Expr, shapes: &[Shape], l: &Lanes) -> Result<(), String> {
                 }
             }
         }
-        for i in 0..shapes.len() {
+        // A shared input is read by every lane: nothing to check.
+        for i in (0..shapes.len()).filter(|&i| !l.shared[i]) {
             for j in 0..numel(&shapes[i]) {
                 let mut moved = xs.clone();
                 moved[i].data[j] = moved[i].data[j].add(&Q::one());
@@ -157,8 +159,17 @@ fn catalogue() -> Vec<(&'static str, Vec<Shape>, Vec<usize>)> {
         ),
         ("x * y", shapes(&[&[2, 3], &[2, 3]]), vec![0, 1]),
         ("exp(x) * y - 2", shapes(&[&[2, 2], &[2, 2]]), vec![0, 1]),
-        ("x * sum(y, 0)", shapes(&[&[2], &[3]]), vec![]),
-        ("x - y", shapes(&[&[2, 2], &[]]), vec![]),
+        // A scalar is read whole by every entry: a shared input.
+        ("x * sum(y, 0)", shapes(&[&[2], &[3]]), vec![0]),
+        ("x - y", shapes(&[&[2, 2], &[]]), vec![0, 1]),
+        (
+            "a * b * c * d",
+            shapes(&[&[2, 2], &[], &[2, 2], &[]]),
+            vec![0, 1],
+        ),
+        ("x * y + sum(x * x, 0)", shapes(&[&[2], &[2]]), vec![0]),
+        ("exp(x * s) + t", shapes(&[&[3], &[], &[]]), vec![0]),
+        ("softmax(x, 1) * s", shapes(&[&[2, 2], &[]]), vec![0]),
         ("concat(x, y, 1)", shapes(&[&[2, 1], &[2, 2]]), vec![0]),
         ("slice(x, 1, 0, 2)", shapes(&[&[2, 3]]), vec![0]),
         ("cumsum(x, 1)", shapes(&[&[2, 3]]), vec![0]),
@@ -204,6 +215,7 @@ fn lane_maps_that_split_what_is_read_together_are_caught() {
     let wrong = Lanes {
         out_dims: vec![0, 1],
         in_dims: vec![Some(vec![0, 1])],
+        shared: vec![false],
     };
     let e = respects(&f.expr, &shapes(&[&[3, 2]]), &wrong).expect_err("caught");
     assert!(
@@ -216,6 +228,7 @@ fn lane_maps_that_split_what_is_read_together_are_caught() {
     let wrong = Lanes {
         out_dims: vec![0, 1],
         in_dims: vec![Some(vec![0, 1]), Some(vec![0, 1]), Some(vec![0, 1])],
+        shared: vec![false; 3],
     };
     let s = shapes(&[&[2, 2, 2], &[2, 2, 2], &[2, 2, 2]]);
     assert!(respects(&f.expr, &s, &wrong).is_err());
@@ -224,8 +237,57 @@ fn lane_maps_that_split_what_is_read_together_are_caught() {
     let wrong = Lanes {
         out_dims: vec![0],
         in_dims: vec![Some(vec![0]), Some(vec![0])],
+        shared: vec![false; 2],
     };
     assert!(respects(&f.expr, &shapes(&[&[3], &[3]]), &wrong).is_err());
+    // The same with y's sharing left out: y read by no lane.
+    let mut wrong = lanes(&f.expr, &shapes(&[&[3], &[3]])).expect("analysed");
+    assert_eq!(wrong.shared, [false, true]);
+    wrong.shared[1] = false;
+    let e = respects(&f.expr, &shapes(&[&[3], &[3]]), &wrong).expect_err("caught");
+    assert!(e.contains("of input 1"), "{e}");
+    // A broadcast scalar not shared: every entry reads it.
+    let f = parse("a * b * c * d").expect("parses");
+    let s = shapes(&[&[2, 2], &[], &[2, 2], &[]]);
+    let mut wrong = lanes(&f.expr, &s).expect("analysed");
+    assert_eq!(wrong.shared, [false, true, false, true]);
+    wrong.shared[3] = false;
+    let e = respects(&f.expr, &s, &wrong).expect_err("caught");
+    assert!(e.contains("of input 3"), "{e}");
+}
+
+/// Which inputs are shared: those a scalar subexpression reads, or read
+/// beside a lane along no dim of theirs.
+#[test]
+fn scalars_make_the_inputs_they_read_shared() {
+    for (text, s, want) in [
+        ("x * sum(y, 0)", shapes(&[&[2], &[3]]), vec![false, true]),
+        (
+            "x * y + sum(x * x, 0)",
+            shapes(&[&[2], &[2]]),
+            vec![true, false],
+        ),
+        ("x - y", shapes(&[&[2, 2], &[]]), vec![false, true]),
+        ("x * y", shapes(&[&[2, 3], &[2, 3]]), vec![false, false]),
+        ("x * y", shapes(&[&[], &[]]), vec![false, false]),
+        (
+            "softmax(x, 1) * s",
+            shapes(&[&[2, 2], &[]]),
+            vec![false, true],
+        ),
+    ] {
+        let f = parse(text).unwrap_or_else(|e| panic!("{text}: {e:?}"));
+        let l = lanes(&f.expr, &s).expect("analysed");
+        assert_eq!(l.shared, want, "{text}");
+        for (i, sh) in want.iter().enumerate() {
+            if *sh {
+                assert_eq!(
+                    l.in_dims[i], None,
+                    "{text}: a shared input has no lane dims"
+                );
+            }
+        }
+    }
 }
 
 #[test]

@@ -509,49 +509,52 @@ impl<'a> Checker<'a> {
 
     /// This checker with the lane groups of its case (SPEC.md §8.5): per
     /// input and for the output, a group per entry of each rank (rank r,
-    /// entry e at r·numel + e). `Phase::Lane` then restricts the
-    /// transcendental path's properties to one group.
-    pub fn with_lanes(mut self, inputs: Vec<Vec<u32>>, out: Vec<u32>) -> Self {
+    /// entry e at r·numel + e), and per group whether it is a core.
+    /// `Phase::Lane` then restricts the properties to one lane and the
+    /// cores.
+    pub fn with_lanes(mut self, inputs: Vec<Vec<u32>>, out: Vec<u32>, core: Vec<bool>) -> Self {
+        let sets = crate::exact_deriv::LaneSets { inputs, out, core };
         let n_out = spmd_semantics::tensor::numel(&self.out_shape);
-        let of = |groups: &[u32], n: usize, e: &Sparse| {
-            e.entries
-                .first()
-                .and_then(|&(r, k, _)| groups.get(r * n + k).copied())
-        };
         let n_in: Vec<usize> = self
             .shapes
             .iter()
             .map(|s| spmd_semantics::tensor::numel(s))
             .collect();
+        // An item's group is that of its first entry (every item of a case
+        // lies in one group, or in a core).
+        let of = |i: Option<usize>, e: &Sparse| {
+            let n = i.map_or(n_out, |i| n_in[i]);
+            e.entries
+                .first()
+                .and_then(|&(r, k, _)| sets.group(i, r * n + k))
+        };
         let per_input = |dirs: &[Vec<Sparse>]| -> Vec<Vec<Option<u32>>> {
             dirs.iter()
                 .enumerate()
-                .map(|(i, ds)| ds.iter().map(|e| of(&inputs[i], n_in[i], e)).collect())
+                .map(|(i, ds)| ds.iter().map(|e| of(Some(i), e)).collect())
                 .collect()
         };
-        self.lane_of = Some(LaneOf {
-            gs: self
-                .gs
-                .iter()
-                .map(|g| of(&out, n_out, &Sparse::of(g)))
-                .collect(),
+        let lane_of = LaneOf {
+            gs: self.gs.iter().map(|g| of(None, &Sparse::of(g))).collect(),
             g_kernel: self
                 .g_kernel
                 .iter()
-                .map(|g| of(&out, n_out, &Sparse::of(g)))
+                .map(|g| of(None, &Sparse::of(g)))
                 .collect(),
             kernel: per_input(&self.kernel_nz),
             basis: per_input(&self.basis_nz),
-        });
-        self.lanes = Some(crate::exact_deriv::LaneSets { inputs, out });
+        };
+        self.lane_of = Some(lane_of);
+        self.lanes = Some(sets);
         self
     }
 
     /// Whether an item of lane group `g` is checked in `phase`: every item
-    /// but under `Phase::Lane`, then those of its group (SPEC.md §8.5).
+    /// but under `Phase::Lane`, then those of its lane and of the cores
+    /// (SPEC.md §8.5).
     fn keeps(&self, phase: Phase, g: impl FnOnce(&LaneOf) -> Option<u32>) -> bool {
-        match (phase, &self.lane_of) {
-            (Phase::Lane(a), Some(l)) => g(l).is_none_or(|x| x == a),
+        match (phase, &self.lane_of, &self.lanes) {
+            (Phase::Lane(a), Some(l), Some(sets)) => g(l).is_none_or(|x| sets.keeps(a, x)),
             _ => true,
         }
     }

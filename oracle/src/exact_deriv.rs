@@ -58,11 +58,33 @@ impl From<XEvalError> for Stop {
 type Fam = Vec<XT<X>>;
 
 /// A case's lane groups (SPEC.md §8.5): per input and for the output, a
-/// group per entry of each rank (rank r, entry e at r·numel + e).
+/// group per entry of each rank (rank r, entry e at r·numel + e); per
+/// group, whether it is a core.
 #[derive(Clone, Debug)]
 pub struct LaneSets {
     pub inputs: Vec<Vec<u32>>,
     pub out: Vec<u32>,
+    pub core: Vec<bool>,
+}
+
+impl LaneSets {
+    /// Whether lane `a` keeps an item of group `x`: its own and the cores'.
+    pub(crate) fn keeps(&self, a: u32, x: u32) -> bool {
+        x == a || self.core.get(x as usize) == Some(&true)
+    }
+    /// The group of input `i`'s entry at `flat` (rank r, entry e at
+    /// r·numel + e), or of the output's with `None`.
+    pub(crate) fn group(&self, i: Option<usize>, flat: usize) -> Option<u32> {
+        match i {
+            Some(i) => self.inputs.get(i)?.get(flat).copied(),
+            None => self.out.get(flat).copied(),
+        }
+    }
+    /// Whether lane `a` keeps the item at `flat` of input `i` (or of the
+    /// output): one of no group is kept.
+    fn keeps_at(&self, a: u32, i: Option<usize>, flat: usize) -> bool {
+        self.group(i, flat).is_none_or(|x| self.keeps(a, x))
+    }
 }
 
 /// Which items a phase keeps: all, or those of one lane group.
@@ -72,35 +94,33 @@ struct Keep<'a> {
 }
 
 impl Keep<'_> {
-    /// The group of a per-rank value, read at its first nonzero entry
-    /// (every item of a case lies in one group); an item of no entry is kept.
-    fn of(groups: &[u32], v: &PerRank) -> Option<u32> {
+    /// The flat index of a per-rank value's first nonzero entry (every
+    /// item of a case lies in one group, read there); `None` for an item
+    /// of no entry, which is kept.
+    fn first(v: &PerRank) -> Option<usize> {
         let mut at = 0;
         for t in &v.tensors {
             if let Some(e) = t.data.iter().position(|q| !q.is_zero()) {
-                return groups.get(at + e).copied();
+                return Some(at + e);
             }
             at += t.data.len();
         }
         None
     }
-    fn input(&self, i: usize, v: &PerRank) -> bool {
-        match self.lane {
-            None => true,
-            Some((g, l)) => Self::of(&l.inputs[i], v).is_none_or(|x| x == g),
+    fn keeps(&self, i: Option<usize>, flat: Option<usize>) -> bool {
+        match (self.lane, flat) {
+            (Some((g, l)), Some(flat)) => l.keeps_at(g, i, flat),
+            _ => true,
         }
+    }
+    fn input(&self, i: usize, v: &PerRank) -> bool {
+        self.keeps(Some(i), Self::first(v))
     }
     fn output(&self, v: &PerRank) -> bool {
-        match self.lane {
-            None => true,
-            Some((g, l)) => Self::of(&l.out, v).is_none_or(|x| x == g),
-        }
+        self.keeps(None, Self::first(v))
     }
     fn coord(&self, i: usize, rank: usize, elem: usize, n: usize) -> bool {
-        match self.lane {
-            None => true,
-            Some((g, l)) => l.inputs[i].get(rank * n + elem).is_none_or(|&x| x == g),
-        }
+        self.keeps(Some(i), Some(rank * n + elem))
     }
 }
 

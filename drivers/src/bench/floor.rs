@@ -191,10 +191,7 @@ fn floor_case<const COUNT: bool>(
         // case, only the nonzero group's items (SPEC.md §8.5); else an
         // input whose value indices use up its budget here leaves out
         // its properties of one degree less (SPEC.md §8.3).
-        ws.lane = c
-            .lanes
-            .as_ref()
-            .and_then(|l| p.iter().position(|q| !q.is_zero()).map(|at| l.free[at]));
+        ws.lane = c.lanes.as_ref().and_then(|l| l.lane_at(p));
         let skip = if c.per_input && ws.lane.is_none() {
             c.saturated_inputs(p)
         } else {
@@ -532,7 +529,7 @@ impl<const COUNT: bool> Ws<COUNT> {
                     Some(i) => &l.inputs[i],
                     None => &l.out,
                 };
-                gs.get(at).is_none_or(|&g| g == a)
+                gs.get(at).is_none_or(|&g| g == a || l.is_core(g))
             }
             _ => true,
         }
