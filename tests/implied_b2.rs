@@ -11,8 +11,8 @@
 
 mod common;
 
-use spmd_check::generators::{all_types, cases, meshes_for, tuples, Scope};
-use spmd_check::interp::{builtin, TypedOp};
+use spmd_check::generators::{cases, Scope};
+use spmd_check::interp::TypedOp;
 use spmd_check::oracle::{Checker, Property};
 use spmd_check::rules::Rule;
 use spmd_check::run::{check_op, with_implied_mode, ImpliedMode};
@@ -20,18 +20,7 @@ use spmd_check::run::{check_op, with_implied_mode, ImpliedMode};
 /// The ops compared: typed built-ins, rule files and generated programs,
 /// each with its meshes.
 fn ops(scope: &Scope) -> Vec<(String, TypedOp, Vec<spmd_check::semantics::Mesh>)> {
-    let mut out = vec![];
-    let types = all_types(1);
-    for name in ["mul", "add", "matmul"] {
-        let f = builtin(name).expect("a built-in");
-        for ins in tuples(&types, f.arity()) {
-            for o in &types {
-                let op = TypedOp::local(f.clone(), ins.clone(), o.clone());
-                let meshes = meshes_for(&op, scope);
-                out.push((format!("{name} {ins:?} -> {o:?}"), op, meshes));
-            }
-        }
-    }
+    let mut out = common::builtin_typings(&["mul", "add", "matmul"], scope);
     let mut rules: Vec<Rule> = common::core_example_rules(scope)
         .into_iter()
         .map(|(_, r)| r)

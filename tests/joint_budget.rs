@@ -11,8 +11,8 @@
 
 mod common;
 
-use spmd_check::generators::{all_types, cases, meshes_for, tuples, with_joint_budget, Scope};
-use spmd_check::interp::{builtin, parse, TypedOp};
+use spmd_check::generators::{cases, with_joint_budget, Scope};
+use spmd_check::interp::{parse, TypedOp};
 use spmd_check::oracle::Verdict;
 use spmd_check::rules::{build, parse_file};
 use spmd_check::run::check_op;
@@ -105,18 +105,7 @@ fn shown(v: &Verdict) -> String {
 }
 
 fn ops(scope: &Scope) -> Vec<(String, TypedOp, Vec<Mesh>)> {
-    let mut out = vec![];
-    let types = all_types(1);
-    for name in ["add", "sub", "mul"] {
-        let f = builtin(name).expect("a built-in");
-        for ins in tuples(&types, f.arity()) {
-            for o in &types {
-                let op = TypedOp::local(f.clone(), ins.clone(), o.clone());
-                let meshes = meshes_for(&op, scope);
-                out.push((format!("{name} {ins:?} -> {o:?}"), op, meshes));
-            }
-        }
-    }
+    let mut out = common::builtin_typings(&["add", "sub", "mul"], scope);
     let specs = parse_file("joint.toml", RULES).expect("parses");
     let mut rules = build("joint.toml", RULES, &specs, scope).expect("builds");
     rules.extend(

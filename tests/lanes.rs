@@ -149,6 +149,14 @@ fn rules(scope: &Scope) -> Vec<Rule> {
     build("lanes.toml", RULES, &specs, scope).expect("builds")
 }
 
+/// The one rule of `text`, built on `scope`.
+fn one_rule(text: &str, scope: &Scope) -> Rule {
+    let specs = parse_file("rule.toml", text).expect("parses");
+    build("rule.toml", text, &specs, scope)
+        .expect("builds")
+        .remove(0)
+}
+
 /// What must agree: the verdict's kind, its proof flag, the cases, and the
 /// counterexample with its property.
 fn shown(v: &Verdict) -> String {
@@ -212,10 +220,7 @@ fn cases_over_the_caps_are_checked_lane_by_lane() {
     // 72 free scalars, over the cap of 4, and each row is a lane of its own.
     let scope = Scope::default();
     let text = "[[rule]]\nname = \"softmax on 8\"\nmesh = { x = 8 }\nop = { expr = \"softmax(x, 1)\" }\ninputs = [\"S(0)\"]\noutput = \"S(0)\"\n";
-    let specs = parse_file("s8.toml", text).expect("parses");
-    let r = build("s8.toml", text, &specs, &scope)
-        .expect("builds")
-        .remove(0);
+    let r = one_rule(text, &scope);
     let (cs, cover) = cases(&r.op, &scope, &r.meshes);
     assert_eq!(cover.beyond_cap, 0);
     assert!(cs.len() >= 9 && cs.iter().all(|c| c.lanes.is_some()));
@@ -225,10 +230,7 @@ fn cases_over_the_caps_are_checked_lane_by_lane() {
     // across all 8 ranks, over the cap, so nothing is checked and it is
     // not called sound.
     let wrong = text.replace("softmax(x, 1)", "softmax(x, 0)");
-    let specs = parse_file("w8.toml", &wrong).expect("parses");
-    let w = build("w8.toml", &wrong, &specs, &scope)
-        .expect("builds")
-        .remove(0);
+    let w = one_rule(&wrong, &scope);
     let v = check_op(&w.op, &scope, &w.meshes, &|_| {});
     assert!(!shown(&v).starts_with("sound"), "{}", shown(&v));
 }
@@ -242,10 +244,7 @@ fn a_broadcast_scalar_is_a_core_over_the_caps() {
     // the proof stands.
     let scope = Scope::default();
     let text = "[[rule]]\nname = \"product of 4\"\nop = { expr = \"a * b * c * d\" }\ninputs = [\"V\", \"V\", \"V\", \"V\"]\noutput = \"V\"\n";
-    let specs = parse_file("p4.toml", text).expect("parses");
-    let r = build("p4.toml", text, &specs, &scope)
-        .expect("builds")
-        .remove(0);
+    let r = one_rule(text, &scope);
     let (cs, cover) = cases(&r.op, &scope, &r.meshes);
     assert_eq!(cover.beyond_cap, 0);
     let cored = cs
@@ -268,10 +267,7 @@ fn a_broadcast_scalar_is_a_core_over_the_caps() {
     // each lane; the first failure is found within the caps.
     let wrong = text.replace("\"V\", \"V\", \"V\", \"V\"]", "\"P\", \"P\", \"P\", \"P\"]");
     let wrong = wrong.replace("output = \"V\"", "output = \"P\"");
-    let specs = parse_file("w4.toml", &wrong).expect("parses");
-    let w = build("w4.toml", &wrong, &specs, &scope)
-        .expect("builds")
-        .remove(0);
+    let w = one_rule(&wrong, &scope);
     let v = check_op(&w.op, &scope, &w.meshes, &|_| {});
     assert!(shown(&v).starts_with("unsound"), "{}", shown(&v));
 }
@@ -325,10 +321,7 @@ fn the_core_is_checked_with_every_lane() {
     let mut scope = Scope::default();
     scope.meshes.retain(|m| m.num_ranks() == 2);
     let text = "[[rule]]\nname = \"x times a Partial scalar\"\nop = { expr = \"slice(x, 0, 0, 2) * s\" }\ninputs = [\"V\", \"P\"]\noutput = \"V\"\n";
-    let specs = parse_file("core.toml", text).expect("parses");
-    let r = build("core.toml", text, &specs, &scope)
-        .expect("builds")
-        .remove(0);
+    let r = one_rule(text, &scope);
     let cs = with_lane_mode(LaneMode::WithinCaps, || cases(&r.op, &scope, &r.meshes).0);
     let c = cs
         .iter()

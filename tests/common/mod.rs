@@ -213,3 +213,30 @@ pub fn generated_rules(scope: &spmd_check::generators::Scope) -> Vec<spmd_check:
     }
     rules
 }
+
+/// Every one-axis typing of each named built-in, as `derive` makes them,
+/// with a name and the meshes of `scope` it is checked on.
+#[allow(dead_code)]
+pub fn builtin_typings(
+    names: &[&str],
+    scope: &spmd_check::generators::Scope,
+) -> Vec<(
+    String,
+    spmd_check::interp::TypedOp,
+    Vec<spmd_check::semantics::Mesh>,
+)> {
+    use spmd_check::generators::{all_types, meshes_for, tuples};
+    let mut out = vec![];
+    let types = all_types(1);
+    for name in names {
+        let f = spmd_check::interp::builtin(name).expect("a built-in");
+        for ins in tuples(&types, f.arity()) {
+            for o in &types {
+                let op = spmd_check::interp::TypedOp::local(f.clone(), ins.clone(), o.clone());
+                let meshes = meshes_for(&op, scope);
+                out.push((format!("{name} {ins:?} -> {o:?}"), op, meshes));
+            }
+        }
+    }
+    out
+}
