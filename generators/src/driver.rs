@@ -4,8 +4,8 @@
 //! caller's (the dependency rule keeps the oracle out of generators).
 
 use crate::exhaustive::{
-    candidate_count, candidate_tuples, for_each_lane_point, lane_blocks, lane_size, lower_size,
-    shape_tuples, Scope, Split,
+    candidate_count, candidate_tuples, for_each_lane_point, lane_size, lane_size_of, lane_sizes,
+    lower_size, shape_tuples, Scope, Split,
 };
 use crate::lanes::{lane_groups, LaneGroups, Part};
 use crate::switch::Switch;
@@ -495,12 +495,10 @@ pub fn with_joint_budget<T>(on: bool, f: impl FnOnce() -> T) -> T {
 /// `max_points` points of its own; and the whole case within 16 times the
 /// points cap, the bound of the one case taken beyond it (SPEC.md §8.1).
 fn lanes_within(case: &Case, split: Split<'_>, scope: &Scope, linear: bool) -> bool {
-    let blocks = case.blocks();
-    lane_size(&blocks, case.total, split) <= scope.max_points.saturating_mul(16)
-        && lane_blocks(&blocks, split).iter().all(|b| {
-            (linear || b.iter().all(|x| x.0 <= scope.max_free))
-                && lower_size(b, case.total) <= scope.max_points
-        })
+    let sizes = lane_sizes(&case.blocks(), case.total, split);
+    sizes.iter().all(|(b, size)| {
+        (linear || b.iter().all(|x| x.0 <= scope.max_free)) && *size <= scope.max_points
+    }) && lane_size_of(&sizes, split) <= scope.max_points.saturating_mul(16)
 }
 
 /// The meshes a typed op is checked on: those of the scope with as many axes

@@ -544,46 +544,61 @@ pub fn lane_size(
     total: Option<usize>,
     split: Split<'_>,
 ) -> u64 {
-    let own = |g: Option<u32>| match g {
-        None => 1,
-        Some(g) => lower_size(&restricted(blocks, split, split.reach(g)), total),
-    };
-    (0..split.parts.len() as u32).fold(1u64, |acc, g| {
-        let (all, below) = match split.parts[g as usize] {
-            Part::Core => (own(Some(g)), 1),
-            Part::Lane(core) => (own(Some(g)), own(core)),
-        };
-        acc.saturating_add(all.saturating_sub(below))
-    })
+    lane_size_of(&lane_sizes(blocks, total, split), split)
 }
 
-/// `blocks` with each block's positions counted where `keep` holds of
-/// their group.
-fn restricted(
-    blocks: &[(usize, usize, Option<usize>)],
-    split: Split<'_>,
-    keep: impl Fn(u32) -> bool,
-) -> Vec<(usize, usize, Option<usize>)> {
-    let mut at = 0;
-    blocks
-        .iter()
-        .map(|&(k, n, d)| {
-            let here = split.group[at..at + k].iter().filter(|&&x| keep(x)).count();
-            at += k;
-            (here, n, d)
-        })
-        .collect()
+/// Per block (one per input): its positions, its value count and its
+/// budget.
+pub type Blocks = Vec<(usize, usize, Option<usize>)>;
+
+/// `lane_size` from the groups' own counts (`lane_sizes`).
+pub fn lane_size_of(sizes: &[(Blocks, u64)], split: Split<'_>) -> u64 {
+    (0..split.parts.len()).fold(1u64, |acc, g| {
+        let below = match split.parts[g] {
+            Part::Core | Part::Lane(None) => 1,
+            Part::Lane(Some(c)) => sizes[c as usize].1,
+        };
+        acc.saturating_add(sizes[g].1.saturating_sub(below))
+    })
 }
 
 /// Per group of `split`, in the order of the group numbers: `blocks` with
 /// each block's positions counted in what a point with that group nonzero
-/// may have nonzero, the group and (for a lane) its core.
-pub fn lane_blocks(
+/// may have nonzero, the group and (for a lane) its core; and the number
+/// of points of that lower set (with the joint budget `total`). Groups of
+/// equal counts share one count of points.
+pub fn lane_sizes(
     blocks: &[(usize, usize, Option<usize>)],
+    total: Option<usize>,
     split: Split<'_>,
-) -> Vec<Vec<(usize, usize, Option<usize>)>> {
-    (0..split.parts.len() as u32)
-        .map(|g| restricted(blocks, split, split.reach(g)))
+) -> Vec<(Blocks, u64)> {
+    let ng = split.parts.len();
+    // count[g][b]: positions of block b in group g.
+    let mut count = vec![vec![0usize; blocks.len()]; ng];
+    let mut at = 0;
+    for (b, &(k, _, _)) in blocks.iter().enumerate() {
+        for &g in &split.group[at..at + k] {
+            count[g as usize][b] += 1;
+        }
+        at += k;
+    }
+    let mut memo: std::collections::HashMap<Blocks, u64> = Default::default();
+    (0..ng)
+        .map(|g| {
+            let core = match split.parts[g] {
+                Part::Lane(Some(c)) => Some(c as usize),
+                _ => None,
+            };
+            let here: Blocks = blocks
+                .iter()
+                .enumerate()
+                .map(|(b, &(_, n, d))| (count[g][b] + core.map_or(0, |c| count[c][b]), n, d))
+                .collect();
+            let size = *memo
+                .entry(here.clone())
+                .or_insert_with(|| lower_size(&here, total));
+            (here, size)
+        })
         .collect()
 }
 

@@ -161,17 +161,31 @@ pub fn lane_groups(op: &TypedOp, m: &Mesh, shapes: &[Shape], out: &Shape) -> Opt
                 .map(|d| Lanes::keys(d, s))
         })
         .collect();
+    // The first node met with each lane key; keys are below the number of
+    // output entries (each key is some entry's coordinates along the lane
+    // dims).
+    let key_count = out_keys
+        .iter()
+        .chain(in_keys.iter().flatten().flatten())
+        .max()
+        .map_or(0, |&k| k as usize + 1);
+    let mut first: Vec<usize> = vec![usize::MAX; key_count];
+    let join = |dsu: &mut Dsu, first: &mut [usize], k: u64, x: usize| {
+        let slot = &mut first[k as usize];
+        if *slot == usize::MAX {
+            *slot = x;
+        }
+        dsu.union(*slot, x);
+    };
     for r in 0..nr {
-        let mut first: HashMap<u64, usize> = HashMap::new();
+        first.fill(usize::MAX);
         for (e, k) in out_keys.iter().enumerate() {
-            let a = *first.entry(*k).or_insert(out_node(r, e));
-            dsu.union(a, out_node(r, e));
+            join(&mut dsu, &mut first, *k, out_node(r, e));
         }
         for (i, keys) in in_keys.iter().enumerate() {
             let Some(keys) = keys else { continue };
             for (e, k) in keys.iter().enumerate() {
-                let a = *first.entry(*k).or_insert(node(i, r, e));
-                dsu.union(a, node(i, r, e));
+                join(&mut dsu, &mut first, *k, node(i, r, e));
             }
         }
         let mut core: Option<usize> = None;
@@ -227,11 +241,13 @@ pub fn lane_groups(op: &TypedOp, m: &Mesh, shapes: &[Shape], out: &Shape) -> Opt
         }
     }
     // A lane reads one core: the cores its entries read are joined.
-    let mut lane_core: HashMap<usize, usize> = HashMap::new();
+    let mut lane_core: Vec<usize> = vec![usize::MAX; dsu.0.len()];
     for &(o, c) in &reads_core {
         let lane = dsu.find(o);
-        let c0 = *lane_core.entry(lane).or_insert(c);
-        dsu.union(c0, c);
+        if lane_core[lane] == usize::MAX {
+            lane_core[lane] = c;
+        }
+        dsu.union(lane_core[lane], c);
     }
     let is_core_node = |x: usize| {
         x < total_free && {
@@ -239,14 +255,15 @@ pub fn lane_groups(op: &TypedOp, m: &Mesh, shapes: &[Shape], out: &Shape) -> Opt
             core_input[i]
         }
     };
-    let mut number: HashMap<usize, u32> = HashMap::new();
+    let mut number: Vec<u32> = vec![u32::MAX; dsu.0.len()];
     let mut roots: Vec<usize> = Vec::new();
     let mut id = |dsu: &mut Dsu, x: usize| {
         let root = dsu.find(x);
-        *number.entry(root).or_insert_with(|| {
+        if number[root] == u32::MAX {
             roots.push(root);
-            roots.len() as u32 - 1
-        })
+            number[root] = roots.len() as u32 - 1;
+        }
+        number[root]
     };
     let free: Vec<u32> = (0..total_free).map(|x| id(&mut dsu, x)).collect();
     let inputs = (0..shapes.len())
@@ -271,9 +288,11 @@ pub fn lane_groups(op: &TypedOp, m: &Mesh, shapes: &[Shape], out: &Shape) -> Opt
             }
         })
         .collect();
-    for (lane, c) in lane_core {
-        let (l, c) = (number[&dsu.find(lane)], number[&dsu.find(c)]);
-        parts[l as usize] = Part::Lane(Some(c));
+    for (lane, &c) in lane_core.iter().enumerate() {
+        if c != usize::MAX {
+            let (l, c) = (number[dsu.find(lane)], number[dsu.find(c)]);
+            parts[l as usize] = Part::Lane(Some(c));
+        }
     }
     let lanes_with_scalars = {
         let mut ids: Vec<u32> = free
