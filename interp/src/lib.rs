@@ -5,9 +5,11 @@
 pub mod batch;
 pub mod catalogue;
 pub mod collective;
+pub mod einsum;
 pub mod eval;
 pub mod expr;
 pub mod external;
+pub mod infer;
 pub mod lanes;
 pub mod op;
 pub mod program;
