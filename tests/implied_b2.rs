@@ -35,12 +35,7 @@ fn ops(scope: &Scope) -> Vec<(String, TypedOp, Vec<spmd_check::semantics::Mesh>)
         rules.extend(spmd_check::rules::build(file, &text, &specs, scope).expect("builds"));
     }
     rules.extend(common::generated_rules(scope));
-    for r in rules
-        .into_iter()
-        .filter(|r| r.has_backward && r.pending.is_none())
-    {
-        out.push((r.name.clone(), r.op, r.meshes));
-    }
+    out.extend(common::checked_ops(rules));
     out
 }
 

@@ -240,3 +240,20 @@ pub fn builtin_typings(
     }
     out
 }
+
+/// The rules that `check_op` checks whole (a backward, no pending kinds),
+/// each as a name, its typed op and its meshes.
+#[allow(dead_code)]
+pub fn checked_ops(
+    rules: Vec<spmd_check::rules::Rule>,
+) -> Vec<(
+    String,
+    spmd_check::interp::TypedOp,
+    Vec<spmd_check::semantics::Mesh>,
+)> {
+    rules
+        .into_iter()
+        .filter(|r| r.has_backward && r.pending.is_none())
+        .map(|r| (r.name.clone(), r.op, r.meshes))
+        .collect()
+}

@@ -178,12 +178,7 @@ impl Checker<'_> {
             // coordinates are sampled; a disagreement below samples the
             // rest before it is reported, as the full check would.
             let mut all_cols = !matches!(phase, Phase::Lane(_)) || self.lane_of.is_none();
-            let sampled = if all_cols {
-                self.columns_flat(xs2, xs, y, yw, y0, i, cols, col)
-            } else {
-                self.columns_flat_in(xs2, xs, y, yw, y0, i, cols, col, phase)
-            };
-            if !sampled {
+            if !self.columns_flat(xs2, xs, y, yw, y0, i, cols, col, phase) {
                 return Ok(Pass {
                     b3_undetermined: true,
                     ..Pass::default()
@@ -240,7 +235,7 @@ impl Checker<'_> {
                     continue;
                 }
                 if !all_cols {
-                    if !self.columns_flat(xs2, xs, y, yw, y0, i, cols, col) {
+                    if !self.columns_flat(xs2, xs, y, yw, y0, i, cols, col, Phase::All) {
                         return Ok(Pass {
                             b3_undetermined: true,
                             ..Pass::default()
@@ -363,7 +358,7 @@ impl Checker<'_> {
         let FdBufs { y0, cols, col, .. } = fd;
         flat_into(dy, y0);
         for i in 0..self.op.inputs.len() {
-            if !self.columns_flat(xs2, xs, y, yw, y0, i, cols, col) {
+            if !self.columns_flat(xs2, xs, y, yw, y0, i, cols, col, Phase::All) {
                 return Ok(Pass {
                     b3_undetermined: true,
                     ..Pass::default()
@@ -378,10 +373,15 @@ impl Checker<'_> {
         Ok(Pass::default())
     }
 
-    /// `columns_flat` for the coordinates of `phase`'s lane only; the
-    /// other columns keep what they held.
+    /// Column k: the derivative of ⟦f⟧ along the k-th unit of ⟦x_i⟧, from
+    /// finite differences, flat (family member after member). `work`
+    /// equals `xs` before and after. The columns are written to the first
+    /// entries of `cols`; `false` where one cannot be determined (the rest
+    /// are then unspecified). Under `Phase::Lane` only the columns of the
+    /// lane's and the cores' coordinates are sampled; the others keep what
+    /// they held.
     #[allow(clippy::too_many_arguments)]
-    fn columns_flat_in(
+    fn columns_flat(
         &self,
         work: &mut [PerRank],
         xs: &[PerRank],
@@ -409,26 +409,6 @@ impl Checker<'_> {
             }
         }
         true
-    }
-
-    /// Column k: the derivative of ⟦f⟧ along the k-th unit of ⟦x_i⟧, from
-    /// finite differences, flat (family member after member); `None` where
-    /// it cannot be determined. `work` equals `xs` before and after.
-    /// The columns are written to the first entries of `cols`; `false`
-    /// where one cannot be determined (the rest are then unspecified).
-    #[allow(clippy::too_many_arguments)]
-    fn columns_flat(
-        &self,
-        work: &mut [PerRank],
-        xs: &[PerRank],
-        y: &PerRank,
-        yw: &mut Work,
-        y0: &[Q],
-        i: usize,
-        cols: &mut Vec<Vec<Q>>,
-        cb: &mut ColBufs,
-    ) -> bool {
-        self.columns_flat_in(work, xs, y, yw, y0, i, cols, cb, Phase::All)
     }
 
     /// J1 (SPEC.md §4.8): along every basis tangent of input i, the JVP's
