@@ -1303,8 +1303,12 @@ pub fn rule_word(rep: &RuleReport) -> String {
     let mut w = match v {
         Verdict::Sound { proof: true, .. } => format!("{fwd}sound (proof)"),
         Verdict::Sound { .. } => format!(
-            "{fwd}sound (bounded: {} exhaustive, {} random{})",
+            "{fwd}sound (bounded: {} exhaustive, {}{} random{})",
             t.instances(),
+            match t.identity_cases {
+                0 => String::new(),
+                n => format!("{n} cases by identity, "),
+            },
             t.random,
             if t.undecided > 0 {
                 format!("; {} undecided, overlapping enclosures", t.undecided)

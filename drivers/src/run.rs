@@ -161,7 +161,43 @@ fn run_cases(
         }
         tally.proof_grid &= c.proof_grid;
     }
+    decide_by_identity(op, &cover.symbolic, backward, &mut tally);
     Verdict::conclude(tally, None)
+}
+
+/// The cases over the caps of a transcendental op that hold whole as
+/// identities (SPEC.md §19.8), moved from `cases_beyond_cap` to `cases`.
+/// Only a run that found no violation gets here, and an identity only
+/// passes, so the first violation and its case are the grid's alone.
+fn decide_by_identity(
+    op: &TypedOp,
+    over: &[(Mesh, Vec<spmd_semantics::Shape>)],
+    backward: bool,
+    tally: &mut Tally,
+) {
+    use rayon::prelude::*;
+    let held: Vec<bool> = over
+        .par_iter()
+        .map(|(m, shapes)| {
+            stop_reason().is_none()
+                && spmd_oracle::exact_deriv::holds_identically(op, m, shapes, backward, &|| {
+                    stop_reason().is_some()
+                })
+        })
+        .collect();
+    if let Some(why) = stop_reason() {
+        tally.stopped.get_or_insert(why);
+        return;
+    }
+    for ((m, _), _) in over.iter().zip(&held).filter(|(_, &h)| h) {
+        tally.cases_beyond_cap -= 1;
+        tally.cases += 1;
+        tally.identity_cases += 1;
+        if m.num_ranks() > 1 {
+            tally.distributed_beyond_cap -= 1;
+            tally.distributed_cases += 1;
+        }
+    }
 }
 
 /// One case's grid, its points split across the rayon pool's threads

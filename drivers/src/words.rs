@@ -128,6 +128,7 @@ pub fn verdict_json(v: &Verdict) -> Value {
         "cases": t.cases,
         "distributed_cases": t.distributed_cases,
         "cases_beyond_cap": t.cases_beyond_cap,
+        "identity_cases": t.identity_cases,
         "b3_undetermined": t.b3_undetermined,
         "undecided": t.undecided,
         "random_cases": t.random,

@@ -17,12 +17,15 @@ use std::ops::ControlFlow;
 use std::rc::Rc;
 
 /// Cases set aside by the caps (SPEC.md §8.1).
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Coverage {
     /// Mesh × shape cases left out for exceeding `max_free` or `max_points` ...
     pub beyond_cap: u64,
     /// ... of which on a mesh of more than one rank.
     pub distributed_beyond_cap: u64,
+    /// Those of a transcendental op, each as its mesh and input shapes:
+    /// the oracle may decide them by identity instead (SPEC.md §19.8).
+    pub symbolic: Vec<(Mesh, Vec<Shape>)>,
 }
 
 /// One mesh × shape case of a run and its grid.
@@ -430,11 +433,17 @@ pub fn cases_in(
             if over_free && case.lanes.is_none() {
                 tally.beyond_cap += 1;
                 tally.distributed_beyond_cap += u64::from(m.num_ranks() > 1);
+                if transcendental {
+                    tally.symbolic.push((m.clone(), case.shapes.clone()));
+                }
                 continue;
             }
             if case.lanes.is_none() && case.points() > scope.max_points {
                 tally.beyond_cap += 1;
                 tally.distributed_beyond_cap += u64::from(m.num_ranks() > 1);
+                if transcendental {
+                    tally.symbolic.push((m.clone(), case.shapes.clone()));
+                }
                 if m.num_ranks() > 1 && spill.as_ref().is_none_or(|c| case.points() < c.points()) {
                     spill = Some(case);
                 }
@@ -451,6 +460,9 @@ pub fn cases_in(
         if let Some(c) = spill.filter(|c| c.points() <= scope.max_points.saturating_mul(16)) {
             tally.beyond_cap -= 1;
             tally.distributed_beyond_cap -= 1;
+            tally
+                .symbolic
+                .retain(|(m, s)| !(*m == c.mesh && *s == c.shapes));
             out.push(c);
         }
     }

@@ -9,6 +9,7 @@
 use crate::eval::{infer, round_q};
 use crate::expr::{DimOp, Einsum, Expr, Fun, Mask, Rounding};
 use spmd_semantics::expoly::{gelu_c, XErr, X};
+use spmd_semantics::symbolic::Sym;
 use spmd_semantics::tensor::{numel, strides, unravel};
 use spmd_semantics::{Shape, Tensor, Q};
 use std::cmp::Ordering;
@@ -46,6 +47,13 @@ pub trait Field: Clone + std::fmt::Debug {
     fn fun(&self, f: Fun) -> R<Self> {
         apply_fun_plain(f, self)
     }
+    /// √(2/π), the constant inside gelu's tanh form.
+    fn sqrt_two_over_pi() -> R<Self>;
+    /// Whether two values are equal: `Ok(false)` only where they are shown
+    /// to differ. The symbolic domain answers "not an identity" with
+    /// `Undecided`, since two functions that differ somewhere may agree at
+    /// every point of a grid.
+    fn same(&self, o: &Self) -> R<bool>;
 }
 
 /// The most entries `FUN_MEMO` keeps; it is emptied when full.
@@ -107,6 +115,12 @@ impl Field for X {
     fn constant(&self) -> X {
         self.clone()
     }
+    fn sqrt_two_over_pi() -> R<X> {
+        Ok(X::sqrt_two_over_pi())
+    }
+    fn same(&self, o: &X) -> R<bool> {
+        self.eq_exact(o)
+    }
     fn fun(&self, f: Fun) -> R<X> {
         // Only rational arguments are memoised: the transcendental
         // functions take no other (§19.2), and their key hashes cheaply.
@@ -131,108 +145,185 @@ impl Field for X {
 
 /// A dual number v + d ε over the field: forward-mode differentiation.
 #[derive(Clone, Debug)]
-pub struct Dual {
-    pub v: X,
-    pub d: X,
+pub struct DualOf<S> {
+    pub v: S,
+    pub d: S,
 }
 
-impl Field for Dual {
-    fn q(q: &Q) -> Dual {
-        Dual {
-            v: X::q(q.clone()),
-            d: X::zero(),
+/// Dual numbers over the exact field: the oracle's derivative at a point.
+pub type Dual = DualOf<X>;
+
+impl<S: Field> Field for DualOf<S> {
+    fn q(q: &Q) -> Self {
+        DualOf {
+            v: S::q(q),
+            d: S::zero(),
         }
     }
-    fn add(&self, o: &Dual) -> R<Dual> {
-        Ok(Dual {
+    fn add(&self, o: &Self) -> R<Self> {
+        Ok(DualOf {
             v: self.v.add(&o.v)?,
             d: self.d.add(&o.d)?,
         })
     }
-    fn sub(&self, o: &Dual) -> R<Dual> {
-        Ok(Dual {
+    fn sub(&self, o: &Self) -> R<Self> {
+        Ok(DualOf {
             v: self.v.sub(&o.v)?,
             d: self.d.sub(&o.d)?,
         })
     }
-    fn mul(&self, o: &Dual) -> R<Dual> {
-        Ok(Dual {
+    fn mul(&self, o: &Self) -> R<Self> {
+        Ok(DualOf {
             v: self.v.mul(&o.v)?,
             d: self.d.mul(&o.v)?.add(&self.v.mul(&o.d)?)?,
         })
     }
-    fn div(&self, o: &Dual) -> R<Dual> {
+    fn div(&self, o: &Self) -> R<Self> {
         let v = self.v.div(&o.v)?;
         // (a/b)' = (a' - (a/b) b') / b
         let d = self.d.sub(&v.mul(&o.d)?)?.div(&o.v)?;
-        Ok(Dual { v, d })
+        Ok(DualOf { v, d })
     }
-    fn neg(&self) -> Dual {
-        Dual {
+    fn neg(&self) -> Self {
+        DualOf {
             v: self.v.neg(),
             d: self.d.neg(),
         }
     }
-    fn exp(&self) -> R<Dual> {
+    fn exp(&self) -> R<Self> {
         let v = self.v.exp()?;
-        Ok(Dual {
+        Ok(DualOf {
             d: v.mul(&self.d)?,
             v,
         })
     }
-    fn log(&self) -> R<Dual> {
-        Ok(Dual {
+    fn log(&self) -> R<Self> {
+        Ok(DualOf {
             v: self.v.log()?,
             d: self.d.div(&self.v)?,
         })
     }
-    fn sqrt(&self) -> R<Dual> {
+    fn sqrt(&self) -> R<Self> {
         let v = self.v.sqrt()?;
-        if v.as_q().is_some_and(|q| q.is_zero()) {
+        if v.value_q().is_some_and(|q| q.is_zero()) {
             // √ has no derivative at 0: outside the domain of B3.
             return Err(XErr::Domain);
         }
-        Ok(Dual {
-            d: self.d.div(&v.mul(&X::q(Q::int(2)))?)?,
+        Ok(DualOf {
+            d: self.d.div(&v.mul(&S::q(&Q::int(2)))?)?,
             v,
         })
     }
-    fn sin(&self) -> R<Dual> {
-        Ok(Dual {
+    fn sin(&self) -> R<Self> {
+        Ok(DualOf {
             v: self.v.sin()?,
             d: self.v.cos()?.mul(&self.d)?,
         })
     }
-    fn cos(&self) -> R<Dual> {
-        Ok(Dual {
+    fn cos(&self) -> R<Self> {
+        Ok(DualOf {
             v: self.v.cos()?,
             d: self.v.sin()?.neg().mul(&self.d)?,
         })
     }
-    fn gelu_t(&self) -> R<Dual> {
-        let t = self.v.gelu_tanh()?;
+    fn gelu_t(&self) -> R<Self> {
+        let t = self.v.gelu_t()?;
         // d/dx tanh(s(x + c x³)) = (1 - T²) s (1 + 3 c x²)
-        let one = X::one();
-        let inner = one.add(&X::q(gelu_c().mul(&Q::int(3))).mul(&self.v)?.mul(&self.v)?)?;
+        let one = S::q(&Q::one());
+        let inner = one.add(&S::q(&gelu_c().mul(&Q::int(3))).mul(&self.v)?.mul(&self.v)?)?;
         let d = one
             .sub(&t.mul(&t)?)?
-            .mul(&X::sqrt_two_over_pi())?
+            .mul(&S::sqrt_two_over_pi()?)?
             .mul(&inner)?
             .mul(&self.d)?;
-        Ok(Dual { v: t, d })
+        Ok(DualOf { v: t, d })
     }
     fn sign(&self) -> R<Ordering> {
         self.v.sign()
     }
     fn value_q(&self) -> Option<Q> {
-        self.v.as_q()
+        self.v.value_q()
     }
-    fn constant(&self) -> Dual {
-        Dual {
+    fn constant(&self) -> Self {
+        DualOf {
             v: self.v.clone(),
-            d: X::zero(),
+            d: S::zero(),
         }
     }
+    fn sqrt_two_over_pi() -> R<Self> {
+        Ok(DualOf {
+            v: S::sqrt_two_over_pi()?,
+            d: S::zero(),
+        })
+    }
+    fn same(&self, o: &Self) -> R<bool> {
+        Ok(self.v.same(&o.v)? && self.d.same(&o.d)?)
+    }
+}
+
+/// The symbolic domain of SPEC.md §19.8: exp and the field operations on
+/// fractions of exponential polynomials in the case's variables; every
+/// other function is refused, and so is a sign the value's form does not
+/// fix (a kink or a comparison would split the case).
+impl Field for Sym {
+    fn q(q: &Q) -> Sym {
+        Sym::q(q.clone())
+    }
+    fn add(&self, o: &Sym) -> R<Sym> {
+        Sym::add(self, o)
+    }
+    fn sub(&self, o: &Sym) -> R<Sym> {
+        Sym::sub(self, o)
+    }
+    fn mul(&self, o: &Sym) -> R<Sym> {
+        Sym::mul(self, o)
+    }
+    fn div(&self, o: &Sym) -> R<Sym> {
+        Sym::div(self, o)
+    }
+    fn neg(&self) -> Sym {
+        Sym::neg(self)
+    }
+    fn exp(&self) -> R<Sym> {
+        Sym::exp(self)
+    }
+    fn log(&self) -> R<Sym> {
+        Err(symbolic_refused("log"))
+    }
+    fn sqrt(&self) -> R<Sym> {
+        Err(symbolic_refused("sqrt"))
+    }
+    fn sin(&self) -> R<Sym> {
+        Err(symbolic_refused("sin"))
+    }
+    fn cos(&self) -> R<Sym> {
+        Err(symbolic_refused("cos"))
+    }
+    fn gelu_t(&self) -> R<Sym> {
+        Err(symbolic_refused("gelu"))
+    }
+    fn sign(&self) -> R<Ordering> {
+        Sym::sign(self)
+    }
+    fn value_q(&self) -> Option<Q> {
+        self.as_q()
+    }
+    fn constant(&self) -> Sym {
+        self.clone()
+    }
+    fn sqrt_two_over_pi() -> R<Sym> {
+        Err(symbolic_refused("√(2/π)"))
+    }
+    fn same(&self, o: &Sym) -> R<bool> {
+        match self.identical(o) {
+            Some(true) => Ok(true),
+            _ => Err(XErr::Undecided("not an identity".into())),
+        }
+    }
+}
+
+fn symbolic_refused(what: &str) -> XErr {
+    XErr::Unsupported(format!("{what} in the symbolic domain"))
 }
 
 /// A tensor over a field.
@@ -793,14 +884,14 @@ fn update_map(sa: &[usize], su: &[usize], start: &[usize]) -> Vec<usize> {
 /// The local VJP over the field, by reverse mode with a hand-written rule
 /// per op (SPEC.md §19.1): the backward under check, never the oracle's
 /// derivative.
-pub fn vjp(e: &Expr, xs: &[XT<X>], g: &XT<X>) -> ER<Vec<XT<X>>> {
-    let mut grads: Vec<XT<X>> = xs.iter().map(|x| XT::zeros(&x.shape)).collect();
+pub fn vjp<S: Field>(e: &Expr, xs: &[XT<S>], g: &XT<S>) -> ER<Vec<XT<S>>> {
+    let mut grads: Vec<XT<S>> = xs.iter().map(|x| XT::zeros(&x.shape)).collect();
     let mut ctx = XCtx::default();
     back(e, xs, g, &mut grads, &mut ctx)?;
     Ok(grads)
 }
 
-fn unbroadcast(g: &XT<X>, shape: &[usize]) -> R<XT<X>> {
+fn unbroadcast<S: Field>(g: &XT<S>, shape: &[usize]) -> R<XT<S>> {
     if g.shape == shape {
         return Ok(g.clone());
     }
@@ -810,14 +901,14 @@ fn unbroadcast(g: &XT<X>, shape: &[usize]) -> R<XT<X>> {
     })
 }
 
-fn scale_by(g: &XT<X>, d: &XT<X>) -> ER<XT<X>> {
-    binary(g, d, X::mul)
+fn scale_by<S: Field>(g: &XT<S>, d: &XT<S>) -> ER<XT<S>> {
+    binary(g, d, S::mul)
 }
 
 /// d f / d x of an elementwise function, written by hand.
-fn fun_slope(f: Fun, x: &X) -> R<X> {
-    let one = X::one();
-    let half = X::q(Q::frac(1, 2));
+fn fun_slope<S: Field>(f: Fun, x: &S) -> R<S> {
+    let one = S::q(&Q::one());
+    let half = S::q(&Q::frac(1, 2));
     Ok(match f {
         Fun::Exp => x.exp()?,
         Fun::Log => one.div(x)?,
@@ -838,14 +929,14 @@ fn fun_slope(f: Fun, x: &X) -> R<X> {
         Fun::Sin => x.cos()?,
         Fun::Cos => x.sin()?.neg(),
         Fun::Gelu => {
-            let t = x.gelu_tanh()?;
-            let c3 = X::q(gelu_c().mul(&Q::int(3)));
+            let t = x.gelu_t()?;
+            let c3 = S::q(&gelu_c().mul(&Q::int(3)));
             let inner = one.add(&c3.mul(x)?.mul(x)?)?;
             let a = half.mul(&one.add(&t)?)?;
             let b = half
                 .mul(x)?
                 .mul(&one.sub(&t.mul(&t)?)?)?
-                .mul(&X::sqrt_two_over_pi())?
+                .mul(&S::sqrt_two_over_pi()?)?
                 .mul(&inner)?;
             a.add(&b)?
         }
@@ -856,7 +947,13 @@ fn fun_slope(f: Fun, x: &X) -> R<X> {
     })
 }
 
-fn back(e: &Expr, xs: &[XT<X>], g: &XT<X>, grads: &mut [XT<X>], ctx: &mut XCtx) -> ER<()> {
+fn back<S: Field>(
+    e: &Expr,
+    xs: &[XT<S>],
+    g: &XT<S>,
+    grads: &mut [XT<S>],
+    ctx: &mut XCtx,
+) -> ER<()> {
     let ev = |a: &Expr, ctx: &mut XCtx| eval(a, xs, ctx);
     match e {
         Expr::Table(t, _) => {
@@ -903,7 +1000,7 @@ fn back(e: &Expr, xs: &[XT<X>], g: &XT<X>, grads: &mut [XT<X>], ctx: &mut XCtx) 
         }
         Expr::Div(a, b) => {
             let (va, vb) = (ev(a, ctx)?, ev(b, ctx)?);
-            let ga = binary(g, &vb, X::div)?;
+            let ga = binary(g, &vb, S::div)?;
             let q = binary(&va, &vb, |x, y| x.div(&y.mul(y)?))?;
             let gb = binary(g, &q, |x, y| Ok(x.mul(y)?.neg()))?;
             back(a, xs, &unbroadcast(&ga, &va.shape)?, grads, ctx)?;
@@ -912,7 +1009,7 @@ fn back(e: &Expr, xs: &[XT<X>], g: &XT<X>, grads: &mut [XT<X>], ctx: &mut XCtx) 
         Expr::Pow(a, k) => {
             let va = ev(a, ctx)?;
             let d = va.map(|x| {
-                let mut acc = X::q(Q::int(*k as i64));
+                let mut acc = S::q(&Q::int(*k as i64));
                 for _ in 1..*k {
                     acc = acc.mul(x)?;
                 }
@@ -922,7 +1019,7 @@ fn back(e: &Expr, xs: &[XT<X>], g: &XT<X>, grads: &mut [XT<X>], ctx: &mut XCtx) 
         }
         Expr::Sum(a, d) | Expr::Mean(a, d) | Expr::Max(a, d) => {
             let va = ev(a, ctx)?;
-            let k = X::q(Q::int(va.shape[*d] as i64));
+            let k = S::q(&Q::int(va.shape[*d] as i64));
             let mut ga = XT::zeros(&va.shape);
             for (o, lane) in lanes(&va.shape, *d).iter().enumerate() {
                 match e {
@@ -950,7 +1047,7 @@ fn back(e: &Expr, xs: &[XT<X>], g: &XT<X>, grads: &mut [XT<X>], ctx: &mut XCtx) 
             back(a, xs, &ga, grads, ctx)?;
         }
         Expr::Einsum(spec, args) => {
-            let vals: Vec<XT<X>> = args.iter().map(|a| ev(a, ctx)).collect::<ER<_>>()?;
+            let vals: Vec<XT<S>> = args.iter().map(|a| ev(a, ctx)).collect::<ER<_>>()?;
             for (k, arg) in args.iter().enumerate() {
                 let mut ops = vec![g];
                 ops.extend(
@@ -1021,7 +1118,7 @@ fn back(e: &Expr, xs: &[XT<X>], g: &XT<X>, grads: &mut [XT<X>], ctx: &mut XCtx) 
             let va = ev(a, ctx)?;
             let relu = matches!(e, Expr::Relu(..));
             let slope = va.map(|v| {
-                Ok(X::q(match v.sign()? {
+                Ok(S::q(&match v.sign()? {
                     Ordering::Equal => Q::zero(),
                     Ordering::Less if relu => Q::zero(),
                     Ordering::Less => Q::int(-1),
@@ -1034,7 +1131,7 @@ fn back(e: &Expr, xs: &[XT<X>], g: &XT<X>, grads: &mut [XT<X>], ctx: &mut XCtx) 
         Expr::Cumsum(a, d) => {
             let mut ga = g.clone();
             for lane in lanes(&g.shape, *d) {
-                let mut acc = X::zero();
+                let mut acc = S::zero();
                 for &i in lane.iter().rev() {
                     acc = acc.add(&g.data[i])?;
                     ga.data[i] = acc.clone();
@@ -1052,7 +1149,7 @@ fn back(e: &Expr, xs: &[XT<X>], g: &XT<X>, grads: &mut [XT<X>], ctx: &mut XCtx) 
                     .data
                     .iter()
                     .zip(&sel)
-                    .map(|(v, &p)| if p == first { v.clone() } else { X::zero() })
+                    .map(|(v, &p)| if p == first { v.clone() } else { S::zero() })
                     .collect(),
             };
             back(a, xs, &unbroadcast(&pick(true), &va.shape)?, grads, ctx)?;
@@ -1068,11 +1165,11 @@ fn back(e: &Expr, xs: &[XT<X>], g: &XT<X>, grads: &mut [XT<X>], ctx: &mut XCtx) 
             let y = eval(e, xs, ctx)?;
             let mut ga = XT::zeros(&va.shape);
             for (o, lane) in lanes(&va.shape, *d).iter().enumerate() {
-                let kq = X::q(Q::int(lane.len() as i64));
+                let kq = S::q(&Q::int(lane.len() as i64));
                 match op {
                     DimOp::Softmax => {
                         // s ⊙ (g - <g, s>)
-                        let mut dot = X::zero();
+                        let mut dot = S::zero();
                         for &i in lane {
                             dot = dot.add(&g.data[i].mul(&y.data[i])?)?;
                         }
@@ -1082,7 +1179,7 @@ fn back(e: &Expr, xs: &[XT<X>], g: &XT<X>, grads: &mut [XT<X>], ctx: &mut XCtx) 
                     }
                     DimOp::LogSumExp => {
                         // g · softmax
-                        let vals: Vec<&X> = lane.iter().map(|&i| &va.data[i]).collect();
+                        let vals: Vec<&S> = lane.iter().map(|&i| &va.data[i]).collect();
                         let s = dimwise_lane(DimOp::Softmax, &vals, eps)?;
                         for (&i, si) in lane.iter().zip(&s) {
                             ga.data[i] = g.data[o].mul(si)?;
@@ -1091,23 +1188,23 @@ fn back(e: &Expr, xs: &[XT<X>], g: &XT<X>, grads: &mut [XT<X>], ctx: &mut XCtx) 
                     DimOp::LayerNorm | DimOp::RmsNorm => {
                         // r (g - mean(g) - y mean(g y)) for layernorm, without
                         // the mean(g) term for rmsnorm; r = 1 / sd.
-                        let vals: Vec<&X> = lane.iter().map(|&i| &va.data[i]).collect();
+                        let vals: Vec<&S> = lane.iter().map(|&i| &va.data[i]).collect();
                         let sd = if *op == DimOp::LayerNorm {
                             let mu = sum(&vals)?.div(&kq)?;
-                            let mut var = X::zero();
+                            let mut var = S::zero();
                             for v in &vals {
                                 let c = v.sub(&mu)?;
                                 var = var.add(&c.mul(&c)?)?;
                             }
-                            var.div(&kq)?.add(&X::q(eps.clone()))?.sqrt()?
+                            var.div(&kq)?.add(&S::q(eps))?.sqrt()?
                         } else {
-                            let mut ms = X::zero();
+                            let mut ms = S::zero();
                             for v in &vals {
                                 ms = ms.add(&v.mul(v)?)?;
                             }
-                            ms.div(&kq)?.add(&X::q(eps.clone()))?.sqrt()?
+                            ms.div(&kq)?.add(&S::q(eps))?.sqrt()?
                         };
-                        let (mut mg, mut mgy) = (X::zero(), X::zero());
+                        let (mut mg, mut mgy) = (S::zero(), S::zero());
                         for &i in lane {
                             mg = mg.add(&g.data[i])?;
                             mgy = mgy.add(&g.data[i].mul(&y.data[i])?)?;
@@ -1130,7 +1227,7 @@ fn back(e: &Expr, xs: &[XT<X>], g: &XT<X>, grads: &mut [XT<X>], ctx: &mut XCtx) 
             let mut gx = XT::zeros(&va.shape);
             let mut gt = XT::zeros(&vt.shape);
             for (o, lane) in lanes(&va.shape, *d).iter().enumerate() {
-                let vals: Vec<&X> = lane.iter().map(|&i| &va.data[i]).collect();
+                let vals: Vec<&S> = lane.iter().map(|&i| &va.data[i]).collect();
                 let s = dimwise_lane(DimOp::Softmax, &vals, &Q::zero())?;
                 for (&i, si) in lane.iter().zip(&s) {
                     gx.data[i] = g.data[o].mul(&si.sub(&vt.data[i])?)?;
@@ -1146,7 +1243,7 @@ fn back(e: &Expr, xs: &[XT<X>], g: &XT<X>, grads: &mut [XT<X>], ctx: &mut XCtx) 
 
 /// einsum into a given output shape (labels of the output found in no
 /// operand broadcast, as in the adjoint of a contraction).
-fn einsum_to(spec: &Einsum, ops: &[&XT<X>], out: &[usize]) -> ER<XT<X>> {
+fn einsum_to<S: Field>(spec: &Einsum, ops: &[&XT<S>], out: &[usize]) -> ER<XT<S>> {
     let missing: Vec<(char, usize)> = spec
         .output
         .iter()
@@ -1161,11 +1258,11 @@ fn einsum_to(spec: &Einsum, ops: &[&XT<X>], out: &[usize]) -> ER<XT<X>> {
     let ones_shape: Shape = missing.iter().map(|x| x.1).collect();
     let ones = XT {
         shape: ones_shape.clone(),
-        data: vec![X::one(); numel(&ones_shape)],
+        data: vec![S::q(&Q::one()); numel(&ones_shape)],
     };
     let mut s = spec.clone();
     s.inputs.push(missing.iter().map(|x| x.0).collect());
-    let mut all: Vec<&XT<X>> = ops.to_vec();
+    let mut all: Vec<&XT<S>> = ops.to_vec();
     all.push(&ones);
     einsum(&s, &all)
 }
@@ -1302,5 +1399,31 @@ mod tests {
         .d;
         assert!(!s.eq_exact(&d).unwrap());
         assert!(fun_slope(Fun::Sigmoid, &x).unwrap().eq_exact(&d).unwrap());
+    }
+
+    /// Over the symbolic domain the hand-written slope of every function it
+    /// keeps is an identity with forward mode at a variable; the twin, a
+    /// wrong slope, is not one, and `same` answers it as undecided rather
+    /// than false (no point shows the difference).
+    #[test]
+    fn symbolic_slopes_are_identities_and_a_wrong_one_is_not() {
+        let x = Sym::var(0);
+        let dual = DualOf {
+            v: x.clone(),
+            d: Sym::q(Q::one()),
+        };
+        for f in [Fun::Exp, Fun::Tanh, Fun::Sigmoid, Fun::Silu] {
+            let d = apply_fun(f, &dual).unwrap().d;
+            assert_eq!(fun_slope(f, &x).unwrap().same(&d), Ok(true), "{f:?}");
+        }
+        let s = apply_fun(Fun::Sigmoid, &x).unwrap();
+        let d = apply_fun(Fun::Sigmoid, &dual).unwrap().d;
+        assert!(matches!(s.same(&d), Err(XErr::Undecided(_))));
+        for f in [Fun::Log, Fun::Sqrt, Fun::Sin, Fun::Gelu] {
+            assert!(
+                matches!(apply_fun(f, &x), Err(XErr::Unsupported(_))),
+                "{f:?}"
+            );
+        }
     }
 }

@@ -26,6 +26,10 @@ pub struct Tally {
     pub cases_beyond_cap: u64,
     /// ... of which on a mesh of more than one rank.
     pub distributed_beyond_cap: u64,
+    /// Cases over the caps decided whole by identity instead (SPEC.md
+    /// §19.8); they count among `cases` (and `distributed_cases`), not
+    /// among `cases_beyond_cap`, and add no instances.
+    pub identity_cases: u64,
     /// Whether every enumerated case used a grid that makes it a proof.
     pub proof_grid: bool,
     /// Random cases run beyond the exhaustive scope (SPEC.md §8.4), all
@@ -64,6 +68,7 @@ impl Tally {
         self.distributed_cases += o.distributed_cases;
         self.cases_beyond_cap += o.cases_beyond_cap;
         self.distributed_beyond_cap += o.distributed_beyond_cap;
+        self.identity_cases += o.identity_cases;
         self.proof_grid &= o.proof_grid;
         self.random += o.random;
         self.random_distributed += o.random_distributed;
@@ -109,18 +114,23 @@ impl<C> Verdict<C> {
                 tally,
             },
             None if tally.stopped.is_some() => Verdict::Undetermined { tally },
-            None if tally.passed + tally.b3_undetermined + tally.random == 0
+            None if tally.passed + tally.identity_cases + tally.b3_undetermined + tally.random
+                == 0
                 && tally.undecided > 0 =>
             {
                 Verdict::Undetermined { tally }
             }
-            None if tally.passed + tally.b3_undetermined + tally.random == 0 => {
+            None if tally.passed + tally.identity_cases + tally.b3_undetermined + tally.random
+                == 0 =>
+            {
                 Verdict::Vacuous { tally }
             }
             None if (tally.cases > 0 || tally.random > 0) && !distributed => {
                 Verdict::Vacuous { tally }
             }
-            None if tally.passed == 0 && tally.random == 0 => Verdict::Undetermined { tally },
+            None if tally.passed + tally.identity_cases == 0 && tally.random == 0 => {
+                Verdict::Undetermined { tally }
+            }
             None => {
                 let proof = tally.proof_grid
                     && tally.b3_undetermined == 0

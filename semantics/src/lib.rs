@@ -12,6 +12,7 @@ pub mod perrank;
 pub mod property;
 pub mod q;
 pub mod state;
+pub mod symbolic;
 pub mod tensor;
 pub mod uneven;
 

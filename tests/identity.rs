@@ -1,0 +1,246 @@
+//! Cases decided by identity (SPEC.md §19.8): a case of a transcendental op
+//! over the caps is run once on symbolic values, and decided when every
+//! comparison is an identity. Where the grid decides a case too, the two
+//! must agree: an identity never holds on a case where the grid finds a
+//! counterexample (the twins), and it does hold on the grid's sound cases
+//! of the ops it covers.
+
+use spmd_check::generators::{cases, with_lane_mode, LaneMode, Scope};
+use spmd_check::oracle::exact_deriv::holds_identically;
+use spmd_check::oracle::Verdict;
+use spmd_check::rules::{build, parse_file, Rule};
+use spmd_check::run::check_op;
+
+/// Sound rules and their wrong twins, each with a function the symbolic
+/// domain keeps exact (exp, softmax, sigmoid, tanh, silu, products).
+const RULES: &str = r#"
+[[rule]]
+name = "softmax rows, rows sharded"
+op = { expr = "softmax(x, 1)" }
+inputs = ["S(0)"]
+output = "S(0)"
+
+[[rule]]
+name = "softmax over the sharded dim"
+op = { expr = "softmax(x, 0)" }
+inputs = ["S(0)"]
+output = "S(0)"
+
+[[rule]]
+name = "softmax Varying"
+op = { expr = "softmax(x, 1)" }
+inputs = ["V"]
+output = "V"
+
+[[rule]]
+name = "softmax Varying to Invariant"
+op = { expr = "softmax(x, 1)" }
+inputs = ["V"]
+output = "I"
+
+[[rule]]
+name = "softmax Partial"
+op = { expr = "softmax(x, 1)" }
+inputs = ["P"]
+output = "P"
+
+[[rule]]
+name = "exp times Invariant"
+op = { expr = "exp(x) * y" }
+inputs = ["V", "I"]
+output = "V"
+
+[[rule]]
+name = "exp of Partial times Invariant"
+op = { expr = "exp(x) * y" }
+inputs = ["P", "I"]
+output = "P"
+
+[[rule]]
+name = "tanh plus sigmoid"
+op = { expr = "tanh(x) + sigmoid(y)" }
+inputs = ["V", "V"]
+output = "V"
+
+[[rule]]
+name = "silu of Invariant to Partial"
+op = { expr = "silu(x)" }
+inputs = ["I"]
+output = "P"
+
+[[rule]]
+name = "exp, its backward right"
+op = { expr = "exp(x) * x" }
+inputs = ["V"]
+output = "V"
+backward = ["g * exp(x) * (x + 1)"]
+
+[[rule]]
+name = "exp, its backward without the product rule"
+op = { expr = "exp(x) * x" }
+inputs = ["V"]
+output = "V"
+backward = ["g * exp(x) * x"]
+
+[[rule]]
+name = "sigmoid times Varying"
+op = { expr = "sigmoid(x) * y" }
+inputs = ["V", "V"]
+output = "V"
+
+[[rule]]
+name = "sigmoid, its backward written as s(1 - s)"
+op = { expr = "sigmoid(x)" }
+inputs = ["R"]
+output = "R"
+backward = ["g * sigmoid(x) * (1 - sigmoid(x))"]
+
+[[rule]]
+name = "sigmoid, its backward without the square"
+op = { expr = "sigmoid(x)" }
+inputs = ["R"]
+output = "R"
+backward = ["g * sigmoid(x) * (1 - x)"]
+
+[[rule]]
+name = "attention, heads sharded"
+op = { expr = "einsum(\"hqk,hkd->hqd\", softmax(einsum(\"hqd,hkd->hqk\", q, k), 2), v)" }
+inputs = ["S(0)", "S(0)", "S(0)"]
+output = "S(0)"
+
+[[rule]]
+name = "attention, keys sharded"
+op = { expr = "einsum(\"hqk,hkd->hqd\", softmax(einsum(\"hqd,hkd->hqk\", q, k), 2), v)" }
+inputs = ["S(0)", "S(1)", "S(1)"]
+output = "S(0)"
+"#;
+
+fn rules(scope: &Scope) -> Vec<Rule> {
+    let specs = parse_file("identity.toml", RULES).expect("parses");
+    build("identity.toml", RULES, &specs, scope).expect("builds")
+}
+
+fn small() -> Scope {
+    let mut scope = Scope::default();
+    scope.meshes.retain(|m| m.num_ranks() <= 2);
+    scope.max_rank = 3;
+    scope.max_dim = 2;
+    scope
+}
+
+/// On every case the grid decides, with lanes off so that each case is
+/// enumerated whole: where the grid finds a counterexample, no identity
+/// holds on that case (the rule's twin is rejected); where it is sound,
+/// the identity holds on the cases of the functions it covers.
+#[test]
+fn identities_agree_with_the_grid_where_both_decide() {
+    let scope = small();
+    let (mut agreed, mut refused_twins, mut sound_rules) = (0, 0, 0);
+    for r in rules(&scope) {
+        let (cs, _) = with_lane_mode(LaneMode::Off, || cases(&r.op, &scope, &r.meshes));
+        let v = with_lane_mode(LaneMode::Off, || {
+            check_op(&r.op, &scope, &r.meshes, &|_| {})
+        });
+        match &v {
+            Verdict::Unsound { violation, .. } => {
+                let shapes: Vec<_> = violation
+                    .shown
+                    .iter()
+                    .filter(|s| s.input && !s.alternative)
+                    .map(|s| s.value.shape().to_vec())
+                    .collect();
+                assert!(
+                    !holds_identically(&r.op, &violation.mesh, &shapes, true, &|| false),
+                    "{}: an identity on the grid's failing case {shapes:?}",
+                    r.name
+                );
+                refused_twins += 1;
+            }
+            Verdict::Sound { .. } => {
+                sound_rules += 1;
+                for c in &cs {
+                    assert!(
+                        holds_identically(&r.op, &c.mesh, &c.shapes, true, &|| false),
+                        "{}: no identity on the grid's sound case {:?} on {}",
+                        r.name,
+                        c.shapes,
+                        c.mesh
+                    );
+                    agreed += 1;
+                }
+            }
+            // No multi-rank shape fits on this small scope: nothing to
+            // compare.
+            Verdict::Vacuous { .. } => {}
+            other => panic!("{}: {other:?}", r.name),
+        }
+    }
+    assert!(refused_twins >= 7, "{refused_twins} failing rules compared");
+    assert!(sound_rules >= 7, "{sound_rules} sound rules compared");
+    assert!(agreed >= 100, "{agreed} sound cases decided both ways");
+}
+
+/// Cases over the caps: the sound rules' are decided by identity and
+/// counted among the cases, none left beyond the cap; a wrong backward
+/// that the grid catches on small cases is not an identity on the large
+/// ones either.
+#[test]
+fn cases_over_the_caps_are_decided_by_identity() {
+    let mut scope = Scope::default();
+    scope.meshes.retain(|m| m.num_ranks() == 2);
+    scope.max_rank = 3;
+    scope.max_dim = 2;
+    let text = "[[rule]]\nname = \"attention on 2\"\nmesh = { x = 2 }\nop = { expr = \"einsum(\\\"hqk,hkd->hqd\\\", softmax(einsum(\\\"hqd,hkd->hqk\\\", q, k), 2), v)\" }\ninputs = [\"V\", \"V\", \"V\"]\noutput = \"V\"\n";
+    let specs = parse_file("a.toml", text).expect("parses");
+    let r = build("a.toml", text, &specs, &scope)
+        .expect("builds")
+        .remove(0);
+    let (_, cover) = cases(&r.op, &scope, &r.meshes);
+    assert!(cover.beyond_cap >= 20, "{}", cover.beyond_cap);
+    assert_eq!(cover.symbolic.len() as u64, cover.beyond_cap);
+    let v = check_op(&r.op, &scope, &r.meshes, &|_| {});
+    let t = v.tally();
+    assert!(v.is_sound() && !v.proof(), "{v:?}");
+    assert_eq!(t.cases_beyond_cap, 0);
+    assert_eq!(t.identity_cases, cover.beyond_cap);
+    // The twin: its output typed Invariant. The grid refutes it, and no
+    // case over the caps is an identity.
+    let wrong = text.replace("output = \"V\"", "output = \"I\"");
+    let specs = parse_file("w.toml", &wrong).expect("parses");
+    let w = build("w.toml", &wrong, &specs, &scope)
+        .expect("builds")
+        .remove(0);
+    assert!(matches!(
+        check_op(&w.op, &scope, &w.meshes, &|_| {}),
+        Verdict::Unsound { .. }
+    ));
+    let (_, wc) = cases(&w.op, &scope, &w.meshes);
+    assert!(!wc.symbolic.is_empty());
+    assert!(wc
+        .symbolic
+        .iter()
+        .all(|(m, s)| !holds_identically(&w.op, m, s, true, &|| false)));
+}
+
+/// What the symbolic domain refuses leaves a case to the grid: log and
+/// square roots (logsumexp, layernorm), and a kink's sign (relu).
+#[test]
+fn refused_functions_decide_nothing() {
+    let scope = small();
+    for expr in ["logsumexp(x, 1)", "layernorm(x, 1)", "relu(x) * exp(x)"] {
+        let text = format!(
+            "[[rule]]\nname = \"r\"\nop = {{ expr = {expr:?} }}\ninputs = [\"V\"]\noutput = \"V\"\n"
+        );
+        let specs = parse_file("r.toml", &text).expect("parses");
+        let r = build("r.toml", &text, &specs, &scope)
+            .expect("builds")
+            .remove(0);
+        let (cs, _) = cases(&r.op, &scope, &r.meshes);
+        assert!(!cs.is_empty());
+        assert!(
+            cs.iter()
+                .all(|c| !holds_identically(&r.op, &c.mesh, &c.shapes, true, &|| false)),
+            "{expr}"
+        );
+    }
+}
