@@ -261,9 +261,9 @@ impl<S: Field> Field for DualOf<S> {
     }
 }
 
-/// The symbolic domain of SPEC.md §19.8: exp and the field operations on
-/// fractions of exponential polynomials in the case's variables; every
-/// other function is refused, and so is a sign the value's form does not
+/// The symbolic domain of SPEC.md §19.8: exp, log of a positive sum of
+/// exponentials and the field operations on fractions of exponential
+/// polynomials in the case's variables; every other function is refused, and so is a sign the value's form does not
 /// fix (a kink or a comparison would split the case).
 impl Field for Sym {
     fn q(q: &Q) -> Sym {
@@ -288,7 +288,7 @@ impl Field for Sym {
         Sym::exp(self)
     }
     fn log(&self) -> R<Sym> {
-        Err(symbolic_refused("log"))
+        Sym::log(self)
     }
     fn sqrt(&self) -> R<Sym> {
         Err(symbolic_refused("sqrt"))

@@ -140,11 +140,14 @@ impl Poly {
     }
 }
 
-/// A term's key: the monomial and the exponent of its e^p.
+/// A term's key: the monomial, the exponent of its e^p, and its log atoms
+/// with their powers (an atom log r, r a positive sum of exponentials,
+/// kept by r's normal form), sorted.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct Key {
     mono: Mono,
     exp: Poly,
+    logs: Vec<(Ring, u32)>,
 }
 
 impl Key {
@@ -152,12 +155,35 @@ impl Key {
         Ok(Key {
             mono: self.mono.mul(&o.mono)?,
             exp: self.exp.add(&o.exp),
+            logs: merge_powers(&self.logs, &o.logs)?,
         })
+    }
+    /// Whether the key is 1: no monomial, no exponential, no atom.
+    fn is_one(&self) -> bool {
+        self.mono.is_one() && self.exp.is_zero() && self.logs.is_empty()
     }
 }
 
-/// An element of the ring Q[x][e^p], in normal form.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+/// The product of two sorted lists of (atom, power).
+fn merge_powers(a: &[(Ring, u32)], b: &[(Ring, u32)]) -> Result<Vec<(Ring, u32)>, XErr> {
+    if b.is_empty() {
+        return Ok(a.to_vec());
+    }
+    if a.is_empty() {
+        return Ok(b.to_vec());
+    }
+    let mut out = a.to_vec();
+    for (r, k) in b {
+        match out.binary_search_by(|(x, _)| x.cmp(r)) {
+            Ok(i) => out[i].1 = out[i].1.checked_add(*k).ok_or_else(too_big)?,
+            Err(i) => out.insert(i, (r.clone(), *k)),
+        }
+    }
+    Ok(out)
+}
+
+/// An element of the ring Q[x][e^p][log r], in normal form.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct Ring(Vec<(Key, Q)>);
 
 /// Above this many terms a product is refused rather than built: the
@@ -172,20 +198,14 @@ impl Ring {
             Ring(vec![(Key::default(), q)])
         }
     }
-    fn one() -> Ring {
-        Ring::constant(Q::one())
-    }
     fn is_zero(&self) -> bool {
         self.0.is_empty()
-    }
-    fn is_one(&self) -> bool {
-        matches!(self.0.as_slice(), [(k, c)] if k.mono.is_one() && k.exp.is_zero() && c.is_one())
     }
     /// The rational value of a constant.
     fn as_q(&self) -> Option<Q> {
         match self.0.as_slice() {
             [] => Some(Q::zero()),
-            [(k, c)] if k.mono.is_one() && k.exp.is_zero() => Some(c.clone()),
+            [(k, c)] if k.is_one() => Some(c.clone()),
             _ => None,
         }
     }
@@ -205,12 +225,6 @@ impl Ring {
         if self.is_zero() || o.is_zero() {
             return Ok(Ring::default());
         }
-        if o.is_one() {
-            return Ok(self.clone());
-        }
-        if self.is_one() {
-            return Ok(o.clone());
-        }
         if self.0.len().saturating_mul(o.0.len()) > MAX_TERMS {
             return Err(XErr::Unsupported("a symbolic product too large".into()));
         }
@@ -223,12 +237,13 @@ impl Ring {
         Ok(Ring(collect(v)))
     }
     /// The sign of a ring element that has one everywhere by its form: a
-    /// sum of c · e^p (no polynomial factor) with every c of one sign.
+    /// sum of c · e^p (no polynomial factor, no atom) with every c of one
+    /// sign.
     fn definite(&self) -> Option<Ordering> {
         let first = self.0.first()?.1.is_negative();
         self.0
             .iter()
-            .all(|(k, c)| k.mono.is_one() && c.is_negative() == first)
+            .all(|(k, c)| k.mono.is_one() && k.logs.is_empty() && c.is_negative() == first)
             .then_some(if first {
                 Ordering::Less
             } else {
@@ -238,19 +253,39 @@ impl Ring {
 }
 
 /// A fraction num / den of the ring, den positive everywhere by its form
-/// (`Ring::definite`). A value of one term c · e^p in the denominator is
-/// moved into the numerator as (1/c) e^{−p}, so a polynomial has den 1.
+/// (`Ring::definite`). A denominator of one term c · e^p is moved into the
+/// numerator as (1/c) e^{−p}, so a polynomial has den 1, which is kept as
+/// the empty ring (a denominator is never zero, so that cannot be read
+/// otherwise) and costs no allocation.
 #[derive(Clone, Debug)]
 pub struct Sym {
     num: Ring,
     den: Ring,
 }
 
+/// `r · d` for a denominator `d` (empty: 1).
+fn times_den(r: &Ring, d: &Ring) -> Result<Ring, XErr> {
+    if d.is_zero() {
+        Ok(r.clone())
+    } else {
+        r.mul(d)
+    }
+}
+
+/// The product of two denominators (empty: 1).
+fn den_times(a: &Ring, b: &Ring) -> Result<Ring, XErr> {
+    if a.is_zero() {
+        Ok(b.clone())
+    } else {
+        times_den(a, b)
+    }
+}
+
 impl Sym {
     pub fn q(q: Q) -> Sym {
         Sym {
             num: Ring::constant(q),
-            den: Ring::one(),
+            den: Ring::default(),
         }
     }
     pub fn zero() -> Sym {
@@ -258,21 +293,28 @@ impl Sym {
     }
     /// The variable `v`.
     pub fn var(v: Var) -> Sym {
+        Sym::of(Key {
+            mono: Mono(vec![(v, 1)]),
+            ..Key::default()
+        })
+    }
+    /// The term of key `k` with coefficient 1.
+    fn of(k: Key) -> Sym {
         Sym {
-            num: Ring(vec![(
-                Key {
-                    mono: Mono(vec![(v, 1)]),
-                    exp: Poly::default(),
-                },
-                Q::one(),
-            )]),
-            den: Ring::one(),
+            num: Ring(vec![(k, Q::one())]),
+            den: Ring::default(),
         }
     }
-    /// num / den in the form above; den is sign-definite.
+    /// num / den in the form above; den (not empty) is sign-definite.
     fn make(num: Ring, den: Ring) -> Result<Sym, XErr> {
         if num.is_zero() {
             return Ok(Sym::zero());
+        }
+        if den.is_zero() {
+            return Ok(Sym {
+                num,
+                den: Ring::default(),
+            });
         }
         let (num, den) = match den.definite() {
             Some(Ordering::Less) => (num.neg(), den.neg()),
@@ -290,14 +332,14 @@ impl Sym {
                 .map_err(|_| XErr::Unsupported("a zero coefficient".into()))?;
             let r = Ring(vec![(
                 Key {
-                    mono: Mono::default(),
                     exp: k.exp.neg(),
+                    ..Key::default()
                 },
                 inv,
             )]);
             return Ok(Sym {
                 num: num.mul(&r)?,
-                den: Ring::one(),
+                den: Ring::default(),
             });
         }
         if num == den {
@@ -310,7 +352,7 @@ impl Sym {
     }
     /// The rational value of a constant.
     pub fn as_q(&self) -> Option<Q> {
-        if self.den.is_one() {
+        if self.den.is_zero() {
             self.num.as_q()
         } else {
             None
@@ -326,8 +368,8 @@ impl Sym {
         if self.den == o.den {
             return Sym::make(self.num.add(&o.num), self.den.clone());
         }
-        let n = self.num.mul(&o.den)?.add(&o.num.mul(&self.den)?);
-        Sym::make(n, self.den.mul(&o.den)?)
+        let n = times_den(&self.num, &o.den)?.add(&times_den(&o.num, &self.den)?);
+        Sym::make(n, den_times(&self.den, &o.den)?)
     }
     pub fn neg(&self) -> Sym {
         Sym {
@@ -342,7 +384,7 @@ impl Sym {
         if self.is_zero() || o.is_zero() {
             return Ok(Sym::zero());
         }
-        Sym::make(self.num.mul(&o.num)?, self.den.mul(&o.den)?)
+        Sym::make(self.num.mul(&o.num)?, den_times(&self.den, &o.den)?)
     }
     /// Division by a value of one sign everywhere; anything else is refused
     /// (it may vanish at a point of the case, which the grid would find
@@ -356,30 +398,72 @@ impl Sym {
         if self.is_zero() {
             return Ok(Sym::zero());
         }
-        Sym::make(self.num.mul(&o.den)?, self.den.mul(&o.num)?)
+        Sym::make(times_den(&self.num, &o.den)?, times_den(&o.num, &self.den)?)
     }
-    /// e^v of a polynomial v (no exponential in it, no denominator).
-    pub fn exp(&self) -> Result<Sym, XErr> {
-        if !self.den.is_one() || self.num.0.iter().any(|(k, _)| !k.exp.is_zero()) {
-            return Err(XErr::Unsupported("exp of a non-polynomial".into()));
+    /// Whether the value is a polynomial: den 1, no exponential, no atom.
+    fn polynomial(&self) -> Option<Poly> {
+        if !self.den.is_zero()
+            || self
+                .num
+                .0
+                .iter()
+                .any(|(k, _)| !k.exp.is_zero() || !k.logs.is_empty())
+        {
+            return None;
         }
-        let p = Poly(
+        Some(Poly(
             self.num
                 .0
                 .iter()
                 .map(|(k, c)| (k.mono.clone(), c.clone()))
                 .collect(),
-        );
-        Ok(Sym {
-            num: Ring(vec![(
-                Key {
-                    mono: Mono::default(),
-                    exp: p,
-                },
-                Q::one(),
-            )]),
-            den: Ring::one(),
-        })
+        ))
+    }
+    /// e^v of a polynomial v (no exponential or atom in it, no
+    /// denominator).
+    pub fn exp(&self) -> Result<Sym, XErr> {
+        let p = self
+            .polynomial()
+            .ok_or_else(|| XErr::Unsupported("exp of a non-polynomial".into()))?;
+        Ok(Sym::of(Key {
+            exp: p,
+            ..Key::default()
+        }))
+    }
+    /// log v of a positive sum of exponentials v (den 1): e^p gives p, any
+    /// other sum the atom log v, kept by v's normal form.
+    pub fn log(&self) -> Result<Sym, XErr> {
+        if !self.den.is_zero() || self.num.definite() != Some(Ordering::Greater) {
+            return Err(XErr::Unsupported(
+                "log of a symbolic value not positive by its form".into(),
+            ));
+        }
+        if let [(k, c)] = self.num.0.as_slice() {
+            if c.is_one() {
+                return Ok(Sym {
+                    num: Ring(collect(
+                        k.exp
+                            .0
+                            .iter()
+                            .map(|(m, c)| {
+                                (
+                                    Key {
+                                        mono: m.clone(),
+                                        ..Key::default()
+                                    },
+                                    c.clone(),
+                                )
+                            })
+                            .collect(),
+                    )),
+                    den: Ring::default(),
+                });
+            }
+        }
+        Ok(Sym::of(Key {
+            logs: vec![(self.num.clone(), 1)],
+            ..Key::default()
+        }))
     }
     /// The sign where it is the same everywhere by the value's form.
     pub fn sign(&self) -> Result<Ordering, XErr> {
@@ -391,14 +475,14 @@ impl Sym {
             .ok_or_else(|| XErr::Unsupported("the sign of a symbolic value".into()))
     }
     /// Whether the two are the same function: `Some(true)` for an
-    /// identity, `Some(false)` where they differ somewhere, `None` where a
-    /// product grew beyond the cap.
+    /// identity, `Some(false)` where their normal forms differ, `None`
+    /// where a product grew beyond the cap.
     pub fn identical(&self, o: &Sym) -> Option<bool> {
         if self.den == o.den {
             return Some(self.num == o.num);
         }
-        let a = self.num.mul(&o.den).ok()?;
-        let b = o.num.mul(&self.den).ok()?;
+        let a = times_den(&self.num, &o.den).ok()?;
+        let b = times_den(&o.num, &self.den).ok()?;
         Some(a == b)
     }
 }
@@ -468,6 +552,28 @@ mod tests {
         assert_eq!(v(0).exp().unwrap().neg().sign(), Ok(Ordering::Less));
         assert_eq!(c(-3).sign(), Ok(Ordering::Less));
         assert_eq!(c(2).div(&c(4)).unwrap().as_q(), Some(Q::frac(1, 2)));
+    }
+
+    /// log of a positive sum of exponentials is an atom kept by its
+    /// argument: the same argument gives the same atom, log e^p is p, and
+    /// log of what may be negative or zero is refused.
+    #[test]
+    fn log_atoms() {
+        let (e0, e1) = (v(0).exp().unwrap(), v(1).exp().unwrap());
+        let z = e0.add(&e1).unwrap();
+        let l1 = z.log().unwrap();
+        let l2 = e1.add(&e0).unwrap().log().unwrap();
+        assert_eq!(l1.identical(&l2), Some(true));
+        assert_eq!(l1.sub(&l2).unwrap().as_q(), Some(Q::zero()));
+        assert_eq!(e0.log().unwrap().identical(&v(0)), Some(true));
+        // The twin: log(e^x + e^y) is not x, nor log(e^x + 2 e^y).
+        assert_eq!(l1.identical(&v(0)), Some(false));
+        let z2 = e0.add(&c(2).mul(&e1).unwrap()).unwrap();
+        assert_eq!(l1.identical(&z2.log().unwrap()), Some(false));
+        assert!(v(0).log().is_err());
+        assert!(e0.neg().log().is_err());
+        assert!(l1.exp().is_err());
+        assert!(l1.sign().is_err());
     }
 
     /// Polynomial identities: (x + y)² = x² + 2xy + y², and not x² + y².
