@@ -262,8 +262,9 @@ impl<S: Field> Field for DualOf<S> {
 }
 
 /// The symbolic domain of SPEC.md §19.8: exp, log of a positive sum of
-/// exponentials and the field operations on fractions of exponential
-/// polynomials in the case's variables; every other function is refused, and so is a sign the value's form does not
+/// exponentials, √ of a polynomial and the field operations on fractions
+/// of exponential polynomials in the case's variables; every other
+/// function is refused, and so is a sign the value's form does not
 /// fix (a kink or a comparison would split the case).
 impl Field for Sym {
     fn q(q: &Q) -> Sym {
@@ -291,7 +292,7 @@ impl Field for Sym {
         Sym::log(self)
     }
     fn sqrt(&self) -> R<Sym> {
-        Err(symbolic_refused("sqrt"))
+        Sym::sqrt(self)
     }
     fn sin(&self) -> R<Sym> {
         Err(symbolic_refused("sin"))
@@ -1419,7 +1420,7 @@ mod tests {
         let s = apply_fun(Fun::Sigmoid, &x).unwrap();
         let d = apply_fun(Fun::Sigmoid, &dual).unwrap().d;
         assert!(matches!(s.same(&d), Err(XErr::Undecided(_))));
-        for f in [Fun::Log, Fun::Sqrt, Fun::Sin, Fun::Gelu] {
+        for f in [Fun::Log, Fun::Sin, Fun::Gelu] {
             assert!(
                 matches!(apply_fun(f, &x), Err(XErr::Unsupported(_))),
                 "{f:?}"

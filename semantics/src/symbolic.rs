@@ -140,27 +140,62 @@ impl Poly {
     }
 }
 
-/// A term's key: the monomial, the exponent of its e^p, and its log atoms
+/// A term's key: the monomial, the exponent of its e^p, its log atoms
 /// with their powers (an atom log r, r a positive sum of exponentials,
-/// kept by r's normal form), sorted.
+/// kept by r's normal form) and its root atoms (√r, r a polynomial, each
+/// at most once: √r · √r is r), both sorted.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 struct Key {
     mono: Mono,
     exp: Poly,
     logs: Vec<(Ring, u32)>,
+    roots: Vec<Ring>,
 }
 
 impl Key {
-    fn mul(&self, o: &Key) -> Result<Key, XErr> {
-        Ok(Key {
-            mono: self.mono.mul(&o.mono)?,
-            exp: self.exp.add(&o.exp),
-            logs: merge_powers(&self.logs, &o.logs)?,
-        })
+    /// The product, and the radicands whose roots met (each such pair
+    /// multiplies the term by its radicand).
+    fn mul(&self, o: &Key) -> Result<(Key, Vec<Ring>), XErr> {
+        let mut roots = Vec::with_capacity(self.roots.len() + o.roots.len());
+        let mut met = Vec::new();
+        let (a, b) = (&self.roots, &o.roots);
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() && j < b.len() {
+            match a[i].cmp(&b[j]) {
+                Ordering::Less => {
+                    roots.push(a[i].clone());
+                    i += 1;
+                }
+                Ordering::Greater => {
+                    roots.push(b[j].clone());
+                    j += 1;
+                }
+                Ordering::Equal => {
+                    met.push(a[i].clone());
+                    i += 1;
+                    j += 1;
+                }
+            }
+        }
+        roots.extend_from_slice(&a[i..]);
+        roots.extend_from_slice(&b[j..]);
+        Ok((
+            Key {
+                mono: self.mono.mul(&o.mono)?,
+                exp: self.exp.add(&o.exp),
+                logs: merge_powers(&self.logs, &o.logs)?,
+                roots,
+            },
+            met,
+        ))
+    }
+    /// Whether the key has no atom.
+    fn plain(&self) -> bool {
+        self.logs.is_empty() && self.roots.is_empty()
     }
     /// Whether the key is 1: no monomial, no exponential, no atom.
     fn is_one(&self) -> bool {
-        self.mono.is_one() && self.exp.is_zero() && self.logs.is_empty()
+        self.mono.is_one() && self.exp.is_zero() && self.plain()
     }
 }
 
@@ -231,7 +266,22 @@ impl Ring {
         let mut v = Vec::with_capacity(self.0.len() * o.0.len());
         for (ka, ca) in &self.0 {
             for (kb, cb) in &o.0 {
-                v.push((ka.mul(kb)?, ca.mul(cb)));
+                let (k, met) = ka.mul(kb)?;
+                let c = ca.mul(cb);
+                if met.is_empty() {
+                    v.push((k, c));
+                    continue;
+                }
+                // √r √r = r: the term times each radicand (polynomials, so
+                // no root meets another here).
+                let mut t = Ring(vec![(k, c)]);
+                for r in &met {
+                    t = t.mul(r)?;
+                }
+                if v.len().saturating_add(t.0.len()) > MAX_TERMS {
+                    return Err(XErr::Unsupported("a symbolic product too large".into()));
+                }
+                v.extend(t.0);
             }
         }
         Ok(Ring(collect(v)))
@@ -243,7 +293,7 @@ impl Ring {
         let first = self.0.first()?.1.is_negative();
         self.0
             .iter()
-            .all(|(k, c)| k.mono.is_one() && k.logs.is_empty() && c.is_negative() == first)
+            .all(|(k, c)| k.mono.is_one() && k.plain() && c.is_negative() == first)
             .then_some(if first {
                 Ordering::Less
             } else {
@@ -252,11 +302,12 @@ impl Ring {
     }
 }
 
-/// A fraction num / den of the ring, den positive everywhere by its form
-/// (`Ring::definite`). A denominator of one term c · e^p is moved into the
-/// numerator as (1/c) e^{−p}, so a polynomial has den 1, which is kept as
-/// the empty ring (a denominator is never zero, so that cannot be read
-/// otherwise) and costs no allocation.
+/// A fraction num / den of the ring, den not the zero function (positive
+/// where it is a sum of exponentials with positive coefficients). A
+/// denominator of one term c · e^p is moved into the numerator as
+/// (1/c) e^{−p}, so a polynomial has den 1, which is kept as the empty ring
+/// (a denominator is never zero, so that cannot be read otherwise) and
+/// costs no allocation.
 #[derive(Clone, Debug)]
 pub struct Sym {
     num: Ring,
@@ -318,29 +369,26 @@ impl Sym {
         }
         let (num, den) = match den.definite() {
             Some(Ordering::Less) => (num.neg(), den.neg()),
-            Some(_) => (num, den),
-            None => {
-                return Err(XErr::Unsupported(
-                    "a symbolic denominator of no sign".into(),
-                ))
-            }
+            _ => (num, den),
         };
         if let [(k, c)] = den.0.as_slice() {
-            // One term c e^p: multiply through by (1/c) e^{-p}.
-            let inv = Q::one()
-                .div(c)
-                .map_err(|_| XErr::Unsupported("a zero coefficient".into()))?;
-            let r = Ring(vec![(
-                Key {
-                    exp: k.exp.neg(),
-                    ..Key::default()
-                },
-                inv,
-            )]);
-            return Ok(Sym {
-                num: num.mul(&r)?,
-                den: Ring::default(),
-            });
+            if k.mono.is_one() && k.plain() {
+                // One term c e^p: multiply through by (1/c) e^{-p}.
+                let inv = Q::one()
+                    .div(c)
+                    .map_err(|_| XErr::Unsupported("a zero coefficient".into()))?;
+                let r = Ring(vec![(
+                    Key {
+                        exp: k.exp.neg(),
+                        ..Key::default()
+                    },
+                    inv,
+                )]);
+                return Ok(Sym {
+                    num: num.mul(&r)?,
+                    den: Ring::default(),
+                });
+            }
         }
         if num == den {
             return Ok(Sym::q(Q::one()));
@@ -386,14 +434,12 @@ impl Sym {
         }
         Sym::make(self.num.mul(&o.num)?, den_times(&self.den, &o.den)?)
     }
-    /// Division by a value of one sign everywhere; anything else is refused
-    /// (it may vanish at a point of the case, which the grid would find
-    /// outside the domain).
+    /// Division by any value other than the zero function. Where the
+    /// divisor vanishes at a point, the computation is undefined there and
+    /// the grid finds that point outside the domain (SPEC.md §19.8).
     pub fn div(&self, o: &Sym) -> Result<Sym, XErr> {
-        if o.num.definite().is_none() {
-            return Err(XErr::Unsupported(
-                "division by a symbolic value that may vanish".into(),
-            ));
+        if o.is_zero() {
+            return Err(XErr::Unsupported("division by the zero function".into()));
         }
         if self.is_zero() {
             return Ok(Sym::zero());
@@ -407,7 +453,7 @@ impl Sym {
                 .num
                 .0
                 .iter()
-                .any(|(k, _)| !k.exp.is_zero() || !k.logs.is_empty())
+                .any(|(k, _)| !k.exp.is_zero() || !k.plain())
         {
             return None;
         }
@@ -465,14 +511,39 @@ impl Sym {
             ..Key::default()
         }))
     }
+    /// √v of a polynomial v: 0 and 1 themselves, any other the atom √v,
+    /// kept by v's normal form. Where v is negative at a point the
+    /// computation is undefined there, as the grid finds it.
+    pub fn sqrt(&self) -> Result<Sym, XErr> {
+        if self.polynomial().is_none() {
+            return Err(XErr::Unsupported(
+                "a square root of a non-polynomial".into(),
+            ));
+        }
+        if self.is_zero() || self.as_q().is_some_and(|q| q.is_one()) {
+            return Ok(self.clone());
+        }
+        Ok(Sym::of(Key {
+            roots: vec![self.num.clone()],
+            ..Key::default()
+        }))
+    }
     /// The sign where it is the same everywhere by the value's form.
     pub fn sign(&self) -> Result<Ordering, XErr> {
         if self.is_zero() {
             return Ok(Ordering::Equal);
         }
-        self.num
-            .definite()
-            .ok_or_else(|| XErr::Unsupported("the sign of a symbolic value".into()))
+        let unknown = || XErr::Unsupported("the sign of a symbolic value".into());
+        let n = self.num.definite().ok_or_else(unknown)?;
+        if self.den.is_zero() {
+            return Ok(n);
+        }
+        let d = self.den.definite().ok_or_else(unknown)?;
+        Ok(if n == d {
+            Ordering::Greater
+        } else {
+            Ordering::Less
+        })
     }
     /// Whether the two are the same function: `Some(true)` for an
     /// identity, `Some(false)` where their normal forms differ, `None`
@@ -540,13 +611,12 @@ mod tests {
         assert_eq!(q2.identical(&a.div(&b).unwrap()), Some(false));
     }
 
-    /// What may vanish is never a denominator, and only polynomials are
+    /// The zero function is never a divisor, and only polynomials are
     /// exponentiated; signs are known only where the form fixes them.
     #[test]
     fn refusals() {
-        assert!(c(1).div(&v(0)).is_err());
-        assert!(c(1).div(&v(0).exp().unwrap().sub(&c(1)).unwrap()).is_err());
         assert!(c(1).div(&c(0)).is_err());
+        assert!(c(1).div(&v(0).sub(&v(0)).unwrap()).is_err());
         assert!(v(0).exp().unwrap().exp().is_err());
         assert!(v(0).sign().is_err());
         assert_eq!(v(0).exp().unwrap().neg().sign(), Ok(Ordering::Less));
@@ -574,6 +644,31 @@ mod tests {
         assert!(e0.neg().log().is_err());
         assert!(l1.exp().is_err());
         assert!(l1.sign().is_err());
+    }
+
+    /// Roots of polynomials: √r √r is r, so 1/√r · 1/√r is 1/r and
+    /// x/√r squared is x²/r; a root of what is not a polynomial is refused,
+    /// and √(x²) is not x (it is |x|).
+    #[test]
+    fn root_atoms() {
+        let r = v(0).mul(&v(0)).unwrap().add(&c(1)).unwrap(); // x² + 1
+        let s = r.sqrt().unwrap();
+        assert_eq!(s.mul(&s).unwrap().identical(&r), Some(true));
+        let inv = c(1).div(&s).unwrap();
+        assert_eq!(
+            inv.mul(&inv).unwrap().identical(&c(1).div(&r).unwrap()),
+            Some(true)
+        );
+        let y = v(1).div(&s).unwrap();
+        let y2 = v(1).mul(&v(1)).unwrap().div(&r).unwrap();
+        assert_eq!(y.mul(&y).unwrap().identical(&y2), Some(true));
+        // The twins.
+        assert_eq!(s.identical(&r), Some(false));
+        let sq = v(0).mul(&v(0)).unwrap().sqrt().unwrap();
+        assert_eq!(sq.identical(&v(0)), Some(false));
+        assert!(v(0).exp().unwrap().sqrt().is_err());
+        assert!(s.sign().is_err());
+        assert_eq!(c(4).sqrt().unwrap().identical(&c(2)), Some(false));
     }
 
     /// Polynomial identities: (x + y)² = x² + 2xy + y², and not x² + y².
