@@ -6,7 +6,7 @@
 //! of the ops it covers.
 
 use spmd_check::generators::{cases, with_lane_mode, LaneMode, Scope};
-use spmd_check::oracle::exact_deriv::holds_identically;
+use spmd_check::oracle::exact_deriv::{case_identity, Identity};
 use spmd_check::oracle::outcome::Outcome;
 use spmd_check::oracle::Verdict;
 use spmd_check::rules::{build, parse_file, Rule};
@@ -202,7 +202,7 @@ fn identities_agree_with_the_grid_where_both_decide() {
                     .map(|s| s.value.shape().to_vec())
                     .collect();
                 assert!(
-                    !holds_identically(&r.op, &violation.mesh, &shapes, true, &|| false),
+                    case_identity(&r.op, &violation.mesh, &shapes, true, &|| false) == Identity::No,
                     "{}: an identity on the grid's failing case {shapes:?}",
                     r.name
                 );
@@ -211,7 +211,7 @@ fn identities_agree_with_the_grid_where_both_decide() {
             Verdict::Sound { .. } => {
                 sound_rules += 1;
                 for c in &cs {
-                    if holds_identically(&r.op, &c.mesh, &c.shapes, true, &|| false) {
+                    if case_identity(&r.op, &c.mesh, &c.shapes, true, &|| false) != Identity::No {
                         agreed += 1;
                         continue;
                     }
@@ -271,7 +271,9 @@ fn cases_over_the_caps_are_decided_by_identity() {
     assert_eq!(cover.symbolic.len() as u64, cover.beyond_cap);
     let v = check_op(&r.op, &scope, &r.meshes, &|_| {});
     let t = v.tally();
-    assert!(v.is_sound() && !v.proof(), "{v:?}");
+    // Every case, on the grid or over the caps, is an identity defined at
+    // every point (softmax divides by a sum of exponentials): a proof.
+    assert!(v.is_sound() && v.proof() && t.by_identity, "{v:?}");
     assert_eq!(t.cases_beyond_cap, 0);
     assert_eq!(t.identity_cases, cover.beyond_cap);
     // The twin: its output typed Invariant. The grid refutes it, and no
@@ -290,7 +292,41 @@ fn cases_over_the_caps_are_decided_by_identity() {
     assert!(wc
         .symbolic
         .iter()
-        .all(|(m, s)| !holds_identically(&w.op, m, s, true, &|| false)));
+        .all(|(m, s)| case_identity(&w.op, m, s, true, &|| false) == Identity::No));
+}
+
+/// Layernorm divides by a root that vanishes where a row is constant
+/// (ε = 0): its cases over the caps are identities where it is defined,
+/// counted as decided, but its verdict stays bounded; the same rule's
+/// twin over the sharded dim is refuted by the grid.
+#[test]
+fn identities_where_defined_are_no_proof() {
+    let mut scope = Scope::default();
+    scope.meshes.retain(|m| m.num_ranks() == 2);
+    let text = "[[rule]]\nname = \"ln\"\nop = { expr = \"layernorm(x, 1)\" }\ninputs = [\"V\"]\noutput = \"V\"\n";
+    let specs = parse_file("ln.toml", text).expect("parses");
+    let r = build("ln.toml", text, &specs, &scope)
+        .expect("builds")
+        .remove(0);
+    let v = check_op(&r.op, &scope, &r.meshes, &|_| {});
+    let t = v.tally();
+    assert!(v.is_sound() && !v.proof() && !t.by_identity, "{v:?}");
+    assert!(t.identity_cases > 0, "{t:?}");
+    let (cs, _) = cases(&r.op, &scope, &r.meshes);
+    assert!(cs.iter().any(
+        |c| case_identity(&r.op, &c.mesh, &c.shapes, true, &|| false) == Identity::WhereDefined
+    ));
+    let wrong = text
+        .replace("layernorm(x, 1)", "layernorm(x, 0)")
+        .replace("\"V\"", "\"S(0)\"");
+    let specs = parse_file("w.toml", &wrong).expect("parses");
+    let w = build("w.toml", &wrong, &specs, &scope)
+        .expect("builds")
+        .remove(0);
+    assert!(matches!(
+        check_op(&w.op, &scope, &w.meshes, &|_| {}),
+        Verdict::Unsound { .. }
+    ));
 }
 
 /// What the symbolic domain refuses leaves a case to the grid: gelu's
@@ -316,7 +352,7 @@ fn refused_functions_decide_nothing() {
         assert!(!cs.is_empty());
         assert!(
             cs.iter()
-                .all(|c| !holds_identically(&r.op, &c.mesh, &c.shapes, true, &|| false)),
+                .all(|c| case_identity(&r.op, &c.mesh, &c.shapes, true, &|| false) == Identity::No),
             "{expr}"
         );
     }

@@ -1301,6 +1301,9 @@ pub fn rule_word(rep: &RuleReport) -> String {
     let t = v.tally();
     let fwd = if rep.backward_checked { "" } else { "forward " };
     let mut w = match v {
+        Verdict::Sound { proof: true, .. } if t.by_identity => {
+            format!("{fwd}sound (proof by identity)")
+        }
         Verdict::Sound { proof: true, .. } => format!("{fwd}sound (proof)"),
         Verdict::Sound { .. } => format!(
             "{fwd}sound (bounded: {} exhaustive, {}{} random{})",

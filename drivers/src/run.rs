@@ -6,6 +6,7 @@ use spmd_generators::switch::Switch;
 use spmd_generators::{cases, Scope};
 pub use spmd_generators::{enumerated_cases, estimate, meshes_for, MAX_DEGREE, MAX_SHAPE_TUPLES};
 use spmd_interp::TypedOp;
+use spmd_oracle::exact_deriv::{case_identity, Identity};
 use spmd_oracle::{Checker, Outcome, Phase, Property, Tally, Verdict};
 use spmd_semantics::{Mesh, PerRank, Q};
 use std::ops::ControlFlow;
@@ -161,35 +162,66 @@ fn run_cases(
         }
         tally.proof_grid &= c.proof_grid;
     }
-    decide_by_identity(op, &cover.symbolic, backward, &mut tally);
+    let everywhere = decide_by_identity(op, &cover.symbolic, backward, &mut tally);
+    // Every case an identity defined at every point: a proof (SPEC.md
+    // §19.8), the grid's cases run again on symbolic values.
+    if everywhere
+        && tally.cases_beyond_cap == 0
+        && !tally.proof_grid
+        && spmd_oracle::exact_deriv::applies(op)
+    {
+        let within: Vec<(Mesh, Vec<spmd_semantics::Shape>)> = cs
+            .iter()
+            .map(|c| (c.mesh.clone(), c.shapes.clone()))
+            .collect();
+        if identities(op, &within, backward)
+            .iter()
+            .all(|&i| i == Identity::Everywhere)
+            && stop_reason().is_none()
+        {
+            tally.proof_grid = true;
+            tally.by_identity = true;
+        }
+    }
     Verdict::conclude(tally, None)
+}
+
+/// Each case run once on symbolic values (SPEC.md §19.8), in parallel;
+/// a stop leaves the rest `No`.
+fn identities(
+    op: &TypedOp,
+    cases: &[(Mesh, Vec<spmd_semantics::Shape>)],
+    backward: bool,
+) -> Vec<Identity> {
+    use rayon::prelude::*;
+    cases
+        .par_iter()
+        .map(|(m, shapes)| {
+            if stop_reason().is_some() {
+                return Identity::No;
+            }
+            case_identity(op, m, shapes, backward, &|| stop_reason().is_some())
+        })
+        .collect()
 }
 
 /// The cases over the caps of a transcendental op that hold whole as
 /// identities (SPEC.md §19.8), moved from `cases_beyond_cap` to `cases`.
 /// Only a run that found no violation gets here, and an identity only
 /// passes, so the first violation and its case are the grid's alone.
+/// Whether every one of them is an identity defined everywhere.
 fn decide_by_identity(
     op: &TypedOp,
     over: &[(Mesh, Vec<spmd_semantics::Shape>)],
     backward: bool,
     tally: &mut Tally,
-) {
-    use rayon::prelude::*;
-    let held: Vec<bool> = over
-        .par_iter()
-        .map(|(m, shapes)| {
-            stop_reason().is_none()
-                && spmd_oracle::exact_deriv::holds_identically(op, m, shapes, backward, &|| {
-                    stop_reason().is_some()
-                })
-        })
-        .collect();
+) -> bool {
+    let held = identities(op, over, backward);
     if let Some(why) = stop_reason() {
         tally.stopped.get_or_insert(why);
-        return;
+        return false;
     }
-    for ((m, _), _) in over.iter().zip(&held).filter(|(_, &h)| h) {
+    for ((m, _), _) in over.iter().zip(&held).filter(|(_, &h)| h != Identity::No) {
         tally.cases_beyond_cap -= 1;
         tally.cases += 1;
         tally.identity_cases += 1;
@@ -198,6 +230,7 @@ fn decide_by_identity(
             tally.distributed_cases += 1;
         }
     }
+    held.iter().all(|&h| h == Identity::Everywhere)
 }
 
 /// One case's grid, its points split across the rayon pool's threads

@@ -22,6 +22,9 @@ pub fn excerpt(text: &str) -> String {
 /// `sound (proof)`, `sound (bounded)`, `unsound F2`, `vacuous`, `undetermined`.
 pub fn verdict_word(v: &Verdict) -> String {
     match v {
+        Verdict::Sound { proof: true, tally } if tally.by_identity => {
+            "sound (proof by identity)".into()
+        }
         Verdict::Sound { proof: true, .. } => "sound (proof)".into(),
         Verdict::Sound { tally, .. } if tally.undecided > 0 => format!(
             "sound (bounded; {} of {} instances undecided)",

@@ -15,7 +15,7 @@ use spmd_interp::transcendental::{
 use spmd_interp::{Backward, Jvp, Op, TypedOp};
 use spmd_semantics::expoly::{XErr, X};
 use spmd_semantics::perrank::{denot_basis, free_unit, kernel_basis, num_free};
-use spmd_semantics::symbolic::Sym;
+use spmd_semantics::symbolic::{watch_partial, Sym};
 use spmd_semantics::{Mesh, PerRank, Shape, State, Tensor, Type, Q};
 
 /// Whether the op is checked here: a local op whose function (or
@@ -174,24 +174,37 @@ pub fn check(
     }
 }
 
+/// What running a case on symbolic values showed (SPEC.md §19.8).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Identity {
+    /// Not decided: a comparison that is not an identity, a refused
+    /// operation (a function other than exp, log and √, a sign, a
+    /// division by the zero function) or a product beyond the cap. This
+    /// says nothing about the rule; the case is left to the grid.
+    No,
+    /// Every comparison is an identity wherever the computation is
+    /// defined; a division or a root may be undefined at some points.
+    WhereDefined,
+    /// Every comparison is an identity, and every value is defined at
+    /// every point.
+    Everywhere,
+}
+
 /// Whether every property of SPEC.md §4 that `check` decides holds at
 /// every point of the case (mesh `m`, input `shapes`) as an identity
 /// (SPEC.md §19.8), the forward ones alone without `backward`: each free
-/// scalar is a variable, the instance is run in
-/// the symbolic domain, and every comparison must be an identity there.
-/// `false` says nothing about the rule: a comparison that is not an
-/// identity, a refused operation (a function other than exp, a sign, a
-/// division by what may vanish) or a product beyond the cap leaves the
-/// case to the grid.
-pub fn holds_identically(
+/// scalar is a variable, the instance is run in the symbolic domain, and
+/// every comparison must be an identity there. `stop` is read between the
+/// long loops; a stop decides nothing.
+pub fn case_identity(
     op: &TypedOp,
     m: &Mesh,
     shapes: &[Shape],
     backward: bool,
     stop: &dyn Fn() -> bool,
-) -> bool {
+) -> Identity {
     if !applies(op) || op.jvp.is_some() {
-        return false;
+        return Identity::No;
     }
     let mut next: u32 = 0;
     let mut xs: Vec<Fam<Sym>> = Vec::with_capacity(shapes.len());
@@ -210,10 +223,27 @@ pub fn holds_identically(
         }
         xs.push(fam);
     }
-    matches!(
-        run(op, m, &xs, None, Phase::full(backward), Keep { lane: None }, stop),
-        Ok(p) if !p.undecided && !p.b3_undetermined
-    )
+    let (r, partial) = watch_partial(|| {
+        run(
+            op,
+            m,
+            &xs,
+            None,
+            Phase::full(backward),
+            Keep { lane: None },
+            stop,
+        )
+    });
+    match r {
+        Ok(p) if !p.undecided && !p.b3_undetermined => {
+            if partial {
+                Identity::WhereDefined
+            } else {
+                Identity::Everywhere
+            }
+        }
+        _ => Identity::No,
+    }
 }
 
 fn lift<S: Field>(t: &Tensor) -> XT<S> {

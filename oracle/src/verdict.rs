@@ -30,8 +30,12 @@ pub struct Tally {
     /// §19.8); they count among `cases` (and `distributed_cases`), not
     /// among `cases_beyond_cap`, and add no instances.
     pub identity_cases: u64,
-    /// Whether every enumerated case used a grid that makes it a proof.
+    /// Whether every enumerated case is proved: by a grid that makes it a
+    /// proof (SPEC.md §8.3), or by an identity defined at every point
+    /// (§19.8) ...
     pub proof_grid: bool,
+    /// ... the latter for a transcendental op (its words then say so).
+    pub by_identity: bool,
     /// Random cases run beyond the exhaustive scope (SPEC.md §8.4), all
     /// passed ...
     pub random: u64,
@@ -70,6 +74,7 @@ impl Tally {
         self.distributed_beyond_cap += o.distributed_beyond_cap;
         self.identity_cases += o.identity_cases;
         self.proof_grid &= o.proof_grid;
+        self.by_identity |= o.by_identity;
         self.random += o.random;
         self.random_distributed += o.random_distributed;
         if self.stopped.is_none() {

@@ -23,6 +23,27 @@ use std::cmp::Ordering;
 /// A variable: a free scalar of the case, numbered in order.
 pub type Var = u32;
 
+thread_local! {
+    /// Whether an operation since `watch_partial` began may be undefined
+    /// at some point: a division by what may vanish, a root of what may
+    /// be negative.
+    static PARTIAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Run `f` on this thread, and say whether any operation it made on
+/// symbolic values may be undefined somewhere (SPEC.md §19.8): `false`
+/// means every value it computed is defined at every point.
+pub fn watch_partial<T>(f: impl FnOnce() -> T) -> (T, bool) {
+    let before = PARTIAL.with(|p| p.replace(false));
+    let out = f();
+    let partial = PARTIAL.with(|p| p.replace(before));
+    (out, partial)
+}
+
+fn partial() {
+    PARTIAL.with(|p| p.set(true));
+}
+
 /// A monomial: (variable, power ≥ 1), sorted by variable.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Mono(Vec<(Var, u32)>);
@@ -441,6 +462,9 @@ impl Sym {
         if o.is_zero() {
             return Err(XErr::Unsupported("division by the zero function".into()));
         }
+        if o.num.definite().is_none() {
+            partial();
+        }
         if self.is_zero() {
             return Ok(Sym::zero());
         }
@@ -522,6 +546,16 @@ impl Sym {
         }
         if self.is_zero() || self.as_q().is_some_and(|q| q.is_one()) {
             return Ok(self.clone());
+        }
+        match self.as_q() {
+            Some(q) if q.is_negative() => {
+                return Err(XErr::Unsupported(
+                    "a square root of a negative constant".into(),
+                ))
+            }
+            Some(_) => {}
+            // A radicand with a variable may be negative somewhere.
+            None => partial(),
         }
         Ok(Sym::of(Key {
             roots: vec![self.num.clone()],
@@ -644,6 +678,28 @@ mod tests {
         assert!(e0.neg().log().is_err());
         assert!(l1.exp().is_err());
         assert!(l1.sign().is_err());
+    }
+
+    /// Only a division by what may vanish, or a root of what may be
+    /// negative, makes a computation partial.
+    #[test]
+    fn partial_operations_are_watched() {
+        let e = v(0).exp().unwrap();
+        let z = e.add(&c(1)).unwrap();
+        let ((), p) = watch_partial(|| {
+            let _ = e.div(&z).unwrap();
+            let _ = c(2).sqrt().unwrap();
+        });
+        assert!(!p);
+        let ((), p) = watch_partial(|| {
+            let _ = e.div(&v(1)).unwrap();
+        });
+        assert!(p);
+        let ((), p) = watch_partial(|| {
+            let _ = v(0).sqrt().unwrap();
+        });
+        assert!(p);
+        assert!(c(-2).sqrt().is_err());
     }
 
     /// Roots of polynomials: √r √r is r, so 1/√r · 1/√r is 1/r and
