@@ -275,7 +275,34 @@ pub fn transformer_text(rows: &[TransformerRow]) -> String {
         }
         out.push('\n');
     }
-    out.push_str("sound = sound (bounded) for transcendental ops, a proof for cumsum; F1-B3 = the first property that fails\n");
+    // Which ops' sound cells are proofs, read from the verdicts.
+    let (mut proved, mut bounded) = (Vec::new(), Vec::new());
+    for op in TRANSFORMER_OPS {
+        let sound: Vec<&TransformerRow> = rows
+            .iter()
+            .filter(|r| r.op == *op && r.verdict.is_sound())
+            .collect();
+        if sound.is_empty() {
+            continue;
+        }
+        if sound.iter().all(|r| r.verdict.proof()) {
+            proved.push(*op);
+        } else {
+            bounded.push(*op);
+        }
+    }
+    let list = |v: &[&str]| {
+        if v.is_empty() {
+            "none".to_string()
+        } else {
+            v.join(", ")
+        }
+    };
+    out.push_str(&format!(
+        "sound = a proof for {} (by identity, SPEC.md §19.8; cumsum by its polynomial grid), bounded for {}; F1-B3 = the first property that fails\n",
+        list(&proved),
+        list(&bounded)
+    ));
     out
 }
 

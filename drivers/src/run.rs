@@ -174,11 +174,11 @@ fn run_cases(
             .iter()
             .map(|c| (c.mesh.clone(), c.shapes.clone()))
             .collect();
-        if identities(op, &within, backward)
-            .iter()
-            .all(|&i| i == Identity::Everywhere)
-            && stop_reason().is_none()
-        {
+        let held = identities(op, &within, backward);
+        if let Some(why) = stop_reason() {
+            // Stopped before it finished, like any run (SPEC.md §7.1).
+            tally.stopped.get_or_insert(why);
+        } else if held.iter().all(|&i| i == Identity::Everywhere) {
             tally.proof_grid = true;
             tally.by_identity = true;
         }

@@ -262,9 +262,9 @@ impl<S: Field> Field for DualOf<S> {
 }
 
 /// The symbolic domain of SPEC.md §19.8: exp, log of a positive sum of
-/// exponentials, √ of a polynomial and the field operations on fractions
-/// of exponential polynomials in the case's variables; every other
-/// function is refused, and so is a sign the value's form does not
+/// exponentials, √ of a polynomial, gelu's tanh (with √(2/π) a symbol)
+/// and the field operations on fractions of exponential polynomials in
+/// the case's variables; sin and cos are refused, and so is a sign the value's form does not
 /// fix (a kink or a comparison would split the case).
 impl Field for Sym {
     fn q(q: &Q) -> Sym {
@@ -301,7 +301,16 @@ impl Field for Sym {
         Err(symbolic_refused("cos"))
     }
     fn gelu_t(&self) -> R<Sym> {
-        Err(symbolic_refused("gelu"))
+        // tanh(a (x + c x³)) = (e^{2a(x + c x³)} − 1) / (e^{2a(x + c x³)} + 1),
+        // a = √(2/π) a symbol: the exponent stays a polynomial.
+        let cube = self.mul(self)?.mul(self)?;
+        let inner = self.add(&Sym::q(gelu_c()).mul(&cube)?)?;
+        let e = Sym::sqrt_two_over_pi()
+            .mul(&inner)?
+            .mul(&Sym::q(Q::int(2)))?
+            .exp()?;
+        let one = Sym::q(Q::one());
+        e.sub(&one)?.div(&e.add(&one)?)
     }
     fn sign(&self) -> R<Ordering> {
         Sym::sign(self)
@@ -313,7 +322,7 @@ impl Field for Sym {
         self.clone()
     }
     fn sqrt_two_over_pi() -> R<Sym> {
-        Err(symbolic_refused("√(2/π)"))
+        Ok(Sym::sqrt_two_over_pi())
     }
     fn same(&self, o: &Sym) -> R<bool> {
         match self.identical(o) {
@@ -1413,14 +1422,14 @@ mod tests {
             v: x.clone(),
             d: Sym::q(Q::one()),
         };
-        for f in [Fun::Exp, Fun::Tanh, Fun::Sigmoid, Fun::Silu] {
+        for f in [Fun::Exp, Fun::Tanh, Fun::Sigmoid, Fun::Silu, Fun::Gelu] {
             let d = apply_fun(f, &dual).unwrap().d;
             assert_eq!(fun_slope(f, &x).unwrap().same(&d), Ok(true), "{f:?}");
         }
         let s = apply_fun(Fun::Sigmoid, &x).unwrap();
         let d = apply_fun(Fun::Sigmoid, &dual).unwrap().d;
         assert!(matches!(s.same(&d), Err(XErr::Undecided(_))));
-        for f in [Fun::Log, Fun::Sin, Fun::Gelu] {
+        for f in [Fun::Log, Fun::Sin, Fun::Cos] {
             assert!(
                 matches!(apply_fun(f, &x), Err(XErr::Unsupported(_))),
                 "{f:?}"

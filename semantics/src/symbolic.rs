@@ -1,20 +1,26 @@
 //! Symbolic values for deciding a case by identity (SPEC.md §19.8): every
 //! free scalar of a case is a variable, and the ops are run on fractions of
 //! exponential polynomials in those variables. A comparison that holds as
-//! an identity of such fractions holds at every point of the case; one
-//! that does not is left undecided here (the grid, or nothing, decides it).
+//! an identity of such fractions holds at every point of the case where
+//! the computation is defined; one that does not is left undecided here
+//! (the grid, or nothing, decides it).
 //!
-//! The ring is Q[x][e^p : p ∈ Q[x]]: finite sums of terms c · m(x) · e^{p(x)}
-//! with rational c, a monomial m and a polynomial exponent p (its constant
-//! term included), equal (m, p) collected and zero coefficients dropped.
-//! Those terms are linearly independent over Q as functions, so a sum is
-//! the zero function exactly when its normal form is empty (the argument
-//! is in SPEC.md §19.8). A value is num / den with den a sum of terms
-//! c · e^p, all c of one sign: positive or negative everywhere, never zero,
-//! so a/b = c/d as functions exactly when ad − cb is the zero function. A
-//! division by anything else, and every function other than exp, is
-//! refused (`XErr::Unsupported`): what this domain cannot keep exact is
-//! never approximated.
+//! The ring: finite sums of terms c · m(x) · e^{p(x)} · Π (log r)^k · Π √s
+//! with rational c, a monomial m, a polynomial exponent p (its constant
+//! term included), log atoms (r a positive sum of exponentials) and root
+//! atoms (s a polynomial, each at most once: √s · √s = s); equal keys
+//! collected, zero coefficients dropped. Every operation computes a
+//! representation of the function its arguments denote, so equal normal
+//! forms are equal functions; without atoms the converse holds too (the
+//! argument is in SPEC.md §19.8). A value is num / den, den not the zero
+//! function, and a/b = c/d wherever b and d do not vanish exactly when
+//! ad − cb is the zero function. exp takes polynomials, log positive sums
+//! of exponentials, √ polynomials (gelu's √(2/π) is a symbol of its own,
+//! `sqrt_two_over_pi`); sin, cos, a sign the form does not fix and a
+//! division by the zero function are refused
+//! (`XErr::Unsupported`): what this domain cannot keep exact is never
+//! approximated. `watch_partial` says whether a computation divided by
+//! what may vanish or took a root of what may be negative.
 
 use crate::expoly::XErr;
 use crate::Q;
@@ -362,6 +368,12 @@ impl Sym {
     }
     pub fn zero() -> Sym {
         Sym::q(Q::zero())
+    }
+    /// √(2/π), gelu's constant, kept as a symbol of its own (the last
+    /// variable, never a case's): an identity that holds for every value
+    /// of the symbol holds for √(2/π).
+    pub fn sqrt_two_over_pi() -> Sym {
+        Sym::var(Var::MAX)
     }
     /// The variable `v`.
     pub fn var(v: Var) -> Sym {
