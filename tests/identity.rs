@@ -179,6 +179,14 @@ inputs = ["S(0)", "S(1)", "S(1)"]
 output = "S(0)"
 "#;
 
+/// The one rule of `text`, built on `scope`.
+fn one_rule(text: &str, scope: &Scope) -> Rule {
+    let specs = parse_file("rule.toml", text).expect("parses");
+    build("rule.toml", text, &specs, scope)
+        .expect("builds")
+        .remove(0)
+}
+
 fn rules(scope: &Scope) -> Vec<Rule> {
     let specs = parse_file("identity.toml", RULES).expect("parses");
     build("identity.toml", RULES, &specs, scope).expect("builds")
@@ -275,10 +283,7 @@ fn cases_over_the_caps_are_decided_by_identity() {
     scope.max_rank = 3;
     scope.max_dim = 2;
     let text = "[[rule]]\nname = \"attention on 2\"\nmesh = { x = 2 }\nop = { expr = \"einsum(\\\"hqk,hkd->hqd\\\", softmax(einsum(\\\"hqd,hkd->hqk\\\", q, k), 2), v)\" }\ninputs = [\"V\", \"V\", \"V\"]\noutput = \"V\"\n";
-    let specs = parse_file("a.toml", text).expect("parses");
-    let r = build("a.toml", text, &specs, &scope)
-        .expect("builds")
-        .remove(0);
+    let r = one_rule(text, &scope);
     let (_, cover) = cases(&r.op, &scope, &r.meshes);
     assert!(cover.beyond_cap >= 20, "{}", cover.beyond_cap);
     assert_eq!(cover.symbolic.len() as u64, cover.beyond_cap);
@@ -292,10 +297,7 @@ fn cases_over_the_caps_are_decided_by_identity() {
     // The twin: its output typed Invariant. The grid refutes it, and no
     // case over the caps is an identity.
     let wrong = text.replace("output = \"V\"", "output = \"I\"");
-    let specs = parse_file("w.toml", &wrong).expect("parses");
-    let w = build("w.toml", &wrong, &specs, &scope)
-        .expect("builds")
-        .remove(0);
+    let w = one_rule(&wrong, &scope);
     assert!(matches!(
         check_op(&w.op, &scope, &w.meshes, &|_| {}),
         Verdict::Unsound { .. }
@@ -317,10 +319,7 @@ fn identities_where_defined_are_no_proof() {
     let mut scope = Scope::default();
     scope.meshes.retain(|m| m.num_ranks() == 2);
     let text = "[[rule]]\nname = \"ln\"\nop = { expr = \"layernorm(x, 1)\" }\ninputs = [\"V\"]\noutput = \"V\"\n";
-    let specs = parse_file("ln.toml", text).expect("parses");
-    let r = build("ln.toml", text, &specs, &scope)
-        .expect("builds")
-        .remove(0);
+    let r = one_rule(text, &scope);
     let v = check_op(&r.op, &scope, &r.meshes, &|_| {});
     let t = v.tally();
     assert!(v.is_sound() && !v.proof() && !t.by_identity, "{v:?}");
@@ -332,10 +331,7 @@ fn identities_where_defined_are_no_proof() {
     let wrong = text
         .replace("layernorm(x, 1)", "layernorm(x, 0)")
         .replace("\"V\"", "\"S(0)\"");
-    let specs = parse_file("w.toml", &wrong).expect("parses");
-    let w = build("w.toml", &wrong, &specs, &scope)
-        .expect("builds")
-        .remove(0);
+    let w = one_rule(&wrong, &scope);
     assert!(matches!(
         check_op(&w.op, &scope, &w.meshes, &|_| {}),
         Verdict::Unsound { .. }
@@ -352,10 +348,7 @@ fn refused_functions_decide_nothing() {
         let text = format!(
             "[[rule]]\nname = \"r\"\nop = {{ expr = {expr:?} }}\ninputs = [\"V\"]\noutput = \"V\"\n"
         );
-        let specs = parse_file("r.toml", &text).expect("parses");
-        let r = build("r.toml", &text, &specs, &scope)
-            .expect("builds")
-            .remove(0);
+        let r = one_rule(&text, &scope);
         let (cs, _) = cases(&r.op, &scope, &r.meshes);
         assert!(!cs.is_empty());
         assert!(

@@ -64,6 +64,23 @@ fn all_sizes(spec: &Einsum, ops: &[&Tensor]) -> Vec<(char, usize)> {
     einsum_sizes(spec, &shapes).expect("einsum shapes were inferred")
 }
 
+/// The operands of operand `k`'s VJP einsum (`operand_vjp_spec`): the
+/// cotangent `g`, then every other operand in order.
+pub(crate) fn vjp_operands<'a, T: ?Sized>(
+    g: &'a T,
+    vals: impl IntoIterator<Item = &'a T>,
+    k: usize,
+) -> Vec<&'a T> {
+    std::iter::once(g)
+        .chain(
+            vals.into_iter()
+                .enumerate()
+                .filter(|&(j, _)| j != k)
+                .map(|(_, v)| v),
+        )
+        .collect()
+}
+
 /// The einsum of operand `k`'s VJP: the cotangent (on the output's labels)
 /// contracted with every other operand, in order, onto `k`'s labels.
 pub fn operand_vjp_spec(spec: &Einsum, k: usize) -> Einsum {
@@ -96,13 +113,7 @@ pub(crate) fn einsum_vjp_general<T: Borrow<Tensor>>(
     let refs: Vec<&Tensor> = vals.iter().map(|v| &**v).collect();
     let sizes = all_sizes(spec, &refs);
     for (k, arg) in args.iter().enumerate() {
-        let mut ops = vec![g];
-        ops.extend(
-            vals.iter()
-                .enumerate()
-                .filter(|&(j, _)| j != k)
-                .map(|(_, v)| &**v),
-        );
+        let ops = vjp_operands(g, vals.iter().map(|v| &**v), k);
         let gk = einsum(&operand_vjp_spec(spec, k), &ops, &sizes);
         backprop(arg, xs, &gk, grads, ctx)?;
     }

@@ -1059,13 +1059,7 @@ fn back<S: Field>(
         Expr::Einsum(spec, args) => {
             let vals: Vec<XT<S>> = args.iter().map(|a| ev(a, ctx)).collect::<ER<_>>()?;
             for (k, arg) in args.iter().enumerate() {
-                let mut ops = vec![g];
-                ops.extend(
-                    vals.iter()
-                        .enumerate()
-                        .filter(|&(j, _)| j != k)
-                        .map(|(_, v)| v),
-                );
+                let ops = crate::einsum::vjp_operands(g, &vals, k);
                 let s = crate::eval::operand_vjp_spec(spec, k);
                 // Labels of operand k that occur nowhere else broadcast.
                 let mut gk = einsum_to(&s, &ops, &vals[k].shape)?;

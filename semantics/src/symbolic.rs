@@ -59,36 +59,7 @@ impl Mono {
         self.0.is_empty()
     }
     fn mul(&self, o: &Mono) -> Result<Mono, XErr> {
-        if o.is_one() {
-            return Ok(self.clone());
-        }
-        if self.is_one() {
-            return Ok(o.clone());
-        }
-        let (a, b) = (&self.0, &o.0);
-        let mut out = Vec::with_capacity(a.len() + b.len());
-        let (mut i, mut j) = (0, 0);
-        while i < a.len() && j < b.len() {
-            match a[i].0.cmp(&b[j].0) {
-                Ordering::Less => {
-                    out.push(a[i]);
-                    i += 1;
-                }
-                Ordering::Greater => {
-                    out.push(b[j]);
-                    j += 1;
-                }
-                Ordering::Equal => {
-                    let k = a[i].1.checked_add(b[j].1).ok_or_else(too_big)?;
-                    out.push((a[i].0, k));
-                    i += 1;
-                    j += 1;
-                }
-            }
-        }
-        out.extend_from_slice(&a[i..]);
-        out.extend_from_slice(&b[j..]);
-        Ok(Mono(out))
+        Ok(Mono(merge_powers(&self.0, &o.0)?))
     }
 }
 
@@ -226,21 +197,37 @@ impl Key {
     }
 }
 
-/// The product of two sorted lists of (atom, power).
-fn merge_powers(a: &[(Ring, u32)], b: &[(Ring, u32)]) -> Result<Vec<(Ring, u32)>, XErr> {
+/// The product of two sorted lists of (factor, power): a monomial's
+/// variables, a term's log atoms.
+fn merge_powers<K: Ord + Clone>(a: &[(K, u32)], b: &[(K, u32)]) -> Result<Vec<(K, u32)>, XErr> {
     if b.is_empty() {
         return Ok(a.to_vec());
     }
     if a.is_empty() {
         return Ok(b.to_vec());
     }
-    let mut out = a.to_vec();
-    for (r, k) in b {
-        match out.binary_search_by(|(x, _)| x.cmp(r)) {
-            Ok(i) => out[i].1 = out[i].1.checked_add(*k).ok_or_else(too_big)?,
-            Err(i) => out.insert(i, (r.clone(), *k)),
+    let mut out = Vec::with_capacity(a.len() + b.len());
+    let (mut i, mut j) = (0, 0);
+    while i < a.len() && j < b.len() {
+        match a[i].0.cmp(&b[j].0) {
+            Ordering::Less => {
+                out.push(a[i].clone());
+                i += 1;
+            }
+            Ordering::Greater => {
+                out.push(b[j].clone());
+                j += 1;
+            }
+            Ordering::Equal => {
+                let k = a[i].1.checked_add(b[j].1).ok_or_else(too_big)?;
+                out.push((a[i].0.clone(), k));
+                i += 1;
+                j += 1;
+            }
         }
     }
+    out.extend_from_slice(&a[i..]);
+    out.extend_from_slice(&b[j..]);
     Ok(out)
 }
 
