@@ -102,7 +102,7 @@ output = "V"
 fn compare_samples(op: &TypedOp, p: &Program, m: &Mesh, rng: &mut Lcg, wrong_mask: bool) -> usize {
     let mut compared = 0;
     let table = shape_table(op, &Scope::default(), m);
-    for (shapes, _, _) in table.iter().take(6) {
+    for (shapes, ..) in table.iter().take(6) {
         let xs = random_inputs(op, m, shapes, rng, Lcg::int);
         let (steps, _) = p.run_steps(m, &xs).expect("polynomial");
         let mut s = p.sampler(&xs, steps.clone());
@@ -342,7 +342,7 @@ fn each_instance(meshes: &[Mesh], rng: &mut Lcg, f: &mut Visit) {
             .iter()
             .filter(|m| m.axes.len() == op.output.states.len())
         {
-            for (shapes, _, _) in shape_table(&op, &Scope::default(), m).iter().take(4) {
+            for (shapes, ..) in shape_table(&op, &Scope::default(), m).iter().take(4) {
                 let xs = random_inputs(&op, m, shapes, rng, Lcg::int);
                 f(&op, p, m, xs);
             }

@@ -1,7 +1,7 @@
 //! Deriving the complete table of typings of a local op on one mesh axis
 //! (SPEC.md §9.1).
 
-use crate::run::{check_op, degree_guard, guard, UsageError};
+use crate::run::{check_op, check_op_in, degree_guard, guard, UsageError};
 
 /// The most typings `derive` enumerates (4^6: five inputs and the output).
 pub const MAX_TYPINGS: u64 = 4096;
@@ -98,14 +98,28 @@ fn derive_types(
         ));
     }
     degree_guard(&ops[0], scope)?;
+    // Note: on a one-rank mesh every state denotes the local value itself, so
+    // for a local op with its local VJP the outcome there is the same for
+    // every typing (SPEC.md §9.1). Check those cases once and share them;
+    // should they fail, every typing is checked in full instead.
+    let (single, multi): (Vec<Mesh>, Vec<Mesh>) =
+        meshes.iter().cloned().partition(|m| m.num_ranks() == 1);
     // Every typing shares the function's shape tables (SPEC.md §18.1).
     // The estimate walks every typing's cases; a bound from the tables
     // alone spares that walk when it is within the limit (benches/HISTORY.md §18.11).
+    // When it walks them, the run checks the cases it found.
+    let mut found_cases: Vec<Vec<(Vec<spmd_generators::Case>, spmd_generators::Coverage)>> =
+        Vec::new();
     if spmd_generators::typings_bound(&ops, scope) > scope.max_instances {
         // The walk stops once past the limit: the decision is the same,
         // and a refusal does not wait on thousands of typings.
-        let (total, done) =
-            spmd_generators::estimate_typings_until(&ops, scope, scope.max_instances);
+        let (total, done, kept) = spmd_generators::typings_cases_until(
+            &ops,
+            scope,
+            scope.max_instances,
+            &[single.clone(), multi.clone()],
+        );
+        found_cases = kept;
         if done < ops.len() {
             return Err(UsageError(format!(
                 "scope too large: more than {} instances (the first {done} of {} typings have about {total}); raise --max-instances, lower --max-free, --max-rank or --max-dim, or check chosen typings with a rule file",
@@ -124,19 +138,36 @@ fn derive_types(
             f.text
         )));
     }
-    // Note: on a one-rank mesh every state denotes the local value itself, so
-    // for a local op with its local VJP the outcome there is the same for
-    // every typing (SPEC.md §9.1). Check those cases once and share them;
-    // should they fail, every typing is checked in full instead.
-    let (single, multi): (Vec<Mesh>, Vec<Mesh>) =
-        meshes.iter().cloned().partition(|m| m.num_ranks() == 1);
-    let shared = check_op(&ops[0], scope, &single, progress);
+    // The cases found by the estimate, per typing: its one-rank and its
+    // multi-rank ones.
+    let mut found: Vec<Option<[_; 2]>> = found_cases
+        .into_iter()
+        .map(|mut per| {
+            let m = per.pop()?;
+            let s = per.pop()?;
+            Some([s, m])
+        })
+        .collect();
+    found.resize_with(ops.len(), || None);
+    let shared = match found[0].as_mut() {
+        Some([s, _]) => {
+            let s = std::mem::take(s);
+            check_op_in(&ops[0], scope, &single, s, progress)
+        }
+        None => check_op(&ops[0], scope, &single, progress),
+    };
     let share = shared.is_sound() || matches!(shared, Verdict::Vacuous { .. });
     Ok(ops
         .into_par_iter()
-        .map(|op| {
+        .zip(found.into_par_iter())
+        .map(|(op, found)| {
+            let multi_found = found.map(|[_, m]| m);
             let verdict = if share {
-                match check_op(&op, scope, &multi, progress) {
+                let v = match multi_found {
+                    Some(m) => check_op_in(&op, scope, &multi, m, progress),
+                    None => check_op(&op, scope, &multi, progress),
+                };
+                match v {
                     Verdict::Unsound { violation, tally } => Verdict::Unsound { violation, tally },
                     v => {
                         let mut t = shared.tally().clone();

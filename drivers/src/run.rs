@@ -89,7 +89,19 @@ pub fn guard(total: u64, scope: &Scope) -> Result<(), UsageError> {
 /// the most basic property (all forward properties of a case are decided
 /// before its backward ones), then fewest nonzeros, then values.
 pub fn check_op(op: &TypedOp, scope: &Scope, meshes: &[Mesh], progress: &dyn Fn(u64)) -> Verdict {
-    run_cases(op, scope, meshes, true, progress)
+    run_cases(op, scope, meshes, true, progress, None)
+}
+
+/// `check_op` on cases already found for `meshes` (by
+/// `spmd_generators::typings_cases_until`), so they are not found again.
+pub fn check_op_in(
+    op: &TypedOp,
+    scope: &Scope,
+    meshes: &[Mesh],
+    found: (Vec<spmd_generators::Case>, spmd_generators::Coverage),
+    progress: &dyn Fn(u64),
+) -> Verdict {
+    run_cases(op, scope, meshes, true, progress, Some(found))
 }
 
 /// The checker of case `c`, with its lane groups.
@@ -114,9 +126,10 @@ fn run_cases(
     meshes: &[Mesh],
     backward: bool,
     progress: &dyn Fn(u64),
+    found: Option<(Vec<spmd_generators::Case>, spmd_generators::Coverage)>,
 ) -> Verdict {
     let mut tally = Tally::new();
-    let (cs, cover) = cases(op, scope, meshes);
+    let (cs, cover) = found.unwrap_or_else(|| cases(op, scope, meshes));
     tally.cases_beyond_cap = cover.beyond_cap;
     tally.distributed_beyond_cap = cover.distributed_beyond_cap;
     for c in &cs {
@@ -481,5 +494,5 @@ pub fn with_plain_points<T>(f: impl FnOnce() -> T) -> T {
 /// Only the forward properties F1-F3 (SPEC.md §4.2-4.4), for an op that has
 /// no declared backward.
 pub fn check_forward(op: &TypedOp, scope: &Scope, meshes: &[Mesh]) -> Verdict {
-    run_cases(op, scope, meshes, false, &|_| {})
+    run_cases(op, scope, meshes, false, &|_| {}, None)
 }

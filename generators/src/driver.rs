@@ -7,7 +7,7 @@ use crate::exhaustive::{
     candidate_count, candidate_tuples, for_each_lane_point, lane_size, lane_size_of, lane_sizes,
     lower_size, shape_tuples, Scope, Split,
 };
-use crate::lanes::{lane_groups, LaneGroups, Part};
+use crate::lanes::{lane_groups_with, LaneGroups, Part};
 use crate::switch::Switch;
 use spmd_interp::{Backward, Degree, Jvp, Op, TypedOp};
 use spmd_semantics::pending::PartialKind;
@@ -281,7 +281,15 @@ pub fn cases(op: &TypedOp, scope: &Scope, meshes: &[Mesh]) -> (Vec<Case>, Covera
 /// Per mesh: every input shape tuple the op accepts, with its output shape
 /// and degree bound. It depends on the op's function, not on its types, so
 /// the typings of one function share it (SPEC.md §18.1).
-pub type ShapeTable = Vec<(Vec<Shape>, Shape, spmd_interp::Degree)>;
+/// Each entry also holds, once asked for, the lanes of a local op's
+/// function at those shapes (`spmd_interp::lanes::lanes`), which its
+/// typings' lane groups share.
+pub type ShapeTable = Vec<(
+    Vec<Shape>,
+    Shape,
+    spmd_interp::Degree,
+    std::cell::OnceCell<Option<spmd_interp::lanes::Lanes>>,
+)>;
 
 /// The shape table of `op` on mesh `m`: the tuples of `shape_tuples`, in
 /// its order, each inferred once. A run asks for the same table twice (the
@@ -306,10 +314,15 @@ pub fn shape_table(op: &TypedOp, scope: &Scope, m: &Mesh) -> Rc<ShapeTable> {
     }
     let mut table: ShapeTable = candidate_tuples(&op.op, m, &shapes)
         .into_iter()
-        .filter_map(|t| op.op.infer(m, &t).ok().map(|(out, deg)| (t, out, deg)))
+        .filter_map(|t| {
+            op.op
+                .infer(m, &t)
+                .ok()
+                .map(|(out, deg)| (t, out, deg, Default::default()))
+        })
         .collect();
     // The order of `shape_tuples` (a stable sort on the same key).
-    table.sort_by_key(|(t, _, _)| {
+    table.sort_by_key(|(t, _, _, _)| {
         (
             t.iter().map(|s| s.iter().product::<usize>()).sum::<usize>(),
             t.clone(),
@@ -339,7 +352,7 @@ pub fn cases_in(
     // Cases over the points cap on more than one rank, fewest points kept.
     let mut spill: Option<Case> = None;
     for (m, table) in meshes.iter().zip(tables) {
-        for (shapes, out_shape, deg) in table.iter() {
+        for (shapes, out_shape, deg, local) in table.iter() {
             let shapes = shapes.clone();
             if !op.layouts_fit(m, &shapes, out_shape) {
                 continue; // a layout names a dim these shapes lack (SPEC.md §13.1)
@@ -421,7 +434,7 @@ pub fn cases_in(
                 LaneMode::WithinCaps | LaneMode::WithinCapsCoresApart => !over,
             };
             if lanes_here {
-                case.lanes = lane_groups(op, m, &case.shapes, out_shape)
+                case.lanes = lane_groups_with(op, m, &case.shapes, out_shape, local)
                     .map(|mut g| {
                         if mode == LaneMode::WithinCapsCoresApart {
                             g.parts.fill(Part::Lane(None));
@@ -546,27 +559,58 @@ pub fn estimate_typings_until(ops: &[TypedOp], scope: &Scope, limit: u64) -> (u6
     let Some(first) = ops.first() else {
         return (0, 0);
     };
+    let (total, done, _) = typings_cases_until(ops, scope, limit, &[meshes_for(first, scope)]);
+    (total, done)
+}
+
+/// Per typing, per group of meshes: the cases `cases` finds on that group,
+/// and its coverage.
+pub type TypingCases = Vec<Vec<(Vec<Case>, Coverage)>>;
+
+/// `estimate_typings_until` with the meshes in groups (`parts`, together
+/// those of `meshes_for`), keeping the cases it walks: a run that needs the
+/// estimate first then checks the very cases it counted instead of finding
+/// them again (benches/HISTORY.md §18.12). With at most one group holding
+/// meshes of more than one rank, the count is the same as over all meshes
+/// at once: the multi-rank case taken beyond the cap (§8.1) is taken when
+/// no multi-rank case is within it, in that group as in the whole. The
+/// cases are kept for the typings walked (all of them unless cut short).
+pub fn typings_cases_until(
+    ops: &[TypedOp],
+    scope: &Scope,
+    limit: u64,
+    parts: &[Vec<Mesh>],
+) -> (u64, usize, TypingCases) {
+    let Some(first) = ops.first() else {
+        return (0, 0, Vec::new());
+    };
     if tuple_guard(first, scope).is_err() {
-        return (u64::MAX, 0);
+        return (u64::MAX, 0, Vec::new());
     }
-    let meshes = meshes_for(first, scope);
-    let tables: Vec<Rc<ShapeTable>> = meshes
+    let tables: Vec<Vec<Rc<ShapeTable>>> = parts
         .iter()
-        .map(|m| shape_table(first, scope, m))
+        .map(|ms| ms.iter().map(|m| shape_table(first, scope, m)).collect())
         .collect();
     let mut total = 0u64;
+    let mut kept = Vec::with_capacity(ops.len());
     for (i, op) in ops.iter().enumerate() {
         if total > limit {
-            return (total, i);
+            return (total, i, kept);
         }
-        let n = cases_in(op, scope, &meshes, &tables)
-            .0
+        let per: Vec<(Vec<Case>, Coverage)> = parts
             .iter()
+            .zip(&tables)
+            .map(|(ms, ts)| cases_in(op, scope, ms, ts))
+            .collect();
+        let n = per
+            .iter()
+            .flat_map(|(cs, _)| cs)
             .map(Case::points)
             .fold(0u64, u64::saturating_add);
         total = total.saturating_add(n);
+        kept.push(per);
     }
-    (total, ops.len())
+    (total, ops.len(), kept)
 }
 
 /// An upper bound on `estimate_typings(ops, scope)` from the shape tables
@@ -599,7 +643,7 @@ fn cases_bound(op: &TypedOp, scope: &Scope) -> u64 {
         .map(|m| {
             shape_table(op, scope, m)
                 .iter()
-                .map(|(shapes, _, _)| {
+                .map(|(shapes, _, _, _)| {
                     let free = shapes
                         .iter()
                         .map(|s| s.iter().product::<usize>() as u64)

@@ -490,6 +490,20 @@ impl Walk<'_> {
     }
 }
 
+/// C(n, k), or `u64::MAX` when it does not fit.
+fn binomial_sat(n: usize, k: usize) -> u64 {
+    let k = k.min(n - k);
+    let mut r: u128 = 1;
+    for i in 1..=k {
+        // r · (n − k + i) / i is C(n − k + i, i), an integer.
+        r = r * (n - k + i) as u128 / i as u128;
+        if r > u64::MAX as u128 {
+            return u64::MAX;
+        }
+    }
+    r as u64
+}
+
 /// Number of points `for_each_lower_point` visits: per block of k
 /// positions with `n` values each, n^k, or with budget d the index vectors
 /// in 0..n with sum at most d (C(k + d, d) when d < n); with a `total`
@@ -529,7 +543,12 @@ pub fn lower_size(blocks: &[(usize, usize, Option<usize>)], total: Option<usize>
     }
     blocks.iter().fold(1u64, |acc, &(k, n, budget)| {
         let here = match budget {
-            None => (n as u64).checked_pow(k as u32).unwrap_or(u64::MAX),
+            None => u32::try_from(k)
+                .ok()
+                .and_then(|k| (n as u64).checked_pow(k))
+                .unwrap_or(u64::MAX),
+            // No position can reach its last value: C(k + d, d) vectors.
+            Some(d) if d < n => binomial_sat(k + d, d),
             Some(d) => ways(k, n, d).iter().fold(0u64, |a, &w| a.saturating_add(w)),
         };
         acc.saturating_mul(here)
@@ -605,6 +624,30 @@ pub fn lane_sizes(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The count of a budgeted block, by the binomial when no position
+    /// can reach its last value and by the sums otherwise, is the number
+    /// of index vectors a brute force finds.
+    #[test]
+    fn lower_size_of_one_block_counts_its_index_vectors() {
+        for k in 0..5usize {
+            for n in 1..5usize {
+                for d in 0..7usize {
+                    let mut count = 0u64;
+                    for code in 0..n.pow(k as u32) {
+                        let (mut c, mut sum) = (code, 0);
+                        for _ in 0..k {
+                            sum += c % n;
+                            c /= n;
+                        }
+                        count += u64::from(sum <= d);
+                    }
+                    assert_eq!(lower_size(&[(k, n, Some(d))], None), count, "{k} {n} {d}");
+                }
+            }
+        }
+        assert_eq!(lower_size(&[(200, 300, Some(100))], None), u64::MAX);
+    }
 
     #[test]
     fn grid_visits_every_point_once_fewest_nonzeros_first() {

@@ -12,6 +12,7 @@ use spmd_interp::{Backward, Op, TypedOp};
 use spmd_semantics::perrank::{global_sources, FreeSlots};
 use spmd_semantics::tensor::numel;
 use spmd_semantics::{Mesh, Shape, State, Type};
+use std::cell::OnceCell;
 use std::collections::HashMap;
 
 struct Dsu(Vec<usize>);
@@ -35,20 +36,18 @@ impl Dsu {
 /// The ranks of `m` keyed by their coordinates along the axes where `t` is
 /// Varying: every rank maps to the first rank of its class. Denotations,
 /// the equality of replicated ranks (F1), pending sums and the cotangents
-/// of Invariant values read ranks of one class only (SPEC.md §2.4).
+/// of Invariant values read ranks of one class only (SPEC.md §2.4). Ranks
+/// are numbered row-major, so the first rank of a class has coordinate 0
+/// on every other axis.
 fn class_first(m: &Mesh, t: &Type) -> Vec<usize> {
-    let mut first: HashMap<Vec<usize>, usize> = HashMap::new();
     (0..m.num_ranks())
         .map(|r| {
-            let c = m.coords(r);
-            let key: Vec<usize> = t
-                .states
+            t.states
                 .iter()
                 .enumerate()
                 .filter(|(_, s)| **s == State::Varying)
-                .map(|(a, _)| c[a])
-                .collect();
-            *first.entry(key).or_insert(r)
+                .map(|(a, _)| m.coord(r, a) * m.stride(a))
+                .sum()
         })
         .collect()
 }
@@ -100,6 +99,19 @@ impl LaneGroups {
 /// is split, so that every property at a point is a conjunction of
 /// properties of one group each (SPEC.md §8.5).
 pub fn lane_groups(op: &TypedOp, m: &Mesh, shapes: &[Shape], out: &Shape) -> Option<LaneGroups> {
+    lane_groups_with(op, m, shapes, out, &Default::default())
+}
+
+/// `lane_groups` with a place for the lanes of the op's function at
+/// `shapes`, filled on first use: the typings of one function share it
+/// (the shape table holds one per entry).
+pub fn lane_groups_with(
+    op: &TypedOp,
+    m: &Mesh,
+    shapes: &[Shape],
+    out: &Shape,
+    local: &OnceCell<Option<Lanes>>,
+) -> Option<LaneGroups> {
     let Op::Local(f) = &op.op else {
         return None;
     };
@@ -122,7 +134,7 @@ pub fn lane_groups(op: &TypedOp, m: &Mesh, shapes: &[Shape], out: &Shape) -> Opt
     let node = |i: usize, r: usize, e: usize| offset[i] + slots[i].slot(r) * ns[i] + e;
     let out_node = |r: usize, e: usize| total_free + r * n_out + e;
     let mut dsu = Dsu((0..total_free + nr * n_out).collect());
-    let local: Lanes = lanes(&f.expr, shapes)?;
+    let local: &Lanes = local.get_or_init(|| lanes(&f.expr, shapes)).as_ref()?;
     // Global types: the meaning is the function of the global tensors, whose
     // lanes are read on the global shapes.
     let global = match op.is_global() {

@@ -16,8 +16,8 @@ pub mod uneven;
 pub use driver::{
     affine_in_each, candidate_bound, cases, cases_in, degree_guard, enumerated_cases, estimate,
     estimate_typings, estimate_typings_until, meshes_for, own_partials, shape_table, tuple_guard,
-    typings_bound, values_free, with_joint_budget, with_lane_mode, Case, CaseInputs, Coverage,
-    LaneMode, ShapeTable, MAX_DEGREE, MAX_SHAPE_TUPLES,
+    typings_bound, typings_cases_until, values_free, with_joint_budget, with_lane_mode, Case,
+    CaseInputs, Coverage, LaneMode, ShapeTable, TypingCases, MAX_DEGREE, MAX_SHAPE_TUPLES,
 };
 pub use exhaustive::{
     all_global_types, all_types, candidate_count, candidate_tuples, for_each_grid_point,
