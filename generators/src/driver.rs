@@ -521,7 +521,7 @@ pub fn with_joint_budget<T>(on: bool, f: impl FnOnce() -> T) -> T {
 /// points cap, the bound of the one case taken beyond it (SPEC.md §8.1).
 fn lanes_within(case: &Case, split: Split<'_>, scope: &Scope, linear: bool) -> bool {
     let sizes = lane_sizes(&case.blocks(), case.total, split);
-    sizes.iter().all(|(b, size)| {
+    sizes.sets.iter().all(|(b, size)| {
         (linear || b.iter().all(|x| x.0 <= scope.max_free)) && *size <= scope.max_points
     }) && lane_size_of(&sizes, split) <= scope.max_points.saturating_mul(16)
 }
@@ -946,5 +946,56 @@ mod tests {
             first_below(&no_spill),
             Err("mul on scope scalars, one point per case: bound 256 < estimate 400".into())
         );
+    }
+
+    /// The cases `derive` keeps from its estimate: in two groups, one-rank
+    /// meshes and the others, their points add up to the estimate over all
+    /// meshes at once, and each group's cases are those `cases` finds on
+    /// it, typing by typing.
+    #[test]
+    fn cases_kept_in_two_groups_are_the_estimated_ones() {
+        for name in ["neg", "relu", "add", "mul", "matmul"] {
+            let ops = typings(name);
+            for (what, scope) in scopes() {
+                let (single, multi): (Vec<Mesh>, Vec<Mesh>) = meshes_for(&ops[0], &scope)
+                    .into_iter()
+                    .partition(|m| m.num_ranks() == 1);
+                let parts = [single, multi];
+                let (total, done, kept) = typings_cases_until(&ops, &scope, u64::MAX, &parts);
+                assert_eq!(total, estimate_typings(&ops, &scope), "{name} on {what}");
+                assert_eq!((done, kept.len()), (ops.len(), ops.len()));
+                for (op, per) in ops.iter().zip(&kept) {
+                    for (ms, (cs, cover)) in parts.iter().zip(per) {
+                        let (want, wc) = cases(op, &scope, ms);
+                        let key = |cs: &[Case]| -> Vec<(Mesh, Vec<Shape>)> {
+                            cs.iter()
+                                .map(|c| (c.mesh.clone(), c.shapes.clone()))
+                                .collect()
+                        };
+                        assert_eq!(key(cs), key(&want), "{name} on {what}");
+                        assert_eq!(cover.beyond_cap, wc.beyond_cap, "{name} on {what}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Its twin: with the multi-rank meshes in groups of their own, each
+    /// group may take a case beyond the cap (SPEC.md §8.1), and the count
+    /// passes the estimate.
+    #[test]
+    fn multi_rank_meshes_in_several_groups_count_more() {
+        let ops = typings("mul");
+        let scope = Scope {
+            max_rank: 0,
+            max_points: 1,
+            ..Scope::default()
+        };
+        let apart: Vec<Vec<Mesh>> = meshes_for(&ops[0], &scope)
+            .into_iter()
+            .map(|m| vec![m])
+            .collect();
+        let (total, _, _) = typings_cases_until(&ops, &scope, u64::MAX, &apart);
+        assert!(total > estimate_typings(&ops, &scope), "{total}");
     }
 }

@@ -571,54 +571,74 @@ pub fn lane_size(
 pub type Blocks = Vec<(usize, usize, Option<usize>)>;
 
 /// `lane_size` from the groups' own counts (`lane_sizes`).
-pub fn lane_size_of(sizes: &[(Blocks, u64)], split: Split<'_>) -> u64 {
+pub fn lane_size_of(sizes: &LaneSizes, split: Split<'_>) -> u64 {
     (0..split.parts.len()).fold(1u64, |acc, g| {
         let below = match split.parts[g] {
             Part::Core | Part::Lane(None) => 1,
-            Part::Lane(Some(c)) => sizes[c as usize].1,
+            Part::Lane(Some(c)) => sizes.size(c as usize),
         };
-        acc.saturating_add(sizes[g].1.saturating_sub(below))
+        acc.saturating_add(sizes.size(g).saturating_sub(below))
     })
 }
 
-/// Per group of `split`, in the order of the group numbers: `blocks` with
-/// each block's positions counted in what a point with that group nonzero
-/// may have nonzero, the group and (for a lane) its core; and the number
-/// of points of that lower set (with the joint budget `total`). Groups of
-/// equal counts share one count of points.
+/// The lower sets of a split's groups (`lane_sizes`): each distinct one
+/// once, as its blocks and its number of points, and per group which.
+pub struct LaneSizes {
+    pub sets: Vec<(Blocks, u64)>,
+    pub of_group: Vec<u32>,
+}
+
+impl LaneSizes {
+    /// The number of points of group `g`'s lower set.
+    pub fn size(&self, g: usize) -> u64 {
+        self.sets[self.of_group[g] as usize].1
+    }
+}
+
+/// Per group of `split`: `blocks` with each block's positions counted in
+/// what a point with that group nonzero may have nonzero, the group and
+/// (for a lane) its core; and the number of points of that lower set
+/// (with the joint budget `total`). Groups of equal counts share one set,
+/// counted once.
 pub fn lane_sizes(
     blocks: &[(usize, usize, Option<usize>)],
     total: Option<usize>,
     split: Split<'_>,
-) -> Vec<(Blocks, u64)> {
+) -> LaneSizes {
     let ng = split.parts.len();
-    // count[g][b]: positions of block b in group g.
-    let mut count = vec![vec![0usize; blocks.len()]; ng];
+    let nb = blocks.len();
+    // count[g · nb + b]: positions of block b in group g.
+    let mut count = vec![0usize; ng * nb];
     let mut at = 0;
     for (b, &(k, _, _)) in blocks.iter().enumerate() {
         for &g in &split.group[at..at + k] {
-            count[g as usize][b] += 1;
+            count[g as usize * nb + b] += 1;
         }
         at += k;
     }
-    let mut memo: std::collections::HashMap<Blocks, u64> = Default::default();
-    (0..ng)
-        .map(|g| {
-            let core = match split.parts[g] {
-                Part::Lane(Some(c)) => Some(c as usize),
-                _ => None,
-            };
-            let here: Blocks = blocks
-                .iter()
-                .enumerate()
-                .map(|(b, &(_, n, d))| (count[g][b] + core.map_or(0, |c| count[c][b]), n, d))
-                .collect();
-            let size = *memo
-                .entry(here.clone())
-                .or_insert_with(|| lower_size(&here, total));
-            (here, size)
-        })
-        .collect()
+    let mut sets: Vec<(Blocks, u64)> = Vec::new();
+    let mut of_group = Vec::with_capacity(ng);
+    let mut here: Blocks = blocks.to_vec();
+    for g in 0..ng {
+        let core = match split.parts[g] {
+            Part::Lane(Some(c)) => Some(c as usize),
+            _ => None,
+        };
+        for (b, h) in here.iter_mut().enumerate() {
+            h.0 = count[g * nb + b] + core.map_or(0, |c| count[c * nb + b]);
+        }
+        // Few distinct sets in practice: distinct counts of positions
+        // that together make at most the case's free scalars.
+        let i = match sets.iter().position(|(b, _)| *b == here) {
+            Some(i) => i,
+            None => {
+                sets.push((here.clone(), lower_size(&here, total)));
+                sets.len() - 1
+            }
+        };
+        of_group.push(i as u32);
+    }
+    LaneSizes { sets, of_group }
 }
 
 #[cfg(test)]

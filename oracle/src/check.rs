@@ -14,7 +14,7 @@ use spmd_semantics::perrank::{
     self, denot_basis, denote, free_unit, kernel_basis, num_free, Denot, Projection,
 };
 use spmd_semantics::{Mesh, PerRank, Shape, Tensor, Type, Q};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 pub use spmd_semantics::Property;
 
@@ -32,13 +32,13 @@ pub struct Checker<'a> {
     deg: Degree,
     step: Q,
     /// Per input: the denotation basis (SPEC.md §5.1).
-    bases: Vec<Vec<(perrank::DenotCoord, PerRank)>>,
+    bases: Vec<Arc<Vec<(perrank::DenotCoord, PerRank)>>>,
     /// Free-scalar basis of the output cotangent type.
-    gs: Vec<PerRank>,
+    gs: Arc<Vec<PerRank>>,
     /// Their denotations.
-    dgs: Vec<Denot>,
+    dgs: Arc<Vec<Denot>>,
     /// Directions of the output cotangent type that denote zero.
-    g_kernel: Vec<PerRank>,
+    g_kernel: Arc<Vec<PerRank>>,
     /// Why the backward cannot take a cotangent of this case's shape, if so.
     bwd_shape_err: Option<String>,
     /// Why the declared JVP cannot take tangents of this case's shapes, if so.
@@ -58,7 +58,7 @@ pub struct Checker<'a> {
     /// Per output cotangent unit: the nonzero entries of its denotation
     /// (flat index, value), each divided by the output type's repeat
     /// factor, so a pairing with it is a short sum (SPEC.md §18).
-    dg_supp: Vec<Vec<(usize, Q)>>,
+    dg_supp: Arc<Vec<Vec<(usize, Q)>>>,
     /// Per input, per basis direction: its nonzero entries (rank, element,
     /// value) and the ranks it touches, to perturb a workspace in place.
     basis_nz: Vec<Vec<Sparse>>,
@@ -226,6 +226,7 @@ struct LaneOf {
 }
 
 /// A sparse per-rank direction: nonzero entries and the ranks it touches.
+#[derive(Clone)]
 struct Sparse {
     entries: Vec<(usize, usize, Q)>,
     touched: Vec<bool>,
@@ -319,6 +320,123 @@ fn shown(label: impl Into<String>, ty: &Type, value: &PerRank) -> Shown {
     }
 }
 
+/// What a checker needs of one input type at one shape on one mesh,
+/// whatever the op: the denotation basis (dense and sparse), the kernel
+/// directions (sparse), and the projections of the type and of its
+/// cotangent. Every case with that mesh, type and shape shares them, so
+/// each thread keeps those it built (`type_parts`).
+struct TypeParts {
+    bases: Arc<Vec<(perrank::DenotCoord, PerRank)>>,
+    basis_nz: Vec<Sparse>,
+    kernel_nz: Vec<Sparse>,
+    proj: Projection,
+    proj_cot: Projection,
+}
+
+/// The same for the output type: the unit cotangents, the cotangent's
+/// kernel directions, the units' denotations and their supports divided
+/// by the output's repeat factor, and the output's projection.
+struct OutParts {
+    gs: Arc<Vec<PerRank>>,
+    g_kernel: Arc<Vec<PerRank>>,
+    dgs: Arc<Vec<Denot>>,
+    dg_supp: Arc<Vec<Vec<(usize, Q)>>>,
+    proj: Projection,
+}
+
+/// The most entries each thread's caches of `TypeParts` and `OutParts`
+/// hold before they start again.
+const PARTS_KEPT: usize = 512;
+
+type PartsCache<V> =
+    std::cell::RefCell<std::collections::HashMap<u64, Vec<(Mesh, Type, Shape, Arc<V>)>>>;
+
+thread_local! {
+    static TYPE_PARTS: PartsCache<TypeParts> = Default::default();
+    static OUT_PARTS: PartsCache<OutParts> = Default::default();
+}
+
+/// The entry of `cache` for (`m`, `t`, `shape`), built by `make` on a miss.
+fn parts_of<V>(
+    cache: &'static std::thread::LocalKey<PartsCache<V>>,
+    m: &Mesh,
+    t: &Type,
+    shape: &[usize],
+    make: impl FnOnce() -> V,
+) -> Arc<V> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (m, t, shape).hash(&mut h);
+    let key = h.finish();
+    let hit = cache.with(|c| {
+        c.borrow().get(&key).and_then(|b| {
+            b.iter()
+                .find(|(m2, t2, s2, _)| m2 == m && t2 == t && s2.as_slice() == shape)
+                .map(|e| e.3.clone())
+        })
+    });
+    if let Some(v) = hit {
+        return v;
+    }
+    let v = Arc::new(make());
+    cache.with(|c| {
+        let mut c = c.borrow_mut();
+        if c.len() >= PARTS_KEPT {
+            c.clear();
+        }
+        c.entry(key)
+            .or_default()
+            .push((m.clone(), t.clone(), shape.to_vec(), v.clone()));
+    });
+    v
+}
+
+fn type_parts(m: &Mesh, t: &Type, shape: &[usize]) -> Arc<TypeParts> {
+    parts_of(&TYPE_PARTS, m, t, shape, || {
+        let bases = denot_basis(m, t, shape);
+        let basis_nz = bases.iter().map(|(_, e)| Sparse::of(e)).collect();
+        let kernel_nz = kernel_basis(m, t, shape).iter().map(Sparse::of).collect();
+        TypeParts {
+            bases: Arc::new(bases),
+            basis_nz,
+            kernel_nz,
+            proj: Projection::new(m, t),
+            proj_cot: Projection::new(m, &t.cot()),
+        }
+    })
+}
+
+fn out_parts(m: &Mesh, t: &Type, shape: &[usize]) -> Arc<OutParts> {
+    parts_of(&OUT_PARTS, m, t, shape, || {
+        let tc = t.cot();
+        let gs: Vec<PerRank> = (0..num_free(m, &tc, shape))
+            .map(|k| free_unit(m, &tc, shape, k))
+            .collect();
+        let g_kernel = kernel_basis(m, &tc, shape);
+        let proj_cot = Projection::new(m, &tc);
+        let dgs: Vec<Denot> = gs.iter().map(|g| proj_cot.denote(g)).collect();
+        let rep = Q::int(perrank::repeat_factor(m, t) as i64);
+        let dg_supp = dgs
+            .iter()
+            .map(|d| {
+                d.flat()
+                    .into_iter()
+                    .enumerate()
+                    .filter(|(_, v)| !v.is_zero())
+                    .map(|(k, v)| (k, v.div(&rep).expect("repeat factor is positive")))
+                    .collect()
+            })
+            .collect();
+        OutParts {
+            gs: Arc::new(gs),
+            g_kernel: Arc::new(g_kernel),
+            dgs: Arc::new(dgs),
+            dg_supp: Arc::new(dg_supp),
+            proj: Projection::new(m, t),
+        }
+    })
+}
+
 impl<'a> Checker<'a> {
     /// Prepare the case `m`, `shapes`; `Err` when the op does not accept the shapes.
     pub fn new(op: &'a TypedOp, m: &'a Mesh, shapes: Vec<Shape>) -> Result<Checker<'a>, String> {
@@ -330,23 +448,15 @@ impl<'a> Checker<'a> {
         } else {
             Q::one()
         };
-        let kernels: Vec<Vec<PerRank>> = op
+        let ins: Vec<Arc<TypeParts>> = op
             .inputs
             .iter()
             .zip(&shapes)
-            .map(|(t, s)| kernel_basis(m, t, s))
+            .map(|(t, s)| type_parts(m, t, s))
             .collect();
-        let bases: Vec<Vec<(perrank::DenotCoord, PerRank)>> = op
-            .inputs
-            .iter()
-            .zip(&shapes)
-            .map(|(t, s)| denot_basis(m, t, s))
-            .collect();
+        let bases = ins.iter().map(|p| p.bases.clone()).collect();
         let tc = op.output.cot();
-        let gs: Vec<PerRank> = (0..num_free(m, &tc, &out_shape))
-            .map(|k| free_unit(m, &tc, &out_shape, k))
-            .collect();
-        let g_kernel = kernel_basis(m, &tc, &out_shape);
+        let outs = out_parts(m, &op.output, &out_shape);
         let weights: Vec<Option<PolyWeights>> = deg
             .num
             .iter()
@@ -360,40 +470,14 @@ impl<'a> Checker<'a> {
             .collect();
         let bwd_shape_err = op.backward_accepts(m, &out_shape, &shapes).err();
         let jvp_shape_err = op.jvp_accepts(m, &shapes, &out_shape).err();
-        let proj_in = op.inputs.iter().map(|t| Projection::new(m, t)).collect();
-        let proj_cot_in = op
-            .inputs
-            .iter()
-            .map(|t| Projection::new(m, &t.cot()))
-            .collect();
-        let proj_out = Projection::new(m, &op.output);
-        let proj_cot_out = Projection::new(m, &tc);
-        let dgs: Vec<Denot> = gs.iter().map(|g| proj_cot_out.denote(g)).collect();
-        let rep = Q::int(perrank::repeat_factor(m, &op.output) as i64);
-        let dg_supp: Vec<Vec<(usize, Q)>> = dgs
-            .iter()
-            .map(|d| {
-                d.flat()
-                    .into_iter()
-                    .enumerate()
-                    .filter(|(_, v)| !v.is_zero())
-                    .map(|(k, v)| (k, v.div(&rep).expect("repeat factor is positive")))
-                    .collect()
-            })
-            .collect();
+        let proj_in = ins.iter().map(|p| p.proj.clone()).collect();
+        let proj_cot_in = ins.iter().map(|p| p.proj_cot.clone()).collect();
+        let proj_out = outs.proj.clone();
         let g_reps = (!hand_written_backward(op))
-            .then(|| reps_of(&dg_supp, g_kernel.len()))
+            .then(|| reps_of(&outs.dg_supp, outs.g_kernel.len()))
             .flatten();
-        let mut basis_nz: Vec<Vec<Sparse>> = bases
-            .iter()
-            .map(|b: &Vec<(perrank::DenotCoord, PerRank)>| {
-                b.iter().map(|(_, e)| Sparse::of(e)).collect()
-            })
-            .collect();
-        let kernel_nz = kernels
-            .iter()
-            .map(|k: &Vec<PerRank>| k.iter().map(Sparse::of).collect())
-            .collect();
+        let mut basis_nz: Vec<Vec<Sparse>> = ins.iter().map(|p| p.basis_nz.clone()).collect();
+        let kernel_nz = ins.iter().map(|p| p.kernel_nz.clone()).collect();
         let steps = (0..op.inputs.len()).map(|i| line_steps(&deg, i)).collect();
         let cot_in = op.inputs.iter().map(Type::cot).collect();
         let entrywise = match &op.op {
@@ -432,9 +516,9 @@ impl<'a> Checker<'a> {
             deg,
             step,
             bases,
-            gs,
-            dgs,
-            g_kernel,
+            gs: outs.gs.clone(),
+            dgs: outs.dgs.clone(),
+            g_kernel: outs.g_kernel.clone(),
             bwd_shape_err,
             jvp_shape_err,
             weights,
@@ -442,7 +526,7 @@ impl<'a> Checker<'a> {
             proj_in,
             proj_out,
             proj_cot_in,
-            dg_supp,
+            dg_supp: outs.dg_supp.clone(),
             basis_nz,
             kernel_nz,
             steps,

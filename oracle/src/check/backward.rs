@@ -201,9 +201,9 @@ impl Checker<'_> {
             let proj = &self.proj_cot_in[i];
             for (gi, (((g, dg), bs), supp)) in gs
                 .iter()
-                .zip(&self.dgs)
+                .zip(self.dgs.iter())
                 .zip(results)
-                .zip(&self.dg_supp)
+                .zip(self.dg_supp.iter())
                 .enumerate()
             {
                 if !self.keeps(phase, |l| l.gs[gi]) || !self.runs_g(gi) {
@@ -723,7 +723,9 @@ fn flat_into(d: &Denot, out: &mut Vec<Q>) {
 /// Why `v` is not a well-formed value of type `t` and shape `shape` (the
 /// shape of the op's `what`, "input" or "output"), if it is not.
 fn misfit(m: &Mesh, t: &Type, v: &PerRank, shape: &[usize], what: &str) -> Option<String> {
-    if v.shape() != shape {
+    // A loop, not `!=`: shapes have a handful of dims, and the slice
+    // comparison calls memcmp (as `Tensor`'s equality avoids too).
+    if !spmd_semantics::tensor::same_shape(v.shape(), shape) {
         return Some(format!(
             "has shape {:?}, the {what} has {shape:?}",
             v.shape()
