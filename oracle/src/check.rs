@@ -344,32 +344,40 @@ struct OutParts {
     proj: Projection,
 }
 
-/// The most entries each thread's caches of `TypeParts` and `OutParts`
-/// hold before they start again.
-const PARTS_KEPT: usize = 512;
+/// The most scalars one entry of a thread's `TypeParts` or `OutParts`
+/// cache may hold (its dense vectors' entries): a large case amortises its
+/// set-up over its instances, and its parts are left to it alone.
+const PARTS_ENTRY_MOST: usize = 1 << 12;
+/// The most scalars each cache holds in all before it starts again.
+const PARTS_MOST: usize = 1 << 16;
 
-type PartsCache<V> =
-    std::cell::RefCell<std::collections::HashMap<u64, Vec<(Mesh, Type, Shape, Arc<V>)>>>;
+/// A thread's cache: entries by the hash of their key, and the scalars
+/// they hold.
+type PartsCache<V> = std::cell::RefCell<(
+    std::collections::HashMap<u64, Vec<(Mesh, Type, Shape, Arc<V>)>>,
+    usize,
+)>;
 
 thread_local! {
     static TYPE_PARTS: PartsCache<TypeParts> = Default::default();
     static OUT_PARTS: PartsCache<OutParts> = Default::default();
 }
 
-/// The entry of `cache` for (`m`, `t`, `shape`), built by `make` on a miss.
+/// The entry of `cache` for (`m`, `t`, `shape`), built by `make` on a
+/// miss, which also says how many scalars it holds.
 fn parts_of<V>(
     cache: &'static std::thread::LocalKey<PartsCache<V>>,
     m: &Mesh,
     t: &Type,
     shape: &[usize],
-    make: impl FnOnce() -> V,
+    make: impl FnOnce() -> (V, usize),
 ) -> Arc<V> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (m, t, shape).hash(&mut h);
     let key = h.finish();
     let hit = cache.with(|c| {
-        c.borrow().get(&key).and_then(|b| {
+        c.borrow().0.get(&key).and_then(|b| {
             b.iter()
                 .find(|(m2, t2, s2, _)| m2 == m && t2 == t && s2.as_slice() == shape)
                 .map(|e| e.3.clone())
@@ -378,17 +386,31 @@ fn parts_of<V>(
     if let Some(v) = hit {
         return v;
     }
-    let v = Arc::new(make());
+    let (v, size) = make();
+    let v = Arc::new(v);
+    if size > PARTS_ENTRY_MOST {
+        return v;
+    }
     cache.with(|c| {
-        let mut c = c.borrow_mut();
-        if c.len() >= PARTS_KEPT {
-            c.clear();
+        let (map, held) = &mut *c.borrow_mut();
+        if *held + size > PARTS_MOST {
+            map.clear();
+            *held = 0;
         }
-        c.entry(key)
+        *held += size;
+        map.entry(key)
             .or_default()
             .push((m.clone(), t.clone(), shape.to_vec(), v.clone()));
     });
     v
+}
+
+/// The scalars of per-rank values.
+fn scalars<'a>(vs: impl IntoIterator<Item = &'a PerRank>) -> usize {
+    vs.into_iter()
+        .flat_map(|v| &v.tensors)
+        .map(|t| t.data.len())
+        .sum()
 }
 
 fn type_parts(m: &Mesh, t: &Type, shape: &[usize]) -> Arc<TypeParts> {
@@ -396,13 +418,15 @@ fn type_parts(m: &Mesh, t: &Type, shape: &[usize]) -> Arc<TypeParts> {
         let bases = denot_basis(m, t, shape);
         let basis_nz = bases.iter().map(|(_, e)| Sparse::of(e)).collect();
         let kernel_nz = kernel_basis(m, t, shape).iter().map(Sparse::of).collect();
-        TypeParts {
+        let size = scalars(bases.iter().map(|(_, b)| b));
+        let parts = TypeParts {
             bases: Arc::new(bases),
             basis_nz,
             kernel_nz,
             proj: Projection::new(m, t),
             proj_cot: Projection::new(m, &t.cot()),
-        }
+        };
+        (parts, size)
     })
 }
 
@@ -427,13 +451,15 @@ fn out_parts(m: &Mesh, t: &Type, shape: &[usize]) -> Arc<OutParts> {
                     .collect()
             })
             .collect();
-        OutParts {
+        let size = 2 * scalars(&gs) + scalars(&g_kernel);
+        let parts = OutParts {
             gs: Arc::new(gs),
             g_kernel: Arc::new(g_kernel),
             dgs: Arc::new(dgs),
             dg_supp: Arc::new(dg_supp),
             proj: Projection::new(m, t),
-        }
+        };
+        (parts, size)
     })
 }
 
