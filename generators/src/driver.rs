@@ -13,6 +13,7 @@ use spmd_interp::{Backward, Degree, Jvp, Op, TypedOp};
 use spmd_semantics::pending::PartialKind;
 use spmd_semantics::perrank::{num_free, FreeSlots};
 use spmd_semantics::{Mesh, PerRank, Shape, Q};
+use rayon::prelude::*;
 use std::ops::ControlFlow;
 use std::rc::Rc;
 
@@ -587,28 +588,39 @@ pub fn typings_cases_until(
     if tuple_guard(first, scope).is_err() {
         return (u64::MAX, 0, Vec::new());
     }
-    let tables: Vec<Vec<Rc<ShapeTable>>> = parts
-        .iter()
-        .map(|ms| ms.iter().map(|m| shape_table(first, scope, m)).collect())
-        .collect();
+    // Typings are found in parallel, a chunk at a time, and added up in
+    // order: the count, where it stops and what it keeps are those of a
+    // walk one typing after another (at most a chunk more is found).
+    let chunk = 4 * rayon::current_num_threads().max(1);
     let mut total = 0u64;
     let mut kept = Vec::with_capacity(ops.len());
-    for (i, op) in ops.iter().enumerate() {
-        if total > limit {
-            return (total, i, kept);
-        }
-        let per: Vec<(Vec<Case>, Coverage)> = parts
-            .iter()
-            .zip(&tables)
-            .map(|(ms, ts)| cases_in(op, scope, ms, ts))
+    for (c, part) in ops.chunks(chunk).enumerate() {
+        let found: Vec<Vec<(Vec<Case>, Coverage)>> = part
+            .par_iter()
+            .map(|op| {
+                parts
+                    .iter()
+                    .map(|ms| {
+                        // Each thread keeps the function's tables (`shape_table`).
+                        let tables: Vec<Rc<ShapeTable>> =
+                            ms.iter().map(|m| shape_table(first, scope, m)).collect();
+                        cases_in(op, scope, ms, &tables)
+                    })
+                    .collect()
+            })
             .collect();
-        let n = per
-            .iter()
-            .flat_map(|(cs, _)| cs)
-            .map(Case::points)
-            .fold(0u64, u64::saturating_add);
-        total = total.saturating_add(n);
-        kept.push(per);
+        for (j, per) in found.into_iter().enumerate() {
+            if total > limit {
+                return (total, c * chunk + j, kept);
+            }
+            let n = per
+                .iter()
+                .flat_map(|(cs, _)| cs)
+                .map(Case::points)
+                .fold(0u64, u64::saturating_add);
+            total = total.saturating_add(n);
+            kept.push(per);
+        }
     }
     (total, ops.len(), kept)
 }
