@@ -44,13 +44,13 @@ pub struct Checker<'a> {
     /// Why the declared JVP cannot take tangents of this case's shapes, if so.
     jvp_shape_err: Option<String>,
     /// Per input, for a polynomial op: finite-difference weights.
-    weights: Vec<Option<PolyWeights>>,
+    weights: Vec<Option<Arc<PolyWeights>>>,
     /// Per input, for a piecewise op with no division along the input's
     /// lines: the same weights at the small step. Between kinks the map is
     /// a polynomial of the degree bound in the step, so the interpolation
     /// reads the derivative and check that `fd::derivative`'s fit would
     /// (SPEC.md §18.1).
-    line_weights: Vec<Option<PolyWeights>>,
+    line_weights: Vec<Option<Arc<PolyWeights>>>,
     /// Denotation maps of the input and output types and the inputs' cotangents.
     proj_in: Vec<Projection>,
     proj_out: Projection,
@@ -483,15 +483,15 @@ impl<'a> Checker<'a> {
         let bases = ins.iter().map(|p| p.bases.clone()).collect();
         let tc = op.output.cot();
         let outs = out_parts(m, &op.output, &out_shape);
-        let weights: Vec<Option<PolyWeights>> = deg
+        let weights: Vec<Option<Arc<PolyWeights>>> = deg
             .num
             .iter()
-            .map(|&d| deg.is_polynomial().then(|| PolyWeights::new(d, &step)))
+            .map(|&d| deg.is_polynomial().then(|| PolyWeights::shared(d, &step)))
             .collect();
-        let line_weights: Vec<Option<PolyWeights>> = (0..deg.num.len())
+        let line_weights: Vec<Option<Arc<PolyWeights>>> = (0..deg.num.len())
             .map(|i| {
                 (!deg.is_polynomial() && deg.den[i] == 0)
-                    .then(|| PolyWeights::new(deg.num[i], &step))
+                    .then(|| PolyWeights::shared(deg.num[i], &step))
             })
             .collect();
         let bwd_shape_err = op.backward_accepts(m, &out_shape, &shapes).err();

@@ -103,6 +103,35 @@ pub struct PolyWeights {
 }
 
 impl PolyWeights {
+    /// `new(d, step)`, built once per thread and shared: every case of a
+    /// run asks for the same few (degrees up to the cap, steps 1 and the
+    /// piecewise step of §5.3).
+    pub fn shared(d: u32, step: &Q) -> std::sync::Arc<PolyWeights> {
+        type Kept = Vec<(u32, Q, std::sync::Arc<PolyWeights>)>;
+        thread_local! {
+            static KEPT: std::cell::RefCell<Kept> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        const MOST: usize = 64;
+        let hit = KEPT.with(|k| {
+            k.borrow()
+                .iter()
+                .find(|(d2, s2, _)| *d2 == d && s2 == step)
+                .map(|e| e.2.clone())
+        });
+        if let Some(w) = hit {
+            return w;
+        }
+        let w = std::sync::Arc::new(PolyWeights::new(d, step));
+        KEPT.with(|k| {
+            let mut k = k.borrow_mut();
+            if k.len() >= MOST {
+                k.clear();
+            }
+            k.push((d, step.clone(), w.clone()));
+        });
+        w
+    }
+
     pub fn new(d: u32, step: &Q) -> PolyWeights {
         let hs: Vec<Q> = (0..=d as i64 + 1).map(|k| Q::int(k).mul(step)).collect();
         let n = d as usize + 1;
