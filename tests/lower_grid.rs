@@ -291,6 +291,7 @@ fn kernels_keep_the_product_grid() {
         .into_iter()
         .map(|c| Case {
             budgets: vec![Some(1)],
+            points_known: None,
             ..c
         })
         .collect();

@@ -9,11 +9,11 @@ use crate::exhaustive::{
 };
 use crate::lanes::{lane_groups_with, LaneGroups, Part};
 use crate::switch::Switch;
+use rayon::prelude::*;
 use spmd_interp::{Backward, Degree, Jvp, Op, TypedOp};
 use spmd_semantics::pending::PartialKind;
 use spmd_semantics::perrank::{num_free, FreeSlots};
 use spmd_semantics::{Mesh, PerRank, Shape, Q};
-use rayon::prelude::*;
 use std::ops::ControlFlow;
 use std::rc::Rc;
 
@@ -67,6 +67,10 @@ pub struct Case {
     /// separates into lanes, and each property at a point is a conjunction
     /// of properties of one group each (SPEC.md §8.5, `lane_groups`).
     pub lanes: Option<LaneGroups>,
+    /// `points()` as the driver counted it when it built the case; `None`
+    /// counts again. Whoever changes the lists, budgets, joint budget or
+    /// lanes of a built case sets it to `None`.
+    pub points_known: Option<u64>,
 }
 
 impl Case {
@@ -80,6 +84,9 @@ impl Case {
     }
     /// Grid points of the case.
     pub fn points(&self) -> u64 {
+        if let Some(p) = self.points_known {
+            return p;
+        }
         let blocks = self.blocks();
         match &self.lanes {
             Some(g) => lane_size(&blocks, self.total, g.split()),
@@ -410,6 +417,7 @@ pub fn cases_in(
                 b2_implied: lower && owes_sums(op),
                 lanes: None,
                 total: None,
+                points_known: None,
             };
             // The op's total degree in all inputs together bounds every
             // property of an op built from its own partials (SPEC.md §8.3).
@@ -427,13 +435,15 @@ pub fn cases_in(
             // A case over the caps whose op separates into lanes visits
             // only the points with one nonzero lane group, which decide the
             // rest; the caps then bound each group (SPEC.md §8.5).
-            let over = over_free || case.points() > scope.max_points;
+            let flat_points = case.points();
+            let over = over_free || flat_points > scope.max_points;
             let mode = Switch(&LANE_MODE).get();
             let lanes_here = match mode {
                 LaneMode::OverCaps => over,
                 LaneMode::Off => false,
                 LaneMode::WithinCaps | LaneMode::WithinCapsCoresApart => !over,
             };
+            let mut lane_points = None;
             if lanes_here {
                 case.lanes = lane_groups_with(op, m, &case.shapes, out_shape, local)
                     .map(|mut g| {
@@ -442,8 +452,16 @@ pub fn cases_in(
                         }
                         g
                     })
-                    .filter(|g| lanes_within(&case, g.split(), scope, linear_grid));
+                    .filter(|g| {
+                        lane_points = lanes_within(&case, g.split(), scope, linear_grid);
+                        lane_points.is_some()
+                    });
             }
+            // Counted once here; the estimate and the run read it.
+            case.points_known = Some(match (&case.lanes, lane_points) {
+                (Some(_), Some(p)) => p,
+                _ => flat_points,
+            });
             if over_free && case.lanes.is_none() {
                 tally.beyond_cap += 1;
                 tally.distributed_beyond_cap += u64::from(m.num_ranks() > 1);
@@ -520,11 +538,13 @@ pub fn with_joint_budget<T>(on: bool, f: impl FnOnce() -> T) -> T {
 /// case is linear, which only the points cap bounds) and at most
 /// `max_points` points of its own; and the whole case within 16 times the
 /// points cap, the bound of the one case taken beyond it (SPEC.md §8.1).
-fn lanes_within(case: &Case, split: Split<'_>, scope: &Scope, linear: bool) -> bool {
+fn lanes_within(case: &Case, split: Split<'_>, scope: &Scope, linear: bool) -> Option<u64> {
     let sizes = lane_sizes(&case.blocks(), case.total, split);
-    sizes.sets.iter().all(|(b, size)| {
+    let each = sizes.sets.iter().all(|(b, size)| {
         (linear || b.iter().all(|x| x.0 <= scope.max_free)) && *size <= scope.max_points
-    }) && lane_size_of(&sizes, split) <= scope.max_points.saturating_mul(16)
+    });
+    let all = lane_size_of(&sizes, split);
+    (each && all <= scope.max_points.saturating_mul(16)).then_some(all)
 }
 
 /// The meshes a typed op is checked on: those of the scope with as many axes
@@ -1009,5 +1029,60 @@ mod tests {
             .collect();
         let (total, _, _) = typings_cases_until(&ops, &scope, u64::MAX, &apart);
         assert!(total > estimate_typings(&ops, &scope), "{total}");
+    }
+
+    /// A built case keeps its own count: for every case of five
+    /// built-ins' typings on three scopes, with lanes or without, the
+    /// count it keeps is the one counted afresh.
+    #[test]
+    fn a_built_case_keeps_its_count_of_points() {
+        let mut lane_cases = 0;
+        for name in ["neg", "relu", "add", "mul", "matmul"] {
+            for (what, scope) in scopes() {
+                for op in typings(name) {
+                    for c in cases(&op, &scope, &meshes_for(&op, &scope)).0 {
+                        let known = c.points_known;
+                        lane_cases += usize::from(c.lanes.is_some());
+                        let fresh = Case {
+                            points_known: None,
+                            ..c
+                        };
+                        assert_eq!(known, Some(fresh.points()), "{name} on {what}");
+                    }
+                }
+            }
+        }
+        assert!(lane_cases > 0);
+    }
+
+    /// Its twin: a case whose lanes are dropped after it is built, its
+    /// count kept, no longer counts its own grid.
+    #[test]
+    fn a_case_changed_after_it_is_built_must_count_again() {
+        let op = &typings("mul")[0];
+        let scope = Scope::default();
+        let stale = cases(op, &scope, &meshes_for(op, &scope))
+            .0
+            .into_iter()
+            .filter(|c| c.lanes.is_some())
+            .map(|c| Case { lanes: None, ..c })
+            .filter(|c| {
+                let fresh = Case {
+                    points_known: None,
+                    lanes: None,
+                    mesh: c.mesh.clone(),
+                    shapes: c.shapes.clone(),
+                    lists: c.lists.clone(),
+                    budgets: c.budgets.clone(),
+                    total: c.total,
+                    proof_grid: c.proof_grid,
+                    once: c.once,
+                    per_input: c.per_input,
+                    b2_implied: c.b2_implied,
+                };
+                fresh.points() != c.points()
+            })
+            .count();
+        assert!(stale > 0);
     }
 }

@@ -39,6 +39,10 @@ pub struct Checker<'a> {
     dgs: Arc<Vec<Denot>>,
     /// Directions of the output cotangent type that denote zero.
     g_kernel: Arc<Vec<PerRank>>,
+    /// The first nonzero (rank, entry) of each unit cotangent and of each
+    /// of the cotangent's kernel directions (their lane groups' keys).
+    gs_first: Arc<Vec<Option<(usize, usize)>>>,
+    g_kernel_first: Arc<Vec<Option<(usize, usize)>>>,
     /// Why the backward cannot take a cotangent of this case's shape, if so.
     bwd_shape_err: Option<String>,
     /// Why the declared JVP cannot take tangents of this case's shapes, if so.
@@ -228,8 +232,9 @@ struct LaneOf {
 /// A sparse per-rank direction: nonzero entries and the ranks it touches.
 #[derive(Clone)]
 struct Sparse {
-    entries: Vec<(usize, usize, Q)>,
-    touched: Vec<bool>,
+    /// Shared by the clones a case's checker takes from its type's parts.
+    entries: Arc<[(usize, usize, Q)]>,
+    touched: Arc<[bool]>,
     /// For a basis direction of an entrywise input (`Checker::entrywise`):
     /// the flat coordinates of the output's denotation that read an output
     /// entry it moves, in order (SPEC.md §18.8).
@@ -246,16 +251,16 @@ impl Sparse {
                 }
             }
         }
-        let touched = v.tensors.iter().map(|t| !t.is_zero()).collect();
+        let touched: Vec<bool> = v.tensors.iter().map(|t| !t.is_zero()).collect();
         Sparse {
-            entries,
-            touched,
+            entries: entries.into(),
+            touched: touched.into(),
             cover: None,
         }
     }
     /// `work := base + h·self` on the entries this direction touches.
     fn set(&self, work: &mut PerRank, base: &PerRank, h: &Q) {
-        for (r, e, v) in &self.entries {
+        for (r, e, v) in self.entries.iter() {
             let b = &base.tensors[*r].data[*e];
             // A unit direction's entries are 1: the step itself.
             work.tensors[*r].data[*e] = if v.is_one() {
@@ -267,7 +272,7 @@ impl Sparse {
     }
     /// Undo `set`.
     fn reset(&self, work: &mut PerRank, base: &PerRank) {
-        for (r, e, _) in &self.entries {
+        for (r, e, _) in self.entries.iter() {
             work.tensors[*r].data[*e] = base.tensors[*r].data[*e].clone();
         }
     }
@@ -339,6 +344,8 @@ struct TypeParts {
 struct OutParts {
     gs: Arc<Vec<PerRank>>,
     g_kernel: Arc<Vec<PerRank>>,
+    gs_first: Arc<Vec<Option<(usize, usize)>>>,
+    g_kernel_first: Arc<Vec<Option<(usize, usize)>>>,
     dgs: Arc<Vec<Denot>>,
     dg_supp: Arc<Vec<Vec<(usize, Q)>>>,
     proj: Projection,
@@ -452,7 +459,19 @@ fn out_parts(m: &Mesh, t: &Type, shape: &[usize]) -> Arc<OutParts> {
             })
             .collect();
         let size = 2 * scalars(&gs) + scalars(&g_kernel);
+        let first = |vs: &[PerRank]| -> Vec<Option<(usize, usize)>> {
+            vs.iter()
+                .map(|v| {
+                    v.tensors
+                        .iter()
+                        .enumerate()
+                        .find_map(|(r, t)| t.data.iter().position(|q| !q.is_zero()).map(|k| (r, k)))
+                })
+                .collect()
+        };
         let parts = OutParts {
+            gs_first: Arc::new(first(&gs)),
+            g_kernel_first: Arc::new(first(&g_kernel)),
             gs: Arc::new(gs),
             g_kernel: Arc::new(g_kernel),
             dgs: Arc::new(dgs),
@@ -545,6 +564,8 @@ impl<'a> Checker<'a> {
             gs: outs.gs.clone(),
             dgs: outs.dgs.clone(),
             g_kernel: outs.g_kernel.clone(),
+            gs_first: outs.gs_first.clone(),
+            g_kernel_first: outs.g_kernel_first.clone(),
             bwd_shape_err,
             jvp_shape_err,
             weights,
@@ -632,12 +653,11 @@ impl<'a> Checker<'a> {
             .collect();
         // An item's group is that of its first entry (every item of a case
         // lies in one group, or in a core).
-        let of = |i: Option<usize>, e: &Sparse| {
+        let at = |i: Option<usize>, first: Option<(usize, usize)>| {
             let n = i.map_or(n_out, |i| n_in[i]);
-            e.entries
-                .first()
-                .and_then(|&(r, k, _)| sets.group(i, r * n + k))
+            first.and_then(|(r, k)| sets.group(i, r * n + k))
         };
+        let of = |i: Option<usize>, e: &Sparse| at(i, e.entries.first().map(|&(r, k, _)| (r, k)));
         let per_input = |dirs: &[Vec<Sparse>]| -> Vec<Vec<Option<u32>>> {
             dirs.iter()
                 .enumerate()
@@ -645,12 +665,8 @@ impl<'a> Checker<'a> {
                 .collect()
         };
         let lane_of = LaneOf {
-            gs: self.gs.iter().map(|g| of(None, &Sparse::of(g))).collect(),
-            g_kernel: self
-                .g_kernel
-                .iter()
-                .map(|g| of(None, &Sparse::of(g)))
-                .collect(),
+            gs: self.gs_first.iter().map(|&f| at(None, f)).collect(),
+            g_kernel: self.g_kernel_first.iter().map(|&f| at(None, f)).collect(),
             kernel: per_input(&self.kernel_nz),
             basis: per_input(&self.basis_nz),
         };
@@ -1033,7 +1049,7 @@ impl<'a> Checker<'a> {
                     // Output entry k reads entry k of input i and no other
                     // output entry reads it; the entries not recomputed are
                     // the instance's, which is in the domain.
-                    for (r, k, _) in &e.entries {
+                    for (r, k, _) in e.entries.iter() {
                         let args = rank_args(*r);
                         out.y.tensors[*r].data[*k] =
                             eval_at(&f.expr, &args[..work.len()], *k, &mut ctx)?;
@@ -1071,7 +1087,7 @@ impl<'a> Checker<'a> {
     fn unsample(&self, base: &PerRank, i: usize, e: &Sparse, out: &mut Work) {
         match (&self.op.op, out.prog.as_mut()) {
             (Op::Local(_), _) if self.entrywise.get(i) == Some(&true) => {
-                for (r, k, _) in &e.entries {
+                for (r, k, _) in e.entries.iter() {
                     out.y.tensors[*r].data[*k].clone_from(&base.tensors[*r].data[*k]);
                 }
             }
