@@ -277,6 +277,10 @@ struct Ws<const COUNT: bool> {
     /// The ranks a direction moves, and its steps h.
     ranks: Vec<usize>,
     hs: Vec<f64>,
+    /// Which unit cotangents this instance checks, and the buffers of the
+    /// rational fits.
+    kept_g: Vec<bool>,
+    fit: Fit64,
 }
 
 fn reps(s: State, r: usize) -> usize {
@@ -378,6 +382,8 @@ impl<const COUNT: bool> Ws<COUNT> {
             want: Vec::with_capacity(r * n),
             ranks: Vec::with_capacity(r),
             hs: Vec::with_capacity(40),
+            kept_g: Vec::new(),
+            fit: Fit64::default(),
         };
         ws.lines = (0..ni.len()).map(|i| ws.line_steps(i)).collect();
         let nb = ws.basis.iter().map(Vec::len).max().unwrap_or(0);
@@ -631,15 +637,16 @@ impl<const COUNT: bool> Ws<COUNT> {
         let (r, n) = (self.r, self.n);
         let tc = self.out.cot();
         let ng = self.dgs.len();
-        let mut kept_g = vec![true; ng];
+        self.kept_g.clear();
+        self.kept_g.resize(ng, true);
         // A P cotangent's units on ranks other than 0 share their
         // denotation with rank 0's.
         let firsts_only = self.reduce_g && tc == State::Partial && r > 1;
-        for (k, kept) in kept_g.iter_mut().enumerate() {
+        for k in 0..ng {
             self.unit_g(k);
             let at = self.g.iter().position(|v| *v != 0.0).unwrap_or(0);
-            *kept = self.keeps(None, at) && !(firsts_only && at >= n);
-            if !*kept {
+            self.kept_g[k] = self.keeps(None, at) && !(firsts_only && at >= n);
+            if !self.kept_g[k] {
                 continue;
             }
             self.backward(false, k).ok_or(())?;
@@ -750,7 +757,10 @@ impl<const COUNT: bool> Ws<COUNT> {
                 1.0
             };
             let ci = s.cot();
-            for k in (0..ng).filter(|&k| kept_g[k]) {
+            for k in 0..ng {
+                if !self.kept_g[k] {
+                    continue;
+                }
                 self.want.clear();
                 self.want.resize(r * ki, 0.0);
                 for (b, &(q, e)) in self.basis[i].iter().enumerate() {
@@ -917,6 +927,8 @@ impl<const COUNT: bool> Ws<COUNT> {
             None => {
                 let (a, b) = (self.deg_num[i] as usize, self.deg_den[i] as usize);
                 let fit = need - 1;
+                let cols = a + 1 + b;
+                let mut f = std::mem::take(&mut self.fit);
                 for (j, o) in out.iter_mut().enumerate() {
                     // As the exact fit does (oracle/src/fd.rs): a constant
                     // coordinate has derivative 0 without elimination.
@@ -925,23 +937,30 @@ impl<const COUNT: bool> Ws<COUNT> {
                         *o = 0.0;
                         continue;
                     }
-                    let mut mat = vec![vec![0.0; a + 1 + b]; fit];
-                    let mut rhs = vec![0.0; fit];
+                    f.a.clear();
+                    f.a.resize(fit * cols, 0.0);
+                    f.rhs.clear();
+                    f.rhs.resize(fit, 0.0);
                     for s in 0..fit {
                         let (h, y) = (hs[s], self.samples[s][j]);
                         for k in 0..=a {
-                            mat[s][k] = h.powi(k as i32);
+                            f.a[s * cols + k] = h.powi(k as i32);
                         }
                         for k in 1..=b {
-                            mat[s][a + k] = -h.powi(k as i32) * y;
+                            f.a[s * cols + a + k] = -h.powi(k as i32) * y;
                         }
-                        rhs[s] = y;
+                        f.rhs[s] = y;
                     }
-                    let z = solve64(mat, rhs, &mut fit_ops)?;
+                    if !solve64(&mut f, fit, cols, &mut fit_ops) {
+                        self.fit = f;
+                        return None;
+                    }
+                    let z = &f.z;
                     let h = hs[fit];
                     let ph: f64 = (0..=a).map(|k| z[k] * h.powi(k as i32)).sum();
                     let qh: f64 = 1.0 + (1..=b).map(|k| z[a + k] * h.powi(k as i32)).sum::<f64>();
                     if !close(ph, self.samples[fit][j] * qh) {
+                        self.fit = f;
                         return None;
                     }
                     let p1 = if a >= 1 { z[1] } else { 0.0 };
@@ -951,6 +970,7 @@ impl<const COUNT: bool> Ws<COUNT> {
                     // last step, and the derivative.
                     fit_ops += fit * (a + 2 * b) + 2 * (a + b) + 3;
                 }
+                self.fit = f;
             }
         }
         self.count(fit_ops);
@@ -989,34 +1009,49 @@ fn denote_into(s: State, r: usize, k: usize, x: &[f64], out: &mut [f64]) {
     }
 }
 
-/// Gaussian elimination with partial pivoting; free variables 0; `None`
-/// when inconsistent.
+/// The buffers of one rational fit (`solve64`), kept per case: the
+/// matrix row after row, the right-hand side, the solution and the pivot
+/// columns.
+#[derive(Default)]
+struct Fit64 {
+    a: Vec<f64>,
+    rhs: Vec<f64>,
+    z: Vec<f64>,
+    piv: Vec<usize>,
+}
+
+/// Gaussian elimination with partial pivoting on `f.a` (`rows` × `cols`)
+/// and `f.rhs`, the solution into `f.z`; free variables 0; false when
+/// inconsistent.
 #[allow(clippy::needless_range_loop)]
-fn solve64(mut a: Vec<Vec<f64>>, mut rhs: Vec<f64>, ops: &mut usize) -> Option<Vec<f64>> {
-    let rows = a.len();
-    let cols = a.first().map_or(0, Vec::len);
-    let mut piv = Vec::new();
+fn solve64(f: &mut Fit64, rows: usize, cols: usize, ops: &mut usize) -> bool {
+    let Fit64 { a, rhs, z, piv } = f;
+    piv.clear();
     let mut r = 0;
     for c in 0..cols {
         let Some(p) = (r..rows)
-            .filter(|&i| a[i][c].abs() > 1e-12)
-            .max_by(|&i, &j| a[i][c].abs().total_cmp(&a[j][c].abs()))
+            .filter(|&i| a[i * cols + c].abs() > 1e-12)
+            .max_by(|&i, &j| a[i * cols + c].abs().total_cmp(&a[j * cols + c].abs()))
         else {
             continue;
         };
-        a.swap(r, p);
+        if p != r {
+            for k in 0..cols {
+                a.swap(r * cols + k, p * cols + k);
+            }
+        }
         rhs.swap(r, p);
-        let inv = 1.0 / a[r][c];
+        let inv = 1.0 / a[r * cols + c];
         for k in c..cols {
-            a[r][k] *= inv;
+            a[r * cols + k] *= inv;
         }
         rhs[r] *= inv;
         *ops += 2 + cols - c;
         for i in 0..rows {
-            if i != r && a[i][c] != 0.0 {
-                let f = a[i][c];
+            if i != r && a[i * cols + c] != 0.0 {
+                let f = a[i * cols + c];
                 for k in c..cols {
-                    a[i][k] -= f * a[r][k];
+                    a[i * cols + k] -= f * a[r * cols + k];
                 }
                 rhs[i] -= f * rhs[r];
                 *ops += 2 * (cols - c + 1);
@@ -1029,13 +1064,14 @@ fn solve64(mut a: Vec<Vec<f64>>, mut rhs: Vec<f64>, ops: &mut usize) -> Option<V
         }
     }
     if (r..rows).any(|i| rhs[i].abs() > 1e-9) {
-        return None;
+        return false;
     }
-    let mut z = vec![0.0; cols];
+    z.clear();
+    z.resize(cols, 0.0);
     for (i, &c) in piv.iter().enumerate() {
         z[c] = rhs[i];
     }
-    Some(z)
+    true
 }
 
 /// Nanoseconds per arithmetic operation of a plain loop of multiply-adds
