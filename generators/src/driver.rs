@@ -538,6 +538,7 @@ pub fn with_joint_budget<T>(on: bool, f: impl FnOnce() -> T) -> T {
 /// case is linear, which only the points cap bounds) and at most
 /// `max_points` points of its own; and the whole case within 16 times the
 /// points cap, the bound of the one case taken beyond it (SPEC.md §8.1).
+/// When so, the case's points split this way; `None` otherwise.
 fn lanes_within(case: &Case, split: Split<'_>, scope: &Scope, linear: bool) -> Option<u64> {
     let sizes = lane_sizes(&case.blocks(), case.total, split);
     let each = sizes.sets.iter().all(|(b, size)| {
