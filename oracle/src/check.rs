@@ -356,7 +356,7 @@ struct OutParts {
 /// set-up over its instances, and its parts are left to it alone.
 const PARTS_ENTRY_MOST: usize = 1 << 12;
 /// The most scalars each cache holds in all before it starts again.
-const PARTS_MOST: usize = 1 << 16;
+const PARTS_MOST: usize = 1 << 14;
 
 /// A thread's cache: entries by the hash of their key, and the scalars
 /// they hold.
