@@ -142,11 +142,7 @@ fn derive_types(
     // multi-rank ones.
     let mut found: Vec<Option<[_; 2]>> = found_cases
         .into_iter()
-        .map(|mut per| {
-            let m = per.pop()?;
-            let s = per.pop()?;
-            Some([s, m])
-        })
+        .map(|per| per.try_into().ok())
         .collect();
     found.resize_with(ops.len(), || None);
     let shared = match found[0].as_mut() {

@@ -163,31 +163,16 @@ impl Poly {
     }
     /// The sum: the two sorted term lists merged.
     pub fn add(&self, o: &Poly) -> Poly {
-        let (a, b) = (&self.terms, &o.terms);
-        let mut terms = Vec::with_capacity(a.len() + b.len());
-        let (mut i, mut j) = (0, 0);
-        while i < a.len() && j < b.len() {
-            match a[i].0.cmp(&b[j].0) {
-                Ordering::Less => {
-                    terms.push(a[i].clone());
-                    i += 1;
-                }
-                Ordering::Greater => {
-                    terms.push(b[j].clone());
-                    j += 1;
-                }
-                Ordering::Equal => {
-                    let c = a[i].1.add(&b[j].1);
-                    if !c.is_zero() {
-                        terms.push((a[i].0.clone(), c));
-                    }
-                    i += 1;
-                    j += 1;
-                }
-            }
-        }
-        terms.extend_from_slice(&a[i..]);
-        terms.extend_from_slice(&b[j..]);
+        let terms = crate::sorted::merge_total(
+            &self.terms,
+            &o.terms,
+            |t| &t.0,
+            Clone::clone,
+            |(m, x), (_, y)| {
+                let c = x.add(y);
+                (!c.is_zero()).then(|| (m.clone(), c))
+            },
+        );
         Poly { terms }
     }
     pub fn neg(&self) -> Poly {

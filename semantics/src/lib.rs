@@ -11,6 +11,7 @@ pub mod pending;
 pub mod perrank;
 pub mod property;
 pub mod q;
+mod sorted;
 pub mod state;
 pub mod symbolic;
 pub mod tensor;

@@ -23,6 +23,7 @@
 //! what may vanish or took a root of what may be negative.
 
 use crate::expoly::XErr;
+use crate::sorted;
 use crate::Q;
 use std::cmp::Ordering;
 
@@ -70,36 +71,17 @@ fn too_big() -> XErr {
 /// Terms sorted by key with nonzero coefficients: the normal form both
 /// levels share (a polynomial in the exponent, a ring element outside).
 fn merge<K: Ord + Clone>(a: &[(K, Q)], b: &[(K, Q)], negate_b: bool) -> Vec<(K, Q)> {
-    let mut out = Vec::with_capacity(a.len() + b.len());
-    let (mut i, mut j) = (0, 0);
     let nb = |c: &Q| if negate_b { c.neg() } else { c.clone() };
-    while i < a.len() && j < b.len() {
-        match a[i].0.cmp(&b[j].0) {
-            Ordering::Less => {
-                out.push(a[i].clone());
-                i += 1;
-            }
-            Ordering::Greater => {
-                out.push((b[j].0.clone(), nb(&b[j].1)));
-                j += 1;
-            }
-            Ordering::Equal => {
-                let c = if negate_b {
-                    a[i].1.sub(&b[j].1)
-                } else {
-                    a[i].1.add(&b[j].1)
-                };
-                if !c.is_zero() {
-                    out.push((a[i].0.clone(), c));
-                }
-                i += 1;
-                j += 1;
-            }
-        }
-    }
-    out.extend_from_slice(&a[i..]);
-    out.extend(b[j..].iter().map(|(k, c)| (k.clone(), nb(c))));
-    out
+    sorted::merge_total(
+        a,
+        b,
+        |t| &t.0,
+        |(k, c)| (k.clone(), nb(c)),
+        |(k, x), (_, y)| {
+            let c = if negate_b { x.sub(y) } else { x.add(y) };
+            (!c.is_zero()).then(|| (k.clone(), c))
+        },
+    )
 }
 
 /// Sort terms by key, add equal keys, drop zeros.
@@ -154,29 +136,18 @@ impl Key {
     /// The product, and the radicands whose roots met (each such pair
     /// multiplies the term by its radicand).
     fn mul(&self, o: &Key) -> Result<(Key, Vec<Ring>), XErr> {
-        let mut roots = Vec::with_capacity(self.roots.len() + o.roots.len());
         let mut met = Vec::new();
-        let (a, b) = (&self.roots, &o.roots);
-        let (mut i, mut j) = (0, 0);
-        while i < a.len() && j < b.len() {
-            match a[i].cmp(&b[j]) {
-                Ordering::Less => {
-                    roots.push(a[i].clone());
-                    i += 1;
-                }
-                Ordering::Greater => {
-                    roots.push(b[j].clone());
-                    j += 1;
-                }
-                Ordering::Equal => {
-                    met.push(a[i].clone());
-                    i += 1;
-                    j += 1;
-                }
-            }
-        }
-        roots.extend_from_slice(&a[i..]);
-        roots.extend_from_slice(&b[j..]);
+        // A root met twice leaves the key: its square is its radicand.
+        let roots = sorted::merge_total(
+            &self.roots,
+            &o.roots,
+            |r| r,
+            Clone::clone,
+            |r, _| {
+                met.push(r.clone());
+                None
+            },
+        );
         Ok((
             Key {
                 mono: self.mono.mul(&o.mono)?,
@@ -200,35 +171,13 @@ impl Key {
 /// The product of two sorted lists of (factor, power): a monomial's
 /// variables, a term's log atoms.
 fn merge_powers<K: Ord + Clone>(a: &[(K, u32)], b: &[(K, u32)]) -> Result<Vec<(K, u32)>, XErr> {
-    if b.is_empty() {
-        return Ok(a.to_vec());
-    }
-    if a.is_empty() {
-        return Ok(b.to_vec());
-    }
-    let mut out = Vec::with_capacity(a.len() + b.len());
-    let (mut i, mut j) = (0, 0);
-    while i < a.len() && j < b.len() {
-        match a[i].0.cmp(&b[j].0) {
-            Ordering::Less => {
-                out.push(a[i].clone());
-                i += 1;
-            }
-            Ordering::Greater => {
-                out.push(b[j].clone());
-                j += 1;
-            }
-            Ordering::Equal => {
-                let k = a[i].1.checked_add(b[j].1).ok_or_else(too_big)?;
-                out.push((a[i].0.clone(), k));
-                i += 1;
-                j += 1;
-            }
-        }
-    }
-    out.extend_from_slice(&a[i..]);
-    out.extend_from_slice(&b[j..]);
-    Ok(out)
+    sorted::merge(
+        a,
+        b,
+        |t| &t.0,
+        Clone::clone,
+        |(k, x), (_, y)| Ok(Some((k.clone(), x.checked_add(*y).ok_or_else(too_big)?))),
+    )
 }
 
 /// An element of the ring Q[x][e^p][log r], in normal form.
