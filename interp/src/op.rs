@@ -1,7 +1,7 @@
 //! Typed operations and their per-rank execution (SPEC.md §4, §6.4).
 
 use crate::collective::{Collective, Kind};
-use crate::eval::{eval, infer, vjp, vjp_add, Ctx, Degree, EvalError};
+use crate::eval::{eval, infer, vjp, vjp_add, vjp_add_at, Ctx, Degree, EvalError};
 use crate::expr::{parse, LocalFn};
 use crate::program::{Program, MAX_ARGS};
 use spmd_semantics::perrank::{global, Denot};
@@ -594,6 +594,96 @@ impl TypedOp {
                 Ok(())
             }
         }
+    }
+    /// `backward_into_kept` at a cotangent `g` that is zero off `supp`,
+    /// its nonzero entries as (rank, entry) in ascending order, at inputs
+    /// `xs` where the forward is defined at every entry: a pointwise local
+    /// VJP then writes only the entries of `supp` (and entry 0 of an input
+    /// broadcast from a scalar), so only those are put back to zero and
+    /// recomputed (`vjp_add_at`). The same values as `backward_into_kept`,
+    /// whose contract `out` and `kept` keep: `out` holds this op's result
+    /// at the same `g` when `kept` says so. Any other op, or a pointwise
+    /// path `vjp_add` would not take, runs `backward_into_kept`.
+    pub fn backward_unit_into_kept(
+        &self,
+        m: &Mesh,
+        xs: &[PerRank],
+        g: &PerRank,
+        supp: &[(usize, usize)],
+        out: &mut Vec<PerRank>,
+        kept: &mut bool,
+    ) -> Result<(), EvalError> {
+        let n = m.num_ranks();
+        let fits =
+            xs.len() <= MAX_ARGS && g.tensors.len() == n && xs.iter().all(|x| x.tensors.len() == n);
+        let again = *kept && out.len() == xs.len() && out.iter().all(|o| o.tensors.len() == n);
+        let (Backward::LocalVjp, Op::Local(f)) = (&self.backward, &self.op) else {
+            return self.backward_into_kept(m, xs, g, out, kept);
+        };
+        if !self.no_grad.is_empty() || !fits || xs.is_empty() {
+            return self.backward_into_kept(m, xs, g, out, kept);
+        }
+        if !again {
+            // Fresh buffers: zeros of the inputs' shapes, as
+            // `backward_into_kept` starts from.
+            out.truncate(xs.len());
+            while out.len() < xs.len() {
+                out.push(PerRank {
+                    tensors: Vec::new(),
+                });
+            }
+            for (o, x) in out.iter_mut().zip(xs) {
+                o.zero_as(x);
+            }
+        }
+        *kept = true;
+        let mut grads: std::mem::ManuallyDrop<[Tensor; MAX_ARGS]> =
+            std::mem::ManuallyDrop::new(std::array::from_fn(|_| Tensor::placeholder()));
+        let k = xs.len();
+        let mut at: [usize; 16] = [0; 16];
+        let mut rest = supp;
+        while let Some(&(r, _)) = rest.first() {
+            let run = rest.iter().take_while(|(q, _)| *q == r).count();
+            let (here, next) = rest.split_at(run);
+            rest = next;
+            if here.len() > at.len() || r >= n {
+                return self.backward_into_kept(m, xs, g, out, kept);
+            }
+            for (a, (_, e)) in at.iter_mut().zip(here) {
+                *a = *e;
+            }
+            let at = &at[..here.len()];
+            // Back to zero where the last result at this g was written.
+            for o in out.iter_mut().filter(|_| again) {
+                let t = &mut o.tensors[r];
+                let len = t.data.len();
+                for &e in at {
+                    if let Some(q) = t.data.get_mut(if len == 1 { 0 } else { e }) {
+                        *q = Q::zero();
+                    }
+                }
+            }
+            let mut args: [&Tensor; MAX_ARGS] = [&g.tensors[r]; MAX_ARGS];
+            for (a, x) in args.iter_mut().zip(xs) {
+                *a = &x.tensors[r];
+            }
+            for (slot, o) in grads.iter_mut().zip(out.iter_mut()) {
+                std::mem::swap(slot, &mut o.tensors[r]);
+            }
+            let res = vjp_add_at(&f.expr, &args[..k], &g.tensors[r], at, &mut grads[..k]);
+            for (slot, o) in grads.iter_mut().zip(out.iter_mut()) {
+                std::mem::swap(slot, &mut o.tensors[r]);
+            }
+            match res {
+                Some(res) => res?,
+                // Not the pointwise path: the whole backward, afresh.
+                None => {
+                    *kept = false;
+                    return self.backward_into_kept(m, xs, g, out, kept);
+                }
+            }
+        }
+        Ok(())
     }
     fn backward_all(
         &self,

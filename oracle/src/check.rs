@@ -43,6 +43,11 @@ pub struct Checker<'a> {
     /// of the cotangent's kernel directions (their lane groups' keys).
     gs_first: Arc<Vec<Option<(usize, usize)>>>,
     g_kernel_first: Arc<Vec<Option<(usize, usize)>>>,
+    /// Each unit cotangent's nonzero entries, (rank, entry) in order, and
+    /// each of the cotangent's kernel directions': where a pointwise op's
+    /// backward writes (`backward_unit`).
+    gs_supp: Arc<Vec<Vec<(usize, usize)>>>,
+    g_kernel_supp: Arc<Vec<Vec<(usize, usize)>>>,
     /// Why the backward cannot take a cotangent of this case's shape, if so.
     bwd_shape_err: Option<String>,
     /// Why the declared JVP cannot take tangents of this case's shapes, if so.
@@ -137,9 +142,13 @@ struct FdBufs {
     /// Buffers a program's backward zeroes and fills instead of allocating
     /// (`Program::backward_from_pooled`).
     spare: Vec<PerRank>,
-    /// The backward's results at a cotangent that denotes zero, or at a
-    /// moved instance (B2), rewritten in place like `bws`.
+    /// The backward's results at a moved instance (B2), rewritten in place
+    /// like `bws`.
     b2s: Vec<PerRank>,
+    /// The backward's results at each of the cotangent's kernel
+    /// directions, kept as `bws` is, with their flags.
+    bks: Vec<Vec<PerRank>>,
+    bks_kept: Vec<bool>,
     /// One member of a local op's meaning (F3, `Checker::f3_mismatch`).
     spec: Option<Tensor>,
     /// A program's meaning, step by step (F3, `Program::spec_into`).
@@ -346,6 +355,10 @@ struct OutParts {
     g_kernel: Arc<Vec<PerRank>>,
     gs_first: Arc<Vec<Option<(usize, usize)>>>,
     g_kernel_first: Arc<Vec<Option<(usize, usize)>>>,
+    /// Each unit cotangent's nonzero entries, (rank, entry) in order, and
+    /// each kernel direction's.
+    gs_supp: Arc<Vec<Vec<(usize, usize)>>>,
+    g_kernel_supp: Arc<Vec<Vec<(usize, usize)>>>,
     dgs: Arc<Vec<Denot>>,
     dg_supp: Arc<Vec<Vec<(usize, Q)>>>,
     proj: Projection,
@@ -469,8 +482,27 @@ fn out_parts(m: &Mesh, t: &Type, shape: &[usize]) -> Arc<OutParts> {
                 })
                 .collect()
         };
+        let supp = |vs: &[PerRank]| -> Vec<Vec<(usize, usize)>> {
+            vs.iter()
+                .map(|v| {
+                    v.tensors
+                        .iter()
+                        .enumerate()
+                        .flat_map(|(r, t)| {
+                            t.data
+                                .iter()
+                                .enumerate()
+                                .filter(|(_, q)| !q.is_zero())
+                                .map(move |(k, _)| (r, k))
+                        })
+                        .collect()
+                })
+                .collect()
+        };
         let parts = OutParts {
             gs_first: Arc::new(first(&gs)),
+            gs_supp: Arc::new(supp(&gs)),
+            g_kernel_supp: Arc::new(supp(&g_kernel)),
             g_kernel_first: Arc::new(first(&g_kernel)),
             gs: Arc::new(gs),
             g_kernel: Arc::new(g_kernel),
@@ -566,6 +598,8 @@ impl<'a> Checker<'a> {
             g_kernel: outs.g_kernel.clone(),
             gs_first: outs.gs_first.clone(),
             g_kernel_first: outs.g_kernel_first.clone(),
+            gs_supp: outs.gs_supp.clone(),
+            g_kernel_supp: outs.g_kernel_supp.clone(),
             bwd_shape_err,
             jvp_shape_err,
             weights,
@@ -1152,6 +1186,37 @@ impl<'a> Checker<'a> {
             }
             (_, _, None) => self.op.backward_into_kept(self.m, xs, g, out, kept),
         }
+    }
+
+    /// `backward_here_into` at the case's cotangent `g`, a unit or a
+    /// kernel direction whose nonzero entries are `supp`, at the instance's
+    /// own inputs, where the forward ran: a pointwise local op writes only
+    /// the entries of the support (`TypedOp::backward_unit_into_kept`);
+    /// the values are the same. The plain checker (`plain`) takes the
+    /// general path.
+    #[allow(clippy::too_many_arguments)]
+    fn backward_unit(
+        &self,
+        xs: &[PerRank],
+        yw: &Work,
+        g: &PerRank,
+        supp: &[(usize, usize)],
+        out: &mut Vec<PerRank>,
+        spare: &mut Vec<PerRank>,
+        kept: &mut bool,
+    ) -> Result<(), EvalError> {
+        if self.writes_supports(yw) {
+            self.op
+                .backward_unit_into_kept(self.m, xs, g, supp, out, kept)
+        } else {
+            self.backward_here_into(xs, yw, g, out, spare, kept)
+        }
+    }
+
+    /// Whether `backward_unit` takes the supports' path: a pointwise local
+    /// op, not the plain checker.
+    fn writes_supports(&self, yw: &Work) -> bool {
+        matches!(&self.op.op, Op::Local(_)) && yw.prog.is_none() && !self.entrywise.is_empty()
     }
 
     /// The backward at `work`, which differs from the instance's inputs

@@ -37,6 +37,8 @@ impl Checker<'_> {
             bws_kept,
             spare,
             b2s,
+            bks,
+            bks_kept,
             ..
         } = fd;
         flat_into(dy, y0);
@@ -69,7 +71,7 @@ impl Checker<'_> {
             if !self.keeps(phase, |l| l.gs[gi]) || !self.runs_g(gi) {
                 continue;
             }
-            self.backward_here_into(xs, yw, g, bs, spare, kept)?;
+            self.backward_unit(xs, yw, g, &self.gs_supp[gi], bs, spare, kept)?;
             let bs: &[PerRank] = bs;
             if probe_linearity {
                 self.linear_in_g(xs, yw, g, bs)?;
@@ -133,12 +135,26 @@ impl Checker<'_> {
         let results = &bws[..gs.len()];
         // The cotangent half of B2: a cotangent that denotes zero gives
         // results that denote zero (the backward is linear in g).
+        // A pointwise op keeps each direction's result, as `bws` keeps the
+        // units'; any other op writes them all into one buffer.
+        let own = self.writes_supports(yw);
+        if own && bks.len() < self.g_kernel.len() {
+            bks.resize_with(self.g_kernel.len(), Vec::new);
+            bks_kept.resize(self.g_kernel.len(), false);
+        }
         for (k, z) in self.g_kernel.iter().enumerate() {
             if !self.keeps(phase, |l| l.g_kernel[k]) {
                 continue;
             }
-            self.backward_here_into(xs, yw, z, b2s, spare, &mut false)?;
-            for (i, b) in b2s.iter().enumerate() {
+            let bk = if own {
+                let supp = &self.g_kernel_supp[k];
+                self.backward_unit(xs, yw, z, supp, &mut bks[k], spare, &mut bks_kept[k])?;
+                &bks[k]
+            } else {
+                self.backward_here_into(xs, yw, z, b2s, spare, &mut false)?;
+                &*b2s
+            };
+            for (i, b) in bk.iter().enumerate() {
                 if op.no_grad.contains(&i) || phase.skips(i) {
                     continue;
                 }
