@@ -281,6 +281,8 @@ struct Ws<const COUNT: bool> {
     /// rational fits.
     kept_g: Vec<bool>,
     fit: Fit64,
+    /// The support of the unit cotangent being run (`backward_on`).
+    supp: Vec<(usize, usize)>,
 }
 
 fn reps(s: State, r: usize) -> usize {
@@ -384,6 +386,7 @@ impl<const COUNT: bool> Ws<COUNT> {
             hs: Vec::with_capacity(40),
             kept_g: Vec::new(),
             fit: Fit64::default(),
+            supp: Vec::with_capacity(r),
         };
         ws.lines = (0..ni.len()).map(|i| ws.line_steps(i)).collect();
         let nb = ws.basis.iter().map(Vec::len).max().unwrap_or(0);
@@ -504,6 +507,51 @@ impl<const COUNT: bool> Ws<COUNT> {
                     } else {
                         self.bs[k][i][at] += d;
                     }
+                }
+            }
+        }
+        Some(())
+    }
+
+    /// `backward` at a cotangent `self.g` that is zero off `supp` (rank,
+    /// entry), as the exact side's backward at a unit cotangent or kernel
+    /// direction writes only where the cotangent is nonzero
+    /// (`TypedOp::backward_unit_into_kept`): only those entries are put
+    /// back to zero and recomputed. With `out_b2` the shared buffer, which
+    /// another cotangent wrote last, is zeroed whole first.
+    fn backward_on(&mut self, out_b2: bool, k: usize, supp: &[(usize, usize)]) -> Option<()> {
+        let n = self.n;
+        if out_b2 {
+            for b in &mut self.b2 {
+                b.iter_mut().for_each(|v| *v = 0.0);
+            }
+        }
+        for &(rr, e) in supp {
+            for i in 0..self.ni.len() {
+                let at = rr * self.ni[i] + self.idx(i, e);
+                if out_b2 {
+                    self.b2[i][at] = 0.0;
+                } else {
+                    self.bs[k][i][at] = 0.0;
+                }
+            }
+        }
+        for &(rr, e) in supp {
+            let g = self.g[rr * n + e];
+            if g == 0.0 {
+                continue;
+            }
+            for i in 0..self.args.len() {
+                self.args[i] = self.x[i][rr * self.ni[i] + self.idx(i, e)];
+            }
+            for i in 0..self.ni.len() {
+                self.count(self.e.grad_ops(i) + 2);
+                let d = g * self.e.grad(&self.args, i)?;
+                let at = rr * self.ni[i] + self.idx(i, e);
+                if out_b2 {
+                    self.b2[i][at] += d;
+                } else {
+                    self.bs[k][i][at] += d;
                 }
             }
         }
@@ -649,7 +697,17 @@ impl<const COUNT: bool> Ws<COUNT> {
             if !self.kept_g[k] {
                 continue;
             }
-            self.backward(false, k).ok_or(())?;
+            // The unit's support: entry k on every rank, or one entry.
+            let mut supp = std::mem::take(&mut self.supp);
+            supp.clear();
+            if tc.replicated() {
+                supp.extend((0..r).map(|rr| (rr, k)));
+            } else {
+                supp.push((k / n.max(1), k % n.max(1)));
+            }
+            let done = self.backward_on(false, k, &supp);
+            self.supp = supp;
+            done.ok_or(())?;
             for i in 0..self.ni.len() {
                 let ci = self.ins[i].cot();
                 let ki = self.ni[i];
@@ -712,7 +770,7 @@ impl<const COUNT: bool> Ws<COUNT> {
                     self.g.iter_mut().for_each(|v| *v = 0.0);
                     self.g[rr * n + e] = 1.0;
                     self.g[e] = -1.0;
-                    self.backward(true, 0).ok_or(())?;
+                    self.backward_on(true, 0, &[(0, e), (rr, e)]).ok_or(())?;
                     for i in 0..self.ni.len() {
                         if self.skips(i) {
                             continue;
