@@ -11,7 +11,8 @@
 //! verdict. And `ratio_f64_to_arith`: the floor's time per arithmetic
 //! operation on values (counted by a run compiled to count them) over that
 //! of a plain loop of multiply-adds, how far the floor is from the
-//! arithmetic it needs.
+//! arithmetic it needs. And `ratio_exact_to_arith`, their product: the
+//! exact checker's time per such operation over the plain loop's.
 
 mod floor;
 
@@ -299,6 +300,7 @@ fn measure(job: &Job) -> Value {
         "threads": scaling,
         "ratio_exact_to_f64": Value::Null,
         "ratio_f64_to_arith": Value::Null,
+        "ratio_exact_to_arith": Value::Null,
         "f64": Value::Null,
     });
     if let (Some(e), Some(name)) = (job.floor, job.name.strip_prefix("derive ")) {
@@ -349,6 +351,10 @@ fn measure(job: &Job) -> Value {
         v["f64"]["plain_loop_ns_per_arith"] = json!(round3(plain_ns));
         v["f64"]["vector_loop_ns_per_arith"] = json!(round3(arith_ns(4)));
         v["ratio_f64_to_arith"] = json!(round3(f64_ns_per_op / plain_ns));
+        // The two goals in one figure: the exact checker's time per
+        // counted operation over the plain loop's. Exact within 2× of the
+        // floor and the floor within 4× of the arithmetic make at most 8×.
+        v["ratio_exact_to_arith"] = json!(round3(exact_us * 1e3 / per.max(1.0) / plain_ns));
     }
     v["peak_rss_kib"] = json!(peak_rss_kib());
     v
@@ -391,9 +397,10 @@ pub fn print(json: bool) {
         let ratio = j["ratio_exact_to_f64"].as_f64().map_or(String::new(), |r| {
             let med = j["f64"]["ratio_of_medians"].as_f64().unwrap_or(0.0);
             let arith = j["ratio_f64_to_arith"].as_f64().unwrap_or(0.0);
+            let exact = j["ratio_exact_to_arith"].as_f64().unwrap_or(0.0);
             let per = j["f64"]["arith_per_instance"].as_f64().unwrap_or(0.0);
             format!(
-                "  exact/f64 per instance {r:.2}x (medians {med:.2}x); f64/arithmetic {arith:.2}x ({per:.0} operations per instance)"
+                "  exact/f64 per instance {r:.2}x (medians {med:.2}x); f64/arithmetic {arith:.2}x; exact/arithmetic {exact:.1}x ({per:.0} operations per instance)"
             )
         });
         println!(
