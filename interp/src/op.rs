@@ -546,15 +546,7 @@ impl TypedOp {
                     *kept && out.len() == xs.len() && out.iter().all(|o| o.tensors.len() == n);
                 *kept = true;
                 if !again {
-                    out.truncate(xs.len());
-                    while out.len() < xs.len() {
-                        out.push(PerRank {
-                            tensors: Vec::new(),
-                        });
-                    }
-                    for (o, x) in out.iter_mut().zip(xs) {
-                        o.zero_as(x);
-                    }
+                    zeros_as(out, xs);
                 }
                 // Every swap below is undone before the loop can leave, so
                 // the slots hold placeholders, which own no memory, when
@@ -624,17 +616,8 @@ impl TypedOp {
             return self.backward_into_kept(m, xs, g, out, kept);
         }
         if !again {
-            // Fresh buffers: zeros of the inputs' shapes, as
-            // `backward_into_kept` starts from.
-            out.truncate(xs.len());
-            while out.len() < xs.len() {
-                out.push(PerRank {
-                    tensors: Vec::new(),
-                });
-            }
-            for (o, x) in out.iter_mut().zip(xs) {
-                o.zero_as(x);
-            }
+            // Fresh buffers, as `backward_into_kept` starts from.
+            zeros_as(out, xs);
         }
         *kept = true;
         let mut grads: std::mem::ManuallyDrop<[Tensor; MAX_ARGS]> =
@@ -895,6 +878,19 @@ pub fn builtin(name: &str) -> Result<LocalFn, String> {
             spmd_semantics::names::did_you_mean(name, BUILTINS.iter().map(|b| b.0)),
             BUILTINS.iter().map(|b| b.0).collect::<Vec<_>>().join(", ")
         )),
+    }
+}
+
+/// `out := zeros of xs's shapes`, one per input, reusing `out`'s buffers.
+fn zeros_as(out: &mut Vec<PerRank>, xs: &[PerRank]) {
+    out.truncate(xs.len());
+    while out.len() < xs.len() {
+        out.push(PerRank {
+            tensors: Vec::new(),
+        });
+    }
+    for (o, x) in out.iter_mut().zip(xs) {
+        o.zero_as(x);
     }
 }
 

@@ -495,19 +495,26 @@ impl<const COUNT: bool> Ws<COUNT> {
                 if g == 0.0 {
                     continue;
                 }
-                for i in 0..self.args.len() {
-                    self.args[i] = self.x[i][rr * self.ni[i] + self.idx(i, e)];
-                }
-                for i in 0..self.ni.len() {
-                    self.count(self.e.grad_ops(i) + 2);
-                    let d = g * self.e.grad(&self.args, i)?;
-                    let at = rr * self.ni[i] + self.idx(i, e);
-                    if out_b2 {
-                        self.b2[i][at] += d;
-                    } else {
-                        self.bs[k][i][at] += d;
-                    }
-                }
+                self.add_shares(out_b2, k, rr, e, g)?;
+            }
+        }
+        Some(())
+    }
+
+    /// Output entry `e` of rank `rr`'s shares at cotangent entry `g`, added
+    /// into each input's result (`bs[k]`, or `b2` with `out_b2`).
+    fn add_shares(&mut self, out_b2: bool, k: usize, rr: usize, e: usize, g: f64) -> Option<()> {
+        for i in 0..self.args.len() {
+            self.args[i] = self.x[i][rr * self.ni[i] + self.idx(i, e)];
+        }
+        for i in 0..self.ni.len() {
+            self.count(self.e.grad_ops(i) + 2);
+            let d = g * self.e.grad(&self.args, i)?;
+            let at = rr * self.ni[i] + self.idx(i, e);
+            if out_b2 {
+                self.b2[i][at] += d;
+            } else {
+                self.bs[k][i][at] += d;
             }
         }
         Some(())
@@ -541,19 +548,7 @@ impl<const COUNT: bool> Ws<COUNT> {
             if g == 0.0 {
                 continue;
             }
-            for i in 0..self.args.len() {
-                self.args[i] = self.x[i][rr * self.ni[i] + self.idx(i, e)];
-            }
-            for i in 0..self.ni.len() {
-                self.count(self.e.grad_ops(i) + 2);
-                let d = g * self.e.grad(&self.args, i)?;
-                let at = rr * self.ni[i] + self.idx(i, e);
-                if out_b2 {
-                    self.b2[i][at] += d;
-                } else {
-                    self.bs[k][i][at] += d;
-                }
-            }
+            self.add_shares(out_b2, k, rr, e, g)?;
         }
         Some(())
     }
