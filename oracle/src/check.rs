@@ -165,6 +165,17 @@ struct ColBufs {
     /// its result on an entrywise direction's covered coordinates.
     fit: FitBufs,
     covered: Vec<Q>,
+    /// The samples of an entrywise direction computed off the workspace
+    /// (`Checker::sample_direct`).
+    direct: Direct,
+}
+
+/// `Checker::sample_direct`'s buffers: the moved input entry as a
+/// one-entry tensor, and the output entries it moves.
+#[derive(Default)]
+struct Direct {
+    one: Option<Tensor>,
+    vals: Vec<Q>,
 }
 
 /// A case's scratch buffers, boxed on purpose: a lease (below) moves a

@@ -6,12 +6,12 @@
 //! an entrywise direction only over the output entries it moves (§18.8).
 
 use super::{
-    alternative, denote_all, hand_written_backward, show_per_rank, shown, Checker, ColBufs, FdBufs,
-    Sparse, Stop, Work,
+    alternative, denote_all, hand_written_backward, show_per_rank, shown, Checker, ColBufs, Direct,
+    FdBufs, Sparse, Stop, Work, MAX_ARGS,
 };
 use crate::fd::{derivative_into, FdFail, PolyWeights};
 use crate::outcome::{show_denot, Pass, Phase};
-use spmd_interp::EvalError;
+use spmd_interp::{EvalError, Op};
 use spmd_semantics::perrank::{self, denote, pair_denots, Denot};
 use spmd_semantics::{Mesh, PerRank, Property, Tensor, Type, Q};
 
@@ -501,10 +501,15 @@ impl Checker<'_> {
             ys,
             fit,
             covered,
+            direct,
         } = cb;
+        // Samples computed off the workspace leave it as it was.
+        let untouched = e.cover.is_some() && self.samples_direct(i, yw);
         if let Some(w) = &self.weights[i] {
-            let r = self.poly_directional(work, xs, y, yw, y0, i, e, w, out, p, ys);
-            e.reset(&mut work[i], &xs[i]);
+            let r = self.poly_directional(work, xs, y, yw, y0, i, e, w, out, p, ys, direct);
+            if !untouched {
+                e.reset(&mut work[i], &xs[i]);
+            }
             return match r? {
                 true => Ok(()),
                 false => Err(FdFail::Undetermined(
@@ -513,8 +518,10 @@ impl Checker<'_> {
             };
         }
         if let Some(w) = &self.line_weights[i] {
-            let r = self.poly_directional(work, xs, y, yw, y0, i, e, w, out, p, ys);
-            e.reset(&mut work[i], &xs[i]);
+            let r = self.poly_directional(work, xs, y, yw, y0, i, e, w, out, p, ys, direct);
+            if !untouched {
+                e.reset(&mut work[i], &xs[i]);
+            }
             // A sample outside the domain: the general fit below passes
             // over it.
             if !matches!(r, Ok(false)) {
@@ -527,6 +534,7 @@ impl Checker<'_> {
         // fitted.
         let cover = e.cover.as_deref();
         let n_out = y0.len() / self.m.num_ranks().max(1);
+        let off_work = untouched;
         let mut f = |h: &Q, dst: &mut Vec<Q>| -> Result<bool, FdFail> {
             dst.clear();
             if h.is_zero() {
@@ -535,6 +543,20 @@ impl Checker<'_> {
                     None => dst.extend_from_slice(y0),
                 }
                 return Ok(true);
+            }
+            if let (Some(cover), true) = (cover, off_work) {
+                return match self.sample_direct(xs, i, e, h, direct) {
+                    Ok(true) => Err(FdFail::Undetermined("a sample meets a kink".into())),
+                    Ok(false) => {
+                        let vals = &direct.vals;
+                        dst.extend(cover.iter().map(|&c| self.covered_at(y, e, vals, c, n_out)));
+                        Ok(true)
+                    }
+                    Err(EvalError::DivByZero) => Ok(false),
+                    Err(EvalError::Shape(s)) => {
+                        panic!("interpreter bug: shape error on an inferred instance: {s}")
+                    }
+                };
             }
             e.set(&mut work[i], &xs[i], h);
             let r = self.sample(work, i, y, e, yw);
@@ -569,7 +591,9 @@ impl Checker<'_> {
             }),
             None => derivative_into(&mut f, num, den, &self.step, fit, out),
         };
-        e.reset(&mut work[i], &xs[i]);
+        if !untouched {
+            e.reset(&mut work[i], &xs[i]);
+        }
         r
     }
 
@@ -583,6 +607,79 @@ impl Checker<'_> {
         let mut v = out.tensors[srcs[0]].data[at].clone();
         for &r in &srcs[1..] {
             let b = &out.tensors[r].data[at];
+            if !b.is_zero() {
+                v = v.add(b);
+            }
+        }
+        v
+    }
+
+    /// Whether input `i`'s entrywise samples are computed off the
+    /// workspace (`sample_direct`): a local op's, on the entrywise path.
+    fn samples_direct(&self, i: usize, yw: &Work) -> bool {
+        matches!(self.op.op, Op::Local(_))
+            && yw.prog.is_none()
+            && self.entrywise.get(i) == Some(&true)
+            && self.op.inputs.len() <= MAX_ARGS
+    }
+
+    /// The output entries an entrywise direction `e` of input `i` moves, at
+    /// the instance's inputs `xs` with input i moved by `h` along `e`,
+    /// into `d.vals` (one per entry of `e`, in its order): what `sample`
+    /// writes there after `Sparse::set`, computed without writing the
+    /// moved inputs or the output. Entry k of a pointwise expression reads
+    /// entry k of input i alone, so input i is read as one scalar, the
+    /// moved entry (`eval_at` reads a one-entry tensor at every index).
+    /// The kink flag and a division by zero are `sample`'s.
+    fn sample_direct(
+        &self,
+        xs: &[PerRank],
+        i: usize,
+        e: &Sparse,
+        h: &Q,
+        d: &mut Direct,
+    ) -> Result<bool, EvalError> {
+        let Op::Local(f) = &self.op.op else {
+            unreachable!("samples_direct admits local ops alone")
+        };
+        let one = d.one.get_or_insert_with(|| Tensor::scalar(Q::zero()));
+        d.vals.clear();
+        let mut ctx = spmd_interp::eval::Ctx::default();
+        for (r, k, v) in e.entries.iter() {
+            let b = &xs[i].tensors[*r].data[*k];
+            // As `Sparse::set` moves it.
+            one.data[0] = if v.is_one() {
+                b.add(h)
+            } else {
+                b.add(&h.mul(v))
+            };
+            let mut args: [&Tensor; MAX_ARGS] = [&xs[0].tensors[*r]; MAX_ARGS];
+            for (a, x) in args.iter_mut().zip(xs) {
+                *a = &x.tensors[*r];
+            }
+            args[i] = one;
+            let v = spmd_interp::eval::eval_at(&f.expr, &args[..xs.len()], *k, &mut ctx)?;
+            d.vals.push(v);
+        }
+        Ok(ctx.at_kink)
+    }
+
+    /// `covered_entry` of the sample `sample_direct` left in `vals`: the
+    /// moved entries of `e` read from `vals`, every other from the
+    /// instance's output `y`.
+    #[inline(always)]
+    fn covered_at(&self, y: &PerRank, e: &Sparse, vals: &[Q], c: usize, n_out: usize) -> Q {
+        let (member, at) = (c / n_out, c % n_out);
+        let read = |r: usize| -> &Q {
+            match e.entries.iter().position(|(q, k, _)| *q == r && *k == at) {
+                Some(j) => &vals[j],
+                None => &y.tensors[r].data[at],
+            }
+        };
+        let srcs = self.proj_out.sources(member);
+        let mut v = read(srcs[0]).clone();
+        for &r in &srcs[1..] {
+            let b = read(r);
             if !b.is_zero() {
                 v = v.add(b);
             }
@@ -609,12 +706,13 @@ impl Checker<'_> {
         d: &mut Vec<Q>,
         p: &mut Vec<Q>,
         ys: &mut Vec<Q>,
+        direct: &mut Direct,
     ) -> Result<bool, FdFail> {
         let n = w.deriv.len();
         d.clear();
         d.resize(y0.len(), Q::zero());
         if let Some(cover) = &e.cover {
-            return self.poly_covered(work, xs, y, yw, y0, i, e, cover, w, d, p);
+            return self.poly_covered(work, xs, y, yw, y0, i, e, cover, w, d, p, direct);
         }
         p.clear();
         p.resize(y0.len(), Q::zero());
@@ -670,6 +768,7 @@ impl Checker<'_> {
         w: &PolyWeights,
         d: &mut [Q],
         p: &mut Vec<Q>,
+        direct: &mut Direct,
     ) -> Result<bool, FdFail> {
         let n = w.deriv.len();
         let n_out = y0.len() / self.m.num_ranks().max(1);
@@ -682,15 +781,24 @@ impl Checker<'_> {
                 *pc = pc.add(&w.check[0].mul(v));
             }
         }
+        let off_work = self.samples_direct(i, yw);
         for k in 1..=n {
             let h = &w.hs[k];
-            e.set(&mut work[i], &xs[i], h);
-            let r = self.sample(work, i, y, e, yw);
+            let r = if off_work {
+                self.sample_direct(xs, i, e, h, direct)
+            } else {
+                e.set(&mut work[i], &xs[i], h);
+                self.sample(work, i, y, e, yw)
+            };
             let mut agrees = true;
             if let Ok(false) = r {
                 let out = yw.out();
                 for (pc, &c) in p.iter_mut().zip(cover) {
-                    let v = self.covered_entry(out, c, n_out);
+                    let v = if off_work {
+                        self.covered_at(y, e, &direct.vals, c, n_out)
+                    } else {
+                        self.covered_entry(out, c, n_out)
+                    };
                     if k < n {
                         if !v.is_zero() {
                             d[c] = d[c].add(&w.deriv[k].mul(&v));
@@ -701,7 +809,9 @@ impl Checker<'_> {
                     }
                 }
             }
-            self.unsample(y, i, e, yw);
+            if !off_work {
+                self.unsample(y, i, e, yw);
+            }
             if !in_domain(r)? {
                 return Ok(false);
             }
