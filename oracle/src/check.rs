@@ -43,11 +43,10 @@ pub struct Checker<'a> {
     /// of the cotangent's kernel directions (their lane groups' keys).
     gs_first: Arc<Vec<Option<(usize, usize)>>>,
     g_kernel_first: Arc<Vec<Option<(usize, usize)>>>,
-    /// Each unit cotangent's nonzero entries, (rank, entry) in order, and
-    /// each of the cotangent's kernel directions': where a pointwise op's
-    /// backward writes (`backward_unit`).
-    gs_supp: Arc<Vec<Vec<(usize, usize)>>>,
-    g_kernel_supp: Arc<Vec<Vec<(usize, usize)>>>,
+    /// For a pointwise local op, the supports of the unit cotangents and
+    /// of the cotangent's kernel directions: where its backward writes
+    /// (`backward_unit`).
+    supps: Option<Arc<Supports>>,
     /// Why the backward cannot take a cotangent of this case's shape, if so.
     bwd_shape_err: Option<String>,
     /// Why the declared JVP cannot take tangents of this case's shapes, if so.
@@ -366,10 +365,9 @@ struct OutParts {
     g_kernel: Arc<Vec<PerRank>>,
     gs_first: Arc<Vec<Option<(usize, usize)>>>,
     g_kernel_first: Arc<Vec<Option<(usize, usize)>>>,
-    /// Each unit cotangent's nonzero entries, (rank, entry) in order, and
-    /// each kernel direction's.
-    gs_supp: Arc<Vec<Vec<(usize, usize)>>>,
-    g_kernel_supp: Arc<Vec<Vec<(usize, usize)>>>,
+    /// The supports of the units and kernel directions, built when a
+    /// pointwise local op first asks (`OutParts::supports`).
+    supps: std::sync::OnceLock<Arc<Supports>>,
     dgs: Arc<Vec<Denot>>,
     dg_supp: Arc<Vec<Vec<(usize, Q)>>>,
     proj: Projection,
@@ -493,27 +491,9 @@ fn out_parts(m: &Mesh, t: &Type, shape: &[usize]) -> Arc<OutParts> {
                 })
                 .collect()
         };
-        let supp = |vs: &[PerRank]| -> Vec<Vec<(usize, usize)>> {
-            vs.iter()
-                .map(|v| {
-                    v.tensors
-                        .iter()
-                        .enumerate()
-                        .flat_map(|(r, t)| {
-                            t.data
-                                .iter()
-                                .enumerate()
-                                .filter(|(_, q)| !q.is_zero())
-                                .map(move |(k, _)| (r, k))
-                        })
-                        .collect()
-                })
-                .collect()
-        };
         let parts = OutParts {
             gs_first: Arc::new(first(&gs)),
-            gs_supp: Arc::new(supp(&gs)),
-            g_kernel_supp: Arc::new(supp(&g_kernel)),
+            supps: std::sync::OnceLock::new(),
             g_kernel_first: Arc::new(first(&g_kernel)),
             gs: Arc::new(gs),
             g_kernel: Arc::new(g_kernel),
@@ -523,6 +503,44 @@ fn out_parts(m: &Mesh, t: &Type, shape: &[usize]) -> Arc<OutParts> {
         };
         (parts, size)
     })
+}
+
+/// The nonzero entries, (rank, entry) in order, of each unit cotangent
+/// and of each of the cotangent's kernel directions.
+struct Supports {
+    gs: Vec<Vec<(usize, usize)>>,
+    g_kernel: Vec<Vec<(usize, usize)>>,
+}
+
+impl OutParts {
+    /// The supports of the units and kernel directions, built once.
+    fn supports(&self) -> Arc<Supports> {
+        self.supps
+            .get_or_init(|| {
+                let of = |vs: &[PerRank]| -> Vec<Vec<(usize, usize)>> {
+                    vs.iter()
+                        .map(|v| {
+                            v.tensors
+                                .iter()
+                                .enumerate()
+                                .flat_map(|(r, t)| {
+                                    t.data
+                                        .iter()
+                                        .enumerate()
+                                        .filter(|(_, q)| !q.is_zero())
+                                        .map(move |(k, _)| (r, k))
+                                })
+                                .collect()
+                        })
+                        .collect()
+                };
+                Arc::new(Supports {
+                    gs: of(&self.gs),
+                    g_kernel: of(&self.g_kernel),
+                })
+            })
+            .clone()
+    }
 }
 
 impl<'a> Checker<'a> {
@@ -575,6 +593,8 @@ impl<'a> Checker<'a> {
             }
             _ => Vec::new(),
         };
+        let supps =
+            (matches!(&op.op, Op::Local(_)) && !entrywise.is_empty()).then(|| outs.supports());
         // Which denotation coordinates each entrywise basis direction can
         // move: member r' at entry k, for every rank r among r''s sources
         // with entry k moved.
@@ -609,8 +629,7 @@ impl<'a> Checker<'a> {
             g_kernel: outs.g_kernel.clone(),
             gs_first: outs.gs_first.clone(),
             g_kernel_first: outs.g_kernel_first.clone(),
-            gs_supp: outs.gs_supp.clone(),
-            g_kernel_supp: outs.g_kernel_supp.clone(),
+            supps,
             bwd_shape_err,
             jvp_shape_err,
             weights,
@@ -1211,23 +1230,23 @@ impl<'a> Checker<'a> {
         xs: &[PerRank],
         yw: &Work,
         g: &PerRank,
-        supp: &[(usize, usize)],
+        supp: Option<&[(usize, usize)]>,
         out: &mut Vec<PerRank>,
         spare: &mut Vec<PerRank>,
         kept: &mut bool,
     ) -> Result<(), EvalError> {
-        if self.writes_supports(yw) {
-            self.op
-                .backward_unit_into_kept(self.m, xs, g, supp, out, kept)
-        } else {
-            self.backward_here_into(xs, yw, g, out, spare, kept)
+        match supp {
+            Some(supp) if self.writes_supports(yw) => self
+                .op
+                .backward_unit_into_kept(self.m, xs, g, supp, out, kept),
+            _ => self.backward_here_into(xs, yw, g, out, spare, kept),
         }
     }
 
     /// Whether `backward_unit` takes the supports' path: a pointwise local
     /// op, not the plain checker.
     fn writes_supports(&self, yw: &Work) -> bool {
-        matches!(&self.op.op, Op::Local(_)) && yw.prog.is_none() && !self.entrywise.is_empty()
+        self.supps.is_some() && yw.prog.is_none() && !self.entrywise.is_empty()
     }
 
     /// The backward at `work`, which differs from the instance's inputs

@@ -71,7 +71,8 @@ impl Checker<'_> {
             if !self.keeps(phase, |l| l.gs[gi]) || !self.runs_g(gi) {
                 continue;
             }
-            self.backward_unit(xs, yw, g, &self.gs_supp[gi], bs, spare, kept)?;
+            let supp = self.supps.as_ref().map(|s| &s.gs[gi][..]);
+            self.backward_unit(xs, yw, g, supp, bs, spare, kept)?;
             let bs: &[PerRank] = bs;
             if probe_linearity {
                 self.linear_in_g(xs, yw, g, bs)?;
@@ -147,7 +148,7 @@ impl Checker<'_> {
                 continue;
             }
             let bk = if own {
-                let supp = &self.g_kernel_supp[k];
+                let supp = self.supps.as_ref().map(|s| &s.g_kernel[k][..]);
                 self.backward_unit(xs, yw, z, supp, &mut bks[k], spare, &mut bks_kept[k])?;
                 &bks[k]
             } else {
