@@ -603,11 +603,18 @@ impl Checker<'_> {
     /// sources as `Projection::denote_flat_into` does.
     #[inline(always)]
     fn covered_entry(&self, out: &PerRank, c: usize, n_out: usize) -> Q {
+        self.covered_by(c, n_out, |r, at| &out.tensors[r].data[at])
+    }
+
+    /// Coordinate `c` of the output's flat denotation with the output's
+    /// entry `at` of rank `r` read by `read(r, at)`.
+    #[inline(always)]
+    fn covered_by<'q>(&self, c: usize, n_out: usize, read: impl Fn(usize, usize) -> &'q Q) -> Q {
         let (member, at) = (c / n_out, c % n_out);
         let srcs = self.proj_out.sources(member);
-        let mut v = out.tensors[srcs[0]].data[at].clone();
+        let mut v = read(srcs[0], at).clone();
         for &r in &srcs[1..] {
-            let b = &out.tensors[r].data[at];
+            let b = read(r, at);
             if !b.is_zero() {
                 v = v.add(b);
             }
@@ -648,12 +655,7 @@ impl Checker<'_> {
         let mut ctx = spmd_interp::eval::Ctx::default();
         for (r, k, v) in e.entries.iter() {
             let b = &xs[i].tensors[*r].data[*k];
-            // As `Sparse::set` moves it.
-            one.data[0] = if v.is_one() {
-                b.add(h)
-            } else {
-                b.add(&h.mul(v))
-            };
+            one.data[0] = Sparse::moved(b, h, v);
             let mut args: [&Tensor; MAX_ARGS] = [&xs[0].tensors[*r]; MAX_ARGS];
             for (a, x) in args.iter_mut().zip(xs) {
                 *a = &x.tensors[*r];
@@ -670,22 +672,12 @@ impl Checker<'_> {
     /// instance's output `y`.
     #[inline(always)]
     fn covered_at(&self, y: &PerRank, e: &Sparse, vals: &[Q], c: usize, n_out: usize) -> Q {
-        let (member, at) = (c / n_out, c % n_out);
-        let read = |r: usize| -> &Q {
+        self.covered_by(c, n_out, |r, at| {
             match e.entries.iter().position(|(q, k, _)| *q == r && *k == at) {
                 Some(j) => &vals[j],
                 None => &y.tensors[r].data[at],
             }
-        };
-        let srcs = self.proj_out.sources(member);
-        let mut v = read(srcs[0]).clone();
-        for &r in &srcs[1..] {
-            let b = read(r);
-            if !b.is_zero() {
-                v = v.add(b);
-            }
-        }
-        v
+        })
     }
 
     /// `directional_flat` for a polynomial op: the samples are folded into
