@@ -9,7 +9,7 @@ mod common;
 use common::{random_inputs, Lcg};
 use spmd_check::check::{check_rule, CheckConfig};
 use spmd_check::generators::{shape_table, Scope};
-use spmd_check::interp::program::{Program, Step};
+use spmd_check::interp::program::{Program, SpecWork, Step};
 use spmd_check::interp::{parse, Backward, Op, TypedOp};
 use spmd_check::oracle::check::{check, Outcome};
 use spmd_check::oracle::Property;
@@ -402,9 +402,11 @@ fn a_pooled_backward_left_with_junk_is_caught() {
     assert_eq!(differed, compared);
 }
 
-/// `Program::spec` (einsum steps planned once per call) against the meaning
-/// composed step by step from each step's own `Op::spec`, on every program
-/// above at random denotations. `tamper` changes the program's result
+/// `Program::spec` (einsum steps planned once per call), and
+/// `Program::spec_into` in a workspace kept from another instance
+/// (collective steps written in place), against the meaning composed step
+/// by step from each step's own `Op::spec`, on every program above at
+/// random denotations. `tamper` changes the program's result
 /// before the comparison (the twin). Returns (compared, differed).
 fn compare_specs(tamper: &dyn Fn(&mut Denot)) -> (usize, usize) {
     use spmd_check::semantics::perrank::denote;
@@ -441,11 +443,29 @@ fn compare_specs(tamper: &dyn Fn(&mut Denot)) -> (usize, usize) {
                 }
             }
         }
+        // And `spec_into` in a workspace kept from another instance of the
+        // case: its buffers hold that instance's meanings.
+        let other: Vec<Denot> = ds
+            .iter()
+            .map(|d| Denot {
+                family: d
+                    .family
+                    .iter()
+                    .map(|t| t.map(|q| q.mul(&Q::int(2)).add(&Q::one())))
+                    .collect(),
+            })
+            .collect();
+        let mut w = SpecWork::default();
+        let _ = p.spec_into(m, &other, &mut w);
+        let kept = p.spec_into(m, &ds, &mut w).cloned();
         match (p.spec(m, &ds), reference) {
             (Ok(mut got), Ok(())) => {
+                let mut kept = kept.expect("the workspace's meaning");
                 tamper(&mut got);
+                tamper(&mut kept);
                 compared += 1;
-                differed += usize::from(&got != vals.last().unwrap());
+                let want = vals.last().unwrap();
+                differed += usize::from(&got != want || &kept != want);
             }
             (got, want) => assert_eq!(got.err(), want.err(), "the same error"),
         }

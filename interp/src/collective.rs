@@ -127,6 +127,112 @@ fn unstack(x: &Tensor, n: usize, k: usize, dim: usize) -> Tensor {
     Tensor::new(shape, piece.data)
 }
 
+/// `sum` of the group `g`'s tensors of `d` into `acc`, reusing its buffer.
+fn sum_into(d: &Denot, g: &[usize], acc: &mut Tensor) {
+    acc.clone_from(&d.family[g[0]]);
+    for &q in &g[1..] {
+        let t = &d.family[q];
+        assert_eq!(
+            acc.shape, t.shape,
+            "collective sum: shape mismatch (interpreter bug)"
+        );
+        for (a, b) in acc.data.iter_mut().zip(&t.data) {
+            *a = a.add(b);
+        }
+    }
+}
+
+/// `gather` of the group `g`'s tensors of `d` into `out`, reusing its
+/// buffer: stacking is concatenating parts with a unit dim inserted at
+/// `dim`, so both copy, per block before `dim`, each part's run in group
+/// order.
+fn gather_into(d: &Denot, g: &[usize], dim: usize, stack: bool, out: &mut Tensor) {
+    let first = &d.family[g[0]];
+    out.shape.clone_from(&first.shape);
+    if stack {
+        out.shape.insert(dim, g.len());
+    } else {
+        out.shape[dim] = g.iter().map(|&q| d.family[q].shape[dim]).sum();
+    }
+    out.data.clear();
+    let outer = numel(&first.shape[..dim]);
+    for o in 0..outer {
+        for &q in g {
+            let p = &d.family[q];
+            let inner = numel(&p.shape[dim..]);
+            out.data
+                .extend_from_slice(&p.data[o * inner..(o + 1) * inner]);
+        }
+    }
+}
+
+/// `piece` into `out`, reusing its buffer.
+fn piece_into(x: &Tensor, n: usize, k: usize, dim: usize, out: &mut Tensor) {
+    let len = x.shape[dim] / n;
+    let (start, end) = (k * len, (k + 1) * len);
+    let outer = numel(&x.shape[..dim]);
+    let inner = numel(&x.shape[dim + 1..]);
+    out.shape.clone_from(&x.shape);
+    out.shape[dim] = len;
+    out.data.clear();
+    for o in 0..outer {
+        let base = o * x.shape[dim] * inner;
+        out.data
+            .extend_from_slice(&x.data[base + start * inner..base + end * inner]);
+    }
+}
+
+/// `unstack` into `out`, reusing its buffer.
+fn unstack_into(x: &Tensor, n: usize, k: usize, dim: usize, out: &mut Tensor) {
+    piece_into(x, n, k, dim, out);
+    out.shape.remove(dim);
+}
+
+/// `x.scale(c)` into `out`, reusing its buffer.
+fn scale_into(x: &Tensor, c: &Q, out: &mut Tensor) {
+    out.shape.clone_from(&x.shape);
+    out.data.clear();
+    out.data.extend(x.data.iter().map(|a| a.mul(c)));
+}
+
+/// The group buffers of `Collective::spec_into`, kept by its caller: each
+/// group's sum and gather, computed once per call at the group's first
+/// member, as `GroupSums` does.
+#[derive(Default)]
+pub struct SpecBufs {
+    sums: Vec<Tensor>,
+    gathers: Vec<Tensor>,
+    have_sum: Vec<bool>,
+    have_gather: Vec<bool>,
+}
+
+impl SpecBufs {
+    fn reset(&mut self, ranks: usize) {
+        for v in [&mut self.sums, &mut self.gathers] {
+            v.truncate(ranks);
+            v.resize_with(ranks, Tensor::placeholder);
+        }
+        for v in [&mut self.have_sum, &mut self.have_gather] {
+            v.clear();
+            v.resize(ranks, false);
+        }
+    }
+    fn sum(&mut self, d: &Denot, g: &[usize]) -> &Tensor {
+        if !self.have_sum[g[0]] {
+            sum_into(d, g, &mut self.sums[g[0]]);
+            self.have_sum[g[0]] = true;
+        }
+        &self.sums[g[0]]
+    }
+    fn gather(&mut self, d: &Denot, g: &[usize], dim: usize, stack: bool) -> &Tensor {
+        if !self.have_gather[g[0]] {
+            gather_into(d, g, dim, stack, &mut self.gathers[g[0]]);
+            self.have_gather[g[0]] = true;
+        }
+        &self.gathers[g[0]]
+    }
+}
+
 /// n pieces: `x` at index `k`, zeros of its shape elsewhere.
 fn one_hot(x: &Tensor, n: usize, k: usize) -> Vec<Tensor> {
     (0..n)
@@ -213,7 +319,7 @@ impl Collective {
 
     /// `infer` written into `out`, whose buffer is reused; on an error `out`
     /// holds junk.
-    fn infer_into(&self, m: &Mesh, s: &[usize], out: &mut Shape) -> Result<(), String> {
+    pub(crate) fn infer_into(&self, m: &Mesh, s: &[usize], out: &mut Shape) -> Result<(), String> {
         let n = self.group_size(m);
         let dim_ok = |d: usize| {
             if d < s.len() {
@@ -700,6 +806,76 @@ impl Collective {
             })
             .collect();
         Denot { family }
+    }
+
+    /// `spec` written into `out`, reusing its tensors and the group
+    /// buffers `w`: the same formulas, each result built in place of the
+    /// last instance's (a program's F3 runs it at every instance). An
+    /// all_to_all builds its pieces as `spec` does.
+    pub fn spec_into(&self, m: &Mesh, d: &Denot, out: &mut Denot, w: &mut SpecBufs) {
+        if matches!(self.kind, Kind::AllToAll { .. }) {
+            *out = self.spec(m, d);
+            return;
+        }
+        let groups = m.groups(&self.axes);
+        let nr = m.num_ranks();
+        w.reset(nr);
+        out.family.truncate(nr);
+        out.family.resize_with(nr, Tensor::placeholder);
+        for (r, o) in out.family.iter_mut().enumerate() {
+            let (g, k) = (groups.members(r), groups.index(r));
+            let n = g.len();
+            let here = &d.family[r];
+            let h = || Q::frac(1, n as i64);
+            match (&self.kind, self.src) {
+                (Kind::AllGather { dim, stack }, _) => o.clone_from(w.gather(d, g, *dim, *stack)),
+                (Kind::AllReduce, State::Partial) => o.clone_from(here),
+                (Kind::AllReduce, _) => o.clone_from(w.sum(d, g)),
+                (Kind::PMean, State::Partial) => scale_into(here, &h(), o),
+                (Kind::PMean, _) => scale_into(w.sum(d, g), &h(), o),
+                (Kind::DivideByGroupSize, _) => scale_into(here, &h(), o),
+                (Kind::ReduceScatter { dim, stack: true }, State::Partial) => {
+                    unstack_into(here, n, k, *dim, o)
+                }
+                (Kind::ReduceScatter { dim, stack: true }, _) => {
+                    unstack_into(w.sum(d, g), n, k, *dim, o)
+                }
+                (Kind::ReduceScatter { dim, .. }, State::Partial) => {
+                    piece_into(here, n, k, *dim, o)
+                }
+                (Kind::ReduceScatter { dim, .. }, _) => piece_into(w.sum(d, g), n, k, *dim, o),
+                (Kind::AllToAll { .. }, _) => unreachable!("built by `spec` above"),
+                (Kind::Reinterpret, State::Invariant | State::Reduced) => match self.dst {
+                    State::Partial => scale_into(here, &Q::int(n as i64), o),
+                    _ => o.clone_from(here),
+                },
+                (Kind::Reinterpret, State::Varying) => match self.dst {
+                    State::Partial => o.clone_from(w.sum(d, g)),
+                    _ => o.clone_from(here),
+                },
+                (Kind::Reinterpret, State::Partial) => o.clone_from(here),
+                (Kind::Convert { dim, stack }, State::Invariant | State::Reduced) => {
+                    match (self.dst, stack) {
+                        (State::Varying, true) => unstack_into(here, n, k, *dim, o),
+                        (State::Varying, false) => piece_into(here, n, k, *dim, o),
+                        _ => o.clone_from(here),
+                    }
+                }
+                (Kind::Convert { dim, stack }, State::Varying) => match self.dst {
+                    State::Partial => o.clone_from(w.gather(d, g, *dim, *stack)),
+                    _ => o.clone_from(here),
+                },
+                (Kind::Convert { .. }, State::Partial) => o.clone_from(here),
+                (Kind::PPermute { perm, .. }, _) => match perm.iter().position(|p| *p == Some(k)) {
+                    Some(src) => o.clone_from(&d.family[g[src]]),
+                    None => {
+                        o.shape.clone_from(&here.shape);
+                        o.data.clear();
+                        o.data.resize(numel(&here.shape), Q::zero());
+                    }
+                },
+            }
+        }
     }
 
     /// Elements sent per rank in the ring model (SPEC.md §10.4), for a local

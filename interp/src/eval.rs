@@ -131,6 +131,28 @@ pub fn eval_into<T: Borrow<Tensor>>(
             return Ok(());
         }
     }
+    // An einsum of inputs, as `ev` contracts it (a cached plan), straight
+    // into `out`.
+    if let Expr::Einsum(spec, args) = e {
+        if args.len() <= FLAT_OPS
+            && args
+                .iter()
+                .all(|a| matches!(a, Expr::Var(i) if *i < xs.len()))
+        {
+            let mut refs: [&Tensor; FLAT_OPS] = [xs[0].borrow(); FLAT_OPS];
+            let mut shapes: [&[usize]; FLAT_OPS] = [&[]; FLAT_OPS];
+            for ((r, s), a) in refs.iter_mut().zip(&mut shapes).zip(args) {
+                if let Expr::Var(i) = a {
+                    *r = xs[*i].borrow();
+                    *s = &r.shape;
+                }
+            }
+            let n = args.len();
+            let plan = einsum_plan_cached(spec, &shapes[..n]).expect("einsum shapes were inferred");
+            einsum_planned_into(&plan, &refs[..n], out);
+            return Ok(());
+        }
+    }
     *out = ev(e, xs, ctx)?.into_owned();
     Ok(())
 }
@@ -978,9 +1000,29 @@ pub(crate) fn backprop<T: Borrow<Tensor>>(
             backprop(b, xs, &unbroadcast(&gb, &vb.shape), grads, ctx)?;
         }
         Expr::Pow(a, k) => {
-            let va = ev(a, xs, ctx)?;
-            let d = va.map(|x| (1..*k).fold(Q::int(*k as i64), |acc, _| acc.mul(x)));
-            backprop(a, xs, &g.zip(&d, Q::mul), grads, ctx)?;
+            // g · k a^(k-1), in buffers kept per thread (taken while in
+            // use, so a nested power allocates its own): a program's
+            // `matmul(x, w)^2` step runs this at every sample.
+            thread_local! {
+                static POW: std::cell::Cell<(Tensor, Tensor)> =
+                    const { std::cell::Cell::new((Tensor::placeholder(), Tensor::placeholder())) };
+            }
+            let (mut va, mut gd) = POW.replace((Tensor::placeholder(), Tensor::placeholder()));
+            eval_into(a, xs, ctx, &mut va)?;
+            assert!(
+                same_shape(&g.shape, &va.shape),
+                "Tensor::zip: shape mismatch {:?} vs {:?} (interpreter bug)",
+                g.shape,
+                va.shape
+            );
+            gd.shape.clone_from(&g.shape);
+            gd.data.clear();
+            gd.data.extend(g.data.iter().zip(&va.data).map(|(gv, x)| {
+                gv.mul(&(1..*k).fold(Q::int(*k as i64), |acc, _| acc.mul(x)))
+            }));
+            let r = backprop(a, xs, &gd, grads, ctx);
+            POW.set((va, gd));
+            r?;
         }
         Expr::Sum(a, d) | Expr::Mean(a, d) => {
             let va = ev(a, xs, ctx)?;
@@ -1146,6 +1188,40 @@ mod tests {
         let gs = vjp(&f.expr, &[a, b], &t(&[1, 1], &[1])).unwrap();
         assert_eq!(gs[0], t(&[1, 2], &[3, 4]));
         assert_eq!(gs[1], t(&[2, 1], &[1, 2]));
+    }
+
+    /// An einsum of inputs is contracted straight into `eval_into`'s
+    /// buffer, and a power's VJP works in kept buffers: both against
+    /// independent forms, a product of the same einsum written out (the
+    /// product rule's arm) and `eval`, over a buffer that held another
+    /// result. The twin: a cube's VJP is not the square's.
+    #[test]
+    fn an_einsum_and_its_power_in_kept_buffers() {
+        let a = t(&[2, 3], &[1, -2, 3, 0, 5, -1]);
+        let b = t(&[3, 2], &[2, 1, -1, 4, 0, 3]);
+        let xs = [a, b];
+        let g = t(&[2, 2], &[1, -3, 2, 5]);
+        let mut out = t(&[5], &[9, 9, 9, 9, 9]);
+        for src in ["matmul(a, b)", "einsum(\"ij,jk->ik\", a, b)"] {
+            let e = parse(src).unwrap().expr;
+            eval_into(&e, &xs, &mut Ctx::default(), &mut out).unwrap();
+            assert_eq!(out, eval(&e, &xs, &mut Ctx::default()).unwrap(), "{src}");
+        }
+        let vjp_of = |src: &str| vjp(&parse(src).unwrap().expr, &xs, &g).unwrap();
+        for _ in 0..2 {
+            assert_eq!(
+                vjp_of("matmul(a, b)^2"),
+                vjp_of("matmul(a, b) * matmul(a, b)")
+            );
+            assert_eq!(
+                vjp_of("matmul(a, b)^3"),
+                vjp_of("matmul(a, b) * matmul(a, b) * matmul(a, b)")
+            );
+        }
+        assert_ne!(
+            vjp_of("matmul(a, b)^3"),
+            vjp_of("matmul(a, b) * matmul(a, b)")
+        );
     }
 
     #[test]

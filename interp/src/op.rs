@@ -219,6 +219,62 @@ impl Op {
             Op::External(e) => e.forward(m, xs),
         }
     }
+    /// Whether the op is a collective or a nonempty chain of them (what
+    /// `collectives_into` runs).
+    pub fn is_collectives(&self) -> bool {
+        match self {
+            Op::Collective(_) => true,
+            Op::Compose(ops) => {
+                !ops.is_empty() && ops.iter().all(|o| matches!(o, Op::Collective(_)))
+            }
+            _ => false,
+        }
+    }
+
+    /// `forward` of a collective, or of a chain of them, on one input,
+    /// written into `out`, whose buffers are reused, with a pair of
+    /// per-thread buffers between the links: the value `forward` gives (a
+    /// chain's links run `Collective::forward_into` as they do there).
+    /// `None` for any other op.
+    pub fn collectives_into(
+        &self,
+        m: &Mesh,
+        x: &PerRank,
+        out: &mut PerRank,
+    ) -> Option<Result<(), EvalError>> {
+        thread_local! {
+            static LINKS: std::cell::Cell<Vec<PerRank>> = const { std::cell::Cell::new(Vec::new()) };
+        }
+        let ops = match self {
+            Op::Collective(c) => return Some(c.forward_into(m, x, out).map_err(EvalError::Shape)),
+            Op::Compose(ops) if self.is_collectives() => ops,
+            _ => return None,
+        };
+        let mut links = LINKS.take();
+        links.resize_with(2, || PerRank { tensors: vec![] });
+        let (a, b) = links.split_at_mut(1);
+        let (a, b) = (&mut a[0], &mut b[0]);
+        let mut r = Ok(());
+        for (i, o) in ops.iter().enumerate() {
+            let Op::Collective(c) = o else {
+                unreachable!("collectives only")
+            };
+            // Link i reads link i - 1's result: x, then a, b, a, ...
+            let (src, dst): (&PerRank, &mut PerRank) = match i {
+                0 => (x, &mut *a),
+                _ if i % 2 == 1 => (&*a, &mut *b),
+                _ => (&*b, &mut *a),
+            };
+            let dst = if i + 1 == ops.len() { &mut *out } else { dst };
+            r = c.forward_into(m, src, dst).map_err(EvalError::Shape);
+            if r.is_err() {
+                break;
+            }
+        }
+        LINKS.set(links);
+        Some(r)
+    }
+
     /// The forward at `xs`, given its value `base` at inputs that differ
     /// from `xs` only on the ranks marked in `touched`. A local op runs rank
     /// by rank, so only those ranks are recomputed; other ops run in full.

@@ -351,6 +351,46 @@ impl Program {
                         eval_step_at(&f.expr, &st.args, &|a| &at(a).family[r], &mut ctx, o)?;
                     }
                 }
+                // A collective, or a chain of them, written in place of the
+                // last instance's meaning (`Collective::spec_into`), after
+                // the shape check `Op::spec` makes.
+                Op::Collective(c) if st.args.len() == 1 => {
+                    let d = at(st.args[0]);
+                    if let Some(t) = d.family.first() {
+                        c.infer_into(m, &t.shape, &mut w.shape)
+                            .map_err(EvalError::Shape)?;
+                    }
+                    c.spec_into(m, d, &mut rest[0], &mut w.groups);
+                }
+                Op::Compose(ops)
+                    if st.args.len() == 1
+                        && !ops.is_empty()
+                        && ops.iter().all(|o| matches!(o, Op::Collective(_))) =>
+                {
+                    let (ta, tb) = w.chain.split_at_mut(1);
+                    let mut bufs = [&mut ta[0], &mut tb[0]];
+                    for (i, o) in ops.iter().enumerate() {
+                        let Op::Collective(c) = o else {
+                            unreachable!("collectives only")
+                        };
+                        let [a, b] = &mut bufs;
+                        let (src, dst): (&Denot, &mut Denot) = match (i, i % 2) {
+                            (0, _) => (at(st.args[0]), &mut **a),
+                            (_, 1) => (&**a, &mut **b),
+                            _ => (&**b, &mut **a),
+                        };
+                        let dst = if i + 1 == ops.len() {
+                            &mut rest[0]
+                        } else {
+                            dst
+                        };
+                        if let Some(t) = src.family.first() {
+                            c.infer_into(m, &t.shape, &mut w.shape)
+                                .map_err(EvalError::Shape)?;
+                        }
+                        c.spec_into(m, src, dst, &mut w.groups);
+                    }
+                }
                 _ => rest[0] = self.step_spec(m, st, &at, None)?,
             }
         }
@@ -430,10 +470,37 @@ impl Program {
         g: &PerRank,
         spare: &mut Vec<PerRank>,
     ) -> Result<Vec<PerRank>, EvalError> {
+        let mut out = Vec::new();
+        self.backward_from_pooled_into(m, xs, steps, g, spare, &mut out)?;
+        Ok(out)
+    }
+
+    /// `backward_from_pooled` with its results written into `out` (cleared
+    /// first), whose vector is reused, as is a per-thread list of the
+    /// steps' cotangents: a caller that gives its results back to `spare`
+    /// allocates nothing per call once the pool holds enough buffers. On an
+    /// error `out` is left empty.
+    pub fn backward_from_pooled_into(
+        &self,
+        m: &Mesh,
+        xs: &[PerRank],
+        steps: &[PerRank],
+        g: &PerRank,
+        spare: &mut Vec<PerRank>,
+        out: &mut Vec<PerRank>,
+    ) -> Result<(), EvalError> {
+        thread_local! {
+            static COT: std::cell::Cell<Vec<Option<PerRank>>> =
+                const { std::cell::Cell::new(Vec::new()) };
+        }
+        out.clear();
         let k = xs.len();
         let at = |a: usize| if a < k { &xs[a] } else { &steps[a - k] };
         let last = self.steps.len() - 1;
-        let mut cot: Vec<Option<PerRank>> = vec![None; k + steps.len()];
+        let mut cot = COT.take();
+        cot.clear();
+        cot.resize_with(k + steps.len(), || None);
+        let mut r = Ok(());
         for (j, s) in self.steps.iter().enumerate().rev() {
             // The output's cotangent is `g` itself, read in place.
             let taken = if j == last {
@@ -444,13 +511,16 @@ impl Program {
                     None => continue, // the value does not reach the output
                 }
             };
-            step_backward(m, s, &at, taken.as_ref().unwrap_or(g), &mut cot, spare)?;
+            r = step_backward(m, s, &at, taken.as_ref().unwrap_or(g), &mut cot, spare);
             if let Some(t) = taken {
                 give_back(spare, t);
             }
+            if r.is_err() {
+                break;
+            }
         }
-        Ok((0..k)
-            .map(|i| {
+        if r.is_ok() {
+            out.extend((0..k).map(|i| {
                 cot[i].take().unwrap_or_else(|| PerRank {
                     tensors: xs[i]
                         .tensors
@@ -458,8 +528,14 @@ impl Program {
                         .map(|t| Tensor::zeros(&t.shape))
                         .collect(),
                 })
-            })
-            .collect())
+            }));
+        }
+        // What is left (after an error) goes back to the pool.
+        for c in cot.drain(..).flatten() {
+            give_back(spare, c);
+        }
+        COT.set(cot);
+        r
     }
 
     /// A workspace for sampling the forward near the instance with inputs
@@ -759,7 +835,11 @@ fn step_forward_into(
             c.forward_into(m, at(*a), out).map_err(EvalError::Shape)?;
             return Ok(false);
         }
-        (op, [a]) => op.forward(m, std::slice::from_ref(at(*a)))?,
+        (op, [a]) => match op.collectives_into(m, at(*a), out) {
+            // A chain of collectives, into the buffers (`Op::collectives_into`).
+            Some(r) => return r.map(|()| false),
+            None => op.forward(m, std::slice::from_ref(at(*a)))?,
+        },
         (op, args) => {
             let args: Vec<PerRank> = args.iter().map(|&a| at(a).clone()).collect();
             op.forward(m, &args)?
@@ -812,13 +892,15 @@ fn step_backward<'a>(
         }
         // A collective's transpose, run into a pooled buffer: the value
         // `Op::forward` gives, which is `forward_into` a fresh one.
-        (Backward::Transpose(Op::Collective(c)), _)
-            if s.op.no_grad.is_empty() && s.args.len() == 1 =>
+        // A chain of collectives likewise (`Op::collectives_into`).
+        (Backward::Transpose(t), _)
+            if s.op.no_grad.is_empty() && s.args.len() == 1 && t.is_collectives() =>
         {
             let mut z = spare.pop().unwrap_or(PerRank {
                 tensors: Vec::new(),
             });
-            c.forward_into(m, g, &mut z).map_err(EvalError::Shape)?;
+            t.collectives_into(m, g, &mut z)
+                .expect("a collective or a chain of them")?;
             if let Some(spent) = add_cotangent(&mut cot[s.args[0]], z) {
                 give_back(spare, spent);
             }
@@ -1063,6 +1145,11 @@ impl StepPlan {
 pub struct SpecWork {
     vals: Vec<Denot>,
     plans: Vec<Option<StepPlan>>,
+    /// A collective step's output shape, its group buffers, and the two
+    /// meanings a chain of collectives passes between its links.
+    shape: Shape,
+    groups: crate::collective::SpecBufs,
+    chain: [Denot; 2],
 }
 
 /// A program's sampling workspace (`Program::sampler`): the instance's step

@@ -4,12 +4,15 @@
 //! meshes, axis sets and shapes, each written over a buffer that held
 //! another result. The twins: a fast path that keeps the buffer's old data,
 //! and one that shares a group's result by rank offset rather than by
-//! group, are both caught, at the case named.
+//! group, are both caught, at the case named. `Collective::spec_into`
+//! (the meaning written into reused buffers) is compared with `spec` over
+//! the same cases; its twin keeps old buffer data.
 
+use spmd_interp::collective::SpecBufs;
 use spmd_interp::{Collective, Kind};
 use spmd_semantics::state::State;
 use spmd_semantics::tensor::Tensor;
-use spmd_semantics::{Mesh, PerRank, Q};
+use spmd_semantics::{Denot, Mesh, PerRank, Q};
 
 fn meshes() -> Vec<Mesh> {
     vec![
@@ -136,19 +139,22 @@ fn input(m: &Mesh, shape: &[usize], rng: &mut Lcg) -> PerRank {
 
 type Into<'a> = &'a dyn Fn(&Collective, &Mesh, &PerRank, &mut PerRank) -> Result<(), String>;
 
-/// The first case where `run` differs from the reference, or how many
-/// cases were compared.
-fn check(run: Into) -> Result<usize, String> {
+/// `visit(c, m, shape, x, new_mesh)` at every case above, `new_mesh` on a
+/// mesh's first; the first error, or how many cases there were. With
+/// `all_states` every kind takes every state pair (the meanings read the
+/// source state of reductions too), else only casts do.
+type Visit<'a> = dyn FnMut(&Collective, &Mesh, &[usize], &PerRank, bool) -> Result<(), String> + 'a;
+
+fn each_case(all_states: bool, visit: &mut Visit) -> Result<usize, String> {
     let mut rng = Lcg(7);
     let mut cases = 0;
     for m in meshes() {
-        // One buffer per mesh, written over by every case.
-        let mut buf = PerRank { tensors: vec![] };
+        let mut new_mesh = true;
         for axes in axis_sets(&m) {
             let n: usize = axes.iter().map(|&a| m.axes[a].size).product();
             for kind in kinds(n) {
-                // Only casts read the states.
-                let cast = matches!(kind, Kind::Convert { .. } | Kind::Reinterpret);
+                // Only casts read the states in the forward.
+                let cast = all_states || matches!(kind, Kind::Convert { .. } | Kind::Reinterpret);
                 for src in STATES {
                     for dst in STATES {
                         if !cast && (src, dst) != (State::Varying, State::Invariant) {
@@ -166,14 +172,8 @@ fn check(run: Into) -> Result<usize, String> {
                                 continue;
                             }
                             let x = input(&m, &s, &mut rng);
-                            let want = c.forward_reference(&m, &x);
-                            run(&c, &m, &x, &mut buf).map_err(|e| format!("{e} on {s:?}"))?;
-                            let plain = c.forward(&m, &x);
-                            if buf != want || plain != want {
-                                return Err(format!(
-                                    "mesh {m} axes {axes:?} {kind:?} {src}->{dst} shape {s:?}"
-                                ));
-                            }
+                            visit(&c, &m, &s, &x, new_mesh)?;
+                            new_mesh = false;
                             cases += 1;
                         }
                     }
@@ -182,6 +182,73 @@ fn check(run: Into) -> Result<usize, String> {
         }
     }
     Ok(cases)
+}
+
+/// The first case where `run` differs from the reference, or how many
+/// cases were compared.
+fn check(run: Into) -> Result<usize, String> {
+    // One buffer per mesh, written over by every case.
+    let mut buf = PerRank { tensors: vec![] };
+    each_case(false, &mut |c, m, s, x, new_mesh| {
+        if new_mesh {
+            buf = PerRank { tensors: vec![] };
+        }
+        let want = c.forward_reference(m, x);
+        run(c, m, x, &mut buf).map_err(|e| format!("{e} on {s:?}"))?;
+        let plain = c.forward(m, x);
+        if buf != want || plain != want {
+            return Err(format!(
+                "mesh {m} axes {:?} {:?} {}->{} shape {s:?}",
+                c.axes, c.kind, c.src, c.dst
+            ));
+        }
+        Ok(())
+    })
+}
+
+type SpecInto<'a> = &'a dyn Fn(&Collective, &Mesh, &Denot, &mut Denot, &mut SpecBufs);
+
+/// `Collective::spec_into` (`run`) against `spec` at every case, each
+/// written over the last case's result and group buffers: the first case
+/// that differs, or how many were compared.
+fn check_spec(run: SpecInto) -> Result<usize, String> {
+    let mut out = Denot { family: vec![] };
+    let mut w = SpecBufs::default();
+    each_case(true, &mut |c, m, s, x, _| {
+        let d = Denot {
+            family: x.tensors.clone(),
+        };
+        run(c, m, &d, &mut out, &mut w);
+        if out != c.spec(m, &d) {
+            return Err(format!(
+                "mesh {m} axes {:?} {:?} {}->{} shape {s:?}",
+                c.axes, c.kind, c.src, c.dst
+            ));
+        }
+        Ok(())
+    })
+}
+
+#[test]
+fn spec_into_equals_spec() {
+    let cases = check_spec(&|c, m, d, out, w| c.spec_into(m, d, out, w)).unwrap();
+    assert!(cases > 5000, "{cases}");
+}
+
+#[test]
+fn a_spec_into_that_keeps_old_buffer_data_is_caught() {
+    // Writes the right meaning, then appends what the buffer held before.
+    let stale = |c: &Collective, m: &Mesh, d: &Denot, out: &mut Denot, w: &mut SpecBufs| {
+        let old = out.clone();
+        c.spec_into(m, d, out, w);
+        for (t, o) in out.family.iter_mut().zip(&old.family) {
+            if t.shape == o.shape && !t.shape.is_empty() {
+                t.data.extend_from_slice(&o.data);
+                t.shape[0] *= 2;
+            }
+        }
+    };
+    assert!(check_spec(&stale).is_err());
 }
 
 #[test]
@@ -250,4 +317,47 @@ fn sharing_a_result_by_rank_offset_instead_of_group_is_caught() {
     };
     let e = check(&shifted).unwrap_err();
     assert_eq!(e, "mesh {x: 2, y: 3} axes [0] AllReduce V->I shape []");
+}
+
+/// `Op::collectives_into` of a chain of `len` copies of each case's
+/// collective (where the shapes allow) against `Op::forward`, written over
+/// the last case's buffer: the first case that differs, or how many were
+/// compared. `links` is how many links `collectives_into` is given.
+fn check_chains(len: usize, links: usize) -> Result<usize, String> {
+    use spmd_interp::Op;
+    let mut buf = PerRank { tensors: vec![] };
+    let mut compared = 0;
+    each_case(false, &mut |c, m, s, x, _| {
+        let chain = |k: usize| Op::Compose(vec![Op::Collective(c.clone()); k]);
+        if chain(len).infer(m, &[s.to_vec()]).is_err() {
+            return Ok(());
+        }
+        let want = chain(len).forward(m, std::slice::from_ref(x)).map(|f| f.y);
+        let got = chain(links)
+            .collectives_into(m, x, &mut buf)
+            .expect("a chain of collectives")
+            .map(|()| buf.clone());
+        if got != want {
+            return Err(format!(
+                "mesh {m} axes {:?} {:?} {}->{} shape {s:?}",
+                c.axes, c.kind, c.src, c.dst
+            ));
+        }
+        compared += 1;
+        Ok(())
+    })?;
+    Ok(compared)
+}
+
+#[test]
+fn a_chain_of_collectives_into_buffers_is_its_forward() {
+    for len in 1..=3 {
+        let n = check_chains(len, len).unwrap();
+        assert!(n > 1000, "{len} links: {n} compared");
+    }
+}
+
+#[test]
+fn a_chain_missing_a_link_is_caught() {
+    assert!(check_chains(3, 2).is_err());
 }

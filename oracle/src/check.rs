@@ -624,36 +624,46 @@ impl<'a> Checker<'a> {
         // The output goes into the buffers of the last instance's.
         let mut ybase = std::mem::take(&mut ws.fwd);
         let n = m.num_ranks();
-        let (at_kink, sampler) = match &op.op {
-            Op::Program(p) => {
-                // The sampler of an earlier instance of the case lends its
-                // buffers (`Program::sampler_at`).
-                let (s, at_kink) = p.sampler_at(m, xs, ws.sampler.take())?;
-                ybase.clone_from(&s.base().last().expect("nonempty").tensors);
-                (at_kink, Some(s))
-            }
-            // `Op::forward` of a local op, rank by rank into the buffers.
-            Op::Local(f)
-                if !xs.is_empty()
-                    && xs.len() <= MAX_ARGS
-                    && xs.iter().all(|x| x.tensors.len() == n) =>
-            {
-                ybase.truncate(n);
-                ybase.resize_with(n, Tensor::placeholder);
-                let mut ctx = Ctx::default();
-                for (r, o) in ybase.iter_mut().enumerate() {
-                    let mut args: [&Tensor; MAX_ARGS] = [&xs[0].tensors[r]; MAX_ARGS];
-                    for (a, x) in args.iter_mut().zip(xs) {
-                        *a = &x.tensors[r];
-                    }
-                    eval_into(&f.expr, &args[..xs.len()], &mut ctx, o)?;
+        // An instance outside the domain gives the buffers back too.
+        let mut fwd = || -> Result<_, Stop> {
+            Ok(match &op.op {
+                Op::Program(p) => {
+                    // The sampler of an earlier instance of the case lends its
+                    // buffers (`Program::sampler_at`).
+                    let (s, at_kink) = p.sampler_at(m, xs, ws.sampler.take())?;
+                    ybase.clone_from(&s.base().last().expect("nonempty").tensors);
+                    (at_kink, Some(s))
                 }
-                (ctx.at_kink, None)
-            }
-            _ => {
-                let f = op.op.forward(m, xs)?;
-                ybase = f.y.tensors;
-                (f.at_kink, None)
+                // `Op::forward` of a local op, rank by rank into the buffers.
+                Op::Local(f)
+                    if !xs.is_empty()
+                        && xs.len() <= MAX_ARGS
+                        && xs.iter().all(|x| x.tensors.len() == n) =>
+                {
+                    ybase.truncate(n);
+                    ybase.resize_with(n, Tensor::placeholder);
+                    let mut ctx = Ctx::default();
+                    for (r, o) in ybase.iter_mut().enumerate() {
+                        let mut args: [&Tensor; MAX_ARGS] = [&xs[0].tensors[r]; MAX_ARGS];
+                        for (a, x) in args.iter_mut().zip(xs) {
+                            *a = &x.tensors[r];
+                        }
+                        eval_into(&f.expr, &args[..xs.len()], &mut ctx, o)?;
+                    }
+                    (ctx.at_kink, None)
+                }
+                _ => {
+                    let f = op.op.forward(m, xs)?;
+                    ybase = f.y.tensors;
+                    (f.at_kink, None)
+                }
+            })
+        };
+        let (at_kink, sampler) = match fwd() {
+            Ok(r) => r,
+            Err(e) => {
+                ws.fwd = ybase;
+                return Err(e);
             }
         };
         let y = PerRank { tensors: ybase };
@@ -661,7 +671,7 @@ impl<'a> Checker<'a> {
         if let Err(e) = perrank::well_formed(m, &op.output, &y) {
             let mut s = self.inputs_shown(xs);
             s.push(shown("out", &op.output, &y));
-            return Err(self.fail(
+            let stop = self.fail(
                 Property::F1,
                 format!(
                     "the output differs between ranks along {} axis `{}`",
@@ -682,7 +692,10 @@ impl<'a> Checker<'a> {
                         .join(",")
                 ),
                 format!("{} vs {}", y.tensors[e.other], y.tensors[e.rank]),
-            ));
+            );
+            ws.fwd = y.tensors;
+            ws.sampler = sampler;
+            return Err(stop);
         }
         let Scratch {
             xs2,
@@ -1012,7 +1025,8 @@ impl<'a> Checker<'a> {
                 for b in out.drain(..) {
                     give_back(spare, b);
                 }
-                let r = p.backward_from_pooled(self.m, xs, s.base(), g, spare)?;
+                p.backward_from_pooled_into(self.m, xs, s.base(), g, spare, out)?;
+                let r = std::mem::take(out);
                 *out = self.zero_no_grad(xs, r);
                 Ok(())
             }
