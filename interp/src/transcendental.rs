@@ -43,6 +43,12 @@ pub trait Field: Clone + std::fmt::Debug {
     fn zero() -> Self {
         Self::q(&Q::zero())
     }
+    /// Whether the value is the field's zero in its normal form, so that a
+    /// product with it is zero and a sum with it is the other term,
+    /// exactly and without an error. `false` where that is not known.
+    fn is_zero(&self) -> bool {
+        false
+    }
     /// `apply_fun`: a field may answer it from a memo.
     fn fun(&self, f: Fun) -> R<Self> {
         apply_fun_plain(f, self)
@@ -72,6 +78,9 @@ thread_local! {
 impl Field for X {
     fn q(q: &Q) -> X {
         X::q(q.clone())
+    }
+    fn is_zero(&self) -> bool {
+        self.num.is_zero()
     }
     fn add(&self, o: &X) -> R<X> {
         X::add(self, o)
@@ -159,6 +168,11 @@ impl<S: Field> Field for DualOf<S> {
             v: S::q(q),
             d: S::zero(),
         }
+    }
+    /// Zero value and zero derivative: a product with it is both parts'
+    /// zero, and a sum with it is the other dual, part by part.
+    fn is_zero(&self) -> bool {
+        self.v.is_zero() && self.d.is_zero()
     }
     fn add(&self, o: &Self) -> R<Self> {
         Ok(DualOf {
@@ -269,6 +283,9 @@ impl<S: Field> Field for DualOf<S> {
 impl Field for Sym {
     fn q(q: &Q) -> Sym {
         Sym::q(q.clone())
+    }
+    fn is_zero(&self) -> bool {
+        Sym::is_zero(self)
     }
     fn add(&self, o: &Sym) -> R<Sym> {
         Sym::add(self, o)
@@ -491,11 +508,16 @@ fn einsum<S: Field>(spec: &Einsum, ops: &[&XT<S>]) -> ER<XT<S>> {
         op_st,
     } = crate::eval::einsum_plan(spec, &shapes, &sizes);
     let mut out = XT::<S>::zeros(&out_shape);
-    for flat in 0..numel(&dims) {
+    'index: for flat in 0..numel(&dims) {
         let idx = unravel(flat, &dims);
         let mut prod = S::q(&Q::one());
         for (t, st) in ops.iter().zip(&op_st) {
             let off: usize = idx.iter().zip(st).map(|(i, s)| i * s).sum();
+            // A zero factor makes the product zero, which adds nothing
+            // (`Field::is_zero`).
+            if t.data[off].is_zero() {
+                continue 'index;
+            }
             prod = prod.mul(&t.data[off])?;
         }
         let o: usize = idx.iter().zip(&out_st).map(|(i, s)| i * s).sum();
@@ -1286,6 +1308,65 @@ mod tests {
             shape: vec![v.len()],
             data: v.iter().map(|&k| X::q(Q::int(k))).collect(),
         }
+    }
+
+    /// `einsum` skips a product with a zero factor (`Field::is_zero`): the
+    /// same values, in the same normal forms, as the loop that multiplies
+    /// every factor and adds every product, here over dual numbers whose
+    /// values and derivatives are zero in places and irrational elsewhere.
+    /// The twin: changing one operand entry changes the result, so the
+    /// comparison sees a wrong skip.
+    #[test]
+    fn a_zero_factor_is_skipped_exactly() {
+        type D = DualOf<X>;
+        let e = |k: i64| X::exp_q(Q::int(k));
+        let d = |v: X, dv: X| D { v, d: dv };
+        let a = XT::<D> {
+            shape: vec![2, 2],
+            data: vec![
+                d(X::zero(), X::zero()),
+                d(e(1), X::q(Q::int(2))),
+                d(X::q(Q::int(3)), X::zero()),
+                d(X::zero(), e(-1)),
+            ],
+        };
+        let b = XT::<D> {
+            shape: vec![2, 2],
+            data: vec![
+                d(e(2), X::zero()),
+                d(X::zero(), X::zero()),
+                d(X::q(Q::frac(1, 2)), e(1)),
+                d(X::q(Q::int(-1)), X::q(Q::int(1))),
+            ],
+        };
+        let spec = Einsum::parse("ij,jk->ik").unwrap();
+        // Every product formed and added, in einsum's index order.
+        let full = |a: &XT<D>, b: &XT<D>| {
+            let mut out: Vec<D> = (0..4).map(|_| D::zero()).collect();
+            for i in 0..2 {
+                for j in 0..2 {
+                    for k in 0..2 {
+                        let p = D::q(&Q::one())
+                            .mul(&a.data[i * 2 + j])
+                            .unwrap()
+                            .mul(&b.data[j * 2 + k])
+                            .unwrap();
+                        out[i * 2 + k] = out[i * 2 + k].add(&p).unwrap();
+                    }
+                }
+            }
+            out
+        };
+        let parts =
+            |v: &[D]| -> Vec<(X, X)> { v.iter().map(|x| (x.v.clone(), x.d.clone())).collect() };
+        let got = einsum(&spec, &[&a, &b]).unwrap();
+        assert_eq!(parts(&got.data), parts(&full(&a, &b)));
+        let mut a2 = a.clone();
+        a2.data[0] = d(X::q(Q::int(1)), X::zero());
+        assert_ne!(
+            parts(&einsum(&spec, &[&a2, &b]).unwrap().data),
+            parts(&got.data)
+        );
     }
 
     /// The hand-written VJP against the dual-number derivative, coordinate

@@ -876,9 +876,15 @@ fn run<S: Exact>(
                 });
             }
             for ((g, dg), dbs) in gs.iter().zip(&dgs).zip(&results) {
+                // A zero factor adds nothing: its product is zero and the
+                // sum keeps the other term as it is (`Field::is_zero`), so
+                // a unit cotangent's pairing is a sum over its support.
                 let mut pair = S::zero();
                 for (tr, gr) in tangent.iter().zip(dg) {
                     for (a, b) in tr.data.iter().zip(&gr.data) {
+                        if a.is_zero() || b.is_zero() {
+                            continue;
+                        }
                         pair = pair.add(&a.mul(b)?)?;
                     }
                 }
