@@ -43,6 +43,11 @@ pub trait Field: Clone + std::fmt::Debug {
     fn zero() -> Self {
         Self::q(&Q::zero())
     }
+    /// `1 · self`, as `mul` computes it (a field may answer without
+    /// building the 1).
+    fn one_times(&self) -> R<Self> {
+        Self::q(&Q::one()).mul(self)
+    }
     /// Whether the value is the field's zero in its normal form, so that a
     /// product with it is zero and a sum with it is the other term,
     /// exactly and without an error. `false` where that is not known.
@@ -81,6 +86,17 @@ impl Field for X {
     }
     fn is_zero(&self) -> bool {
         self.num.is_zero()
+    }
+    /// `X::mul(1, self)` branch by branch: zero, a rational k as `X::q(k)`
+    /// (1 scaled by k over 1), anything else scaled by 1, which is itself.
+    fn one_times(&self) -> R<X> {
+        if self.num.is_zero() {
+            return Ok(X::zero());
+        }
+        Ok(match self.as_q() {
+            Some(k) => X::q(k),
+            None => self.clone(),
+        })
     }
     fn add(&self, o: &X) -> R<X> {
         X::add(self, o)
@@ -174,6 +190,17 @@ impl<S: Field> Field for DualOf<S> {
     fn is_zero(&self) -> bool {
         self.v.is_zero() && self.d.is_zero()
     }
+    /// `mul(q(1), self)`: 1 times the value, and (1's derivative being
+    /// zero) 1 times the derivative.
+    fn one_times(&self) -> R<Self> {
+        if !S::zero().is_zero() {
+            return Self::q(&Q::one()).mul(self);
+        }
+        Ok(DualOf {
+            v: self.v.one_times()?,
+            d: self.d.one_times()?,
+        })
+    }
     fn add(&self, o: &Self) -> R<Self> {
         Ok(DualOf {
             v: self.v.add(&o.v)?,
@@ -187,10 +214,17 @@ impl<S: Field> Field for DualOf<S> {
         })
     }
     fn mul(&self, o: &Self) -> R<Self> {
-        Ok(DualOf {
-            v: self.v.mul(&o.v)?,
-            d: self.d.mul(&o.v)?.add(&self.v.mul(&o.d)?)?,
-        })
+        // (a b)' = a' b + a b'; a zero derivative's product is zero and
+        // adds nothing (`Field::is_zero`): the same value and form.
+        let v = self.v.mul(&o.v)?;
+        let d = if self.d.is_zero() {
+            self.v.mul(&o.d)?
+        } else if o.d.is_zero() {
+            self.d.mul(&o.v)?
+        } else {
+            self.d.mul(&o.v)?.add(&self.v.mul(&o.d)?)?
+        };
+        Ok(DualOf { v, d })
     }
     fn div(&self, o: &Self) -> R<Self> {
         let v = self.v.div(&o.v)?;
@@ -510,7 +544,7 @@ fn einsum<S: Field>(spec: &Einsum, ops: &[&XT<S>]) -> ER<XT<S>> {
     let mut out = XT::<S>::zeros(&out_shape);
     'index: for flat in 0..numel(&dims) {
         let idx = unravel(flat, &dims);
-        let mut prod = S::q(&Q::one());
+        let mut prod: Option<S> = None;
         for (t, st) in ops.iter().zip(&op_st) {
             let off: usize = idx.iter().zip(st).map(|(i, s)| i * s).sum();
             // A zero factor makes the product zero, which adds nothing
@@ -518,8 +552,16 @@ fn einsum<S: Field>(spec: &Einsum, ops: &[&XT<S>]) -> ER<XT<S>> {
             if t.data[off].is_zero() {
                 continue 'index;
             }
-            prod = prod.mul(&t.data[off])?;
+            // 1 · a · b · ..., the 1 not built (`Field::one_times`).
+            prod = Some(match prod {
+                None => t.data[off].one_times()?,
+                Some(p) => p.mul(&t.data[off])?,
+            });
         }
+        let prod = match prod {
+            Some(p) => p,
+            None => S::q(&Q::one()),
+        };
         let o: usize = idx.iter().zip(&out_st).map(|(i, s)| i * s).sum();
         out.data[o] = out.data[o].add(&prod)?;
     }
@@ -1310,9 +1352,10 @@ mod tests {
         }
     }
 
-    /// `einsum` skips a product with a zero factor (`Field::is_zero`): the
+    /// `einsum` skips a product with a zero factor (`Field::is_zero`) and
+    /// starts each product from its first factor (`Field::one_times`): the
     /// same values, in the same normal forms, as the loop that multiplies
-    /// every factor and adds every product, here over dual numbers whose
+    /// 1 by every factor and adds every product, here over dual numbers whose
     /// values and derivatives are zero in places and irrational elsewhere.
     /// The twin: changing one operand entry changes the result, so the
     /// comparison sees a wrong skip.
@@ -1361,6 +1404,12 @@ mod tests {
             |v: &[D]| -> Vec<(X, X)> { v.iter().map(|x| (x.v.clone(), x.d.clone())).collect() };
         let got = einsum(&spec, &[&a, &b]).unwrap();
         assert_eq!(parts(&got.data), parts(&full(&a, &b)));
+        // `one_times` is `q(1).mul` itself, on every entry.
+        for x in a.data.iter().chain(&b.data) {
+            let want = D::q(&Q::one()).mul(x).unwrap();
+            let got = x.one_times().unwrap();
+            assert_eq!((got.v, got.d), (want.v, want.d));
+        }
         let mut a2 = a.clone();
         a2.data[0] = d(X::q(Q::int(1)), X::zero());
         assert_ne!(
