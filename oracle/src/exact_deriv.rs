@@ -453,18 +453,19 @@ fn backward<S: Field>(
 ) -> Result<Vec<Fam<S>>, Stop> {
     let mut out: Vec<Fam<S>> = vec![Vec::with_capacity(m.num_ranks()); xs.len()];
     for r in 0..m.num_ranks() {
-        let args: Vec<XT<S>> = xs.iter().map(|x| x[r].clone()).collect();
-        let gr = lift(&g.tensors[r]);
+        // The rank's arguments, copied only where an expression reads
+        // them: a zero cotangent's rank gives exact zeros.
+        let args = || -> Vec<XT<S>> { xs.iter().map(|x| x[r].clone()).collect() };
         let bs: Vec<XT<S>> = match &op.backward {
             Backward::Local(fs) => {
-                let mut all = args.clone();
-                all.push(gr);
+                let mut all = args();
+                all.push(lift(&g.tensors[r]));
                 fs.iter()
                     .map(|f| eval(&f.expr, &all, &mut XCtx::default()))
                     .collect::<Result<_, _>>()?
             }
-            _ if g.tensors[r].is_zero() => args.iter().map(|a| XT::zeros(&a.shape)).collect(),
-            _ => vjp(&local_fn(op).expr, &args, &gr)?,
+            _ if g.tensors[r].is_zero() => xs.iter().map(|x| XT::zeros(&x[r].shape)).collect(),
+            _ => vjp(&local_fn(op).expr, &args(), &lift(&g.tensors[r]))?,
         };
         for (i, b) in bs.into_iter().enumerate() {
             let b = if op.no_grad.contains(&i) {
