@@ -273,6 +273,17 @@ fn axpy<S: Field>(x: &Fam<S>, t: &Q, z: &PerRank) -> Result<Fam<S>, XErr> {
         .collect()
 }
 
+/// `denote` of a family the caller is done with: where every rank is its
+/// own one source (a type Varying on every axis), the denotation is the
+/// family itself, taken as it is instead of copied rank by rank.
+fn denote_owned<S: Field>(m: &Mesh, t: &Type, y: Fam<S>) -> Result<Fam<S>, XErr> {
+    let proj = spmd_semantics::perrank::Projection::new(m, t);
+    if (0..m.num_ranks()).all(|r| proj.sources(r) == [r]) && y.len() == m.num_ranks() {
+        return Ok(y);
+    }
+    denote(m, t, &y)
+}
+
 fn denote<S: Field>(m: &Mesh, t: &Type, y: &Fam<S>) -> Result<Fam<S>, XErr> {
     // The same projection as exact values' (SPEC.md §2.4), in the field.
     let proj = spmd_semantics::perrank::Projection::new(m, t);
@@ -869,7 +880,7 @@ fn run<S: Exact>(
                     data: t.data.into_iter().map(|d| d.d).collect(),
                 });
             }
-            let tangent = denote(m, &op.output, &per_rank)?;
+            let tangent = denote_owned(m, &op.output, per_rank)?;
             if kctx.at_kink {
                 return Ok(Pass {
                     b3_undetermined: true,
