@@ -2,7 +2,7 @@
 //! expressions (SPEC.md §6.1-§6.3). One function per judgement, one arm per op.
 
 use crate::einsum::{einsum_vjp_flat, einsum_vjp_general, FLAT_OPS};
-use crate::expr::{Expr, Mask, Rounding};
+use crate::expr::{Einsum, Expr, Mask, Rounding};
 use crate::infer::elementwise_shape;
 use spmd_semantics::tensor::{numel, same_shape, strides, unravel};
 use spmd_semantics::{Shape, Tensor, Q};
@@ -148,13 +148,20 @@ pub fn eval_into<T: Borrow<Tensor>>(
                 }
             }
             let n = args.len();
-            let plan = einsum_plan_cached(spec, &shapes[..n]).expect("einsum shapes were inferred");
-            einsum_planned_into(&plan, &refs[..n], out);
+            einsum_cached_into(spec, &refs[..n], &shapes[..n], out);
             return Ok(());
         }
     }
     *out = ev(e, xs, ctx)?.into_owned();
     Ok(())
+}
+
+/// The einsum of `ops` (of these `shapes`, which `infer` accepted) into
+/// `out` by the per-thread cached plan: `ev`'s contraction, and
+/// `eval_into`'s of inputs.
+fn einsum_cached_into(spec: &Einsum, ops: &[&Tensor], shapes: &[&[usize]], out: &mut Tensor) {
+    let plan = einsum_plan_cached(spec, shapes).expect("einsum shapes were inferred");
+    einsum_planned_into(&plan, ops, out);
 }
 
 // ---------------------------------------------------------------------
@@ -732,9 +739,8 @@ pub(crate) fn ev<'a, T: Borrow<Tensor>>(
                 .collect::<Result<_, _>>()?;
             let refs: Vec<&Tensor> = vals.iter().map(|v| &**v).collect();
             let shapes: Vec<&[usize]> = refs.iter().map(|t| t.shape.as_slice()).collect();
-            let plan = einsum_plan_cached(spec, &shapes).expect("einsum shapes were inferred");
             let mut out = Tensor::placeholder();
-            einsum_planned_into(&plan, &refs, &mut out);
+            einsum_cached_into(spec, &refs, &shapes, &mut out);
             out
         }
         Expr::Reshape(a, s) => Tensor::new(s.clone(), ev(a, xs, ctx)?.into_owned().data),

@@ -219,23 +219,26 @@ impl Op {
             Op::External(e) => e.forward(m, xs),
         }
     }
-    /// Whether the op is a collective or a nonempty chain of them (what
-    /// `collectives_into` runs).
-    pub fn is_collectives(&self) -> bool {
+    /// The links of a collective (itself alone) or of a nonempty chain of
+    /// collectives, in order, each an `Op::Collective`: what
+    /// `collectives_into` runs. `None` for any other op.
+    pub fn collective_links(&self) -> Option<&[Op]> {
         match self {
-            Op::Collective(_) => true,
-            Op::Compose(ops) => {
-                !ops.is_empty() && ops.iter().all(|o| matches!(o, Op::Collective(_)))
+            Op::Collective(_) => Some(std::slice::from_ref(self)),
+            Op::Compose(ops)
+                if !ops.is_empty() && ops.iter().all(|o| matches!(o, Op::Collective(_))) =>
+            {
+                Some(ops)
             }
-            _ => false,
+            _ => None,
         }
     }
 
     /// `forward` of a collective, or of a chain of them, on one input,
     /// written into `out`, whose buffers are reused, with a pair of
-    /// per-thread buffers between the links: the value `forward` gives (a
-    /// chain's links run `Collective::forward_into` as they do there).
-    /// `None` for any other op.
+    /// per-thread buffers between the links (`run_chain`): the value
+    /// `forward` gives (a chain's links run `Collective::forward_into` as
+    /// they do there). `None` for any other op.
     pub fn collectives_into(
         &self,
         m: &Mesh,
@@ -243,35 +246,20 @@ impl Op {
         out: &mut PerRank,
     ) -> Option<Result<(), EvalError>> {
         thread_local! {
-            static LINKS: std::cell::Cell<Vec<PerRank>> = const { std::cell::Cell::new(Vec::new()) };
+            static LINKS: std::cell::Cell<[PerRank; 2]> = const {
+                std::cell::Cell::new([PerRank { tensors: vec![] }, PerRank { tensors: vec![] }])
+            };
         }
-        let ops = match self {
-            Op::Collective(c) => return Some(c.forward_into(m, x, out).map_err(EvalError::Shape)),
-            Op::Compose(ops) if self.is_collectives() => ops,
-            _ => return None,
-        };
-        let mut links = LINKS.take();
-        links.resize_with(2, || PerRank { tensors: vec![] });
-        let (a, b) = links.split_at_mut(1);
-        let (a, b) = (&mut a[0], &mut b[0]);
-        let mut r = Ok(());
-        for (i, o) in ops.iter().enumerate() {
-            let Op::Collective(c) = o else {
+        let links = self.collective_links()?;
+        let [mut a, mut b] =
+            LINKS.replace([PerRank { tensors: vec![] }, PerRank { tensors: vec![] }]);
+        let r = run_chain(links.len(), x, &mut a, &mut b, out, |i, src, dst| {
+            let Op::Collective(c) = &links[i] else {
                 unreachable!("collectives only")
             };
-            // Link i reads link i - 1's result: x, then a, b, a, ...
-            let (src, dst): (&PerRank, &mut PerRank) = match i {
-                0 => (x, &mut *a),
-                _ if i % 2 == 1 => (&*a, &mut *b),
-                _ => (&*b, &mut *a),
-            };
-            let dst = if i + 1 == ops.len() { &mut *out } else { dst };
-            r = c.forward_into(m, src, dst).map_err(EvalError::Shape);
-            if r.is_err() {
-                break;
-            }
-        }
-        LINKS.set(links);
+            c.forward_into(m, src, dst).map_err(EvalError::Shape)
+        });
+        LINKS.set([a, b]);
         Some(r)
     }
 
@@ -935,6 +923,30 @@ pub fn builtin(name: &str) -> Result<LocalFn, String> {
             BUILTINS.iter().map(|b| b.0).collect::<Vec<_>>().join(", ")
         )),
     }
+}
+
+/// A chain of `n` links run from `first` into `out`: link i reads link
+/// i − 1's result (the first link reads `first`), the links between write
+/// into `a` and `b` by turns and the last into `out`. The first error
+/// stops it.
+pub(crate) fn run_chain<T, E>(
+    n: usize,
+    first: &T,
+    a: &mut T,
+    b: &mut T,
+    out: &mut T,
+    mut link: impl FnMut(usize, &T, &mut T) -> Result<(), E>,
+) -> Result<(), E> {
+    for i in 0..n {
+        let (src, dst): (&T, &mut T) = match i {
+            0 => (first, &mut *a),
+            _ if i % 2 == 1 => (&*a, &mut *b),
+            _ => (&*b, &mut *a),
+        };
+        let dst = if i + 1 == n { &mut *out } else { dst };
+        link(i, src, dst)?;
+    }
+    Ok(())
 }
 
 /// `out := zeros of xs's shapes`, one per input, reusing `out`'s buffers.

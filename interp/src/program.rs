@@ -10,7 +10,7 @@ use crate::eval::{
     EinsumPlan, EvalError,
 };
 use crate::expr::Expr;
-use crate::op::{Backward, Forward, Op, TypedOp};
+use crate::op::{run_chain, Backward, Forward, Op, TypedOp};
 use spmd_semantics::perrank::Denot;
 use spmd_semantics::tensor::same_shape;
 use spmd_semantics::{Mesh, PerRank, Shape, Tensor, Type, Q};
@@ -352,44 +352,30 @@ impl Program {
                     }
                 }
                 // A collective, or a chain of them, written in place of the
-                // last instance's meaning (`Collective::spec_into`), after
-                // the shape check `Op::spec` makes.
-                Op::Collective(c) if st.args.len() == 1 => {
-                    let d = at(st.args[0]);
-                    if let Some(t) = d.family.first() {
-                        c.infer_into(m, &t.shape, &mut w.shape)
-                            .map_err(EvalError::Shape)?;
-                    }
-                    c.spec_into(m, d, &mut rest[0], &mut w.groups);
-                }
-                Op::Compose(ops)
-                    if st.args.len() == 1
-                        && !ops.is_empty()
-                        && ops.iter().all(|o| matches!(o, Op::Collective(_))) =>
-                {
-                    let (ta, tb) = w.chain.split_at_mut(1);
-                    let mut bufs = [&mut ta[0], &mut tb[0]];
-                    for (i, o) in ops.iter().enumerate() {
-                        let Op::Collective(c) = o else {
-                            unreachable!("collectives only")
-                        };
-                        let [a, b] = &mut bufs;
-                        let (src, dst): (&Denot, &mut Denot) = match (i, i % 2) {
-                            (0, _) => (at(st.args[0]), &mut **a),
-                            (_, 1) => (&**a, &mut **b),
-                            _ => (&**b, &mut **a),
-                        };
-                        let dst = if i + 1 == ops.len() {
-                            &mut rest[0]
-                        } else {
-                            dst
-                        };
-                        if let Some(t) = src.family.first() {
-                            c.infer_into(m, &t.shape, &mut w.shape)
-                                .map_err(EvalError::Shape)?;
-                        }
-                        c.spec_into(m, src, dst, &mut w.groups);
-                    }
+                // last instance's meaning link by link (`run_chain`,
+                // `Collective::spec_into`), each after the shape check
+                // `Op::spec` makes.
+                op if st.args.len() == 1 && op.collective_links().is_some() => {
+                    let links = op.collective_links().expect("collectives");
+                    let [a, b] = &mut w.chain;
+                    let (shape, groups) = (&mut w.shape, &mut w.groups);
+                    run_chain(
+                        links.len(),
+                        at(st.args[0]),
+                        a,
+                        b,
+                        &mut rest[0],
+                        |i, src, dst| {
+                            let Op::Collective(c) = &links[i] else {
+                                unreachable!("collectives only")
+                            };
+                            if let Some(t) = src.family.first() {
+                                c.infer_into(m, &t.shape, shape).map_err(EvalError::Shape)?;
+                            }
+                            c.spec_into(m, src, dst, groups);
+                            Ok::<(), EvalError>(())
+                        },
+                    )?;
                 }
                 _ => rest[0] = self.step_spec(m, st, &at, None)?,
             }
@@ -894,7 +880,7 @@ fn step_backward<'a>(
         // `Op::forward` gives, which is `forward_into` a fresh one.
         // A chain of collectives likewise (`Op::collectives_into`).
         (Backward::Transpose(t), _)
-            if s.op.no_grad.is_empty() && s.args.len() == 1 && t.is_collectives() =>
+            if s.op.no_grad.is_empty() && s.args.len() == 1 && t.collective_links().is_some() =>
         {
             let mut z = spare.pop().unwrap_or(PerRank {
                 tensors: Vec::new(),

@@ -14,7 +14,7 @@ use spmd_interp::transcendental::{
 };
 use spmd_interp::{Backward, Jvp, Op, TypedOp};
 use spmd_semantics::expoly::{XErr, X};
-use spmd_semantics::perrank::{denot_basis, free_unit, kernel_basis, num_free};
+use spmd_semantics::perrank::{denot_basis, free_unit, kernel_basis, num_free, Projection};
 use spmd_semantics::symbolic::{watch_partial, Sym};
 use spmd_semantics::{Mesh, PerRank, Shape, State, Tensor, Type, Q};
 
@@ -277,16 +277,20 @@ fn axpy<S: Field>(x: &Fam<S>, t: &Q, z: &PerRank) -> Result<Fam<S>, XErr> {
 /// own one source (a type Varying on every axis), the denotation is the
 /// family itself, taken as it is instead of copied rank by rank.
 fn denote_owned<S: Field>(m: &Mesh, t: &Type, y: Fam<S>) -> Result<Fam<S>, XErr> {
-    let proj = spmd_semantics::perrank::Projection::new(m, t);
+    let proj = Projection::new(m, t);
     if (0..m.num_ranks()).all(|r| proj.sources(r) == [r]) && y.len() == m.num_ranks() {
         return Ok(y);
     }
-    denote(m, t, &y)
+    denote_by(m, &proj, &y)
 }
 
 fn denote<S: Field>(m: &Mesh, t: &Type, y: &Fam<S>) -> Result<Fam<S>, XErr> {
-    // The same projection as exact values' (SPEC.md §2.4), in the field.
-    let proj = spmd_semantics::perrank::Projection::new(m, t);
+    denote_by(m, &Projection::new(m, t), y)
+}
+
+/// The family's denotation under `proj`: the same projection as exact
+/// values' (SPEC.md §2.4), in the field.
+fn denote_by<S: Field>(m: &Mesh, proj: &Projection, y: &Fam<S>) -> Result<Fam<S>, XErr> {
     (0..m.num_ranks())
         .map(|r| {
             let src = proj.sources(r);
