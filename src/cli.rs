@@ -369,6 +369,10 @@ pub(crate) enum Cmd {
         /// decided (SPEC.md §18)
         #[arg(long)]
         scopes: bool,
+        /// Only the jobs whose name contains NAME (e.g. `derive mul`,
+        /// `softmax`, `jax`); an unknown name lists the jobs and exits 2
+        #[arg(long, value_name = "NAME")]
+        only: Option<String>,
     },
     /// Run one rule, op or program on per-rank values from a job file (JSON
     /// or TOML): output, backward, traffic, and with --check the oracle.

@@ -802,12 +802,16 @@ fn run() -> Result<ExitCode, UsageError> {
                 ExitCode::SUCCESS
             })
         }
-        Cmd::Bench { json, scopes: true } => {
-            spmd_check::bench_scopes::print(json);
+        Cmd::Bench {
+            json,
+            scopes: true,
+            only,
+        } => {
+            spmd_check::bench_scopes::print(json, only.as_deref()).map_err(UsageError)?;
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Bench { json, .. } => {
-            spmd_check::bench::print(json);
+        Cmd::Bench { json, only, .. } => {
+            spmd_check::bench::print(json, only.as_deref()).map_err(UsageError)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Completions { shell } => {

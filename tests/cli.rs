@@ -178,3 +178,29 @@ fn misspelt_names_get_the_nearest_name_and_a_caret() {
         assert!(!err.contains("did you mean"), "{args:?}: {err}");
     }
 }
+
+/// `bench --only NAME` measures the jobs named like NAME and no other; a
+/// name no job has is bad input that lists the jobs (exit 2, one line).
+#[test]
+fn bench_only_measures_the_named_jobs() {
+    let (code, out, err) = run(&["bench", "--only", "derive relu", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).expect("json");
+    let jobs = v["jobs"].as_array().expect("jobs");
+    let names: Vec<&str> = jobs.iter().filter_map(|j| j["name"].as_str()).collect();
+    assert_eq!(names, ["derive relu"]);
+    assert!(jobs[0]["instances"].as_u64().unwrap_or(0) > 0, "{out}");
+    assert!(v["fsdp_jax_shapes"].is_null(), "{out}");
+    let (code, _, err) = run(&["bench", "--scopes", "--only", "product", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    for args in [
+        vec!["bench", "--only", "no such job"],
+        vec!["bench", "--scopes", "--only", "derive mul"],
+    ] {
+        let (code, out, err) = run(&args);
+        assert_eq!(code, 2, "{args:?}: {out}{err}");
+        assert_eq!(common::error_lines(&err), 1, "{args:?}: {err}");
+        assert!(err.contains("the jobs are"), "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+    }
+}

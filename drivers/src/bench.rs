@@ -368,23 +368,53 @@ fn round3(x: f64) -> f64 {
     }
 }
 
-/// Every measurement as one JSON value.
-pub fn measure_all() -> Value {
-    let jobs: Vec<Value> = jobs().iter().map(measure).collect();
-    json!({
-        "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
-        "jobs": jobs,
-        "fsdp_jax_shapes": fsdp_jax(),
-        "peak_rss_kib": peak_rss_kib(),
-    })
+/// The jobs whose name contains `only` (all without it); an error naming
+/// every job when none does.
+pub(crate) fn pick<T>(
+    all: Vec<T>,
+    name: impl Fn(&T) -> &str,
+    only: Option<&str>,
+) -> Result<Vec<T>, String> {
+    let Some(o) = only else { return Ok(all) };
+    let names: Vec<String> = all.iter().map(|j| name(j).to_string()).collect();
+    let kept: Vec<T> = all.into_iter().filter(|j| name(j).contains(o)).collect();
+    if kept.is_empty() {
+        return Err(format!(
+            "no job named like `{o}`; the jobs are: {}",
+            names.join(", ")
+        ));
+    }
+    Ok(kept)
 }
 
-/// Print the measurements: text, or JSON with `json`.
-pub fn print(json: bool) {
-    let v = measure_all();
+/// Every measurement as one JSON value.
+pub fn measure_all() -> Value {
+    measure_only(None).expect("every job")
+}
+
+/// The measurements of the jobs whose name contains `only` (all without
+/// it), as one JSON value.
+pub fn measure_only(only: Option<&str>) -> Result<Value, String> {
+    let jobs: Vec<Value> = pick(jobs(), |j| &j.name, only)?
+        .iter()
+        .map(measure)
+        .collect();
+    Ok(json!({
+        "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "jobs": jobs,
+        // FSDP at JAX's shapes goes with the whole run only.
+        "fsdp_jax_shapes": if only.is_none() { fsdp_jax() } else { Value::Null },
+        "peak_rss_kib": peak_rss_kib(),
+    }))
+}
+
+/// Print the measurements (of the jobs named like `only`): text, or JSON
+/// with `json`.
+pub fn print(json: bool, only: Option<&str>) -> Result<(), String> {
+    let v = measure_only(only)?;
     if json {
         print_document(v);
-        return;
+        return Ok(());
     }
     println!("{} cores; times at 1 / 2 / all cores", v["cores"]);
     for j in v["jobs"].as_array().into_iter().flatten() {
@@ -422,6 +452,7 @@ pub fn print(json: bool) {
         );
     }
     println!("peak memory {} KiB", v["peak_rss_kib"]);
+    Ok(())
 }
 
 /// A bench's measurements as the `bench` JSON document.
@@ -432,7 +463,7 @@ pub(crate) fn print_document(v: Value) {
 
 /// `cargo bench` and `spmd-check bench`: the text report.
 pub fn run() {
-    print(false);
+    print(false, None).expect("every job");
 }
 
 /// FSDP's programs (examples/fsdp.toml) at the shapes of JAX's own test:

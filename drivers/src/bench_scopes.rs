@@ -163,18 +163,25 @@ fn measure(job: &ScopeJob) -> Value {
 
 /// Every job, in order.
 pub fn measure_all() -> Value {
-    json!({
-        "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
-        "scopes": jobs().iter().map(measure).collect::<Vec<_>>(),
-    })
+    measure_only(None).expect("every job")
 }
 
-/// Print the measurements: text, or JSON with `json`.
-pub fn print(json: bool) {
-    let v = measure_all();
+/// The jobs whose name contains `only` (all without it), in order.
+pub fn measure_only(only: Option<&str>) -> Result<Value, String> {
+    let picked = crate::bench::pick(jobs(), |j| j.name, only)?;
+    Ok(json!({
+        "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
+        "scopes": picked.iter().map(measure).collect::<Vec<_>>(),
+    }))
+}
+
+/// Print the measurements (of the jobs named like `only`): text, or JSON
+/// with `json`.
+pub fn print(json: bool, only: Option<&str>) -> Result<(), String> {
+    let v = measure_only(only)?;
     if json {
         crate::bench::print_document(v);
-        return;
+        return Ok(());
     }
     println!("{} cores; each scope once, on every core", v["cores"]);
     for j in v["scopes"].as_array().into_iter().flatten() {
@@ -195,4 +202,5 @@ pub fn print(json: bool) {
             j["verdict"].as_str().unwrap_or(""),
         );
     }
+    Ok(())
 }
