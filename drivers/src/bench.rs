@@ -19,7 +19,7 @@ mod floor;
 use crate::collectives::{check_pair, pair_rows};
 use crate::conform::{check_row, rows};
 use crate::derive::derive;
-use floor::{arith_ns, floor_derive, Elem};
+use floor::{arith_ns, floor_derive, rational_ns, Elem, Operands};
 use rayon::prelude::*;
 use serde_json::{json, Value};
 use spmd_generators::Scope;
@@ -402,10 +402,28 @@ pub fn measure_only(only: Option<&str>) -> Result<Value, String> {
     Ok(json!({
         "cores": std::thread::available_parallelism().map_or(1, |n| n.get()),
         "jobs": jobs,
+        "arith": arith_costs(),
         // FSDP at JAX's shapes goes with the whole run only.
         "fsdp_jax_shapes": if only.is_none() { fsdp_jax() } else { Value::Null },
         "peak_rss_kib": peak_rss_kib(),
     }))
+}
+
+/// What arithmetic itself costs here, per operation: the plain f64 loop
+/// of `ratio_f64_to_arith`, and the same loop in the exact field on
+/// integers, dyadic values and small fractions (SPEC.md §18.4).
+fn arith_costs() -> Value {
+    let f64_ns = arith_ns(1);
+    let rational = |k: Operands| {
+        let ns = rational_ns(k);
+        json!({"ns_per_arith": round3(ns), "over_f64": round3(ns / f64_ns)})
+    };
+    json!({
+        "f64_ns_per_arith": round3(f64_ns),
+        "rational_integers": rational(Operands::Integers),
+        "rational_dyadic": rational(Operands::Dyadic),
+        "rational_fractions": rational(Operands::Fractions),
+    })
 }
 
 /// Print the measurements (of the jobs named like `only`): text, or JSON
@@ -441,6 +459,21 @@ pub fn print(json: bool, only: Option<&str>) -> Result<(), String> {
             ts.join(" / "),
         );
     }
+    let a = &v["arith"];
+    let r = |k: &str| {
+        format!(
+            "{:.2} ns ({:.1}x)",
+            a[k]["ns_per_arith"].as_f64().unwrap_or(0.0),
+            a[k]["over_f64"].as_f64().unwrap_or(0.0)
+        )
+    };
+    println!(
+        "arithmetic per operation: f64 {:.3} ns; exact on integers {}, on dyadic steps {}, on small fractions {}",
+        a["f64_ns_per_arith"].as_f64().unwrap_or(0.0),
+        r("rational_integers"),
+        r("rational_dyadic"),
+        r("rational_fractions"),
+    );
     let f = &v["fsdp_jax_shapes"];
     for s in f["strategies"].as_array().into_iter().flatten() {
         println!(

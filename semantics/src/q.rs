@@ -449,6 +449,17 @@ fn gcd_u128(mut a: u128, mut b: u128) -> u128 {
     }
 }
 
+/// `x / g` for a `g` that divides `x`: a shift when `g` is a power of two
+/// (the gcds of dyadic values always are), a division otherwise.
+#[inline(always)]
+fn exact_div(x: u64, g: u64) -> u64 {
+    if g.is_power_of_two() {
+        x >> g.trailing_zeros()
+    } else {
+        x / g
+    }
+}
+
 /// `n / d` reduced (d > 0), as a small `Q` when both parts fit in `i64`.
 #[inline]
 fn reduced(n: i128, d: u128) -> Option<Q> {
@@ -457,7 +468,7 @@ fn reduced(n: i128, d: u128) -> Option<Q> {
         // The common case: 64-bit gcd and divisions.
         (Ok(a), Ok(b)) => match gcd_u64(a, b) {
             1 => (a as u128, b as u128),
-            g => ((a / g) as u128, (b / g) as u128),
+            g => (exact_div(a, g) as u128, exact_div(b, g) as u128),
         },
         _ => {
             let g = gcd_u128(nu, d);
@@ -489,6 +500,21 @@ fn small_of(neg: bool, n: u128, d: u128) -> Option<Q> {
 #[inline(always)]
 fn add_parts(an: i64, ad: i64, bn: i128, bd: i64) -> Option<Q> {
     let (an, adu, bdu) = (an as i128, ad as u64, bd as u64);
+    if adu.is_power_of_two() && bdu.is_power_of_two() {
+        // Dyadic parts (a piecewise op's steps k/2^16 and what they make):
+        // over the larger power of two, reduced by the numerator's factors
+        // of two; shifts, no gcd and no division. Denominators are below
+        // 2^63 and |bn| at most 2^63, so each shifted term is below 2^125.
+        let (p, q) = (adu.trailing_zeros(), bdu.trailing_zeros());
+        let m = p.max(q);
+        let t = (an << (m - p)) + (bn << (m - q));
+        if t == 0 {
+            return Some(Q::zero());
+        }
+        let tu = t.unsigned_abs();
+        let s = tu.trailing_zeros().min(m);
+        return small_of(t < 0, tu >> s, 1u128 << (m - s));
+    }
     if ad == bd {
         return reduced(an + bn, adu as u128);
     }
@@ -555,12 +581,12 @@ fn mul_parts(an_neg: bool, an: u64, ad: u64, bn_neg: bool, bn: u64, bd: u64) -> 
     let (an, bd) = if g1 == 1 {
         (an, bd)
     } else {
-        (an / g1, bd / g1)
+        (exact_div(an, g1), exact_div(bd, g1))
     };
     let (bn, ad) = if g2 == 1 {
         (bn, ad)
     } else {
-        (bn / g2, ad / g2)
+        (exact_div(bn, g2), exact_div(ad, g2))
     };
     let (n, d) = (an as u128 * bn as u128, ad as u128 * bd as u128);
     small_of(an_neg != bn_neg && n != 0, n, d)
@@ -674,8 +700,10 @@ mod tests {
     /// that fit must come back small (the canonical form `Eq` relies on).
     #[test]
     fn small_paths_agree_with_big_rationals() {
-        let parts: [i64; 13] = [
+        let parts: [i64; 15] = [
             0,
+            65537,
+            -3 << 20,
             1,
             -1,
             3,
@@ -689,7 +717,20 @@ mod tests {
             (1 << 40) + 1,
             -(1 << 33) - 5,
         ];
-        let dens: [i64; 9] = [1, 2, 3, 4, 9, 10, i64::MAX, (1 << 40) + 7, 1 << 62];
+        // Powers of two among them, for the dyadic path (k/2^16 steps).
+        let dens: [i64; 11] = [
+            1,
+            2,
+            3,
+            4,
+            9,
+            10,
+            i64::MAX,
+            (1 << 40) + 7,
+            1 << 62,
+            1 << 16,
+            3 << 16,
+        ];
         let mut vals = Vec::new();
         for &n in &parts {
             for &d in &dens {

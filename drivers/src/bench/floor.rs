@@ -1162,6 +1162,58 @@ pub(super) fn arith_ns(sums: usize) -> f64 {
     best
 }
 
+/// The operands of `rational_ns`'s loop: integers, dyadic values (an
+/// integer moved by a step of a piecewise op, k/65536, SPEC.md §5.3), and
+/// fractions of small denominators (quotients of small values, as `div`'s).
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Operands {
+    Integers,
+    Dyadic,
+    Fractions,
+}
+
+impl Operands {
+    fn pair(self, k: usize) -> (Q, Q) {
+        let (i, j) = ((k % 7) as i64 - 3, (k % 5) as i64 - 2);
+        match self {
+            Operands::Integers => (Q::int(i), Q::int(j)),
+            Operands::Dyadic => (
+                Q::int(i).add(&Q::frac((k % 3) as i64 + 1, 65536)),
+                Q::int(j).add(&Q::frac((k % 2) as i64 + 1, 65536)),
+            ),
+            Operands::Fractions => (
+                Q::frac(i, (k % 4) as i64 + 1),
+                Q::frac(j, (k % 3) as i64 + 1),
+            ),
+        }
+    }
+}
+
+/// `arith_ns(1)`'s loop in the exact field: the time per operation of a
+/// rational multiply-add into one running sum (`Q::add_mul`), on operands
+/// of one kind. What exact arithmetic itself costs, before any algorithm.
+pub(super) fn rational_ns(kind: Operands) -> f64 {
+    const N: usize = 4096;
+    const REPS: usize = 50;
+    let (a, b): (Vec<Q>, Vec<Q>) = (0..N).map(|k| kind.pair(k)).unzip();
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let t = std::time::Instant::now();
+        for _ in 0..REPS {
+            let (a, b) = (std::hint::black_box(&a), std::hint::black_box(&b));
+            // A fresh sum per pass, so its numerator stays small.
+            let mut acc = Q::zero();
+            for (x, y) in a.iter().zip(b) {
+                acc.add_mul(x, y);
+            }
+            std::hint::black_box(acc);
+        }
+        let ns = t.elapsed().as_secs_f64() * 1e9 / (2 * N * REPS) as f64;
+        best = best.min(ns);
+    }
+    best
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::derive_instances;
