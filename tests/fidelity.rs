@@ -2,6 +2,14 @@
 //! systems, replayed through the model and classified by the oracle.
 
 use spmd_check::fidelity::{default_dir, run, CaseResult};
+use std::sync::OnceLock;
+
+/// The committed recordings replayed once for every test that reads them
+/// (each reads a different part; a replay takes seconds).
+fn replayed() -> &'static [CaseResult] {
+    static RS: OnceLock<Vec<CaseResult>> = OnceLock::new();
+    RS.get_or_init(|| run(&default_dir()).unwrap())
+}
 
 fn class_of<'a>(rs: &'a [CaseResult], system: &str, id: &str) -> &'a CaseResult {
     rs.iter()
@@ -11,9 +19,9 @@ fn class_of<'a>(rs: &'a [CaseResult], system: &str, id: &str) -> &'a CaseResult 
 
 #[test]
 fn every_recorded_case_is_classified_and_the_model_matches_the_real_systems() {
-    let rs = run(&default_dir()).unwrap();
+    let rs = replayed();
     assert!(rs.len() > 1000, "{} cases", rs.len());
-    for r in &rs {
+    for r in rs {
         if let Some(d) = r.class.detail() {
             assert!(
                 !d.starts_with("unknown case kind"),
@@ -49,7 +57,7 @@ fn every_recorded_case_is_classified_and_the_model_matches_the_real_systems() {
 
 #[test]
 fn findings_about_the_real_systems_are_computed() {
-    let rs = run(&default_dir()).unwrap();
+    let rs = replayed();
     // JAX refuses Invariant + Reduced, and rightly: no output type of
     // a + b is sound there.
     assert_eq!(class_of(&rs, "jax", "add_I_R").class.key(), "agree");
@@ -80,7 +88,7 @@ fn findings_about_the_real_systems_are_computed() {
 /// the real library did (accepted or refused, output, inserted casts).
 #[test]
 fn the_dialects_match_the_real_systems_on_every_typing_case() {
-    let rs = run(&default_dir()).unwrap();
+    let rs = replayed();
     let typing = |sys: &str, pred: &dyn Fn(&CaseResult) -> bool| -> Vec<&CaseResult> {
         rs.iter().filter(|r| r.system == sys && pred(r)).collect()
     };
@@ -257,7 +265,7 @@ fn the_command_reports_per_system_and_version() {
 /// torch 2.14.1): every case replayed, and the dialect follows it.
 #[test]
 fn dtensor_propagation_is_replayed_and_the_dialect_follows_it() {
-    let rs = run(&default_dir()).unwrap();
+    let rs = replayed();
     let ops: Vec<&CaseResult> = rs
         .iter()
         .filter(|r| r.file.ends_with("dtensor_ops.json"))
@@ -361,7 +369,7 @@ fn tampered_dtensor_cases_are_caught() {
 /// dialect's typing differs from 0.10.2's recorded refusals.
 #[test]
 fn jax_0_11_implements_unreduced_division() {
-    let rs = run(&default_dir()).unwrap();
+    let rs = replayed();
     let at = |v: &str, id: &str| {
         rs.iter()
             .find(|r| r.system == "jax" && r.version == v && r.id == id)
@@ -440,7 +448,7 @@ fn three_input_refusals_are_decided_never_vacuously_sound() {
 /// transpose changed on one rank is a model mismatch at the transpose.
 #[test]
 fn jax_0_12_collectives_replay_through_elaboration() {
-    let rs = run(&default_dir()).unwrap();
+    let rs = replayed();
     let c = rs
         .iter()
         .find(|r| r.system == "jax" && r.version == "0.12.0.1" && r.id == "psum_I_n4")

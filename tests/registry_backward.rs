@@ -26,7 +26,7 @@ fn backward_row<'a>(rep: &'a Report, args: &str, placements: &str) -> &'a Row {
 
 #[test]
 fn dtensor_backward_classifies_as_pinned() {
-    let rep = common::registry::check(common::registry::recorded("dtensor"));
+    let rep = common::registry::checked("dtensor");
     assert_eq!(
         common::registry::instance_totals(&rep.backward),
         (2335, 1889, 6, 440),
@@ -199,7 +199,7 @@ fn redistribute_is_the_identity_and_a_changed_output_fails_f3() {
 /// 2x2 too; a tampered output fails F3.
 #[test]
 fn the_claims_on_a_2x2_mesh_classify_as_pinned() {
-    let rep = common::registry::check(common::registry::recorded("dtensor"));
+    let rep = common::registry::checked("dtensor");
     assert_eq!(
         common::registry::instance_totals(&rep.mesh2d),
         (4320, 3409, 98, 813),

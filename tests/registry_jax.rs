@@ -132,7 +132,7 @@ fn the_recorded_registry_classifies_as_pinned() {
 
 #[test]
 fn the_linear_rules_jax_registers_are_correct() {
-    let rep = check(recorded(), None);
+    let rep = common::registry::checked("jax");
     for (op, args, pl) in [
         ("lax.add", "", "P(sum), P(sum) -> P(sum)"),
         ("lax.sub", "", "P(sum), P(sum) -> P(sum)"),
@@ -175,7 +175,7 @@ fn the_linear_rules_jax_registers_are_correct() {
 
 #[test]
 fn the_counterexamples_are_exact_and_minimal() {
-    let rep = check(recorded(), None);
+    let rep = common::registry::checked("jax");
     let cases = [
         (
             "lax.convert_element_type",
@@ -251,7 +251,7 @@ fn a_tampered_claim_is_incorrect_and_a_dropped_claim_is_missing() {
     assert_eq!(r.class, Class::Missing, "{}", r.detail);
     // Untampered: exp and mul refuse them (no row: a refusal is sound),
     // and add's claim is correct.
-    let rep = check(recorded(), None);
+    let rep = common::registry::checked("jax");
     for (op, pl) in [
         ("lax.exp", "P(sum) -> P(sum)"),
         ("lax.mul", "P(sum), P(sum) -> P(sum)"),

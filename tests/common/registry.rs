@@ -32,6 +32,22 @@ pub fn check(f: File) -> Report {
     check_glob(f, None)
 }
 
+/// `check` of the committed recording of `system`, untampered, run once
+/// per test binary and shared by the tests that read it (a whole
+/// registry takes seconds).
+#[allow(dead_code)]
+pub fn checked(system: &'static str) -> &'static Report {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock};
+    static DONE: OnceLock<Mutex<HashMap<&'static str, &'static Report>>> = OnceLock::new();
+    let mut done = DONE
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    done.entry(system)
+        .or_insert_with(|| Box::leak(Box::new(check(recorded(system)))))
+}
+
 /// The classes of the rows with these placements (`S(0) -> P(sum)`).
 pub fn class_of(rep: &Report, placements: &str) -> Vec<Class> {
     rep.rows
