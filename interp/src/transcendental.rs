@@ -18,7 +18,7 @@ type R<T> = Result<T, XErr>;
 pub use crate::expr::{is_transcendental, representable};
 
 mod field;
-pub use field::{Dual, DualOf, Field};
+pub use field::{Dual, DualOf, DualsOf, Field};
 
 /// A tensor over a field.
 #[derive(Clone, Debug)]
@@ -1056,6 +1056,112 @@ mod tests {
             parts(&einsum(&spec, &[&a2, &b]).unwrap().data),
             parts(&got.data)
         );
+    }
+
+    /// `DualsOf` carries several tangents at once. On expressions that use
+    /// every operation of the field (exp, log, √, sin, cos, gelu's tanh,
+    /// division, softmax, layernorm, an einsum), the value and component k
+    /// of the derivative are, in the same normal form, what `DualOf`
+    /// computes with tangent k alone; one tangent is zero throughout and
+    /// the second input carries none. Where `DualOf` fails (√ at 0), so
+    /// does `DualsOf`. The twin: with the tangents given in another order
+    /// the components no longer agree.
+    #[test]
+    fn several_tangents_at_once_are_each_tangent_alone() {
+        let x = [1i64, 2];
+        let y = [3i64, -1];
+        let tangents: [[Q; 2]; 4] = [
+            [Q::one(), Q::zero()],
+            [Q::zero(), Q::one()],
+            [Q::zero(), Q::zero()],
+            [Q::frac(1, 2), Q::int(-1)],
+        ];
+        let at_once = |ts: &[[Q; 2]]| -> Vec<XT<DualsOf<X>>> {
+            let xs = XT {
+                shape: vec![2],
+                data: (0..2)
+                    .map(|j| DualsOf {
+                        v: X::q(Q::int(x[j])),
+                        d: ts.iter().map(|t| X::q(t[j].clone())).collect(),
+                    })
+                    .collect(),
+            };
+            let ys = XT {
+                shape: vec![2],
+                data: y
+                    .iter()
+                    .map(|&v| DualsOf {
+                        v: X::q(Q::int(v)),
+                        d: vec![],
+                    })
+                    .collect(),
+            };
+            vec![xs, ys]
+        };
+        let alone = |t: &[Q; 2]| -> Vec<XT<Dual>> {
+            let xs = XT {
+                shape: vec![2],
+                data: (0..2)
+                    .map(|j| Dual {
+                        v: X::q(Q::int(x[j])),
+                        d: X::q(t[j].clone()),
+                    })
+                    .collect(),
+            };
+            let ys = XT {
+                shape: vec![2],
+                data: y
+                    .iter()
+                    .map(|&v| Dual {
+                        v: X::q(Q::int(v)),
+                        d: X::zero(),
+                    })
+                    .collect(),
+            };
+            vec![xs, ys]
+        };
+        let order = ["x".to_string(), "y".to_string()];
+        let mut reversed_differs = 0;
+        for src in [
+            "exp(x) * y",
+            "log(x + 3) / (y + 4)",
+            "sqrt(x * x + 1) - y",
+            "sin(x) + cos(y) * x",
+            "gelu(x) * y",
+            "tanh(x) + sigmoid(y)",
+            "softmax(x * y, 0)",
+            "layernorm(x + y, 0)",
+            "einsum(\"i,i->\", exp(x), y)",
+            "exp(y) + 1",
+        ] {
+            let f = crate::expr::parse_with_vars(src, &order).unwrap();
+            let many = eval(&f.expr, &at_once(&tangents), &mut XCtx::default()).unwrap();
+            for (k, t) in tangents.iter().enumerate() {
+                let one = eval(&f.expr, &alone(t), &mut XCtx::default()).unwrap();
+                assert_eq!(many.shape, one.shape, "{src}");
+                for (a, b) in many.data.iter().zip(&one.data) {
+                    assert_eq!(a.v, b.v, "{src}: value");
+                    assert_eq!(a.d_at(k), b.d, "{src}: tangent {k}");
+                }
+            }
+            let mut back = tangents.clone();
+            back.reverse();
+            let rev = eval(&f.expr, &at_once(&back), &mut XCtx::default()).unwrap();
+            let one = eval(&f.expr, &alone(&tangents[0]), &mut XCtx::default()).unwrap();
+            reversed_differs += usize::from(
+                rev.data
+                    .iter()
+                    .zip(&one.data)
+                    .any(|(a, b)| a.d_at(0) != b.d),
+            );
+        }
+        // Every expression but `exp(y) + 1`, which does not read x, and
+        // layernorm, which on two entries is ±1 and has no derivative.
+        assert_eq!(reversed_differs, 8);
+        // √ at 0 has no derivative: both refuse.
+        let f = crate::expr::parse_with_vars("sqrt(x - 1) * y", &order).unwrap();
+        assert!(eval(&f.expr, &alone(&tangents[0]), &mut XCtx::default()).is_err());
+        assert!(eval(&f.expr, &at_once(&tangents), &mut XCtx::default()).is_err());
     }
 
     /// The hand-written VJP against the dual-number derivative, coordinate

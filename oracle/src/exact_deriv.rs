@@ -10,7 +10,7 @@
 
 use crate::outcome::{Outcome, Pass, Phase, Property, Shown, Violation};
 use spmd_interp::transcendental::{
-    eval, is_transcendental, vjp, DualOf, Field, XCtx, XEvalError, XT,
+    eval, is_transcendental, vjp, DualOf, DualsOf, Field, XCtx, XEvalError, XT,
 };
 use spmd_interp::{Backward, Jvp, Op, TypedOp};
 use spmd_semantics::expoly::{XErr, X};
@@ -494,6 +494,137 @@ fn backward<S: Field>(
     Ok(out)
 }
 
+/// The derivative of every rank's output along one tangent of input i
+/// (its unit representative `e`), by forward mode on dual numbers; with
+/// whether a kink was met.
+fn tangent_alone<S: Field>(
+    op: &TypedOp,
+    m: &Mesh,
+    xs: &[Fam<S>],
+    i: usize,
+    e: &PerRank,
+    total: bool,
+    out_shape: &[usize],
+) -> Result<(Fam<S>, bool), Stop> {
+    let f = local_fn(op);
+    let mut per_rank: Fam<S> = Vec::with_capacity(m.num_ranks());
+    let mut kctx = XCtx::default();
+    for r in 0..m.num_ranks() {
+        // A total function (no domain error, no kink) has a zero
+        // derivative on a rank whose tangent is zero: a local op reads its
+        // own rank only (SPEC.md §19.4).
+        if total && e.tensors[r].is_zero() {
+            per_rank.push(XT::zeros(out_shape));
+            continue;
+        }
+        let args: Vec<XT<DualOf<S>>> = xs
+            .iter()
+            .enumerate()
+            .map(|(j, x)| XT {
+                shape: x[r].shape.clone(),
+                data: x[r]
+                    .data
+                    .iter()
+                    .enumerate()
+                    .map(|(k, v)| DualOf {
+                        v: v.clone(),
+                        d: if j == i {
+                            S::q(&e.tensors[r].data[k])
+                        } else {
+                            S::zero()
+                        },
+                    })
+                    .collect(),
+            })
+            .collect();
+        let t = eval(&f.expr, &args, &mut kctx)?;
+        per_rank.push(XT {
+            shape: t.shape,
+            data: t.data.into_iter().map(|d| d.d).collect(),
+        });
+    }
+    Ok((per_rank, kctx.at_kink))
+}
+
+/// `tangent_alone` for every tangent of `coords` at once: per rank one
+/// forward pass on `DualsOf`, carrying the tangents that rank evaluates
+/// (those `tangent_alone` would; a total function skips a rank where a
+/// tangent is zero, and that tangent's derivative there is zeros). The
+/// value is computed once per rank instead of once per tangent, and each
+/// derivative by the same operations as `tangent_alone`'s, so each family
+/// is exactly what it would give. `None` where the pass meets an error, a
+/// kink or a refusal: the caller then runs the tangents one at a time,
+/// which meets the same thing at the same tangent as before.
+fn tangents_at_once<S: Field>(
+    op: &TypedOp,
+    m: &Mesh,
+    xs: &[Fam<S>],
+    i: usize,
+    coords: &[(spmd_semantics::perrank::DenotCoord, PerRank)],
+    total: bool,
+    out_shape: &[usize],
+) -> Option<Vec<Fam<S>>> {
+    let f = local_fn(op);
+    let mut out: Vec<Fam<S>> = coords
+        .iter()
+        .map(|_| Vec::with_capacity(m.num_ranks()))
+        .collect();
+    let mut kctx = XCtx::default();
+    for r in 0..m.num_ranks() {
+        let carried: Vec<usize> = (0..coords.len())
+            .filter(|&k| !(total && coords[k].1.tensors[r].is_zero()))
+            .collect();
+        if carried.is_empty() && total {
+            for fam in out.iter_mut() {
+                fam.push(XT::zeros(out_shape));
+            }
+            continue;
+        }
+        let args: Vec<XT<DualsOf<S>>> = xs
+            .iter()
+            .enumerate()
+            .map(|(j, x)| XT {
+                shape: x[r].shape.clone(),
+                data: x[r]
+                    .data
+                    .iter()
+                    .enumerate()
+                    .map(|(el, v)| DualsOf {
+                        v: v.clone(),
+                        d: if j == i {
+                            carried
+                                .iter()
+                                .map(|&k| S::q(&coords[k].1.tensors[r].data[el]))
+                                .collect()
+                        } else {
+                            Vec::new()
+                        },
+                    })
+                    .collect(),
+            })
+            .collect();
+        let t = eval(&f.expr, &args, &mut kctx).ok()?;
+        if kctx.at_kink {
+            return None;
+        }
+        // `carried` is increasing: tangent k is component `next` of the
+        // derivatives where it is carried.
+        let mut next = 0;
+        for (k, fam) in out.iter_mut().enumerate() {
+            if carried.get(next) == Some(&k) {
+                fam.push(XT {
+                    shape: t.shape.clone(),
+                    data: t.data.iter().map(|d| d.d_at(next)).collect(),
+                });
+                next += 1;
+            } else {
+                fam.push(XT::zeros(out_shape));
+            }
+        }
+    }
+    Some(out)
+}
+
 /// The global tensor of a family under a type with layouts (SPEC.md
 /// §13.1), placed by the same map as `perrank::global` (run on indices).
 fn global_x<S: Field>(m: &Mesh, t: &Type, d: &Fam<S>) -> Option<XT<S>> {
@@ -839,53 +970,27 @@ fn run<S: Exact>(
             continue;
         }
         let n_i = shapes[i].iter().product::<usize>();
-        for (coord, e) in denot_basis(m, ti, &shapes[i]) {
-            if !keep.coord(i, coord.rank, coord.elem, n_i) {
-                continue;
-            }
+        let coords: Vec<_> = denot_basis(m, ti, &shapes[i])
+            .into_iter()
+            .filter(|(coord, _)| keep.coord(i, coord.rank, coord.elem, n_i))
+            .collect();
+        // Every column of input i by one forward pass per rank over all its
+        // tangents at once (`tangents_at_once`); where that pass meets
+        // anything but plain values, the columns one at a time as before.
+        let mut at_once =
+            tangents_at_once(op, m, xs, i, &coords, total, &out_shape).map(Vec::into_iter);
+        for (coord, e) in &coords {
             if (c.stop)() {
                 return Err(Stop::Undecided);
             }
             // d/dh ⟦f(x + h e)⟧ at 0 (SPEC.md §5.1), by forward mode on
             // every rank with the unit representative e as tangent.
-            let mut per_rank: Fam<S> = Vec::with_capacity(m.num_ranks());
-            let mut kctx = XCtx::default();
-            for r in 0..m.num_ranks() {
-                // A total function (no domain error, no kink) has a zero
-                // derivative on a rank whose tangent is zero: a local op
-                // reads its own rank only (SPEC.md §19.4).
-                if total && e.tensors[r].is_zero() {
-                    per_rank.push(XT::zeros(&out_shape));
-                    continue;
-                }
-                let args: Vec<XT<DualOf<S>>> = xs
-                    .iter()
-                    .enumerate()
-                    .map(|(j, x)| XT {
-                        shape: x[r].shape.clone(),
-                        data: x[r]
-                            .data
-                            .iter()
-                            .enumerate()
-                            .map(|(k, v)| DualOf {
-                                v: v.clone(),
-                                d: if j == i {
-                                    S::q(&e.tensors[r].data[k])
-                                } else {
-                                    S::zero()
-                                },
-                            })
-                            .collect(),
-                    })
-                    .collect();
-                let t = eval(&f.expr, &args, &mut kctx)?;
-                per_rank.push(XT {
-                    shape: t.shape,
-                    data: t.data.into_iter().map(|d| d.d).collect(),
-                });
-            }
+            let (per_rank, kink) = match at_once.as_mut().and_then(Iterator::next) {
+                Some(t) => (t, false),
+                None => tangent_alone(op, m, xs, i, e, total, &out_shape)?,
+            };
             let tangent = denote_owned(m, &op.output, per_rank)?;
-            if kctx.at_kink {
+            if kink {
                 return Ok(Pass {
                     b3_undetermined: true,
                     ..Pass::default()
@@ -927,4 +1032,88 @@ fn run<S: Exact>(
         b3_undetermined: j1_open,
         ..Pass::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use spmd_interp::builtin;
+
+    /// A family's shapes and entries, for structural comparison.
+    fn parts(f: &Fam<X>) -> Vec<(Vec<usize>, Vec<X>)> {
+        f.iter()
+            .map(|t| (t.shape.clone(), t.data.clone()))
+            .collect()
+    }
+
+    /// B3's columns of one input at once (`tangents_at_once`) are, tangent
+    /// by tangent and in the same normal form, the columns one at a time
+    /// (`tangent_alone`): on total ops (a rank whose tangent is zero is
+    /// skipped) and ops with a domain (every rank evaluated), with Varying,
+    /// Invariant and Partial inputs on two ranks. Where a pass meets a
+    /// domain error the columns at once give none, and one at a time the
+    /// error. The twin: each family set beside the next tangent's differs.
+    #[test]
+    fn the_columns_at_once_are_the_columns_one_at_a_time() {
+        let m = Mesh::line(2);
+        let v = Type::one(State::Varying);
+        let mut compared = 0;
+        let mut twins_differ = 0;
+        for (name, ins, out) in [
+            ("softmax", vec![v.clone()], v.clone()),
+            (
+                "exp",
+                vec![Type::one(State::Invariant)],
+                Type::one(State::Invariant),
+            ),
+            ("log", vec![v.clone()], v.clone()),
+            ("layernorm", vec![v.clone()], v.clone()),
+            (
+                "gelu",
+                vec![Type::one(State::Partial)],
+                Type::one(State::Partial),
+            ),
+        ] {
+            let f = builtin(name).expect("a built-in");
+            let op = TypedOp::local(f, ins.clone(), out);
+            let total = spmd_interp::lanes::total(&local_fn(&op).expr);
+            let shape = vec![3];
+            let xs: Vec<Fam<X>> = ins
+                .iter()
+                .map(|t| {
+                    let k = num_free(&m, t, &shape);
+                    let free: Vec<Q> = (0..k).map(|j| Q::int(j as i64 + 1)).collect();
+                    lift_all(&spmd_semantics::perrank::from_free(&m, t, &shape, &free))
+                })
+                .collect();
+            let (y, _) = forward(&op, &m, &xs).ok().expect("the forward runs");
+            let out_shape = y[0].shape.clone();
+            let coords = denot_basis(&m, &ins[0], &shape);
+            let many = tangents_at_once(&op, &m, &xs, 0, &coords, total, &out_shape)
+                .expect("no error at these values");
+            assert_eq!(many.len(), coords.len());
+            for (k, (_, e)) in coords.iter().enumerate() {
+                let (one, kink) = tangent_alone(&op, &m, &xs, 0, e, total, &out_shape)
+                    .ok()
+                    .expect("runs");
+                assert!(!kink);
+                assert_eq!(parts(&many[k]), parts(&one), "{name}: tangent {k}");
+                compared += 1;
+                if let Some(next) = many.get(k + 1) {
+                    twins_differ += usize::from(parts(next) != parts(&one));
+                }
+            }
+        }
+        assert!(compared >= 20, "{compared}");
+        assert!(twins_differ >= 10, "{twins_differ}");
+        // log at 0: outside its domain, at once and one at a time.
+        let op = TypedOp::local(builtin("log").unwrap(), vec![v.clone()], v.clone());
+        let zero = PerRank {
+            tensors: vec![Tensor::zeros(&[2]); 2],
+        };
+        let xs = vec![lift_all::<X>(&zero)];
+        let coords = denot_basis(&m, &v, &[2]);
+        assert!(tangents_at_once(&op, &m, &xs, 0, &coords, false, &[2]).is_none());
+        assert!(tangent_alone(&op, &m, &xs, 0, &coords[0].1, false, &[2]).is_err());
+    }
 }

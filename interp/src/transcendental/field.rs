@@ -313,6 +313,195 @@ impl<S: Field> Field for DualOf<S> {
     }
 }
 
+/// v + Σₖ dₖ εₖ: forward mode along several tangents at once, the value
+/// computed once for all of them (the oracle's B3 columns of one input).
+/// Each derivative is computed by `DualOf`'s formula for its tangent, with
+/// the same operations in the same order, so component k is exactly what
+/// `DualOf` computes with tangent k. An empty `d` stands for every tangent
+/// zero (a constant, or a value that does not read the moved input): an
+/// operation on such values computes its derivative once on explicit zeros,
+/// so that any error it would raise is raised, and refuses (`Unsupported`)
+/// if that derivative is not zero, which a caller answers by running the
+/// tangents one at a time.
+#[derive(Clone, Debug)]
+pub struct DualsOf<S> {
+    pub v: S,
+    pub d: Vec<S>,
+}
+
+impl<S: Field> DualsOf<S> {
+    /// Component k of the derivative (zero where `d` is empty).
+    pub fn d_at(&self, k: usize) -> S {
+        self.d.get(k).cloned().unwrap_or_else(S::zero)
+    }
+    fn none(v: S) -> Self {
+        DualsOf { v, d: Vec::new() }
+    }
+}
+
+/// The derivatives of a binary operation, by `f` on each component of the
+/// two operands' derivatives (an empty side being zeros).
+fn both_d<S: Field>(a: &[S], b: &[S], f: impl Fn(&S, &S) -> R<S>) -> R<Vec<S>> {
+    match (a.len(), b.len()) {
+        (0, 0) => {
+            let z = S::zero();
+            all_zero(f(&z, &z)?)
+        }
+        (n, 0) => {
+            let z = S::zero();
+            (0..n).map(|k| f(&a[k], &z)).collect()
+        }
+        (0, n) => {
+            let z = S::zero();
+            (0..n).map(|k| f(&z, &b[k])).collect()
+        }
+        (n, m) if n == m => a.iter().zip(b).map(|(x, y)| f(x, y)).collect(),
+        _ => Err(XErr::Unsupported("tangents of different counts".into())),
+    }
+}
+
+/// The derivatives of a unary operation, by `f` on each component.
+fn each_d<S: Field>(a: &[S], f: impl Fn(&S) -> R<S>) -> R<Vec<S>> {
+    if a.is_empty() {
+        return all_zero(f(&S::zero())?);
+    }
+    a.iter().map(f).collect()
+}
+
+/// A derivative computed on zeros: none if it is zero, else refused.
+fn all_zero<S: Field>(d: S) -> R<Vec<S>> {
+    if d.is_zero() {
+        Ok(Vec::new())
+    } else {
+        Err(XErr::Unsupported(
+            "a nonzero derivative of zero tangents".into(),
+        ))
+    }
+}
+
+impl<S: Field> Field for DualsOf<S> {
+    fn q(q: &Q) -> Self {
+        DualsOf::none(S::q(q))
+    }
+    fn is_zero(&self) -> bool {
+        self.v.is_zero() && self.d.iter().all(Field::is_zero)
+    }
+    fn zero_is_zero() -> bool {
+        S::zero_is_zero()
+    }
+    fn one_times(&self) -> R<Self> {
+        if !S::zero_is_zero() {
+            return Self::q(&Q::one()).mul(self);
+        }
+        Ok(DualsOf {
+            v: self.v.one_times()?,
+            d: self.d.iter().map(|d| d.one_times()).collect::<R<_>>()?,
+        })
+    }
+    fn add(&self, o: &Self) -> R<Self> {
+        Ok(DualsOf {
+            v: self.v.add(&o.v)?,
+            d: both_d(&self.d, &o.d, |a, b| a.add(b))?,
+        })
+    }
+    fn sub(&self, o: &Self) -> R<Self> {
+        Ok(DualsOf {
+            v: self.v.sub(&o.v)?,
+            d: both_d(&self.d, &o.d, |a, b| a.sub(b))?,
+        })
+    }
+    fn mul(&self, o: &Self) -> R<Self> {
+        // As `DualOf::mul`, tangent by tangent.
+        let v = self.v.mul(&o.v)?;
+        let d = both_d(&self.d, &o.d, |sd, od| {
+            if sd.is_zero() {
+                self.v.mul(od)
+            } else if od.is_zero() {
+                sd.mul(&o.v)
+            } else {
+                sd.mul(&o.v)?.add(&self.v.mul(od)?)
+            }
+        })?;
+        Ok(DualsOf { v, d })
+    }
+    fn div(&self, o: &Self) -> R<Self> {
+        let v = self.v.div(&o.v)?;
+        let d = both_d(&self.d, &o.d, |sd, od| sd.sub(&v.mul(od)?)?.div(&o.v))?;
+        Ok(DualsOf { v, d })
+    }
+    fn neg(&self) -> Self {
+        DualsOf {
+            v: self.v.neg(),
+            d: self.d.iter().map(Field::neg).collect(),
+        }
+    }
+    fn exp(&self) -> R<Self> {
+        let v = self.v.exp()?;
+        let d = each_d(&self.d, |d| v.mul(d))?;
+        Ok(DualsOf { v, d })
+    }
+    fn log(&self) -> R<Self> {
+        let v = self.v.log()?;
+        let d = each_d(&self.d, |d| d.div(&self.v))?;
+        Ok(DualsOf { v, d })
+    }
+    fn sqrt(&self) -> R<Self> {
+        let v = self.v.sqrt()?;
+        if v.value_q().is_some_and(|q| q.is_zero()) {
+            return Err(XErr::Domain);
+        }
+        let d = each_d(&self.d, |d| d.div(&v.mul(&S::q(&Q::int(2)))?))?;
+        Ok(DualsOf { v, d })
+    }
+    fn sin(&self) -> R<Self> {
+        let v = self.v.sin()?;
+        let c = self.v.cos()?;
+        let d = each_d(&self.d, |d| c.mul(d))?;
+        Ok(DualsOf { v, d })
+    }
+    fn cos(&self) -> R<Self> {
+        let v = self.v.cos()?;
+        let s = self.v.sin()?.neg();
+        let d = each_d(&self.d, |d| s.mul(d))?;
+        Ok(DualsOf { v, d })
+    }
+    fn gelu_t(&self) -> R<Self> {
+        let t = self.v.gelu_t()?;
+        let one = S::q(&Q::one());
+        let inner = one.add(&S::q(&gelu_c().mul(&Q::int(3))).mul(&self.v)?.mul(&self.v)?)?;
+        let f = one
+            .sub(&t.mul(&t)?)?
+            .mul(&S::sqrt_two_over_pi()?)?
+            .mul(&inner)?;
+        let d = each_d(&self.d, |d| f.mul(d))?;
+        Ok(DualsOf { v: t, d })
+    }
+    fn sign(&self) -> R<Ordering> {
+        self.v.sign()
+    }
+    fn value_q(&self) -> Option<Q> {
+        self.v.value_q()
+    }
+    fn constant(&self) -> Self {
+        DualsOf::none(self.v.clone())
+    }
+    fn sqrt_two_over_pi() -> R<Self> {
+        Ok(DualsOf::none(S::sqrt_two_over_pi()?))
+    }
+    fn same(&self, o: &Self) -> R<bool> {
+        if !self.v.same(&o.v)? {
+            return Ok(false);
+        }
+        let n = self.d.len().max(o.d.len());
+        for k in 0..n {
+            if !self.d_at(k).same(&o.d_at(k))? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
 /// The symbolic domain of SPEC.md §19.8: exp, log of a positive sum of
 /// exponentials, √ of a polynomial, gelu's tanh (with √(2/π) a symbol)
 /// and the field operations on fractions of exponential polynomials in
