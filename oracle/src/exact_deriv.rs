@@ -688,7 +688,7 @@ fn run<S: Exact>(
         });
         Ok((xs2, p2))
     };
-    let (y, mut at_kink) = forward(op, m, xs)?;
+    let (y, at_kink) = forward(op, m, xs)?;
     // F1
     if let Some((a, r0, r)) = misfit(m, &op.output, &y)? {
         return Err(c.fail(
@@ -943,8 +943,9 @@ fn run<S: Exact>(
             }
         }
     }
-    // B3: forward mode on the meaning, paired with the cotangent.
-    let _ = forward(op, m, xs).map(|(_, k)| at_kink |= k);
+    // B3: forward mode on the meaning, paired with the cotangent. A kink
+    // of this instance's forward (above, on the same values) leaves it
+    // undetermined.
     if at_kink {
         return Ok(Pass {
             b3_undetermined: true,
