@@ -60,23 +60,23 @@ fn findings_about_the_real_systems_are_computed() {
     let rs = replayed();
     // JAX refuses Invariant + Reduced, and rightly: no output type of
     // a + b is sound there.
-    assert_eq!(class_of(&rs, "jax", "add_I_R").class.key(), "agree");
+    assert_eq!(class_of(rs, "jax", "add_I_R").class.key(), "agree");
     // JAX refuses to negate an Unreduced value, which is linear and sound.
-    assert_eq!(class_of(&rs, "jax", "neg_U").class.key(), "sound_rejection");
+    assert_eq!(class_of(rs, "jax", "neg_U").class.key(), "sound_rejection");
     assert_eq!(
-        class_of(&rs, "jax", "dot_U_R").class.key(),
+        class_of(rs, "jax", "dot_U_R").class.key(),
         "sound_rejection"
     );
     // Mixing Invariant with Varying: JAX inserts pvary, and the result is
     // sound.
-    let c = class_of(&rs, "jax", "add_I_V");
+    let c = class_of(rs, "jax", "add_I_V");
     assert_eq!(c.class.key(), "agree");
     assert!(c.note.contains("pvary"), "{}", c.note);
     // ... and its gradients, with pvary transposed by psum, are JAX's.
     assert!(c.note.contains("every gradient equal JAX's"), "{}", c.note);
     // JAX's pmean transpose (divide by n, then pvary) reproduces exactly and
     // is a correct transpose.
-    let c = class_of(&rs, "jax", "pmean_V_n4");
+    let c = class_of(rs, "jax", "pmean_V_n4");
     assert_eq!(c.class.key(), "agree", "{c:?}");
     assert!(c.note.contains("forward and transpose"), "{}", c.note);
 }
@@ -116,7 +116,7 @@ fn the_dialects_match_the_real_systems_on_every_typing_case() {
         assert!(r.note.ends_with("dialect: matches"), "{}", r.note);
     }
     // The facts the comparison rests on, from the real cases.
-    let d = |id: &str| class_of(&rs, "jax", id).dialect.clone().unwrap();
+    let d = |id: &str| class_of(rs, "jax", id).dialect.clone().unwrap();
     assert_eq!(d("add_I_R").real, "refused");
     assert_eq!(d("dot_I_R").real, "accepted -> Invariant");
     assert_eq!(
@@ -124,13 +124,13 @@ fn the_dialects_match_the_real_systems_on_every_typing_case() {
         "accepted -> Varying after reduced_vary_cast"
     );
     assert_eq!(d("mul_const_V").real, "accepted -> Varying after pvary");
-    let d = class_of(&rs, "spmd_types", "linear_R_I_nograd10")
+    let d = class_of(rs, "spmd_types", "linear_R_I_nograd10")
         .dialect
         .clone()
         .unwrap();
     assert_eq!(d.ours, "accepted -> I");
     // Collective cases are not typing cases: no dialect comparison.
-    assert!(class_of(&rs, "jax", "psum_V_n2").dialect.is_none());
+    assert!(class_of(rs, "jax", "psum_V_n2").dialect.is_none());
     // The command reports the counts, text and JSON.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_spmd-check"))
         .args(["fidelity"])
@@ -277,7 +277,7 @@ fn dtensor_propagation_is_replayed_and_the_dialect_follows_it() {
     // Partial(avg) and Partial(max) (SPEC.md §21.5): forward and gradient
     // exact, the typing deferred by the oracle.
     for id in ["mean_S", "amax_S"] {
-        let c = class_of(&rs, "dtensor", id);
+        let c = class_of(rs, "dtensor", id);
         assert_eq!(c.class.key(), "agree", "{c:?}");
         assert!(
             c.note
@@ -288,14 +288,14 @@ fn dtensor_propagation_is_replayed_and_the_dialect_follows_it() {
     }
     // Replicate() + Partial(): DTensor divides the Replicate() operand by n
     // on every rank (Replicate() -> Partial()) first.
-    let c = class_of(&rs, "dtensor", "add_P_R");
+    let c = class_of(rs, "dtensor", "add_P_R");
     assert!(
         c.note.contains("redistributing b Replicate() -> Partial()"),
         "{c:?}"
     );
     // x @ w with w Replicate(): DTensor returns w's gradient Partial(), the
     // proposal's Reduced() reading, and that is sound.
-    let c = class_of(&rs, "dtensor", "matmul_S_R");
+    let c = class_of(rs, "dtensor", "matmul_S_R");
     assert_eq!(c.class.key(), "agree");
     assert!(c.note.contains("b read as Reduced()"), "{c:?}");
     let matched = ops
@@ -303,7 +303,7 @@ fn dtensor_propagation_is_replayed_and_the_dialect_follows_it() {
         .filter(|r| r.dialect.as_ref().is_some_and(|d| d.matches()))
         .count();
     assert_eq!(matched, 87);
-    let d = class_of(&rs, "dtensor", "mul_P_P").dialect.clone().unwrap();
+    let d = class_of(rs, "dtensor", "mul_P_P").dialect.clone().unwrap();
     assert_eq!(
         d.ours,
         "accepted -> P after redistribute(1: P->I); grad Partial() on 1"
@@ -311,7 +311,7 @@ fn dtensor_propagation_is_replayed_and_the_dialect_follows_it() {
     assert!(d.matches());
     // The grad-placement hook is predicted where torch returns a
     // Replicate() operand's gradient Partial().
-    let d = class_of(&rs, "dtensor", "mul_R_P").dialect.clone().unwrap();
+    let d = class_of(rs, "dtensor", "mul_R_P").dialect.clone().unwrap();
     assert_eq!(d.real, "accepted -> P; grad Partial() on 0");
     assert!(d.matches());
 }

@@ -151,7 +151,7 @@ fn the_linear_rules_jax_registers_are_correct() {
             "P(sum) -> P(sum)",
         ),
     ] {
-        let r = row(&rep, op, args, pl);
+        let r = row(rep, op, args, pl);
         assert_eq!(r.class, Class::Correct, "{op}({args}) {pl}: {}", r.detail);
         assert!(r.detail.starts_with("bounded: "), "{}", r.detail);
     }
@@ -162,7 +162,7 @@ fn the_linear_rules_jax_registers_are_correct() {
         ("lax.mul", "R, P(sum) -> P(sum)"),
         ("lax.div", "P(sum), R -> P(sum)"),
     ] {
-        let r = row(&rep, op, "", pl);
+        let r = row(rep, op, "", pl);
         assert_eq!(r.class, Class::Missing, "{op} {pl}: {}", r.detail);
     }
     // add of an unreduced and an invariant operand is refused, and rightly:
@@ -197,17 +197,17 @@ fn the_counterexamples_are_exact_and_minimal() {
         ),
     ];
     for (op, args, pl, detail) in cases {
-        let r = row(&rep, op, args, pl);
+        let r = row(rep, op, args, pl);
         assert_eq!(r.class, Class::Incorrect, "{op}({args}) {pl}");
         assert_eq!(r.detail, detail);
         assert!(r.cex.is_some());
     }
     // integer_pow(y=1) is the identity: its pending sum could be kept,
     // JAX types it invariant instead.
-    let r = row(&rep, "lax.integer_pow", "y=1", "P(sum) -> P(sum)");
+    let r = row(rep, "lax.integer_pow", "y=1", "P(sum) -> P(sum)");
     assert_eq!(r.class, Class::Missing, "{}", r.detail);
     // y=0 gives 1 on every rank: invariant is right there.
-    let r = row(&rep, "lax.integer_pow", "y=0", "P(sum) -> R");
+    let r = row(rep, "lax.integer_pow", "y=0", "P(sum) -> R");
     assert_eq!(r.class, Class::Correct, "{}", r.detail);
 }
 
@@ -261,7 +261,7 @@ fn a_tampered_claim_is_incorrect_and_a_dropped_claim_is_missing() {
             .iter()
             .all(|r| !(r.op == op && r.args.is_empty() && r.placements() == pl)));
     }
-    let r = row(&rep, "lax.add", "", "P(sum), P(sum) -> P(sum)");
+    let r = row(rep, "lax.add", "", "P(sum), P(sum) -> P(sum)");
     assert_eq!(r.class, Class::Correct, "{}", r.detail);
 }
 

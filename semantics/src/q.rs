@@ -952,7 +952,7 @@ mod tests {
                 vals.push((1u64 << k).wrapping_mul(m).wrapping_add(1));
             }
         }
-        vals.extend([u64::MAX, u64::MAX - 1, 1 << 63, 6_700_417, 641 * 3 << 20]);
+        vals.extend([u64::MAX, u64::MAX - 1, 1 << 63, 6_700_417, (641 * 3) << 20]);
         let mut shared = 0;
         for &a in &vals {
             for &b in &vals {
