@@ -494,6 +494,27 @@ fn backward<S: Field>(
     Ok(out)
 }
 
+/// Rank r's arguments over another scalar: entry `el` of input j, of
+/// value v, becomes `make(j, el, v)`.
+fn rank_args<S: Field, T>(
+    xs: &[Fam<S>],
+    r: usize,
+    make: impl Fn(usize, usize, &S) -> T,
+) -> Vec<XT<T>> {
+    xs.iter()
+        .enumerate()
+        .map(|(j, x)| XT {
+            shape: x[r].shape.clone(),
+            data: x[r]
+                .data
+                .iter()
+                .enumerate()
+                .map(|(el, v)| make(j, el, v))
+                .collect(),
+        })
+        .collect()
+}
+
 /// The derivative of every rank's output along one tangent of input i
 /// (its unit representative `e`), by forward mode on dual numbers; with
 /// whether a kink was met.
@@ -517,26 +538,14 @@ fn tangent_alone<S: Field>(
             per_rank.push(XT::zeros(out_shape));
             continue;
         }
-        let args: Vec<XT<DualOf<S>>> = xs
-            .iter()
-            .enumerate()
-            .map(|(j, x)| XT {
-                shape: x[r].shape.clone(),
-                data: x[r]
-                    .data
-                    .iter()
-                    .enumerate()
-                    .map(|(k, v)| DualOf {
-                        v: v.clone(),
-                        d: if j == i {
-                            S::q(&e.tensors[r].data[k])
-                        } else {
-                            S::zero()
-                        },
-                    })
-                    .collect(),
-            })
-            .collect();
+        let args = rank_args(xs, r, |j, k, v| DualOf {
+            v: v.clone(),
+            d: if j == i {
+                S::q(&e.tensors[r].data[k])
+            } else {
+                S::zero()
+            },
+        });
         let t = eval(&f.expr, &args, &mut kctx)?;
         per_rank.push(XT {
             shape: t.shape,
@@ -580,29 +589,17 @@ fn tangents_at_once<S: Field>(
             }
             continue;
         }
-        let args: Vec<XT<DualsOf<S>>> = xs
-            .iter()
-            .enumerate()
-            .map(|(j, x)| XT {
-                shape: x[r].shape.clone(),
-                data: x[r]
-                    .data
+        let args = rank_args(xs, r, |j, el, v| DualsOf {
+            v: v.clone(),
+            d: if j == i {
+                carried
                     .iter()
-                    .enumerate()
-                    .map(|(el, v)| DualsOf {
-                        v: v.clone(),
-                        d: if j == i {
-                            carried
-                                .iter()
-                                .map(|&k| S::q(&coords[k].1.tensors[r].data[el]))
-                                .collect()
-                        } else {
-                            Vec::new()
-                        },
-                    })
-                    .collect(),
-            })
-            .collect();
+                    .map(|&k| S::q(&coords[k].1.tensors[r].data[el]))
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        });
         let t = eval(&f.expr, &args, &mut kctx).ok()?;
         if kctx.at_kink {
             return None;
