@@ -387,11 +387,6 @@ pub(crate) fn pick<T>(
     Ok(kept)
 }
 
-/// Every measurement as one JSON value.
-pub fn measure_all() -> Value {
-    measure_only(None).expect("every job")
-}
-
 /// The measurements of the jobs whose name contains `only` (all without
 /// it), as one JSON value.
 pub fn measure_only(only: Option<&str>) -> Result<Value, String> {

@@ -161,11 +161,6 @@ fn measure(job: &ScopeJob) -> Value {
     v
 }
 
-/// Every job, in order.
-pub fn measure_all() -> Value {
-    measure_only(None).expect("every job")
-}
-
 /// The jobs whose name contains `only` (all without it), in order.
 pub fn measure_only(only: Option<&str>) -> Result<Value, String> {
     let picked = crate::bench::pick(jobs(), |j| j.name, only)?;

@@ -1137,9 +1137,7 @@ pub(super) fn arith_ns(sums: usize) -> f64 {
     const REPS: usize = 2000;
     let a: Vec<f64> = (0..N).map(|k| 1.0 + k as f64 * 1e-6).collect();
     let b: Vec<f64> = (0..N).map(|k| 1.0 - k as f64 * 1e-6).collect();
-    let mut best = f64::INFINITY;
-    for _ in 0..5 {
-        let t = std::time::Instant::now();
+    fastest_ns_per_op(2 * N * REPS, || {
         let mut acc = [0.0f64; 4];
         for _ in 0..REPS {
             let (a, b) = (std::hint::black_box(&a), std::hint::black_box(&b));
@@ -1156,8 +1154,17 @@ pub(super) fn arith_ns(sums: usize) -> f64 {
             }
         }
         std::hint::black_box(acc);
-        let ns = t.elapsed().as_secs_f64() * 1e9 / (2 * N * REPS) as f64;
-        best = best.min(ns);
+    })
+}
+
+/// Nanoseconds per operation of `run`, which performs `ops` operations:
+/// the fastest of 5 runs.
+fn fastest_ns_per_op(ops: usize, mut run: impl FnMut()) -> f64 {
+    let mut best = f64::INFINITY;
+    for _ in 0..5 {
+        let t = std::time::Instant::now();
+        run();
+        best = best.min(t.elapsed().as_secs_f64() * 1e9 / ops as f64);
     }
     best
 }
@@ -1196,9 +1203,7 @@ pub(super) fn rational_ns(kind: Operands) -> f64 {
     const N: usize = 4096;
     const REPS: usize = 50;
     let (a, b): (Vec<Q>, Vec<Q>) = (0..N).map(|k| kind.pair(k)).unzip();
-    let mut best = f64::INFINITY;
-    for _ in 0..5 {
-        let t = std::time::Instant::now();
+    fastest_ns_per_op(2 * N * REPS, || {
         for _ in 0..REPS {
             let (a, b) = (std::hint::black_box(&a), std::hint::black_box(&b));
             // A fresh sum per pass, so its numerator stays small.
@@ -1208,10 +1213,7 @@ pub(super) fn rational_ns(kind: Operands) -> f64 {
             }
             std::hint::black_box(acc);
         }
-        let ns = t.elapsed().as_secs_f64() * 1e9 / (2 * N * REPS) as f64;
-        best = best.min(ns);
-    }
-    best
+    })
 }
 
 #[cfg(test)]

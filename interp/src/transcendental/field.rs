@@ -169,6 +169,99 @@ impl Field for X {
     }
 }
 
+/// The derivative rules of forward mode, shared by `DualOf` and `DualsOf`
+/// so that both form each derivative by the same operations in the same
+/// order (each component of a `DualsOf` is then exactly the `DualOf` of
+/// its tangent alone).
+///
+/// How a unary operation's derivative follows from its argument's, d:
+/// the operand order of each formula is kept.
+enum Chain<S> {
+    /// f · d (sin: cos x; cos: −sin x; gelu's tanh: its slope).
+    Times(S),
+    /// d / g (√: 2√x).
+    Over(S),
+    /// value · d (exp).
+    TimesValue,
+    /// d / x (log).
+    OverArg,
+}
+
+impl<S: Field> Chain<S> {
+    fn apply(&self, value: &S, arg: &S, d: &S) -> R<S> {
+        match self {
+            Chain::Times(f) => f.mul(d),
+            Chain::Over(g) => d.div(g),
+            Chain::TimesValue => value.mul(d),
+            Chain::OverArg => d.div(arg),
+        }
+    }
+}
+
+/// The unary operations of the field that have a derivative.
+#[derive(Clone, Copy)]
+enum Unary {
+    Exp,
+    Log,
+    Sqrt,
+    Sin,
+    Cos,
+    GeluT,
+}
+
+/// The value of `u` at x, and its chain rule.
+fn chain<S: Field>(u: Unary, x: &S) -> R<(S, Chain<S>)> {
+    Ok(match u {
+        Unary::Exp => (x.exp()?, Chain::TimesValue),
+        Unary::Log => (x.log()?, Chain::OverArg),
+        Unary::Sqrt => {
+            let v = x.sqrt()?;
+            if v.value_q().is_some_and(|q| q.is_zero()) {
+                // √ has no derivative at 0: outside the domain of B3.
+                return Err(XErr::Domain);
+            }
+            let two_v = v.mul(&S::q(&Q::int(2)))?;
+            (v, Chain::Over(two_v))
+        }
+        Unary::Sin => {
+            let v = x.sin()?;
+            (v, Chain::Times(x.cos()?))
+        }
+        Unary::Cos => {
+            let v = x.cos()?;
+            (v, Chain::Times(x.sin()?.neg()))
+        }
+        Unary::GeluT => {
+            let t = x.gelu_t()?;
+            // d/dx tanh(s(x + c x³)) = (1 - T²) s (1 + 3 c x²)
+            let one = S::q(&Q::one());
+            let inner = one.add(&S::q(&gelu_c().mul(&Q::int(3))).mul(x)?.mul(x)?)?;
+            let f = one
+                .sub(&t.mul(&t)?)?
+                .mul(&S::sqrt_two_over_pi()?)?
+                .mul(&inner)?;
+            (t, Chain::Times(f))
+        }
+    })
+}
+
+/// (a b)' = a' b + a b'; a zero derivative's product is zero and adds
+/// nothing (`Field::is_zero`): the same value and form.
+fn mul_d<S: Field>(a: &S, b: &S, da: &S, db: &S) -> R<S> {
+    if da.is_zero() {
+        a.mul(db)
+    } else if db.is_zero() {
+        da.mul(b)
+    } else {
+        da.mul(b)?.add(&a.mul(db)?)
+    }
+}
+
+/// (a/b)' = (a' - (a/b) b') / b, with q = a/b.
+fn div_d<S: Field>(q: &S, b: &S, da: &S, db: &S) -> R<S> {
+    da.sub(&q.mul(db)?)?.div(b)
+}
+
 /// A dual number v + d ε over the field: forward-mode differentiation.
 #[derive(Clone, Debug)]
 pub struct DualOf<S> {
@@ -178,6 +271,14 @@ pub struct DualOf<S> {
 
 /// Dual numbers over the exact field: the oracle's derivative at a point.
 pub type Dual = DualOf<X>;
+
+impl<S: Field> DualOf<S> {
+    fn unary(&self, u: Unary) -> R<Self> {
+        let (v, c) = chain(u, &self.v)?;
+        let d = c.apply(&v, &self.v, &self.d)?;
+        Ok(DualOf { v, d })
+    }
+}
 
 impl<S: Field> Field for DualOf<S> {
     fn q(q: &Q) -> Self {
@@ -218,22 +319,13 @@ impl<S: Field> Field for DualOf<S> {
         })
     }
     fn mul(&self, o: &Self) -> R<Self> {
-        // (a b)' = a' b + a b'; a zero derivative's product is zero and
-        // adds nothing (`Field::is_zero`): the same value and form.
         let v = self.v.mul(&o.v)?;
-        let d = if self.d.is_zero() {
-            self.v.mul(&o.d)?
-        } else if o.d.is_zero() {
-            self.d.mul(&o.v)?
-        } else {
-            self.d.mul(&o.v)?.add(&self.v.mul(&o.d)?)?
-        };
+        let d = mul_d(&self.v, &o.v, &self.d, &o.d)?;
         Ok(DualOf { v, d })
     }
     fn div(&self, o: &Self) -> R<Self> {
         let v = self.v.div(&o.v)?;
-        // (a/b)' = (a' - (a/b) b') / b
-        let d = self.d.sub(&v.mul(&o.d)?)?.div(&o.v)?;
+        let d = div_d(&v, &o.v, &self.d, &o.d)?;
         Ok(DualOf { v, d })
     }
     fn neg(&self) -> Self {
@@ -243,52 +335,22 @@ impl<S: Field> Field for DualOf<S> {
         }
     }
     fn exp(&self) -> R<Self> {
-        let v = self.v.exp()?;
-        Ok(DualOf {
-            d: v.mul(&self.d)?,
-            v,
-        })
+        self.unary(Unary::Exp)
     }
     fn log(&self) -> R<Self> {
-        Ok(DualOf {
-            v: self.v.log()?,
-            d: self.d.div(&self.v)?,
-        })
+        self.unary(Unary::Log)
     }
     fn sqrt(&self) -> R<Self> {
-        let v = self.v.sqrt()?;
-        if v.value_q().is_some_and(|q| q.is_zero()) {
-            // √ has no derivative at 0: outside the domain of B3.
-            return Err(XErr::Domain);
-        }
-        Ok(DualOf {
-            d: self.d.div(&v.mul(&S::q(&Q::int(2)))?)?,
-            v,
-        })
+        self.unary(Unary::Sqrt)
     }
     fn sin(&self) -> R<Self> {
-        Ok(DualOf {
-            v: self.v.sin()?,
-            d: self.v.cos()?.mul(&self.d)?,
-        })
+        self.unary(Unary::Sin)
     }
     fn cos(&self) -> R<Self> {
-        Ok(DualOf {
-            v: self.v.cos()?,
-            d: self.v.sin()?.neg().mul(&self.d)?,
-        })
+        self.unary(Unary::Cos)
     }
     fn gelu_t(&self) -> R<Self> {
-        let t = self.v.gelu_t()?;
-        // d/dx tanh(s(x + c x³)) = (1 - T²) s (1 + 3 c x²)
-        let one = S::q(&Q::one());
-        let inner = one.add(&S::q(&gelu_c().mul(&Q::int(3))).mul(&self.v)?.mul(&self.v)?)?;
-        let d = one
-            .sub(&t.mul(&t)?)?
-            .mul(&S::sqrt_two_over_pi()?)?
-            .mul(&inner)?
-            .mul(&self.d)?;
-        Ok(DualOf { v: t, d })
+        self.unary(Unary::GeluT)
     }
     fn sign(&self) -> R<Ordering> {
         self.v.sign()
@@ -315,14 +377,13 @@ impl<S: Field> Field for DualOf<S> {
 
 /// v + Σₖ dₖ εₖ: forward mode along several tangents at once, the value
 /// computed once for all of them (the oracle's B3 columns of one input).
-/// Each derivative is computed by `DualOf`'s formula for its tangent, with
-/// the same operations in the same order, so component k is exactly what
-/// `DualOf` computes with tangent k. An empty `d` stands for every tangent
-/// zero (a constant, or a value that does not read the moved input): an
-/// operation on such values computes its derivative once on explicit zeros,
-/// so that any error it would raise is raised, and refuses (`Unsupported`)
-/// if that derivative is not zero, which a caller answers by running the
-/// tangents one at a time.
+/// Each derivative is formed by the rules `DualOf` uses (`chain`, `mul_d`,
+/// `div_d`), so component k is exactly what `DualOf` computes with
+/// tangent k. An empty `d` stands for every tangent zero (a constant, or a
+/// value that does not read the moved input): an operation on such values
+/// forms its derivative once on explicit zeros, so that any error it would
+/// raise is raised, and refuses (`Unsupported`) if that derivative is not
+/// zero, which a caller answers by running the tangents one at a time.
 #[derive(Clone, Debug)]
 pub struct DualsOf<S> {
     pub v: S,
@@ -336,6 +397,11 @@ impl<S: Field> DualsOf<S> {
     }
     fn none(v: S) -> Self {
         DualsOf { v, d: Vec::new() }
+    }
+    fn unary(&self, u: Unary) -> R<Self> {
+        let (v, c) = chain(u, &self.v)?;
+        let d = each_d(&self.d, |d| c.apply(&v, &self.v, d))?;
+        Ok(DualsOf { v, d })
     }
 }
 
@@ -411,22 +477,13 @@ impl<S: Field> Field for DualsOf<S> {
         })
     }
     fn mul(&self, o: &Self) -> R<Self> {
-        // As `DualOf::mul`, tangent by tangent.
         let v = self.v.mul(&o.v)?;
-        let d = both_d(&self.d, &o.d, |sd, od| {
-            if sd.is_zero() {
-                self.v.mul(od)
-            } else if od.is_zero() {
-                sd.mul(&o.v)
-            } else {
-                sd.mul(&o.v)?.add(&self.v.mul(od)?)
-            }
-        })?;
+        let d = both_d(&self.d, &o.d, |da, db| mul_d(&self.v, &o.v, da, db))?;
         Ok(DualsOf { v, d })
     }
     fn div(&self, o: &Self) -> R<Self> {
         let v = self.v.div(&o.v)?;
-        let d = both_d(&self.d, &o.d, |sd, od| sd.sub(&v.mul(od)?)?.div(&o.v))?;
+        let d = both_d(&self.d, &o.d, |da, db| div_d(&v, &o.v, da, db))?;
         Ok(DualsOf { v, d })
     }
     fn neg(&self) -> Self {
@@ -436,45 +493,22 @@ impl<S: Field> Field for DualsOf<S> {
         }
     }
     fn exp(&self) -> R<Self> {
-        let v = self.v.exp()?;
-        let d = each_d(&self.d, |d| v.mul(d))?;
-        Ok(DualsOf { v, d })
+        self.unary(Unary::Exp)
     }
     fn log(&self) -> R<Self> {
-        let v = self.v.log()?;
-        let d = each_d(&self.d, |d| d.div(&self.v))?;
-        Ok(DualsOf { v, d })
+        self.unary(Unary::Log)
     }
     fn sqrt(&self) -> R<Self> {
-        let v = self.v.sqrt()?;
-        if v.value_q().is_some_and(|q| q.is_zero()) {
-            return Err(XErr::Domain);
-        }
-        let d = each_d(&self.d, |d| d.div(&v.mul(&S::q(&Q::int(2)))?))?;
-        Ok(DualsOf { v, d })
+        self.unary(Unary::Sqrt)
     }
     fn sin(&self) -> R<Self> {
-        let v = self.v.sin()?;
-        let c = self.v.cos()?;
-        let d = each_d(&self.d, |d| c.mul(d))?;
-        Ok(DualsOf { v, d })
+        self.unary(Unary::Sin)
     }
     fn cos(&self) -> R<Self> {
-        let v = self.v.cos()?;
-        let s = self.v.sin()?.neg();
-        let d = each_d(&self.d, |d| s.mul(d))?;
-        Ok(DualsOf { v, d })
+        self.unary(Unary::Cos)
     }
     fn gelu_t(&self) -> R<Self> {
-        let t = self.v.gelu_t()?;
-        let one = S::q(&Q::one());
-        let inner = one.add(&S::q(&gelu_c().mul(&Q::int(3))).mul(&self.v)?.mul(&self.v)?)?;
-        let f = one
-            .sub(&t.mul(&t)?)?
-            .mul(&S::sqrt_two_over_pi()?)?
-            .mul(&inner)?;
-        let d = each_d(&self.d, |d| f.mul(d))?;
-        Ok(DualsOf { v: t, d })
+        self.unary(Unary::GeluT)
     }
     fn sign(&self) -> R<Ordering> {
         self.v.sign()
